@@ -1,0 +1,97 @@
+//! Validation of names and identifiers (contract §1.2, §5). Lengths are counted in
+//! Unicode scalar values, never bytes.
+
+use crate::ValidationError;
+
+pub const MAX_NAME_CHARS: usize = 255;
+pub const MAX_KEY_ID_CHARS: usize = 255;
+pub const MAX_IDENTIFIER_CHARS: usize = 512;
+/// 2^53 - 1, the largest integer every JSON client represents exactly.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Checks `1 <= chars(value) <= max`.
+pub fn check_len(path: &str, value: &str, max: usize) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::new(path, "must not be empty"));
+    }
+    // Cheap exit: a string of at most `max` bytes has at most `max` chars.
+    if value.len() > max && value.chars().count() > max {
+        return Err(ValidationError::new(
+            path,
+            format!("must be at most {max} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Permission names: 1-255 characters of `A-Z a-z 0-9 . _ - : *`.
+pub fn validate_permission_name(path: &str, name: &str) -> Result<(), ValidationError> {
+    check_len(path, name, MAX_NAME_CHARS)?;
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '*')))
+    {
+        return Err(ValidationError::new(
+            path,
+            format!("invalid character {bad:?}; permission names use A-Z a-z 0-9 . _ - : *"),
+        ));
+    }
+    Ok(())
+}
+
+/// Role names: 1-255 characters, no control characters.
+pub fn validate_role_name(path: &str, name: &str) -> Result<(), ValidationError> {
+    check_len(path, name, MAX_NAME_CHARS)?;
+    if name.chars().any(char::is_control) {
+        return Err(ValidationError::new(
+            path,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// `keyId`: 1-255 characters.
+pub fn validate_key_id(path: &str, key_id: &str) -> Result<(), ValidationError> {
+    check_len(path, key_id, MAX_KEY_ID_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_names() {
+        for ok in [
+            "a",
+            "documents.read",
+            "rbac.*.add_role_to_key",
+            "A-b_c:d",
+            &"x".repeat(255),
+        ] {
+            assert!(validate_permission_name("p", ok).is_ok(), "{ok}");
+        }
+        let e = validate_permission_name("permissions.0.name", "").unwrap_err();
+        assert_eq!(e.to_string(), "permissions.0.name: must not be empty");
+        assert!(validate_permission_name("p", &"x".repeat(256)).is_err());
+        assert!(validate_permission_name("p", "has space").is_err());
+        assert!(validate_permission_name("p", "é").is_err());
+        assert!(validate_permission_name("p", "a/b").is_err());
+    }
+
+    #[test]
+    fn role_names_count_characters_not_bytes() {
+        assert!(validate_role_name("r", &"é".repeat(255)).is_ok());
+        assert!(validate_role_name("r", &"é".repeat(256)).is_err());
+        assert!(validate_role_name("r", "admin team").is_ok());
+        assert!(validate_role_name("r", "bad\nname").is_err());
+        assert!(validate_role_name("r", "").is_err());
+    }
+
+    #[test]
+    fn key_ids() {
+        assert!(validate_key_id("keyId", "key_1").is_ok());
+        assert!(validate_key_id("keyId", "").is_err());
+        assert!(validate_key_id("keyId", &"k".repeat(256)).is_err());
+    }
+}

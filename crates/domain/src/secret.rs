@@ -1,0 +1,50 @@
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// A secret (root key or key) in plaintext. Its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// The SHA-256 hash under which the secret is stored.
+    pub fn hash(&self) -> String {
+        hash_secret(&self.0)
+    }
+    /// A short visible prefix for recognising the secret in listings.
+    pub fn visible_prefix(&self) -> String {
+        self.0.chars().take(10).collect()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Lower-case hex SHA-256 of a secret.
+pub fn hash_secret(secret: &str) -> String {
+    format!("{:x}", Sha256::digest(secret.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_and_hash_is_sha256() {
+        let s = Secret::new("kg_root_abc");
+        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
+        assert_eq!(
+            hash_secret("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(s.visible_prefix(), "kg_root_ab");
+    }
+}

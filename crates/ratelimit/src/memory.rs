@@ -1,0 +1,318 @@
+//! The in-process store: a fixed number of shards, each a `hashbrown::HashTable` behind a
+//! `parking_lot::Mutex`. The key's hash is computed once per call and picks both the shard
+//! and the bucket.
+//!
+//! # Memory
+//! One live budget costs one [`Entry`] (64 bytes: two boxed strings, duration, hash, state)
+//! plus one control byte and the table's spare capacity (load factor <= 7/8), plus the heap
+//! copies of the namespace id (~27 bytes) and the identifier (its UTF-8 length), each
+//! rounded up by the allocator. For a 20-byte identifier that is about 150 bytes per live
+//! `(namespace, identifier, duration)`, so 1M live budgets take roughly 150 MB.
+//!
+//! # Reclaiming
+//! A budget whose window has ended is equivalent to a missing one, so it can be dropped at
+//! any time. Each shard sweeps itself (drops every ended window) when an insert finds it at
+//! twice the size it had after its previous sweep, which keeps the cost amortised O(1) per
+//! insert and the size within 2x of the live set. [`RateLimitStore::sweep`] sweeps all
+//! shards; the server calls it periodically so that idle shards shrink too.
+
+use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+use std::hash::BuildHasher;
+
+const MIN_SWEEP_LEN: usize = 1024;
+
+#[derive(Debug)]
+struct Entry {
+    namespace_id: Box<str>,
+    identifier: Box<str>,
+    duration: u64,
+    hash: u64,
+    state: WindowState,
+}
+
+impl Entry {
+    fn matches(&self, key: &BudgetKey<'_>) -> bool {
+        self.duration == key.duration
+            && *self.identifier == *key.identifier
+            && *self.namespace_id == *key.namespace_id
+    }
+}
+
+#[derive(Debug)]
+struct Shard {
+    table: HashTable<Entry>,
+    sweep_at_len: usize,
+}
+
+impl Shard {
+    fn sweep(&mut self, now_ms: u64) {
+        self.table
+            .retain(|e| !e.state.is_expired(e.duration, now_ms));
+        self.sweep_at_len = (self.table.len() * 2).max(MIN_SWEEP_LEN);
+        if self.table.capacity() > 4 * self.sweep_at_len {
+            self.table.shrink_to(self.sweep_at_len, |e| e.hash);
+        }
+    }
+}
+
+/// Counts for observability and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStoreStats {
+    pub entries: usize,
+    pub shards: usize,
+}
+
+/// The in-process rate-limit store. Exact under any concurrency: every decision on one
+/// budget happens under its shard's lock.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    shift: u32,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::with_shards(64)
+    }
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `shards` is rounded up to a power of two (at least 1).
+    pub fn with_shards(shards: usize) -> Self {
+        let n = shards.max(1).next_power_of_two();
+        let shards = (0..n)
+            .map(|_| {
+                Mutex::new(Shard {
+                    table: HashTable::new(),
+                    sweep_at_len: MIN_SWEEP_LEN,
+                })
+            })
+            .collect();
+        Self {
+            shards,
+            shift: 64 - n.trailing_zeros(),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    fn hash(&self, key: &BudgetKey<'_>) -> u64 {
+        self.hasher
+            .hash_one((key.namespace_id, key.identifier, key.duration))
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        // The top bits pick the shard; hashbrown uses the low and top-7 bits inside it,
+        // which stay well distributed within one shard with foldhash.
+        let idx = if self.shift >= 64 {
+            0
+        } else {
+            (hash >> self.shift) as usize
+        };
+        &self.shards[idx]
+    }
+
+    pub fn stats(&self) -> MemoryStoreStats {
+        MemoryStoreStats {
+            entries: self.shards.iter().map(|s| s.lock().table.len()).sum(),
+            shards: self.shards.len(),
+        }
+    }
+
+    /// The decision; infallible for the in-process store.
+    pub fn check(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Decision {
+        let hash = self.hash(&key);
+        let mut shard = self.shard(hash).lock();
+        if let Some(entry) = shard.table.find_mut(hash, |e| e.matches(&key)) {
+            let (state, decision) = decide(Some(entry.state), req, now_ms);
+            entry.state = state;
+            return decision;
+        }
+        let (state, decision) = decide(None, req, now_ms);
+        if state.used == 0 {
+            // Nothing consumed (cost 0, or denied): an untouched budget needs no entry.
+            return decision;
+        }
+        if shard.table.len() >= shard.sweep_at_len {
+            shard.sweep(now_ms);
+        }
+        shard.table.insert_unique(
+            hash,
+            Entry {
+                namespace_id: key.namespace_id.into(),
+                identifier: key.identifier.into(),
+                duration: key.duration,
+                hash,
+                state,
+            },
+            |e| e.hash,
+        );
+        decision
+    }
+}
+
+impl RateLimitStore for MemoryStore {
+    fn limit(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+    ) -> Result<Decision, StoreError> {
+        Ok(self.check(key, req, now_ms))
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn sweep(&self, now_ms: u64) {
+        for shard in self.shards.iter() {
+            shard.lock().sweep(now_ms);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn key<'a>(ns: &'a str, id: &'a str) -> BudgetKey<'a> {
+        BudgetKey {
+            namespace_id: ns,
+            identifier: id,
+            duration: 1_000,
+        }
+    }
+    const R: LimitRequest = LimitRequest {
+        limit: 3,
+        duration: 1_000,
+        cost: 1,
+    };
+
+    #[test]
+    fn budgets_are_separate_per_namespace_identifier_and_duration() {
+        let s = MemoryStore::with_shards(4);
+        for _ in 0..3 {
+            assert!(s.check(key("ns1", "a"), R, 0).success);
+        }
+        assert!(!s.check(key("ns1", "a"), R, 0).success);
+        assert!(s.check(key("ns2", "a"), R, 0).success);
+        assert!(s.check(key("ns1", "b"), R, 0).success);
+        let other_duration = BudgetKey {
+            duration: 2_000,
+            ..key("ns1", "a")
+        };
+        assert!(
+            s.check(
+                other_duration,
+                LimitRequest {
+                    duration: 2_000,
+                    ..R
+                },
+                0
+            )
+            .success
+        );
+        assert_eq!(s.stats().entries, 4);
+    }
+
+    #[test]
+    fn cost_zero_and_denials_on_unknown_budgets_store_nothing() {
+        let s = MemoryStore::new();
+        let d = s.check(key("n", "x"), LimitRequest { cost: 0, ..R }, 0);
+        assert!(d.success && d.remaining == 3);
+        let d = s.check(key("n", "y"), LimitRequest { cost: 4, ..R }, 0);
+        assert!(!d.success);
+        assert_eq!(s.stats().entries, 0);
+    }
+
+    #[test]
+    fn sweep_drops_only_ended_windows() {
+        let s = MemoryStore::with_shards(2);
+        s.check(key("n", "old"), R, 500);
+        s.check(
+            BudgetKey {
+                duration: 60_000,
+                ..key("n", "long")
+            },
+            LimitRequest {
+                duration: 60_000,
+                ..R
+            },
+            500,
+        );
+        RateLimitStore::sweep(&s, 1_000);
+        assert_eq!(s.stats().entries, 1);
+        // The surviving budget kept its count.
+        let d = s.check(
+            BudgetKey {
+                duration: 60_000,
+                ..key("n", "long")
+            },
+            LimitRequest {
+                duration: 60_000,
+                ..R
+            },
+            1_000,
+        );
+        assert_eq!(d.remaining, 1);
+    }
+
+    #[test]
+    fn store_does_not_grow_without_bound() {
+        let s = MemoryStore::with_shards(1);
+        // 100 windows of 5_000 distinct identifiers each; only the last window is live.
+        for w in 0..100u64 {
+            for i in 0..5_000u32 {
+                s.check(key("n", &i.to_string()), R, w * 1_000);
+            }
+        }
+        let n = s.stats().entries;
+        assert!(n <= 2 * 5_000 + MIN_SWEEP_LEN, "entries {n}");
+    }
+
+    #[test]
+    fn exact_under_contention() {
+        let s = Arc::new(MemoryStore::with_shards(8));
+        let passed = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (s, passed) = (s.clone(), passed.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..1_000 {
+                        let req = LimitRequest {
+                            limit: 1_000,
+                            duration: 60_000,
+                            cost: 1,
+                        };
+                        if s.check(
+                            BudgetKey {
+                                namespace_id: "n",
+                                identifier: "hot",
+                                duration: 60_000,
+                            },
+                            req,
+                            5,
+                        )
+                        .success
+                        {
+                            passed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(passed.load(Ordering::Relaxed), 1_000);
+    }
+}
