@@ -1,1 +1,17 @@
+//! The keygate RBAC service.
+//!
+//! Knows nothing of HTTP or SQL: it is defined over the storage traits of [`store`], which
+//! the `keygate-store` crate implements for SQLite and PostgreSQL. Every operation
+//! validates, authorizes, resolves and then writes, in that order, and all writes of one
+//! call go through one [`RbacStore::transaction`], so a failed call changes nothing.
 
+mod cache;
+mod error;
+mod model;
+mod service;
+pub mod store;
+
+pub use error::{RbacError, StorageError};
+pub use model::*;
+pub use service::{AUTH_CACHE_TTL_MS, RbacService};
+pub use store::{EntityKind, RbacStore, RbacTx};

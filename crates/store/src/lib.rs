@@ -1,1 +1,14 @@
+//! keygate storage: the diesel schema, embedded migrations, an r2d2 pool over SQLite or
+//! PostgreSQL (one `MultiConnection`), and the implementation of the RBAC storage traits.
+//!
+//! Error policy: every diesel/r2d2 error is turned into a [`keygate_rbac::StorageError`]
+//! here (unreachable/timeout -> `Unavailable`, unique violation -> `Conflict`, anything else
+//! -> `Internal`), so no caller above this crate sees diesel.
 
+mod backend;
+mod pool;
+pub mod schema;
+mod tx;
+
+pub use backend::{Backend, BackendError};
+pub use pool::{DbConn, PoolSettings, SqlStore, StoreOpenError};

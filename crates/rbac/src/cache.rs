@@ -1,0 +1,120 @@
+//! The in-memory caches that keep SQL off the rate-limit hot path.
+
+use crate::Principal;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Bound on cached entries; a full cache is cleared rather than grown.
+const MAX_ENTRIES: usize = 100_000;
+
+#[derive(Debug, Clone)]
+struct AuthEntry {
+    principal: Option<Arc<Principal>>,
+    fetched_at: u64,
+}
+
+/// Root-key hash -> principal (or "unknown"), each entry valid for `ttl_ms`.
+#[derive(Debug)]
+pub(crate) struct AuthCache {
+    ttl_ms: u64,
+    entries: RwLock<HashMap<String, AuthEntry>>,
+}
+
+impl AuthCache {
+    pub fn new(ttl_ms: u64) -> Self {
+        Self {
+            ttl_ms,
+            entries: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// `Some(Some(p))`: a known root key; `Some(None)`: known to be invalid; `None`: ask
+    /// the store.
+    pub fn get(&self, hash: &str, now: u64) -> Option<Option<Arc<Principal>>> {
+        let entries = self.entries.read();
+        let e = entries.get(hash)?;
+        (now >= e.fetched_at && now - e.fetched_at < self.ttl_ms).then(|| e.principal.clone())
+    }
+
+    pub fn put(&self, hash: String, principal: Option<Arc<Principal>>, now: u64) {
+        let mut entries = self.entries.write();
+        if entries.len() >= MAX_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(
+            hash,
+            AuthEntry {
+                principal,
+                fetched_at: now,
+            },
+        );
+    }
+
+    /// Forgets a root key at once (revocation through this instance).
+    pub fn evict_root_key(&self, root_key_id: &str) {
+        self.entries.write().retain(|_, e| {
+            e.principal
+                .as_ref()
+                .is_none_or(|p| p.root_key_id != root_key_id)
+        });
+    }
+}
+
+/// (workspace id, namespace name) -> namespace id. Namespaces are never renamed or
+/// deleted, so a positive entry stays valid.
+#[derive(Debug, Default)]
+pub(crate) struct NamespaceCache {
+    by_workspace: RwLock<HashMap<Box<str>, HashMap<Box<str>, Arc<str>>>>,
+}
+
+impl NamespaceCache {
+    pub fn get(&self, workspace_id: &str, name: &str) -> Option<Arc<str>> {
+        self.by_workspace
+            .read()
+            .get(workspace_id)?
+            .get(name)
+            .cloned()
+    }
+
+    pub fn put(&self, workspace_id: &str, name: &str, id: Arc<str>) {
+        let mut map = self.by_workspace.write();
+        if map.values().map(HashMap::len).sum::<usize>() >= MAX_ENTRIES {
+            map.clear();
+        }
+        map.entry(workspace_id.into())
+            .or_default()
+            .insert(name.into(), id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_entries_expire_after_ttl_and_evict_by_id() {
+        let c = AuthCache::new(10_000);
+        let p = Arc::new(Principal::new(
+            "rk_1".into(),
+            "ws_1".into(),
+            ["*".to_string()],
+        ));
+        c.put("h".into(), Some(p), 1_000);
+        c.put("bad".into(), None, 1_000);
+        assert!(c.get("h", 10_999).is_some_and(|p| p.is_some()));
+        assert!(c.get("bad", 2_000).is_some_and(|p| p.is_none()));
+        assert!(c.get("h", 11_000).is_none());
+        c.evict_root_key("rk_1");
+        assert!(c.get("h", 1_001).is_none());
+        assert!(c.get("bad", 1_001).is_some());
+    }
+
+    #[test]
+    fn namespaces_are_per_workspace() {
+        let c = NamespaceCache::default();
+        c.put("ws_a", "default", "rlns_a".into());
+        assert_eq!(c.get("ws_a", "default").as_deref(), Some("rlns_a"));
+        assert!(c.get("ws_b", "default").is_none());
+    }
+}

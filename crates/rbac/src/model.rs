@@ -1,0 +1,116 @@
+use keygate_domain::Named;
+use std::collections::HashSet;
+
+/// A workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
+/// A root key as stored (the secret itself is never stored, only its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootKey {
+    pub id: String,
+    pub workspace_id: String,
+    pub prefix: String,
+    pub permissions: Vec<String>,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+/// An authenticated root key: who calls, in which workspace, holding what.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub root_key_id: String,
+    pub workspace_id: String,
+    permissions: HashSet<String>,
+}
+
+impl Principal {
+    pub fn new(
+        root_key_id: String,
+        workspace_id: String,
+        permissions: impl IntoIterator<Item = String>,
+    ) -> Self {
+        Self {
+            root_key_id,
+            workspace_id,
+            permissions: permissions.into_iter().collect(),
+        }
+    }
+
+    /// `*` or exactly `permission`; strings are compared literally.
+    pub fn holds(&self, permission: &str) -> bool {
+        self.permissions.contains("*") || self.permissions.contains(permission)
+    }
+
+    pub fn permissions(&self) -> impl Iterator<Item = &str> {
+        self.permissions.iter().map(String::as_str)
+    }
+}
+
+/// A key (an API key of the workspace's users).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    pub id: String,
+    pub workspace_id: String,
+    pub name: Option<String>,
+    /// JSON object as text, as given at creation.
+    pub meta: Option<String>,
+    pub enabled: bool,
+    pub expires: Option<i64>,
+    pub created_at: i64,
+}
+
+/// A key with its direct permissions and roles, each sorted by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyView {
+    pub key: Key,
+    pub permissions: Vec<Named>,
+    pub roles: Vec<Named>,
+}
+
+/// A reference to a permission or role in a request: by id, by name, or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntityRef {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub create: Option<bool>,
+    /// The request field the name came from (`name` or `slug`), for error paths.
+    pub name_field: &'static str,
+}
+
+impl EntityRef {
+    pub fn by_id(id: impl Into<String>) -> Self {
+        Self {
+            id: Some(id.into()),
+            name_field: "name",
+            ..Self::default()
+        }
+    }
+    pub fn by_name(name: impl Into<String>) -> Self {
+        Self {
+            name: Some(name.into()),
+            name_field: "name",
+            ..Self::default()
+        }
+    }
+    pub fn with_create(mut self, create: bool) -> Self {
+        self.create = Some(create);
+        self
+    }
+}
+
+/// An audit event, written in the transaction of the change it records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    pub workspace_id: String,
+    pub actor_id: String,
+    pub action: &'static str,
+    pub resource_type: &'static str,
+    pub resource_id: String,
+    pub key_id: Option<String>,
+    pub at: i64,
+}

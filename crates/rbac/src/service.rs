@@ -1,0 +1,619 @@
+use crate::cache::{AuthCache, NamespaceCache};
+use crate::store::{EntityKind, RbacStore, RbacTx};
+use crate::{AuditEvent, Key, KeyView, Principal, RbacError, RootKey, Workspace};
+use crate::{EntityRef, StorageError};
+use keygate_domain::{
+    Clock, IdPrefix, Named, Secret, ValidationError, check_len, has_prefix, hash_secret, new_id,
+    random_token, sort_by_name, validate_key_id, validate_permission_name, validate_role_name,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// How long a verified root key is trusted without asking the store again (contract §2).
+pub const AUTH_CACHE_TTL_MS: u64 = 10_000;
+
+/// The most entries one `setPermissions`/`addRoles` call may carry.
+pub const MAX_REFS_PER_CALL: usize = 1_000;
+
+pub const PERM_ADD_PERMISSION_TO_KEY: &str = "rbac.*.add_permission_to_key";
+pub const PERM_CREATE_PERMISSION: &str = "rbac.*.create_permission";
+pub const PERM_ADD_ROLE_TO_KEY: &str = "rbac.*.add_role_to_key";
+pub const PERM_CREATE_ROLE: &str = "rbac.*.create_role";
+pub const PERM_READ_KEY: &str = "api.*.read_key";
+pub const PERM_LIMIT: &str = "ratelimit.*.limit";
+pub const PERM_CREATE_NAMESPACE: &str = "ratelimit.*.create_namespace";
+
+/// What differs between the permission and role operations; everything else is shared.
+struct LinkRules {
+    kind: EntityKind,
+    id_prefix: IdPrefix,
+    link_permission: &'static str,
+    create_permission: &'static str,
+    /// Whether an unknown name is created when the entry says nothing about `create`.
+    create_by_default: bool,
+    validate_name: fn(&str, &str) -> Result<(), ValidationError>,
+}
+
+const PERMISSION_RULES: LinkRules = LinkRules {
+    kind: EntityKind::Permission,
+    id_prefix: IdPrefix::Permission,
+    link_permission: PERM_ADD_PERMISSION_TO_KEY,
+    create_permission: PERM_CREATE_PERMISSION,
+    create_by_default: true,
+    validate_name: validate_permission_name,
+};
+
+const ROLE_RULES: LinkRules = LinkRules {
+    kind: EntityKind::Role,
+    id_prefix: IdPrefix::Role,
+    link_permission: PERM_ADD_ROLE_TO_KEY,
+    create_permission: PERM_CREATE_ROLE,
+    create_by_default: false,
+    validate_name: validate_role_name,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkMode {
+    /// The key ends with exactly the listed entities.
+    Replace,
+    /// The listed entities are attached; the others stay.
+    Add,
+}
+
+/// The validated, de-duplicated content of a list of references.
+#[derive(Debug, Default)]
+struct RefPlan {
+    ids: BTreeSet<String>,
+    /// name -> whether to create it when missing.
+    names: BTreeMap<String, bool>,
+    /// Entries that gave both: (path, id, name); they must agree.
+    pairs: Vec<(String, String, String)>,
+}
+
+fn plan_refs(
+    rules: &LinkRules,
+    refs: &[EntityRef],
+    min_entries: usize,
+) -> Result<RefPlan, ValidationError> {
+    let field = rules.kind.plural();
+    if refs.len() < min_entries {
+        return Err(ValidationError::new(
+            field,
+            format!("needs at least {min_entries} entry"),
+        ));
+    }
+    if refs.len() > MAX_REFS_PER_CALL {
+        return Err(ValidationError::new(
+            field,
+            format!("at most {MAX_REFS_PER_CALL} entries"),
+        ));
+    }
+    let mut plan = RefPlan::default();
+    for (i, r) in refs.iter().enumerate() {
+        let path = format!("{field}.{i}");
+        if let Some(name) = &r.name {
+            (rules.validate_name)(&format!("{path}.{}", r.name_field), name)?;
+        }
+        match (&r.id, &r.name) {
+            (None, None) => {
+                return Err(ValidationError::new(path, "an entry needs an id or a name"));
+            }
+            (Some(id), name) => {
+                check_len(&format!("{path}.id"), id, keygate_domain::MAX_NAME_CHARS)?;
+                if let Some(name) = name {
+                    plan.pairs.push((path, id.clone(), name.clone()));
+                }
+                plan.ids.insert(id.clone());
+            }
+            (None, Some(name)) => {
+                let create = r.create.unwrap_or(rules.create_by_default);
+                if let Some(&previous) = plan.names.get(name) {
+                    if previous != create {
+                        return Err(ValidationError::new(
+                            path,
+                            format!(
+                                "{} {name} is listed twice with different create flags",
+                                rules.kind.noun()
+                            ),
+                        ));
+                    }
+                }
+                plan.names.insert(name.clone(), create);
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// The RBAC service: authentication, authorization and the key/permission/role/namespace
+/// operations, over any [`RbacStore`].
+#[derive(Debug)]
+pub struct RbacService<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    auth: AuthCache,
+    namespaces: NamespaceCache,
+}
+
+impl<S: RbacStore> RbacService<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            clock,
+            auth: AuthCache::new(AUTH_CACHE_TTL_MS),
+            namespaces: NamespaceCache::default(),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms() as i64
+    }
+
+    // ---------------------------------------------------------------- authentication
+
+    fn check_principal(&self, p: Option<Arc<Principal>>) -> Result<Arc<Principal>, RbacError> {
+        p.ok_or_else(|| RbacError::Unauthorized("the root key is unknown or revoked".into()))
+    }
+
+    /// Answers from the cache only: `None` means the store must be asked
+    /// ([`Self::authenticate`]). Never blocks on I/O.
+    pub fn authenticate_cached(&self, token: &str) -> Option<Result<Arc<Principal>, RbacError>> {
+        let hash = hash_secret(token);
+        self.auth
+            .get(&hash, self.clock.now_ms())
+            .map(|p| self.check_principal(p))
+    }
+
+    /// Verifies a root key: cache first, then the store.
+    pub fn authenticate(&self, token: &str) -> Result<Arc<Principal>, RbacError> {
+        let hash = hash_secret(token);
+        let now = self.clock.now_ms();
+        if let Some(p) = self.auth.get(&hash, now) {
+            return self.check_principal(p);
+        }
+        let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
+        if let Some(rk) = &found {
+            if rk.expires_at.is_some_and(|e| e <= now as i64) {
+                return Err(RbacError::Forbidden("the root key has expired".into()));
+            }
+        }
+        let principal =
+            found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
+        self.auth.put(hash, principal.clone(), now);
+        self.check_principal(principal)
+    }
+
+    // ---------------------------------------------------------------- keys and links
+
+    /// `keys.setPermissions`: the key's direct permissions become exactly `refs`.
+    pub fn set_permissions(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links(p, key_id, refs, &PERMISSION_RULES, LinkMode::Replace, 0)
+    }
+
+    /// `keys.addRoles`: attaches `refs` (at least one) and keeps the key's other roles.
+    pub fn add_roles(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links(p, key_id, refs, &ROLE_RULES, LinkMode::Add, 1)
+    }
+
+    fn change_links(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+        rules: &LinkRules,
+        mode: LinkMode,
+        min_entries: usize,
+    ) -> Result<Vec<Named>, RbacError> {
+        validate_key_id("keyId", key_id)?;
+        let plan = plan_refs(rules, refs, min_entries)?;
+        if !p.holds(rules.link_permission) {
+            return Err(RbacError::missing(&[rules.link_permission]));
+        }
+        let kind = rules.kind;
+        let noun = kind.noun();
+        let ws = p.workspace_id.as_str();
+        self.store.transaction(|tx| {
+            let now = self.now();
+            if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id, now)? {
+                return Err(RbacError::NotFound(format!("key {key_id} not found")));
+            }
+
+            // Resolve ids.
+            let wanted: Vec<String> = plan
+                .ids
+                .iter()
+                .filter(|id| has_prefix(id, rules.id_prefix))
+                .cloned()
+                .collect();
+            let by_id: HashMap<String, Named> = if wanted.is_empty() {
+                HashMap::new()
+            } else {
+                tx.entities_by_ids(kind, ws, &wanted)?
+                    .into_iter()
+                    .map(|e| (e.id.clone(), e))
+                    .collect()
+            };
+            if let Some(missing) = plan.ids.iter().find(|id| !by_id.contains_key(*id)) {
+                return Err(RbacError::NotFound(format!("{noun} {missing} not found")));
+            }
+            for (path, id, name) in &plan.pairs {
+                let actual = &by_id[id].name;
+                if actual != name {
+                    return Err(RbacError::BadRequest(format!(
+                        "{path}: {noun} {id} is named {actual:?}, not {name:?}"
+                    )));
+                }
+            }
+
+            // Resolve names.
+            let names: Vec<String> = plan.names.keys().cloned().collect();
+            let by_name: HashMap<String, Named> = if names.is_empty() {
+                HashMap::new()
+            } else {
+                tx.entities_by_names(kind, ws, &names)?
+                    .into_iter()
+                    .map(|e| (e.name.clone(), e))
+                    .collect()
+            };
+            let mut to_create = Vec::new();
+            for (name, &create) in &plan.names {
+                if !by_name.contains_key(name) {
+                    if !create {
+                        return Err(RbacError::NotFound(format!("{noun} {name} not found")));
+                    }
+                    to_create.push(name.clone());
+                }
+            }
+            if !to_create.is_empty() && !p.holds(rules.create_permission) {
+                return Err(RbacError::missing(&[rules.create_permission]));
+            }
+
+            // Every check passed: write.
+            let event = |action: &'static str, resource_type: &'static str, id: &str| AuditEvent {
+                workspace_id: ws.to_string(),
+                actor_id: p.root_key_id.clone(),
+                action,
+                resource_type,
+                resource_id: id.to_string(),
+                key_id: Some(key_id.to_string()),
+                at: now,
+            };
+            let (created_action, attach_action, detach_action) = match kind {
+                EntityKind::Permission => (
+                    "permission.create",
+                    "key.attach_permission",
+                    "key.detach_permission",
+                ),
+                EntityKind::Role => ("role.create", "key.attach_role", "key.detach_role"),
+            };
+            let mut events = Vec::new();
+            let mut target: BTreeMap<String, Named> = BTreeMap::new();
+            for e in by_id.into_values().chain(by_name.into_values()) {
+                target.insert(e.id.clone(), e);
+            }
+            for name in to_create {
+                let fresh = Named::new(new_id(rules.id_prefix), name);
+                let (stored, created) = tx.insert_entity_if_absent(kind, ws, &fresh, now)?;
+                if created {
+                    events.push(event(created_action, noun, &stored.id));
+                }
+                target.insert(stored.id.clone(), stored);
+            }
+
+            let current: BTreeMap<String, Named> = tx
+                .key_entities(kind, key_id)?
+                .into_iter()
+                .map(|e| (e.id.clone(), e))
+                .collect();
+            let attach: Vec<String> = target
+                .keys()
+                .filter(|id| !current.contains_key(*id))
+                .cloned()
+                .collect();
+            let detach: Vec<String> = match mode {
+                LinkMode::Replace => current
+                    .keys()
+                    .filter(|id| !target.contains_key(*id))
+                    .cloned()
+                    .collect(),
+                LinkMode::Add => Vec::new(),
+            };
+            if !detach.is_empty() {
+                tx.unlink_key_entities(kind, key_id, &detach)?;
+                events.extend(detach.iter().map(|id| event(detach_action, noun, id)));
+            }
+            if !attach.is_empty() {
+                tx.link_key_entities(kind, ws, key_id, &attach, now)?;
+                events.extend(attach.iter().map(|id| event(attach_action, noun, id)));
+            }
+            if !events.is_empty() {
+                tx.insert_audit_events(&events)?;
+            }
+
+            let mut result: Vec<Named> = match mode {
+                LinkMode::Replace => target.into_values().collect(),
+                LinkMode::Add => {
+                    let mut all = current;
+                    all.extend(target);
+                    all.into_values().collect()
+                }
+            };
+            sort_by_name(&mut result);
+            Ok(result)
+        })
+    }
+
+    /// `keys.getKey`: the key with its direct permissions and its roles, sorted by name.
+    pub fn get_key(&self, p: &Principal, key_id: &str) -> Result<KeyView, RbacError> {
+        validate_key_id("keyId", key_id)?;
+        if !p.holds(PERM_READ_KEY) {
+            return Err(RbacError::missing(&[PERM_READ_KEY]));
+        }
+        let not_found = || RbacError::NotFound(format!("key {key_id} not found"));
+        if !has_prefix(key_id, IdPrefix::Key) {
+            return Err(not_found());
+        }
+        self.store.read(|tx| {
+            let key = tx.get_key(&p.workspace_id, key_id)?.ok_or_else(not_found)?;
+            let mut permissions = tx.key_entities(EntityKind::Permission, key_id)?;
+            let mut roles = tx.key_entities(EntityKind::Role, key_id)?;
+            sort_by_name(&mut permissions);
+            sort_by_name(&mut roles);
+            Ok(KeyView {
+                key,
+                permissions,
+                roles,
+            })
+        })
+    }
+
+    /// Creates a key in a workspace; returns it and its secret (shown once).
+    pub fn create_key(
+        &self,
+        workspace_id: &str,
+        name: Option<String>,
+    ) -> Result<(Key, Secret), RbacError> {
+        if let Some(n) = &name {
+            validate_role_name("name", n)?;
+        }
+        let secret = Secret::new(random_token("kg"));
+        let key = Key {
+            id: new_id(IdPrefix::Key),
+            workspace_id: workspace_id.to_string(),
+            name,
+            meta: None,
+            enabled: true,
+            expires: None,
+            created_at: self.now(),
+        };
+        self.store.transaction(|tx| {
+            tx.insert_key(&key, &secret.hash(), &secret.visible_prefix())?;
+            Ok(())
+        })?;
+        Ok((key, secret))
+    }
+
+    // ---------------------------------------------------------------- namespaces
+
+    /// Early check: the caller can limit in at least some namespace.
+    fn check_limit_any(&self, p: &Principal) -> Result<bool, RbacError> {
+        if p.holds(PERM_LIMIT) {
+            return Ok(true);
+        }
+        if p.permissions()
+            .any(|x| x.starts_with("ratelimit.") && x.ends_with(".limit"))
+        {
+            return Ok(false);
+        }
+        Err(RbacError::missing(&[PERM_LIMIT]))
+    }
+
+    fn check_limit_in(
+        &self,
+        p: &Principal,
+        all: bool,
+        ns_name: &str,
+        ns_id: Arc<str>,
+    ) -> Result<Arc<str>, RbacError> {
+        if all || p.holds(&format!("ratelimit.{ns_id}.limit")) {
+            Ok(ns_id)
+        } else {
+            Err(RbacError::InsufficientPermissions(format!(
+                "the root key lacks the permission {PERM_LIMIT} (or ratelimit.{ns_id}.limit for namespace {ns_name})"
+            )))
+        }
+    }
+
+    /// The namespace id for `name`, from the cache only; `None` means the store must be
+    /// asked ([`Self::resolve_namespace`]). Never blocks on I/O.
+    pub fn namespace_cached(
+        &self,
+        p: &Principal,
+        name: &str,
+    ) -> Option<Result<Arc<str>, RbacError>> {
+        let all = match self.check_limit_any(p) {
+            Ok(all) => all,
+            Err(e) => return Some(Err(e)),
+        };
+        let id = self.namespaces.get(&p.workspace_id, name)?;
+        Some(self.check_limit_in(p, all, name, id))
+    }
+
+    /// The namespace id for `name`, creating the namespace when the caller may.
+    pub fn resolve_namespace(&self, p: &Principal, name: &str) -> Result<Arc<str>, RbacError> {
+        check_len("namespace", name, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+        let all = self.check_limit_any(p)?;
+        let ws = p.workspace_id.as_str();
+        if let Some(id) = self.namespaces.get(ws, name) {
+            return self.check_limit_in(p, all, name, id);
+        }
+        let found = self.store.read(|tx| Ok(tx.namespace_by_name(ws, name)?))?;
+        let ns = match found {
+            Some(ns) => ns,
+            None => {
+                if !p.holds(PERM_CREATE_NAMESPACE) {
+                    return Err(RbacError::InsufficientPermissions(format!(
+                        "namespace {name} does not exist; the root key needs {PERM_CREATE_NAMESPACE} to create it"
+                    )));
+                }
+                if !all {
+                    return Err(RbacError::missing(&[PERM_LIMIT]));
+                }
+                self.store.transaction(|tx| {
+                    let fresh = Named::new(new_id(IdPrefix::Namespace), name);
+                    let (ns, created) = tx.insert_namespace_if_absent(ws, &fresh, self.now())?;
+                    if created {
+                        tx.insert_audit_events(&[AuditEvent {
+                            workspace_id: ws.to_string(),
+                            actor_id: p.root_key_id.clone(),
+                            action: "ratelimit_namespace.create",
+                            resource_type: "ratelimit_namespace",
+                            resource_id: ns.id.clone(),
+                            key_id: None,
+                            at: self.now(),
+                        }])?;
+                    }
+                    Ok(ns)
+                })?
+            }
+        };
+        let id: Arc<str> = ns.id.into();
+        self.namespaces.put(ws, name, id.clone());
+        self.check_limit_in(p, all, name, id)
+    }
+
+    // ---------------------------------------------------------------- administration
+
+    /// First start: when no workspace exists, creates workspace `default` and a root key
+    /// holding `*` (the given secret, or a fresh one). `None` when already bootstrapped.
+    pub fn bootstrap(
+        &self,
+        secret: Option<Secret>,
+    ) -> Result<Option<(Workspace, RootKey, Secret)>, RbacError> {
+        let result = self.store.transaction(|tx| {
+            if tx.count_workspaces()? > 0 {
+                return Ok(None);
+            }
+            let ws = Workspace {
+                id: new_id(IdPrefix::Workspace),
+                name: "default".into(),
+                created_at: self.now(),
+            };
+            tx.insert_workspace(&ws)?;
+            let (rk, secret) = self.insert_root_key(tx, &ws.id, vec!["*".into()], secret)?;
+            Ok(Some((ws, rk, secret)))
+        });
+        match result {
+            // Another instance bootstrapped at the same moment.
+            Err(RbacError::Storage(StorageError::Conflict(_))) => Ok(None),
+            other => other,
+        }
+    }
+
+    pub fn create_workspace(&self, name: &str) -> Result<Workspace, RbacError> {
+        validate_role_name("name", name)?;
+        if has_prefix(name, IdPrefix::Workspace) {
+            return Err(
+                ValidationError::new("name", "must not look like a workspace id (ws_...)").into(),
+            );
+        }
+        self.store.transaction(|tx| {
+            if tx.find_workspace(name)?.is_some() {
+                return Err(RbacError::Conflict(format!(
+                    "workspace {name} already exists"
+                )));
+            }
+            let ws = Workspace {
+                id: new_id(IdPrefix::Workspace),
+                name: name.into(),
+                created_at: self.now(),
+            };
+            tx.insert_workspace(&ws)?;
+            Ok(ws)
+        })
+    }
+
+    /// A workspace by id or name.
+    pub fn find_workspace(&self, id_or_name: &str) -> Result<Workspace, RbacError> {
+        self.store
+            .read(|tx| Ok(tx.find_workspace(id_or_name)?))?
+            .ok_or_else(|| RbacError::NotFound(format!("workspace {id_or_name} not found")))
+    }
+
+    fn insert_root_key(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        permissions: Vec<String>,
+        secret: Option<Secret>,
+    ) -> Result<(RootKey, Secret), RbacError> {
+        let secret = secret.unwrap_or_else(|| Secret::new(random_token("kg_root")));
+        check_len("rootKey", secret.expose(), 512)?;
+        let rk = RootKey {
+            id: new_id(IdPrefix::RootKey),
+            workspace_id: workspace_id.to_string(),
+            prefix: secret.visible_prefix(),
+            permissions,
+            created_at: self.now(),
+            expires_at: None,
+        };
+        tx.insert_root_key(&rk, &secret.hash())?;
+        Ok((rk, secret))
+    }
+
+    /// Creates a root key with the given permissions (zero allowed) in a workspace given
+    /// by id or name.
+    pub fn create_root_key(
+        &self,
+        workspace: &str,
+        permissions: &[String],
+    ) -> Result<(RootKey, Secret), RbacError> {
+        let mut perms: Vec<String> = Vec::new();
+        for (i, p) in permissions.iter().enumerate() {
+            validate_permission_name(&format!("permissions.{i}"), p)?;
+            if !perms.contains(p) {
+                perms.push(p.clone());
+            }
+        }
+        let ws = self.find_workspace(workspace)?;
+        self.store
+            .transaction(|tx| self.insert_root_key(tx, &ws.id, perms, None))
+    }
+
+    pub fn list_root_keys(&self, workspace: &str) -> Result<Vec<RootKey>, RbacError> {
+        let ws = self.find_workspace(workspace)?;
+        self.store.read(|tx| Ok(tx.list_root_keys(&ws.id)?))
+    }
+
+    /// Revokes a root key; this instance rejects it at once.
+    pub fn revoke_root_key(&self, id: &str) -> Result<(), RbacError> {
+        let now = self.now();
+        let revoked = self
+            .store
+            .transaction(|tx| Ok(tx.revoke_root_key(id, now)?))?;
+        self.auth.evict_root_key(id);
+        if revoked {
+            Ok(())
+        } else {
+            Err(RbacError::NotFound(format!("root key {id} not found")))
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The storage traits the RBAC service is defined over. `keygate-store` implements them
+//! with diesel for SQLite and PostgreSQL; the tests of this crate use an in-memory one.
+
+use crate::{AuditEvent, Key, RbacError, RootKey, StorageError, Workspace};
+use keygate_domain::Named;
+
+/// Permissions and roles share one shape (id, workspace, unique name) and one set of
+/// storage operations, selected by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntityKind {
+    Permission,
+    Role,
+}
+
+impl EntityKind {
+    pub const fn noun(self) -> &'static str {
+        match self {
+            EntityKind::Permission => "permission",
+            EntityKind::Role => "role",
+        }
+    }
+    pub const fn plural(self) -> &'static str {
+        match self {
+            EntityKind::Permission => "permissions",
+            EntityKind::Role => "roles",
+        }
+    }
+}
+
+type R<T> = Result<T, StorageError>;
+
+/// Operations inside one transaction (or on one connection, for reads).
+pub trait RbacTx {
+    // Workspaces and root keys.
+    fn count_workspaces(&mut self) -> R<i64>;
+    fn insert_workspace(&mut self, ws: &Workspace) -> R<()>;
+    /// By id, else by name.
+    fn find_workspace(&mut self, id_or_name: &str) -> R<Option<Workspace>>;
+    fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()>;
+    /// A root key that is not revoked.
+    fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>>;
+    fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>>;
+    /// Marks a root key revoked; false when there is no such (unrevoked) key.
+    fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
+
+    // Keys.
+    fn insert_key(&mut self, key: &Key, hash: &str, prefix: &str) -> R<()>;
+    fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
+    /// Takes the write lock on the key (row lock / database write lock) by touching its
+    /// `updated_at`; false when the key does not exist in the workspace. Must be the first
+    /// statement of a transaction that changes a key's links, so that concurrent changes
+    /// of one key serialize.
+    fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool>;
+
+    // Permissions and roles.
+    fn entities_by_ids(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        ids: &[String],
+    ) -> R<Vec<Named>>;
+    fn entities_by_names(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        names: &[String],
+    ) -> R<Vec<Named>>;
+    /// Inserts `entity` unless its name exists; returns the stored entity and whether this
+    /// call created it. Safe against a concurrent creation of the same name.
+    fn insert_entity_if_absent(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        entity: &Named,
+        now: i64,
+    ) -> R<(Named, bool)>;
+    /// The entities directly linked to a key.
+    fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>>;
+    fn link_key_entities(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        key_id: &str,
+        ids: &[String],
+        now: i64,
+    ) -> R<()>;
+    fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()>;
+
+    // Rate-limit namespaces.
+    fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
+    fn insert_namespace_if_absent(
+        &mut self,
+        workspace_id: &str,
+        ns: &Named,
+        now: i64,
+    ) -> R<(Named, bool)>;
+
+    // Audit.
+    fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()>;
+}
+
+/// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
+pub trait RbacStore: Send + Sync + std::fmt::Debug {
+    fn transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>;
+
+    /// Reads outside a transaction (one statement or a few, no consistency needed across).
+    fn read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        self.transaction(f)
+    }
+
+    /// A short name for logs and liveness ("sqlite", "postgres").
+    fn kind(&self) -> &'static str;
+
+    /// Whether the store answers now (for liveness).
+    fn ping(&self) -> Result<(), StorageError>;
+}

@@ -1,0 +1,114 @@
+/// Which database a `DATABASE_URL` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file path.
+    Sqlite(String),
+    /// A PostgreSQL connection URL, as given.
+    Postgres(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error(
+        "unsupported DATABASE_URL {0:?}: use postgres://..., postgresql://..., sqlite://PATH or a file path"
+    )]
+    Unsupported(String),
+    #[error("DATABASE_URL is empty")]
+    Empty,
+    #[error("in-memory SQLite cannot be shared by a connection pool; use a file path")]
+    InMemory,
+}
+
+impl Backend {
+    /// `postgres://`/`postgresql://` -> PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or a plain
+    /// path -> SQLite; any other scheme is an error naming the accepted forms.
+    pub fn from_url(url: &str) -> Result<Self, BackendError> {
+        let url = url.trim();
+        if url.is_empty() {
+            return Err(BackendError::Empty);
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Backend::Postgres(url.to_string()));
+        }
+        let path = if let Some(rest) = url.strip_prefix("sqlite://") {
+            rest
+        } else if let Some(rest) = url.strip_prefix("sqlite:") {
+            rest
+        } else if url.contains("://") {
+            return Err(BackendError::Unsupported(url.to_string()));
+        } else {
+            url
+        };
+        if path.is_empty() {
+            return Err(BackendError::Empty);
+        }
+        if path == ":memory:" || path.contains("mode=memory") {
+            return Err(BackendError::InMemory);
+        }
+        Ok(Backend::Sqlite(path.to_string()))
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The location without credentials, for logs.
+    pub fn display_location(&self) -> String {
+        match self {
+            Backend::Sqlite(path) => path.clone(),
+            Backend::Postgres(url) => match (url.find("://"), url.rfind('@')) {
+                (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+                _ => url.clone(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_forms() {
+        assert_eq!(
+            Backend::from_url("sqlite://keygate.db"),
+            Ok(Backend::Sqlite("keygate.db".into()))
+        );
+        assert_eq!(
+            Backend::from_url("sqlite:///var/lib/k.db"),
+            Ok(Backend::Sqlite("/var/lib/k.db".into()))
+        );
+        assert_eq!(
+            Backend::from_url("./k.db"),
+            Ok(Backend::Sqlite("./k.db".into()))
+        );
+        assert_eq!(
+            Backend::from_url("postgres://u:p@h/db"),
+            Ok(Backend::Postgres("postgres://u:p@h/db".into()))
+        );
+        assert!(matches!(
+            Backend::from_url("postgresql://h/db"),
+            Ok(Backend::Postgres(_))
+        ));
+        assert!(matches!(
+            Backend::from_url("mysql://h/db"),
+            Err(BackendError::Unsupported(_))
+        ));
+        assert_eq!(Backend::from_url(""), Err(BackendError::Empty));
+        assert_eq!(
+            Backend::from_url("sqlite://:memory:"),
+            Err(BackendError::InMemory)
+        );
+        let msg = BackendError::Unsupported("mysql://x".into()).to_string();
+        assert!(msg.contains("postgres://") && msg.contains("sqlite://"));
+    }
+
+    #[test]
+    fn display_hides_credentials() {
+        let b = Backend::Postgres("postgres://user:secret@db:5432/k".into());
+        assert_eq!(b.display_location(), "postgres://***@db:5432/k");
+    }
+}

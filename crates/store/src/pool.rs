@@ -1,0 +1,278 @@
+use crate::backend::{Backend, BackendError};
+use crate::tx::{DieselTx, db_err};
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::prelude::*;
+use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
+use std::time::Duration;
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/postgres");
+
+/// Key of the PostgreSQL advisory lock held while migrating, so that several instances
+/// starting at once migrate one after the other.
+const MIGRATION_LOCK_KEY: i64 = 0x6b65_7967_6174_6501;
+
+/// One connection to either backend.
+#[derive(diesel::MultiConnection)]
+pub enum DbConn {
+    Pg(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+impl std::fmt::Debug for DbConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DbConn::Pg(_) => "DbConn::Pg",
+            DbConn::Sqlite(_) => "DbConn::Sqlite",
+        })
+    }
+}
+
+/// Pool and connection settings.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_size: u32,
+    /// How long a request waits for a connection (and a new connection to open).
+    pub connect_timeout: Duration,
+    /// PostgreSQL `statement_timeout`; SQLite `busy_timeout`.
+    pub statement_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            max_size: 8,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreOpenError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("cannot open the database: {0}")]
+    Connect(String),
+    #[error("migrations failed: {0}")]
+    Migrate(String),
+}
+
+/// Opens connections of the configured backend, with the per-connection settings that
+/// production and tests share (SQLite: foreign keys, WAL, busy timeout).
+#[derive(Debug)]
+struct Manager {
+    backend: Backend,
+    settings: PoolSettings,
+}
+
+impl ManageConnection for Manager {
+    type Connection = DbConn;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<DbConn, r2d2::Error> {
+        let timeout_ms = self.settings.statement_timeout.as_millis();
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let mut c =
+                    SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
+                c.batch_execute(&format!(
+                    "PRAGMA busy_timeout = {timeout_ms}; PRAGMA journal_mode = WAL; \
+                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;"
+                ))
+                .map_err(r2d2::Error::QueryError)?;
+                Ok(DbConn::Sqlite(c))
+            }
+            Backend::Postgres(url) => {
+                let mut c = PgConnection::establish(&with_connect_timeout(
+                    url,
+                    self.settings.connect_timeout,
+                ))
+                .map_err(r2d2::Error::ConnectionError)?;
+                c.batch_execute(&format!("SET statement_timeout = {timeout_ms}"))
+                    .map_err(r2d2::Error::QueryError)?;
+                Ok(DbConn::Pg(c))
+            }
+        }
+    }
+
+    fn is_valid(&self, conn: &mut DbConn) -> Result<(), r2d2::Error> {
+        conn.batch_execute("SELECT 1")
+            .map_err(r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut DbConn) -> bool {
+        match conn {
+            DbConn::Pg(c) => {
+                AnsiTransactionManager::is_broken_transaction_manager(c)
+                    || c.batch_execute("").is_err()
+            }
+            DbConn::Sqlite(c) => AnsiTransactionManager::is_broken_transaction_manager(c),
+        }
+    }
+}
+
+/// Adds `connect_timeout` (seconds) to a libpq URL unless it names one.
+fn with_connect_timeout(url: &str, timeout: Duration) -> String {
+    if url.contains("connect_timeout=") {
+        return url.to_string();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}connect_timeout={}", timeout.as_secs().max(1))
+}
+
+/// The SQL store: an r2d2 pool of [`DbConn`] implementing [`RbacStore`].
+#[derive(Clone)]
+pub struct SqlStore {
+    pool: Pool<Manager>,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SqlStore({}: {})",
+            self.backend.kind(),
+            self.backend.display_location()
+        )
+    }
+}
+
+impl SqlStore {
+    /// Opens the pool and runs pending migrations.
+    pub fn open(url: &str, settings: PoolSettings) -> Result<Self, StoreOpenError> {
+        let backend = Backend::from_url(url)?;
+        let manager = Manager {
+            backend: backend.clone(),
+            settings: settings.clone(),
+        };
+        let pool = Pool::builder()
+            .max_size(settings.max_size.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(settings.connect_timeout)
+            .test_on_check_out(false)
+            .build(manager)
+            .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let store = Self { pool, backend };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    fn conn(&self) -> Result<PooledConnection<Manager>, StorageError> {
+        self.pool
+            .get()
+            .map_err(|e| StorageError::Unavailable(format!("no database connection: {e}")))
+    }
+
+    /// Runs the pending migrations of this backend's folder.
+    pub fn migrate(&self) -> Result<(), StoreOpenError> {
+        let mut conn = self
+            .conn()
+            .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
+        match &mut *conn {
+            DbConn::Sqlite(c) => {
+                c.run_pending_migrations(SQLITE_MIGRATIONS)
+                    .map_err(|e| fail(&e))?;
+            }
+            DbConn::Pg(c) => {
+                c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
+                    .map_err(|e| fail(&e))?;
+                let result = c
+                    .run_pending_migrations(POSTGRES_MIGRATIONS)
+                    .map(|_| ())
+                    .map_err(|e| fail(&e));
+                let unlock =
+                    c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"));
+                result?;
+                unlock.map_err(|e| fail(&e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reverts every migration (tests of the migrations themselves).
+    pub fn revert_all_migrations(&self) -> Result<(), StoreOpenError> {
+        let mut conn = self
+            .conn()
+            .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
+        match &mut *conn {
+            DbConn::Sqlite(c) => c
+                .revert_all_migrations(SQLITE_MIGRATIONS)
+                .map(|_| ())
+                .map_err(|e| fail(&e)),
+            DbConn::Pg(c) => c
+                .revert_all_migrations(POSTGRES_MIGRATIONS)
+                .map(|_| ())
+                .map_err(|e| fail(&e)),
+        }
+    }
+
+    /// Runs `f` on a pooled connection (tests and tools that need raw SQL).
+    pub fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut DbConn) -> QueryResult<T>,
+    ) -> Result<T, StorageError> {
+        let mut conn = self.conn()?;
+        f(&mut conn).map_err(db_err)
+    }
+}
+
+impl RbacStore for SqlStore {
+    fn transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        let mut conn = self.conn()?;
+        // SQLite: BEGIN IMMEDIATE takes the write lock up front, so concurrent writers wait
+        // (busy_timeout) instead of failing on a lock upgrade. PostgreSQL: a plain BEGIN;
+        // writers serialize on the rows they lock.
+        let begun = match &mut *conn {
+            DbConn::Sqlite(c) => {
+                AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
+            }
+            DbConn::Pg(c) => AnsiTransactionManager::begin_transaction(c),
+        };
+        begun.map_err(db_err)?;
+        let result = f(&mut DieselTx::new(&mut conn));
+        let end = match (&mut *conn, result.is_ok()) {
+            (DbConn::Sqlite(c), true) => AnsiTransactionManager::commit_transaction(c),
+            (DbConn::Pg(c), true) => AnsiTransactionManager::commit_transaction(c),
+            (DbConn::Sqlite(c), false) => AnsiTransactionManager::rollback_transaction(c),
+            (DbConn::Pg(c), false) => AnsiTransactionManager::rollback_transaction(c),
+        };
+        match (result, end) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Ok(_), Err(e)) => Err(db_err(e).into()),
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(rollback)) => {
+                log::warn!("rollback failed: {rollback}");
+                Err(e)
+            }
+        }
+    }
+
+    fn read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        let mut conn = self.conn()?;
+        f(&mut DieselTx::new(&mut conn))
+    }
+
+    fn kind(&self) -> &'static str {
+        self.backend.kind()
+    }
+
+    fn ping(&self) -> Result<(), StorageError> {
+        self.with_conn(|c| c.batch_execute("SELECT 1"))
+    }
+}

@@ -1,0 +1,123 @@
+// Kept by hand: only types every backend shares (Text, BigInt, Bool).
+
+diesel::table! {
+    workspaces (id) {
+        id -> Text,
+        name -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    root_keys (id) {
+        id -> Text,
+        workspace_id -> Text,
+        hash -> Text,
+        prefix -> Text,
+        permissions -> Text,
+        created_at -> BigInt,
+        expires_at -> Nullable<BigInt>,
+        revoked_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    keys (id) {
+        id -> Text,
+        workspace_id -> Text,
+        hash -> Text,
+        prefix -> Text,
+        name -> Nullable<Text>,
+        meta -> Nullable<Text>,
+        enabled -> Bool,
+        expires -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    permissions (id) {
+        id -> Text,
+        workspace_id -> Text,
+        name -> Text,
+        description -> Nullable<Text>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    roles (id) {
+        id -> Text,
+        workspace_id -> Text,
+        name -> Text,
+        description -> Nullable<Text>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    keys_permissions (key_id, permission_id) {
+        key_id -> Text,
+        permission_id -> Text,
+        workspace_id -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    keys_roles (key_id, role_id) {
+        key_id -> Text,
+        role_id -> Text,
+        workspace_id -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    roles_permissions (role_id, permission_id) {
+        role_id -> Text,
+        permission_id -> Text,
+        workspace_id -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    ratelimit_namespaces (id) {
+        id -> Text,
+        workspace_id -> Text,
+        name -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    audit_events (id) {
+        id -> Text,
+        workspace_id -> Text,
+        actor_id -> Text,
+        action -> Text,
+        resource_type -> Text,
+        resource_id -> Text,
+        key_id -> Nullable<Text>,
+        created_at -> BigInt,
+    }
+}
+
+diesel::joinable!(keys_permissions -> permissions (permission_id));
+diesel::joinable!(keys_roles -> roles (role_id));
+diesel::joinable!(roles_permissions -> permissions (permission_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    workspaces,
+    root_keys,
+    keys,
+    permissions,
+    roles,
+    keys_permissions,
+    keys_roles,
+    roles_permissions,
+    ratelimit_namespaces,
+    audit_events,
+);

@@ -1,0 +1,468 @@
+use crate::pool::DbConn;
+use crate::schema::*;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use keygate_domain::{IdPrefix, Named, new_id};
+use keygate_rbac::{AuditEvent, EntityKind, Key, RbacTx, RootKey, StorageError, Workspace};
+
+/// Maps a diesel error onto the service's storage error (the one place that does).
+pub(crate) fn db_err(e: DieselError) -> StorageError {
+    match &e {
+        DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => {
+            StorageError::Conflict(info.message().to_string())
+        }
+        DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        )
+        | DieselError::BrokenTransactionManager => StorageError::Unavailable(e.to_string()),
+        DieselError::DatabaseError(_, info)
+            if {
+                let m = info.message();
+                m.contains("database is locked")
+                    || m.contains("statement timeout")
+                    || m.contains("canceling statement")
+                    || m.contains("terminating connection")
+                    || m.contains("server closed the connection")
+            } =>
+        {
+            StorageError::Unavailable(e.to_string())
+        }
+        _ => StorageError::Internal(e.to_string()),
+    }
+}
+
+type R<T> = Result<T, StorageError>;
+
+/// [`RbacTx`] over one diesel connection (inside a transaction when the store began one).
+pub(crate) struct DieselTx<'c> {
+    conn: &'c mut DbConn,
+}
+
+impl<'c> DieselTx<'c> {
+    pub(crate) fn new(conn: &'c mut DbConn) -> Self {
+        Self { conn }
+    }
+}
+
+/// Runs `$body` with `$ent` bound to the entity table module of `$kind`, `$link` to its
+/// key-link table module and `$link_col` to the link table's entity column.
+macro_rules! by_kind {
+    ($kind:expr, $ent:ident, $link:ident, $link_col:ident, $body:block) => {
+        match $kind {
+            EntityKind::Permission => {
+                use keys_permissions as $link;
+                use keys_permissions::permission_id as $link_col;
+                use permissions as $ent;
+                $body
+            }
+            EntityKind::Role => {
+                use keys_roles as $link;
+                use keys_roles::role_id as $link_col;
+                use roles as $ent;
+                $body
+            }
+        }
+    };
+}
+
+fn named((id, name): (String, String)) -> Named {
+    Named { id, name }
+}
+
+type RootKeyRow = (String, String, String, String, i64, Option<i64>);
+
+fn root_key(row: RootKeyRow) -> R<RootKey> {
+    let (id, workspace_id, prefix, permissions, created_at, expires_at) = row;
+    let permissions: Vec<String> = serde_json::from_str(&permissions).map_err(|e| {
+        StorageError::Internal(format!("root key {id}: bad permissions column: {e}"))
+    })?;
+    Ok(RootKey {
+        id,
+        workspace_id,
+        prefix,
+        permissions,
+        created_at,
+        expires_at,
+    })
+}
+
+const ROOT_KEY_COLUMNS: (
+    root_keys::id,
+    root_keys::workspace_id,
+    root_keys::prefix,
+    root_keys::permissions,
+    root_keys::created_at,
+    root_keys::expires_at,
+) = (
+    root_keys::id,
+    root_keys::workspace_id,
+    root_keys::prefix,
+    root_keys::permissions,
+    root_keys::created_at,
+    root_keys::expires_at,
+);
+
+impl DieselTx<'_> {
+    /// Inserts inside a savepoint; a unique violation rolls back only the savepoint, so
+    /// the enclosing transaction stays usable (PostgreSQL aborts it otherwise).
+    fn insert_in_savepoint(
+        &mut self,
+        insert: impl FnOnce(&mut DbConn) -> QueryResult<usize>,
+    ) -> R<bool> {
+        match self.conn.transaction(insert) {
+            Ok(_) => Ok(true),
+            Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(false),
+            Err(e) => Err(db_err(e)),
+        }
+    }
+}
+
+impl RbacTx for DieselTx<'_> {
+    fn count_workspaces(&mut self) -> R<i64> {
+        workspaces::table
+            .count()
+            .get_result(self.conn)
+            .map_err(db_err)
+    }
+
+    fn insert_workspace(&mut self, ws: &Workspace) -> R<()> {
+        diesel::insert_into(workspaces::table)
+            .values((
+                workspaces::id.eq(&ws.id),
+                workspaces::name.eq(&ws.name),
+                workspaces::created_at.eq(ws.created_at),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn find_workspace(&mut self, id_or_name: &str) -> R<Option<Workspace>> {
+        let found: Option<(String, String, i64)> = workspaces::table
+            .filter(
+                workspaces::id
+                    .eq(id_or_name)
+                    .or(workspaces::name.eq(id_or_name)),
+            )
+            .order(workspaces::created_at)
+            .select((workspaces::id, workspaces::name, workspaces::created_at))
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(found.map(|(id, name, created_at)| Workspace {
+            id,
+            name,
+            created_at,
+        }))
+    }
+
+    fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()> {
+        let permissions = serde_json::to_string(&key.permissions)
+            .map_err(|e| StorageError::Internal(e.to_string()))?;
+        diesel::insert_into(root_keys::table)
+            .values((
+                root_keys::id.eq(&key.id),
+                root_keys::workspace_id.eq(&key.workspace_id),
+                root_keys::hash.eq(hash),
+                root_keys::prefix.eq(&key.prefix),
+                root_keys::permissions.eq(permissions),
+                root_keys::created_at.eq(key.created_at),
+                root_keys::expires_at.eq(key.expires_at),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>> {
+        let row: Option<RootKeyRow> = root_keys::table
+            .filter(root_keys::hash.eq(hash))
+            .filter(root_keys::revoked_at.is_null())
+            .select(ROOT_KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        row.map(root_key).transpose()
+    }
+
+    fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>> {
+        let rows: Vec<RootKeyRow> = root_keys::table
+            .filter(root_keys::workspace_id.eq(workspace_id))
+            .filter(root_keys::revoked_at.is_null())
+            .order((root_keys::created_at, root_keys::id))
+            .select(ROOT_KEY_COLUMNS)
+            .load(self.conn)
+            .map_err(db_err)?;
+        rows.into_iter().map(root_key).collect()
+    }
+
+    fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool> {
+        diesel::update(
+            root_keys::table
+                .filter(root_keys::id.eq(id))
+                .filter(root_keys::revoked_at.is_null()),
+        )
+        .set(root_keys::revoked_at.eq(now))
+        .execute(self.conn)
+        .map(|n| n > 0)
+        .map_err(db_err)
+    }
+
+    fn insert_key(&mut self, key: &Key, hash: &str, prefix: &str) -> R<()> {
+        diesel::insert_into(keys::table)
+            .values((
+                keys::id.eq(&key.id),
+                keys::workspace_id.eq(&key.workspace_id),
+                keys::hash.eq(hash),
+                keys::prefix.eq(prefix),
+                keys::name.eq(&key.name),
+                keys::meta.eq(&key.meta),
+                keys::enabled.eq(key.enabled),
+                keys::expires.eq(key.expires),
+                keys::created_at.eq(key.created_at),
+                keys::updated_at.eq(key.created_at),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {
+        type Row = (
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            bool,
+            Option<i64>,
+            i64,
+        );
+        let row: Option<Row> = keys::table
+            .filter(keys::id.eq(key_id))
+            .filter(keys::workspace_id.eq(workspace_id))
+            .select((
+                keys::id,
+                keys::workspace_id,
+                keys::name,
+                keys::meta,
+                keys::enabled,
+                keys::expires,
+                keys::created_at,
+            ))
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(
+            |(id, workspace_id, name, meta, enabled, expires, created_at)| Key {
+                id,
+                workspace_id,
+                name,
+                meta,
+                enabled,
+                expires,
+                created_at,
+            },
+        ))
+    }
+
+    fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool> {
+        diesel::update(
+            keys::table
+                .filter(keys::id.eq(key_id))
+                .filter(keys::workspace_id.eq(workspace_id)),
+        )
+        .set(keys::updated_at.eq(now))
+        .execute(self.conn)
+        .map(|n| n > 0)
+        .map_err(db_err)
+    }
+
+    fn entities_by_ids(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        ids: &[String],
+    ) -> R<Vec<Named>> {
+        by_kind!(kind, ent, link, link_col, {
+            let _ = (link::table, link_col);
+            let rows: Vec<(String, String)> = ent::table
+                .filter(ent::workspace_id.eq(workspace_id))
+                .filter(ent::id.eq_any(ids))
+                .select((ent::id, ent::name))
+                .load(self.conn)
+                .map_err(db_err)?;
+            Ok(rows.into_iter().map(named).collect())
+        })
+    }
+
+    fn entities_by_names(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        names: &[String],
+    ) -> R<Vec<Named>> {
+        by_kind!(kind, ent, link, link_col, {
+            let _ = (link::table, link_col);
+            let rows: Vec<(String, String)> = ent::table
+                .filter(ent::workspace_id.eq(workspace_id))
+                .filter(ent::name.eq_any(names))
+                .select((ent::id, ent::name))
+                .load(self.conn)
+                .map_err(db_err)?;
+            Ok(rows.into_iter().map(named).collect())
+        })
+    }
+
+    fn insert_entity_if_absent(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        entity: &Named,
+        now: i64,
+    ) -> R<(Named, bool)> {
+        let by_name = |tx: &mut Self| {
+            tx.entities_by_names(kind, workspace_id, std::slice::from_ref(&entity.name))
+        };
+        if let Some(existing) = by_name(self)?.pop() {
+            return Ok((existing, false));
+        }
+        let created = by_kind!(kind, ent, link, link_col, {
+            let _ = (link::table, link_col);
+            self.insert_in_savepoint(|c| {
+                diesel::insert_into(ent::table)
+                    .values((
+                        ent::id.eq(&entity.id),
+                        ent::workspace_id.eq(workspace_id),
+                        ent::name.eq(&entity.name),
+                        ent::created_at.eq(now),
+                    ))
+                    .execute(c)
+            })?
+        });
+        if created {
+            return Ok((entity.clone(), true));
+        }
+        // Lost a race with a concurrent creation: use the winner's row.
+        let existing = by_name(self)?.pop().ok_or_else(|| {
+            StorageError::Internal(format!(
+                "{} {} vanished after a conflict",
+                kind.noun(),
+                entity.name
+            ))
+        })?;
+        Ok((existing, false))
+    }
+
+    fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>> {
+        by_kind!(kind, ent, link, link_col, {
+            let _ = link_col;
+            let rows: Vec<(String, String)> = link::table
+                .inner_join(ent::table)
+                .filter(link::key_id.eq(key_id))
+                .select((ent::id, ent::name))
+                .load(self.conn)
+                .map_err(db_err)?;
+            Ok(rows.into_iter().map(named).collect())
+        })
+    }
+
+    fn link_key_entities(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        key_id: &str,
+        ids: &[String],
+        now: i64,
+    ) -> R<()> {
+        by_kind!(kind, ent, link, link_col, {
+            let _ = ent::table;
+            for id in ids {
+                diesel::insert_into(link::table)
+                    .values((
+                        link::key_id.eq(key_id),
+                        link_col.eq(id),
+                        link::workspace_id.eq(workspace_id),
+                        link::created_at.eq(now),
+                    ))
+                    .execute(self.conn)
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()> {
+        by_kind!(kind, ent, link, link_col, {
+            let _ = ent::table;
+            diesel::delete(
+                link::table
+                    .filter(link::key_id.eq(key_id))
+                    .filter(link_col.eq_any(ids)),
+            )
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+        })
+    }
+
+    fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>> {
+        let row: Option<(String, String)> = ratelimit_namespaces::table
+            .filter(ratelimit_namespaces::workspace_id.eq(workspace_id))
+            .filter(ratelimit_namespaces::name.eq(name))
+            .select((ratelimit_namespaces::id, ratelimit_namespaces::name))
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(named))
+    }
+
+    fn insert_namespace_if_absent(
+        &mut self,
+        workspace_id: &str,
+        ns: &Named,
+        now: i64,
+    ) -> R<(Named, bool)> {
+        if let Some(existing) = self.namespace_by_name(workspace_id, &ns.name)? {
+            return Ok((existing, false));
+        }
+        let created = self.insert_in_savepoint(|c| {
+            diesel::insert_into(ratelimit_namespaces::table)
+                .values((
+                    ratelimit_namespaces::id.eq(&ns.id),
+                    ratelimit_namespaces::workspace_id.eq(workspace_id),
+                    ratelimit_namespaces::name.eq(&ns.name),
+                    ratelimit_namespaces::created_at.eq(now),
+                ))
+                .execute(c)
+        })?;
+        if created {
+            return Ok((ns.clone(), true));
+        }
+        let existing = self
+            .namespace_by_name(workspace_id, &ns.name)?
+            .ok_or_else(|| {
+                StorageError::Internal(format!("namespace {} vanished after a conflict", ns.name))
+            })?;
+        Ok((existing, false))
+    }
+
+    fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()> {
+        for e in events {
+            diesel::insert_into(audit_events::table)
+                .values((
+                    audit_events::id.eq(new_id(IdPrefix::AuditEvent)),
+                    audit_events::workspace_id.eq(&e.workspace_id),
+                    audit_events::actor_id.eq(&e.actor_id),
+                    audit_events::action.eq(e.action),
+                    audit_events::resource_type.eq(e.resource_type),
+                    audit_events::resource_id.eq(&e.resource_id),
+                    audit_events::key_id.eq(&e.key_id),
+                    audit_events::created_at.eq(e.at),
+                ))
+                .execute(self.conn)
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,10 @@
+DROP TABLE audit_events;
+DROP TABLE ratelimit_namespaces;
+DROP TABLE roles_permissions;
+DROP TABLE keys_roles;
+DROP TABLE keys_permissions;
+DROP TABLE roles;
+DROP TABLE permissions;
+DROP TABLE keys;
+DROP TABLE root_keys;
+DROP TABLE workspaces;
