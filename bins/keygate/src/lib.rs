@@ -1,1 +1,17 @@
+//! The keygate server: actix-web composition of the RBAC service, the rate-limit engine
+//! and the SQL store, plus the admin subcommands. Exposed as a library so that black-box
+//! tests can start the real server in-process with an injected clock.
+//!
+//! Error policy: request handling uses typed errors end to end and turns them into HTTP in
+//! one place ([`error::ApiError`]); `anyhow` appears only at the edges (startup, CLI).
 
+pub mod admin;
+pub mod config;
+pub mod error;
+mod handlers;
+mod http;
+pub mod routes;
+pub mod server;
+
+pub use config::{Cli, Command, ServeArgs, ServerConfig};
+pub use server::{AppState, RunningServer, start};

@@ -1,0 +1,65 @@
+//! Admin subcommands: work on the configured database directly and print exactly one JSON
+//! object on stdout; errors are one line on stderr and a non-zero exit.
+
+use crate::config::{Command, KeysCmd, RootKeysCmd, WorkspacesCmd};
+use keygate_domain::SystemClock;
+use keygate_rbac::RbacService;
+use keygate_store::{PoolSettings, SqlStore};
+use serde_json::json;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+pub fn run(database_url: &str, command: Command) -> ExitCode {
+    match execute(database_url, command) {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("keygate: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::Value> {
+    let store = SqlStore::open(
+        database_url,
+        PoolSettings {
+            max_size: 2,
+            ..PoolSettings::default()
+        },
+    )?;
+    let rbac = RbacService::new(store, Arc::new(SystemClock));
+    Ok(match command {
+        Command::Serve(_) => anyhow::bail!("serve is not an admin command"),
+        Command::Workspaces(WorkspacesCmd::Create { name }) => {
+            let ws = rbac.create_workspace(&name)?;
+            json!({ "id": ws.id, "name": ws.name })
+        }
+        Command::RootKeys(RootKeysCmd::Create {
+            workspace,
+            permissions,
+        }) => {
+            let (rk, secret) = rbac.create_root_key(&workspace, &permissions)?;
+            json!({ "id": rk.id, "key": secret.expose(), "workspaceId": rk.workspace_id, "permissions": rk.permissions })
+        }
+        Command::RootKeys(RootKeysCmd::List { workspace }) => {
+            let keys: Vec<_> = rbac
+                .list_root_keys(&workspace)?
+                .into_iter()
+                .map(|k| json!({ "id": k.id, "prefix": k.prefix, "permissions": k.permissions, "createdAt": k.created_at }))
+                .collect();
+            json!({ "rootKeys": keys })
+        }
+        Command::RootKeys(RootKeysCmd::Revoke { id }) => {
+            rbac.revoke_root_key(&id)?;
+            json!({ "id": id, "revoked": true })
+        }
+        Command::Keys(KeysCmd::Create { workspace, name }) => {
+            let ws = rbac.find_workspace(&workspace)?;
+            let (key, secret) = rbac.create_key(&ws.id, name)?;
+            json!({ "keyId": key.id, "key": secret.expose() })
+        }
+    })
+}

@@ -1,0 +1,159 @@
+//! Settings: each a flag and an environment variable (docs/configuration.md lists them).
+
+use clap::{Args, Parser, Subcommand};
+use keygate_store::PoolSettings;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "keygate",
+    version,
+    about = "API-key access control and rate limiting"
+)]
+pub struct Cli {
+    /// Database: postgres://..., sqlite://PATH or a file path.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://keygate.db",
+        global = true
+    )]
+    pub database_url: String,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (the default).
+    Serve(Box<ServeArgs>),
+    /// Manage workspaces.
+    #[command(subcommand)]
+    Workspaces(WorkspacesCmd),
+    /// Manage root keys.
+    #[command(subcommand, name = "root-keys")]
+    RootKeys(RootKeysCmd),
+    /// Manage keys.
+    #[command(subcommand)]
+    Keys(KeysCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspacesCmd {
+    /// Create a workspace.
+    Create {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RootKeysCmd {
+    /// Create a root key (printed once).
+    Create {
+        /// Workspace id or name.
+        #[arg(long)]
+        workspace: String,
+        /// A permission the root key holds; repeat for several (zero allowed).
+        #[arg(long = "permission")]
+        permissions: Vec<String>,
+    },
+    /// List the root keys of a workspace (never their secrets).
+    List {
+        #[arg(long)]
+        workspace: String,
+    },
+    /// Revoke a root key.
+    Revoke {
+        #[arg(long)]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCmd {
+    /// Create a key (printed once).
+    Create {
+        #[arg(long)]
+        workspace: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "KEYGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Redis URL for shared rate-limit counters (unset: in-process store).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// HTTP worker threads (default: one per CPU).
+    #[arg(long, env = "KEYGATE_WORKERS")]
+    pub workers: Option<usize>,
+    /// Largest number of open database connections.
+    #[arg(long, env = "KEYGATE_DB_POOL_SIZE", default_value_t = 8)]
+    pub db_pool_size: u32,
+    /// How long to wait for a database connection, in milliseconds.
+    #[arg(long, env = "KEYGATE_DB_CONNECT_TIMEOUT_MS", default_value_t = 5_000)]
+    pub db_connect_timeout_ms: u64,
+    /// Longest a statement may run (PostgreSQL statement_timeout, SQLite busy_timeout), ms.
+    #[arg(long, env = "KEYGATE_DB_STATEMENT_TIMEOUT_MS", default_value_t = 5_000)]
+    pub db_statement_timeout_ms: u64,
+    /// Base URL of the error docs put into error bodies (default: this server's /docs).
+    #[arg(long, env = "KEYGATE_DOCS_URL")]
+    pub docs_url: Option<String>,
+    /// Root key to create at first start instead of a random one.
+    #[arg(long, env = "KEYGATE_ROOT_KEY", hide_env_values = true)]
+    pub root_key: Option<String>,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        // The same defaults as the flags (and their environment variables).
+        let cli = Cli::parse_from(["keygate", "serve"]);
+        match cli.command {
+            Some(Command::Serve(args)) => *args,
+            _ => unreachable!("`keygate serve` parses as Serve"),
+        }
+    }
+}
+
+impl ServeArgs {
+    pub fn into_config(self, database_url: &str) -> ServerConfig {
+        ServerConfig {
+            listen: self.listen,
+            database_url: database_url.to_string(),
+            redis_url: self.redis_url,
+            workers: self.workers,
+            pool: PoolSettings {
+                max_size: self.db_pool_size,
+                connect_timeout: Duration::from_millis(self.db_connect_timeout_ms),
+                statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
+            },
+            docs_url: self.docs_url,
+            root_key: self.root_key,
+        }
+    }
+}
+
+/// Everything the server needs to start.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub database_url: String,
+    pub redis_url: Option<String>,
+    pub workers: Option<usize>,
+    pub pool: PoolSettings,
+    pub docs_url: Option<String>,
+    pub root_key: Option<String>,
+}
+
+impl ServerConfig {
+    /// A config for a given database with every other setting at its default.
+    pub fn for_database(database_url: impl Into<String>) -> Self {
+        ServeArgs::default().into_config(&database_url.into())
+    }
+}

@@ -1,0 +1,3 @@
+pub mod keys;
+pub mod ratelimit;
+pub mod system;

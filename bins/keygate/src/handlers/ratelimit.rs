@@ -1,0 +1,224 @@
+//! `ratelimits.limit`: the hot path. With warm caches it runs entirely inline: no SQL, no
+//! thread hop; only a namespace or root key not seen before goes to the store.
+
+use crate::error::ApiError;
+use crate::http::{authenticate, blocking, read_json};
+use crate::server::AppState;
+use actix_web::{HttpRequest, HttpResponse, web};
+use keygate_domain::{MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, check_len};
+use keygate_ratelimit::{BudgetKey, LimitRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value};
+
+const MAX_META_BYTES: usize = 64 * 1024;
+const MAX_RESOURCES: usize = 100;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct LimitBody {
+    identifier: String,
+    limit: Number,
+    duration: Number,
+    namespace: Option<String>,
+    cost: Option<Number>,
+    #[serde(rename = "async")]
+    is_async: Option<bool>,
+    meta: Option<Map<String, Value>>,
+    resources: Option<Vec<Resource>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with a type and an id")]
+struct Resource {
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: String,
+    #[allow(dead_code)]
+    id: String,
+    #[allow(dead_code)]
+    name: Option<String>,
+    meta: Option<Map<String, Value>>,
+}
+
+/// A JSON integer within `min..=2^53-1`. Floats (`1.0`, `1e3`) are rejected.
+fn integer(path: &str, n: &Number, min: u64) -> Result<u64, ValidationError> {
+    let too_big = || ValidationError::new(path, format!("must be <= {MAX_SAFE_INTEGER}"));
+    match (n.as_u64(), n.as_i64(), n.as_f64()) {
+        (Some(v), _, _) if v < min => Err(ValidationError::new(path, format!("must be >= {min}"))),
+        (Some(v), _, _) if v > MAX_SAFE_INTEGER => Err(too_big()),
+        (Some(v), _, _) => Ok(v),
+        (None, Some(_), _) => Err(ValidationError::new(path, format!("must be >= {min}"))),
+        (None, None, Some(f)) if f.fract() == 0.0 && f > MAX_SAFE_INTEGER as f64 => Err(too_big()),
+        (None, None, Some(f)) if f.fract() == 0.0 && f < 0.0 => {
+            Err(ValidationError::new(path, format!("must be >= {min}")))
+        }
+        _ => Err(ValidationError::new(path, "must be an integer")),
+    }
+}
+
+fn check_meta(path: &str, meta: &Map<String, Value>) -> Result<(), ValidationError> {
+    for (k, v) in meta {
+        if v.is_array() || v.is_object() {
+            return Err(ValidationError::new(
+                format!("{path}.{k}"),
+                "must be a string, number, boolean or null",
+            ));
+        }
+    }
+    let size = serde_json::to_string(meta)
+        .map(|s| s.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_META_BYTES {
+        return Err(ValidationError::new(
+            path,
+            format!("must be at most {MAX_META_BYTES} bytes when serialized"),
+        ));
+    }
+    Ok(())
+}
+
+/// A validated request.
+#[derive(Debug)]
+pub(crate) struct ValidLimit {
+    pub identifier: String,
+    pub namespace: String,
+    pub request: LimitRequest,
+    pub is_async: bool,
+}
+
+impl LimitBody {
+    pub(crate) fn validate(self) -> Result<ValidLimit, ValidationError> {
+        check_len("identifier", &self.identifier, MAX_IDENTIFIER_CHARS)?;
+        let limit = integer("limit", &self.limit, 1)?;
+        let duration = integer("duration", &self.duration, 1_000)?;
+        let cost = match &self.cost {
+            Some(c) => integer("cost", c, 0)?,
+            None => 1,
+        };
+        let namespace = self.namespace.unwrap_or_else(|| "default".to_string());
+        check_len("namespace", &namespace, MAX_IDENTIFIER_CHARS)?;
+        if let Some(meta) = &self.meta {
+            check_meta("meta", meta)?;
+        }
+        if let Some(resources) = &self.resources {
+            if resources.len() > MAX_RESOURCES {
+                return Err(ValidationError::new(
+                    "resources",
+                    format!("at most {MAX_RESOURCES} entries"),
+                ));
+            }
+            for (i, r) in resources.iter().enumerate() {
+                if let Some(meta) = &r.meta {
+                    check_meta(&format!("resources.{i}.meta"), meta)?;
+                }
+            }
+        }
+        Ok(ValidLimit {
+            identifier: self.identifier,
+            namespace,
+            request: LimitRequest {
+                limit,
+                duration,
+                cost,
+            },
+            is_async: self.is_async.unwrap_or(false),
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct LimitResponse {
+    success: bool,
+    limit: u64,
+    remaining: u64,
+    reset: u64,
+}
+
+pub async fn limit(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authenticate(&req, &state).await?;
+    let body: LimitBody = read_json(&req, payload).await?;
+    let v = body.validate()?;
+    let namespace_id = match state.rbac.namespace_cached(&principal, &v.namespace) {
+        Some(found) => found?,
+        None => {
+            let (state, principal, name) = (state.clone(), principal.clone(), v.namespace.clone());
+            blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
+        }
+    };
+    let key = BudgetKey {
+        namespace_id: &namespace_id,
+        identifier: &v.identifier,
+        duration: v.request.duration,
+    };
+    // `async` needs no separate path here: the in-process store answers immediately and
+    // exactly (contract §5.8); both modes draw on the same budget.
+    let _ = v.is_async;
+    let d = state.limiter.limit(key, v.request, state.clock.now_ms())?;
+    Ok(HttpResponse::Ok().json(LimitResponse {
+        success: d.success,
+        limit: d.limit,
+        remaining: d.remaining,
+        reset: d.reset,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: &str) -> Result<ValidLimit, String> {
+        let b: LimitBody = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        b.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn bounds() {
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":0,"duration":1000}"#).unwrap_err(),
+            "limit: must be >= 1"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":1,"duration":999}"#).unwrap_err(),
+            "duration: must be >= 1000"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":1,"duration":1000,"cost":-1}"#).unwrap_err(),
+            "cost: must be >= 0"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":1.0,"duration":1000}"#).unwrap_err(),
+            "limit: must be an integer"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":1e3,"duration":1000}"#).unwrap_err(),
+            "limit: must be an integer"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":18446744073709551616,"duration":1000}"#).unwrap_err(),
+            "limit: must be <= 9007199254740991"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":9007199254740992,"duration":1000}"#).unwrap_err(),
+            "limit: must be <= 9007199254740991"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"","limit":1,"duration":1000}"#).unwrap_err(),
+            "identifier: must not be empty"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":1,"duration":1000,"namespace":""}"#).unwrap_err(),
+            "namespace: must not be empty"
+        );
+        assert_eq!(
+            body(r#"{"identifier":"a","limit":1,"duration":1000,"meta":{"x":{"y":1}}}"#)
+                .unwrap_err(),
+            "meta.x: must be a string, number, boolean or null"
+        );
+        let ok = body(r#"{"identifier":"é","limit":9007199254740991,"duration":1000,"cost":0,"namespace":null}"#)
+            .expect("valid");
+        assert_eq!((ok.namespace.as_str(), ok.request.cost), ("default", 0));
+    }
+}

@@ -1,0 +1,57 @@
+//! Liveness, the error docs page, and the 404/405 answers.
+
+use crate::error::ApiError;
+use crate::http::blocking;
+use crate::server::AppState;
+use actix_web::{HttpRequest, HttpResponse, web};
+use keygate_domain::ErrorCode;
+use keygate_rbac::RbacStore;
+
+/// `GET /v1/liveness`: no authentication; the state of each store.
+pub async fn liveness(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let db_kind = state.rbac.store().kind();
+    let st = state.clone();
+    let db = blocking(move || Ok(st.rbac.store().ping())).await?;
+    let db_status = match &db {
+        Ok(()) => "ok".to_string(),
+        Err(e) => {
+            log::warn!("liveness: database: {e}");
+            "unavailable".to_string()
+        }
+    };
+    let body = serde_json::json!({
+        "status": if db.is_ok() { "ok" } else { "degraded" },
+        "services": {
+            "database": { "kind": db_kind, "status": db_status },
+            "ratelimit": { "kind": state.limiter.kind(), "status": "ok" },
+        },
+    });
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// `GET /docs/errors`: the error reference that error bodies link to.
+pub async fn error_docs() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/markdown; charset=utf-8")
+        .body(include_str!("../../../../docs/errors.md"))
+}
+
+pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        format!("no route {} {}", req.method(), req.path()),
+    ))
+}
+
+/// The 405 of a known path; `allow` lists the methods it takes.
+pub fn method_not_allowed(req: &HttpRequest, allow: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!(
+            "method {} is not allowed on {}; use {allow}",
+            req.method(),
+            req.path()
+        ),
+    )
+    .with_header("allow", allow)
+}

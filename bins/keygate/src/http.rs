@@ -1,0 +1,246 @@
+//! Request plumbing shared by every handler: the request id, authentication, the JSON
+//! body reader and the bridge to blocking (diesel) work. Handlers call these in the
+//! contract's order: authenticate (401) before the body is read (413/415/400).
+
+use crate::error::{ApiError, REQUEST_ID_HEADER};
+use crate::server::AppState;
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpRequest, web};
+use futures_util::StreamExt;
+use keygate_domain::{ErrorCode, IdPrefix, new_id};
+use keygate_rbac::Principal;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
+/// Largest accepted request body (contract §1: over 1 MiB is 413).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Middleware: gives every response an `Unkey-Request-Id`; an error response is rendered
+/// (again) with that id and the configured docs base, so header and body agree.
+pub async fn request_id(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let docs_base = req
+        .app_data::<web::Data<AppState>>()
+        .map(|s| s.docs_base.clone());
+    let res = next.call(req).await?.map_into_boxed_body();
+    let id = new_id(IdPrefix::Request);
+    let res = match res
+        .response()
+        .error()
+        .and_then(|e| e.as_error::<ApiError>())
+        .cloned()
+    {
+        Some(err) => {
+            let rendered = err.render(&id, docs_base.as_deref().unwrap_or("/docs"));
+            res.into_response(rendered)
+        }
+        None => {
+            let mut res = res;
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                res.headers_mut()
+                    .insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
+            }
+            res
+        }
+    };
+    Ok(res)
+}
+
+/// Runs blocking work (diesel) off the async workers.
+pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    web::block(f).await.map_err(ApiError::internal)?
+}
+
+/// The bearer token of the `Authorization` header, or 401.
+fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
+    let value = req.headers().get(header::AUTHORIZATION).ok_or_else(|| {
+        ApiError::unauthorized(
+            "the Authorization header is missing; send Authorization: Bearer <root key>",
+        )
+    })?;
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("the Authorization header is not valid text"))?;
+    let (scheme, token) = value.trim().split_once(' ').unwrap_or((value, ""));
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(ApiError::unauthorized(
+            "the Authorization header must be Bearer <root key>",
+        ));
+    }
+    Ok(token)
+}
+
+/// Authenticates the root key: from the cache inline, else from the store off-thread.
+pub async fn authenticate(
+    req: &HttpRequest,
+    state: &web::Data<AppState>,
+) -> Result<Arc<Principal>, ApiError> {
+    let token = bearer(req)?;
+    if let Some(result) = state.rbac.authenticate_cached(token) {
+        return result.map_err(ApiError::from);
+    }
+    let (state, token) = (state.clone(), token.to_string());
+    blocking(move || state.rbac.authenticate(&token).map_err(ApiError::from)).await
+}
+
+/// Checks the content type (415), reads at most [`MAX_BODY_BYTES`] (413) and parses the
+/// JSON into `T` (400 with a `"<dot.path>: <what is wrong>"` message).
+pub async fn read_json<T: DeserializeOwned>(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+) -> Result<T, ApiError> {
+    let is_json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "the body must be JSON: send Content-Type: application/json",
+        ));
+    }
+    let too_large = || {
+        ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let mut body =
+        web::BytesMut::with_capacity(declared.unwrap_or(512).min(MAX_BODY_BYTES as u64) as usize);
+    while let Some(chunk) = payload.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::bad_request(format!("could not read the body: {e}")))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_json(&body)
+}
+
+/// Parses a JSON body into `T`, locating errors by dot path.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request(
+            "the body is empty; a JSON object is expected",
+        ));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let parsed: Result<T, _> = serde_path_to_error::deserialize(de);
+    let value = parsed.map_err(|e| {
+        let path = dot_path(e.path());
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::bad_request(format!("malformed JSON: {inner}"));
+        }
+        let text = strip_position(&inner.to_string());
+        if let Some(field) = text
+            .strip_prefix("missing field `")
+            .and_then(|r| r.strip_suffix('`'))
+        {
+            let full = if path.is_empty() {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            };
+            return ApiError::bad_request(format!("{full}: is required"));
+        }
+        let path = if path.is_empty() {
+            "body".to_string()
+        } else {
+            path
+        };
+        ApiError::bad_request(format!("{path}: {text}"))
+    })?;
+    Ok(value)
+}
+
+fn dot_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let parts: Vec<String> = path
+        .iter()
+        .filter_map(|s| match s {
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Map { key } => Some(key.clone()),
+            Segment::Enum { variant } => Some(variant.clone()),
+            Segment::Unknown => None,
+        })
+        .collect();
+    parts.join(".")
+}
+
+/// serde_json appends " at line L column C"; the dot path already locates the problem.
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Body {
+        key_id: String,
+        items: Vec<Item>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Item {
+        n: u64,
+    }
+
+    fn msg(body: &str) -> String {
+        parse_json::<Body>(body.as_bytes())
+            .expect_err("invalid")
+            .message
+    }
+
+    #[test]
+    fn messages_carry_dot_paths() {
+        assert_eq!(msg(r#"{"items": []}"#), "keyId: is required");
+        assert_eq!(
+            msg(r#"{"keyId": 1, "items": []}"#),
+            "keyId: invalid type: integer `1`, expected a string"
+        );
+        assert_eq!(
+            msg(r#"{"keyId": "k", "items": [{"n": 1}, {}]}"#),
+            "items.1.n: is required"
+        );
+        assert!(
+            msg(r#"{"keyId": "k", "items": [{"n": 1.0}]}"#)
+                .starts_with("items.0.n: invalid type: floating point")
+        );
+        assert!(msg(r#"{"keyId": "k", "items": [{"n": 1e400}]}"#).starts_with("malformed JSON"));
+        assert!(msg(r#"{"keyId": "#).starts_with("malformed JSON"));
+        assert_eq!(msg(""), "the body is empty; a JSON object is expected");
+        assert!(msg("[]").starts_with("body: invalid type: sequence"));
+        let deep = "[".repeat(10_000);
+        assert!(msg(&deep).starts_with("body:") || msg(&deep).starts_with("malformed JSON"));
+    }
+}

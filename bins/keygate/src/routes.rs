@@ -1,0 +1,66 @@
+//! The route table: every path, its methods and its handler, in one place.
+
+use crate::handlers::{keys, ratelimit, system};
+use actix_web::http::Method;
+use actix_web::{HttpRequest, Resource, web};
+
+/// (path, methods, handler name) for docs and tests.
+pub const ROUTES: &[(&str, &[&str])] = &[
+    ("/v1/keys.setPermissions", &["POST"]),
+    ("/v1/keys.addRoles", &["POST"]),
+    ("/v1/keys.getKey", &["GET", "POST"]),
+    ("/v1/ratelimits.limit", &["POST"]),
+    ("/v1/liveness", &["GET"]),
+    ("/docs/errors", &["GET"]),
+];
+
+/// A resource answering `methods` with `handler` and 405 (with `Allow`) otherwise.
+fn resource<F, Args>(path: &'static str, methods: &'static [&'static str], handler: F) -> Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    let mut r = web::resource(path);
+    for m in methods {
+        let method = Method::from_bytes(m.as_bytes()).unwrap_or(Method::POST);
+        r = r.route(web::method(method).to(handler.clone()));
+    }
+    let allow = methods.join(", ");
+    r.default_service(web::to(move |req: HttpRequest| {
+        let allow = allow.clone();
+        async move { Err::<actix_web::HttpResponse, _>(system::method_not_allowed(&req, &allow)) }
+    }))
+}
+
+fn methods_of(path: &str) -> &'static [&'static str] {
+    ROUTES
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, m)| *m)
+        .unwrap_or(&["POST"])
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    const SET_PERMISSIONS: &str = "/v1/keys.setPermissions";
+    const ADD_ROLES: &str = "/v1/keys.addRoles";
+    const GET_KEY: &str = "/v1/keys.getKey";
+    const LIMIT: &str = "/v1/ratelimits.limit";
+    const LIVENESS: &str = "/v1/liveness";
+    const ERROR_DOCS: &str = "/docs/errors";
+    cfg.service(resource(
+        SET_PERMISSIONS,
+        methods_of(SET_PERMISSIONS),
+        keys::set_permissions,
+    ))
+    .service(resource(ADD_ROLES, methods_of(ADD_ROLES), keys::add_roles))
+    .service(resource(GET_KEY, methods_of(GET_KEY), keys::get_key))
+    .service(resource(LIMIT, methods_of(LIMIT), ratelimit::limit))
+    .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
+    .service(resource(
+        ERROR_DOCS,
+        methods_of(ERROR_DOCS),
+        system::error_docs,
+    ))
+    .default_service(web::to(system::not_found));
+}

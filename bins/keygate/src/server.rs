@@ -1,0 +1,158 @@
+//! Composition: store + RBAC service + rate-limit store + actix-web.
+
+use crate::config::ServerConfig;
+use crate::http;
+use crate::routes;
+use actix_web::dev::ServerHandle;
+use actix_web::{App, HttpServer, middleware, web};
+use anyhow::Context;
+use keygate_domain::{Clock, Secret, SystemClock};
+use keygate_ratelimit::{MemoryStore, RateLimitStore};
+use keygate_rbac::RbacService;
+use keygate_store::SqlStore;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Shared by every worker.
+#[derive(Debug)]
+pub struct AppState {
+    pub rbac: RbacService<SqlStore>,
+    pub limiter: Arc<dyn RateLimitStore>,
+    pub clock: Arc<dyn Clock>,
+    pub docs_base: String,
+}
+
+/// A started server.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub handle: ServerHandle,
+    pub server: actix_web::dev::Server,
+    /// The root key created by the first-start bootstrap, if this start created one.
+    pub bootstrap_root_key: Option<Secret>,
+    pub state: web::Data<AppState>,
+}
+
+impl std::fmt::Debug for RunningServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often idle expired rate-limit windows are reclaimed.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Opens the stores, bootstraps a fresh database, binds the listener and builds the
+/// server (not yet polled: await `server` or run it on an actix system).
+pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<RunningServer> {
+    if let Some(url) = &config.redis_url {
+        anyhow::bail!(
+            "REDIS_URL is set ({url}) but this build of keygate has no Redis rate-limit store yet; unset it to use the in-process store"
+        );
+    }
+    let store = SqlStore::open(&config.database_url, config.pool.clone())
+        .with_context(|| format!("opening the database {:?}", config.database_url))?;
+    let db_desc = format!(
+        "{} {}",
+        store.backend().kind(),
+        store.backend().display_location()
+    );
+    let rbac = RbacService::new(store, clock.clone());
+    let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
+
+    let listener =
+        TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let limiter: Arc<dyn RateLimitStore> = Arc::new(MemoryStore::new());
+    spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
+    let docs_base = config
+        .docs_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}/docs"));
+    let state = web::Data::new(AppState {
+        rbac,
+        limiter,
+        clock,
+        docs_base,
+    });
+
+    let app_state = state.clone();
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(app_state.clone())
+            .wrap(middleware::from_fn(http::request_id))
+            .configure(routes::configure)
+    })
+    .listen(listener)?;
+    if let Some(n) = config.workers {
+        server = server.workers(n.max(1));
+    }
+    let server = server.disable_signals().shutdown_timeout(5).run();
+    log::info!(
+        "keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {})",
+        state.limiter.kind()
+    );
+    Ok(RunningServer {
+        addr,
+        handle: server.handle(),
+        server,
+        bootstrap_root_key,
+        state,
+    })
+}
+
+/// First start: creates workspace `default` and a root key holding `*`, printed once.
+fn bootstrap(
+    rbac: &RbacService<SqlStore>,
+    root_key: Option<String>,
+) -> anyhow::Result<Option<Secret>> {
+    let Some((ws, rk, secret)) = rbac
+        .bootstrap(root_key.map(Secret::new))
+        .context("bootstrapping")?
+    else {
+        return Ok(None);
+    };
+    eprintln!(
+        "keygate: first start: created workspace {:?} ({}) and root key {} holding \"*\".",
+        ws.name, ws.id, rk.id
+    );
+    eprintln!(
+        "keygate: ROOT KEY (shown once; store it now, it cannot be shown again): {}",
+        secret.expose()
+    );
+    Ok(Some(secret))
+}
+
+/// Reclaims ended windows of idle budgets; stops when the store is dropped.
+fn spawn_sweeper(store: Weak<dyn RateLimitStore>, clock: Arc<dyn Clock>) {
+    let spawned = std::thread::Builder::new()
+        .name("keygate-sweeper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(SWEEP_INTERVAL);
+                match store.upgrade() {
+                    Some(s) => s.sweep(clock.now_ms()),
+                    None => return,
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("could not start the rate-limit sweeper: {e}");
+    }
+}
+
+/// `keygate serve`: runs until SIGINT/SIGTERM.
+pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
+    actix_web::rt::System::new().block_on(async move {
+        let running = start(config, Arc::new(SystemClock))?;
+        let handle = running.handle.clone();
+        actix_web::rt::spawn(async move {
+            let _ = actix_web::rt::signal::ctrl_c().await;
+            log::info!("shutting down");
+            handle.stop(true).await;
+        });
+        running.server.await.context("server")
+    })
+}
