@@ -50,14 +50,14 @@ fn windows_roll_over_on_epoch_boundaries() {
         decision(&s.limit(req("w", 1, 60_000))),
         (true, 1, 0, T0 + 60_000)
     );
-    assert_eq!(decision(&s.limit(req("w", 1, 60_000))).0, false);
+    assert!(!decision(&s.limit(req("w", 1, 60_000))).0);
     s.clock.set(T0 + 60_000);
     assert_eq!(
         decision(&s.limit(req("w", 1, 60_000))),
         (true, 1, 0, T0 + 120_000)
     );
     s.clock.advance(60_000 * 5 + 1);
-    assert_eq!(decision(&s.limit(req("w", 1, 60_000))).0, true);
+    assert!(decision(&s.limit(req("w", 1, 60_000))).0);
 }
 
 #[test]
@@ -151,10 +151,10 @@ fn namespaces_are_created_only_with_create_namespace() {
     assert_eq!(s.count("ratelimit_namespaces", "name = 'fresh.ns'"), 0);
 
     let creator = s.root_key_with(&["ratelimit.*.limit", "ratelimit.*.create_namespace"]);
-    assert_eq!(decision(&s.post_as(&creator, PATH, &body)).0, true);
+    assert!(decision(&s.post_as(&creator, PATH, &body)).0);
     assert_eq!(s.count("ratelimit_namespaces", "name = 'fresh.ns'"), 1);
     // Now it exists, the limit permission alone suffices, and the budget is shared.
-    assert_eq!(decision(&s.post_as(&limit_only, PATH, &body)).0, false);
+    assert!(!decision(&s.post_as(&limit_only, PATH, &body)).0);
 }
 
 #[test]
@@ -303,8 +303,8 @@ fn bounds_of_every_field() {
     // Characters, not bytes: 512 two-byte characters are fine.
     let ok =
         s.limit(json!({"identifier": "é".repeat(512), "limit": max, "duration": max, "cost": max}));
-    assert_eq!(decision(&ok).0, true);
+    assert!(decision(&ok).0);
     // null means absent.
     let r = s.limit(json!({"identifier": "n", "limit": 1, "duration": 1000, "cost": null, "namespace": null, "meta": null}));
-    assert_eq!(decision(&r).0, true);
+    assert!(decision(&r).0);
 }

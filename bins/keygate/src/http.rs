@@ -140,10 +140,20 @@ pub async fn read_json<T: DeserializeOwned>(
 
 /// Parses a JSON body into `T`, locating errors by dot path.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_request(
-            "the body is empty; a JSON object is expected",
-        ));
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => {
+            return Err(ApiError::bad_request(
+                "the body is empty; a JSON object is expected",
+            ));
+        }
+        // serde would read a struct from an array too; every body here is an object.
+        Some(b'{') => {}
+        Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() => {
+            return Err(ApiError::bad_request(
+                "malformed JSON: the body is not valid JSON",
+            ));
+        }
+        Some(_) => return Err(ApiError::bad_request("body: must be a JSON object")),
     }
     let de = &mut serde_json::Deserializer::from_slice(body);
     let parsed: Result<T, _> = serde_path_to_error::deserialize(de);
@@ -239,8 +249,23 @@ mod tests {
         assert!(msg(r#"{"keyId": "k", "items": [{"n": 1e400}]}"#).starts_with("malformed JSON"));
         assert!(msg(r#"{"keyId": "#).starts_with("malformed JSON"));
         assert_eq!(msg(""), "the body is empty; a JSON object is expected");
-        assert!(msg("[]").starts_with("body: invalid type: sequence"));
+        assert_eq!(msg(r#"["k", []]"#), "body: must be a JSON object");
+        assert_eq!(msg("42"), "body: must be a JSON object");
+        assert_eq!(msg("nope"), "malformed JSON: the body is not valid JSON");
         let deep = "[".repeat(10_000);
-        assert!(msg(&deep).starts_with("body:") || msg(&deep).starts_with("malformed JSON"));
+        assert!(msg(&deep).starts_with("malformed JSON"), "{}", msg(&deep));
+        let deep_obj = format!("{}1{}", "{\"a\":".repeat(10_000), "}".repeat(10_000));
+        // Deep nesting inside an unknown field is skipped without recursion.
+        assert_eq!(msg(&deep_obj), "keyId: is required");
+        let deep_known = format!(
+            "{{\"keyId\":\"k\",\"items\":[{}1{}]}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert!(
+            msg(&deep_known).starts_with("items.0"),
+            "{}",
+            msg(&deep_known)
+        );
     }
 }

@@ -63,9 +63,12 @@ impl AuthCache {
 
 /// (workspace id, namespace name) -> namespace id. Namespaces are never renamed or
 /// deleted, so a positive entry stays valid.
+/// namespace name -> namespace id, within one workspace.
+type NamespaceIds = HashMap<Box<str>, Arc<str>>;
+
 #[derive(Debug, Default)]
 pub(crate) struct NamespaceCache {
-    by_workspace: RwLock<HashMap<Box<str>, HashMap<Box<str>, Arc<str>>>>,
+    by_workspace: RwLock<HashMap<Box<str>, NamespaceIds>>,
 }
 
 impl NamespaceCache {

@@ -107,16 +107,18 @@ fn plan_refs(
             }
             (None, Some(name)) => {
                 let create = r.create.unwrap_or(rules.create_by_default);
-                if let Some(&previous) = plan.names.get(name) {
-                    if previous != create {
-                        return Err(ValidationError::new(
-                            path,
-                            format!(
-                                "{} {name} is listed twice with different create flags",
-                                rules.kind.noun()
-                            ),
-                        ));
-                    }
+                if plan
+                    .names
+                    .get(name)
+                    .is_some_and(|&previous| previous != create)
+                {
+                    return Err(ValidationError::new(
+                        path,
+                        format!(
+                            "{} {name} is listed twice with different create flags",
+                            rules.kind.noun()
+                        ),
+                    ));
                 }
                 plan.names.insert(name.clone(), create);
             }
@@ -180,10 +182,11 @@ impl<S: RbacStore> RbacService<S> {
             return self.check_principal(p);
         }
         let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
-        if let Some(rk) = &found {
-            if rk.expires_at.is_some_and(|e| e <= now as i64) {
-                return Err(RbacError::Forbidden("the root key has expired".into()));
-            }
+        if found
+            .as_ref()
+            .is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64))
+        {
+            return Err(RbacError::Forbidden("the root key has expired".into()));
         }
         let principal =
             found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));

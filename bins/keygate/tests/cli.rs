@@ -1,0 +1,274 @@
+//! The `keygate` binary: admin subcommands (exact JSON on stdout, one-line errors) and the
+//! server process itself (bootstrap, startup line, `KEYGATE_ROOT_KEY`).
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_keygate");
+
+fn keygate(db: &str, args: &[&str]) -> (bool, Value, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("DATABASE_URL", db)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let json = if out.status.success() {
+        assert_eq!(
+            stdout.trim().lines().count(),
+            1,
+            "exactly one JSON object: {stdout}"
+        );
+        serde_json::from_str(stdout.trim()).unwrap()
+    } else {
+        assert!(stdout.is_empty(), "nothing on stdout on failure: {stdout}");
+        Value::Null
+    };
+    (out.status.success(), json, stderr)
+}
+
+fn ok(db: &str, args: &[&str]) -> Value {
+    let (success, json, stderr) = keygate(db, args);
+    assert!(success, "{args:?}: {stderr}");
+    json
+}
+
+fn fail(db: &str, args: &[&str]) -> String {
+    let (success, _, stderr) = keygate(db, args);
+    assert!(!success, "{args:?} should fail");
+    assert_eq!(stderr.trim().lines().count(), 1, "one-line error: {stderr}");
+    stderr
+}
+
+#[test]
+fn admin_subcommands_print_exact_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let ws = ok(&db, &["workspaces", "create", "--name", "acme"]);
+    let ws_id = ws["id"].as_str().unwrap();
+    assert!(ws_id.starts_with("ws_"));
+    assert_eq!(ws.as_object().unwrap().len(), 2);
+    assert_eq!(ws["name"], "acme");
+
+    let rk = ok(
+        &db,
+        &[
+            "root-keys",
+            "create",
+            "--workspace",
+            "acme",
+            "--permission",
+            "rbac.*.create_role",
+            "--permission",
+            "api.*.read_key",
+        ],
+    );
+    assert_eq!(rk["workspaceId"], ws_id);
+    assert_eq!(
+        rk["permissions"],
+        serde_json::json!(["rbac.*.create_role", "api.*.read_key"])
+    );
+    let secret = rk["key"].as_str().unwrap();
+    assert!(secret.len() > 40);
+    let bare = ok(&db, &["root-keys", "create", "--workspace", ws_id]);
+    assert_eq!(bare["permissions"], serde_json::json!([]));
+
+    let listed = ok(&db, &["root-keys", "list", "--workspace", ws_id]);
+    let keys = listed["rootKeys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2);
+    for k in keys {
+        let obj = k.as_object().unwrap();
+        let mut fields: Vec<&str> = obj.keys().map(String::as_str).collect();
+        fields.sort();
+        assert_eq!(fields, ["createdAt", "id", "permissions", "prefix"]);
+        assert!(secret.starts_with(k["prefix"].as_str().unwrap()) || k["id"] != rk["id"]);
+    }
+    assert!(
+        !listed.to_string().contains(secret),
+        "list never shows secrets"
+    );
+
+    let revoked = ok(
+        &db,
+        &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()],
+    );
+    assert_eq!(
+        revoked,
+        serde_json::json!({"id": rk["id"], "revoked": true})
+    );
+    assert_eq!(
+        ok(&db, &["root-keys", "list", "--workspace", "acme"])["rootKeys"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let key = ok(
+        &db,
+        &["keys", "create", "--workspace", "acme", "--name", "first"],
+    );
+    assert!(key["keyId"].as_str().unwrap().starts_with("key_"));
+    assert!(key["key"].as_str().unwrap().len() > 40);
+    assert_eq!(key.as_object().unwrap().len(), 2);
+
+    // Bad arguments: one line on stderr, non-zero exit, nothing on stdout.
+    fail(&db, &["workspaces", "create", "--name", "acme"]);
+    fail(&db, &["workspaces", "create", "--name", ""]);
+    fail(&db, &["root-keys", "create", "--workspace", "nope"]);
+    fail(
+        &db,
+        &[
+            "root-keys",
+            "create",
+            "--workspace",
+            "acme",
+            "--permission",
+            "bad perm",
+        ],
+    );
+    fail(
+        &db,
+        &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()],
+    );
+    fail(&db, &["keys", "create", "--workspace", "ws_missing"]);
+    fail(
+        "mysql://localhost/x",
+        &["workspaces", "create", "--name", "x"],
+    );
+    let (success, _, stderr) = keygate(&db, &["root-keys", "frobnicate"]);
+    assert!(!success && !stderr.is_empty());
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `keygate` (no subcommand) and returns it with its stderr lines up to the
+/// "listening" line.
+fn serve(db: &str, port: u16, root_key: Option<&str>) -> (Server, Vec<String>) {
+    let mut cmd = Command::new(BIN);
+    cmd.env("DATABASE_URL", db)
+        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEYGATE_WORKERS", "1")
+        .env("RUST_LOG", "info")
+        .env_remove("KEYGATE_ROOT_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(k) = root_key {
+        cmd.env("KEYGATE_ROOT_KEY", k);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(child);
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        let done = line.contains("keygate listening on");
+        lines.push(line);
+        if done || Instant::now() > deadline {
+            break;
+        }
+    }
+    (server, lines)
+}
+
+fn http(port: u16, request: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn server_bootstraps_once_prints_the_key_and_logs_where_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let port = free_port();
+    let (server, lines) = serve(&db, port, None);
+    let all = lines.join("\n");
+    let key_line = lines
+        .iter()
+        .find(|l| l.contains("ROOT KEY"))
+        .unwrap_or_else(|| panic!("{all}"));
+    let key = key_line.rsplit(' ').next().unwrap().to_string();
+    assert!(key.starts_with("kg_root_"), "{key_line}");
+    let listen = lines
+        .iter()
+        .find(|l| l.contains("keygate listening on"))
+        .unwrap();
+    assert!(
+        listen.contains(&format!("127.0.0.1:{port}"))
+            && listen.contains("sqlite")
+            && listen.contains("memory"),
+        "{listen}"
+    );
+
+    let body = r#"{"identifier":"cli","limit":1,"duration":60000}"#;
+    let req = format!(
+        "POST /v1/ratelimits.limit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let res = http(port, &req);
+    assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+    assert!(res.contains("\"success\":true"), "{res}");
+    drop(server);
+
+    // Second start on the same database: no new bootstrap, the old key still works.
+    let port = free_port();
+    let (_server, lines) = serve(&db, port, None);
+    assert!(!lines.iter().any(|l| l.contains("ROOT KEY")), "{lines:?}");
+    let res = http(port, &req.replace("\"limit\":1", "\"limit\":2"));
+    assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+}
+
+#[test]
+fn keygate_root_key_sets_the_bootstrap_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("plain-path.db").display().to_string();
+    let port = free_port();
+    let (_server, lines) = serve(&db, port, Some("my-chosen-root-key-123"));
+    assert!(lines.iter().any(|l| l.contains("first start")), "{lines:?}");
+    let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer my-chosen-root-key-123\r\nConnection: close\r\n\r\n";
+    let res = http(port, req);
+    assert!(
+        res.starts_with("HTTP/1.1 404"),
+        "authenticated, key not found: {res}"
+    );
+}
+
+#[test]
+fn bad_configuration_fails_with_a_clear_message() {
+    let out = Command::new(BIN)
+        .env("DATABASE_URL", "mysql://h/db")
+        .env("KEYGATE_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("postgres://") && stderr.contains("sqlite://"),
+        "{stderr}"
+    );
+}
