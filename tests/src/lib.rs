@@ -35,48 +35,20 @@ impl Resp {
         assert_eq!(self.status, status, "status of {}", self.text);
         let err = &self.json["error"];
         assert_eq!(err["code"], code, "code of {}", self.text);
-        let obj = err
-            .as_object()
-            .unwrap_or_else(|| panic!("error object in {}", self.text));
-        assert_eq!(
-            obj.len(),
-            4,
-            "exactly code, message, docs, requestId: {}",
-            self.text
-        );
+        let obj = err.as_object().unwrap_or_else(|| panic!("error object in {}", self.text));
+        assert_eq!(obj.len(), 4, "exactly code, message, docs, requestId: {}", self.text);
         for field in ["code", "message", "docs", "requestId"] {
-            assert!(
-                err[field].is_string(),
-                "{field} is a string in {}",
-                self.text
-            );
+            assert!(err[field].is_string(), "{field} is a string in {}", self.text);
         }
-        assert!(
-            err["docs"]
-                .as_str()
-                .unwrap()
-                .ends_with(&format!("/errors#{code}"))
-        );
-        assert_eq!(
-            err["requestId"].as_str(),
-            self.header("unkey-request-id"),
-            "requestId equals the header"
-        );
-        assert!(
-            self.header("content-type")
-                .is_some_and(|c| c.starts_with("application/json"))
-        );
+        assert!(err["docs"].as_str().unwrap().ends_with(&format!("/errors#{code}")));
+        assert_eq!(err["requestId"].as_str(), self.header("unkey-request-id"), "requestId equals the header");
+        assert!(self.header("content-type").is_some_and(|c| c.starts_with("application/json")));
         err["message"].as_str().unwrap().to_string()
     }
 
     pub fn names(&self) -> Vec<String> {
         assert_eq!(self.status, 200, "{}", self.text);
-        self.json
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["name"].as_str().unwrap().to_string())
-            .collect()
+        self.json.as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_string()).collect()
     }
 }
 
@@ -128,15 +100,9 @@ impl TestServer {
             })
         });
         let (addr, handle, state, root_key) = rx.recv().unwrap().unwrap();
-        let root_key = root_key
-            .expect("fresh database bootstraps")
-            .expose()
-            .to_string();
+        let root_key = root_key.expect("fresh database bootstraps").expose().to_string();
         let principal = state.rbac.authenticate(&root_key).unwrap();
-        let client = reqwest::blocking::Client::builder()
-            .pool_max_idle_per_host(32)
-            .build()
-            .unwrap();
+        let client = reqwest::blocking::Client::builder().pool_max_idle_per_host(32).build().unwrap();
         Self {
             base: format!("http://{addr}"),
             root_key,
@@ -156,20 +122,9 @@ impl TestServer {
         let headers = res.headers().clone();
         let text = res.text().unwrap();
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        assert!(
-            headers.contains_key("unkey-request-id"),
-            "every response has Unkey-Request-Id"
-        );
-        assert!(
-            status < 500 || status == 503,
-            "no 5xx for any input: {status} {text}"
-        );
-        Resp {
-            status,
-            headers,
-            text,
-            json,
-        }
+        assert!(headers.contains_key("unkey-request-id"), "every response has Unkey-Request-Id");
+        assert!(status < 500 || status == 503, "no 5xx for any input: {status} {text}");
+        Resp { status, headers, text, json }
     }
 
     /// POST a raw body with `Content-Type: application/json` and `Bearer token`.
@@ -179,10 +134,8 @@ impl TestServer {
         token: Option<&str>,
         body: impl Into<reqwest::blocking::Body>,
     ) -> Resp {
-        let mut req = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json");
+        let mut req =
+            self.client.post(format!("{}{path}", self.base)).header("content-type", "application/json");
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -230,12 +183,7 @@ impl TestServer {
     pub fn key_roles(&self, key_id: &str) -> Vec<String> {
         let r = self.get_key(key_id);
         assert_eq!(r.status, 200, "{}", r.text);
-        r.json["roles"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap().to_string())
-            .collect()
+        r.json["roles"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
     }
 
     /// A new key in workspace `default` (as `keygate keys create` does).
@@ -254,13 +202,7 @@ impl TestServer {
 
     pub fn root_key_in(&self, workspace: &str, permissions: &[&str]) -> String {
         let perms: Vec<String> = permissions.iter().map(|p| p.to_string()).collect();
-        self.state
-            .rbac
-            .create_root_key(workspace, &perms)
-            .unwrap()
-            .1
-            .expose()
-            .to_string()
+        self.state.rbac.create_root_key(workspace, &perms).unwrap().1.expose().to_string()
     }
 
     pub fn create_workspace(&self, name: &str) -> String {
@@ -274,14 +216,8 @@ impl TestServer {
             #[diesel(sql_type = diesel::sql_types::Text)]
             name: String,
         }
-        let sql =
-            format!("SELECT name FROM {table} WHERE workspace_id = '{workspace_id}' ORDER BY name");
-        let rows: Vec<N> = self
-            .state
-            .rbac
-            .store()
-            .with_conn(|c| diesel::sql_query(sql).load(c))
-            .unwrap();
+        let sql = format!("SELECT name FROM {table} WHERE workspace_id = '{workspace_id}' ORDER BY name");
+        let rows: Vec<N> = self.state.rbac.store().with_conn(|c| diesel::sql_query(sql).load(c)).unwrap();
         rows.into_iter().map(|n| n.name).collect()
     }
 
@@ -293,12 +229,7 @@ impl TestServer {
             n: i64,
         }
         let sql = format!("SELECT COUNT(*) AS n FROM {table} WHERE {condition}");
-        self.state
-            .rbac
-            .store()
-            .with_conn(|c| diesel::sql_query(sql).get_result::<C>(c))
-            .unwrap()
-            .n
+        self.state.rbac.store().with_conn(|c| diesel::sql_query(sql).get_result::<C>(c)).unwrap().n
     }
 
     /// `ratelimits.limit` as the bootstrap root key.
@@ -309,9 +240,7 @@ impl TestServer {
 
 impl std::fmt::Debug for TestServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestServer")
-            .field("base", &self.base)
-            .finish_non_exhaustive()
+        f.debug_struct("TestServer").field("base", &self.base).finish_non_exhaustive()
     }
 }
 

@@ -5,29 +5,19 @@
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 
-const ENDPOINTS: [&str; 3] = [
-    "/v1/keys.setPermissions",
-    "/v1/keys.addRoles",
-    "/v1/ratelimits.limit",
-];
+const ENDPOINTS: [&str; 3] = ["/v1/keys.setPermissions", "/v1/keys.addRoles", "/v1/ratelimits.limit"];
 
 #[test]
 fn unknown_path_404_and_wrong_method_405_before_auth() {
     let s = TestServer::start();
     let r = s.request(s.client.post(s.url("/v1/keys.nope")));
-    assert_eq!(
-        r.assert_error(404, "NOT_FOUND"),
-        "no route POST /v1/keys.nope"
-    );
+    assert_eq!(r.assert_error(404, "NOT_FOUND"), "no route POST /v1/keys.nope");
     let r = s.request(s.client.get(s.url("/")));
     r.assert_error(404, "NOT_FOUND");
     for path in ENDPOINTS {
-        for method in [
-            reqwest::Method::GET,
-            reqwest::Method::PUT,
-            reqwest::Method::DELETE,
-            reqwest::Method::PATCH,
-        ] {
+        for method in
+            [reqwest::Method::GET, reqwest::Method::PUT, reqwest::Method::DELETE, reqwest::Method::PATCH]
+        {
             let r = s.request(s.client.request(method.clone(), s.url(path)));
             r.assert_error(405, "METHOD_NOT_ALLOWED");
             assert_eq!(r.header("allow"), Some("POST"), "{method} {path}");
@@ -39,30 +29,18 @@ fn unknown_path_404_and_wrong_method_405_before_auth() {
 fn authentication_comes_before_the_body() {
     let s = TestServer::start();
     let revoked = {
-        let (rk, secret) = s
-            .state
-            .rbac
-            .create_root_key("default", &["*".to_string()])
-            .unwrap();
+        let (rk, secret) = s.state.rbac.create_root_key("default", &["*".to_string()]).unwrap();
         s.state.rbac.revoke_root_key(&rk.id).unwrap();
         secret.expose().to_string()
     };
     let key = s.create_key();
-    let bad_auth: [Option<String>; 5] = [
-        None,
-        Some("kg_root_unknown".into()),
-        Some(revoked),
-        Some(String::new()),
-        Some(key.clone()),
-    ];
+    let bad_auth: [Option<String>; 5] =
+        [None, Some("kg_root_unknown".into()), Some(revoked), Some(String::new()), Some(key.clone())];
     for path in ENDPOINTS {
         for auth in &bad_auth {
             // A garbage, oversized, non-JSON body: still 401.
-            let mut req = s
-                .client
-                .post(s.url(path))
-                .header("content-type", "text/plain")
-                .body(vec![b'x'; 2 << 20]);
+            let mut req =
+                s.client.post(s.url(path)).header("content-type", "text/plain").body(vec![b'x'; 2 << 20]);
             if let Some(token) = auth {
                 req = req.header("authorization", format!("Bearer {token}"));
             }
@@ -83,17 +61,10 @@ fn content_type_and_size() {
     let key = s.create_key();
     let body = set_body(&key, json!([])).to_string();
     for path in ENDPOINTS {
-        for ct in [
-            None,
-            Some("text/plain"),
-            Some("application/x-www-form-urlencoded"),
-            Some("application/jsonx"),
-        ] {
-            let mut req = s
-                .client
-                .post(s.url(path))
-                .bearer_auth(&s.root_key)
-                .body(body.clone());
+        for ct in
+            [None, Some("text/plain"), Some("application/x-www-form-urlencoded"), Some("application/jsonx")]
+        {
+            let mut req = s.client.post(s.url(path)).bearer_auth(&s.root_key).body(body.clone());
             if let Some(ct) = ct {
                 req = req.header("content-type", ct);
             }
@@ -102,12 +73,8 @@ fn content_type_and_size() {
         }
         let r = s.post_raw(path, Some(&s.root_key), vec![b' '; (1 << 20) + 1]);
         r.assert_error(413, "PAYLOAD_TOO_LARGE");
-        let big = format!(
-            "{{\"keyId\":\"{key}\",\"permissions\":[],\"pad\":\"{}\"}}",
-            "x".repeat(2 << 20)
-        );
-        s.post_raw(path, Some(&s.root_key), big)
-            .assert_error(413, "PAYLOAD_TOO_LARGE");
+        let big = format!("{{\"keyId\":\"{key}\",\"permissions\":[],\"pad\":\"{}\"}}", "x".repeat(2 << 20));
+        s.post_raw(path, Some(&s.root_key), big).assert_error(413, "PAYLOAD_TOO_LARGE");
     }
     // A charset suffix is fine.
     let r = s.request(
@@ -124,16 +91,9 @@ fn content_type_and_size() {
 fn hostile_bodies_are_400_and_change_nothing() {
     let s = TestServer::start();
     let key = s.create_key();
-    s.post(
-        "/v1/keys.setPermissions",
-        &set_body(&key, json!([{"name": "before"}])),
-    );
+    s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "before"}])));
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    let deep_obj = format!(
-        "{{\"keyId\":{}1{}}}",
-        "{\"a\":".repeat(5_000),
-        "}".repeat(5_000)
-    );
+    let deep_obj = format!("{{\"keyId\":{}1{}}}", "{\"a\":".repeat(5_000), "}".repeat(5_000));
     let bodies: Vec<String> = vec![
         String::new(),
         "   ".into(),
@@ -151,20 +111,12 @@ fn hostile_bodies_are_400_and_change_nothing() {
         format!("{{\"keyId\": \"{key}\", \"permissions\": [\"a\"]}}"),
         format!("{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": 1}}]}}"),
         format!("{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": \"\"}}]}}"),
-        format!(
-            "{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": \"{}\"}}]}}",
-            "x".repeat(256)
-        ),
+        format!("{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": \"{}\"}}]}}", "x".repeat(256)),
         format!("{{\"keyId\": \"{key}\", \"permissions\": [{{\"id\": \"\"}}]}}"),
-        format!(
-            "{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": \"a\", \"create\": \"yes\"}}]}}"
-        ),
+        format!("{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": \"a\", \"create\": \"yes\"}}]}}"),
         format!("{{\"keyId\": \"{key}\", \"permissions\": [{{\"name\": \"bad name\"}}]}}"),
         "{\"keyId\": \"\", \"permissions\": []}".into(),
-        format!(
-            "{{\"keyId\": \"{}\", \"permissions\": []}}",
-            "k".repeat(256)
-        ),
+        format!("{{\"keyId\": \"{}\", \"permissions\": []}}", "k".repeat(256)),
         "{\"keyId\": 18446744073709551616, \"permissions\": []}".into(),
         "{\"keyId\": 1e400, \"permissions\": []}".into(),
         format!("{{\"keyId\": \"{key}\", \"permissions\": [], }}"),
@@ -179,13 +131,9 @@ fn hostile_bodies_are_400_and_change_nothing() {
         assert!(!msg.is_empty());
     }
     let invalid_utf8 = b"{\"keyId\": \"\xff\xfe\", \"permissions\": []}".to_vec();
-    s.post_raw("/v1/keys.setPermissions", Some(&s.root_key), invalid_utf8)
-        .assert_error(400, "BAD_REQUEST");
+    s.post_raw("/v1/keys.setPermissions", Some(&s.root_key), invalid_utf8).assert_error(400, "BAD_REQUEST");
     assert_eq!(s.key_permissions(&key), ["before"]);
-    assert_eq!(
-        s.workspace_names("permissions", &s.workspace_id),
-        ["before"]
-    );
+    assert_eq!(s.workspace_names("permissions", &s.workspace_id), ["before"]);
 
     let limit_bodies = [
         "{\"identifier\": \"a\", \"limit\": 18446744073709551616, \"duration\": 1000}",
@@ -199,8 +147,7 @@ fn hostile_bodies_are_400_and_change_nothing() {
         "{\"identifier\": [\"a\"], \"limit\": 1, \"duration\": 1000}",
     ];
     for body in limit_bodies {
-        s.post_raw("/v1/ratelimits.limit", Some(&s.root_key), body)
-            .assert_error(400, "BAD_REQUEST");
+        s.post_raw("/v1/ratelimits.limit", Some(&s.root_key), body).assert_error(400, "BAD_REQUEST");
     }
 }
 
@@ -215,14 +162,8 @@ fn messages_use_dot_paths() {
             json!({"keyId": key, "permissions": [{"name": "ok"}, {"name": 5}]}),
             "permissions.1.name: invalid type: integer `5`, expected a string",
         ),
-        (
-            json!({"keyId": key, "permissions": [{}]}),
-            "permissions.0: an entry needs an id or a name",
-        ),
-        (
-            json!({"keyId": "", "permissions": []}),
-            "keyId: must not be empty",
-        ),
+        (json!({"keyId": key, "permissions": [{}]}), "permissions.0: an entry needs an id or a name"),
+        (json!({"keyId": "", "permissions": []}), "keyId: must not be empty"),
     ];
     for (body, expected) in cases {
         let r = s.post("/v1/keys.setPermissions", &body);
@@ -242,11 +183,7 @@ fn success_responses_carry_a_request_id_too() {
     let r = s.limit(json!({"identifier": "a", "limit": 1, "duration": 1000}));
     assert_eq!(r.status, 200);
     assert!(r.header("unkey-request-id").unwrap().starts_with("req_"));
-    assert!(
-        r.header("content-type")
-            .unwrap()
-            .starts_with("application/json")
-    );
+    assert!(r.header("content-type").unwrap().starts_with("application/json"));
     let live = s.request(s.client.get(s.url("/v1/liveness")));
     assert_eq!(live.status, 200);
     assert_eq!(live.json["status"], "ok");

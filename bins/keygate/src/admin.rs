@@ -23,13 +23,7 @@ pub fn run(database_url: &str, command: Command) -> ExitCode {
 }
 
 fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::Value> {
-    let store = SqlStore::open(
-        database_url,
-        PoolSettings {
-            max_size: 2,
-            ..PoolSettings::default()
-        },
-    )?;
+    let store = SqlStore::open(database_url, PoolSettings { max_size: 2, ..PoolSettings::default() })?;
     let rbac = RbacService::new(store, Arc::new(SystemClock));
     Ok(match command {
         Command::Serve(_) => anyhow::bail!("serve is not an admin command"),
@@ -37,10 +31,7 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
             let ws = rbac.create_workspace(&name)?;
             json!({ "id": ws.id, "name": ws.name })
         }
-        Command::RootKeys(RootKeysCmd::Create {
-            workspace,
-            permissions,
-        }) => {
+        Command::RootKeys(RootKeysCmd::Create { workspace, permissions }) => {
             let (rk, secret) = rbac.create_root_key(&workspace, &permissions)?;
             json!({ "id": rk.id, "key": secret.expose(), "workspaceId": rk.workspace_id, "permissions": rk.permissions })
         }

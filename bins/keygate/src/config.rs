@@ -5,19 +5,10 @@ use keygate_store::PoolSettings;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "keygate",
-    version,
-    about = "API-key access control and rate limiting"
-)]
+#[command(name = "keygate", version, about = "API-key access control and rate limiting")]
 pub struct Cli {
     /// Database: postgres://..., sqlite://PATH or a file path.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "sqlite://keygate.db",
-        global = true
-    )]
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://keygate.db", global = true)]
     pub database_url: String,
 
     #[command(subcommand)]

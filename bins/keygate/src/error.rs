@@ -25,11 +25,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            headers: Vec::new(),
-        }
+        Self { code, message: message.into(), headers: Vec::new() }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -43,10 +39,7 @@ impl ApiError {
     /// A bug: the details go to the log, never to the caller.
     pub fn internal(detail: impl fmt::Display) -> Self {
         log::error!("internal error: {detail}");
-        Self::new(
-            ErrorCode::InternalServerError,
-            "internal error; see the server log",
-        )
+        Self::new(ErrorCode::InternalServerError, "internal error; see the server log")
     }
 
     pub fn unavailable(detail: impl fmt::Display) -> Self {
@@ -129,10 +122,7 @@ impl ApiError {
             res.insert_header(("www-authenticate", "Bearer"));
         }
         for (name, value) in &self.headers {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::try_from(*name),
-                HeaderValue::try_from(value.as_str()),
-            ) {
+            if let (Ok(n), Ok(v)) = (HeaderName::try_from(*name), HeaderValue::try_from(value.as_str())) {
                 res.insert_header((n, v));
             }
         }
@@ -149,20 +139,12 @@ mod tests {
     fn body_has_the_four_fields_and_header_matches() {
         let res = ApiError::new(ErrorCode::NotFound, "key key_123 not found").error_response();
         assert_eq!(res.status(), 404);
-        let id = res
-            .headers()
-            .get(REQUEST_ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let id = res.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let bytes = res.into_body().try_into_bytes().expect("bytes");
         let v: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
         assert_eq!(v["error"]["code"], "NOT_FOUND");
         assert_eq!(v["error"]["message"], "key key_123 not found");
-        assert!(
-            v["error"]["docs"]
-                .as_str()
-                .is_some_and(|d| d.ends_with("/errors#NOT_FOUND"))
-        );
+        assert!(v["error"]["docs"].as_str().is_some_and(|d| d.ends_with("/errors#NOT_FOUND")));
         assert_eq!(v["error"]["requestId"].as_str(), id.as_deref());
         assert!(id.is_some_and(|id| id.starts_with("req_")));
     }
@@ -170,20 +152,12 @@ mod tests {
     #[test]
     fn every_code_maps_to_its_status_and_internals_stay_hidden() {
         for code in ErrorCode::ALL {
-            assert_eq!(
-                ApiError::new(code, "m").error_response().status().as_u16(),
-                code.http_status()
-            );
+            assert_eq!(ApiError::new(code, "m").error_response().status().as_u16(), code.http_status());
         }
         let e: ApiError =
             RbacError::Storage(keygate_rbac::StorageError::Internal("secret sql".into())).into();
         assert!(!e.message.contains("secret sql"));
         let res = ApiError::unauthorized("no").error_response();
-        assert_eq!(
-            res.headers()
-                .get("www-authenticate")
-                .and_then(|v| v.to_str().ok()),
-            Some("Bearer")
-        );
+        assert_eq!(res.headers().get("www-authenticate").and_then(|v| v.to_str().ok()), Some("Bearer"));
     }
 }

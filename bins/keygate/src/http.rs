@@ -24,17 +24,10 @@ pub async fn request_id(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let docs_base = req
-        .app_data::<web::Data<AppState>>()
-        .map(|s| s.docs_base.clone());
+    let docs_base = req.app_data::<web::Data<AppState>>().map(|s| s.docs_base.clone());
     let res = next.call(req).await?.map_into_boxed_body();
     let id = new_id(IdPrefix::Request);
-    let res = match res
-        .response()
-        .error()
-        .and_then(|e| e.as_error::<ApiError>())
-        .cloned()
-    {
+    let res = match res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
         Some(err) => {
             let rendered = err.render(&id, docs_base.as_deref().unwrap_or("/docs"));
             res.into_response(rendered)
@@ -42,8 +35,7 @@ pub async fn request_id(
         None => {
             let mut res = res;
             if let Ok(v) = HeaderValue::from_str(&id) {
-                res.headers_mut()
-                    .insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
+                res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
             }
             res
         }
@@ -63,19 +55,14 @@ where
 /// The bearer token of the `Authorization` header, or 401.
 fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
     let value = req.headers().get(header::AUTHORIZATION).ok_or_else(|| {
-        ApiError::unauthorized(
-            "the Authorization header is missing; send Authorization: Bearer <root key>",
-        )
+        ApiError::unauthorized("the Authorization header is missing; send Authorization: Bearer <root key>")
     })?;
-    let value = value
-        .to_str()
-        .map_err(|_| ApiError::unauthorized("the Authorization header is not valid text"))?;
+    let value =
+        value.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not valid text"))?;
     let (scheme, token) = value.trim().split_once(' ').unwrap_or((value, ""));
     let token = token.trim();
     if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-        return Err(ApiError::unauthorized(
-            "the Authorization header must be Bearer <root key>",
-        ));
+        return Err(ApiError::unauthorized("the Authorization header must be Bearer <root key>"));
     }
     Ok(token)
 }
@@ -111,12 +98,8 @@ pub async fn read_json<T: DeserializeOwned>(
             "the body must be JSON: send Content-Type: application/json",
         ));
     }
-    let too_large = || {
-        ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
-        )
-    };
+    let too_large =
+        || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes"));
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -125,11 +108,9 @@ pub async fn read_json<T: DeserializeOwned>(
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
-    let mut body =
-        web::BytesMut::with_capacity(declared.unwrap_or(512).min(MAX_BODY_BYTES as u64) as usize);
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(512).min(MAX_BODY_BYTES as u64) as usize);
     while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::bad_request(format!("could not read the body: {e}")))?;
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("could not read the body: {e}")))?;
         if body.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large());
         }
@@ -142,16 +123,12 @@ pub async fn read_json<T: DeserializeOwned>(
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         None => {
-            return Err(ApiError::bad_request(
-                "the body is empty; a JSON object is expected",
-            ));
+            return Err(ApiError::bad_request("the body is empty; a JSON object is expected"));
         }
         // serde would read a struct from an array too; every body here is an object.
         Some(b'{') => {}
         Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() => {
-            return Err(ApiError::bad_request(
-                "malformed JSON: the body is not valid JSON",
-            ));
+            return Err(ApiError::bad_request("malformed JSON: the body is not valid JSON"));
         }
         Some(_) => return Err(ApiError::bad_request("body: must be a JSON object")),
     }
@@ -164,22 +141,11 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             return ApiError::bad_request(format!("malformed JSON: {inner}"));
         }
         let text = strip_position(&inner.to_string());
-        if let Some(field) = text
-            .strip_prefix("missing field `")
-            .and_then(|r| r.strip_suffix('`'))
-        {
-            let full = if path.is_empty() {
-                field.to_string()
-            } else {
-                format!("{path}.{field}")
-            };
+        if let Some(field) = text.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
+            let full = if path.is_empty() { field.to_string() } else { format!("{path}.{field}") };
             return ApiError::bad_request(format!("{full}: is required"));
         }
-        let path = if path.is_empty() {
-            "body".to_string()
-        } else {
-            path
-        };
+        let path = if path.is_empty() { "body".to_string() } else { path };
         ApiError::bad_request(format!("{path}: {text}"))
     })?;
     Ok(value)
@@ -226,9 +192,7 @@ mod tests {
     }
 
     fn msg(body: &str) -> String {
-        parse_json::<Body>(body.as_bytes())
-            .expect_err("invalid")
-            .message
+        parse_json::<Body>(body.as_bytes()).expect_err("invalid").message
     }
 
     #[test]
@@ -238,10 +202,7 @@ mod tests {
             msg(r#"{"keyId": 1, "items": []}"#),
             "keyId: invalid type: integer `1`, expected a string"
         );
-        assert_eq!(
-            msg(r#"{"keyId": "k", "items": [{"n": 1}, {}]}"#),
-            "items.1.n: is required"
-        );
+        assert_eq!(msg(r#"{"keyId": "k", "items": [{"n": 1}, {}]}"#), "items.1.n: is required");
         assert!(
             msg(r#"{"keyId": "k", "items": [{"n": 1.0}]}"#)
                 .starts_with("items.0.n: invalid type: floating point")
@@ -257,15 +218,8 @@ mod tests {
         let deep_obj = format!("{}1{}", "{\"a\":".repeat(10_000), "}".repeat(10_000));
         // Deep nesting inside an unknown field is skipped without recursion.
         assert_eq!(msg(&deep_obj), "keyId: is required");
-        let deep_known = format!(
-            "{{\"keyId\":\"k\",\"items\":[{}1{}]}}",
-            "[".repeat(10_000),
-            "]".repeat(10_000)
-        );
-        assert!(
-            msg(&deep_known).starts_with("items.0"),
-            "{}",
-            msg(&deep_known)
-        );
+        let deep_known =
+            format!("{{\"keyId\":\"k\",\"items\":[{}1{}]}}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(msg(&deep_known).starts_with("items.0"), "{}", msg(&deep_known));
     }
 }

@@ -5,15 +5,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     match cli.command.unwrap_or(Command::Serve(Box::default())) {
-        Command::Serve(args) => {
-            match keygate::server::run_forever(args.into_config(&cli.database_url)) {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("keygate: {e:#}");
-                    std::process::ExitCode::FAILURE
-                }
+        Command::Serve(args) => match keygate::server::run_forever(args.into_config(&cli.database_url)) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("keygate: {e:#}");
+                std::process::ExitCode::FAILURE
             }
-        }
+        },
         admin => keygate::admin::run(&cli.database_url, admin),
     }
 }

@@ -34,11 +34,7 @@ where
 }
 
 fn methods_of(path: &str) -> &'static [&'static str] {
-    ROUTES
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map(|(_, m)| *m)
-        .unwrap_or(&["POST"])
+    ROUTES.iter().find(|(p, _)| *p == path).map(|(_, m)| *m).unwrap_or(&["POST"])
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -48,19 +44,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
-    cfg.service(resource(
-        SET_PERMISSIONS,
-        methods_of(SET_PERMISSIONS),
-        keys::set_permissions,
-    ))
-    .service(resource(ADD_ROLES, methods_of(ADD_ROLES), keys::add_roles))
-    .service(resource(GET_KEY, methods_of(GET_KEY), keys::get_key))
-    .service(resource(LIMIT, methods_of(LIMIT), ratelimit::limit))
-    .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
-    .service(resource(
-        ERROR_DOCS,
-        methods_of(ERROR_DOCS),
-        system::error_docs,
-    ))
-    .default_service(web::to(system::not_found));
+    cfg.service(resource(SET_PERMISSIONS, methods_of(SET_PERMISSIONS), keys::set_permissions))
+        .service(resource(ADD_ROLES, methods_of(ADD_ROLES), keys::add_roles))
+        .service(resource(GET_KEY, methods_of(GET_KEY), keys::get_key))
+        .service(resource(LIMIT, methods_of(LIMIT), ratelimit::limit))
+        .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
+        .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
+        .default_service(web::to(system::not_found));
 }

@@ -35,9 +35,7 @@ pub struct RunningServer {
 
 impl std::fmt::Debug for RunningServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunningServer")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
+        f.debug_struct("RunningServer").field("addr", &self.addr).finish_non_exhaustive()
     }
 }
 
@@ -54,29 +52,16 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
     let store = SqlStore::open(&config.database_url, config.pool.clone())
         .with_context(|| format!("opening the database {:?}", config.database_url))?;
-    let db_desc = format!(
-        "{} {}",
-        store.backend().kind(),
-        store.backend().display_location()
-    );
+    let db_desc = format!("{} {}", store.backend().kind(), store.backend().display_location());
     let rbac = RbacService::new(store, clock.clone());
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
 
-    let listener =
-        TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
+    let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
     let limiter: Arc<dyn RateLimitStore> = Arc::new(MemoryStore::new());
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
-    let docs_base = config
-        .docs_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{addr}/docs"));
-    let state = web::Data::new(AppState {
-        rbac,
-        limiter,
-        clock,
-        docs_base,
-    });
+    let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
+    let state = web::Data::new(AppState { rbac, limiter, clock, docs_base });
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -94,50 +79,33 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         "keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {})",
         state.limiter.kind()
     );
-    Ok(RunningServer {
-        addr,
-        handle: server.handle(),
-        server,
-        bootstrap_root_key,
-        state,
-    })
+    Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state })
 }
 
 /// First start: creates workspace `default` and a root key holding `*`, printed once.
-fn bootstrap(
-    rbac: &RbacService<SqlStore>,
-    root_key: Option<String>,
-) -> anyhow::Result<Option<Secret>> {
-    let Some((ws, rk, secret)) = rbac
-        .bootstrap(root_key.map(Secret::new))
-        .context("bootstrapping")?
-    else {
+fn bootstrap(rbac: &RbacService<SqlStore>, root_key: Option<String>) -> anyhow::Result<Option<Secret>> {
+    let Some((ws, rk, secret)) = rbac.bootstrap(root_key.map(Secret::new)).context("bootstrapping")? else {
         return Ok(None);
     };
     eprintln!(
         "keygate: first start: created workspace {:?} ({}) and root key {} holding \"*\".",
         ws.name, ws.id, rk.id
     );
-    eprintln!(
-        "keygate: ROOT KEY (shown once; store it now, it cannot be shown again): {}",
-        secret.expose()
-    );
+    eprintln!("keygate: ROOT KEY (shown once; store it now, it cannot be shown again): {}", secret.expose());
     Ok(Some(secret))
 }
 
 /// Reclaims ended windows of idle budgets; stops when the store is dropped.
 fn spawn_sweeper(store: Weak<dyn RateLimitStore>, clock: Arc<dyn Clock>) {
-    let spawned = std::thread::Builder::new()
-        .name("keygate-sweeper".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(SWEEP_INTERVAL);
-                match store.upgrade() {
-                    Some(s) => s.sweep(clock.now_ms()),
-                    None => return,
-                }
+    let spawned = std::thread::Builder::new().name("keygate-sweeper".into()).spawn(move || {
+        loop {
+            std::thread::sleep(SWEEP_INTERVAL);
+            match store.upgrade() {
+                Some(s) => s.sweep(clock.now_ms()),
+                None => return,
             }
-        });
+        }
+    });
     if let Err(e) = spawned {
         log::warn!("could not start the rate-limit sweeper: {e}");
     }

@@ -11,20 +11,11 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
 
 fn keygate(db: &str, args: &[&str]) -> (bool, Value, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("DATABASE_URL", db)
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).args(args).env("DATABASE_URL", db).env("RUST_LOG", "error").output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     let json = if out.status.success() {
-        assert_eq!(
-            stdout.trim().lines().count(),
-            1,
-            "exactly one JSON object: {stdout}"
-        );
+        assert_eq!(stdout.trim().lines().count(), 1, "exactly one JSON object: {stdout}");
         serde_json::from_str(stdout.trim()).unwrap()
     } else {
         assert!(stdout.is_empty(), "nothing on stdout on failure: {stdout}");
@@ -70,10 +61,7 @@ fn admin_subcommands_print_exact_json() {
         ],
     );
     assert_eq!(rk["workspaceId"], ws_id);
-    assert_eq!(
-        rk["permissions"],
-        serde_json::json!(["rbac.*.create_role", "api.*.read_key"])
-    );
+    assert_eq!(rk["permissions"], serde_json::json!(["rbac.*.create_role", "api.*.read_key"]));
     let secret = rk["key"].as_str().unwrap();
     assert!(secret.len() > 40);
     let bare = ok(&db, &["root-keys", "create", "--workspace", ws_id]);
@@ -89,31 +77,16 @@ fn admin_subcommands_print_exact_json() {
         assert_eq!(fields, ["createdAt", "id", "permissions", "prefix"]);
         assert!(secret.starts_with(k["prefix"].as_str().unwrap()) || k["id"] != rk["id"]);
     }
-    assert!(
-        !listed.to_string().contains(secret),
-        "list never shows secrets"
-    );
+    assert!(!listed.to_string().contains(secret), "list never shows secrets");
 
-    let revoked = ok(
-        &db,
-        &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()],
-    );
+    let revoked = ok(&db, &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()]);
+    assert_eq!(revoked, serde_json::json!({"id": rk["id"], "revoked": true}));
     assert_eq!(
-        revoked,
-        serde_json::json!({"id": rk["id"], "revoked": true})
-    );
-    assert_eq!(
-        ok(&db, &["root-keys", "list", "--workspace", "acme"])["rootKeys"]
-            .as_array()
-            .unwrap()
-            .len(),
+        ok(&db, &["root-keys", "list", "--workspace", "acme"])["rootKeys"].as_array().unwrap().len(),
         1
     );
 
-    let key = ok(
-        &db,
-        &["keys", "create", "--workspace", "acme", "--name", "first"],
-    );
+    let key = ok(&db, &["keys", "create", "--workspace", "acme", "--name", "first"]);
     assert!(key["keyId"].as_str().unwrap().starts_with("key_"));
     assert!(key["key"].as_str().unwrap().len() > 40);
     assert_eq!(key.as_object().unwrap().len(), 2);
@@ -122,26 +95,10 @@ fn admin_subcommands_print_exact_json() {
     fail(&db, &["workspaces", "create", "--name", "acme"]);
     fail(&db, &["workspaces", "create", "--name", ""]);
     fail(&db, &["root-keys", "create", "--workspace", "nope"]);
-    fail(
-        &db,
-        &[
-            "root-keys",
-            "create",
-            "--workspace",
-            "acme",
-            "--permission",
-            "bad perm",
-        ],
-    );
-    fail(
-        &db,
-        &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()],
-    );
+    fail(&db, &["root-keys", "create", "--workspace", "acme", "--permission", "bad perm"]);
+    fail(&db, &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()]);
     fail(&db, &["keys", "create", "--workspace", "ws_missing"]);
-    fail(
-        "mysql://localhost/x",
-        &["workspaces", "create", "--name", "x"],
-    );
+    fail("mysql://localhost/x", &["workspaces", "create", "--name", "x"]);
     let (success, _, stderr) = keygate(&db, &["root-keys", "frobnicate"]);
     assert!(!success && !stderr.is_empty());
 }
@@ -156,11 +113,7 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Starts `keygate` (no subcommand) and returns it with its stderr lines up to the
@@ -208,16 +161,10 @@ fn server_bootstraps_once_prints_the_key_and_logs_where_it_listens() {
     let port = free_port();
     let (server, lines) = serve(&db, port, None);
     let all = lines.join("\n");
-    let key_line = lines
-        .iter()
-        .find(|l| l.contains("ROOT KEY"))
-        .unwrap_or_else(|| panic!("{all}"));
+    let key_line = lines.iter().find(|l| l.contains("ROOT KEY")).unwrap_or_else(|| panic!("{all}"));
     let key = key_line.rsplit(' ').next().unwrap().to_string();
     assert!(key.starts_with("kg_root_"), "{key_line}");
-    let listen = lines
-        .iter()
-        .find(|l| l.contains("keygate listening on"))
-        .unwrap();
+    let listen = lines.iter().find(|l| l.contains("keygate listening on")).unwrap();
     assert!(
         listen.contains(&format!("127.0.0.1:{port}"))
             && listen.contains("sqlite")
@@ -252,10 +199,7 @@ fn keygate_root_key_sets_the_bootstrap_key() {
     assert!(lines.iter().any(|l| l.contains("first start")), "{lines:?}");
     let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer my-chosen-root-key-123\r\nConnection: close\r\n\r\n";
     let res = http(port, req);
-    assert!(
-        res.starts_with("HTTP/1.1 404"),
-        "authenticated, key not found: {res}"
-    );
+    assert!(res.starts_with("HTTP/1.1 404"), "authenticated, key not found: {res}");
 }
 
 #[test]
@@ -267,8 +211,5 @@ fn bad_configuration_fails_with_a_clear_message() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        stderr.contains("postgres://") && stderr.contains("sqlite://"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("postgres://") && stderr.contains("sqlite://"), "{stderr}");
 }

@@ -86,18 +86,11 @@ pub struct ValidationError {
 
 impl ValidationError {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
+        Self { path: path.into(), message: message.into() }
     }
 
     fn render(&self) -> String {
-        if self.path.is_empty() {
-            self.message.clone()
-        } else {
-            format!("{}: {}", self.path, self.message)
-        }
+        if self.path.is_empty() { self.message.clone() } else { format!("{}: {}", self.path, self.message) }
     }
 }
 
@@ -110,24 +103,14 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for c in ErrorCode::ALL {
             assert!(seen.insert(c.as_str()));
-            assert!(
-                c.as_str()
-                    .chars()
-                    .all(|ch| ch.is_ascii_uppercase() || ch == '_')
-            );
+            assert!(c.as_str().chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'));
         }
     }
 
     #[test]
     fn validation_message_has_path_prefix() {
         let e = ValidationError::new("permissions.2", "an entry needs an id or a name");
-        assert_eq!(
-            e.to_string(),
-            "permissions.2: an entry needs an id or a name"
-        );
-        assert_eq!(
-            ValidationError::new("", "body is empty").to_string(),
-            "body is empty"
-        );
+        assert_eq!(e.to_string(), "permissions.2: an entry needs an id or a name");
+        assert_eq!(ValidationError::new("", "body is empty").to_string(), "body is empty");
     }
 }

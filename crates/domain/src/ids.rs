@@ -51,8 +51,7 @@ pub fn random_token(prefix: &str) -> String {
 /// Whether `id` has the shape `<prefix>_...`. A reference with the wrong prefix is simply
 /// not found; callers use this to skip a pointless lookup.
 pub fn has_prefix(id: &str, prefix: IdPrefix) -> bool {
-    id.strip_prefix(prefix.as_str())
-        .is_some_and(|rest| rest.starts_with('_'))
+    id.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.starts_with('_'))
 }
 
 #[cfg(test)]

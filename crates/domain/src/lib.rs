@@ -13,8 +13,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorCode, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_token};
 pub use names::{
-    MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len,
-    validate_key_id, validate_permission_name, validate_role_name,
+    MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_key_id,
+    validate_permission_name, validate_role_name,
 };
 pub use secret::{Secret, hash_secret};
 
@@ -27,19 +27,11 @@ pub struct Named {
 
 impl Named {
     pub fn new(id: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            id: id.into(),
-            name: name.into(),
-        }
+        Self { id: id.into(), name: name.into() }
     }
 }
 
 /// Sorts by name bytes (UTF-8), ascending, as the contract defines "sorted by name".
 pub fn sort_by_name(items: &mut [Named]) {
-    items.sort_by(|a, b| {
-        a.name
-            .as_bytes()
-            .cmp(b.name.as_bytes())
-            .then_with(|| a.id.cmp(&b.id))
-    });
+    items.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()).then_with(|| a.id.cmp(&b.id)));
 }

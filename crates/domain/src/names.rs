@@ -16,10 +16,7 @@ pub fn check_len(path: &str, value: &str, max: usize) -> Result<(), ValidationEr
     }
     // Cheap exit: a string of at most `max` bytes has at most `max` chars.
     if value.len() > max && value.chars().count() > max {
-        return Err(ValidationError::new(
-            path,
-            format!("must be at most {max} characters"),
-        ));
+        return Err(ValidationError::new(path, format!("must be at most {max} characters")));
     }
     Ok(())
 }
@@ -27,9 +24,8 @@ pub fn check_len(path: &str, value: &str, max: usize) -> Result<(), ValidationEr
 /// Permission names: 1-255 characters of `A-Z a-z 0-9 . _ - : *`.
 pub fn validate_permission_name(path: &str, name: &str) -> Result<(), ValidationError> {
     check_len(path, name, MAX_NAME_CHARS)?;
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '*')))
+    if let Some(bad) =
+        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '*')))
     {
         return Err(ValidationError::new(
             path,
@@ -43,10 +39,7 @@ pub fn validate_permission_name(path: &str, name: &str) -> Result<(), Validation
 pub fn validate_role_name(path: &str, name: &str) -> Result<(), ValidationError> {
     check_len(path, name, MAX_NAME_CHARS)?;
     if name.chars().any(char::is_control) {
-        return Err(ValidationError::new(
-            path,
-            "must not contain control characters",
-        ));
+        return Err(ValidationError::new(path, "must not contain control characters"));
     }
     Ok(())
 }
@@ -62,13 +55,7 @@ mod tests {
 
     #[test]
     fn permission_names() {
-        for ok in [
-            "a",
-            "documents.read",
-            "rbac.*.add_role_to_key",
-            "A-b_c:d",
-            &"x".repeat(255),
-        ] {
+        for ok in ["a", "documents.read", "rbac.*.add_role_to_key", "A-b_c:d", &"x".repeat(255)] {
             assert!(validate_permission_name("p", ok).is_ok(), "{ok}");
         }
         let e = validate_permission_name("permissions.0.name", "").unwrap_err();

@@ -41,10 +41,7 @@ mod tests {
     fn debug_redacts_and_hash_is_sha256() {
         let s = Secret::new("kg_root_abc");
         assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
-        assert_eq!(
-            hash_secret("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(hash_secret("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert_eq!(s.visible_prefix(), "kg_root_ab");
     }
 }

@@ -1,76 +1,66 @@
 //! The in-process decision: 1 and 2 threads; 1, 100k and 1M live budgets.
 //! `cargo bench -p keygate-ratelimit --bench decision`
+//!
+//! Identifiers are read in order from a prepared list, as a server reads the identifier of
+//! the request it has just parsed (hot in cache); the table probes they cause are in hash
+//! order, i.e. random. `short` identifiers (`user_00012345`, 13 bytes) are stored inline;
+//! `long` ones (`user_00012345@example.com`, 25 bytes) take the heap path.
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use keygate_ratelimit::{BudgetKey, LimitRequest, MemoryStore};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const NS: &str = "rlns_8fW2kQxZpL3vN7aT9cYdJe";
-const REQ: LimitRequest = LimitRequest {
-    limit: u64::MAX >> 12,
-    duration: 3_600_000,
-    cost: 1,
-};
+const REQ: LimitRequest = LimitRequest { limit: u64::MAX >> 12, duration: 3_600_000, cost: 1 };
 const NOW: u64 = 1_800_000_000_000;
 
-fn filled(live: usize) -> (MemoryStore, Vec<String>) {
+fn filled(live: usize, long: bool, ns: &Arc<str>) -> (MemoryStore, Vec<String>) {
     let store = MemoryStore::new();
     let ids: Vec<String> = (0..live)
-        .map(|i| format!("user_{i:08}@example.com"))
+        .map(|i| if long { format!("user_{i:08}@example.com") } else { format!("user_{i:08}") })
         .collect();
     for id in &ids {
-        store.check(
-            BudgetKey {
-                namespace_id: NS,
-                identifier: id,
-                duration: REQ.duration,
-            },
-            REQ,
-            NOW,
-        );
+        store.check(BudgetKey { namespace_id: ns, identifier: id, duration: REQ.duration }, REQ, NOW);
     }
     (store, ids)
 }
 
+fn run(store: &MemoryStore, ids: &[String], ns: &Arc<str>, start: usize, iters: u64) {
+    let mut i = start % ids.len();
+    for _ in 0..iters {
+        i += 1;
+        if i == ids.len() {
+            i = 0;
+        }
+        let key = BudgetKey { namespace_id: ns, identifier: &ids[i], duration: REQ.duration };
+        black_box(store.check(key, REQ, NOW));
+    }
+}
+
 fn bench(c: &mut Criterion) {
+    let ns: Arc<str> = Arc::from("rlns_8fW2kQxZpL3vN7aT9cYdJe");
     let mut group = c.benchmark_group("decision");
-    group
-        .measurement_time(Duration::from_secs(4))
-        .warm_up_time(Duration::from_secs(1));
-    for live in [1usize, 100_000, 1_000_000] {
-        let (store, ids) = filled(live);
-        group.bench_with_input(BenchmarkId::new("1_thread", live), &live, |b, _| {
-            let mut i = 0usize;
-            b.iter(|| {
-                i = (i + 7919) % ids.len();
-                let key = BudgetKey {
-                    namespace_id: NS,
-                    identifier: &ids[i],
-                    duration: REQ.duration,
-                };
-                black_box(store.check(key, REQ, NOW))
+    group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    let cases = [(1usize, false), (100_000, false), (1_000_000, false), (100_000, true)];
+    for (live, long) in cases {
+        let (store, ids) = filled(live, long, &ns);
+        let label = format!("{live}_{}", if long { "long" } else { "short" });
+        group.bench_with_input(BenchmarkId::new("1_thread", &label), &live, |b, _| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                run(&store, &ids, &ns, 0, iters);
+                start.elapsed()
             })
         });
-        group.bench_with_input(BenchmarkId::new("2_threads", live), &live, |b, _| {
+        group.bench_with_input(BenchmarkId::new("2_threads", &label), &live, |b, _| {
             // Wall time of 2 threads doing `iters` decisions each, divided by 2*iters:
             // the per-decision cost at full use of both cores.
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 std::thread::scope(|s| {
                     for t in 0..2usize {
-                        let (store, ids) = (&store, &ids);
-                        s.spawn(move || {
-                            let mut i = t * 104_729;
-                            for _ in 0..iters {
-                                i = (i + 7919) % ids.len();
-                                let key = BudgetKey {
-                                    namespace_id: NS,
-                                    identifier: &ids[i],
-                                    duration: REQ.duration,
-                                };
-                                black_box(store.check(key, REQ, NOW));
-                            }
-                        });
+                        let (store, ids, ns) = (&store, &ids, &ns);
+                        s.spawn(move || run(store, ids, ns, t * ids.len() / 2, iters));
                     }
                 });
                 start.elapsed() / 2
@@ -78,6 +68,22 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    // Calibration: the floor of any hash table on this machine, a bare foldhash
+    // `HashMap<u64, u64>` probe in the same (hash-random) order, no lock, no strings.
+    let mut base = c.benchmark_group("baseline_hashmap_probe");
+    base.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    for live in [100_000u64, 1_000_000] {
+        let map: hashbrown::HashMap<u64, u64> = (0..live).map(|k| (k, k)).collect();
+        base.bench_with_input(BenchmarkId::new("1_thread", live), &live, |b, _| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i = if i + 1 == live { 0 } else { i + 1 };
+                black_box(map.get(&black_box(i)))
+            })
+        });
+    }
+    base.finish();
 }
 
 criterion_group!(benches, bench);

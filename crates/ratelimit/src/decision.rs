@@ -16,32 +16,31 @@ pub struct Decision {
     pub reset: u64,
 }
 
-/// What a store keeps for one budget.
+/// What a store keeps for one budget: the start of its window (Unix ms, a multiple of the
+/// duration) and the tokens used in it. Keeping the start rather than the window's index
+/// lets the common case (same window) decide without a division.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowState {
-    pub window: u64,
+    pub start: u64,
     pub used: u64,
 }
 
 impl WindowState {
-    /// Whether this state belongs to a window that has ended at `now_ms`.
+    /// Whether `now_ms` lies outside this state's window `[start, start + duration)`,
+    /// i.e. `floor(now / duration) != start / duration`.
     pub fn is_expired(&self, duration: u64, now_ms: u64) -> bool {
-        now_ms / duration.max(1) != self.window
+        now_ms < self.start || now_ms - self.start >= duration
     }
 }
 
 /// The decision, as a pure function. `state` is what the store holds for the budget (or
 /// `None`); the returned state is what it must hold afterwards.
-pub fn decide(
-    state: Option<WindowState>,
-    req: LimitRequest,
-    now_ms: u64,
-) -> (WindowState, Decision) {
+pub fn decide(state: Option<WindowState>, req: LimitRequest, now_ms: u64) -> (WindowState, Decision) {
     let duration = req.duration.max(1);
-    let window = now_ms / duration;
-    let used = match state {
-        Some(s) if s.window == window => s.used,
-        _ => 0,
+    let (start, used) = match state {
+        Some(s) if !s.is_expired(duration, now_ms) => (s.start, s.used),
+        // window = floor(now / duration); its start is window * duration.
+        _ => (now_ms - now_ms % duration, 0),
     };
     let (success, used) = if req.cost == 0 {
         (used < req.limit, used)
@@ -55,9 +54,9 @@ pub fn decide(
         success,
         limit: req.limit,
         remaining: req.limit.saturating_sub(used),
-        reset: window.saturating_add(1).saturating_mul(duration),
+        reset: start.saturating_add(duration),
     };
-    (WindowState { window, used }, decision)
+    (WindowState { start, used }, decision)
 }
 
 #[cfg(test)]
@@ -67,37 +66,19 @@ mod tests {
     const D: u64 = 10_000;
 
     fn req(limit: u64, cost: u64) -> LimitRequest {
-        LimitRequest {
-            limit,
-            duration: D,
-            cost,
-        }
+        LimitRequest { limit, duration: D, cost }
     }
 
     #[test]
     fn fresh_budget_passes_and_reset_is_window_end() {
         let (s, d) = decide(None, req(3, 1), 123_456);
-        assert_eq!(
-            s,
-            WindowState {
-                window: 12,
-                used: 1
-            }
-        );
-        assert_eq!(
-            d,
-            Decision {
-                success: true,
-                limit: 3,
-                remaining: 2,
-                reset: 130_000
-            }
-        );
+        assert_eq!(s, WindowState { start: 120_000, used: 1 });
+        assert_eq!(d, Decision { success: true, limit: 3, remaining: 2, reset: 130_000 });
     }
 
     #[test]
     fn denial_deducts_nothing() {
-        let s = WindowState { window: 0, used: 2 };
+        let s = WindowState { start: 0, used: 2 };
         let (s2, d) = decide(Some(s), req(3, 2), 5);
         assert!(!d.success);
         assert_eq!(s2, s);
@@ -121,18 +102,15 @@ mod tests {
         let (s, d) = decide(None, req(2, 0), 0);
         assert!(d.success);
         assert_eq!((s.used, d.remaining), (0, 2));
-        let full = WindowState { window: 0, used: 2 };
+        let full = WindowState { start: 0, used: 2 };
         let (s, d) = decide(Some(full), req(2, 0), 1);
-        assert!(
-            !d.success,
-            "cost 0 on an exhausted budget says success=false"
-        );
+        assert!(!d.success, "cost 0 on an exhausted budget says success=false");
         assert_eq!((s, d.remaining), (full, 0));
     }
 
     #[test]
     fn window_edges() {
-        let s = WindowState { window: 0, used: 3 };
+        let s = WindowState { start: 0, used: 3 };
         // Last millisecond of window 0: still exhausted.
         let (_, d) = decide(Some(s), req(3, 1), D - 1);
         assert!(!d.success);
@@ -140,7 +118,7 @@ mod tests {
         // First millisecond of window 1: fresh budget.
         let (s1, d) = decide(Some(s), req(3, 1), D);
         assert!(d.success);
-        assert_eq!(s1, WindowState { window: 1, used: 1 });
+        assert_eq!(s1, WindowState { start: D, used: 1 });
         assert_eq!(d.reset, 2 * D);
         assert!(s.is_expired(D, D) && !s.is_expired(D, D - 1));
     }
@@ -159,23 +137,59 @@ mod tests {
     #[test]
     fn huge_numbers_do_not_overflow() {
         let max = (1u64 << 53) - 1;
-        let big = LimitRequest {
-            limit: max,
-            duration: max,
-            cost: max,
-        };
-        let (s, d) = decide(Some(WindowState { window: 0, used: 1 }), big, max - 1);
+        let big = LimitRequest { limit: max, duration: max, cost: max };
+        let (s, d) = decide(Some(WindowState { start: 0, used: 1 }), big, max - 1);
         assert!(!d.success);
         assert_eq!(s.used, 1);
         assert_eq!(d.reset, max);
-        let (_, d) = decide(
-            Some(WindowState {
-                window: 0,
-                used: u64::MAX,
-            }),
-            req(u64::MAX, 1),
-            0,
-        );
+        let (_, d) = decide(Some(WindowState { start: 0, used: u64::MAX }), req(u64::MAX, 1), 0);
         assert!(!d.success);
+    }
+
+    /// The contract's formula, with window indexes and divisions, as a reference.
+    fn reference(prev: Option<(u64, u64)>, req: LimitRequest, now: u64) -> (u64, Decision) {
+        let window = now / req.duration;
+        let used = match prev {
+            Some((w, u)) if w == window => u,
+            _ => 0,
+        };
+        let (success, used) = if req.cost == 0 {
+            (used < req.limit, used)
+        } else if used + req.cost <= req.limit {
+            (true, used + req.cost)
+        } else {
+            (false, used)
+        };
+        let d = Decision {
+            success,
+            limit: req.limit,
+            remaining: req.limit.saturating_sub(used),
+            reset: (window + 1) * req.duration,
+        };
+        (used, d)
+    }
+
+    #[test]
+    fn matches_the_contract_formula_on_a_grid() {
+        for duration in [1_000u64, 1_500, 60_000] {
+            for limit in [1u64, 2, 5] {
+                for cost in [0u64, 1, 2, 6] {
+                    let req = LimitRequest { limit, duration, cost };
+                    // A sequence of calls at increasing (and one decreasing) times.
+                    let times =
+                        [0u64, 1, 999, 1_000, 1_499, 1_500, 2_999, 3_000, 2_000, 59_999, 60_000, 61_234];
+                    let (mut ours, mut theirs): (Option<WindowState>, Option<(u64, u64)>) = (None, None);
+                    for &t in &times {
+                        let (s, d) = decide(ours, req, t);
+                        let (used, expected) = reference(theirs, req, t);
+                        assert_eq!(d, expected, "d={duration} l={limit} c={cost} t={t}");
+                        assert_eq!(s.used, used);
+                        assert_eq!(s.start, (t / duration) * duration);
+                        ours = Some(s);
+                        theirs = Some((t / duration, used));
+                    }
+                }
+            }
+        }
     }
 }

@@ -31,12 +31,14 @@ pub use decision::{Decision, LimitRequest, WindowState, decide};
 pub use memory::{MemoryStore, MemoryStoreStats};
 
 use keygate_domain::ErrorCode;
+use std::sync::Arc;
 
 /// The identity of one budget. Borrowed, so the hot path allocates nothing for a budget
-/// that already exists.
+/// that already exists. The namespace id is an `Arc<str>` so that every budget of a
+/// namespace can share one allocation (and compare by pointer first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BudgetKey<'a> {
-    pub namespace_id: &'a str,
+    pub namespace_id: &'a Arc<str>,
     pub identifier: &'a str,
     pub duration: u64,
 }
@@ -59,12 +61,7 @@ impl StoreError {
 
 /// Where window states live. `limit` must apply [`decide`] atomically per budget.
 pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
-    fn limit(
-        &self,
-        key: BudgetKey<'_>,
-        req: LimitRequest,
-        now_ms: u64,
-    ) -> Result<Decision, StoreError>;
+    fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError>;
 
     /// A short name for logs and liveness ("memory", "redis").
     fn kind(&self) -> &'static str;

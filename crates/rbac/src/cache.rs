@@ -23,10 +23,7 @@ pub(crate) struct AuthCache {
 
 impl AuthCache {
     pub fn new(ttl_ms: u64) -> Self {
-        Self {
-            ttl_ms,
-            entries: RwLock::new(HashMap::new()),
-        }
+        Self { ttl_ms, entries: RwLock::new(HashMap::new()) }
     }
 
     /// `Some(Some(p))`: a known root key; `Some(None)`: known to be invalid; `None`: ask
@@ -42,22 +39,12 @@ impl AuthCache {
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
-        entries.insert(
-            hash,
-            AuthEntry {
-                principal,
-                fetched_at: now,
-            },
-        );
+        entries.insert(hash, AuthEntry { principal, fetched_at: now });
     }
 
     /// Forgets a root key at once (revocation through this instance).
     pub fn evict_root_key(&self, root_key_id: &str) {
-        self.entries.write().retain(|_, e| {
-            e.principal
-                .as_ref()
-                .is_none_or(|p| p.root_key_id != root_key_id)
-        });
+        self.entries.write().retain(|_, e| e.principal.as_ref().is_none_or(|p| p.root_key_id != root_key_id));
     }
 }
 
@@ -73,11 +60,7 @@ pub(crate) struct NamespaceCache {
 
 impl NamespaceCache {
     pub fn get(&self, workspace_id: &str, name: &str) -> Option<Arc<str>> {
-        self.by_workspace
-            .read()
-            .get(workspace_id)?
-            .get(name)
-            .cloned()
+        self.by_workspace.read().get(workspace_id)?.get(name).cloned()
     }
 
     pub fn put(&self, workspace_id: &str, name: &str, id: Arc<str>) {
@@ -85,9 +68,7 @@ impl NamespaceCache {
         if map.values().map(HashMap::len).sum::<usize>() >= MAX_ENTRIES {
             map.clear();
         }
-        map.entry(workspace_id.into())
-            .or_default()
-            .insert(name.into(), id);
+        map.entry(workspace_id.into()).or_default().insert(name.into(), id);
     }
 }
 
@@ -98,11 +79,7 @@ mod tests {
     #[test]
     fn auth_entries_expire_after_ttl_and_evict_by_id() {
         let c = AuthCache::new(10_000);
-        let p = Arc::new(Principal::new(
-            "rk_1".into(),
-            "ws_1".into(),
-            ["*".to_string()],
-        ));
+        let p = Arc::new(Principal::new("rk_1".into(), "ws_1".into(), ["*".to_string()]));
         c.put("h".into(), Some(p), 1_000);
         c.put("bad".into(), None, 1_000);
         assert!(c.get("h", 10_999).is_some_and(|p| p.is_some()));

@@ -44,9 +44,7 @@ impl RbacError {
             RbacError::Forbidden(_) => ErrorCode::Forbidden,
             RbacError::InsufficientPermissions(_) => ErrorCode::InsufficientPermissions,
             RbacError::NotFound(_) => ErrorCode::NotFound,
-            RbacError::Conflict(_) | RbacError::Storage(StorageError::Conflict(_)) => {
-                ErrorCode::Conflict
-            }
+            RbacError::Conflict(_) | RbacError::Storage(StorageError::Conflict(_)) => ErrorCode::Conflict,
             RbacError::Storage(StorageError::Unavailable(_)) => ErrorCode::ServiceUnavailable,
             RbacError::Storage(StorageError::Internal(_)) => ErrorCode::InternalServerError,
         }

@@ -34,11 +34,7 @@ impl Principal {
         workspace_id: String,
         permissions: impl IntoIterator<Item = String>,
     ) -> Self {
-        Self {
-            root_key_id,
-            workspace_id,
-            permissions: permissions.into_iter().collect(),
-        }
+        Self { root_key_id, workspace_id, permissions: permissions.into_iter().collect() }
     }
 
     /// `*` or exactly `permission`; strings are compared literally.
@@ -84,18 +80,10 @@ pub struct EntityRef {
 
 impl EntityRef {
     pub fn by_id(id: impl Into<String>) -> Self {
-        Self {
-            id: Some(id.into()),
-            name_field: "name",
-            ..Self::default()
-        }
+        Self { id: Some(id.into()), name_field: "name", ..Self::default() }
     }
     pub fn by_name(name: impl Into<String>) -> Self {
-        Self {
-            name: Some(name.into()),
-            name_field: "name",
-            ..Self::default()
-        }
+        Self { name: Some(name.into()), name_field: "name", ..Self::default() }
     }
     pub fn with_create(mut self, create: bool) -> Self {
         self.create = Some(create);

@@ -70,23 +70,13 @@ struct RefPlan {
     pairs: Vec<(String, String, String)>,
 }
 
-fn plan_refs(
-    rules: &LinkRules,
-    refs: &[EntityRef],
-    min_entries: usize,
-) -> Result<RefPlan, ValidationError> {
+fn plan_refs(rules: &LinkRules, refs: &[EntityRef], min_entries: usize) -> Result<RefPlan, ValidationError> {
     let field = rules.kind.plural();
     if refs.len() < min_entries {
-        return Err(ValidationError::new(
-            field,
-            format!("needs at least {min_entries} entry"),
-        ));
+        return Err(ValidationError::new(field, format!("needs at least {min_entries} entry")));
     }
     if refs.len() > MAX_REFS_PER_CALL {
-        return Err(ValidationError::new(
-            field,
-            format!("at most {MAX_REFS_PER_CALL} entries"),
-        ));
+        return Err(ValidationError::new(field, format!("at most {MAX_REFS_PER_CALL} entries")));
     }
     let mut plan = RefPlan::default();
     for (i, r) in refs.iter().enumerate() {
@@ -107,17 +97,10 @@ fn plan_refs(
             }
             (None, Some(name)) => {
                 let create = r.create.unwrap_or(rules.create_by_default);
-                if plan
-                    .names
-                    .get(name)
-                    .is_some_and(|&previous| previous != create)
-                {
+                if plan.names.get(name).is_some_and(|&previous| previous != create) {
                     return Err(ValidationError::new(
                         path,
-                        format!(
-                            "{} {name} is listed twice with different create flags",
-                            rules.kind.noun()
-                        ),
+                        format!("{} {name} is listed twice with different create flags", rules.kind.noun()),
                     ));
                 }
                 plan.names.insert(name.clone(), create);
@@ -139,12 +122,7 @@ pub struct RbacService<S> {
 
 impl<S: RbacStore> RbacService<S> {
     pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
-        Self {
-            store,
-            clock,
-            auth: AuthCache::new(AUTH_CACHE_TTL_MS),
-            namespaces: NamespaceCache::default(),
-        }
+        Self { store, clock, auth: AuthCache::new(AUTH_CACHE_TTL_MS), namespaces: NamespaceCache::default() }
     }
 
     pub fn store(&self) -> &S {
@@ -169,9 +147,7 @@ impl<S: RbacStore> RbacService<S> {
     /// ([`Self::authenticate`]). Never blocks on I/O.
     pub fn authenticate_cached(&self, token: &str) -> Option<Result<Arc<Principal>, RbacError>> {
         let hash = hash_secret(token);
-        self.auth
-            .get(&hash, self.clock.now_ms())
-            .map(|p| self.check_principal(p))
+        self.auth.get(&hash, self.clock.now_ms()).map(|p| self.check_principal(p))
     }
 
     /// Verifies a root key: cache first, then the store.
@@ -182,14 +158,10 @@ impl<S: RbacStore> RbacService<S> {
             return self.check_principal(p);
         }
         let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
-        if found
-            .as_ref()
-            .is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64))
-        {
+        if found.as_ref().is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64)) {
             return Err(RbacError::Forbidden("the root key has expired".into()));
         }
-        let principal =
-            found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
+        let principal = found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
         self.auth.put(hash, principal.clone(), now);
         self.check_principal(principal)
     }
@@ -240,19 +212,12 @@ impl<S: RbacStore> RbacService<S> {
             }
 
             // Resolve ids.
-            let wanted: Vec<String> = plan
-                .ids
-                .iter()
-                .filter(|id| has_prefix(id, rules.id_prefix))
-                .cloned()
-                .collect();
+            let wanted: Vec<String> =
+                plan.ids.iter().filter(|id| has_prefix(id, rules.id_prefix)).cloned().collect();
             let by_id: HashMap<String, Named> = if wanted.is_empty() {
                 HashMap::new()
             } else {
-                tx.entities_by_ids(kind, ws, &wanted)?
-                    .into_iter()
-                    .map(|e| (e.id.clone(), e))
-                    .collect()
+                tx.entities_by_ids(kind, ws, &wanted)?.into_iter().map(|e| (e.id.clone(), e)).collect()
             };
             if let Some(missing) = plan.ids.iter().find(|id| !by_id.contains_key(*id)) {
                 return Err(RbacError::NotFound(format!("{noun} {missing} not found")));
@@ -271,10 +236,7 @@ impl<S: RbacStore> RbacService<S> {
             let by_name: HashMap<String, Named> = if names.is_empty() {
                 HashMap::new()
             } else {
-                tx.entities_by_names(kind, ws, &names)?
-                    .into_iter()
-                    .map(|e| (e.name.clone(), e))
-                    .collect()
+                tx.entities_by_names(kind, ws, &names)?.into_iter().map(|e| (e.name.clone(), e)).collect()
             };
             let mut to_create = Vec::new();
             for (name, &create) in &plan.names {
@@ -300,11 +262,9 @@ impl<S: RbacStore> RbacService<S> {
                 at: now,
             };
             let (created_action, attach_action, detach_action) = match kind {
-                EntityKind::Permission => (
-                    "permission.create",
-                    "key.attach_permission",
-                    "key.detach_permission",
-                ),
+                EntityKind::Permission => {
+                    ("permission.create", "key.attach_permission", "key.detach_permission")
+                }
                 EntityKind::Role => ("role.create", "key.attach_role", "key.detach_role"),
             };
             let mut events = Vec::new();
@@ -321,22 +281,12 @@ impl<S: RbacStore> RbacService<S> {
                 target.insert(stored.id.clone(), stored);
             }
 
-            let current: BTreeMap<String, Named> = tx
-                .key_entities(kind, key_id)?
-                .into_iter()
-                .map(|e| (e.id.clone(), e))
-                .collect();
-            let attach: Vec<String> = target
-                .keys()
-                .filter(|id| !current.contains_key(*id))
-                .cloned()
-                .collect();
+            let current: BTreeMap<String, Named> =
+                tx.key_entities(kind, key_id)?.into_iter().map(|e| (e.id.clone(), e)).collect();
+            let attach: Vec<String> =
+                target.keys().filter(|id| !current.contains_key(*id)).cloned().collect();
             let detach: Vec<String> = match mode {
-                LinkMode::Replace => current
-                    .keys()
-                    .filter(|id| !target.contains_key(*id))
-                    .cloned()
-                    .collect(),
+                LinkMode::Replace => current.keys().filter(|id| !target.contains_key(*id)).cloned().collect(),
                 LinkMode::Add => Vec::new(),
             };
             if !detach.is_empty() {
@@ -380,20 +330,12 @@ impl<S: RbacStore> RbacService<S> {
             let mut roles = tx.key_entities(EntityKind::Role, key_id)?;
             sort_by_name(&mut permissions);
             sort_by_name(&mut roles);
-            Ok(KeyView {
-                key,
-                permissions,
-                roles,
-            })
+            Ok(KeyView { key, permissions, roles })
         })
     }
 
     /// Creates a key in a workspace; returns it and its secret (shown once).
-    pub fn create_key(
-        &self,
-        workspace_id: &str,
-        name: Option<String>,
-    ) -> Result<(Key, Secret), RbacError> {
+    pub fn create_key(&self, workspace_id: &str, name: Option<String>) -> Result<(Key, Secret), RbacError> {
         if let Some(n) = &name {
             validate_role_name("name", n)?;
         }
@@ -421,9 +363,7 @@ impl<S: RbacStore> RbacService<S> {
         if p.holds(PERM_LIMIT) {
             return Ok(true);
         }
-        if p.permissions()
-            .any(|x| x.starts_with("ratelimit.") && x.ends_with(".limit"))
-        {
+        if p.permissions().any(|x| x.starts_with("ratelimit.") && x.ends_with(".limit")) {
             return Ok(false);
         }
         Err(RbacError::missing(&[PERM_LIMIT]))
@@ -447,11 +387,7 @@ impl<S: RbacStore> RbacService<S> {
 
     /// The namespace id for `name`, from the cache only; `None` means the store must be
     /// asked ([`Self::resolve_namespace`]). Never blocks on I/O.
-    pub fn namespace_cached(
-        &self,
-        p: &Principal,
-        name: &str,
-    ) -> Option<Result<Arc<str>, RbacError>> {
+    pub fn namespace_cached(&self, p: &Principal, name: &str) -> Option<Result<Arc<str>, RbacError>> {
         let all = match self.check_limit_any(p) {
             Ok(all) => all,
             Err(e) => return Some(Err(e)),
@@ -515,11 +451,8 @@ impl<S: RbacStore> RbacService<S> {
             if tx.count_workspaces()? > 0 {
                 return Ok(None);
             }
-            let ws = Workspace {
-                id: new_id(IdPrefix::Workspace),
-                name: "default".into(),
-                created_at: self.now(),
-            };
+            let ws =
+                Workspace { id: new_id(IdPrefix::Workspace), name: "default".into(), created_at: self.now() };
             tx.insert_workspace(&ws)?;
             let (rk, secret) = self.insert_root_key(tx, &ws.id, vec!["*".into()], secret)?;
             Ok(Some((ws, rk, secret)))
@@ -534,21 +467,13 @@ impl<S: RbacStore> RbacService<S> {
     pub fn create_workspace(&self, name: &str) -> Result<Workspace, RbacError> {
         validate_role_name("name", name)?;
         if has_prefix(name, IdPrefix::Workspace) {
-            return Err(
-                ValidationError::new("name", "must not look like a workspace id (ws_...)").into(),
-            );
+            return Err(ValidationError::new("name", "must not look like a workspace id (ws_...)").into());
         }
         self.store.transaction(|tx| {
             if tx.find_workspace(name)?.is_some() {
-                return Err(RbacError::Conflict(format!(
-                    "workspace {name} already exists"
-                )));
+                return Err(RbacError::Conflict(format!("workspace {name} already exists")));
             }
-            let ws = Workspace {
-                id: new_id(IdPrefix::Workspace),
-                name: name.into(),
-                created_at: self.now(),
-            };
+            let ws = Workspace { id: new_id(IdPrefix::Workspace), name: name.into(), created_at: self.now() };
             tx.insert_workspace(&ws)?;
             Ok(ws)
         })
@@ -597,8 +522,7 @@ impl<S: RbacStore> RbacService<S> {
             }
         }
         let ws = self.find_workspace(workspace)?;
-        self.store
-            .transaction(|tx| self.insert_root_key(tx, &ws.id, perms, None))
+        self.store.transaction(|tx| self.insert_root_key(tx, &ws.id, perms, None))
     }
 
     pub fn list_root_keys(&self, workspace: &str) -> Result<Vec<RootKey>, RbacError> {
@@ -609,14 +533,8 @@ impl<S: RbacStore> RbacService<S> {
     /// Revokes a root key; this instance rejects it at once.
     pub fn revoke_root_key(&self, id: &str) -> Result<(), RbacError> {
         let now = self.now();
-        let revoked = self
-            .store
-            .transaction(|tx| Ok(tx.revoke_root_key(id, now)?))?;
+        let revoked = self.store.transaction(|tx| Ok(tx.revoke_root_key(id, now)?))?;
         self.auth.evict_root_key(id);
-        if revoked {
-            Ok(())
-        } else {
-            Err(RbacError::NotFound(format!("root key {id} not found")))
-        }
+        if revoked { Ok(()) } else { Err(RbacError::NotFound(format!("root key {id} not found"))) }
     }
 }

@@ -53,18 +53,8 @@ pub trait RbacTx {
     fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool>;
 
     // Permissions and roles.
-    fn entities_by_ids(
-        &mut self,
-        kind: EntityKind,
-        workspace_id: &str,
-        ids: &[String],
-    ) -> R<Vec<Named>>;
-    fn entities_by_names(
-        &mut self,
-        kind: EntityKind,
-        workspace_id: &str,
-        names: &[String],
-    ) -> R<Vec<Named>>;
+    fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>>;
+    fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>>;
     /// Inserts `entity` unless its name exists; returns the stored entity and whether this
     /// call created it. Safe against a concurrent creation of the same name.
     fn insert_entity_if_absent(
@@ -88,12 +78,7 @@ pub trait RbacTx {
 
     // Rate-limit namespaces.
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
-    fn insert_namespace_if_absent(
-        &mut self,
-        workspace_id: &str,
-        ns: &Named,
-        now: i64,
-    ) -> R<(Named, bool)>;
+    fn insert_namespace_if_absent(&mut self, workspace_id: &str, ns: &Named, now: i64) -> R<(Named, bool)>;
 
     // Audit.
     fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()>;

@@ -73,35 +73,17 @@ mod tests {
 
     #[test]
     fn url_forms() {
-        assert_eq!(
-            Backend::from_url("sqlite://keygate.db"),
-            Ok(Backend::Sqlite("keygate.db".into()))
-        );
-        assert_eq!(
-            Backend::from_url("sqlite:///var/lib/k.db"),
-            Ok(Backend::Sqlite("/var/lib/k.db".into()))
-        );
-        assert_eq!(
-            Backend::from_url("./k.db"),
-            Ok(Backend::Sqlite("./k.db".into()))
-        );
+        assert_eq!(Backend::from_url("sqlite://keygate.db"), Ok(Backend::Sqlite("keygate.db".into())));
+        assert_eq!(Backend::from_url("sqlite:///var/lib/k.db"), Ok(Backend::Sqlite("/var/lib/k.db".into())));
+        assert_eq!(Backend::from_url("./k.db"), Ok(Backend::Sqlite("./k.db".into())));
         assert_eq!(
             Backend::from_url("postgres://u:p@h/db"),
             Ok(Backend::Postgres("postgres://u:p@h/db".into()))
         );
-        assert!(matches!(
-            Backend::from_url("postgresql://h/db"),
-            Ok(Backend::Postgres(_))
-        ));
-        assert!(matches!(
-            Backend::from_url("mysql://h/db"),
-            Err(BackendError::Unsupported(_))
-        ));
+        assert!(matches!(Backend::from_url("postgresql://h/db"), Ok(Backend::Postgres(_))));
+        assert!(matches!(Backend::from_url("mysql://h/db"), Err(BackendError::Unsupported(_))));
         assert_eq!(Backend::from_url(""), Err(BackendError::Empty));
-        assert_eq!(
-            Backend::from_url("sqlite://:memory:"),
-            Err(BackendError::InMemory)
-        );
+        assert_eq!(Backend::from_url("sqlite://:memory:"), Err(BackendError::InMemory));
         let msg = BackendError::Unsupported("mysql://x".into()).to_string();
         assert!(msg.contains("postgres://") && msg.contains("sqlite://"));
     }

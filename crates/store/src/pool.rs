@@ -76,8 +76,7 @@ impl ManageConnection for Manager {
         let timeout_ms = self.settings.statement_timeout.as_millis();
         match &self.backend {
             Backend::Sqlite(path) => {
-                let mut c =
-                    SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
+                let mut c = SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
                 c.batch_execute(&format!(
                     "PRAGMA busy_timeout = {timeout_ms}; PRAGMA journal_mode = WAL; \
                      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;"
@@ -86,11 +85,9 @@ impl ManageConnection for Manager {
                 Ok(DbConn::Sqlite(c))
             }
             Backend::Postgres(url) => {
-                let mut c = PgConnection::establish(&with_connect_timeout(
-                    url,
-                    self.settings.connect_timeout,
-                ))
-                .map_err(r2d2::Error::ConnectionError)?;
+                let mut c =
+                    PgConnection::establish(&with_connect_timeout(url, self.settings.connect_timeout))
+                        .map_err(r2d2::Error::ConnectionError)?;
                 c.batch_execute(&format!("SET statement_timeout = {timeout_ms}"))
                     .map_err(r2d2::Error::QueryError)?;
                 Ok(DbConn::Pg(c))
@@ -99,15 +96,13 @@ impl ManageConnection for Manager {
     }
 
     fn is_valid(&self, conn: &mut DbConn) -> Result<(), r2d2::Error> {
-        conn.batch_execute("SELECT 1")
-            .map_err(r2d2::Error::QueryError)
+        conn.batch_execute("SELECT 1").map_err(r2d2::Error::QueryError)
     }
 
     fn has_broken(&self, conn: &mut DbConn) -> bool {
         match conn {
             DbConn::Pg(c) => {
-                AnsiTransactionManager::is_broken_transaction_manager(c)
-                    || c.batch_execute("").is_err()
+                AnsiTransactionManager::is_broken_transaction_manager(c) || c.batch_execute("").is_err()
             }
             DbConn::Sqlite(c) => AnsiTransactionManager::is_broken_transaction_manager(c),
         }
@@ -132,12 +127,7 @@ pub struct SqlStore {
 
 impl std::fmt::Debug for SqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "SqlStore({}: {})",
-            self.backend.kind(),
-            self.backend.display_location()
-        )
+        write!(f, "SqlStore({}: {})", self.backend.kind(), self.backend.display_location())
     }
 }
 
@@ -145,10 +135,7 @@ impl SqlStore {
     /// Opens the pool and runs pending migrations.
     pub fn open(url: &str, settings: PoolSettings) -> Result<Self, StoreOpenError> {
         let backend = Backend::from_url(url)?;
-        let manager = Manager {
-            backend: backend.clone(),
-            settings: settings.clone(),
-        };
+        let manager = Manager { backend: backend.clone(), settings: settings.clone() };
         let pool = Pool::builder()
             .max_size(settings.max_size.max(1))
             .min_idle(Some(0))
@@ -166,31 +153,22 @@ impl SqlStore {
     }
 
     fn conn(&self) -> Result<PooledConnection<Manager>, StorageError> {
-        self.pool
-            .get()
-            .map_err(|e| StorageError::Unavailable(format!("no database connection: {e}")))
+        self.pool.get().map_err(|e| StorageError::Unavailable(format!("no database connection: {e}")))
     }
 
     /// Runs the pending migrations of this backend's folder.
     pub fn migrate(&self) -> Result<(), StoreOpenError> {
-        let mut conn = self
-            .conn()
-            .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
         let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
         match &mut *conn {
             DbConn::Sqlite(c) => {
-                c.run_pending_migrations(SQLITE_MIGRATIONS)
-                    .map_err(|e| fail(&e))?;
+                c.run_pending_migrations(SQLITE_MIGRATIONS).map_err(|e| fail(&e))?;
             }
             DbConn::Pg(c) => {
                 c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
                     .map_err(|e| fail(&e))?;
-                let result = c
-                    .run_pending_migrations(POSTGRES_MIGRATIONS)
-                    .map(|_| ())
-                    .map_err(|e| fail(&e));
-                let unlock =
-                    c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"));
+                let result = c.run_pending_migrations(POSTGRES_MIGRATIONS).map(|_| ()).map_err(|e| fail(&e));
+                let unlock = c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"));
                 result?;
                 unlock.map_err(|e| fail(&e))?;
             }
@@ -200,27 +178,16 @@ impl SqlStore {
 
     /// Reverts every migration (tests of the migrations themselves).
     pub fn revert_all_migrations(&self) -> Result<(), StoreOpenError> {
-        let mut conn = self
-            .conn()
-            .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
         let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
         match &mut *conn {
-            DbConn::Sqlite(c) => c
-                .revert_all_migrations(SQLITE_MIGRATIONS)
-                .map(|_| ())
-                .map_err(|e| fail(&e)),
-            DbConn::Pg(c) => c
-                .revert_all_migrations(POSTGRES_MIGRATIONS)
-                .map(|_| ())
-                .map_err(|e| fail(&e)),
+            DbConn::Sqlite(c) => c.revert_all_migrations(SQLITE_MIGRATIONS).map(|_| ()).map_err(|e| fail(&e)),
+            DbConn::Pg(c) => c.revert_all_migrations(POSTGRES_MIGRATIONS).map(|_| ()).map_err(|e| fail(&e)),
         }
     }
 
     /// Runs `f` on a pooled connection (tests and tools that need raw SQL).
-    pub fn with_conn<T>(
-        &self,
-        f: impl FnOnce(&mut DbConn) -> QueryResult<T>,
-    ) -> Result<T, StorageError> {
+    pub fn with_conn<T>(&self, f: impl FnOnce(&mut DbConn) -> QueryResult<T>) -> Result<T, StorageError> {
         let mut conn = self.conn()?;
         f(&mut conn).map_err(db_err)
     }
@@ -236,9 +203,7 @@ impl RbacStore for SqlStore {
         // (busy_timeout) instead of failing on a lock upgrade. PostgreSQL: a plain BEGIN;
         // writers serialize on the rows they lock.
         let begun = match &mut *conn {
-            DbConn::Sqlite(c) => {
-                AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
-            }
+            DbConn::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE"),
             DbConn::Pg(c) => AnsiTransactionManager::begin_transaction(c),
         };
         begun.map_err(db_err)?;

@@ -74,17 +74,9 @@ type RootKeyRow = (String, String, String, String, i64, Option<i64>);
 
 fn root_key(row: RootKeyRow) -> R<RootKey> {
     let (id, workspace_id, prefix, permissions, created_at, expires_at) = row;
-    let permissions: Vec<String> = serde_json::from_str(&permissions).map_err(|e| {
-        StorageError::Internal(format!("root key {id}: bad permissions column: {e}"))
-    })?;
-    Ok(RootKey {
-        id,
-        workspace_id,
-        prefix,
-        permissions,
-        created_at,
-        expires_at,
-    })
+    let permissions: Vec<String> = serde_json::from_str(&permissions)
+        .map_err(|e| StorageError::Internal(format!("root key {id}: bad permissions column: {e}")))?;
+    Ok(RootKey { id, workspace_id, prefix, permissions, created_at, expires_at })
 }
 
 const ROOT_KEY_COLUMNS: (
@@ -106,10 +98,7 @@ const ROOT_KEY_COLUMNS: (
 impl DieselTx<'_> {
     /// Inserts inside a savepoint; a unique violation rolls back only the savepoint, so
     /// the enclosing transaction stays usable (PostgreSQL aborts it otherwise).
-    fn insert_in_savepoint(
-        &mut self,
-        insert: impl FnOnce(&mut DbConn) -> QueryResult<usize>,
-    ) -> R<bool> {
+    fn insert_in_savepoint(&mut self, insert: impl FnOnce(&mut DbConn) -> QueryResult<usize>) -> R<bool> {
         match self.conn.transaction(insert) {
             Ok(_) => Ok(true),
             Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(false),
@@ -120,10 +109,7 @@ impl DieselTx<'_> {
 
 impl RbacTx for DieselTx<'_> {
     fn count_workspaces(&mut self) -> R<i64> {
-        workspaces::table
-            .count()
-            .get_result(self.conn)
-            .map_err(db_err)
+        workspaces::table.count().get_result(self.conn).map_err(db_err)
     }
 
     fn insert_workspace(&mut self, ws: &Workspace) -> R<()> {
@@ -140,26 +126,18 @@ impl RbacTx for DieselTx<'_> {
 
     fn find_workspace(&mut self, id_or_name: &str) -> R<Option<Workspace>> {
         let found: Option<(String, String, i64)> = workspaces::table
-            .filter(
-                workspaces::id
-                    .eq(id_or_name)
-                    .or(workspaces::name.eq(id_or_name)),
-            )
+            .filter(workspaces::id.eq(id_or_name).or(workspaces::name.eq(id_or_name)))
             .order(workspaces::created_at)
             .select((workspaces::id, workspaces::name, workspaces::created_at))
             .first(self.conn)
             .optional()
             .map_err(db_err)?;
-        Ok(found.map(|(id, name, created_at)| Workspace {
-            id,
-            name,
-            created_at,
-        }))
+        Ok(found.map(|(id, name, created_at)| Workspace { id, name, created_at }))
     }
 
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()> {
-        let permissions = serde_json::to_string(&key.permissions)
-            .map_err(|e| StorageError::Internal(e.to_string()))?;
+        let permissions =
+            serde_json::to_string(&key.permissions).map_err(|e| StorageError::Internal(e.to_string()))?;
         diesel::insert_into(root_keys::table)
             .values((
                 root_keys::id.eq(&key.id),
@@ -198,15 +176,11 @@ impl RbacTx for DieselTx<'_> {
     }
 
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool> {
-        diesel::update(
-            root_keys::table
-                .filter(root_keys::id.eq(id))
-                .filter(root_keys::revoked_at.is_null()),
-        )
-        .set(root_keys::revoked_at.eq(now))
-        .execute(self.conn)
-        .map(|n| n > 0)
-        .map_err(db_err)
+        diesel::update(root_keys::table.filter(root_keys::id.eq(id)).filter(root_keys::revoked_at.is_null()))
+            .set(root_keys::revoked_at.eq(now))
+            .execute(self.conn)
+            .map(|n| n > 0)
+            .map_err(db_err)
     }
 
     fn insert_key(&mut self, key: &Key, hash: &str, prefix: &str) -> R<()> {
@@ -229,15 +203,7 @@ impl RbacTx for DieselTx<'_> {
     }
 
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {
-        type Row = (
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            bool,
-            Option<i64>,
-            i64,
-        );
+        type Row = (String, String, Option<String>, Option<String>, bool, Option<i64>, i64);
         let row: Option<Row> = keys::table
             .filter(keys::id.eq(key_id))
             .filter(keys::workspace_id.eq(workspace_id))
@@ -253,37 +219,26 @@ impl RbacTx for DieselTx<'_> {
             .first(self.conn)
             .optional()
             .map_err(db_err)?;
-        Ok(row.map(
-            |(id, workspace_id, name, meta, enabled, expires, created_at)| Key {
-                id,
-                workspace_id,
-                name,
-                meta,
-                enabled,
-                expires,
-                created_at,
-            },
-        ))
+        Ok(row.map(|(id, workspace_id, name, meta, enabled, expires, created_at)| Key {
+            id,
+            workspace_id,
+            name,
+            meta,
+            enabled,
+            expires,
+            created_at,
+        }))
     }
 
     fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool> {
-        diesel::update(
-            keys::table
-                .filter(keys::id.eq(key_id))
-                .filter(keys::workspace_id.eq(workspace_id)),
-        )
-        .set(keys::updated_at.eq(now))
-        .execute(self.conn)
-        .map(|n| n > 0)
-        .map_err(db_err)
+        diesel::update(keys::table.filter(keys::id.eq(key_id)).filter(keys::workspace_id.eq(workspace_id)))
+            .set(keys::updated_at.eq(now))
+            .execute(self.conn)
+            .map(|n| n > 0)
+            .map_err(db_err)
     }
 
-    fn entities_by_ids(
-        &mut self,
-        kind: EntityKind,
-        workspace_id: &str,
-        ids: &[String],
-    ) -> R<Vec<Named>> {
+    fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>> {
         by_kind!(kind, ent, link, link_col, {
             let _ = (link::table, link_col);
             let rows: Vec<(String, String)> = ent::table
@@ -296,12 +251,7 @@ impl RbacTx for DieselTx<'_> {
         })
     }
 
-    fn entities_by_names(
-        &mut self,
-        kind: EntityKind,
-        workspace_id: &str,
-        names: &[String],
-    ) -> R<Vec<Named>> {
+    fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>> {
         by_kind!(kind, ent, link, link_col, {
             let _ = (link::table, link_col);
             let rows: Vec<(String, String)> = ent::table
@@ -321,9 +271,8 @@ impl RbacTx for DieselTx<'_> {
         entity: &Named,
         now: i64,
     ) -> R<(Named, bool)> {
-        let by_name = |tx: &mut Self| {
-            tx.entities_by_names(kind, workspace_id, std::slice::from_ref(&entity.name))
-        };
+        let by_name =
+            |tx: &mut Self| tx.entities_by_names(kind, workspace_id, std::slice::from_ref(&entity.name));
         if let Some(existing) = by_name(self)?.pop() {
             return Ok((existing, false));
         }
@@ -345,11 +294,7 @@ impl RbacTx for DieselTx<'_> {
         }
         // Lost a race with a concurrent creation: use the winner's row.
         let existing = by_name(self)?.pop().ok_or_else(|| {
-            StorageError::Internal(format!(
-                "{} {} vanished after a conflict",
-                kind.noun(),
-                entity.name
-            ))
+            StorageError::Internal(format!("{} {} vanished after a conflict", kind.noun(), entity.name))
         })?;
         Ok((existing, false))
     }
@@ -395,14 +340,10 @@ impl RbacTx for DieselTx<'_> {
     fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()> {
         by_kind!(kind, ent, link, link_col, {
             let _ = ent::table;
-            diesel::delete(
-                link::table
-                    .filter(link::key_id.eq(key_id))
-                    .filter(link_col.eq_any(ids)),
-            )
-            .execute(self.conn)
-            .map(drop)
-            .map_err(db_err)
+            diesel::delete(link::table.filter(link::key_id.eq(key_id)).filter(link_col.eq_any(ids)))
+                .execute(self.conn)
+                .map(drop)
+                .map_err(db_err)
         })
     }
 
@@ -417,12 +358,7 @@ impl RbacTx for DieselTx<'_> {
         Ok(row.map(named))
     }
 
-    fn insert_namespace_if_absent(
-        &mut self,
-        workspace_id: &str,
-        ns: &Named,
-        now: i64,
-    ) -> R<(Named, bool)> {
+    fn insert_namespace_if_absent(&mut self, workspace_id: &str, ns: &Named, now: i64) -> R<(Named, bool)> {
         if let Some(existing) = self.namespace_by_name(workspace_id, &ns.name)? {
             return Ok((existing, false));
         }
@@ -439,11 +375,9 @@ impl RbacTx for DieselTx<'_> {
         if created {
             return Ok((ns.clone(), true));
         }
-        let existing = self
-            .namespace_by_name(workspace_id, &ns.name)?
-            .ok_or_else(|| {
-                StorageError::Internal(format!("namespace {} vanished after a conflict", ns.name))
-            })?;
+        let existing = self.namespace_by_name(workspace_id, &ns.name)?.ok_or_else(|| {
+            StorageError::Internal(format!("namespace {} vanished after a conflict", ns.name))
+        })?;
         Ok((existing, false))
     }
 

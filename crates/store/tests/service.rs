@@ -17,27 +17,12 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("k.db").display());
-    let store = SqlStore::open(
-        &url,
-        PoolSettings {
-            max_size: 8,
-            ..PoolSettings::default()
-        },
-    )
-    .expect("open");
-    let svc = Arc::new(RbacService::new(
-        store,
-        Arc::new(ManualClock::new(1_700_000_000_000)),
-    ));
+    let store = SqlStore::open(&url, PoolSettings { max_size: 8, ..PoolSettings::default() }).expect("open");
+    let svc = Arc::new(RbacService::new(store, Arc::new(ManualClock::new(1_700_000_000_000))));
     let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh db");
     assert!(svc.bootstrap(None).expect("second bootstrap").is_none());
     let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
-    Fixture {
-        svc,
-        admin,
-        ws: ws.id,
-        _dir: dir,
-    }
+    Fixture { svc, admin, ws: ws.id, _dir: dir }
 }
 
 fn names(v: &[Named]) -> Vec<&str> {
@@ -50,10 +35,7 @@ fn count(store: &SqlStore, sql: &str) -> i64 {
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
-    store
-        .with_conn(|c| diesel::sql_query(sql).get_result::<C>(c))
-        .expect("count")
-        .n
+    store.with_conn(|c| diesel::sql_query(sql).get_result::<C>(c)).expect("count").n
 }
 
 fn perm_names(f: &Fixture) -> Vec<String> {
@@ -62,15 +44,8 @@ fn perm_names(f: &Fixture) -> Vec<String> {
         #[diesel(sql_type = diesel::sql_types::Text)]
         name: String,
     }
-    let sql = format!(
-        "SELECT name FROM permissions WHERE workspace_id = '{}' ORDER BY name",
-        f.ws
-    );
-    let rows: Vec<N> = f
-        .svc
-        .store()
-        .with_conn(|c| diesel::sql_query(sql).load(c))
-        .expect("names");
+    let sql = format!("SELECT name FROM permissions WHERE workspace_id = '{}' ORDER BY name", f.ws);
+    let rows: Vec<N> = f.svc.store().with_conn(|c| diesel::sql_query(sql).load(c)).expect("names");
     rows.into_iter().map(|n| n.name).collect()
 }
 
@@ -80,20 +55,12 @@ fn set_permissions_replaces_creates_and_audits() {
     let (key, _) = f.svc.create_key(&f.ws, Some("k".into())).expect("key");
     let got = f
         .svc
-        .set_permissions(
-            &f.admin,
-            &key.id,
-            &[EntityRef::by_name("b.read"), EntityRef::by_name("a.write")],
-        )
+        .set_permissions(&f.admin, &key.id, &[EntityRef::by_name("b.read"), EntityRef::by_name("a.write")])
         .expect("set");
     assert_eq!(names(&got), ["a.write", "b.read"]);
     let got = f
         .svc
-        .set_permissions(
-            &f.admin,
-            &key.id,
-            &[EntityRef::by_id(&got[1].id), EntityRef::by_name("c.x")],
-        )
+        .set_permissions(&f.admin, &key.id, &[EntityRef::by_id(&got[1].id), EntityRef::by_name("c.x")])
         .expect("set again");
     assert_eq!(names(&got), ["b.read", "c.x"]);
     let view = f.svc.get_key(&f.admin, &key.id).expect("get");
@@ -101,43 +68,24 @@ fn set_permissions_replaces_creates_and_audits() {
     // 3 created, 2 + 1 attached... first call: 2 created + 2 attached; second: 1 created,
     // 1 attached, 1 detached.
     let store = f.svc.store();
+    assert_eq!(count(store, "SELECT COUNT(*) AS n FROM audit_events WHERE action = 'permission.create'"), 3);
     assert_eq!(
-        count(
-            store,
-            "SELECT COUNT(*) AS n FROM audit_events WHERE action = 'permission.create'"
-        ),
+        count(store, "SELECT COUNT(*) AS n FROM audit_events WHERE action = 'key.attach_permission'"),
         3
     );
     assert_eq!(
-        count(
-            store,
-            "SELECT COUNT(*) AS n FROM audit_events WHERE action = 'key.attach_permission'"
-        ),
-        3
-    );
-    assert_eq!(
-        count(
-            store,
-            "SELECT COUNT(*) AS n FROM audit_events WHERE action = 'key.detach_permission'"
-        ),
+        count(store, "SELECT COUNT(*) AS n FROM audit_events WHERE action = 'key.detach_permission'"),
         1
     );
     // Empty set detaches all.
-    assert!(
-        f.svc
-            .set_permissions(&f.admin, &key.id, &[])
-            .expect("clear")
-            .is_empty()
-    );
+    assert!(f.svc.set_permissions(&f.admin, &key.id, &[]).expect("clear").is_empty());
 }
 
 #[test]
 fn failed_call_changes_nothing() {
     let f = fixture();
     let (key, _) = f.svc.create_key(&f.ws, None).expect("key");
-    f.svc
-        .set_permissions(&f.admin, &key.id, &[EntityRef::by_name("keep")])
-        .expect("set");
+    f.svc.set_permissions(&f.admin, &key.id, &[EntityRef::by_name("keep")]).expect("set");
     let audit_before = count(f.svc.store(), "SELECT COUNT(*) AS n FROM audit_events");
     let err = f
         .svc
@@ -154,33 +102,17 @@ fn failed_call_changes_nothing() {
     assert_eq!(err.code(), ErrorCode::NotFound);
     assert_eq!(err.to_string(), "permission perm_doesnotexist not found");
     assert_eq!(perm_names(&f), ["keep"]);
-    assert_eq!(
-        names(&f.svc.get_key(&f.admin, &key.id).expect("get").permissions),
-        ["keep"]
-    );
-    assert_eq!(
-        count(f.svc.store(), "SELECT COUNT(*) AS n FROM audit_events"),
-        audit_before
-    );
+    assert_eq!(names(&f.svc.get_key(&f.admin, &key.id).expect("get").permissions), ["keep"]);
+    assert_eq!(count(f.svc.store(), "SELECT COUNT(*) AS n FROM audit_events"), audit_before);
 
     // No create_permission: 403 and nothing created.
-    let limited = Principal::new(
-        "rk_x".into(),
-        f.ws.clone(),
-        ["rbac.*.add_permission_to_key".to_string()],
-    );
-    let err = f
-        .svc
-        .set_permissions(&limited, &key.id, &[EntityRef::by_name("brand.new")])
-        .expect_err("403");
+    let limited = Principal::new("rk_x".into(), f.ws.clone(), ["rbac.*.add_permission_to_key".to_string()]);
+    let err = f.svc.set_permissions(&limited, &key.id, &[EntityRef::by_name("brand.new")]).expect_err("403");
     assert_eq!(err.code(), ErrorCode::InsufficientPermissions);
     assert!(err.to_string().contains("rbac.*.create_permission"));
     assert_eq!(perm_names(&f), ["keep"]);
     // ...but attaching existing ones works with the link permission alone.
-    let got = f
-        .svc
-        .set_permissions(&limited, &key.id, &[EntityRef::by_name("keep")])
-        .expect("existing");
+    let got = f.svc.set_permissions(&limited, &key.id, &[EntityRef::by_name("keep")]).expect("existing");
     assert_eq!(names(&got), ["keep"]);
 }
 
@@ -188,32 +120,17 @@ fn failed_call_changes_nothing() {
 fn add_roles_is_additive_and_needs_create_true() {
     let f = fixture();
     let (key, _) = f.svc.create_key(&f.ws, None).expect("key");
-    let err = f
-        .svc
-        .add_roles(&f.admin, &key.id, &[EntityRef::by_name("admin")])
-        .expect_err("no create");
-    assert_eq!(
-        (err.code(), err.to_string()),
-        (ErrorCode::NotFound, "role admin not found".to_string())
-    );
-    let got = f
-        .svc
-        .add_roles(
-            &f.admin,
-            &key.id,
-            &[EntityRef::by_name("admin").with_create(true)],
-        )
-        .expect("add");
+    let err = f.svc.add_roles(&f.admin, &key.id, &[EntityRef::by_name("admin")]).expect_err("no create");
+    assert_eq!((err.code(), err.to_string()), (ErrorCode::NotFound, "role admin not found".to_string()));
+    let got =
+        f.svc.add_roles(&f.admin, &key.id, &[EntityRef::by_name("admin").with_create(true)]).expect("add");
     assert_eq!(names(&got), ["admin"]);
     let got = f
         .svc
         .add_roles(
             &f.admin,
             &key.id,
-            &[
-                EntityRef::by_name("Billing").with_create(true),
-                EntityRef::by_name("admin"),
-            ],
+            &[EntityRef::by_name("Billing").with_create(true), EntityRef::by_name("admin")],
         )
         .expect("add 2");
     assert_eq!(names(&got), ["Billing", "admin"], "kept, sorted by bytes");
@@ -226,71 +143,45 @@ fn workspaces_are_isolated() {
     let f = fixture();
     let other = f.svc.create_workspace("other").expect("ws");
     let (key, _) = f.svc.create_key(&other.id, None).expect("key");
-    let err = f
-        .svc
-        .set_permissions(&f.admin, &key.id, &[])
-        .expect_err("other ws");
+    let err = f.svc.set_permissions(&f.admin, &key.id, &[]).expect_err("other ws");
     assert_eq!(err.code(), ErrorCode::NotFound);
     let intruder = Principal::new("rk_y".into(), other.id.clone(), ["*".to_string()]);
     let (mine, _) = f.svc.create_key(&f.ws, None).expect("key");
-    let p = f
-        .svc
-        .set_permissions(&f.admin, &mine.id, &[EntityRef::by_name("x")])
-        .expect("set");
-    let err = f
-        .svc
-        .set_permissions(&intruder, &key.id, &[EntityRef::by_id(&p[0].id)])
-        .expect_err("foreign id");
+    let p = f.svc.set_permissions(&f.admin, &mine.id, &[EntityRef::by_name("x")]).expect("set");
+    let err =
+        f.svc.set_permissions(&intruder, &key.id, &[EntityRef::by_id(&p[0].id)]).expect_err("foreign id");
     assert_eq!(err.to_string(), format!("permission {} not found", p[0].id));
-    assert_eq!(
-        f.svc.create_workspace("other").expect_err("dup").code(),
-        ErrorCode::Conflict
-    );
+    assert_eq!(f.svc.create_workspace("other").expect_err("dup").code(), ErrorCode::Conflict);
 }
 
 #[test]
 fn concurrent_set_permissions_serialize() {
     let f = fixture();
     let (key, _) = f.svc.create_key(&f.ws, None).expect("key");
-    let sets: Vec<Vec<String>> = (0..20)
-        .map(|i| (0..5).map(|j| format!("p{i}.{j}")).collect())
-        .collect();
+    let sets: Vec<Vec<String>> = (0..20).map(|i| (0..5).map(|j| format!("p{i}.{j}")).collect()).collect();
     std::thread::scope(|s| {
         for set in &sets {
             let (svc, admin, key) = (&f.svc, &f.admin, &key.id);
             s.spawn(move || {
                 let refs: Vec<EntityRef> = set.iter().map(EntityRef::by_name).collect();
-                svc.set_permissions(admin, key, &refs)
-                    .expect("concurrent set");
+                svc.set_permissions(admin, key, &refs).expect("concurrent set");
             });
         }
     });
-    let final_set: Vec<String> = f
-        .svc
-        .get_key(&f.admin, &key.id)
-        .expect("get")
-        .permissions
-        .into_iter()
-        .map(|p| p.name)
-        .collect();
-    assert!(
-        sets.contains(&final_set),
-        "final set {final_set:?} is one caller's set"
-    );
+    let final_set: Vec<String> =
+        f.svc.get_key(&f.admin, &key.id).expect("get").permissions.into_iter().map(|p| p.name).collect();
+    assert!(sets.contains(&final_set), "final set {final_set:?} is one caller's set");
 }
 
 #[test]
 fn concurrent_creation_of_one_name_yields_one_permission() {
     let f = fixture();
-    let keys: Vec<String> = (0..20)
-        .map(|_| f.svc.create_key(&f.ws, None).expect("key").0.id)
-        .collect();
+    let keys: Vec<String> = (0..20).map(|_| f.svc.create_key(&f.ws, None).expect("key").0.id).collect();
     std::thread::scope(|s| {
         for key in &keys {
             let (svc, admin) = (&f.svc, &f.admin);
             s.spawn(move || {
-                svc.set_permissions(admin, key, &[EntityRef::by_name("shared.new")])
-                    .expect("200")
+                svc.set_permissions(admin, key, &[EntityRef::by_name("shared.new")]).expect("200")
             });
         }
     });
@@ -300,29 +191,14 @@ fn concurrent_creation_of_one_name_yields_one_permission() {
 #[test]
 fn root_keys_authenticate_and_revoke() {
     let f = fixture();
-    let (rk, secret) = f
-        .svc
-        .create_root_key(&f.ws, &["api.*.read_key".to_string()])
-        .expect("rk");
+    let (rk, secret) = f.svc.create_root_key(&f.ws, &["api.*.read_key".to_string()]).expect("rk");
     let p = f.svc.authenticate(secret.expose()).expect("auth");
     assert!(p.holds("api.*.read_key") && !p.holds("rbac.*.create_role"));
     assert!(f.svc.authenticate_cached(secret.expose()).is_some());
     f.svc.revoke_root_key(&rk.id).expect("revoke");
-    assert_eq!(
-        f.svc
-            .authenticate(secret.expose())
-            .expect_err("revoked")
-            .code(),
-        ErrorCode::Unauthorized
-    );
-    assert_eq!(
-        f.svc.authenticate("nope").expect_err("unknown").code(),
-        ErrorCode::Unauthorized
-    );
-    assert_eq!(
-        f.svc.revoke_root_key(&rk.id).expect_err("twice").code(),
-        ErrorCode::NotFound
-    );
+    assert_eq!(f.svc.authenticate(secret.expose()).expect_err("revoked").code(), ErrorCode::Unauthorized);
+    assert_eq!(f.svc.authenticate("nope").expect_err("unknown").code(), ErrorCode::Unauthorized);
+    assert_eq!(f.svc.revoke_root_key(&rk.id).expect_err("twice").code(), ErrorCode::NotFound);
     let listed = f.svc.list_root_keys("default").expect("list");
     assert_eq!(listed.len(), 1, "the bootstrap key only");
 }
@@ -333,18 +209,12 @@ fn migrations_up_down_up() {
     let store = f.svc.store();
     store.revert_all_migrations().expect("down");
     assert_eq!(
-        count(
-            store,
-            "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'keys'"
-        ),
+        count(store, "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'keys'"),
         0
     );
     store.migrate().expect("up again");
     assert_eq!(
-        count(
-            store,
-            "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'keys'"
-        ),
+        count(store, "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'keys'"),
         1
     );
     assert_eq!(store.kind(), "sqlite");

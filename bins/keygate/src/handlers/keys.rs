@@ -31,12 +31,7 @@ impl From<PermissionRef> for EntityRef {
             (Some(slug), _) => (Some(slug), "slug"),
             (None, name) => (name, "name"),
         };
-        EntityRef {
-            id: r.id,
-            name,
-            create: r.create,
-            name_field,
-        }
+        EntityRef { id: r.id, name, create: r.create, name_field }
     }
 }
 
@@ -57,12 +52,7 @@ struct RoleRef {
 
 impl From<RoleRef> for EntityRef {
     fn from(r: RoleRef) -> Self {
-        EntityRef {
-            id: r.id,
-            name: r.name,
-            create: r.create,
-            name_field: "name",
-        }
+        EntityRef { id: r.id, name: r.name, create: r.create, name_field: "name" }
     }
 }
 
@@ -74,12 +64,8 @@ pub async fn set_permissions(
     let principal = authenticate(&req, &state).await?;
     let body: SetPermissionsBody = read_json(&req, payload).await?;
     let refs: Vec<EntityRef> = body.permissions.into_iter().map(EntityRef::from).collect();
-    let result: Vec<Named> = blocking(move || {
-        Ok(state
-            .rbac
-            .set_permissions(&principal, &body.key_id, &refs)?)
-    })
-    .await?;
+    let result: Vec<Named> =
+        blocking(move || Ok(state.rbac.set_permissions(&principal, &body.key_id, &refs)?)).await?;
     Ok(HttpResponse::Ok().json(result))
 }
 
@@ -118,11 +104,7 @@ struct KeyResponse {
 
 impl From<KeyView> for KeyResponse {
     fn from(v: KeyView) -> Self {
-        let meta = v
-            .key
-            .meta
-            .as_deref()
-            .and_then(|m| serde_json::from_str(m).ok());
+        let meta = v.key.meta.as_deref().and_then(|m| serde_json::from_str(m).ok());
         Self {
             id: v.key.id,
             workspace_id: v.key.workspace_id,
@@ -145,9 +127,8 @@ pub async fn get_key(
 ) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
     let key_id = if req.method() == actix_web::http::Method::GET {
-        let query = web::Query::<GetKeyBody>::from_query(req.query_string()).map_err(|_| {
-            ApiError::bad_request("keyId: is required (query parameter ?keyId=...)")
-        })?;
+        let query = web::Query::<GetKeyBody>::from_query(req.query_string())
+            .map_err(|_| ApiError::bad_request("keyId: is required (query parameter ?keyId=...)"))?;
         query.into_inner().key_id
     } else {
         read_json::<GetKeyBody>(&req, payload).await?.key_id

@@ -64,9 +64,7 @@ fn check_meta(path: &str, meta: &Map<String, Value>) -> Result<(), ValidationErr
             ));
         }
     }
-    let size = serde_json::to_string(meta)
-        .map(|s| s.len())
-        .unwrap_or(usize::MAX);
+    let size = serde_json::to_string(meta).map(|s| s.len()).unwrap_or(usize::MAX);
     if size > MAX_META_BYTES {
         return Err(ValidationError::new(
             path,
@@ -101,10 +99,7 @@ impl LimitBody {
         }
         if let Some(resources) = &self.resources {
             if resources.len() > MAX_RESOURCES {
-                return Err(ValidationError::new(
-                    "resources",
-                    format!("at most {MAX_RESOURCES} entries"),
-                ));
+                return Err(ValidationError::new("resources", format!("at most {MAX_RESOURCES} entries")));
             }
             for (i, r) in resources.iter().enumerate() {
                 if let Some(meta) = &r.meta {
@@ -115,11 +110,7 @@ impl LimitBody {
         Ok(ValidLimit {
             identifier: self.identifier,
             namespace,
-            request: LimitRequest {
-                limit,
-                duration,
-                cost,
-            },
+            request: LimitRequest { limit, duration, cost },
             is_async: self.is_async.unwrap_or(false),
         })
     }
@@ -148,11 +139,8 @@ pub async fn limit(
             blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
         }
     };
-    let key = BudgetKey {
-        namespace_id: &namespace_id,
-        identifier: &v.identifier,
-        duration: v.request.duration,
-    };
+    let key =
+        BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: v.request.duration };
     // `async` needs no separate path here: the in-process store answers immediately and
     // exactly (contract §5.8); both modes draw on the same budget.
     let _ = v.is_async;
@@ -213,12 +201,12 @@ mod tests {
             "namespace: must not be empty"
         );
         assert_eq!(
-            body(r#"{"identifier":"a","limit":1,"duration":1000,"meta":{"x":{"y":1}}}"#)
-                .unwrap_err(),
+            body(r#"{"identifier":"a","limit":1,"duration":1000,"meta":{"x":{"y":1}}}"#).unwrap_err(),
             "meta.x: must be a string, number, boolean or null"
         );
-        let ok = body(r#"{"identifier":"é","limit":9007199254740991,"duration":1000,"cost":0,"namespace":null}"#)
-            .expect("valid");
+        let ok =
+            body(r#"{"identifier":"é","limit":9007199254740991,"duration":1000,"cost":0,"namespace":null}"#)
+                .expect("valid");
         assert_eq!((ok.namespace.as_str(), ok.request.cost), ("default", 0));
     }
 }

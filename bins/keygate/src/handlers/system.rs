@@ -37,21 +37,14 @@ pub async fn error_docs() -> HttpResponse {
 }
 
 pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        ErrorCode::NotFound,
-        format!("no route {} {}", req.method(), req.path()),
-    ))
+    Err(ApiError::new(ErrorCode::NotFound, format!("no route {} {}", req.method(), req.path())))
 }
 
 /// The 405 of a known path; `allow` lists the methods it takes.
 pub fn method_not_allowed(req: &HttpRequest, allow: &str) -> ApiError {
     ApiError::new(
         ErrorCode::MethodNotAllowed,
-        format!(
-            "method {} is not allowed on {}; use {allow}",
-            req.method(),
-            req.path()
-        ),
+        format!("method {} is not allowed on {}; use {allow}", req.method(), req.path()),
     )
     .with_header("allow", allow)
 }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# HTTP benchmark of ratelimits.limit against a bare actix-web handler, in one run.
+#
+#   bash bins/keygate/bench/http-limit.sh            # 3 rounds of 10 s, 64 connections
+#   ROUNDS=5 DURATION=20s CONNECTIONS=64 bash bins/keygate/bench/http-limit.sh
+#
+# The server under test runs with one worker pinned to CPU 0; wrk (one thread) is pinned
+# to CPU 1. Rounds alternate keygate and the bare handler so that machine noise hits both.
+# Needs: wrk (apt-get install wrk), taskset (util-linux).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+KG_PORT=${KG_PORT:-18180}
+BARE_PORT=${BARE_PORT:-18181}
+ROOT_KEY=kg_root_bench_$(date +%s)
+export ROOT_KEY
+
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+cargo build --release -q -p keygate --bin keygate --example bare
+
+work=$(mktemp -d)
+cleanup() { kill "${kg_pid:-}" "${bare_pid:-}" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+DATABASE_URL="sqlite://$work/bench.db" KEYGATE_LISTEN=127.0.0.1:$KG_PORT KEYGATE_WORKERS=1 \
+  KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg.log" &
+kg_pid=$!
+taskset -c 0 target/release/examples/bare 127.0.0.1:$BARE_PORT &
+bare_pid=$!
+for port in $KG_PORT $BARE_PORT; do
+  for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+done
+
+run() { # name port
+  taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s bins/keygate/bench/limit.lua "http://127.0.0.1:$2" \
+    | grep '^RESULT' | sed "s/^RESULT/$1/"
+}
+
+# Warm-up: creates the namespace, fills the caches and the 10k budgets.
+taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$KG_PORT" >/dev/null
+taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$BARE_PORT" >/dev/null
+
+for r in $(seq 1 "$ROUNDS"); do
+  run "keygate round=$r" $KG_PORT
+  run "bare    round=$r" $BARE_PORT
+done | tee "$work/results"
+
+awk '
+  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+  $1 == "keygate" { kr += v["rps"]; kp99 = (v["p99_us"] > kp99 ? v["p99_us"] : kp99); ke += v["errors"]; n++ }
+  $1 == "bare"    { br += v["rps"]; bp99 = (v["p99_us"] > bp99 ? v["p99_us"] : bp99) }
+  END {
+    printf "keygate: %.0f req/s (mean of %d rounds), worst p99 %d us, non-2xx/errors %d\n", kr / n, n, kp99, ke
+    printf "bare:    %.0f req/s, worst p99 %d us\n", br / n, bp99
+    printf "ratio keygate/bare: %.3f\n", kr / br
+  }' "$work/results"
