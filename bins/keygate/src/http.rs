@@ -4,12 +4,12 @@
 
 use crate::error::{ApiError, REQUEST_ID_HEADER};
 use crate::server::AppState;
-use actix_web::body::{BoxBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::middleware::Next;
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
+use futures_util::future::{FutureExt, Map, Ready, ready};
 use keygate_domain::{ErrorCode, IdPrefix, new_id};
 use keygate_rbac::Principal;
 use serde::de::DeserializeOwned;
@@ -20,27 +20,68 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 
 /// Middleware: gives every response an `Unkey-Request-Id`; an error response is rendered
 /// (again) with that id and the configured docs base, so header and body agree.
-pub async fn request_id(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let docs_base = req.app_data::<web::Data<AppState>>().map(|s| s.docs_base.clone());
-    let res = next.call(req).await?.map_into_boxed_body();
+///
+/// A concrete `Transform` whose future is a `Map` over the inner future with a plain `fn`:
+/// no allocation per request (the generic `from_fn` middleware boxes a future each time).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestId;
+
+impl<S, B> Transform<S, ServiceRequest> for RequestId
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Transform = RequestIdService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(RequestIdService { service }))
+    }
+}
+
+#[derive(Debug)]
+pub struct RequestIdService<S> {
+    service: S,
+}
+
+type Finish<B> = fn(
+    Result<ServiceResponse<B>, actix_web::Error>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>;
+
+impl<S, B> Service<ServiceRequest> for RequestIdService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Future = Map<S::Future, Finish<B>>;
+
+    forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        self.service.call(req).map(finish::<B> as Finish<B>)
+    }
+}
+
+fn finish<B: MessageBody>(
+    res: Result<ServiceResponse<B>, actix_web::Error>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
+    let mut res = res?;
     let id = new_id(IdPrefix::Request);
-    let res = match res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
-        Some(err) => {
-            let rendered = err.render(&id, docs_base.as_deref().unwrap_or("/docs"));
-            res.into_response(rendered)
-        }
-        None => {
-            let mut res = res;
-            if let Ok(v) = HeaderValue::from_str(&id) {
-                res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
-            }
-            res
-        }
-    };
-    Ok(res)
+    if let Some(err) = res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
+        let state = res.request().app_data::<web::Data<AppState>>().cloned();
+        let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
+        let rendered = err.render(&id, docs_base);
+        return Ok(res.into_response(rendered).map_into_right_body());
+    }
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
+    }
+    Ok(res.map_into_left_body())
 }
 
 /// Runs blocking work (diesel) off the async workers.
@@ -132,23 +173,32 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         }
         Some(_) => return Err(ApiError::bad_request("body: must be a JSON object")),
     }
+    // The fast path parses plainly; only a failure is parsed again with path tracking, to
+    // say where the problem is.
+    match serde_json::from_slice(body) {
+        Ok(value) => Ok(value),
+        Err(_) => Err(locate_error::<T>(body)),
+    }
+}
+
+/// The 400 for a body that does not parse into `T`: `"<dot.path>: <what is wrong>"`.
+fn locate_error<T: DeserializeOwned>(body: &[u8]) -> ApiError {
     let de = &mut serde_json::Deserializer::from_slice(body);
-    let parsed: Result<T, _> = serde_path_to_error::deserialize(de);
-    let value = parsed.map_err(|e| {
-        let path = dot_path(e.path());
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            return ApiError::bad_request(format!("malformed JSON: {inner}"));
-        }
-        let text = strip_position(&inner.to_string());
-        if let Some(field) = text.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
-            let full = if path.is_empty() { field.to_string() } else { format!("{path}.{field}") };
-            return ApiError::bad_request(format!("{full}: is required"));
-        }
-        let path = if path.is_empty() { "body".to_string() } else { path };
-        ApiError::bad_request(format!("{path}: {text}"))
-    })?;
-    Ok(value)
+    let Err(e) = serde_path_to_error::deserialize::<_, T>(de) else {
+        return ApiError::bad_request("malformed JSON");
+    };
+    let path = dot_path(e.path());
+    let inner = e.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        return ApiError::bad_request(format!("malformed JSON: {inner}"));
+    }
+    let text = strip_position(&inner.to_string());
+    if let Some(field) = text.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
+        let full = if path.is_empty() { field.to_string() } else { format!("{path}.{field}") };
+        return ApiError::bad_request(format!("{full}: is required"));
+    }
+    let path = if path.is_empty() { "body".to_string() } else { path };
+    ApiError::bad_request(format!("{path}: {text}"))
 }
 
 fn dot_path(path: &serde_path_to_error::Path) -> String {

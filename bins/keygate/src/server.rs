@@ -4,7 +4,7 @@ use crate::config::ServerConfig;
 use crate::http;
 use crate::routes;
 use actix_web::dev::ServerHandle;
-use actix_web::{App, HttpServer, middleware, web};
+use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock};
 use keygate_ratelimit::{MemoryStore, RateLimitStore};
@@ -65,10 +65,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
-        App::new()
-            .app_data(app_state.clone())
-            .wrap(middleware::from_fn(http::request_id))
-            .configure(routes::configure)
+        App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(routes::configure)
     })
     .listen(listener)?;
     if let Some(n) = config.workers {

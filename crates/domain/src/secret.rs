@@ -30,7 +30,7 @@ impl fmt::Debug for Secret {
 
 /// Lower-case hex SHA-256 of a secret.
 pub fn hash_secret(secret: &str) -> String {
-    format!("{:x}", Sha256::digest(secret.as_bytes()))
+    hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 #[cfg(test)]
