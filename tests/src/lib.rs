@@ -8,6 +8,7 @@ use actix_web::web;
 use diesel::prelude::*;
 use keygate::{AppState, ServerConfig};
 use keygate_domain::ManualClock;
+use keygate_store::testing::TestDb;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -63,22 +64,33 @@ pub struct TestServer {
     pub client: reqwest::blocking::Client,
     handle: ServerHandle,
     thread: Option<JoinHandle<()>>,
-    _dir: tempfile::TempDir,
+    /// Declared last: dropped after the server has stopped.
+    pub db: Arc<TestDb>,
 }
 
 impl TestServer {
+    /// A server on a fresh database (SQLite, or PostgreSQL when
+    /// `KEYGATE_TEST_POSTGRES_URL` is set; see `keygate_store::testing`).
     pub fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("keygate.db").display());
+        Self::start_on(Arc::new(TestDb::fresh()))
+    }
+
+    /// A server on a given database; several servers may share one (scale-out tests).
+    pub fn start_on(db: Arc<TestDb>) -> Self {
+        Self::start_with(Self::config(&db.url), db)
+    }
+
+    /// The configuration the tests use for a database URL.
+    pub fn config(url: &str) -> ServerConfig {
         let mut config = ServerConfig::for_database(url);
         config.listen = "127.0.0.1:0".into();
         config.workers = Some(2);
         config.root_key = None;
         config.redis_url = None;
-        Self::start_with(config, dir)
+        config
     }
 
-    pub fn start_with(config: ServerConfig, dir: tempfile::TempDir) -> Self {
+    pub fn start_with(config: ServerConfig, db: Arc<TestDb>) -> Self {
         let clock = ManualClock::new(T0);
         let server_clock = Arc::new(clock.clone());
         let (tx, rx) = mpsc::channel();
@@ -100,7 +112,11 @@ impl TestServer {
             })
         });
         let (addr, handle, state, root_key) = rx.recv().unwrap().unwrap();
-        let root_key = root_key.expect("fresh database bootstraps").expose().to_string();
+        // A second server on a shared database finds it bootstrapped: use a new `*` key.
+        let root_key = match root_key {
+            Some(k) => k.expose().to_string(),
+            None => state.rbac.create_root_key("default", &["*".to_string()]).unwrap().1.expose().to_string(),
+        };
         let principal = state.rbac.authenticate(&root_key).unwrap();
         let client = reqwest::blocking::Client::builder().pool_max_idle_per_host(32).build().unwrap();
         Self {
@@ -112,7 +128,7 @@ impl TestServer {
             client,
             handle,
             thread: Some(thread),
-            _dir: dir,
+            db,
         }
     }
 

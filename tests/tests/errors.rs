@@ -187,7 +187,9 @@ fn success_responses_carry_a_request_id_too() {
     let live = s.request(s.client.get(s.url("/v1/liveness")));
     assert_eq!(live.status, 200);
     assert_eq!(live.json["status"], "ok");
-    assert_eq!(live.json["services"]["database"]["kind"], "sqlite");
+    let kind = if s.db.is_postgres() { "postgres" } else { "sqlite" };
+    assert_eq!(live.json["services"]["database"]["kind"], kind);
+    assert_eq!(live.json["services"]["database"]["status"], "ok");
     let docs = s.request(s.client.get(s.url("/docs/errors")));
     assert!(docs.text.contains("INSUFFICIENT_PERMISSIONS"));
 }

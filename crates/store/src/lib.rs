@@ -8,6 +8,8 @@
 mod backend;
 mod pool;
 pub mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tx;
 
 pub use backend::{Backend, BackendError};

@@ -2,7 +2,7 @@ use crate::backend::{Backend, BackendError};
 use crate::tx::{DieselTx, db_err};
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
-use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection};
+use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection, R2D2Connection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
 use std::time::Duration;
@@ -96,16 +96,21 @@ impl ManageConnection for Manager {
     }
 
     fn is_valid(&self, conn: &mut DbConn) -> Result<(), r2d2::Error> {
-        conn.batch_execute("SELECT 1").map_err(r2d2::Error::QueryError)
+        match conn {
+            DbConn::Pg(c) => c.ping(),
+            DbConn::Sqlite(c) => c.ping(),
+        }
+        .map_err(r2d2::Error::QueryError)
     }
 
+    /// Cheap, no query: diesel's own notion of a broken connection (a transaction left
+    /// open or failed, a lost PostgreSQL connection). A discarded connection is replaced.
     fn has_broken(&self, conn: &mut DbConn) -> bool {
-        match conn {
-            DbConn::Pg(c) => {
-                AnsiTransactionManager::is_broken_transaction_manager(c) || c.batch_execute("").is_err()
+        std::thread::panicking()
+            || match conn {
+                DbConn::Pg(c) => c.is_broken(),
+                DbConn::Sqlite(c) => c.is_broken(),
             }
-            DbConn::Sqlite(c) => AnsiTransactionManager::is_broken_transaction_manager(c),
-        }
     }
 }
 

@@ -1,0 +1,70 @@
+//! A fresh database per test, on the backend the environment selects:
+//!
+//! * `KEYGATE_TEST_POSTGRES_URL` unset: a SQLite file in a temp directory.
+//! * `KEYGATE_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test`: a new schema
+//!   `kg_test_<random>` in that database (the URL gets `options=--search_path=<schema>`, so
+//!   diesel's migration table lands there too), dropped when the value is dropped.
+//!
+//! When PostgreSQL is selected but cannot be reached, [`TestDb::fresh`] panics with the
+//! reason: a test never silently falls back to SQLite.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use rand::Rng;
+
+pub const POSTGRES_ENV: &str = "KEYGATE_TEST_POSTGRES_URL";
+
+/// A database that exists for the lifetime of this value.
+#[derive(Debug)]
+pub struct TestDb {
+    /// The `DATABASE_URL` to give keygate.
+    pub url: String,
+    pg: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// Whether the tests run on PostgreSQL.
+    pub fn postgres_url() -> Option<String> {
+        std::env::var(POSTGRES_ENV).ok().filter(|u| !u.trim().is_empty())
+    }
+
+    pub fn fresh() -> Self {
+        match Self::postgres_url() {
+            Some(base) => Self::postgres(&base),
+            None => Self::sqlite(),
+        }
+    }
+
+    pub fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("keygate.db").display());
+        Self { url, pg: None, _dir: Some(dir) }
+    }
+
+    /// A new schema in the PostgreSQL database at `base`.
+    pub fn postgres(base: &str) -> Self {
+        let schema = format!("kg_test_{:016x}", rand::rng().random::<u64>());
+        let mut conn = PgConnection::establish(base)
+            .unwrap_or_else(|e| panic!("{POSTGRES_ENV}={base}: PostgreSQL is not reachable: {e}"));
+        conn.batch_execute(&format!("CREATE SCHEMA {schema}")).expect("create schema");
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=--search_path%3D{schema}");
+        Self { url, pg: Some((base.to_string(), schema)), _dir: None }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.pg.is_some()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((base, schema)) = &self.pg {
+            if let Ok(mut conn) = PgConnection::establish(base) {
+                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            }
+        }
+    }
+}
