@@ -3,6 +3,8 @@
 //! a [`ManualClock`] so that tests move time instead of sleeping.
 #![allow(clippy::unwrap_used)]
 
+pub mod proxy;
+
 use actix_web::dev::ServerHandle;
 use actix_web::web;
 use diesel::prelude::*;

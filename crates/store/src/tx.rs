@@ -24,6 +24,9 @@ pub(crate) fn db_err(e: DieselError) -> StorageError {
                     || m.contains("canceling statement")
                     || m.contains("terminating connection")
                     || m.contains("server closed the connection")
+                    || m.contains("deadlock detected")
+                    || m.contains("could not connect")
+                    || m.contains("Connection refused")
             } =>
         {
             StorageError::Unavailable(e.to_string())

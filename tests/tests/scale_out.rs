@@ -1,0 +1,134 @@
+//! Several instances on one database, and the database going away (contract §7, issue 3).
+#![allow(clippy::unwrap_used)]
+
+use keygate_store::testing::TestDb;
+use keygate_tests::proxy::CuttableProxy;
+use keygate_tests::{TestServer, roles_body, set_body};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn two_instances_on_one_database_keep_every_rule() {
+    let db = Arc::new(TestDb::fresh());
+    let a = TestServer::start_on(db.clone());
+    let b = TestServer::start_on(db.clone());
+    let key1 = a.create_key();
+    let key2 = b.create_key();
+    let sets: Vec<Vec<String>> = (0..10).map(|i| (0..5).map(|j| format!("s{i}.p{j}")).collect()).collect();
+    std::thread::scope(|scope| {
+        for (i, set) in sets.iter().enumerate() {
+            let server = if i % 2 == 0 { &a } else { &b };
+            let key1 = &key1;
+            scope.spawn(move || {
+                // Every set also names "common.x": created once, concurrently, from both.
+                let mut entries: Vec<_> = set.iter().map(|n| json!({"name": n})).collect();
+                entries.push(json!({"name": "common.x"}));
+                let r = server.post("/v1/keys.setPermissions", &set_body(key1, json!(entries)));
+                assert_eq!(r.status, 200, "{}", r.text);
+            });
+        }
+        for i in 0..10 {
+            let server = if i % 2 == 0 { &b } else { &a };
+            let key2 = &key2;
+            scope.spawn(move || {
+                let body = roles_body(
+                    key2,
+                    json!([{"name": format!("r{i}"), "create": true}, {"name": "shared", "create": true}]),
+                );
+                let r = server.post("/v1/keys.addRoles", &body);
+                assert_eq!(r.status, 200, "{}", r.text);
+            });
+        }
+    });
+    let mut final_set = a.key_permissions(&key1);
+    assert!(final_set.contains(&"common.x".to_string()));
+    final_set.retain(|n| n != "common.x");
+    assert!(sets.contains(&final_set), "final set {final_set:?} is exactly one caller's set");
+    assert_eq!(b.key_permissions(&key1), a.key_permissions(&key1));
+    assert_eq!(a.count("permissions", "name = 'common.x'"), 1, "no duplicate permission");
+    assert_eq!(a.count("roles", "name = 'shared'"), 1, "no duplicate role");
+    assert_eq!(b.key_roles(&key2).len(), 11);
+}
+
+#[test]
+fn a_root_key_revoked_on_one_instance_is_rejected_by_the_other_within_ten_seconds() {
+    let db = Arc::new(TestDb::fresh());
+    let a = TestServer::start_on(db.clone());
+    let b = TestServer::start_on(db.clone());
+    let perms = ["ratelimit.*.limit".to_string(), "ratelimit.*.create_namespace".to_string()];
+    let (rk, secret) = a.state.rbac.create_root_key("default", &perms).unwrap();
+    let body = json!({"identifier": "x", "limit": 100, "duration": 60_000});
+    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
+    a.state.rbac.revoke_root_key(&rk.id).unwrap();
+    a.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
+    // B trusts its cache for at most 10 s...
+    b.clock.advance(9_999);
+    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
+    // ...and no longer.
+    b.clock.advance(1);
+    b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
+}
+
+/// `postgres://user@host:port/db` with `host:port` replaced by `addr`.
+fn via(url: &str, addr: std::net::SocketAddr) -> String {
+    let start = url.find('@').map(|i| i + 1).or_else(|| url.find("://").map(|i| i + 3)).unwrap();
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    format!("{}{addr}{}", &url[..start], &url[end..])
+}
+
+#[test]
+fn postgres_outage_answers_503_and_recovers_without_restart() {
+    let Some(base) = TestDb::postgres_url() else {
+        eprintln!("postgres_outage: runs on PostgreSQL only (set KEYGATE_TEST_POSTGRES_URL); .ci/run does");
+        return;
+    };
+    let target = {
+        use std::net::ToSocketAddrs;
+        let start = base.find('@').map(|i| i + 1).unwrap_or(base.find("://").unwrap() + 3);
+        let end = base[start..].find('/').map_or(base.len(), |i| start + i);
+        base[start..end].to_socket_addrs().unwrap().next().unwrap()
+    };
+    let proxy = CuttableProxy::start(target).unwrap();
+    let db = Arc::new(TestDb::postgres(&via(&base, proxy.addr)));
+    let mut config = TestServer::config(&db.url);
+    config.pool.connect_timeout = Duration::from_millis(1_000);
+    config.pool.statement_timeout = Duration::from_millis(1_000);
+    let s = TestServer::start_with(config, db);
+    let key = s.create_key();
+    assert_eq!(s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "before"}]))).status, 200);
+    let limit = json!({"identifier": "u", "limit": 100, "duration": 60_000});
+    assert_eq!(s.limit(limit.clone()).status, 200);
+
+    proxy.cut();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "during"}])));
+        let msg = r.assert_error(503, "SERVICE_UNAVAILABLE");
+        assert!(msg.contains("no effect"), "{msg}");
+        // Bounded by the configured timeouts (1 s each), with slack for a loaded machine.
+        assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
+        s.get_key(&key).assert_error(503, "SERVICE_UNAVAILABLE");
+    }
+    // The rate-limit hot path needs no SQL: cached root key and namespace keep working.
+    assert_eq!(s.limit(limit).json["remaining"], 98);
+    let live = s.request(s.client.get(s.url("/v1/liveness")));
+    assert_eq!(live.status, 200);
+    assert_eq!(live.json["services"]["database"]["status"], "unavailable");
+
+    proxy.restore();
+    let mut recovered = false;
+    for _ in 0..40 {
+        let r = s.get_key(&key);
+        if r.status == 200 {
+            recovered = true;
+            break;
+        }
+        r.assert_error(503, "SERVICE_UNAVAILABLE");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(recovered, "the service recovers by itself once PostgreSQL is back");
+    assert_eq!(s.key_permissions(&key), ["before"], "the failed calls changed nothing");
+    let r = s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "after"}])));
+    assert_eq!(r.names(), ["after"]);
+}
