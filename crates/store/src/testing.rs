@@ -61,10 +61,10 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if let Some((base, schema)) = &self.pg {
-            if let Ok(mut conn) = PgConnection::establish(base) {
-                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-            }
+        if let Some((base, schema)) = &self.pg
+            && let Ok(mut conn) = PgConnection::establish(base)
+        {
+            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
         }
     }
 }
