@@ -272,13 +272,16 @@ impl<S: RbacStore> RbacService<S> {
             for e in by_id.into_values().chain(by_name.into_values()) {
                 target.insert(e.id.clone(), e);
             }
-            for name in to_create {
-                let fresh = Named::new(new_id(rules.id_prefix), name);
-                let (stored, created) = tx.insert_entity_if_absent(kind, ws, &fresh, now)?;
-                if created {
-                    events.push(event(created_action, noun, &stored.id));
+            // `to_create` is in ascending name order (it comes from a BTreeMap).
+            let fresh: Vec<Named> =
+                to_create.into_iter().map(|name| Named::new(new_id(rules.id_prefix), name)).collect();
+            if !fresh.is_empty() {
+                for (stored, created) in tx.insert_entities_if_absent(kind, ws, &fresh, now)? {
+                    if created {
+                        events.push(event(created_action, noun, &stored.id));
+                    }
+                    target.insert(stored.id.clone(), stored);
                 }
-                target.insert(stored.id.clone(), stored);
             }
 
             let current: BTreeMap<String, Named> =

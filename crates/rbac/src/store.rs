@@ -55,15 +55,18 @@ pub trait RbacTx {
     // Permissions and roles.
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>>;
     fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>>;
-    /// Inserts `entity` unless its name exists; returns the stored entity and whether this
-    /// call created it. Safe against a concurrent creation of the same name.
-    fn insert_entity_if_absent(
+    /// Inserts each entity whose name does not exist yet, in one statement; returns the
+    /// stored entity for every name (the existing row when another transaction created it
+    /// meanwhile) and whether this call created it. Safe against concurrent creation of the
+    /// same names; callers pass names in ascending order so that concurrent inserters lock
+    /// in one order.
+    fn insert_entities_if_absent(
         &mut self,
         kind: EntityKind,
         workspace_id: &str,
-        entity: &Named,
+        entities: &[Named],
         now: i64,
-    ) -> R<(Named, bool)>;
+    ) -> R<Vec<(Named, bool)>>;
     /// The entities directly linked to a key.
     fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>>;
     fn link_key_entities(

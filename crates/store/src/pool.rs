@@ -88,8 +88,13 @@ impl ManageConnection for Manager {
                 let mut c =
                     PgConnection::establish(&with_connect_timeout(url, self.settings.connect_timeout))
                         .map_err(r2d2::Error::ConnectionError)?;
-                c.batch_execute(&format!("SET statement_timeout = {timeout_ms}"))
-                    .map_err(r2d2::Error::QueryError)?;
+                // Custom plans: diesel prepares and caches statements, and a generic plan for
+                // `workspace_id = $1 AND name = ANY($2)` degrades to a sequential scan once a
+                // workspace holds many rows (seen: 10 ms instead of 0.1 ms at 10k permissions).
+                c.batch_execute(&format!(
+                    "SET statement_timeout = {timeout_ms}; SET plan_cache_mode = force_custom_plan"
+                ))
+                .map_err(r2d2::Error::QueryError)?;
                 Ok(DbConn::Pg(c))
             }
         }

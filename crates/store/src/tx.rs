@@ -4,6 +4,7 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
 use keygate_rbac::{AuditEvent, EntityKind, Key, RbacTx, RootKey, StorageError, Workspace};
+use std::collections::{HashMap, HashSet};
 
 /// Maps a diesel error onto the service's storage error (the one place that does).
 pub(crate) fn db_err(e: DieselError) -> StorageError {
@@ -36,6 +37,22 @@ pub(crate) fn db_err(e: DieselError) -> StorageError {
 }
 
 type R<T> = Result<T, StorageError>;
+
+/// Rows per multi-row insert: 1,000 rows of at most 8 columns stay well under SQLite's
+/// (32,766) and PostgreSQL's (65,535) bind-parameter limits.
+const BATCH_ROWS: usize = 1_000;
+
+/// Runs `$body` with `$c` bound to the inner connection of either backend. For the few
+/// statements diesel cannot build for the `MultiConnection` enum (multi-row inserts,
+/// `ON CONFLICT`, `RETURNING`): the same code is compiled once per backend.
+macro_rules! on_each_backend {
+    ($conn:expr, $c:ident => $body:expr) => {
+        match &mut *$conn {
+            DbConn::Pg($c) => $body,
+            DbConn::Sqlite($c) => $body,
+        }
+    };
+}
 
 /// [`RbacTx`] over one diesel connection (inside a transaction when the store began one).
 pub(crate) struct DieselTx<'c> {
@@ -267,39 +284,64 @@ impl RbacTx for DieselTx<'_> {
         })
     }
 
-    fn insert_entity_if_absent(
+    fn insert_entities_if_absent(
         &mut self,
         kind: EntityKind,
         workspace_id: &str,
-        entity: &Named,
+        entities: &[Named],
         now: i64,
-    ) -> R<(Named, bool)> {
-        let by_name =
-            |tx: &mut Self| tx.entities_by_names(kind, workspace_id, std::slice::from_ref(&entity.name));
-        if let Some(existing) = by_name(self)?.pop() {
-            return Ok((existing, false));
-        }
-        let created = by_kind!(kind, ent, link, link_col, {
+    ) -> R<Vec<(Named, bool)>> {
+        let mut created: HashSet<String> = HashSet::new();
+        by_kind!(kind, ent, link, link_col, {
             let _ = (link::table, link_col);
-            self.insert_in_savepoint(|c| {
-                diesel::insert_into(ent::table)
-                    .values((
-                        ent::id.eq(&entity.id),
-                        ent::workspace_id.eq(workspace_id),
-                        ent::name.eq(&entity.name),
-                        ent::created_at.eq(now),
-                    ))
-                    .execute(c)
-            })?
+            for chunk in entities.chunks(BATCH_ROWS) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|e| {
+                        (
+                            ent::id.eq(&e.id),
+                            ent::workspace_id.eq(workspace_id),
+                            ent::name.eq(&e.name),
+                            ent::created_at.eq(now),
+                        )
+                    })
+                    .collect();
+                // A name created concurrently by another transaction is skipped here (after
+                // waiting for that transaction) and picked up by the select below.
+                let inserted: Vec<(String, String)> = on_each_backend!(self.conn, c => {
+                    diesel::insert_into(ent::table)
+                        .values(&rows)
+                        .on_conflict_do_nothing()
+                        .returning((ent::id, ent::name))
+                        .get_results(c)
+                })
+                .map_err(db_err)?;
+                created.extend(inserted.into_iter().map(|(_, name)| name));
+            }
         });
-        if created {
-            return Ok((entity.clone(), true));
-        }
-        // Lost a race with a concurrent creation: use the winner's row.
-        let existing = by_name(self)?.pop().ok_or_else(|| {
-            StorageError::Internal(format!("{} {} vanished after a conflict", kind.noun(), entity.name))
-        })?;
-        Ok((existing, false))
+        // Names another transaction created meanwhile were not returned: read those rows.
+        let lost: Vec<String> =
+            entities.iter().filter(|e| !created.contains(&e.name)).map(|e| e.name.clone()).collect();
+        let mut existing: HashMap<String, Named> = if lost.is_empty() {
+            HashMap::new()
+        } else {
+            self.entities_by_names(kind, workspace_id, &lost)?
+                .into_iter()
+                .map(|e| (e.name.clone(), e))
+                .collect()
+        };
+        entities
+            .iter()
+            .map(|e| {
+                if created.contains(&e.name) {
+                    Ok((e.clone(), true))
+                } else {
+                    existing.remove(&e.name).map(|found| (found, false)).ok_or_else(|| {
+                        StorageError::Internal(format!("{} {} missing after insert", kind.noun(), e.name))
+                    })
+                }
+            })
+            .collect()
     }
 
     fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>> {
@@ -325,15 +367,19 @@ impl RbacTx for DieselTx<'_> {
     ) -> R<()> {
         by_kind!(kind, ent, link, link_col, {
             let _ = ent::table;
-            for id in ids {
-                diesel::insert_into(link::table)
-                    .values((
-                        link::key_id.eq(key_id),
-                        link_col.eq(id),
-                        link::workspace_id.eq(workspace_id),
-                        link::created_at.eq(now),
-                    ))
-                    .execute(self.conn)
+            for chunk in ids.chunks(BATCH_ROWS) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|id| {
+                        (
+                            link::key_id.eq(key_id),
+                            link_col.eq(id),
+                            link::workspace_id.eq(workspace_id),
+                            link::created_at.eq(now),
+                        )
+                    })
+                    .collect();
+                on_each_backend!(self.conn, c => diesel::insert_into(link::table).values(&rows).execute(c))
                     .map_err(db_err)?;
             }
             Ok(())
@@ -385,19 +431,23 @@ impl RbacTx for DieselTx<'_> {
     }
 
     fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()> {
-        for e in events {
-            diesel::insert_into(audit_events::table)
-                .values((
-                    audit_events::id.eq(new_id(IdPrefix::AuditEvent)),
-                    audit_events::workspace_id.eq(&e.workspace_id),
-                    audit_events::actor_id.eq(&e.actor_id),
-                    audit_events::action.eq(e.action),
-                    audit_events::resource_type.eq(e.resource_type),
-                    audit_events::resource_id.eq(&e.resource_id),
-                    audit_events::key_id.eq(&e.key_id),
-                    audit_events::created_at.eq(e.at),
-                ))
-                .execute(self.conn)
+        for chunk in events.chunks(BATCH_ROWS) {
+            let rows: Vec<_> = chunk
+                .iter()
+                .map(|e| {
+                    (
+                        audit_events::id.eq(new_id(IdPrefix::AuditEvent)),
+                        audit_events::workspace_id.eq(&e.workspace_id),
+                        audit_events::actor_id.eq(&e.actor_id),
+                        audit_events::action.eq(e.action),
+                        audit_events::resource_type.eq(e.resource_type),
+                        audit_events::resource_id.eq(&e.resource_id),
+                        audit_events::key_id.eq(&e.key_id),
+                        audit_events::created_at.eq(e.at),
+                    )
+                })
+                .collect();
+            on_each_backend!(self.conn, c => diesel::insert_into(audit_events::table).values(&rows).execute(c))
                 .map_err(db_err)?;
         }
         Ok(())
