@@ -16,7 +16,7 @@ pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_key_id,
     validate_permission_name, validate_role_name,
 };
-pub use secret::{Secret, hash_secret};
+pub use secret::{Secret, digest_hex, hash_secret, secret_digest};
 
 /// An `{id, name}` pair: a permission or a role as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

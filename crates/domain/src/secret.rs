@@ -28,9 +28,19 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Lower-case hex SHA-256 of a secret.
+/// SHA-256 of a secret, raw (the in-memory cache key).
+pub fn secret_digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Lower-case hex SHA-256 of a secret: what the database stores and looks up.
 pub fn hash_secret(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
+    digest_hex(&secret_digest(secret))
+}
+
+/// The stored (hex) form of a digest from [`secret_digest`].
+pub fn digest_hex(digest: &[u8; 32]) -> String {
+    hex::encode(digest)
 }
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
 //! The in-memory caches that keep SQL off the rate-limit hot path.
 
 use crate::Principal;
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::sync::Arc;
+
+/// SHA-256 digest of a root key: the cache key (never the secret itself).
+pub(crate) type Digest = [u8; 32];
 
 /// Bound on cached entries; a full cache is cleared rather than grown.
 const MAX_ENTRIES: usize = 100_000;
@@ -18,7 +22,7 @@ struct AuthEntry {
 #[derive(Debug)]
 pub(crate) struct AuthCache {
     ttl_ms: u64,
-    entries: RwLock<HashMap<String, AuthEntry>>,
+    entries: RwLock<HashMap<Digest, AuthEntry>>,
 }
 
 impl AuthCache {
@@ -28,18 +32,18 @@ impl AuthCache {
 
     /// `Some(Some(p))`: a known root key; `Some(None)`: known to be invalid; `None`: ask
     /// the store.
-    pub fn get(&self, hash: &str, now: u64) -> Option<Option<Arc<Principal>>> {
+    pub fn get(&self, digest: &Digest, now: u64) -> Option<Option<Arc<Principal>>> {
         let entries = self.entries.read();
-        let e = entries.get(hash)?;
+        let e = entries.get(digest)?;
         (now >= e.fetched_at && now - e.fetched_at < self.ttl_ms).then(|| e.principal.clone())
     }
 
-    pub fn put(&self, hash: String, principal: Option<Arc<Principal>>, now: u64) {
+    pub fn put(&self, digest: Digest, principal: Option<Arc<Principal>>, now: u64) {
         let mut entries = self.entries.write();
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
-        entries.insert(hash, AuthEntry { principal, fetched_at: now });
+        entries.insert(digest, AuthEntry { principal, fetched_at: now });
     }
 
     /// Forgets a root key at once (revocation through this instance).
@@ -53,9 +57,15 @@ impl AuthCache {
 /// namespace name -> namespace id, within one workspace.
 type NamespaceIds = HashMap<Box<str>, Arc<str>>;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct NamespaceCache {
     by_workspace: RwLock<HashMap<Box<str>, NamespaceIds>>,
+}
+
+impl Default for NamespaceCache {
+    fn default() -> Self {
+        Self { by_workspace: RwLock::new(HashMap::new()) }
+    }
 }
 
 impl NamespaceCache {
@@ -80,14 +90,15 @@ mod tests {
     fn auth_entries_expire_after_ttl_and_evict_by_id() {
         let c = AuthCache::new(10_000);
         let p = Arc::new(Principal::new("rk_1".into(), "ws_1".into(), ["*".to_string()]));
-        c.put("h".into(), Some(p), 1_000);
-        c.put("bad".into(), None, 1_000);
-        assert!(c.get("h", 10_999).is_some_and(|p| p.is_some()));
-        assert!(c.get("bad", 2_000).is_some_and(|p| p.is_none()));
-        assert!(c.get("h", 11_000).is_none());
+        let (h, bad) = ([1u8; 32], [2u8; 32]);
+        c.put(h, Some(p), 1_000);
+        c.put(bad, None, 1_000);
+        assert!(c.get(&h, 10_999).is_some_and(|p| p.is_some()));
+        assert!(c.get(&bad, 2_000).is_some_and(|p| p.is_none()));
+        assert!(c.get(&h, 11_000).is_none());
         c.evict_root_key("rk_1");
-        assert!(c.get("h", 1_001).is_none());
-        assert!(c.get("bad", 1_001).is_some());
+        assert!(c.get(&h, 1_001).is_none());
+        assert!(c.get(&bad, 1_001).is_some());
     }
 
     #[test]

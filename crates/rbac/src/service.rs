@@ -3,8 +3,8 @@ use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{AuditEvent, Key, KeyView, Principal, RbacError, RootKey, Workspace};
 use crate::{EntityRef, StorageError};
 use keygate_domain::{
-    Clock, IdPrefix, Named, Secret, ValidationError, check_len, has_prefix, hash_secret, new_id,
-    random_token, sort_by_name, validate_key_id, validate_permission_name, validate_role_name,
+    Clock, IdPrefix, Named, Secret, ValidationError, check_len, digest_hex, has_prefix, new_id, random_token,
+    secret_digest, sort_by_name, validate_key_id, validate_permission_name, validate_role_name,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -146,23 +146,24 @@ impl<S: RbacStore> RbacService<S> {
     /// Answers from the cache only: `None` means the store must be asked
     /// ([`Self::authenticate`]). Never blocks on I/O.
     pub fn authenticate_cached(&self, token: &str) -> Option<Result<Arc<Principal>, RbacError>> {
-        let hash = hash_secret(token);
-        self.auth.get(&hash, self.clock.now_ms()).map(|p| self.check_principal(p))
+        let digest = secret_digest(token);
+        self.auth.get(&digest, self.clock.now_ms()).map(|p| self.check_principal(p))
     }
 
     /// Verifies a root key: cache first, then the store.
     pub fn authenticate(&self, token: &str) -> Result<Arc<Principal>, RbacError> {
-        let hash = hash_secret(token);
+        let digest = secret_digest(token);
         let now = self.clock.now_ms();
-        if let Some(p) = self.auth.get(&hash, now) {
+        if let Some(p) = self.auth.get(&digest, now) {
             return self.check_principal(p);
         }
+        let hash = digest_hex(&digest);
         let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
         if found.as_ref().is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64)) {
             return Err(RbacError::Forbidden("the root key has expired".into()));
         }
         let principal = found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
-        self.auth.put(hash, principal.clone(), now);
+        self.auth.put(digest, principal.clone(), now);
         self.check_principal(principal)
     }
 
