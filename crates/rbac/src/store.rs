@@ -46,10 +46,10 @@ pub trait RbacTx {
     // Keys.
     fn insert_key(&mut self, key: &Key, hash: &str, prefix: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
-    /// Takes the write lock on the key (row lock / database write lock) by touching its
-    /// `updated_at`; false when the key does not exist in the workspace. Must be the first
-    /// statement of a transaction that changes a key's links, so that concurrent changes
-    /// of one key serialize.
+    /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction
+    /// already holds the database write lock); false when the key does not exist in the
+    /// workspace. Must be the first statement of a transaction that changes a key's links,
+    /// so that concurrent changes of one key serialize.
     fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool>;
 
     // Permissions and roles.

@@ -250,12 +250,20 @@ impl RbacTx for DieselTx<'_> {
         }))
     }
 
-    fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool> {
-        diesel::update(keys::table.filter(keys::id.eq(key_id)).filter(keys::workspace_id.eq(workspace_id)))
-            .set(keys::updated_at.eq(now))
-            .execute(self.conn)
-            .map(|n| n > 0)
-            .map_err(db_err)
+    fn lock_key(&mut self, workspace_id: &str, key_id: &str, _now: i64) -> R<bool> {
+        let query = keys::table
+            .filter(keys::id.eq(key_id))
+            .filter(keys::workspace_id.eq(workspace_id))
+            .select(keys::id);
+        let found: Option<String> = match &mut *self.conn {
+            // A row lock without a new row version: the FK checks of the link rows inserted
+            // next would otherwise each lock a tuple this transaction just wrote (slow).
+            DbConn::Pg(c) => query.for_no_key_update().first(c).optional(),
+            // The transaction began with BEGIN IMMEDIATE: it already holds the write lock.
+            DbConn::Sqlite(c) => query.first(c).optional(),
+        }
+        .map_err(db_err)?;
+        Ok(found.is_some())
     }
 
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>> {
