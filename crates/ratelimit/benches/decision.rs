@@ -69,21 +69,39 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
 
-    // Calibration: the floor of any hash table on this machine, a bare foldhash
-    // `HashMap<u64, u64>` probe in the same (hash-random) order, no lock, no strings.
+    // Calibration: the floor of any hash table on this machine: a bare foldhash hashbrown
+    // probe, no lock, no strings, no decision. Keys are random u64 (splitmix64), read in
+    // order, so that buckets are hit in random order as string keys hit them; consecutive
+    // integer keys would hit buckets in a constant stride the prefetcher learns.
     let mut base = c.benchmark_group("baseline_hashmap_probe");
     base.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    for live in [100_000u64, 1_000_000] {
-        let map: hashbrown::HashMap<u64, u64> = (0..live).map(|k| (k, k)).collect();
-        base.bench_with_input(BenchmarkId::new("1_thread", live), &live, |b, _| {
-            let mut i = 0u64;
+    for live in [100_000usize, 1_000_000] {
+        let keys: Vec<u64> = (0..live as u64).map(splitmix64).collect();
+        let small: hashbrown::HashMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+        let wide: hashbrown::HashMap<u64, [u64; 7]> = keys.iter().map(|&k| (k, [k; 7])).collect();
+        base.bench_with_input(BenchmarkId::new("16B_entries", live), &live, |b, _| {
+            let mut i = 0usize;
             b.iter(|| {
                 i = if i + 1 == live { 0 } else { i + 1 };
-                black_box(map.get(&black_box(i)))
+                black_box(small.get(&keys[i]))
+            })
+        });
+        base.bench_with_input(BenchmarkId::new("64B_entries", live), &live, |b, _| {
+            let mut i = 0usize;
+            b.iter(|| {
+                i = if i + 1 == live { 0 } else { i + 1 };
+                black_box(wide.get(&keys[i]).map(|v| v[3]))
             })
         });
     }
     base.finish();
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 criterion_group!(benches, bench);
