@@ -52,6 +52,8 @@ impl Principal {
 pub struct Key {
     pub id: String,
     pub workspace_id: String,
+    /// The visible start of the secret, for recognising the key.
+    pub start: String,
     pub name: Option<String>,
     /// JSON object as text, as given at creation.
     pub meta: Option<String>,

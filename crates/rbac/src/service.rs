@@ -347,6 +347,7 @@ impl<S: RbacStore> RbacService<S> {
         let key = Key {
             id: new_id(IdPrefix::Key),
             workspace_id: workspace_id.to_string(),
+            start: secret.visible_prefix(),
             name,
             meta: None,
             enabled: true,
@@ -354,7 +355,7 @@ impl<S: RbacStore> RbacService<S> {
             created_at: self.now(),
         };
         self.store.transaction(|tx| {
-            tx.insert_key(&key, &secret.hash(), &secret.visible_prefix())?;
+            tx.insert_key(&key, &secret.hash())?;
             Ok(())
         })?;
         Ok((key, secret))

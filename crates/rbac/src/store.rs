@@ -44,7 +44,7 @@ pub trait RbacTx {
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
 
     // Keys.
-    fn insert_key(&mut self, key: &Key, hash: &str, prefix: &str) -> R<()>;
+    fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
     /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction
     /// already holds the database write lock); false when the key does not exist in the

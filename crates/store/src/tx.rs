@@ -203,13 +203,13 @@ impl RbacTx for DieselTx<'_> {
             .map_err(db_err)
     }
 
-    fn insert_key(&mut self, key: &Key, hash: &str, prefix: &str) -> R<()> {
+    fn insert_key(&mut self, key: &Key, hash: &str) -> R<()> {
         diesel::insert_into(keys::table)
             .values((
                 keys::id.eq(&key.id),
                 keys::workspace_id.eq(&key.workspace_id),
                 keys::hash.eq(hash),
-                keys::prefix.eq(prefix),
+                keys::prefix.eq(&key.start),
                 keys::name.eq(&key.name),
                 keys::meta.eq(&key.meta),
                 keys::enabled.eq(key.enabled),
@@ -223,13 +223,14 @@ impl RbacTx for DieselTx<'_> {
     }
 
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {
-        type Row = (String, String, Option<String>, Option<String>, bool, Option<i64>, i64);
+        type Row = (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64);
         let row: Option<Row> = keys::table
             .filter(keys::id.eq(key_id))
             .filter(keys::workspace_id.eq(workspace_id))
             .select((
                 keys::id,
                 keys::workspace_id,
+                keys::prefix,
                 keys::name,
                 keys::meta,
                 keys::enabled,
@@ -239,9 +240,10 @@ impl RbacTx for DieselTx<'_> {
             .first(self.conn)
             .optional()
             .map_err(db_err)?;
-        Ok(row.map(|(id, workspace_id, name, meta, enabled, expires, created_at)| Key {
+        Ok(row.map(|(id, workspace_id, start, name, meta, enabled, expires, created_at)| Key {
             id,
             workspace_id,
+            start,
             name,
             meta,
             enabled,

@@ -93,6 +93,7 @@ struct GetKeyBody {
 struct KeyResponse {
     id: String,
     workspace_id: String,
+    start: String,
     name: Option<String>,
     meta: Option<serde_json::Value>,
     enabled: bool,
@@ -108,6 +109,7 @@ impl From<KeyView> for KeyResponse {
         Self {
             id: v.key.id,
             workspace_id: v.key.workspace_id,
+            start: v.key.start,
             name: v.key.name,
             meta,
             enabled: v.key.enabled,

@@ -1,0 +1,38 @@
+"""unkey-py 0.10 against keygate: raises (non-zero exit) on any mismatch."""
+import os
+
+from unkey_py import Unkey
+
+url, root, key_id = os.environ["KEYGATE_URL"], os.environ["KEYGATE_ROOT_KEY"], os.environ["KEYGATE_KEY_ID"]
+s = Unkey(bearer_auth=root, server_url=url)
+
+r = s.keys.set_permissions(request={"key_id": key_id, "permissions": [{"name": "py.read", "create": True}]})
+assert r.http_meta.response.status_code == 200
+assert [p.name for p in r.response_bodies] == ["py.read"], r.response_bodies
+
+r = s.keys.add_roles(request={"key_id": key_id, "roles": [{"name": "py-role", "create": True}]})
+assert [p.name for p in r.response_bodies] == ["py-role", "ts-role"], r.response_bodies
+
+req = {"namespace": "py-sdk", "identifier": "u", "limit": 2, "duration": 60000}
+results = [s.ratelimits.limit(request=req).object for _ in range(3)]
+assert [o.success for o in results] == [True, True, False], results
+assert [o.remaining for o in results] == [1, 0, 0], results
+peek = s.ratelimits.limit(request={**req, "cost": 0, "async": True, "meta": {"a": "b"},
+                                   "resources": [{"type": "project", "id": "p1", "name": "P"}]}).object
+assert (peek.success, peek.remaining, peek.limit) == (False, 0, 2), peek
+
+
+def error_code(call):
+    try:
+        call()
+    except Exception as e:  # the SDK's typed errors carry the parsed body as e.data.error
+        code = e.data.error.code
+        return getattr(code, "value", code)
+    raise AssertionError("expected an error")
+
+
+assert error_code(lambda: s.keys.set_permissions(request={"key_id": "key_nope", "permissions": []})) == "NOT_FOUND"
+assert error_code(lambda: s.ratelimits.limit(request={**req, "duration": 10})) == "BAD_REQUEST"
+bad = Unkey(bearer_auth="not-a-root-key", server_url=url)
+assert error_code(lambda: bad.ratelimits.limit(request=req)) == "UNAUTHORIZED"
+print("py sdk: ok (unkey-py 0.10.0)")

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Drives Unkey's published v1 SDKs (npm @unkey/api 0.38, @unkey/ratelimit 0.5, PyPI
+# unkey-py 0.10; versions pinned in package-lock.json and requirements.txt) against the
+# real keygate binary on the embedded default. Exits non-zero on any incompatibility.
+set -euo pipefail
+cd "$(dirname "$0")"
+root=$(cd ../.. && pwd)
+
+cargo build -q -p keygate --manifest-path "$root/Cargo.toml"
+bin="$root/target/debug/keygate"
+npm ci --silent --no-audit --no-fund 2>&1 | grep -v 'Unknown user config' || true
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export KEYGATE_ROOT_KEY="kg_root_sdk_${RANDOM}${RANDOM}${RANDOM}"
+export DATABASE_URL="sqlite://$work/sdk.db"
+KEYGATE_LISTEN="127.0.0.1:$port" KEYGATE_WORKERS=1 RUST_LOG=warn "$bin" 2>"$work/server.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$port/v1/liveness" >/dev/null && break
+  sleep 0.1
+done
+export KEYGATE_URL="http://127.0.0.1:$port"
+KEYGATE_KEY_ID=$("$bin" keys create --workspace default | python3 -c 'import json, sys; print(json.load(sys.stdin)["keyId"])')
+export KEYGATE_KEY_ID
+
+node ts_sdk.mjs
+.venv/bin/python py_sdk.py

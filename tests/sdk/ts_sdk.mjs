@@ -1,0 +1,47 @@
+// @unkey/api 0.38 and @unkey/ratelimit 0.5 against keygate: exits non-zero on any mismatch.
+import assert from "node:assert/strict";
+import { Unkey } from "@unkey/api";
+import { Ratelimit } from "@unkey/ratelimit";
+
+const { KEYGATE_URL: baseUrl, KEYGATE_ROOT_KEY: rootKey, KEYGATE_KEY_ID: keyId } = process.env;
+const unkey = new Unkey({ rootKey, baseUrl, retry: { attempts: 0 } });
+
+const set = await unkey.keys.setPermissions({
+  keyId,
+  permissions: [{ name: "ts.write", create: true }, { slug: "ts.read" }],
+});
+assert.deepEqual(set.result.map((p) => p.name), ["ts.read", "ts.write"], JSON.stringify(set));
+assert.ok(set.result.every((p) => p.id.startsWith("perm_")));
+
+const roles = await unkey.keys.addRoles({ keyId, roles: [{ name: "ts-role", create: true }] });
+assert.deepEqual(roles.result.map((r) => r.name), ["ts-role"], JSON.stringify(roles));
+
+const got = await unkey.keys.get({ keyId });
+assert.equal(got.result.id, keyId);
+assert.deepEqual(got.result.permissions.map((p) => p.name), ["ts.read", "ts.write"]);
+
+const limit = { namespace: "ts-sdk", identifier: "u1", limit: 2, duration: 60000 };
+const first = await unkey.ratelimits.limit(limit);
+assert.equal(first.result.success, true, JSON.stringify(first));
+assert.equal(first.result.remaining, 1);
+assert.equal(first.result.reset % 60000, 0);
+
+const missing = await unkey.keys.setPermissions({ keyId: "key_doesnotexist", permissions: [] });
+assert.equal(missing.error.code, "NOT_FOUND", JSON.stringify(missing));
+assert.match(missing.error.requestId, /^req_/);
+
+const bad = await new Unkey({ rootKey: "not-a-root-key", baseUrl, retry: { attempts: 0 } }).ratelimits.limit(limit);
+assert.equal(bad.error.code, "UNAUTHORIZED", JSON.stringify(bad));
+
+const invalid = await unkey.ratelimits.limit({ ...limit, duration: 10 });
+assert.equal(invalid.error.code, "BAD_REQUEST");
+assert.equal(invalid.error.message, "duration: must be >= 1000");
+
+const rl = new Ratelimit({ rootKey, baseUrl, namespace: "ts-ratelimit", limit: 2, duration: "30s" });
+const seen = [];
+for (let i = 0; i < 3; i++) seen.push((await rl.limit("user_1")).success);
+assert.deepEqual(seen, [true, true, false]);
+const peek = await rl.limit("user_1", { cost: 0, async: true, meta: { plan: "pro" }, resources: [{ type: "doc", id: "d1" }] });
+assert.deepEqual([peek.success, peek.remaining, peek.limit], [false, 0, 2]);
+
+console.log("ts sdk: ok (@unkey/api 0.38.0, @unkey/ratelimit 0.5.5)");
