@@ -174,7 +174,14 @@ impl SqlStore {
         let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
         match &mut *conn {
             DbConn::Sqlite(c) => {
-                c.run_pending_migrations(SQLITE_MIGRATIONS).map_err(|e| fail(&e))?;
+                // Under the write lock: instances starting together migrate one at a time,
+                // and each sees what the previous one did.
+                c.immediate_transaction(|c| {
+                    c.run_pending_migrations(SQLITE_MIGRATIONS)
+                        .map(drop)
+                        .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))
+                })
+                .map_err(|e| fail(&e))?;
             }
             DbConn::Pg(c) => {
                 c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))

@@ -220,3 +220,24 @@ fn migrations_up_down_up() {
     assert!(keys_table_exists(store));
     assert_eq!(store.kind(), if f.db.is_postgres() { "postgres" } else { "sqlite" });
 }
+
+#[test]
+fn instances_starting_together_migrate_safely_and_bootstrap_once() {
+    let db = TestDb::fresh();
+    let bootstrapped: Vec<bool> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open and migrate");
+                    let svc = RbacService::new(store, Arc::new(ManualClock::new(1)));
+                    svc.bootstrap(None).expect("bootstrap").is_some()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    assert_eq!(bootstrapped.iter().filter(|b| **b).count(), 1, "{bootstrapped:?}");
+    let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open");
+    assert_eq!(count(&store, "SELECT COUNT(*) AS n FROM workspaces"), 1);
+    assert_eq!(count(&store, "SELECT COUNT(*) AS n FROM root_keys"), 1);
+}
