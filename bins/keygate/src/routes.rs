@@ -6,10 +6,10 @@ use actix_web::{HttpRequest, Resource, web};
 
 /// (path, methods, handler name) for docs and tests.
 pub const ROUTES: &[(&str, &[&str])] = &[
+    ("/v1/ratelimits.limit", &["POST"]),
     ("/v1/keys.setPermissions", &["POST"]),
     ("/v1/keys.addRoles", &["POST"]),
     ("/v1/keys.getKey", &["GET", "POST"]),
-    ("/v1/ratelimits.limit", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
 ];
@@ -44,10 +44,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
-    cfg.service(resource(SET_PERMISSIONS, methods_of(SET_PERMISSIONS), keys::set_permissions))
+    // The hot path first: actix tries resources in registration order.
+    cfg.service(resource(LIMIT, methods_of(LIMIT), ratelimit::limit))
+        .service(resource(SET_PERMISSIONS, methods_of(SET_PERMISSIONS), keys::set_permissions))
         .service(resource(ADD_ROLES, methods_of(ADD_ROLES), keys::add_roles))
         .service(resource(GET_KEY, methods_of(GET_KEY), keys::get_key))
-        .service(resource(LIMIT, methods_of(LIMIT), ratelimit::limit))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .default_service(web::to(system::not_found));

@@ -4,10 +4,11 @@
 use crate::error::ApiError;
 use crate::http::{authenticate, blocking, read_json};
 use crate::server::AppState;
+use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, check_len};
-use keygate_ratelimit::{BudgetKey, LimitRequest};
-use serde::{Deserialize, Serialize};
+use keygate_ratelimit::{BudgetKey, Decision, LimitRequest};
+use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
 const MAX_META_BYTES: usize = 64 * 1024;
@@ -116,12 +117,19 @@ impl LimitBody {
     }
 }
 
-#[derive(Debug, Serialize)]
-struct LimitResponse {
-    success: bool,
-    limit: u64,
-    remaining: u64,
-    reset: u64,
+/// `{"success":..,"limit":..,"remaining":..,"reset":..}`, written directly: the hot path's
+/// only response, four fields of fixed types (a test checks it against serde_json).
+fn limit_response(d: &Decision) -> String {
+    let mut buf = itoa::Buffer::new();
+    let mut out = String::with_capacity(96);
+    out.push_str(if d.success { r#"{"success":true,"limit":"# } else { r#"{"success":false,"limit":"# });
+    out.push_str(buf.format(d.limit));
+    out.push_str(r#","remaining":"#);
+    out.push_str(buf.format(d.remaining));
+    out.push_str(r#","reset":"#);
+    out.push_str(buf.format(d.reset));
+    out.push('}');
+    out
 }
 
 pub async fn limit(
@@ -145,12 +153,7 @@ pub async fn limit(
     // exactly (contract §5.8); both modes draw on the same budget.
     let _ = v.is_async;
     let d = state.limiter.limit(key, v.request, state.clock.now_ms())?;
-    Ok(HttpResponse::Ok().json(LimitResponse {
-        success: d.success,
-        limit: d.limit,
-        remaining: d.remaining,
-        reset: d.reset,
-    }))
+    Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
 }
 
 #[cfg(test)]
@@ -160,6 +163,18 @@ mod tests {
     fn body(json: &str) -> Result<ValidLimit, String> {
         let b: LimitBody = serde_json::from_str(json).map_err(|e| e.to_string())?;
         b.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn response_is_the_json_of_the_decision() {
+        for d in [
+            Decision { success: true, limit: 1, remaining: 0, reset: 1_795_316_280_000 },
+            Decision { success: false, limit: 9_007_199_254_740_991, remaining: 12, reset: 0 },
+        ] {
+            let v: serde_json::Value = serde_json::from_str(&limit_response(&d)).unwrap();
+            let expected = serde_json::json!({"success": d.success, "limit": d.limit, "remaining": d.remaining, "reset": d.reset});
+            assert_eq!(v, expected);
+        }
     }
 
     #[test]
