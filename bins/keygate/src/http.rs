@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use futures_util::future::{FutureExt, Map, Ready, ready};
 use keygate_domain::{ErrorCode, IdPrefix, new_id};
 use keygate_rbac::Principal;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
@@ -123,10 +124,13 @@ pub async fn authenticate(
 
 /// Checks the content type (415), reads at most [`MAX_BODY_BYTES`] (413) and parses the
 /// JSON into `T` (400 with a `"<dot.path>: <what is wrong>"` message).
-pub async fn read_json<T: DeserializeOwned>(
-    req: &HttpRequest,
-    mut payload: web::Payload,
-) -> Result<T, ApiError> {
+pub async fn read_json<T: DeserializeOwned>(req: &HttpRequest, payload: web::Payload) -> Result<T, ApiError> {
+    parse_json(&read_body(req, payload).await?)
+}
+
+/// The checks and reading of [`read_json`], without parsing: for handlers that borrow
+/// strings from the body. A body that arrives in one chunk is not copied.
+pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
     let is_json = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -149,19 +153,30 @@ pub async fn read_json<T: DeserializeOwned>(
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(512).min(MAX_BODY_BYTES as u64) as usize);
+    let mut first = web::Bytes::new();
+    let mut more: Option<web::BytesMut> = None;
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("could not read the body: {e}")))?;
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
+        let len = more.as_ref().map_or(first.len(), |m| m.len());
+        if len + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large());
         }
-        body.extend_from_slice(&chunk);
+        match more.as_mut() {
+            Some(m) => m.extend_from_slice(&chunk),
+            None if first.is_empty() => first = chunk,
+            None => {
+                let mut m = web::BytesMut::with_capacity(first.len() + chunk.len());
+                m.extend_from_slice(&first);
+                m.extend_from_slice(&chunk);
+                more = Some(m);
+            }
+        }
     }
-    parse_json(&body)
+    Ok(more.map_or(first, web::BytesMut::freeze))
 }
 
 /// Parses a JSON body into `T`, locating errors by dot path.
-pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         None => {
             return Err(ApiError::bad_request("the body is empty; a JSON object is expected"));
@@ -182,7 +197,7 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 /// The 400 for a body that does not parse into `T`: `"<dot.path>: <what is wrong>"`.
-fn locate_error<T: DeserializeOwned>(body: &[u8]) -> ApiError {
+fn locate_error<'a, T: Deserialize<'a>>(body: &'a [u8]) -> ApiError {
     let de = &mut serde_json::Deserializer::from_slice(body);
     let Err(e) = serde_path_to_error::deserialize::<_, T>(de) else {
         return ApiError::bad_request("malformed JSON");

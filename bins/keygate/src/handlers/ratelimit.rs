@@ -2,7 +2,7 @@
 //! thread hop; only a namespace or root key not seen before goes to the store.
 
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, read_json};
+use crate::http::{authenticate, blocking, parse_json, read_body};
 use crate::server::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -10,16 +10,20 @@ use keygate_domain::{MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, ch
 use keygate_ratelimit::{BudgetKey, Decision, LimitRequest};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
 
 const MAX_META_BYTES: usize = 64 * 1024;
 const MAX_RESOURCES: usize = 100;
 
+/// Strings are borrowed from the body when they have no escapes (no allocation).
 #[derive(Debug, Deserialize)]
-pub(crate) struct LimitBody {
-    identifier: String,
+pub(crate) struct LimitBody<'a> {
+    #[serde(borrow)]
+    identifier: Cow<'a, str>,
     limit: Number,
     duration: Number,
-    namespace: Option<String>,
+    #[serde(borrow)]
+    namespace: Option<Cow<'a, str>>,
     cost: Option<Number>,
     #[serde(rename = "async")]
     is_async: Option<bool>,
@@ -77,15 +81,15 @@ fn check_meta(path: &str, meta: &Map<String, Value>) -> Result<(), ValidationErr
 
 /// A validated request.
 #[derive(Debug)]
-pub(crate) struct ValidLimit {
-    pub identifier: String,
-    pub namespace: String,
+pub(crate) struct ValidLimit<'a> {
+    pub identifier: Cow<'a, str>,
+    pub namespace: Cow<'a, str>,
     pub request: LimitRequest,
     pub is_async: bool,
 }
 
-impl LimitBody {
-    pub(crate) fn validate(self) -> Result<ValidLimit, ValidationError> {
+impl<'a> LimitBody<'a> {
+    pub(crate) fn validate(self) -> Result<ValidLimit<'a>, ValidationError> {
         check_len("identifier", &self.identifier, MAX_IDENTIFIER_CHARS)?;
         let limit = integer("limit", &self.limit, 1)?;
         let duration = integer("duration", &self.duration, 1_000)?;
@@ -93,7 +97,7 @@ impl LimitBody {
             Some(c) => integer("cost", c, 0)?,
             None => 1,
         };
-        let namespace = self.namespace.unwrap_or_else(|| "default".to_string());
+        let namespace = self.namespace.unwrap_or(Cow::Borrowed("default"));
         check_len("namespace", &namespace, MAX_IDENTIFIER_CHARS)?;
         if let Some(meta) = &self.meta {
             check_meta("meta", meta)?;
@@ -138,12 +142,13 @@ pub async fn limit(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
-    let body: LimitBody = read_json(&req, payload).await?;
+    let bytes = read_body(&req, payload).await?;
+    let body: LimitBody<'_> = parse_json(&bytes)?;
     let v = body.validate()?;
     let namespace_id = match state.rbac.namespace_cached(&principal, &v.namespace) {
         Some(found) => found?,
         None => {
-            let (state, principal, name) = (state.clone(), principal.clone(), v.namespace.clone());
+            let (state, principal, name) = (state.clone(), principal.clone(), v.namespace.to_string());
             blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
         }
     };
@@ -160,9 +165,15 @@ pub async fn limit(
 mod tests {
     use super::*;
 
-    fn body(json: &str) -> Result<ValidLimit, String> {
-        let b: LimitBody = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        b.validate().map_err(|e| e.to_string())
+    fn body(json: &str) -> Result<ValidLimit<'static>, String> {
+        let b: LimitBody<'_> = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        b.validate()
+            .map(|v| ValidLimit {
+                identifier: v.identifier.into_owned().into(),
+                namespace: v.namespace.into_owned().into(),
+                ..v
+            })
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -222,6 +233,6 @@ mod tests {
         let ok =
             body(r#"{"identifier":"é","limit":9007199254740991,"duration":1000,"cost":0,"namespace":null}"#)
                 .expect("valid");
-        assert_eq!((ok.namespace.as_str(), ok.request.cost), ("default", 0));
+        assert_eq!((&*ok.namespace, ok.request.cost), ("default", 0));
     }
 }
