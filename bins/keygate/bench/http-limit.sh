@@ -50,10 +50,15 @@ done | tee "$work/results"
 
 awk '
   { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-  $1 == "keygate" { kr += v["rps"]; kp99 = (v["p99_us"] > kp99 ? v["p99_us"] : kp99); ke += v["errors"]; n++ }
-  $1 == "bare"    { br += v["rps"]; bp99 = (v["p99_us"] > bp99 ? v["p99_us"] : bp99) }
+  $1 == "keygate" { kr += v["rps"]; last = v["rps"]; kp99 = (v["p99_us"] > kp99 ? v["p99_us"] : kp99); ke += v["errors"]; n++
+                    p99s[n] = v["p99_us"] }
+  $1 == "bare"    { br += v["rps"]; bp99 = (v["p99_us"] > bp99 ? v["p99_us"] : bp99); ratios[n] = last / v["rps"]; bp99s[n] = v["p99_us"] }
+  function median(a, m,   i, j, t) {
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+  }
   END {
-    printf "keygate: %.0f req/s (mean of %d rounds), worst p99 %d us, non-2xx/errors %d\n", kr / n, n, kp99, ke
-    printf "bare:    %.0f req/s, worst p99 %d us\n", br / n, bp99
-    printf "ratio keygate/bare: %.3f\n", kr / br
+    printf "keygate: %.0f req/s (mean of %d rounds), median p99 %d us, worst p99 %d us, non-2xx/errors %d\n", kr / n, n, median(p99s, n), kp99, ke
+    printf "bare:    %.0f req/s, median p99 %d us, worst p99 %d us\n", br / n, median(bp99s, n), bp99
+    printf "ratio keygate/bare: mean-of-rates %.3f, median of per-round ratios %.3f\n", kr / br, median(ratios, n)
   }' "$work/results"
