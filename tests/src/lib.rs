@@ -92,6 +92,14 @@ impl TestServer {
         config
     }
 
+    /// A server whose database waits (pool wait, statement timeout) are 1 s: outage tests.
+    pub fn start_with_short_db_timeouts(db: Arc<TestDb>) -> Self {
+        let mut config = Self::config(&db.url);
+        config.pool.connect_timeout = std::time::Duration::from_millis(1_000);
+        config.pool.statement_timeout = std::time::Duration::from_millis(1_000);
+        Self::start_with(config, db)
+    }
+
     pub fn start_with(config: ServerConfig, db: Arc<TestDb>) -> Self {
         let clock = ManualClock::new(T0);
         let server_clock = Arc::new(clock.clone());

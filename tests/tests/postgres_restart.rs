@@ -45,10 +45,7 @@ impl Drop for Restart {
 fn postgres_stopped_and_started_again() {
     let base = TestDb::postgres_url().expect("set KEYGATE_TEST_POSTGRES_URL");
     let db = Arc::new(TestDb::postgres(&base));
-    let mut config = TestServer::config(&db.url);
-    config.pool.connect_timeout = Duration::from_millis(1_000);
-    config.pool.statement_timeout = Duration::from_millis(1_000);
-    let s = TestServer::start_with(config, db);
+    let s = TestServer::start_with_short_db_timeouts(db);
     let key = s.create_key();
     assert_eq!(s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "before"}]))).status, 200);
     let limit = json!({"identifier": "u", "limit": 10, "duration": 60_000});

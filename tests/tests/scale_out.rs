@@ -70,11 +70,17 @@ fn a_root_key_revoked_on_one_instance_is_rejected_by_the_other_within_ten_second
     b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
 }
 
-/// `postgres://user@host:port/db` with `host:port` replaced by `addr`.
-fn via(url: &str, addr: std::net::SocketAddr) -> String {
+/// Where `host:port` sits in `postgres://user@host:port/db`.
+fn host_port_range(url: &str) -> std::ops::Range<usize> {
     let start = url.find('@').map(|i| i + 1).or_else(|| url.find("://").map(|i| i + 3)).unwrap();
     let end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    format!("{}{addr}{}", &url[..start], &url[end..])
+    start..end
+}
+
+/// The URL with `host:port` replaced by `addr`.
+fn via(url: &str, addr: std::net::SocketAddr) -> String {
+    let r = host_port_range(url);
+    format!("{}{addr}{}", &url[..r.start], &url[r.end..])
 }
 
 #[test]
@@ -85,16 +91,11 @@ fn postgres_outage_answers_503_and_recovers_without_restart() {
     };
     let target = {
         use std::net::ToSocketAddrs;
-        let start = base.find('@').map(|i| i + 1).unwrap_or(base.find("://").unwrap() + 3);
-        let end = base[start..].find('/').map_or(base.len(), |i| start + i);
-        base[start..end].to_socket_addrs().unwrap().next().unwrap()
+        base[host_port_range(&base)].to_socket_addrs().unwrap().next().unwrap()
     };
     let proxy = CuttableProxy::start(target).unwrap();
     let db = Arc::new(TestDb::postgres(&via(&base, proxy.addr)));
-    let mut config = TestServer::config(&db.url);
-    config.pool.connect_timeout = Duration::from_millis(1_000);
-    config.pool.statement_timeout = Duration::from_millis(1_000);
-    let s = TestServer::start_with(config, db);
+    let s = TestServer::start_with_short_db_timeouts(db);
     let key = s.create_key();
     assert_eq!(s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "before"}]))).status, 200);
     let limit = json!({"identifier": "u", "limit": 100, "duration": 60_000});

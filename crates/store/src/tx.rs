@@ -71,14 +71,20 @@ macro_rules! by_kind {
     ($kind:expr, $ent:ident, $link:ident, $link_col:ident, $body:block) => {
         match $kind {
             EntityKind::Permission => {
+                #[allow(unused_imports)]
                 use keys_permissions as $link;
+                #[allow(unused_imports)]
                 use keys_permissions::permission_id as $link_col;
+                #[allow(unused_imports)]
                 use permissions as $ent;
                 $body
             }
             EntityKind::Role => {
+                #[allow(unused_imports)]
                 use keys_roles as $link;
+                #[allow(unused_imports)]
                 use keys_roles::role_id as $link_col;
+                #[allow(unused_imports)]
                 use roles as $ent;
                 $body
             }
@@ -115,7 +121,36 @@ const ROOT_KEY_COLUMNS: (
     root_keys::expires_at,
 );
 
+/// The column an entity lookup matches on.
+#[derive(Debug, Clone, Copy)]
+enum Column {
+    Id,
+    Name,
+}
+
 impl DieselTx<'_> {
+    /// The entities of a workspace whose id (or name) is one of `values`.
+    fn entities_matching(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        by: Column,
+        values: &[String],
+    ) -> R<Vec<Named>> {
+        by_kind!(kind, ent, link, link_col, {
+            let query = ent::table
+                .filter(ent::workspace_id.eq(workspace_id))
+                .select((ent::id, ent::name))
+                .into_boxed();
+            let query = match by {
+                Column::Id => query.filter(ent::id.eq_any(values)),
+                Column::Name => query.filter(ent::name.eq_any(values)),
+            };
+            let rows: Vec<(String, String)> = query.load(self.conn).map_err(db_err)?;
+            Ok(rows.into_iter().map(named).collect())
+        })
+    }
+
     /// Inserts inside a savepoint; a unique violation rolls back only the savepoint, so
     /// the enclosing transaction stays usable (PostgreSQL aborts it otherwise).
     fn insert_in_savepoint(&mut self, insert: impl FnOnce(&mut DbConn) -> QueryResult<usize>) -> R<bool> {
@@ -269,29 +304,11 @@ impl RbacTx for DieselTx<'_> {
     }
 
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>> {
-        by_kind!(kind, ent, link, link_col, {
-            let _ = (link::table, link_col);
-            let rows: Vec<(String, String)> = ent::table
-                .filter(ent::workspace_id.eq(workspace_id))
-                .filter(ent::id.eq_any(ids))
-                .select((ent::id, ent::name))
-                .load(self.conn)
-                .map_err(db_err)?;
-            Ok(rows.into_iter().map(named).collect())
-        })
+        self.entities_matching(kind, workspace_id, Column::Id, ids)
     }
 
     fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>> {
-        by_kind!(kind, ent, link, link_col, {
-            let _ = (link::table, link_col);
-            let rows: Vec<(String, String)> = ent::table
-                .filter(ent::workspace_id.eq(workspace_id))
-                .filter(ent::name.eq_any(names))
-                .select((ent::id, ent::name))
-                .load(self.conn)
-                .map_err(db_err)?;
-            Ok(rows.into_iter().map(named).collect())
-        })
+        self.entities_matching(kind, workspace_id, Column::Name, names)
     }
 
     fn insert_entities_if_absent(
@@ -303,7 +320,6 @@ impl RbacTx for DieselTx<'_> {
     ) -> R<Vec<(Named, bool)>> {
         let mut created: HashSet<String> = HashSet::new();
         by_kind!(kind, ent, link, link_col, {
-            let _ = (link::table, link_col);
             for chunk in entities.chunks(BATCH_ROWS) {
                 let rows: Vec<_> = chunk
                     .iter()
@@ -356,7 +372,6 @@ impl RbacTx for DieselTx<'_> {
 
     fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>> {
         by_kind!(kind, ent, link, link_col, {
-            let _ = link_col;
             let rows: Vec<(String, String)> = link::table
                 .inner_join(ent::table)
                 .filter(link::key_id.eq(key_id))
@@ -376,7 +391,6 @@ impl RbacTx for DieselTx<'_> {
         now: i64,
     ) -> R<()> {
         by_kind!(kind, ent, link, link_col, {
-            let _ = ent::table;
             for chunk in ids.chunks(BATCH_ROWS) {
                 let rows: Vec<_> = chunk
                     .iter()
@@ -398,7 +412,6 @@ impl RbacTx for DieselTx<'_> {
 
     fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()> {
         by_kind!(kind, ent, link, link_col, {
-            let _ = ent::table;
             diesel::delete(link::table.filter(link::key_id.eq(key_id)).filter(link_col.eq_any(ids)))
                 .execute(self.conn)
                 .map(drop)
