@@ -1,0 +1,80 @@
+//! Every route of the route table: authentication, methods, and the permission it needs.
+#![allow(clippy::unwrap_used)]
+
+use keygate::routes::ROUTES;
+use keygate_tests::TestServer;
+use serde_json::{Value, json};
+
+/// The permission each authenticated route always needs, and a body that would otherwise
+/// succeed (a fresh namespace is created on the way for ratelimits.limit).
+fn needs(path: &str, key: &str) -> Option<(&'static str, Value)> {
+    match path {
+        "/v1/keys.setPermissions" => {
+            Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
+        }
+        "/v1/keys.addRoles" => {
+            Some(("rbac.*.add_role_to_key", json!({"keyId": key, "roles": [{"name": "r", "create": true}]})))
+        }
+        "/v1/keys.getKey" => Some(("api.*.read_key", json!({"keyId": key}))),
+        "/v1/ratelimits.limit" => Some((
+            "ratelimit.*.limit",
+            json!({"identifier": "i", "limit": 1, "duration": 1000, "namespace": "n"}),
+        )),
+        _ => None,
+    }
+}
+
+const ALL: &[&str] = &[
+    "rbac.*.add_permission_to_key",
+    "rbac.*.create_permission",
+    "rbac.*.add_role_to_key",
+    "rbac.*.create_role",
+    "api.*.read_key",
+    "ratelimit.*.limit",
+    "ratelimit.*.create_namespace",
+];
+
+#[test]
+fn every_route_checks_auth_method_and_its_permission() {
+    let s = TestServer::start();
+    let key = s.create_key();
+    let methods = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+    let mut checked = 0;
+    for (path, allowed) in ROUTES {
+        for m in methods.iter().filter(|m| !allowed.contains(m)) {
+            let r = s.request(s.client.request(m.parse().unwrap(), s.url(path)));
+            r.assert_error(405, "METHOD_NOT_ALLOWED");
+            assert_eq!(r.header("allow"), Some(allowed.join(", ").as_str()), "{m} {path}");
+        }
+        let Some((permission, body)) = needs(path, &key) else {
+            // Public routes answer without a key.
+            assert!(matches!(*path, "/v1/liveness" | "/docs/errors"), "{path} needs a case here");
+            assert_eq!(s.request(s.client.get(s.url(path))).status, 200);
+            continue;
+        };
+        s.post_raw(path, None, body.to_string()).assert_error(401, "UNAUTHORIZED");
+        let others: Vec<&str> = ALL.iter().copied().filter(|p| *p != permission).collect();
+        let without = s.root_key_with(&others);
+        let msg = s.post_as(&without, path, &body).assert_error(403, "INSUFFICIENT_PERMISSIONS");
+        assert!(msg.contains(permission), "{path}: {msg}");
+        for other in others {
+            assert!(!msg.contains(other), "{path} names only what is missing: {msg}");
+        }
+        let with = s.root_key_with(ALL);
+        assert_eq!(s.post_as(&with, path, &body).status, 200, "{path}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "every authenticated route was checked");
+}
+
+#[test]
+fn one_call_takes_at_most_1000_entries() {
+    let s = TestServer::start();
+    let key = s.create_key();
+    let entries: Vec<Value> = (0..1001).map(|i| json!({"name": format!("p{i}")})).collect();
+    let r = s.post("/v1/keys.setPermissions", &json!({"keyId": key, "permissions": entries}));
+    assert_eq!(r.assert_error(400, "BAD_REQUEST"), "permissions: at most 1000 entries");
+    let entries: Vec<Value> = (0..1000).map(|i| json!({"name": format!("p{i}")})).collect();
+    let r = s.post("/v1/keys.setPermissions", &json!({"keyId": key, "permissions": entries}));
+    assert_eq!(r.names().len(), 1000);
+}
