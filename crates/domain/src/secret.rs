@@ -18,7 +18,7 @@ impl Secret {
     }
     /// A short visible prefix for recognising the secret in listings.
     pub fn visible_prefix(&self) -> String {
-        self.0.chars().take(10).collect()
+        self.0.chars().take(12).collect()
     }
 }
 
@@ -52,6 +52,6 @@ mod tests {
         let s = Secret::new("kg_root_abc");
         assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
         assert_eq!(hash_secret("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        assert_eq!(s.visible_prefix(), "kg_root_ab");
+        assert_eq!(Secret::new("kg_root_abcdefgh").visible_prefix(), "kg_root_abcd");
     }
 }

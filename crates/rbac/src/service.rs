@@ -543,3 +543,78 @@ impl<S: RbacStore> RbacService<S> {
         if revoked { Ok(()) } else { Err(RbacError::NotFound(format!("root key {id} not found"))) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(rules: &LinkRules, refs: &[EntityRef]) -> Result<RefPlan, String> {
+        plan_refs(rules, refs, 0).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn entries_need_an_id_or_a_name() {
+        let err = plan(&PERMISSION_RULES, &[EntityRef::by_name("a"), EntityRef::default()]).unwrap_err();
+        assert_eq!(err, "permissions.1: an entry needs an id or a name");
+        let err = plan(&ROLE_RULES, &[EntityRef { create: Some(true), ..EntityRef::default() }]).unwrap_err();
+        assert_eq!(err, "roles.0: an entry needs an id or a name");
+    }
+
+    #[test]
+    fn duplicates_merge_and_create_defaults_differ_by_kind() {
+        let refs = [
+            EntityRef::by_name("a"),
+            EntityRef::by_name("a"),
+            EntityRef::by_id("perm_1"),
+            EntityRef::by_id("perm_1"),
+        ];
+        let p = plan(&PERMISSION_RULES, &refs).unwrap();
+        assert_eq!(p.ids.len(), 1);
+        assert_eq!(p.names.get("a"), Some(&true), "permissions are created by default");
+        let p = plan(&ROLE_RULES, &[EntityRef::by_name("r")]).unwrap();
+        assert_eq!(p.names.get("r"), Some(&false), "roles are not");
+        // Absent and true are the same effective flag for permissions: merged.
+        assert!(
+            plan(&PERMISSION_RULES, &[EntityRef::by_name("a"), EntityRef::by_name("a").with_create(true)])
+                .is_ok()
+        );
+        let err =
+            plan(&PERMISSION_RULES, &[EntityRef::by_name("a"), EntityRef::by_name("a").with_create(false)])
+                .unwrap_err();
+        assert!(err.starts_with("permissions.1: "), "{err}");
+    }
+
+    #[test]
+    fn names_are_validated_at_the_field_they_came_from() {
+        let slug = EntityRef { name: Some("bad name".into()), name_field: "slug", ..EntityRef::default() };
+        assert!(plan(&PERMISSION_RULES, &[slug]).unwrap_err().starts_with("permissions.0.slug: "));
+        assert!(
+            plan(&ROLE_RULES, &[EntityRef::by_name("bad\u{7}")]).unwrap_err().starts_with("roles.0.name: ")
+        );
+        assert!(
+            plan(&PERMISSION_RULES, &[EntityRef::by_id("")]).unwrap_err().starts_with("permissions.0.id: ")
+        );
+        let both = EntityRef { id: Some("perm_1".into()), name: Some("a".into()), ..EntityRef::by_name("a") };
+        let p = plan(&PERMISSION_RULES, &[both]).unwrap();
+        assert_eq!(p.pairs, vec![("permissions.0".to_string(), "perm_1".to_string(), "a".to_string())]);
+        assert!(p.names.is_empty(), "an entry with an id is resolved by id");
+    }
+
+    #[test]
+    fn entry_counts_are_bounded() {
+        assert_eq!(plan_refs(&ROLE_RULES, &[], 1).unwrap_err().to_string(), "roles: needs at least 1 entry");
+        let many: Vec<EntityRef> =
+            (0..=MAX_REFS_PER_CALL).map(|i| EntityRef::by_name(format!("p{i}"))).collect();
+        assert_eq!(plan(&PERMISSION_RULES, &many).unwrap_err(), "permissions: at most 1000 entries");
+    }
+
+    #[test]
+    fn principals_hold_star_or_the_exact_string() {
+        let p = Principal::new("rk".into(), "ws".into(), ["rbac.*.create_role".to_string()]);
+        assert!(p.holds("rbac.*.create_role"));
+        assert!(!p.holds("rbac.x.create_role"), "`*` inside a permission is not a pattern");
+        assert!(!p.holds("rbac.*.create_permission"));
+        let all = Principal::new("rk".into(), "ws".into(), ["*".to_string()]);
+        assert!(all.holds("anything.at.all"));
+    }
+}
