@@ -34,8 +34,16 @@ fn authentication_comes_before_the_body() {
         secret.expose().to_string()
     };
     let key = s.create_key();
-    let bad_auth: [Option<String>; 5] =
-        [None, Some("kg_root_unknown".into()), Some(revoked), Some(String::new()), Some(key.clone())];
+    // A real key's secret is not a root key.
+    let key_secret = s.state.rbac.create_key(&s.workspace_id, None).unwrap().1.expose().to_string();
+    let bad_auth: [Option<String>; 6] = [
+        None,
+        Some("kg_root_unknown".into()),
+        Some(revoked),
+        Some(String::new()),
+        Some(key.clone()),
+        Some(key_secret),
+    ];
     for path in ENDPOINTS {
         for auth in &bad_auth {
             // A garbage, oversized, non-JSON body: still 401.
@@ -76,6 +84,15 @@ fn content_type_and_size() {
         let big = format!("{{\"keyId\":\"{key}\",\"permissions\":[],\"pad\":\"{}\"}}", "x".repeat(2 << 20));
         s.post_raw(path, Some(&s.root_key), big).assert_error(413, "PAYLOAD_TOO_LARGE");
     }
+    // Size is checked before the media type.
+    let r = s.request(
+        s.client
+            .post(s.url("/v1/keys.setPermissions"))
+            .bearer_auth(&s.root_key)
+            .header("content-type", "text/plain")
+            .body(vec![b'x'; 2 << 20]),
+    );
+    r.assert_error(413, "PAYLOAD_TOO_LARGE");
     // A charset suffix is fine.
     let r = s.request(
         s.client

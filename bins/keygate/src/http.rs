@@ -131,6 +131,17 @@ pub async fn read_json<T: DeserializeOwned>(req: &HttpRequest, payload: web::Pay
 /// The checks and reading of [`read_json`], without parsing: for handlers that borrow
 /// strings from the body. A body that arrives in one chunk is not copied.
 pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    // The contract's order: size (413), then media type (415), then the content (400).
+    let too_large =
+        || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes"));
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
     let is_json = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -142,16 +153,6 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
             ErrorCode::UnsupportedMediaType,
             "the body must be JSON: send Content-Type: application/json",
         ));
-    }
-    let too_large =
-        || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes"));
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
     }
     let mut first = web::Bytes::new();
     let mut more: Option<web::BytesMut> = None;

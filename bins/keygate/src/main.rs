@@ -3,7 +3,8 @@ use keygate::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info,actix_server=warn"))
+        .init();
     match cli.command.unwrap_or(Command::Serve(Box::default())) {
         Command::Serve(args) => match keygate::server::run_forever(args.into_config(&cli.database_url)) {
             Ok(()) => std::process::ExitCode::SUCCESS,
