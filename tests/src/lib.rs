@@ -89,6 +89,7 @@ impl TestServer {
         config.workers = Some(2);
         config.root_key = None;
         config.redis_url = None;
+        config.handle_signals = false;
         config
     }
 

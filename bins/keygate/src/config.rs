@@ -126,6 +126,7 @@ impl ServeArgs {
             },
             docs_url: self.docs_url,
             root_key: self.root_key,
+            handle_signals: true,
         }
     }
 }
@@ -140,6 +141,8 @@ pub struct ServerConfig {
     pub pool: PoolSettings,
     pub docs_url: Option<String>,
     pub root_key: Option<String>,
+    /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
+    pub handle_signals: bool,
 }
 
 impl ServerConfig {

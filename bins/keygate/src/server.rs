@@ -71,7 +71,10 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     if let Some(n) = config.workers {
         server = server.workers(n.max(1));
     }
-    let server = server.disable_signals().shutdown_timeout(5).run();
+    if !config.handle_signals {
+        server = server.disable_signals();
+    }
+    let server = server.shutdown_timeout(5).run();
     log::info!(
         "keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {})",
         state.limiter.kind()
@@ -108,16 +111,13 @@ fn spawn_sweeper(store: Weak<dyn RateLimitStore>, clock: Arc<dyn Clock>) {
     }
 }
 
-/// `keygate serve`: runs until SIGINT/SIGTERM.
+/// `keygate serve`: runs until SIGINT or SIGTERM, then stops accepting, lets in-flight
+/// requests finish (up to 5 s) and exits.
 pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let running = start(config, Arc::new(SystemClock))?;
-        let handle = running.handle.clone();
-        actix_web::rt::spawn(async move {
-            let _ = actix_web::rt::signal::ctrl_c().await;
-            log::info!("shutting down");
-            handle.stop(true).await;
-        });
-        running.server.await.context("server")
+        running.server.await.context("server")?;
+        log::info!("keygate stopped");
+        Ok(())
     })
 }

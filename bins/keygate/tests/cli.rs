@@ -191,6 +191,24 @@ fn server_bootstraps_once_prints_the_key_and_logs_where_it_listens() {
 }
 
 #[test]
+fn sigterm_stops_the_server_gracefully() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (mut server, _) = serve(&db, free_port(), None);
+    let pid = server.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running 10 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exits cleanly: {status:?}");
+}
+
+#[test]
 fn keygate_root_key_sets_the_bootstrap_key() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("plain-path.db").display().to_string();
