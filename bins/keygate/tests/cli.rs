@@ -194,7 +194,11 @@ fn server_bootstraps_once_prints_the_key_and_logs_where_it_listens() {
 fn sigterm_stops_the_server_gracefully() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("k.db").display());
-    let (mut server, _) = serve(&db, free_port(), None);
+    let port = free_port();
+    let (mut server, _) = serve(&db, port, None);
+    // Serving means the server future runs, and with it actix's signal handlers.
+    let res = http(port, "GET /v1/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(res.starts_with("HTTP/1.1 200"), "{res}");
     let pid = server.0.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let deadline = Instant::now() + Duration::from_secs(10);
