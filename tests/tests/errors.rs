@@ -210,3 +210,26 @@ fn success_responses_carry_a_request_id_too() {
     let docs = s.request(s.client.get(s.url("/docs/errors")));
     assert!(docs.text.contains("INSUFFICIENT_PERMISSIONS"));
 }
+
+#[test]
+fn nul_characters_are_4xx_on_every_backend() {
+    let s = TestServer::start();
+    let key = s.create_key();
+    let cases = [
+        ("/v1/keys.setPermissions", json!({"keyId": "key_\u{0}x", "permissions": []})),
+        ("/v1/keys.setPermissions", json!({"keyId": key, "permissions": [{"id": "perm_\u{0}"}]})),
+        ("/v1/keys.addRoles", json!({"keyId": key, "roles": [{"id": "role_\u{0}"}]})),
+        ("/v1/keys.getKey", json!({"keyId": "key_\u{0}"})),
+        (
+            "/v1/ratelimits.limit",
+            json!({"identifier": "a", "limit": 1, "duration": 1000, "namespace": "n\u{0}s"}),
+        ),
+    ];
+    for (path, body) in cases {
+        let r = s.post(path, &body);
+        assert!((400..500).contains(&r.status), "{path} {body}: {} {}", r.status, r.text);
+    }
+    // An identifier never reaches the database: NUL is just a character there.
+    let r = s.limit(json!({"identifier": "a\u{0}b", "limit": 1, "duration": 1000}));
+    assert_eq!(r.status, 200);
+}

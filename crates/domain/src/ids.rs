@@ -77,10 +77,13 @@ pub fn random_token(prefix: &str) -> String {
     random_string(prefix, 43)
 }
 
-/// Whether `id` has the shape `<prefix>_...`. A reference with the wrong prefix is simply
-/// not found; callers use this to skip a pointless lookup.
+/// Whether `id` could be an id of this kind: `<prefix>_` followed by ASCII letters and
+/// digits only. Anything else (a wrong prefix, other characters, a NUL that PostgreSQL
+/// text cannot even hold) cannot exist, so callers answer "not found" without a lookup.
 pub fn has_prefix(id: &str, prefix: IdPrefix) -> bool {
-    id.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.starts_with('_'))
+    id.strip_prefix(prefix.as_str())
+        .and_then(|rest| rest.strip_prefix('_'))
+        .is_some_and(|body| !body.is_empty() && body.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 #[cfg(test)]
@@ -99,6 +102,10 @@ mod tests {
         assert!(has_prefix(&a, IdPrefix::Permission));
         assert!(!has_prefix(&a, IdPrefix::Role));
         assert!(!has_prefix("permx_1", IdPrefix::Permission));
+        assert!(has_prefix("key_123", IdPrefix::Key));
+        for bad in ["key_", "key_a\u{0}b", "key_a b", "key_é", "key_a-b"] {
+            assert!(!has_prefix(bad, IdPrefix::Key), "{bad:?}");
+        }
     }
 
     #[test]

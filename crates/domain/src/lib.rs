@@ -14,7 +14,7 @@ pub use error::{ErrorCode, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_token};
 pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_key_id,
-    validate_permission_name, validate_role_name,
+    validate_namespace_name, validate_permission_name, validate_role_name,
 };
 pub use secret::{Secret, digest_hex, hash_secret, secret_digest};
 

@@ -44,6 +44,16 @@ pub fn validate_role_name(path: &str, name: &str) -> Result<(), ValidationError>
     Ok(())
 }
 
+/// Rate-limit namespace names: 1-512 characters, no NUL (which PostgreSQL text cannot
+/// store; refused on every backend so that both behave the same).
+pub fn validate_namespace_name(path: &str, name: &str) -> Result<(), ValidationError> {
+    check_len(path, name, MAX_IDENTIFIER_CHARS)?;
+    if name.contains('\0') {
+        return Err(ValidationError::new(path, "must not contain NUL characters"));
+    }
+    Ok(())
+}
+
 /// `keyId`: 1-255 characters.
 pub fn validate_key_id(path: &str, key_id: &str) -> Result<(), ValidationError> {
     check_len(path, key_id, MAX_KEY_ID_CHARS)
@@ -73,6 +83,15 @@ mod tests {
         assert!(validate_role_name("r", "admin team").is_ok());
         assert!(validate_role_name("r", "bad\nname").is_err());
         assert!(validate_role_name("r", "").is_err());
+    }
+
+    #[test]
+    fn namespace_names() {
+        assert!(validate_namespace_name("namespace", "api.v1/users").is_ok());
+        assert!(validate_namespace_name("namespace", &"n".repeat(512)).is_ok());
+        assert!(validate_namespace_name("namespace", &"n".repeat(513)).is_err());
+        let e = validate_namespace_name("namespace", "a\0b").unwrap_err();
+        assert_eq!(e.to_string(), "namespace: must not contain NUL characters");
     }
 
     #[test]

@@ -403,7 +403,7 @@ impl<S: RbacStore> RbacService<S> {
 
     /// The namespace id for `name`, creating the namespace when the caller may.
     pub fn resolve_namespace(&self, p: &Principal, name: &str) -> Result<Arc<str>, RbacError> {
-        check_len("namespace", name, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+        keygate_domain::validate_namespace_name("namespace", name)?;
         let all = self.check_limit_any(p)?;
         let ws = p.workspace_id.as_str();
         if let Some(id) = self.namespaces.get(ws, name) {

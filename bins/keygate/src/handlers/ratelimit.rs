@@ -6,7 +6,9 @@ use crate::http::{authenticate, blocking, parse_json, read_body};
 use crate::server::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
-use keygate_domain::{MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, check_len};
+use keygate_domain::{
+    MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, check_len, validate_namespace_name,
+};
 use keygate_ratelimit::{BudgetKey, Decision, LimitRequest};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
@@ -98,7 +100,7 @@ impl<'a> LimitBody<'a> {
             None => 1,
         };
         let namespace = self.namespace.unwrap_or(Cow::Borrowed("default"));
-        check_len("namespace", &namespace, MAX_IDENTIFIER_CHARS)?;
+        validate_namespace_name("namespace", &namespace)?;
         if let Some(meta) = &self.meta {
             check_meta("meta", meta)?;
         }
