@@ -192,46 +192,37 @@ mod tests {
 
     #[test]
     fn bounds() {
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":0,"duration":1000}"#).unwrap_err(),
-            "limit: must be >= 1"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":1,"duration":999}"#).unwrap_err(),
-            "duration: must be >= 1000"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":1,"duration":1000,"cost":-1}"#).unwrap_err(),
-            "cost: must be >= 0"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":1.0,"duration":1000}"#).unwrap_err(),
-            "limit: must be an integer"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":1e3,"duration":1000}"#).unwrap_err(),
-            "limit: must be an integer"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":18446744073709551616,"duration":1000}"#).unwrap_err(),
-            "limit: must be <= 9007199254740991"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":9007199254740992,"duration":1000}"#).unwrap_err(),
-            "limit: must be <= 9007199254740991"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"","limit":1,"duration":1000}"#).unwrap_err(),
-            "identifier: must not be empty"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":1,"duration":1000,"namespace":""}"#).unwrap_err(),
-            "namespace: must not be empty"
-        );
-        assert_eq!(
-            body(r#"{"identifier":"a","limit":1,"duration":1000,"meta":{"x":{"y":1}}}"#).unwrap_err(),
-            "meta.x: must be a string, number, boolean or null"
-        );
+        let cases = [
+            (r#"{"identifier":"a","limit":0,"duration":1000}"#, "limit: must be >= 1"),
+            (r#"{"identifier":"a","limit":1,"duration":999}"#, "duration: must be >= 1000"),
+            (r#"{"identifier":"a","limit":1,"duration":1000,"cost":-1}"#, "cost: must be >= 0"),
+            (r#"{"identifier":"a","limit":1.0,"duration":1000}"#, "limit: must be an integer"),
+            (r#"{"identifier":"a","limit":1e3,"duration":1000}"#, "limit: must be an integer"),
+            (
+                r#"{"identifier":"a","limit":18446744073709551616,"duration":1000}"#,
+                "limit: must be <= 9007199254740991",
+            ),
+            (
+                r#"{"identifier":"a","limit":9007199254740992,"duration":1000}"#,
+                "limit: must be <= 9007199254740991",
+            ),
+            (r#"{"identifier":"","limit":1,"duration":1000}"#, "identifier: must not be empty"),
+            (
+                r#"{"identifier":"a","limit":1,"duration":1000,"namespace":""}"#,
+                "namespace: must not be empty",
+            ),
+            (
+                r#"{"identifier":"a","limit":1,"duration":1000,"namespace":"a\u0000b"}"#,
+                "namespace: must not contain NUL characters",
+            ),
+            (
+                r#"{"identifier":"a","limit":1,"duration":1000,"meta":{"x":{"y":1}}}"#,
+                "meta.x: must be a string, number, boolean or null",
+            ),
+        ];
+        for (json, expected) in cases {
+            assert_eq!(body(json).unwrap_err(), expected, "for {json}");
+        }
         let ok =
             body(r#"{"identifier":"é","limit":9007199254740991,"duration":1000,"cost":0,"namespace":null}"#)
                 .expect("valid");
