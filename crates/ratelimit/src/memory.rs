@@ -32,6 +32,9 @@ use std::sync::Arc;
 
 const MIN_SWEEP_LEN: usize = 1024;
 
+/// Where in the hash the shard index is taken from (see [`MemoryStore::shard`]).
+const SHARD_BITS_AT: u32 = 32;
+
 #[derive(Debug)]
 struct Entry {
     namespace_id: Arc<str>,
@@ -86,7 +89,8 @@ pub struct MemoryStoreStats {
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
-    shift: u32,
+    /// `shards.len() - 1` (a power of two minus one).
+    mask: usize,
     hasher: Hasher,
 }
 
@@ -107,7 +111,7 @@ impl MemoryStore {
         let shards = (0..n)
             .map(|_| Mutex::new(Shard { table: HashTable::new(), sweep_at_len: MIN_SWEEP_LEN }))
             .collect();
-        Self { shards, shift: 64 - n.trailing_zeros(), hasher: foldhash::fast::RandomState::default() }
+        Self { shards, mask: n - 1, hasher: foldhash::fast::RandomState::default() }
     }
 
     fn hash(&self, key: &BudgetKey<'_>) -> u64 {
@@ -115,10 +119,11 @@ impl MemoryStore {
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        // The top bits pick the shard; hashbrown uses the low and top-7 bits inside it,
-        // which stay well distributed within one shard with foldhash.
-        let idx = if self.shift >= 64 { 0 } else { (hash >> self.shift) as usize };
-        &self.shards[idx]
+        // Bits 32.. pick the shard. Inside a shard hashbrown uses the low bits (the bucket)
+        // and the top 7 bits (the tag in the control byte that filters candidates before
+        // any entry is read): the shard index must not take either, or every entry of a
+        // shard would share most of its tag and each probe would read several entries.
+        &self.shards[(hash >> SHARD_BITS_AT) as usize & self.mask]
     }
 
     pub fn stats(&self) -> MemoryStoreStats {
@@ -183,6 +188,34 @@ mod tests {
 
     fn key<'a>(ns: &'a Arc<str>, id: &'a str) -> BudgetKey<'a> {
         BudgetKey { namespace_id: ns, identifier: id, duration: 1_000 }
+    }
+
+    /// How many entries a lookup of `key` compares (reads) before it finds it.
+    fn entries_read(s: &MemoryStore, key: &BudgetKey<'_>) -> usize {
+        let hash = s.hash(key);
+        let mut reads = 0;
+        let shard = s.shard(hash).lock();
+        let found = shard.table.find(hash, |e| {
+            reads += 1;
+            e.matches(key)
+        });
+        assert!(found.is_some());
+        reads
+    }
+
+    #[test]
+    fn a_lookup_reads_about_one_entry() {
+        // The control bytes' tags must filter out almost every other entry of the shard;
+        // each entry read is a likely cache miss on a large table.
+        let s = MemoryStore::new();
+        let n = ns("n");
+        let ids: Vec<String> = (0..50_000).map(|i| format!("user_{i}")).collect();
+        for id in &ids {
+            s.check(key(&n, id), R, 0);
+        }
+        let reads: usize = ids.iter().map(|id| entries_read(&s, &key(&n, id))).sum();
+        let per_lookup = reads as f64 / ids.len() as f64;
+        assert!(per_lookup < 1.1, "{per_lookup} entries read per lookup");
     }
 
     #[test]
