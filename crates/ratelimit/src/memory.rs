@@ -1,6 +1,6 @@
 //! The in-process store: a fixed number of shards, each a `hashbrown::HashTable` behind a
 //! `parking_lot::Mutex`. The key's hash is computed once per call and picks both the shard
-//! and the bucket.
+//! (from its middle bits) and the bucket (its low and top bits, as hashbrown uses them).
 //!
 //! # Memory
 //! One live budget costs one [`Entry`] of 64 bytes (the namespace as a shared `Arc<str>`,
