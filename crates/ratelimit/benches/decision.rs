@@ -95,6 +95,44 @@ fn bench(c: &mut Criterion) {
         });
     }
     base.finish();
+
+    // Calibration: the latency of one cache miss at a given working set. A chain of
+    // dependent loads through 64-byte slots in random order (one cycle through all of
+    // them), so no two loads overlap. The table behind `100000_short` spans ~8 MiB; a
+    // decision, which must update its budget under a lock, pays one such miss in full.
+    let mut chase = c.benchmark_group("baseline_dependent_load");
+    chase.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    for mib in [1usize, 4, 8, 64] {
+        let ring = chase_ring(mib << 20);
+        chase.bench_with_input(BenchmarkId::new("MiB", mib), &mib, |b, _| {
+            b.iter_custom(|iters| {
+                let mut p = 0usize;
+                let start = Instant::now();
+                for _ in 0..iters {
+                    p = ring[p][0];
+                }
+                black_box(p);
+                start.elapsed()
+            })
+        });
+    }
+    chase.finish();
+}
+
+/// `bytes / 64` slots linked into one cycle in random order.
+fn chase_ring(bytes: usize) -> Vec<[usize; 8]> {
+    let n = bytes / 64;
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = 1u64;
+    for i in (1..n).rev() {
+        x = splitmix64(x);
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let mut ring = vec![[0usize; 8]; n];
+    for w in 0..n {
+        ring[order[w]][0] = order[(w + 1) % n];
+    }
+    ring
 }
 
 fn splitmix64(x: u64) -> u64 {
