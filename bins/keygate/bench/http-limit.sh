@@ -48,6 +48,13 @@ run() { # name port
 taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$KG_PORT" >/dev/null
 taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$BARE_PORT" >/dev/null
 
+phase() { # results-file: alternating keygate and bare rounds
+  for r in $(seq 1 "$ROUNDS"); do
+    run "keygate round=$r" $KG_PORT
+    run "bare    round=$r" $BARE_PORT
+  done | tee "$1"
+}
+
 summarize() { # results-file
   awk '
     { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
@@ -68,18 +75,12 @@ summarize() { # results-file
 # 1. Saturation: throughput (the ratio) and latency, which here is queueing: every
 #    connection always has a request in flight.
 echo "== saturated: $CONNECTIONS connections, no think time"
-for r in $(seq 1 "$ROUNDS"); do
-  run "keygate round=$r" $KG_PORT
-  run "bare    round=$r" $BARE_PORT
-done | tee "$work/saturated"
+phase "$work/saturated"
 summarize "$work/saturated"
 
 # 2. Below saturation: the same connections, each waiting THINK_MS after every response
 #    (wrk's delay(); whole milliseconds), so latency is service time plus bursts.
 echo "== paced: $CONNECTIONS connections, $PACE_MS ms think time"
 export THINK_MS=$PACE_MS
-for r in $(seq 1 "$ROUNDS"); do
-  run "keygate round=$r" $KG_PORT
-  run "bare    round=$r" $BARE_PORT
-done | tee "$work/paced"
+phase "$work/paced"
 summarize "$work/paced"

@@ -61,6 +61,7 @@ type Mutex<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
 
 /// Where in the hash the shard index is taken from (see [`MemoryStore::shard`]).
 const SHARD_BITS_AT: u32 = 32;
+const MAX_SHARDS: usize = 1 << 16;
 
 #[derive(Debug)]
 struct Entry {
@@ -132,9 +133,10 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// `shards` is rounded up to a power of two (at least 1).
+    /// `shards` is rounded up to a power of two, between 1 and 2^16 (the shard index is
+    /// taken from hash bits 32-47, clear of the bits hashbrown uses inside a shard).
     pub fn with_shards(shards: usize) -> Self {
-        let n = shards.max(1).next_power_of_two();
+        let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let shards = (0..n)
             .map(|_| Mutex::new(Shard { table: HashTable::new(), sweep_at_len: MIN_SWEEP_LEN }))
             .collect();
