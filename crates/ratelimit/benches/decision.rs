@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const REQ: LimitRequest = LimitRequest { limit: u64::MAX >> 12, duration: 3_600_000, cost: 1 };
 const NOW: u64 = 1_800_000_000_000;
 
-fn filled(live: usize, long: bool, ns: &Arc<str>) -> (MemoryStore, Vec<String>) {
+fn filled(live: usize, long: bool, ns: &Arc<String>) -> (MemoryStore, Vec<String>) {
     let store = MemoryStore::new();
     let ids: Vec<String> = (0..live)
         .map(|i| if long { format!("user_{i:08}@example.com") } else { format!("user_{i:08}") })
@@ -25,7 +25,7 @@ fn filled(live: usize, long: bool, ns: &Arc<str>) -> (MemoryStore, Vec<String>) 
     (store, ids)
 }
 
-fn run(store: &MemoryStore, ids: &[String], ns: &Arc<str>, start: usize, iters: u64) {
+fn run(store: &MemoryStore, ids: &[String], ns: &Arc<String>, start: usize, iters: u64) {
     let mut i = start % ids.len();
     for _ in 0..iters {
         i += 1;
@@ -38,7 +38,7 @@ fn run(store: &MemoryStore, ids: &[String], ns: &Arc<str>, start: usize, iters: 
 }
 
 fn bench(c: &mut Criterion) {
-    let ns: Arc<str> = Arc::from("rlns_8fW2kQxZpL3vN7aT9cYdJe");
+    let ns = Arc::new(String::from("rlns_8fW2kQxZpL3vN7aT9cYdJe"));
     let mut group = c.benchmark_group("decision");
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     let cases = [(1usize, false), (100_000, false), (1_000_000, false), (100_000, true)];

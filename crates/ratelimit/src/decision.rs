@@ -28,6 +28,7 @@ pub struct WindowState {
 impl WindowState {
     /// Whether `now_ms` lies outside this state's window `[start, start + duration)`,
     /// i.e. `floor(now / duration) != start / duration`.
+    #[inline]
     pub fn is_expired(&self, duration: u64, now_ms: u64) -> bool {
         now_ms < self.start || now_ms - self.start >= duration
     }
@@ -35,6 +36,7 @@ impl WindowState {
 
 /// The decision, as a pure function. `state` is what the store holds for the budget (or
 /// `None`); the returned state is what it must hold afterwards.
+#[inline]
 pub fn decide(state: Option<WindowState>, req: LimitRequest, now_ms: u64) -> (WindowState, Decision) {
     let duration = req.duration.max(1);
     let (start, used) = match state {

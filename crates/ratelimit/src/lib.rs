@@ -26,6 +26,7 @@
 
 mod decision;
 mod memory;
+mod table;
 
 pub use decision::{Decision, LimitRequest, WindowState, decide};
 pub use memory::{MemoryStore, MemoryStoreStats};
@@ -34,11 +35,12 @@ use keygate_domain::ErrorCode;
 use std::sync::Arc;
 
 /// The identity of one budget. Borrowed, so the hot path allocates nothing for a budget
-/// that already exists. The namespace id is an `Arc<str>` so that every budget of a
-/// namespace can share one allocation (and compare by pointer first).
+/// that already exists. The namespace id is an `Arc<String>` so that every budget of a
+/// namespace can share one allocation through a thin (8-byte) pointer, compared by pointer
+/// first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BudgetKey<'a> {
-    pub namespace_id: &'a Arc<str>,
+    pub namespace_id: &'a Arc<String>,
     pub identifier: &'a str,
     pub duration: u64,
 }

@@ -55,7 +55,7 @@ impl AuthCache {
 /// (workspace id, namespace name) -> namespace id. Namespaces are never renamed or
 /// deleted, so a positive entry stays valid.
 /// namespace name -> namespace id, within one workspace.
-type NamespaceIds = HashMap<Box<str>, Arc<str>>;
+type NamespaceIds = HashMap<Box<str>, Arc<String>>;
 
 #[derive(Debug)]
 pub(crate) struct NamespaceCache {
@@ -69,11 +69,11 @@ impl Default for NamespaceCache {
 }
 
 impl NamespaceCache {
-    pub fn get(&self, workspace_id: &str, name: &str) -> Option<Arc<str>> {
+    pub fn get(&self, workspace_id: &str, name: &str) -> Option<Arc<String>> {
         self.by_workspace.read().get(workspace_id)?.get(name).cloned()
     }
 
-    pub fn put(&self, workspace_id: &str, name: &str, id: Arc<str>) {
+    pub fn put(&self, workspace_id: &str, name: &str, id: Arc<String>) {
         let mut map = self.by_workspace.write();
         if map.values().map(HashMap::len).sum::<usize>() >= MAX_ENTRIES {
             map.clear();
@@ -104,8 +104,8 @@ mod tests {
     #[test]
     fn namespaces_are_per_workspace() {
         let c = NamespaceCache::default();
-        c.put("ws_a", "default", "rlns_a".into());
-        assert_eq!(c.get("ws_a", "default").as_deref(), Some("rlns_a"));
+        c.put("ws_a", "default", Arc::new("rlns_a".into()));
+        assert_eq!(c.get("ws_a", "default").as_deref().map(String::as_str), Some("rlns_a"));
         assert!(c.get("ws_b", "default").is_none());
     }
 }

@@ -379,8 +379,8 @@ impl<S: RbacStore> RbacService<S> {
         p: &Principal,
         all: bool,
         ns_name: &str,
-        ns_id: Arc<str>,
-    ) -> Result<Arc<str>, RbacError> {
+        ns_id: Arc<String>,
+    ) -> Result<Arc<String>, RbacError> {
         if all || p.holds(&format!("ratelimit.{ns_id}.limit")) {
             Ok(ns_id)
         } else {
@@ -392,7 +392,7 @@ impl<S: RbacStore> RbacService<S> {
 
     /// The namespace id for `name`, from the cache only; `None` means the store must be
     /// asked ([`Self::resolve_namespace`]). Never blocks on I/O.
-    pub fn namespace_cached(&self, p: &Principal, name: &str) -> Option<Result<Arc<str>, RbacError>> {
+    pub fn namespace_cached(&self, p: &Principal, name: &str) -> Option<Result<Arc<String>, RbacError>> {
         let all = match self.check_limit_any(p) {
             Ok(all) => all,
             Err(e) => return Some(Err(e)),
@@ -402,7 +402,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// The namespace id for `name`, creating the namespace when the caller may.
-    pub fn resolve_namespace(&self, p: &Principal, name: &str) -> Result<Arc<str>, RbacError> {
+    pub fn resolve_namespace(&self, p: &Principal, name: &str) -> Result<Arc<String>, RbacError> {
         keygate_domain::validate_namespace_name("namespace", name)?;
         let all = self.check_limit_any(p)?;
         let ws = p.workspace_id.as_str();
@@ -439,7 +439,7 @@ impl<S: RbacStore> RbacService<S> {
                 })?
             }
         };
-        let id: Arc<str> = ns.id.into();
+        let id = Arc::new(ns.id);
         self.namespaces.put(ws, name, id.clone());
         self.check_limit_in(p, all, name, id)
     }
