@@ -136,7 +136,7 @@ impl MemoryStore {
     }
 
     /// `shards` is rounded up to a power of two, between 1 and 2^16 (the shard index is
-    /// taken from hash bits 32-47, clear of the bits hashbrown uses inside a shard).
+    /// taken from hash bits 32-47, clear of the low bits that pick the first slot probed).
     pub fn with_shards(shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let shards = (0..n)
