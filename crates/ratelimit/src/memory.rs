@@ -227,7 +227,7 @@ mod tests {
         BudgetKey { namespace_id: ns, identifier: id, duration: 1_000 }
     }
 
-    /// How many entries a lookup of `key` compares (reads) before it finds it.
+    /// How many full slots a lookup of `key` reads (compares) before it finds it.
     fn entries_read(s: &MemoryStore, key: &BudgetKey<'_>) -> usize {
         let hash = s.hash(key);
         let mut reads = 0;
@@ -254,7 +254,7 @@ mod tests {
         }
         let reads: usize = ids.iter().map(|id| entries_read(&s, &key(&n, id))).sum();
         let per_lookup = reads as f64 / ids.len() as f64;
-        assert!(per_lookup < 3.0, "{per_lookup} entries read per lookup");
+        assert!(per_lookup < 3.0, "{per_lookup} slots read per lookup");
     }
 
     #[test]

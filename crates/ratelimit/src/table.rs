@@ -5,16 +5,18 @@
 //! points to, two dependent loads; on a table larger than the cache both miss, one after the
 //! other. Here the first slot a lookup reads is computed from the hash alone, so a decision on
 //! an existing budget usually costs one miss: its own line. (hashbrown also aligns buckets to
-//! 16 bytes only, so a 64-byte entry spans two lines.) The price is that neighbours in a
-//! cluster are compared by value, which for budgets is cheap (the duration and the inline
-//! identifier, in the same line), and a lower maximum load to keep clusters short.
+//! 16 bytes only, so a 64-byte entry spans two lines.) The price is that a lookup also reads
+//! the neighbours in its cluster, adjacent lines that the caller's `eq` rejects cheaply (the
+//! store's entries keep their hash and compare it first).
 //!
 //! Deletion leaves a tombstone; tombstones are reused by inserts and dropped whenever the
 //! table is rebuilt (on growth, and by [`LineTable::retain`] once they outnumber the values).
 
 /// Values per slot count before the table grows: at most `MAX_LOAD_NUM / MAX_LOAD_DEN` of
-/// the slots hold a value or a tombstone. 3/4 keeps a successful lookup at 1.2-2.5 slots read
-/// (1.5 on average over a doubling) and memory at 85-170 bytes per 64-byte value.
+/// the slots hold a value or a tombstone. 7/8 (hashbrown's limit too) keeps memory at
+/// 73-146 bytes per 64-byte value; a successful lookup reads 1.3-4.5 slots, adjacent lines
+/// of one page. A lower limit (3/4, 1/2) measured slower: the table doubles sooner, and
+/// its footprint costs more than the extra probes.
 const MAX_LOAD_NUM: usize = 7;
 const MAX_LOAD_DEN: usize = 8;
 const MIN_SLOTS: usize = 8;
