@@ -33,6 +33,12 @@ def error_code(call):
 
 assert error_code(lambda: s.keys.set_permissions(request={"key_id": "key_nope", "permissions": []})) == "NOT_FOUND"
 assert error_code(lambda: s.ratelimits.limit(request={**req, "duration": 10})) == "BAD_REQUEST"
+created = s.keys.create(request={"api_id": "api_sdk", "name": "py-key", "prefix": "py",
+                                     "permissions": ["py.read"], "roles": ["py-role"]}).object
+assert created.key.startswith("py_") and created.key_id.startswith("key_"), created
+r = s.keys.delete(request={"key_id": created.key_id})
+assert r.http_meta.response.status_code == 200
+assert error_code(lambda: s.keys.delete(request={"key_id": created.key_id})) == "NOT_FOUND"
 bad = Unkey(bearer_auth="not-a-root-key", server_url=url)
 assert error_code(lambda: bad.ratelimits.limit(request=req)) == "UNAUTHORIZED"
 print("py sdk: ok (unkey-py 0.10.0)")

@@ -20,6 +20,20 @@ const got = await unkey.keys.get({ keyId });
 assert.equal(got.result.id, keyId);
 assert.deepEqual(got.result.permissions.map((p) => p.name), ["ts.read", "ts.write"]);
 
+const created = await unkey.keys.create({
+  apiId: "api_sdk", name: "ts-key", prefix: "ts", meta: { plan: "pro" }, permissions: ["ts.read"], roles: ["ts-role"],
+});
+assert.ok(created.result.keyId.startsWith("key_"), JSON.stringify(created));
+assert.ok(created.result.key.startsWith("ts_"), JSON.stringify(created));
+const createdKey = await unkey.keys.get({ keyId: created.result.keyId });
+assert.deepEqual(createdKey.result.permissions.map((p) => p.name), ["ts.read"], JSON.stringify(createdKey));
+assert.deepEqual(createdKey.result.roles.map((r) => r.name), ["ts-role"]);
+assert.deepEqual(createdKey.result.meta, { plan: "pro" });
+const deleted = await unkey.keys.delete({ keyId: created.result.keyId });
+assert.deepEqual(deleted.result, {}, JSON.stringify(deleted));
+const gone = await unkey.keys.get({ keyId: created.result.keyId });
+assert.equal(gone.error.code, "NOT_FOUND", JSON.stringify(gone));
+
 const limit = { namespace: "ts-sdk", identifier: "u1", limit: 2, duration: 60000 };
 const first = await unkey.ratelimits.limit(limit);
 assert.equal(first.result.success, true, JSON.stringify(first));

@@ -5,7 +5,13 @@
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 
-const ENDPOINTS: [&str; 3] = ["/v1/keys.setPermissions", "/v1/keys.addRoles", "/v1/ratelimits.limit"];
+const ENDPOINTS: [&str; 5] = [
+    "/v1/keys.setPermissions",
+    "/v1/keys.addRoles",
+    "/v1/ratelimits.limit",
+    "/v1/keys.createKey",
+    "/v1/keys.deleteKey",
+];
 
 #[test]
 fn unknown_path_404_and_wrong_method_405_before_auth() {

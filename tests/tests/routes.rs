@@ -6,8 +6,9 @@ use keygate_tests::TestServer;
 use serde_json::{Value, json};
 
 /// The permission each authenticated route always needs, and a body that would otherwise
-/// succeed (a fresh namespace is created on the way for ratelimits.limit).
-fn needs(path: &str, key: &str) -> Option<(&'static str, Value)> {
+/// succeed (a fresh namespace is created on the way for ratelimits.limit). `spare` is a key
+/// that only keys.deleteKey uses.
+fn needs(path: &str, key: &str, spare: &str) -> Option<(&'static str, Value)> {
     match path {
         "/v1/keys.setPermissions" => {
             Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
@@ -16,6 +17,8 @@ fn needs(path: &str, key: &str) -> Option<(&'static str, Value)> {
             Some(("rbac.*.add_role_to_key", json!({"keyId": key, "roles": [{"name": "r", "create": true}]})))
         }
         "/v1/keys.getKey" => Some(("api.*.read_key", json!({"keyId": key}))),
+        "/v1/keys.createKey" => Some(("api.*.create_key", json!({"name": "k"}))),
+        "/v1/keys.deleteKey" => Some(("api.*.delete_key", json!({"keyId": spare}))),
         "/v1/ratelimits.limit" => Some((
             "ratelimit.*.limit",
             json!({"identifier": "i", "limit": 1, "duration": 1000, "namespace": "n"}),
@@ -30,6 +33,8 @@ const ALL: &[&str] = &[
     "rbac.*.add_role_to_key",
     "rbac.*.create_role",
     "api.*.read_key",
+    "api.*.create_key",
+    "api.*.delete_key",
     "ratelimit.*.limit",
     "ratelimit.*.create_namespace",
 ];
@@ -37,7 +42,7 @@ const ALL: &[&str] = &[
 #[test]
 fn every_route_checks_auth_method_and_its_permission() {
     let s = TestServer::start();
-    let key = s.create_key();
+    let (key, spare) = (s.create_key(), s.create_key());
     let methods = ["GET", "POST", "PUT", "DELETE", "PATCH"];
     let mut checked = 0;
     for (path, allowed) in ROUTES {
@@ -46,7 +51,7 @@ fn every_route_checks_auth_method_and_its_permission() {
             r.assert_error(405, "METHOD_NOT_ALLOWED");
             assert_eq!(r.header("allow"), Some(allowed.join(", ").as_str()), "{m} {path}");
         }
-        let Some((permission, body)) = needs(path, &key) else {
+        let Some((permission, body)) = needs(path, &key, &spare) else {
             // Public routes answer without a key.
             assert!(matches!(*path, "/v1/liveness" | "/docs/errors"), "{path} needs a case here");
             assert_eq!(s.request(s.client.get(s.url(path))).status, 200);
@@ -64,7 +69,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         assert_eq!(s.post_as(&with, path, &body).status, 200, "{path}");
         checked += 1;
     }
-    assert_eq!(checked, 4, "every authenticated route was checked");
+    assert_eq!(checked, 6, "every authenticated route was checked");
 }
 
 #[test]

@@ -10,10 +10,11 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
 use futures_util::future::{FutureExt, Map, Ready, ready};
-use keygate_domain::{ErrorCode, IdPrefix, new_id};
+use keygate_domain::{ErrorCode, IdPrefix, MAX_SAFE_INTEGER, ValidationError, new_id};
 use keygate_rbac::Principal;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::Number;
 use std::sync::Arc;
 
 /// Largest accepted request body (contract §1: over 1 MiB is 413).
@@ -174,6 +175,22 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
         }
     }
     Ok(more.map_or(first, web::BytesMut::freeze))
+}
+
+/// A JSON integer within `min..=2^53-1`. Floats (`1.0`, `1e3`) are rejected.
+pub(crate) fn integer(path: &str, n: &Number, min: u64) -> Result<u64, ValidationError> {
+    let too_big = || ValidationError::new(path, format!("must be <= {MAX_SAFE_INTEGER}"));
+    match (n.as_u64(), n.as_i64(), n.as_f64()) {
+        (Some(v), _, _) if v < min => Err(ValidationError::new(path, format!("must be >= {min}"))),
+        (Some(v), _, _) if v > MAX_SAFE_INTEGER => Err(too_big()),
+        (Some(v), _, _) => Ok(v),
+        (None, Some(_), _) => Err(ValidationError::new(path, format!("must be >= {min}"))),
+        (None, None, Some(f)) if f.fract() == 0.0 && f > MAX_SAFE_INTEGER as f64 => Err(too_big()),
+        (None, None, Some(f)) if f.fract() == 0.0 && f < 0.0 => {
+            Err(ValidationError::new(path, format!("must be >= {min}")))
+        }
+        _ => Err(ValidationError::new(path, "must be an integer")),
+    }
 }
 
 /// Parses a JSON body into `T`, locating errors by dot path.

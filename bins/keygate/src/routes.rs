@@ -10,6 +10,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/keys.setPermissions", &["POST"]),
     ("/v1/keys.addRoles", &["POST"]),
     ("/v1/keys.getKey", &["GET", "POST"]),
+    ("/v1/keys.createKey", &["POST"]),
+    ("/v1/keys.deleteKey", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
 ];
@@ -41,6 +43,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const SET_PERMISSIONS: &str = "/v1/keys.setPermissions";
     const ADD_ROLES: &str = "/v1/keys.addRoles";
     const GET_KEY: &str = "/v1/keys.getKey";
+    const CREATE_KEY: &str = "/v1/keys.createKey";
+    const DELETE_KEY: &str = "/v1/keys.deleteKey";
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
@@ -49,6 +53,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(SET_PERMISSIONS, methods_of(SET_PERMISSIONS), keys::set_permissions))
         .service(resource(ADD_ROLES, methods_of(ADD_ROLES), keys::add_roles))
         .service(resource(GET_KEY, methods_of(GET_KEY), keys::get_key))
+        .service(resource(CREATE_KEY, methods_of(CREATE_KEY), keys::create_key))
+        .service(resource(DELETE_KEY, methods_of(DELETE_KEY), keys::delete_key))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .default_service(web::to(system::not_found));

@@ -13,5 +13,5 @@ pub mod store;
 
 pub use error::{RbacError, StorageError};
 pub use model::*;
-pub use service::{AUTH_CACHE_TTL_MS, RbacService};
+pub use service::{AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, RbacService};
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -62,6 +62,41 @@ pub struct Key {
     pub created_at: i64,
 }
 
+/// What `keys.createKey` asks for. Names in `permissions` are created when missing (as in
+/// `keys.setPermissions`); names in `roles` must exist (as in `keys.addRoles` without
+/// `create`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewKey {
+    /// Accepted for Unkey compatibility; keygate has no APIs. It only widens the accepted
+    /// root-key permission to `api.<apiId>.create_key`.
+    pub api_id: Option<String>,
+    pub name: Option<String>,
+    /// The secret starts with `<prefix>_` (default `kg`).
+    pub prefix: Option<String>,
+    /// A JSON object as text.
+    pub meta: Option<String>,
+    /// Unix ms after which the key is expired; must be in the future.
+    pub expires: Option<i64>,
+    pub enabled: bool,
+    pub permissions: Vec<String>,
+    pub roles: Vec<String>,
+}
+
+impl Default for NewKey {
+    fn default() -> Self {
+        Self {
+            api_id: None,
+            name: None,
+            prefix: None,
+            meta: None,
+            expires: None,
+            enabled: true,
+            permissions: Vec::new(),
+            roles: Vec::new(),
+        }
+    }
+}
+
 /// A key with its direct permissions and roles, each sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyView {

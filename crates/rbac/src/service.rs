@@ -1,10 +1,11 @@
 use crate::cache::{AuthCache, NamespaceCache};
 use crate::store::{EntityKind, RbacStore, RbacTx};
-use crate::{AuditEvent, Key, KeyView, Principal, RbacError, RootKey, Workspace};
+use crate::{AuditEvent, Key, KeyView, NewKey, Principal, RbacError, RootKey, Workspace};
 use crate::{EntityRef, StorageError};
 use keygate_domain::{
-    Clock, IdPrefix, Named, Secret, ValidationError, check_len, digest_hex, has_prefix, new_id, random_token,
-    secret_digest, sort_by_name, validate_key_id, validate_permission_name, validate_role_name,
+    Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
+    new_id, random_token, secret_digest, sort_by_name, validate_key_id, validate_permission_name,
+    validate_role_name,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -20,6 +21,12 @@ pub const PERM_CREATE_PERMISSION: &str = "rbac.*.create_permission";
 pub const PERM_ADD_ROLE_TO_KEY: &str = "rbac.*.add_role_to_key";
 pub const PERM_CREATE_ROLE: &str = "rbac.*.create_role";
 pub const PERM_READ_KEY: &str = "api.*.read_key";
+pub const PERM_CREATE_KEY: &str = "api.*.create_key";
+pub const PERM_DELETE_KEY: &str = "api.*.delete_key";
+/// Longest `prefix` of `keys.createKey`.
+pub const MAX_KEY_PREFIX_CHARS: usize = 8;
+/// Largest serialized `meta` of a key.
+pub const MAX_KEY_META_BYTES: usize = 64 * 1024;
 pub const PERM_LIMIT: &str = "ratelimit.*.limit";
 pub const PERM_CREATE_NAMESPACE: &str = "ratelimit.*.create_namespace";
 
@@ -82,7 +89,10 @@ fn plan_refs(rules: &LinkRules, refs: &[EntityRef], min_entries: usize) -> Resul
     for (i, r) in refs.iter().enumerate() {
         let path = format!("{field}.{i}");
         if let Some(name) = &r.name {
-            (rules.validate_name)(&format!("{path}.{}", r.name_field), name)?;
+            // An empty `name_field`: the entry is the name itself (a list of strings).
+            let name_path =
+                if r.name_field.is_empty() { path.clone() } else { format!("{path}.{}", r.name_field) };
+            (rules.validate_name)(&name_path, name)?;
         }
         match (&r.id, &r.name) {
             (None, None) => {
@@ -108,6 +118,141 @@ fn plan_refs(rules: &LinkRules, refs: &[EntityRef], min_entries: usize) -> Resul
         }
     }
     Ok(plan)
+}
+
+/// A plan's references resolved in a workspace (every 404 and 400 of the references
+/// checked), not yet written.
+struct ResolvedLinks<'r> {
+    rules: &'r LinkRules,
+    /// The existing entities referenced, by id.
+    existing: BTreeMap<String, Named>,
+    /// Names to create, ascending.
+    to_create: Vec<String>,
+}
+
+impl ResolvedLinks<'_> {
+    /// The permission that depends on what was resolved: creating a missing name (403).
+    fn authorize_creation(&self, p: &Principal) -> Result<(), RbacError> {
+        if !self.to_create.is_empty() && !p.holds(self.rules.create_permission) {
+            return Err(RbacError::missing(&[self.rules.create_permission]));
+        }
+        Ok(())
+    }
+}
+
+/// Resolves ids and names (404 for a missing id or a name that may not be created, 400 for
+/// an id and a name that disagree). Reads only.
+fn resolve_links<'r>(
+    tx: &mut dyn RbacTx,
+    ws: &str,
+    rules: &'r LinkRules,
+    plan: &RefPlan,
+) -> Result<ResolvedLinks<'r>, RbacError> {
+    let kind = rules.kind;
+    let noun = kind.noun();
+    let wanted: Vec<String> = plan.ids.iter().filter(|id| has_prefix(id, rules.id_prefix)).cloned().collect();
+    let by_id: HashMap<String, Named> = if wanted.is_empty() {
+        HashMap::new()
+    } else {
+        tx.entities_by_ids(kind, ws, &wanted)?.into_iter().map(|e| (e.id.clone(), e)).collect()
+    };
+    if let Some(missing) = plan.ids.iter().find(|id| !by_id.contains_key(*id)) {
+        return Err(RbacError::NotFound(format!("{noun} {missing} not found")));
+    }
+    for (path, id, name) in &plan.pairs {
+        let actual = &by_id[id].name;
+        if actual != name {
+            return Err(RbacError::BadRequest(format!(
+                "{path}: {noun} {id} is named {actual:?}, not {name:?}"
+            )));
+        }
+    }
+    let names: Vec<String> = plan.names.keys().cloned().collect();
+    let by_name: HashMap<String, Named> = if names.is_empty() {
+        HashMap::new()
+    } else {
+        tx.entities_by_names(kind, ws, &names)?.into_iter().map(|e| (e.name.clone(), e)).collect()
+    };
+    let mut to_create = Vec::new();
+    for (name, &create) in &plan.names {
+        if !by_name.contains_key(name) {
+            if !create {
+                return Err(RbacError::NotFound(format!("{noun} {name} not found")));
+            }
+            to_create.push(name.clone());
+        }
+    }
+    let existing = by_id.into_values().chain(by_name.into_values()).map(|e| (e.id.clone(), e)).collect();
+    Ok(ResolvedLinks { rules, existing, to_create })
+}
+
+/// Writes resolved links of key `key_id`: creates the missing names, attaches (and, for
+/// [`LinkMode::Replace`], detaches), and appends the audit events to `events`. Returns
+/// every entity of the kind now attached to the key, sorted by name.
+fn write_links(
+    tx: &mut dyn RbacTx,
+    p: &Principal,
+    key_id: &str,
+    resolved: ResolvedLinks<'_>,
+    mode: LinkMode,
+    now: i64,
+    events: &mut Vec<AuditEvent>,
+) -> Result<Vec<Named>, RbacError> {
+    let ResolvedLinks { rules, existing: mut target, to_create } = resolved;
+    let kind = rules.kind;
+    let noun = kind.noun();
+    let ws = p.workspace_id.as_str();
+    let event = |action: &'static str, resource_type: &'static str, id: &str| AuditEvent {
+        workspace_id: ws.to_string(),
+        actor_id: p.root_key_id.clone(),
+        action,
+        resource_type,
+        resource_id: id.to_string(),
+        key_id: Some(key_id.to_string()),
+        at: now,
+    };
+    let (created_action, attach_action, detach_action) = match kind {
+        EntityKind::Permission => ("permission.create", "key.attach_permission", "key.detach_permission"),
+        EntityKind::Role => ("role.create", "key.attach_role", "key.detach_role"),
+    };
+    // `to_create` is in ascending name order (it comes from a BTreeMap).
+    let fresh: Vec<Named> =
+        to_create.into_iter().map(|name| Named::new(new_id(rules.id_prefix), name)).collect();
+    if !fresh.is_empty() {
+        for (stored, created) in tx.insert_entities_if_absent(kind, ws, &fresh, now)? {
+            if created {
+                events.push(event(created_action, noun, &stored.id));
+            }
+            target.insert(stored.id.clone(), stored);
+        }
+    }
+
+    let current: BTreeMap<String, Named> =
+        tx.key_entities(kind, key_id)?.into_iter().map(|e| (e.id.clone(), e)).collect();
+    let attach: Vec<String> = target.keys().filter(|id| !current.contains_key(*id)).cloned().collect();
+    let detach: Vec<String> = match mode {
+        LinkMode::Replace => current.keys().filter(|id| !target.contains_key(*id)).cloned().collect(),
+        LinkMode::Add => Vec::new(),
+    };
+    if !detach.is_empty() {
+        tx.unlink_key_entities(kind, key_id, &detach)?;
+        events.extend(detach.iter().map(|id| event(detach_action, noun, id)));
+    }
+    if !attach.is_empty() {
+        tx.link_key_entities(kind, ws, key_id, &attach, now)?;
+        events.extend(attach.iter().map(|id| event(attach_action, noun, id)));
+    }
+
+    let mut result: Vec<Named> = match mode {
+        LinkMode::Replace => target.into_values().collect(),
+        LinkMode::Add => {
+            let mut all = current;
+            all.extend(target);
+            all.into_values().collect()
+        }
+    };
+    sort_by_name(&mut result);
+    Ok(result)
 }
 
 /// The RBAC service: authentication, authorization and the key/permission/role/namespace
@@ -203,117 +348,20 @@ impl<S: RbacStore> RbacService<S> {
         if !p.holds(rules.link_permission) {
             return Err(RbacError::missing(&[rules.link_permission]));
         }
-        let kind = rules.kind;
-        let noun = kind.noun();
         let ws = p.workspace_id.as_str();
         self.store.transaction(|tx| {
             let now = self.now();
             if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id, now)? {
                 return Err(RbacError::NotFound(format!("key {key_id} not found")));
             }
-
-            // Resolve ids.
-            let wanted: Vec<String> =
-                plan.ids.iter().filter(|id| has_prefix(id, rules.id_prefix)).cloned().collect();
-            let by_id: HashMap<String, Named> = if wanted.is_empty() {
-                HashMap::new()
-            } else {
-                tx.entities_by_ids(kind, ws, &wanted)?.into_iter().map(|e| (e.id.clone(), e)).collect()
-            };
-            if let Some(missing) = plan.ids.iter().find(|id| !by_id.contains_key(*id)) {
-                return Err(RbacError::NotFound(format!("{noun} {missing} not found")));
-            }
-            for (path, id, name) in &plan.pairs {
-                let actual = &by_id[id].name;
-                if actual != name {
-                    return Err(RbacError::BadRequest(format!(
-                        "{path}: {noun} {id} is named {actual:?}, not {name:?}"
-                    )));
-                }
-            }
-
-            // Resolve names.
-            let names: Vec<String> = plan.names.keys().cloned().collect();
-            let by_name: HashMap<String, Named> = if names.is_empty() {
-                HashMap::new()
-            } else {
-                tx.entities_by_names(kind, ws, &names)?.into_iter().map(|e| (e.name.clone(), e)).collect()
-            };
-            let mut to_create = Vec::new();
-            for (name, &create) in &plan.names {
-                if !by_name.contains_key(name) {
-                    if !create {
-                        return Err(RbacError::NotFound(format!("{noun} {name} not found")));
-                    }
-                    to_create.push(name.clone());
-                }
-            }
-            if !to_create.is_empty() && !p.holds(rules.create_permission) {
-                return Err(RbacError::missing(&[rules.create_permission]));
-            }
-
+            let resolved = resolve_links(tx, ws, rules, &plan)?;
+            resolved.authorize_creation(p)?;
             // Every check passed: write.
-            let event = |action: &'static str, resource_type: &'static str, id: &str| AuditEvent {
-                workspace_id: ws.to_string(),
-                actor_id: p.root_key_id.clone(),
-                action,
-                resource_type,
-                resource_id: id.to_string(),
-                key_id: Some(key_id.to_string()),
-                at: now,
-            };
-            let (created_action, attach_action, detach_action) = match kind {
-                EntityKind::Permission => {
-                    ("permission.create", "key.attach_permission", "key.detach_permission")
-                }
-                EntityKind::Role => ("role.create", "key.attach_role", "key.detach_role"),
-            };
             let mut events = Vec::new();
-            let mut target: BTreeMap<String, Named> = BTreeMap::new();
-            for e in by_id.into_values().chain(by_name.into_values()) {
-                target.insert(e.id.clone(), e);
-            }
-            // `to_create` is in ascending name order (it comes from a BTreeMap).
-            let fresh: Vec<Named> =
-                to_create.into_iter().map(|name| Named::new(new_id(rules.id_prefix), name)).collect();
-            if !fresh.is_empty() {
-                for (stored, created) in tx.insert_entities_if_absent(kind, ws, &fresh, now)? {
-                    if created {
-                        events.push(event(created_action, noun, &stored.id));
-                    }
-                    target.insert(stored.id.clone(), stored);
-                }
-            }
-
-            let current: BTreeMap<String, Named> =
-                tx.key_entities(kind, key_id)?.into_iter().map(|e| (e.id.clone(), e)).collect();
-            let attach: Vec<String> =
-                target.keys().filter(|id| !current.contains_key(*id)).cloned().collect();
-            let detach: Vec<String> = match mode {
-                LinkMode::Replace => current.keys().filter(|id| !target.contains_key(*id)).cloned().collect(),
-                LinkMode::Add => Vec::new(),
-            };
-            if !detach.is_empty() {
-                tx.unlink_key_entities(kind, key_id, &detach)?;
-                events.extend(detach.iter().map(|id| event(detach_action, noun, id)));
-            }
-            if !attach.is_empty() {
-                tx.link_key_entities(kind, ws, key_id, &attach, now)?;
-                events.extend(attach.iter().map(|id| event(attach_action, noun, id)));
-            }
+            let result = write_links(tx, p, key_id, resolved, mode, now, &mut events)?;
             if !events.is_empty() {
                 tx.insert_audit_events(&events)?;
             }
-
-            let mut result: Vec<Named> = match mode {
-                LinkMode::Replace => target.into_values().collect(),
-                LinkMode::Add => {
-                    let mut all = current;
-                    all.extend(target);
-                    all.into_values().collect()
-                }
-            };
-            sort_by_name(&mut result);
             Ok(result)
         })
     }
@@ -338,27 +386,133 @@ impl<S: RbacStore> RbacService<S> {
         })
     }
 
-    /// Creates a key in a workspace; returns it and its secret (shown once).
+    /// Creates a key in a workspace (the admin CLI: no root key involved); returns it and
+    /// its secret (shown once).
     pub fn create_key(&self, workspace_id: &str, name: Option<String>) -> Result<(Key, Secret), RbacError> {
         if let Some(n) = &name {
             validate_role_name("name", n)?;
         }
-        let secret = Secret::new(random_token("kg"));
+        let (key, secret) = self.new_key(workspace_id, NewKey { name, ..NewKey::default() });
+        self.store.transaction(|tx| Ok(tx.insert_key(&key, &secret.hash())?))?;
+        Ok((key, secret))
+    }
+
+    /// `keys.createKey`: creates a key in the caller's workspace with its permissions
+    /// (missing names created) and roles (which must exist), all in one transaction.
+    pub fn create_key_as(&self, p: &Principal, new: NewKey) -> Result<(Key, Secret), RbacError> {
+        // The body: shape and bounds.
+        if let Some(api_id) = &new.api_id {
+            check_len("apiId", api_id, MAX_NAME_CHARS)?;
+        }
+        if let Some(n) = &new.name {
+            validate_role_name("name", n)?;
+        }
+        if let Some(prefix) = &new.prefix {
+            check_len("prefix", prefix, MAX_KEY_PREFIX_CHARS)?;
+            if !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(ValidationError::new("prefix", "use only A-Z a-z 0-9 and _").into());
+            }
+        }
+        if new.meta.as_ref().is_some_and(|m| m.len() > MAX_KEY_META_BYTES) {
+            let msg = format!("must be at most {MAX_KEY_META_BYTES} bytes when serialized");
+            return Err(ValidationError::new("meta", msg).into());
+        }
+        let now = self.now();
+        if new.expires.is_some_and(|e| e <= now) {
+            return Err(ValidationError::new("expires", "must be in the future (Unix ms)").into());
+        }
+        let by_name = |names: &[String], create: bool| -> Vec<EntityRef> {
+            let entry = |n: &String| EntityRef {
+                name: Some(n.clone()),
+                create: Some(create),
+                name_field: "",
+                id: None,
+            };
+            names.iter().map(entry).collect()
+        };
+        let permission_plan = plan_refs(&PERMISSION_RULES, &by_name(&new.permissions, true), 0)?;
+        let role_plan = plan_refs(&ROLE_RULES, &by_name(&new.roles, false), 0)?;
+
+        // The permissions the request always needs.
+        let scoped = new.api_id.as_ref().map(|id| format!("api.{id}.create_key"));
+        let mut missing = Vec::new();
+        if !p.holds(PERM_CREATE_KEY) && !scoped.as_deref().is_some_and(|s| p.holds(s)) {
+            missing.push(PERM_CREATE_KEY);
+        }
+        if !new.permissions.is_empty() && !p.holds(PERMISSION_RULES.link_permission) {
+            missing.push(PERMISSION_RULES.link_permission);
+        }
+        if !new.roles.is_empty() && !p.holds(ROLE_RULES.link_permission) {
+            missing.push(ROLE_RULES.link_permission);
+        }
+        if !missing.is_empty() {
+            return Err(RbacError::missing(&missing));
+        }
+
+        let ws = p.workspace_id.as_str();
+        let (key, secret) = self.new_key(ws, new);
+        self.store.transaction(|tx| {
+            let permissions = resolve_links(tx, ws, &PERMISSION_RULES, &permission_plan)?;
+            let roles = resolve_links(tx, ws, &ROLE_RULES, &role_plan)?;
+            permissions.authorize_creation(p)?;
+            roles.authorize_creation(p)?;
+            // Every check passed: write.
+            tx.insert_key(&key, &secret.hash())?;
+            let mut events = vec![AuditEvent {
+                workspace_id: ws.to_string(),
+                actor_id: p.root_key_id.clone(),
+                action: "key.create",
+                resource_type: "key",
+                resource_id: key.id.clone(),
+                key_id: Some(key.id.clone()),
+                at: key.created_at,
+            }];
+            write_links(tx, p, &key.id, permissions, LinkMode::Add, key.created_at, &mut events)?;
+            write_links(tx, p, &key.id, roles, LinkMode::Add, key.created_at, &mut events)?;
+            tx.insert_audit_events(&events)?;
+            Ok(())
+        })?;
+        Ok((key, secret))
+    }
+
+    /// A new key's row and secret (not stored).
+    fn new_key(&self, workspace_id: &str, new: NewKey) -> (Key, Secret) {
+        let secret = Secret::new(random_token(new.prefix.as_deref().unwrap_or("kg")));
         let key = Key {
             id: new_id(IdPrefix::Key),
             workspace_id: workspace_id.to_string(),
             start: secret.visible_prefix(),
-            name,
-            meta: None,
-            enabled: true,
-            expires: None,
+            name: new.name,
+            meta: new.meta,
+            enabled: new.enabled,
+            expires: new.expires,
             created_at: self.now(),
         };
+        (key, secret)
+    }
+
+    /// `keys.deleteKey`: deletes the key and its links to permissions and roles.
+    pub fn delete_key(&self, p: &Principal, key_id: &str) -> Result<(), RbacError> {
+        validate_key_id("keyId", key_id)?;
+        if !p.holds(PERM_DELETE_KEY) {
+            return Err(RbacError::missing(&[PERM_DELETE_KEY]));
+        }
+        let ws = p.workspace_id.as_str();
         self.store.transaction(|tx| {
-            tx.insert_key(&key, &secret.hash())?;
+            if !has_prefix(key_id, IdPrefix::Key) || !tx.delete_key(ws, key_id)? {
+                return Err(RbacError::NotFound(format!("key {key_id} not found")));
+            }
+            tx.insert_audit_events(&[AuditEvent {
+                workspace_id: ws.to_string(),
+                actor_id: p.root_key_id.clone(),
+                action: "key.delete",
+                resource_type: "key",
+                resource_id: key_id.to_string(),
+                key_id: Some(key_id.to_string()),
+                at: self.now(),
+            }])?;
             Ok(())
-        })?;
-        Ok((key, secret))
+        })
     }
 
     // ---------------------------------------------------------------- namespaces

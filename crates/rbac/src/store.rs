@@ -46,6 +46,8 @@ pub trait RbacTx {
     // Keys.
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
+    /// Deletes the key of the workspace (its links go with it); whether it existed.
+    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool>;
     /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction
     /// already holds the database write lock); false when the key does not exist in the
     /// workspace. Must be the first statement of a transaction that changes a key's links,

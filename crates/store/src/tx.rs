@@ -287,6 +287,14 @@ impl RbacTx for DieselTx<'_> {
         }))
     }
 
+    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool> {
+        // Link rows go by ON DELETE CASCADE.
+        diesel::delete(keys::table.filter(keys::id.eq(key_id)).filter(keys::workspace_id.eq(workspace_id)))
+            .execute(self.conn)
+            .map(|n| n > 0)
+            .map_err(db_err)
+    }
+
     fn lock_key(&mut self, workspace_id: &str, key_id: &str, _now: i64) -> R<bool> {
         let query = keys::table
             .filter(keys::id.eq(key_id))

@@ -241,3 +241,43 @@ fn instances_starting_together_migrate_safely_and_bootstrap_once() {
     assert_eq!(count(&store, "SELECT COUNT(*) AS n FROM workspaces"), 1);
     assert_eq!(count(&store, "SELECT COUNT(*) AS n FROM root_keys"), 1);
 }
+
+#[test]
+fn create_key_as_is_all_or_nothing_and_delete_key_takes_the_links() {
+    use keygate_rbac::NewKey;
+    let f = fixture();
+    let other = f.svc.create_key(&f.ws, None).expect("key").0;
+    f.svc.add_roles(&f.admin, &other.id, &[EntityRef::by_name("viewer").with_create(true)]).expect("role");
+    let rows = |t: &str| count(f.svc.store(), &format!("SELECT COUNT(*) AS n FROM {t}"));
+    let before = (rows("keys"), rows("permissions"), rows("audit_events"));
+
+    // A missing role fails the call after the permission was resolved as new: nothing stays.
+    let new = NewKey {
+        permissions: vec!["p.new".into()],
+        roles: vec!["viewer".into(), "ghost".into()],
+        ..NewKey::default()
+    };
+    let err = f.svc.create_key_as(&f.admin, new.clone()).expect_err("ghost role");
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    assert_eq!((rows("keys"), rows("permissions"), rows("audit_events")), before);
+
+    let (key, secret) = f
+        .svc
+        .create_key_as(&f.admin, NewKey { roles: vec!["viewer".into()], prefix: Some("ab".into()), ..new })
+        .expect("create");
+    assert!(secret.expose().starts_with("ab_"));
+    let view = f.svc.get_key(&f.admin, &key.id).expect("view");
+    assert_eq!((names(&view.permissions), names(&view.roles)), (vec!["p.new"], vec!["viewer"]));
+    // Audit: key.create, permission.create, attach of the permission and of the role.
+    assert_eq!(rows("audit_events"), before.2 + 4);
+
+    // Another workspace's root key cannot delete it; the owner can, and the links go too.
+    let ws2 = f.svc.create_workspace("two").expect("ws");
+    let stranger = Principal::new("rk_x".into(), ws2.id, ["*".to_string()]);
+    assert_eq!(f.svc.delete_key(&stranger, &key.id).expect_err("other ws").code(), ErrorCode::NotFound);
+    f.svc.delete_key(&f.admin, &key.id).expect("delete");
+    assert_eq!(f.svc.get_key(&f.admin, &key.id).expect_err("gone").code(), ErrorCode::NotFound);
+    let links = format!("SELECT COUNT(*) AS n FROM keys_roles WHERE key_id = '{}'", key.id);
+    assert_eq!(count(f.svc.store(), &links), 0);
+    assert_eq!(f.svc.get_key(&f.admin, &other.id).expect("other key stays").roles.len(), 1);
+}

@@ -1,12 +1,13 @@
-//! `keys.setPermissions`, `keys.addRoles`, `keys.getKey`.
+//! `keys.createKey`, `keys.getKey`, `keys.deleteKey`, `keys.setPermissions`, `keys.addRoles`.
 
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, read_json};
+use crate::http::{authenticate, blocking, integer, read_json};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::Named;
-use keygate_rbac::{EntityRef, KeyView};
+use keygate_rbac::{EntityRef, KeyView, NewKey};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,4 +138,74 @@ pub async fn get_key(
     };
     let view = blocking(move || Ok(state.rbac.get_key(&principal, &key_id)?)).await?;
     Ok(HttpResponse::Ok().json(KeyResponse::from(view)))
+}
+
+/// `keys.createKey`. Unkey's other fields (`byteLength`, `ownerId`, `externalId`,
+/// `remaining`, `refill`, `ratelimit`, `environment`) are accepted and ignored, like every
+/// unknown field.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateKeyBody {
+    api_id: Option<String>,
+    name: Option<String>,
+    prefix: Option<String>,
+    meta: Option<Map<String, Value>>,
+    expires: Option<Number>,
+    enabled: Option<bool>,
+    permissions: Option<Vec<String>>,
+    roles: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CreatedKey {
+    key_id: String,
+    key: String,
+}
+
+pub async fn create_key(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authenticate(&req, &state).await?;
+    let body: CreateKeyBody = read_json(&req, payload).await?;
+    let expires = match &body.expires {
+        // Bounded by 2^53 - 1, so the conversion cannot fail.
+        Some(n) => Some(i64::try_from(integer("expires", n, 0)?).unwrap_or(i64::MAX)),
+        None => None,
+    };
+    let new = NewKey {
+        api_id: body.api_id,
+        name: body.name,
+        prefix: body.prefix,
+        meta: body.meta.map(|m| Value::Object(m).to_string()),
+        expires,
+        enabled: body.enabled.unwrap_or(true),
+        permissions: body.permissions.unwrap_or_default(),
+        roles: body.roles.unwrap_or_default(),
+    };
+    let (key, secret) = blocking(move || Ok(state.rbac.create_key_as(&principal, new)?)).await?;
+    Ok(HttpResponse::Ok().json(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteKeyBody {
+    key_id: String,
+    /// Unkey's soft/hard delete switch: keygate always deletes for good.
+    #[allow(dead_code)]
+    permanent: Option<bool>,
+}
+
+/// `keys.deleteKey`: `{}` on success.
+pub async fn delete_key(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authenticate(&req, &state).await?;
+    let body: DeleteKeyBody = read_json(&req, payload).await?;
+    blocking(move || Ok(state.rbac.delete_key(&principal, &body.key_id)?)).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }

@@ -2,13 +2,11 @@
 //! thread hop; only a namespace or root key not seen before goes to the store.
 
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, parse_json, read_body};
+use crate::http::{authenticate, blocking, integer, parse_json, read_body};
 use crate::server::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
-use keygate_domain::{
-    MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, check_len, validate_namespace_name,
-};
+use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
 use keygate_ratelimit::{BudgetKey, Decision, LimitRequest};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
@@ -44,22 +42,6 @@ struct Resource {
     #[allow(dead_code)]
     name: Option<String>,
     meta: Option<Map<String, Value>>,
-}
-
-/// A JSON integer within `min..=2^53-1`. Floats (`1.0`, `1e3`) are rejected.
-fn integer(path: &str, n: &Number, min: u64) -> Result<u64, ValidationError> {
-    let too_big = || ValidationError::new(path, format!("must be <= {MAX_SAFE_INTEGER}"));
-    match (n.as_u64(), n.as_i64(), n.as_f64()) {
-        (Some(v), _, _) if v < min => Err(ValidationError::new(path, format!("must be >= {min}"))),
-        (Some(v), _, _) if v > MAX_SAFE_INTEGER => Err(too_big()),
-        (Some(v), _, _) => Ok(v),
-        (None, Some(_), _) => Err(ValidationError::new(path, format!("must be >= {min}"))),
-        (None, None, Some(f)) if f.fract() == 0.0 && f > MAX_SAFE_INTEGER as f64 => Err(too_big()),
-        (None, None, Some(f)) if f.fract() == 0.0 && f < 0.0 => {
-            Err(ValidationError::new(path, format!("must be >= {min}")))
-        }
-        _ => Err(ValidationError::new(path, "must be an integer")),
-    }
 }
 
 fn check_meta(path: &str, meta: &Map<String, Value>) -> Result<(), ValidationError> {
