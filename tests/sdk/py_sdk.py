@@ -36,9 +36,18 @@ assert error_code(lambda: s.ratelimits.limit(request={**req, "duration": 10})) =
 created = s.keys.create(request={"api_id": "api_sdk", "name": "py-key", "prefix": "py",
                                      "permissions": ["py.read"], "roles": ["py-role"]}).object
 assert created.key.startswith("py_") and created.key_id.startswith("key_"), created
+v = s.keys.verify(request={"key": created.key, "api_id": "api_sdk",
+                            "authorization": {"permissions": {"or": ["py.write", "py.read"]}}}).v1_keys_verify_key_response
+assert v.valid and getattr(v.code, "value", v.code) == "VALID" and v.key_id == created.key_id, v
+assert v.permissions == ["py.read"] and v.roles == ["py-role"], v
+v = s.keys.verify(request={"key": created.key, "authorization": {"permissions": "py.admin"}})
+v = v.v1_keys_verify_key_response
+assert not v.valid and getattr(v.code, "value", v.code) == "INSUFFICIENT_PERMISSIONS", v
 r = s.keys.delete(request={"key_id": created.key_id})
 assert r.http_meta.response.status_code == 200
 assert error_code(lambda: s.keys.delete(request={"key_id": created.key_id})) == "NOT_FOUND"
+v = s.keys.verify(request={"key": created.key}).v1_keys_verify_key_response
+assert not v.valid and getattr(v.code, "value", v.code) == "NOT_FOUND", v
 bad = Unkey(bearer_auth="not-a-root-key", server_url=url)
 assert error_code(lambda: bad.ratelimits.limit(request=req)) == "UNAUTHORIZED"
 print("py sdk: ok (unkey-py 0.10.0)")

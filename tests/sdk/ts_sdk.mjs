@@ -29,6 +29,15 @@ const createdKey = await unkey.keys.get({ keyId: created.result.keyId });
 assert.deepEqual(createdKey.result.permissions.map((p) => p.name), ["ts.read"], JSON.stringify(createdKey));
 assert.deepEqual(createdKey.result.roles.map((r) => r.name), ["ts-role"]);
 assert.deepEqual(createdKey.result.meta, { plan: "pro" });
+const verified = await unkey.keys.verify({
+  apiId: "api_sdk", key: created.result.key, authorization: { permissions: { and: ["ts.read", { or: ["x", "ts.read"] }] } },
+});
+assert.equal(verified.result.valid, true, JSON.stringify(verified));
+assert.equal(verified.result.code, "VALID");
+assert.equal(verified.result.keyId, created.result.keyId);
+assert.deepEqual(verified.result.roles, ["ts-role"]);
+const denied = await unkey.keys.verify({ key: created.result.key, authorization: { permissions: "ts.admin" } });
+assert.deepEqual([denied.result.valid, denied.result.code], [false, "INSUFFICIENT_PERMISSIONS"], JSON.stringify(denied));
 const deleted = await unkey.keys.delete({ keyId: created.result.keyId });
 assert.deepEqual(deleted.result, {}, JSON.stringify(deleted));
 const gone = await unkey.keys.get({ keyId: created.result.keyId });

@@ -216,3 +216,155 @@ fn concurrent_creates_share_one_new_permission() {
     }
     assert_eq!(s.count("audit_events", "action = 'permission.create'"), 1);
 }
+
+const VERIFY: &str = "/v1/keys.verifyKey";
+
+/// keys.verifyKey without any Authorization header: the key's secret is the credential.
+fn verify(s: &TestServer, body: Value) -> keygate_tests::Resp {
+    s.request(s.client.post(s.url(VERIFY)).json(&body))
+}
+
+#[test]
+fn verify_answers_valid_with_the_effective_permissions_and_roles() {
+    let s = TestServer::start();
+    let other = s.create_key();
+    let r =
+        s.post("/v1/keys.addRoles", &json!({"keyId": other, "roles": [{"name": "editor", "create": true}]}));
+    let editor = r.json[0]["id"].as_str().unwrap().to_string();
+    let r = s.post(
+        CREATE,
+        &json!({"name": "svc", "meta": {"a": 1}, "permissions": ["docs.read", "B.x"], "roles": ["editor"]}),
+    );
+    let (id, secret) = (key_id(&r), r.json["key"].as_str().unwrap().to_string());
+    // A permission the key holds only through its role (roles get permissions through the
+    // store until the role endpoints exist).
+    let via_role = key_id(&s.post(CREATE, &json!({"permissions": ["docs.write"]})));
+    let perm = s.get_key(&via_role).json["permissions"][0]["id"].as_str().unwrap().to_string();
+    s.state
+        .rbac
+        .store()
+        .with_conn(|c| {
+            use diesel::RunQueryDsl;
+            diesel::sql_query(format!(
+                "INSERT INTO roles_permissions (role_id, permission_id, workspace_id, created_at) VALUES ('{editor}', '{perm}', '{}', 0)",
+                s.workspace_id
+            ))
+            .execute(c)
+        })
+        .unwrap();
+
+    let r = verify(&s, json!({"key": secret, "apiId": "api_x"}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["valid"], true);
+    assert_eq!(r.json["code"], "VALID");
+    assert_eq!(r.json["keyId"], id);
+    assert_eq!(r.json["name"], "svc");
+    assert_eq!(r.json["meta"], json!({"a": 1}));
+    assert_eq!(r.json["enabled"], true);
+    assert_eq!(
+        r.json["permissions"],
+        json!(["B.x", "docs.read", "docs.write"]),
+        "sorted by bytes, roles included"
+    );
+    assert_eq!(r.json["roles"], json!(["editor"]));
+
+    let check = |q: Value| {
+        let r = verify(&s, json!({"key": secret, "authorization": {"permissions": q}}));
+        assert_eq!(r.status, 200, "{}", r.text);
+        (r.json["valid"].as_bool().unwrap(), r.json["code"].as_str().unwrap().to_string())
+    };
+    assert_eq!(check(json!("docs.read")), (true, "VALID".into()));
+    assert_eq!(check(json!("docs.write")), (true, "VALID".into()), "through the role");
+    assert_eq!(check(json!("docs.delete")), (false, "INSUFFICIENT_PERMISSIONS".into()));
+    assert_eq!(check(json!({"and": ["docs.read", "docs.write"]})), (true, "VALID".into()));
+    assert!(!check(json!({"and": ["docs.read", "docs.delete"]})).0);
+    assert_eq!(check(json!({"or": ["docs.delete", {"and": ["B.x", "docs.read"]}]})), (true, "VALID".into()));
+    assert!(!check(json!({"or": ["docs.delete", "b.x"]})).0, "case-sensitive");
+    assert!(!check(json!("docs.*")).0, "compared literally, no patterns");
+
+    // A change is visible to the next verification.
+    s.post("/v1/keys.setPermissions", &json!({"keyId": id, "permissions": []}));
+    assert!(!check(json!("docs.read")).0);
+    assert_eq!(check(json!("docs.write")), (true, "VALID".into()), "the role's permission stays");
+    s.post(DELETE, &json!({"keyId": id}));
+    let r = verify(&s, json!({"key": secret}));
+    let request_id = r.header("unkey-request-id").unwrap();
+    assert!(request_id.starts_with("req_"));
+    assert_eq!(
+        r.json,
+        json!({"requestId": request_id, "valid": false, "code": "NOT_FOUND", "permissions": [], "roles": []})
+    );
+}
+
+#[test]
+fn verify_says_not_found_disabled_and_expired() {
+    let s = TestServer::start();
+    let r = verify(&s, json!({"key": "kg_never_issued"}));
+    assert_eq!((r.status, &r.json["valid"], &r.json["code"]), (200, &json!(false), &json!("NOT_FOUND")));
+    assert!(r.json.get("keyId").is_none());
+    // A root key is not a key.
+    assert_eq!(verify(&s, json!({"key": s.root_key})).json["code"], "NOT_FOUND");
+    assert_eq!(verify(&s, json!({"key": ""})).json["code"], "NOT_FOUND");
+
+    let disabled = s.post(CREATE, &json!({"enabled": false}));
+    let r = verify(&s, json!({"key": disabled.json["key"]}));
+    assert_eq!((&r.json["valid"], &r.json["code"]), (&json!(false), &json!("DISABLED")));
+    assert_eq!(r.json["keyId"], disabled.json["keyId"]);
+
+    let expiring = s.post(CREATE, &json!({"expires": T0 + 60_000}));
+    let secret = expiring.json["key"].clone();
+    assert_eq!(verify(&s, json!({"key": secret})).json["code"], "VALID");
+    s.clock.set(T0 + 60_000);
+    let r = verify(&s, json!({"key": secret}));
+    assert_eq!(
+        (&r.json["valid"], &r.json["code"], &r.json["expires"]),
+        (&json!(false), &json!("EXPIRED"), &json!(T0 + 60_000))
+    );
+}
+
+#[test]
+fn verify_rejects_malformed_queries_with_a_located_400() {
+    let s = TestServer::start();
+    let q = |permissions: Value| json!({"key": "kg_x", "authorization": {"permissions": permissions}});
+    let deep = (0..200).fold(json!("a.b"), |q, _| json!({"and": [q]}));
+    let wide: Vec<Value> = (0..1001).map(|i| json!(format!("p{i}"))).collect();
+    let cases = [
+        (json!({}), "key: is required"),
+        (json!({"key": 5}), "key: invalid type: integer `5`, expected a string"),
+        (
+            q(json!("bad name")),
+            "authorization.permissions: invalid character ' '; permission names use A-Z a-z 0-9 . _ - : *",
+        ),
+        (q(json!("")), "authorization.permissions: must not be empty"),
+        (
+            q(json!(5)),
+            "authorization.permissions: must be a permission name or an object with one \"and\" or \"or\" list",
+        ),
+        (
+            q(json!({"and": ["a"], "or": ["b"]})),
+            "authorization.permissions: must be a permission name or an object with one \"and\" or \"or\" list",
+        ),
+        (
+            q(json!({"xor": ["a"]})),
+            "authorization.permissions: must be a permission name or an object with one \"and\" or \"or\" list",
+        ),
+        (q(json!({"and": []})), "authorization.permissions.and: must not be empty"),
+        (q(json!({"or": "a"})), "authorization.permissions.or: must be a list"),
+        (
+            q(json!({"or": ["a", {"and": ["b", 7]}]})),
+            "authorization.permissions.or.1.and.1: must be a permission name or an object with one \"and\" or \"or\" list",
+        ),
+        (q(json!({"or": wide})), "authorization.permissions.or.999: a query holds at most 1000 entries"),
+    ];
+    for (body, expected) in cases {
+        let r = verify(&s, body.clone());
+        assert_eq!(r.assert_error(400, "BAD_REQUEST"), expected, "for {body}");
+    }
+    // Nesting deeper than the JSON parser's limit: still a 400, never a crash.
+    verify(&s, q(deep)).assert_error(400, "BAD_REQUEST");
+    let r = s.request(s.client.post(s.url(VERIFY)).header("content-type", "text/plain").body("{}"));
+    r.assert_error(415, "UNSUPPORTED_MEDIA_TYPE");
+    // No permissions asked: just the key's state.
+    let r = verify(&s, json!({"key": "kg_x", "authorization": {}}));
+    assert_eq!(r.json["code"], "NOT_FOUND");
+}

@@ -73,14 +73,16 @@ fn finish<B: MessageBody>(
     res: Result<ServiceResponse<B>, actix_web::Error>,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
     let mut res = res?;
-    let id = new_id(IdPrefix::Request);
     if let Some(err) = res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
         let state = res.request().app_data::<web::Data<AppState>>().cloned();
         let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
-        let rendered = err.render(&id, docs_base);
+        let rendered = err.render(&new_id(IdPrefix::Request), docs_base);
         return Ok(res.into_response(rendered).map_into_right_body());
     }
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    // A handler whose body carries the id (keys.verifyKey) has set the header already.
+    if !res.headers().contains_key(REQUEST_ID_HEADER)
+        && let Ok(v) = HeaderValue::from_str(&new_id(IdPrefix::Request))
+    {
         res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
     }
     Ok(res.map_into_left_body())

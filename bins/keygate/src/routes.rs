@@ -12,6 +12,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/keys.getKey", &["GET", "POST"]),
     ("/v1/keys.createKey", &["POST"]),
     ("/v1/keys.deleteKey", &["POST"]),
+    ("/v1/keys.verifyKey", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
 ];
@@ -45,6 +46,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const GET_KEY: &str = "/v1/keys.getKey";
     const CREATE_KEY: &str = "/v1/keys.createKey";
     const DELETE_KEY: &str = "/v1/keys.deleteKey";
+    const VERIFY_KEY: &str = "/v1/keys.verifyKey";
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
@@ -55,6 +57,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(GET_KEY, methods_of(GET_KEY), keys::get_key))
         .service(resource(CREATE_KEY, methods_of(CREATE_KEY), keys::create_key))
         .service(resource(DELETE_KEY, methods_of(DELETE_KEY), keys::delete_key))
+        .service(resource(VERIFY_KEY, methods_of(VERIFY_KEY), keys::verify_key))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .default_service(web::to(system::not_found));

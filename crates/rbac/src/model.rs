@@ -97,6 +97,64 @@ impl Default for NewKey {
     }
 }
 
+/// A permission query of `keys.verifyKey`: a permission name, or all / any of sub-queries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionQuery {
+    Permission(String),
+    And(Vec<PermissionQuery>),
+    Or(Vec<PermissionQuery>),
+}
+
+impl PermissionQuery {
+    /// Whether a key holding exactly `held` satisfies the query. Names are compared
+    /// literally, like root-key permissions (`*` in a key's permission is not a pattern).
+    pub fn satisfied_by(&self, held: &HashSet<&str>) -> bool {
+        match self {
+            PermissionQuery::Permission(p) => held.contains(p.as_str()),
+            PermissionQuery::And(all) => all.iter().all(|q| q.satisfied_by(held)),
+            PermissionQuery::Or(any) => any.iter().any(|q| q.satisfied_by(held)),
+        }
+    }
+}
+
+/// The outcome of `keys.verifyKey` (Unkey's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyCode {
+    Valid,
+    NotFound,
+    Disabled,
+    Expired,
+    InsufficientPermissions,
+}
+
+impl VerifyCode {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            VerifyCode::Valid => "VALID",
+            VerifyCode::NotFound => "NOT_FOUND",
+            VerifyCode::Disabled => "DISABLED",
+            VerifyCode::Expired => "EXPIRED",
+            VerifyCode::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
+        }
+    }
+}
+
+/// A verified key: the key (absent when the secret is unknown), the names of its effective
+/// permissions (direct and through its roles) and of its roles, each sorted by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    pub code: VerifyCode,
+    pub key: Option<Key>,
+    pub permissions: Vec<String>,
+    pub roles: Vec<String>,
+}
+
+impl Verification {
+    pub fn valid(&self) -> bool {
+        self.code == VerifyCode::Valid
+    }
+}
+
 /// A key with its direct permissions and roles, each sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyView {
@@ -138,4 +196,26 @@ pub struct AuditEvent {
     pub resource_id: String,
     pub key_id: Option<String>,
     pub at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PermissionQuery::{self, And, Or, Permission};
+    use std::collections::HashSet;
+
+    fn p(name: &str) -> PermissionQuery {
+        Permission(name.to_string())
+    }
+
+    #[test]
+    fn queries_combine_and_or_over_literal_names() {
+        let held: HashSet<&str> = ["a.read", "b.write", "*"].into_iter().collect();
+        assert!(p("a.read").satisfied_by(&held));
+        assert!(!p("a.write").satisfied_by(&held), "`*` held is a name, not a wildcard");
+        assert!(And(vec![p("a.read"), p("b.write")]).satisfied_by(&held));
+        assert!(!And(vec![p("a.read"), p("c")]).satisfied_by(&held));
+        assert!(Or(vec![p("c"), And(vec![p("a.read"), p("*")])]).satisfied_by(&held));
+        assert!(!Or(vec![p("c"), p("A.READ")]).satisfied_by(&held));
+        assert!(!p("a.read").satisfied_by(&HashSet::new()));
+    }
 }

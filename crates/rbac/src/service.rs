@@ -1,6 +1,9 @@
 use crate::cache::{AuthCache, NamespaceCache};
 use crate::store::{EntityKind, RbacStore, RbacTx};
-use crate::{AuditEvent, Key, KeyView, NewKey, Principal, RbacError, RootKey, Workspace};
+use crate::{
+    AuditEvent, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RootKey, Verification,
+    VerifyCode, Workspace,
+};
 use crate::{EntityRef, StorageError};
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
@@ -489,6 +492,62 @@ impl<S: RbacStore> RbacService<S> {
             created_at: self.now(),
         };
         (key, secret)
+    }
+
+    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
+    /// `query` is given, holds the permissions it asks for (directly or through its roles).
+    /// Needs no root key: the secret is the credential. Reads the store on every call, so a
+    /// change (setPermissions, deleteKey) is visible to the next verification.
+    pub fn verify_key(
+        &self,
+        secret: &str,
+        query: Option<&PermissionQuery>,
+    ) -> Result<Verification, RbacError> {
+        let not_found = Verification {
+            code: VerifyCode::NotFound,
+            key: None,
+            permissions: Vec::new(),
+            roles: Vec::new(),
+        };
+        if secret.is_empty() {
+            return Ok(not_found);
+        }
+        let hash = digest_hex(&secret_digest(secret));
+        let now = self.now();
+        self.store.read(|tx| {
+            let Some(key) = tx.key_by_hash(&hash)? else {
+                return Ok(not_found);
+            };
+            let mut roles = tx.key_entities(EntityKind::Role, &key.id)?;
+            let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
+            // Direct and through roles, each once; a BTreeSet's order is byte order.
+            let permissions: Vec<String> = tx
+                .key_entities(EntityKind::Permission, &key.id)?
+                .into_iter()
+                .chain(if role_ids.is_empty() { Vec::new() } else { tx.role_permissions(&role_ids)? })
+                .map(|p| p.name)
+                .collect::<BTreeSet<String>>()
+                .into_iter()
+                .collect();
+            sort_by_name(&mut roles);
+            let code = if !key.enabled {
+                VerifyCode::Disabled
+            } else if key.expires.is_some_and(|e| e <= now) {
+                VerifyCode::Expired
+            } else if query
+                .is_some_and(|q| !q.satisfied_by(&permissions.iter().map(String::as_str).collect()))
+            {
+                VerifyCode::InsufficientPermissions
+            } else {
+                VerifyCode::Valid
+            };
+            Ok(Verification {
+                code,
+                key: Some(key),
+                permissions,
+                roles: roles.into_iter().map(|r| r.name).collect(),
+            })
+        })
     }
 
     /// `keys.deleteKey`: deletes the key and its links to permissions and roles.

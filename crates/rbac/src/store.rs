@@ -46,6 +46,10 @@ pub trait RbacTx {
     // Keys.
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
+    /// The key whose secret hashes to `hash`, in any workspace (keys.verifyKey).
+    fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>>;
+    /// The permissions attached to any of these roles, each once.
+    fn role_permissions(&mut self, role_ids: &[String]) -> R<Vec<Named>>;
     /// Deletes the key of the workspace (its links go with it); whether it existed.
     fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool>;
     /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction

@@ -96,6 +96,33 @@ fn named((id, name): (String, String)) -> Named {
     Named { id, name }
 }
 
+type KeyRow = (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64);
+
+/// The columns of a [`Key`], in [`KeyRow`] order.
+const KEY_COLUMNS: (
+    keys::id,
+    keys::workspace_id,
+    keys::prefix,
+    keys::name,
+    keys::meta,
+    keys::enabled,
+    keys::expires,
+    keys::created_at,
+) = (
+    keys::id,
+    keys::workspace_id,
+    keys::prefix,
+    keys::name,
+    keys::meta,
+    keys::enabled,
+    keys::expires,
+    keys::created_at,
+);
+
+fn key_from_row((id, workspace_id, start, name, meta, enabled, expires, created_at): KeyRow) -> Key {
+    Key { id, workspace_id, start, name, meta, enabled, expires, created_at }
+}
+
 type RootKeyRow = (String, String, String, String, i64, Option<i64>);
 
 fn root_key(row: RootKeyRow) -> R<RootKey> {
@@ -258,33 +285,39 @@ impl RbacTx for DieselTx<'_> {
     }
 
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {
-        type Row = (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64);
-        let row: Option<Row> = keys::table
+        let row: Option<KeyRow> = keys::table
             .filter(keys::id.eq(key_id))
             .filter(keys::workspace_id.eq(workspace_id))
-            .select((
-                keys::id,
-                keys::workspace_id,
-                keys::prefix,
-                keys::name,
-                keys::meta,
-                keys::enabled,
-                keys::expires,
-                keys::created_at,
-            ))
+            .select(KEY_COLUMNS)
             .first(self.conn)
             .optional()
             .map_err(db_err)?;
-        Ok(row.map(|(id, workspace_id, start, name, meta, enabled, expires, created_at)| Key {
-            id,
-            workspace_id,
-            start,
-            name,
-            meta,
-            enabled,
-            expires,
-            created_at,
-        }))
+        Ok(row.map(key_from_row))
+    }
+
+    fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>> {
+        let row: Option<KeyRow> = keys::table
+            .filter(keys::hash.eq(hash))
+            .select(KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(key_from_row))
+    }
+
+    fn role_permissions(&mut self, role_ids: &[String]) -> R<Vec<Named>> {
+        let mut out = Vec::new();
+        for chunk in role_ids.chunks(BATCH_ROWS) {
+            let rows: Vec<(String, String)> = roles_permissions::table
+                .inner_join(permissions::table)
+                .filter(roles_permissions::role_id.eq_any(chunk))
+                .select((permissions::id, permissions::name))
+                .distinct()
+                .load(self.conn)
+                .map_err(db_err)?;
+            out.extend(rows.into_iter().map(named));
+        }
+        Ok(out)
     }
 
     fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool> {

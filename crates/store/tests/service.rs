@@ -281,3 +281,27 @@ fn create_key_as_is_all_or_nothing_and_delete_key_takes_the_links() {
     assert_eq!(count(f.svc.store(), &links), 0);
     assert_eq!(f.svc.get_key(&f.admin, &other.id).expect("other key stays").roles.len(), 1);
 }
+
+#[test]
+fn verify_key_reads_the_key_and_its_effective_permissions() {
+    use keygate_rbac::{NewKey, PermissionQuery, VerifyCode};
+    let f = fixture();
+    let (key, secret) = f
+        .svc
+        .create_key_as(&f.admin, NewKey { permissions: vec!["a.read".into()], ..NewKey::default() })
+        .expect("create");
+    let v = f.svc.verify_key(secret.expose(), None).expect("verify");
+    assert_eq!((v.code, v.key.as_ref().map(|k| k.id.as_str())), (VerifyCode::Valid, Some(key.id.as_str())));
+    assert_eq!(v.permissions, ["a.read"]);
+    let q = PermissionQuery::And(vec![
+        PermissionQuery::Permission("a.read".into()),
+        PermissionQuery::Permission("a.write".into()),
+    ]);
+    assert_eq!(
+        f.svc.verify_key(secret.expose(), Some(&q)).expect("verify").code,
+        VerifyCode::InsufficientPermissions
+    );
+    assert_eq!(f.svc.verify_key("kg_unknown", None).expect("verify").code, VerifyCode::NotFound);
+    f.svc.delete_key(&f.admin, &key.id).expect("delete");
+    assert_eq!(f.svc.verify_key(secret.expose(), None).expect("verify").code, VerifyCode::NotFound);
+}

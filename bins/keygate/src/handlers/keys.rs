@@ -1,11 +1,13 @@
 //! `keys.createKey`, `keys.getKey`, `keys.deleteKey`, `keys.setPermissions`, `keys.addRoles`.
 
 use crate::error::ApiError;
+use crate::error::REQUEST_ID_HEADER;
 use crate::http::{authenticate, blocking, integer, read_json};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::Named;
-use keygate_rbac::{EntityRef, KeyView, NewKey};
+use keygate_domain::{IdPrefix, ValidationError, new_id, validate_permission_name};
+use keygate_rbac::{EntityRef, KeyView, NewKey, PermissionQuery, Verification};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
@@ -208,4 +210,119 @@ pub async fn delete_key(
     let body: DeleteKeyBody = read_json(&req, payload).await?;
     blocking(move || Ok(state.rbac.delete_key(&principal, &body.key_id)?)).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({})))
+}
+
+/// The most names and `and`/`or` nodes one verification query may hold.
+const MAX_QUERY_NODES: usize = 1_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VerifyKeyBody {
+    key: String,
+    /// Accepted for Unkey compatibility and ignored: keygate has no APIs.
+    #[allow(dead_code)]
+    api_id: Option<String>,
+    authorization: Option<AuthorizationBody>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AuthorizationBody {
+    permissions: Option<Value>,
+}
+
+/// `Query = string | {"and": [Query, ...]} | {"or": [Query, ...]}`.
+fn permission_query(path: &str, v: &Value, nodes: &mut usize) -> Result<PermissionQuery, ValidationError> {
+    *nodes += 1;
+    if *nodes > MAX_QUERY_NODES {
+        return Err(ValidationError::new(path, format!("a query holds at most {MAX_QUERY_NODES} entries")));
+    }
+    let shape = || {
+        ValidationError::new(path, "must be a permission name or an object with one \"and\" or \"or\" list")
+    };
+    match v {
+        Value::String(name) => {
+            validate_permission_name(path, name)?;
+            Ok(PermissionQuery::Permission(name.clone()))
+        }
+        Value::Object(map) if map.len() == 1 => {
+            let (op, list) = map.iter().next().ok_or_else(shape)?;
+            let Value::Array(items) = list else {
+                return Err(ValidationError::new(format!("{path}.{op}"), "must be a list"));
+            };
+            if items.is_empty() {
+                return Err(ValidationError::new(format!("{path}.{op}"), "must not be empty"));
+            }
+            let subs = items
+                .iter()
+                .enumerate()
+                .map(|(i, q)| permission_query(&format!("{path}.{op}.{i}"), q, nodes))
+                .collect::<Result<Vec<_>, _>>()?;
+            match op.as_str() {
+                "and" => Ok(PermissionQuery::And(subs)),
+                "or" => Ok(PermissionQuery::Or(subs)),
+                _ => Err(shape()),
+            }
+        }
+        _ => Err(shape()),
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct VerifyKeyResponse {
+    /// Unkey's verifyKey body carries the request id (unkey-py requires it); equal to the
+    /// `Unkey-Request-Id` header.
+    request_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_id: Option<String>,
+    valid: bool,
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    meta: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enabled: Option<bool>,
+    permissions: Vec<String>,
+    roles: Vec<String>,
+}
+
+impl VerifyKeyResponse {
+    fn new(v: Verification, request_id: String) -> Self {
+        let valid = v.valid();
+        let key = v.key;
+        Self {
+            request_id,
+            valid,
+            code: v.code.as_str(),
+            key_id: key.as_ref().map(|k| k.id.clone()),
+            name: key.as_ref().and_then(|k| k.name.clone()),
+            meta: key.as_ref().and_then(|k| k.meta.as_deref()).and_then(|m| serde_json::from_str(m).ok()),
+            expires: key.as_ref().and_then(|k| k.expires),
+            enabled: key.as_ref().map(|k| k.enabled),
+            permissions: v.permissions,
+            roles: v.roles,
+        }
+    }
+}
+
+/// `keys.verifyKey`: no root key; the key's secret is in the body. Always 200 for a
+/// well-formed request: `valid` and `code` carry the answer.
+pub async fn verify_key(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let body: VerifyKeyBody = read_json(&req, payload).await?;
+    let query = match body.authorization.and_then(|a| a.permissions) {
+        Some(v) => Some(permission_query("authorization.permissions", &v, &mut 0)?),
+        None => None,
+    };
+    let verification = blocking(move || Ok(state.rbac.verify_key(&body.key, query.as_ref())?)).await?;
+    let request_id = new_id(IdPrefix::Request);
+    Ok(HttpResponse::Ok()
+        .insert_header((REQUEST_ID_HEADER, request_id.as_str()))
+        .json(VerifyKeyResponse::new(verification, request_id)))
 }
