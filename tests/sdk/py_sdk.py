@@ -43,6 +43,16 @@ assert v.permissions == ["py.read"] and v.roles == ["py-role"], v
 v = s.keys.verify(request={"key": created.key, "authorization": {"permissions": "py.admin"}})
 v = v.v1_keys_verify_key_response
 assert not v.valid and getattr(v.code, "value", v.code) == "INSUFFICIENT_PERMISSIONS", v
+r = s.keys.add_permissions(request={"key_id": created.key_id, "permissions": [{"name": "py.extra"}]})
+assert [p.name for p in r.response_bodies] == ["py.extra", "py.read"], r.response_bodies
+r = s.keys.remove_permissions(request={"key_id": created.key_id, "permissions": [{"name": "py.read"}]})
+assert r.http_meta.response.status_code == 200
+r = s.keys.set_roles(request={"key_id": created.key_id, "roles": [{"name": "py-other", "create": True}]})
+assert [p.name for p in r.response_bodies] == ["py-other"], r.response_bodies
+r = s.keys.remove_roles(request={"key_id": created.key_id, "roles": [{"name": "py-other"}]})
+assert r.http_meta.response.status_code == 200
+v = s.keys.verify(request={"key": created.key}).v1_keys_verify_key_response
+assert (v.permissions, v.roles) == (["py.extra"], []), v
 r = s.keys.delete(request={"key_id": created.key_id})
 assert r.http_meta.response.status_code == 200
 assert error_code(lambda: s.keys.delete(request={"key_id": created.key_id})) == "NOT_FOUND"

@@ -5,12 +5,16 @@
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 
-const ENDPOINTS: [&str; 5] = [
+const ENDPOINTS: [&str; 9] = [
     "/v1/keys.setPermissions",
     "/v1/keys.addRoles",
     "/v1/ratelimits.limit",
     "/v1/keys.createKey",
     "/v1/keys.deleteKey",
+    "/v1/keys.addPermissions",
+    "/v1/keys.removePermissions",
+    "/v1/keys.setRoles",
+    "/v1/keys.removeRoles",
 ];
 
 #[test]

@@ -18,6 +18,19 @@ fn needs(path: &str, key: &str, spare: &str) -> Option<(&'static str, Value)> {
         }
         "/v1/keys.getKey" => Some(("api.*.read_key", json!({"keyId": key}))),
         "/v1/keys.createKey" => Some(("api.*.create_key", json!({"name": "k"}))),
+        // "x" and "r" exist: created by the setPermissions and addRoles cases, which run first.
+        "/v1/keys.addPermissions" => {
+            Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
+        }
+        "/v1/keys.removePermissions" => {
+            Some(("rbac.*.remove_permission_from_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
+        }
+        "/v1/keys.setRoles" => {
+            Some(("rbac.*.add_role_to_key", json!({"keyId": key, "roles": [{"name": "r"}]})))
+        }
+        "/v1/keys.removeRoles" => {
+            Some(("rbac.*.remove_role_from_key", json!({"keyId": key, "roles": [{"name": "r"}]})))
+        }
         "/v1/keys.deleteKey" => Some(("api.*.delete_key", json!({"keyId": spare}))),
         "/v1/ratelimits.limit" => Some((
             "ratelimit.*.limit",
@@ -32,6 +45,8 @@ const ALL: &[&str] = &[
     "rbac.*.create_permission",
     "rbac.*.add_role_to_key",
     "rbac.*.create_role",
+    "rbac.*.remove_permission_from_key",
+    "rbac.*.remove_role_from_key",
     "api.*.read_key",
     "api.*.create_key",
     "api.*.delete_key",
@@ -74,7 +89,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         assert_eq!(s.post_as(&with, path, &body).status, 200, "{path}");
         checked += 1;
     }
-    assert_eq!(checked, 6, "every authenticated route was checked");
+    assert_eq!(checked, 10, "every authenticated route was checked");
 }
 
 #[test]

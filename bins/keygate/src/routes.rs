@@ -13,6 +13,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/keys.createKey", &["POST"]),
     ("/v1/keys.deleteKey", &["POST"]),
     ("/v1/keys.verifyKey", &["POST"]),
+    ("/v1/keys.addPermissions", &["POST"]),
+    ("/v1/keys.removePermissions", &["POST"]),
+    ("/v1/keys.setRoles", &["POST"]),
+    ("/v1/keys.removeRoles", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
 ];
@@ -47,6 +51,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const CREATE_KEY: &str = "/v1/keys.createKey";
     const DELETE_KEY: &str = "/v1/keys.deleteKey";
     const VERIFY_KEY: &str = "/v1/keys.verifyKey";
+    const ADD_PERMISSIONS: &str = "/v1/keys.addPermissions";
+    const REMOVE_PERMISSIONS: &str = "/v1/keys.removePermissions";
+    const SET_ROLES: &str = "/v1/keys.setRoles";
+    const REMOVE_ROLES: &str = "/v1/keys.removeRoles";
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
@@ -58,6 +66,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(CREATE_KEY, methods_of(CREATE_KEY), keys::create_key))
         .service(resource(DELETE_KEY, methods_of(DELETE_KEY), keys::delete_key))
         .service(resource(VERIFY_KEY, methods_of(VERIFY_KEY), keys::verify_key))
+        .service(resource(ADD_PERMISSIONS, methods_of(ADD_PERMISSIONS), keys::add_permissions))
+        .service(resource(REMOVE_PERMISSIONS, methods_of(REMOVE_PERMISSIONS), keys::remove_permissions))
+        .service(resource(SET_ROLES, methods_of(SET_ROLES), keys::set_roles))
+        .service(resource(REMOVE_ROLES, methods_of(REMOVE_ROLES), keys::remove_roles))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .default_service(web::to(system::not_found));

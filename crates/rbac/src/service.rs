@@ -22,6 +22,8 @@ pub const MAX_REFS_PER_CALL: usize = 1_000;
 pub const PERM_ADD_PERMISSION_TO_KEY: &str = "rbac.*.add_permission_to_key";
 pub const PERM_CREATE_PERMISSION: &str = "rbac.*.create_permission";
 pub const PERM_ADD_ROLE_TO_KEY: &str = "rbac.*.add_role_to_key";
+pub const PERM_REMOVE_PERMISSION_FROM_KEY: &str = "rbac.*.remove_permission_from_key";
+pub const PERM_REMOVE_ROLE_FROM_KEY: &str = "rbac.*.remove_role_from_key";
 pub const PERM_CREATE_ROLE: &str = "rbac.*.create_role";
 pub const PERM_READ_KEY: &str = "api.*.read_key";
 pub const PERM_CREATE_KEY: &str = "api.*.create_key";
@@ -38,6 +40,7 @@ struct LinkRules {
     kind: EntityKind,
     id_prefix: IdPrefix,
     link_permission: &'static str,
+    unlink_permission: &'static str,
     create_permission: &'static str,
     /// Whether an unknown name is created when the entry says nothing about `create`.
     create_by_default: bool,
@@ -48,6 +51,7 @@ const PERMISSION_RULES: LinkRules = LinkRules {
     kind: EntityKind::Permission,
     id_prefix: IdPrefix::Permission,
     link_permission: PERM_ADD_PERMISSION_TO_KEY,
+    unlink_permission: PERM_REMOVE_PERMISSION_FROM_KEY,
     create_permission: PERM_CREATE_PERMISSION,
     create_by_default: true,
     validate_name: validate_permission_name,
@@ -57,6 +61,7 @@ const ROLE_RULES: LinkRules = LinkRules {
     kind: EntityKind::Role,
     id_prefix: IdPrefix::Role,
     link_permission: PERM_ADD_ROLE_TO_KEY,
+    unlink_permission: PERM_REMOVE_ROLE_FROM_KEY,
     create_permission: PERM_CREATE_ROLE,
     create_by_default: false,
     validate_name: validate_role_name,
@@ -68,6 +73,18 @@ enum LinkMode {
     Replace,
     /// The listed entities are attached; the others stay.
     Add,
+    /// The listed entities are detached (each must exist; attached or not); the others stay.
+    Remove,
+}
+
+impl LinkMode {
+    /// The root-key permission the operation always needs.
+    fn required(self, rules: &LinkRules) -> &'static str {
+        match self {
+            LinkMode::Replace | LinkMode::Add => rules.link_permission,
+            LinkMode::Remove => rules.unlink_permission,
+        }
+    }
 }
 
 /// The validated, de-duplicated content of a list of references.
@@ -121,6 +138,11 @@ fn plan_refs(rules: &LinkRules, refs: &[EntityRef], min_entries: usize) -> Resul
         }
     }
     Ok(plan)
+}
+
+/// References for a removal: a name that does not exist is not found, never created.
+fn never_create(refs: &[EntityRef]) -> Vec<EntityRef> {
+    refs.iter().map(|r| EntityRef { create: Some(false), ..r.clone() }).collect()
 }
 
 /// A plan's references resolved in a workspace (every 404 and 400 of the references
@@ -189,9 +211,9 @@ fn resolve_links<'r>(
     Ok(ResolvedLinks { rules, existing, to_create })
 }
 
-/// Writes resolved links of key `key_id`: creates the missing names, attaches (and, for
-/// [`LinkMode::Replace`], detaches), and appends the audit events to `events`. Returns
-/// every entity of the kind now attached to the key, sorted by name.
+/// Writes resolved links of key `key_id`: creates the missing names, attaches and detaches
+/// as `mode` says, and appends the audit events to `events`. Returns every entity of the
+/// kind now attached to the key, sorted by name.
 fn write_links(
     tx: &mut dyn RbacTx,
     p: &Principal,
@@ -232,10 +254,16 @@ fn write_links(
 
     let current: BTreeMap<String, Named> =
         tx.key_entities(kind, key_id)?.into_iter().map(|e| (e.id.clone(), e)).collect();
-    let attach: Vec<String> = target.keys().filter(|id| !current.contains_key(*id)).cloned().collect();
+    let attach: Vec<String> = match mode {
+        LinkMode::Replace | LinkMode::Add => {
+            target.keys().filter(|id| !current.contains_key(*id)).cloned().collect()
+        }
+        LinkMode::Remove => Vec::new(),
+    };
     let detach: Vec<String> = match mode {
         LinkMode::Replace => current.keys().filter(|id| !target.contains_key(*id)).cloned().collect(),
         LinkMode::Add => Vec::new(),
+        LinkMode::Remove => target.keys().filter(|id| current.contains_key(*id)).cloned().collect(),
     };
     if !detach.is_empty() {
         tx.unlink_key_entities(kind, key_id, &detach)?;
@@ -253,6 +281,7 @@ fn write_links(
             all.extend(target);
             all.into_values().collect()
         }
+        LinkMode::Remove => current.into_values().filter(|e| !target.contains_key(&e.id)).collect(),
     };
     sort_by_name(&mut result);
     Ok(result)
@@ -337,6 +366,49 @@ impl<S: RbacStore> RbacService<S> {
         self.change_links(p, key_id, refs, &ROLE_RULES, LinkMode::Add, 1)
     }
 
+    /// `keys.addPermissions`: attaches `refs` (at least one; missing names are created as in
+    /// setPermissions) and keeps the key's other permissions.
+    pub fn add_permissions(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links(p, key_id, refs, &PERMISSION_RULES, LinkMode::Add, 1)
+    }
+
+    /// `keys.removePermissions`: detaches `refs` (at least one; each must exist); returns the
+    /// permissions still attached.
+    pub fn remove_permissions(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links(p, key_id, &never_create(refs), &PERMISSION_RULES, LinkMode::Remove, 1)
+    }
+
+    /// `keys.setRoles`: the key's roles become exactly `refs` (new names need `create: true`).
+    pub fn set_roles(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links(p, key_id, refs, &ROLE_RULES, LinkMode::Replace, 0)
+    }
+
+    /// `keys.removeRoles`: detaches `refs` (at least one; each must exist); returns the roles
+    /// still attached.
+    pub fn remove_roles(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links(p, key_id, &never_create(refs), &ROLE_RULES, LinkMode::Remove, 1)
+    }
+
     fn change_links(
         &self,
         p: &Principal,
@@ -348,8 +420,9 @@ impl<S: RbacStore> RbacService<S> {
     ) -> Result<Vec<Named>, RbacError> {
         validate_key_id("keyId", key_id)?;
         let plan = plan_refs(rules, refs, min_entries)?;
-        if !p.holds(rules.link_permission) {
-            return Err(RbacError::missing(&[rules.link_permission]));
+        let required = mode.required(rules);
+        if !p.holds(required) {
+            return Err(RbacError::missing(&[required]));
         }
         let ws = p.workspace_id.as_str();
         self.store.transaction(|tx| {

@@ -1,4 +1,5 @@
-//! `keys.createKey`, `keys.getKey`, `keys.deleteKey`, `keys.setPermissions`, `keys.addRoles`.
+//! The `keys.*` endpoints: create, get, delete and verify a key; set, add and remove its
+//! permissions and roles.
 
 use crate::error::ApiError;
 use crate::error::REQUEST_ID_HEADER;
@@ -7,13 +8,16 @@ use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::Named;
 use keygate_domain::{IdPrefix, ValidationError, new_id, validate_permission_name};
-use keygate_rbac::{EntityRef, KeyView, NewKey, PermissionQuery, Verification};
+use keygate_rbac::{
+    EntityRef, KeyView, NewKey, PermissionQuery, Principal, RbacError, RbacService, Verification,
+};
+use keygate_store::SqlStore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SetPermissionsBody {
+struct PermissionsBody {
     key_id: String,
     permissions: Vec<PermissionRef>,
 }
@@ -40,7 +44,7 @@ impl From<PermissionRef> for EntityRef {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AddRolesBody {
+struct RolesBody {
     key_id: String,
     roles: Vec<RoleRef>,
 }
@@ -59,30 +63,93 @@ impl From<RoleRef> for EntityRef {
     }
 }
 
+/// A service operation on a key's links: setPermissions, addRoles and the like.
+type LinkOp = fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
+
+/// Authenticates, reads `{"keyId", "permissions": [...]}` and runs `op`.
+async fn permissions_call(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    op: LinkOp,
+) -> Result<Vec<Named>, ApiError> {
+    let principal = authenticate(&req, &state).await?;
+    let body: PermissionsBody = read_json(&req, payload).await?;
+    let refs: Vec<EntityRef> = body.permissions.into_iter().map(EntityRef::from).collect();
+    blocking(move || Ok(op(&state.rbac, &principal, &body.key_id, &refs)?)).await
+}
+
+/// Authenticates, reads `{"keyId", "roles": [...]}` and runs `op`.
+async fn roles_call(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    op: LinkOp,
+) -> Result<Vec<Named>, ApiError> {
+    let principal = authenticate(&req, &state).await?;
+    let body: RolesBody = read_json(&req, payload).await?;
+    let refs: Vec<EntityRef> = body.roles.into_iter().map(EntityRef::from).collect();
+    blocking(move || Ok(op(&state.rbac, &principal, &body.key_id, &refs)?)).await
+}
+
+/// `keys.setPermissions`: every permission now attached, sorted by name.
 pub async fn set_permissions(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: SetPermissionsBody = read_json(&req, payload).await?;
-    let refs: Vec<EntityRef> = body.permissions.into_iter().map(EntityRef::from).collect();
-    let result: Vec<Named> =
-        blocking(move || Ok(state.rbac.set_permissions(&principal, &body.key_id, &refs)?)).await?;
-    Ok(HttpResponse::Ok().json(result))
+    let attached = permissions_call(req, payload, state, RbacService::set_permissions).await?;
+    Ok(HttpResponse::Ok().json(attached))
 }
 
+/// `keys.addPermissions`: every permission now attached, sorted by name.
+pub async fn add_permissions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let attached = permissions_call(req, payload, state, RbacService::add_permissions).await?;
+    Ok(HttpResponse::Ok().json(attached))
+}
+
+/// `keys.removePermissions`: `{}` (Unkey's shape).
+pub async fn remove_permissions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    permissions_call(req, payload, state, RbacService::remove_permissions).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+}
+
+/// `keys.addRoles`: every role now attached, sorted by name.
 pub async fn add_roles(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: AddRolesBody = read_json(&req, payload).await?;
-    let refs: Vec<EntityRef> = body.roles.into_iter().map(EntityRef::from).collect();
-    let result: Vec<Named> =
-        blocking(move || Ok(state.rbac.add_roles(&principal, &body.key_id, &refs)?)).await?;
-    Ok(HttpResponse::Ok().json(result))
+    let attached = roles_call(req, payload, state, RbacService::add_roles).await?;
+    Ok(HttpResponse::Ok().json(attached))
+}
+
+/// `keys.setRoles`: every role now attached, sorted by name.
+pub async fn set_roles(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let attached = roles_call(req, payload, state, RbacService::set_roles).await?;
+    Ok(HttpResponse::Ok().json(attached))
+}
+
+/// `keys.removeRoles`: `{}` (Unkey's shape).
+pub async fn remove_roles(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    roles_call(req, payload, state, RbacService::remove_roles).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }
 
 #[derive(Debug, Deserialize)]
