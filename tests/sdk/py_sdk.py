@@ -58,6 +58,17 @@ assert r.http_meta.response.status_code == 200
 assert error_code(lambda: s.keys.delete(request={"key_id": created.key_id})) == "NOT_FOUND"
 v = s.keys.verify(request={"key": created.key}).v1_keys_verify_key_response
 assert not v.valid and getattr(v.code, "value", v.code) == "NOT_FOUND", v
+perm = s.permissions.create(request={"name": "py.crud", "description": "from the py sdk"}).object
+assert perm.permission_id.startswith("perm_"), perm
+assert error_code(lambda: s.permissions.create(request={"name": "py.crud"})) == "CONFLICT"
+got = s.permissions.get(permission_id=perm.permission_id).object
+assert (got.id, got.name, got.description) == (perm.permission_id, "py.crud", "from the py sdk"), got
+assert "py.crud" in [p.name for p in s.permissions.list().response_bodies]
+assert s.permissions.delete(request={"permission_id": perm.permission_id}).http_meta.response.status_code == 200
+role = s.permissions.create_role(request={"name": "py-crud-role"}).object
+assert s.permissions.get_role(role_id=role.role_id).object.name == "py-crud-role"
+assert role.role_id in [r.id for r in s.permissions.list_roles().response_bodies]
+assert s.permissions.delete_role(request={"role_id": role.role_id}).http_meta.response.status_code == 200
 bad = Unkey(bearer_auth="not-a-root-key", server_url=url)
 assert error_code(lambda: bad.ratelimits.limit(request=req)) == "UNAUTHORIZED"
 print("py sdk: ok (unkey-py 0.10.0)")

@@ -53,6 +53,21 @@ assert.deepEqual(deleted.result, {}, JSON.stringify(deleted));
 const gone = await unkey.keys.get({ keyId: created.result.keyId });
 assert.equal(gone.error.code, "NOT_FOUND", JSON.stringify(gone));
 
+const perm = await unkey.permissions.createPermission({ name: "ts.crud", description: "from the ts sdk" });
+assert.ok(perm.result.permissionId.startsWith("perm_"), JSON.stringify(perm));
+const dup = await unkey.permissions.createPermission({ name: "ts.crud" });
+assert.equal(dup.error.code, "CONFLICT", JSON.stringify(dup));
+const gotPerm = await unkey.permissions.getPermission({ permissionId: perm.result.permissionId });
+assert.deepEqual(gotPerm.result, { id: perm.result.permissionId, name: "ts.crud", description: "from the ts sdk" });
+const allPerms = await unkey.permissions.listPermissions();
+assert.ok(allPerms.result.some((p) => p.name === "ts.crud"), JSON.stringify(allPerms));
+assert.deepEqual((await unkey.permissions.deletePermission({ permissionId: perm.result.permissionId })).result, {});
+const role = await unkey.permissions.createRole({ name: "ts-crud-role" });
+assert.ok(role.result.roleId.startsWith("role_"), JSON.stringify(role));
+assert.equal((await unkey.permissions.getRole({ roleId: role.result.roleId })).result.name, "ts-crud-role");
+assert.ok((await unkey.permissions.listRoles()).result.some((r) => r.id === role.result.roleId));
+assert.deepEqual((await unkey.permissions.deleteRole({ roleId: role.result.roleId })).result, {});
+
 const limit = { namespace: "ts-sdk", identifier: "u1", limit: 2, duration: 60000 };
 const first = await unkey.ratelimits.limit(limit);
 assert.equal(first.result.success, true, JSON.stringify(first));

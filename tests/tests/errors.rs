@@ -5,7 +5,7 @@
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 
-const ENDPOINTS: [&str; 9] = [
+const ENDPOINTS: [&str; 13] = [
     "/v1/keys.setPermissions",
     "/v1/keys.addRoles",
     "/v1/ratelimits.limit",
@@ -15,6 +15,10 @@ const ENDPOINTS: [&str; 9] = [
     "/v1/keys.removePermissions",
     "/v1/keys.setRoles",
     "/v1/keys.removeRoles",
+    "/v1/permissions.createPermission",
+    "/v1/permissions.deletePermission",
+    "/v1/permissions.createRole",
+    "/v1/permissions.deleteRole",
 ];
 
 #[test]

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 /// The permission each authenticated route always needs, and a body that would otherwise
 /// succeed (a fresh namespace is created on the way for ratelimits.limit). `spare` is a key
 /// that only keys.deleteKey uses.
-fn needs(path: &str, key: &str, spare: &str) -> Option<(&'static str, Value)> {
+/// `ids` are a permission and a role that only the permissions.* routes use (deleted last).
+fn needs(path: &str, key: &str, spare: &str, ids: &(String, String)) -> Option<(&'static str, Value)> {
     match path {
         "/v1/keys.setPermissions" => {
             Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
@@ -36,6 +37,16 @@ fn needs(path: &str, key: &str, spare: &str) -> Option<(&'static str, Value)> {
             "ratelimit.*.limit",
             json!({"identifier": "i", "limit": 1, "duration": 1000, "namespace": "n"}),
         )),
+        "/v1/permissions.createPermission" => Some(("rbac.*.create_permission", json!({"name": "p.new"}))),
+        "/v1/permissions.getPermission" => Some(("rbac.*.read_permission", json!({"permissionId": ids.0}))),
+        "/v1/permissions.listPermissions" => Some(("rbac.*.read_permission", json!({}))),
+        "/v1/permissions.deletePermission" => {
+            Some(("rbac.*.delete_permission", json!({"permissionId": ids.0})))
+        }
+        "/v1/permissions.createRole" => Some(("rbac.*.create_role", json!({"name": "role.new"}))),
+        "/v1/permissions.getRole" => Some(("rbac.*.read_role", json!({"roleId": ids.1}))),
+        "/v1/permissions.listRoles" => Some(("rbac.*.read_role", json!({}))),
+        "/v1/permissions.deleteRole" => Some(("rbac.*.delete_role", json!({"roleId": ids.1}))),
         _ => None,
     }
 }
@@ -47,6 +58,10 @@ const ALL: &[&str] = &[
     "rbac.*.create_role",
     "rbac.*.remove_permission_from_key",
     "rbac.*.remove_role_from_key",
+    "rbac.*.read_permission",
+    "rbac.*.delete_permission",
+    "rbac.*.read_role",
+    "rbac.*.delete_role",
     "api.*.read_key",
     "api.*.create_key",
     "api.*.delete_key",
@@ -58,6 +73,14 @@ const ALL: &[&str] = &[
 fn every_route_checks_auth_method_and_its_permission() {
     let s = TestServer::start();
     let (key, spare) = (s.create_key(), s.create_key());
+    let created = |path: &str, field: &str| {
+        let r = s.post(path, &json!({"name": format!("only.for{}", path.len())}));
+        r.json[field].as_str().unwrap().to_string()
+    };
+    let ids = (
+        created("/v1/permissions.createPermission", "permissionId"),
+        created("/v1/permissions.createRole", "roleId"),
+    );
     let methods = ["GET", "POST", "PUT", "DELETE", "PATCH"];
     let mut checked = 0;
     for (path, allowed) in ROUTES {
@@ -66,7 +89,7 @@ fn every_route_checks_auth_method_and_its_permission() {
             r.assert_error(405, "METHOD_NOT_ALLOWED");
             assert_eq!(r.header("allow"), Some(allowed.join(", ").as_str()), "{m} {path}");
         }
-        let Some((permission, body)) = needs(path, &key, &spare) else {
+        let Some((permission, body)) = needs(path, &key, &spare, &ids) else {
             // Public routes answer without a root key.
             if *path == "/v1/keys.verifyKey" {
                 let r = s.post_raw(path, None, json!({"key": "kg_unknown"}).to_string());
@@ -77,19 +100,37 @@ fn every_route_checks_auth_method_and_its_permission() {
             assert_eq!(s.request(s.client.get(s.url(path))).status, 200);
             continue;
         };
-        s.post_raw(path, None, body.to_string()).assert_error(401, "UNAUTHORIZED");
+        // POST routes take the body; GET-only routes take its fields as the query.
+        let send = |token: Option<&str>| {
+            if allowed.contains(&"POST") {
+                return s.post_raw(path, token, body.to_string());
+            }
+            let query: Vec<(String, String)> = body
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            let mut req = s.client.get(s.url(path)).query(&query);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            s.request(req)
+        };
+        send(None).assert_error(401, "UNAUTHORIZED");
         let others: Vec<&str> = ALL.iter().copied().filter(|p| *p != permission).collect();
         let without = s.root_key_with(&others);
-        let msg = s.post_as(&without, path, &body).assert_error(403, "INSUFFICIENT_PERMISSIONS");
+        let msg = send(Some(&without)).assert_error(403, "INSUFFICIENT_PERMISSIONS");
         assert!(msg.contains(permission), "{path}: {msg}");
         for other in others {
             assert!(!msg.contains(other), "{path} names only what is missing: {msg}");
         }
         let with = s.root_key_with(ALL);
-        assert_eq!(s.post_as(&with, path, &body).status, 200, "{path}");
+        let r = send(Some(&with));
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
         checked += 1;
     }
-    assert_eq!(checked, 10, "every authenticated route was checked");
+    assert_eq!(checked, 18, "every authenticated route was checked");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{keys, ratelimit, system};
+use crate::handlers::{keys, permissions, ratelimit, system};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
@@ -17,6 +17,14 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/keys.removePermissions", &["POST"]),
     ("/v1/keys.setRoles", &["POST"]),
     ("/v1/keys.removeRoles", &["POST"]),
+    ("/v1/permissions.createPermission", &["POST"]),
+    ("/v1/permissions.getPermission", &["GET"]),
+    ("/v1/permissions.listPermissions", &["GET"]),
+    ("/v1/permissions.deletePermission", &["POST"]),
+    ("/v1/permissions.createRole", &["POST"]),
+    ("/v1/permissions.getRole", &["GET"]),
+    ("/v1/permissions.listRoles", &["GET"]),
+    ("/v1/permissions.deleteRole", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
 ];
@@ -55,6 +63,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const REMOVE_PERMISSIONS: &str = "/v1/keys.removePermissions";
     const SET_ROLES: &str = "/v1/keys.setRoles";
     const REMOVE_ROLES: &str = "/v1/keys.removeRoles";
+    const CREATE_PERMISSION: &str = "/v1/permissions.createPermission";
+    const GET_PERMISSION: &str = "/v1/permissions.getPermission";
+    const LIST_PERMISSIONS: &str = "/v1/permissions.listPermissions";
+    const DELETE_PERMISSION: &str = "/v1/permissions.deletePermission";
+    const CREATE_ROLE: &str = "/v1/permissions.createRole";
+    const GET_ROLE: &str = "/v1/permissions.getRole";
+    const LIST_ROLES: &str = "/v1/permissions.listRoles";
+    const DELETE_ROLE: &str = "/v1/permissions.deleteRole";
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
@@ -70,6 +86,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(REMOVE_PERMISSIONS, methods_of(REMOVE_PERMISSIONS), keys::remove_permissions))
         .service(resource(SET_ROLES, methods_of(SET_ROLES), keys::set_roles))
         .service(resource(REMOVE_ROLES, methods_of(REMOVE_ROLES), keys::remove_roles))
+        .service(resource(CREATE_PERMISSION, methods_of(CREATE_PERMISSION), permissions::create_permission))
+        .service(resource(GET_PERMISSION, methods_of(GET_PERMISSION), permissions::get_permission))
+        .service(resource(LIST_PERMISSIONS, methods_of(LIST_PERMISSIONS), permissions::list_permissions))
+        .service(resource(DELETE_PERMISSION, methods_of(DELETE_PERMISSION), permissions::delete_permission))
+        .service(resource(CREATE_ROLE, methods_of(CREATE_ROLE), permissions::create_role))
+        .service(resource(GET_ROLE, methods_of(GET_ROLE), permissions::get_role))
+        .service(resource(LIST_ROLES, methods_of(LIST_ROLES), permissions::list_roles))
+        .service(resource(DELETE_ROLE, methods_of(DELETE_ROLE), permissions::delete_role))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .default_service(web::to(system::not_found));

@@ -97,6 +97,21 @@ impl Default for NewKey {
     }
 }
 
+/// A permission or role with its description (the CRUD endpoints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entity {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+}
+
+/// A role with the permissions attached to it, sorted by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleView {
+    pub role: Entity,
+    pub permissions: Vec<Entity>,
+}
+
 /// A permission query of `keys.verifyKey`: a permission name, or all / any of sub-queries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PermissionQuery {

@@ -1,8 +1,8 @@
 use crate::cache::{AuthCache, NamespaceCache};
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
-    AuditEvent, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RootKey, Verification,
-    VerifyCode, Workspace,
+    AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
+    Verification, VerifyCode, Workspace,
 };
 use crate::{EntityRef, StorageError};
 use keygate_domain::{
@@ -24,6 +24,12 @@ pub const PERM_CREATE_PERMISSION: &str = "rbac.*.create_permission";
 pub const PERM_ADD_ROLE_TO_KEY: &str = "rbac.*.add_role_to_key";
 pub const PERM_REMOVE_PERMISSION_FROM_KEY: &str = "rbac.*.remove_permission_from_key";
 pub const PERM_REMOVE_ROLE_FROM_KEY: &str = "rbac.*.remove_role_from_key";
+pub const PERM_READ_PERMISSION: &str = "rbac.*.read_permission";
+pub const PERM_DELETE_PERMISSION: &str = "rbac.*.delete_permission";
+pub const PERM_READ_ROLE: &str = "rbac.*.read_role";
+pub const PERM_DELETE_ROLE: &str = "rbac.*.delete_role";
+/// Longest description of a permission or role.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 pub const PERM_CREATE_ROLE: &str = "rbac.*.create_role";
 pub const PERM_READ_KEY: &str = "api.*.read_key";
 pub const PERM_CREATE_KEY: &str = "api.*.create_key";
@@ -42,6 +48,8 @@ struct LinkRules {
     link_permission: &'static str,
     unlink_permission: &'static str,
     create_permission: &'static str,
+    read_permission: &'static str,
+    delete_permission: &'static str,
     /// Whether an unknown name is created when the entry says nothing about `create`.
     create_by_default: bool,
     validate_name: fn(&str, &str) -> Result<(), ValidationError>,
@@ -53,6 +61,8 @@ const PERMISSION_RULES: LinkRules = LinkRules {
     link_permission: PERM_ADD_PERMISSION_TO_KEY,
     unlink_permission: PERM_REMOVE_PERMISSION_FROM_KEY,
     create_permission: PERM_CREATE_PERMISSION,
+    read_permission: PERM_READ_PERMISSION,
+    delete_permission: PERM_DELETE_PERMISSION,
     create_by_default: true,
     validate_name: validate_permission_name,
 };
@@ -63,9 +73,18 @@ const ROLE_RULES: LinkRules = LinkRules {
     link_permission: PERM_ADD_ROLE_TO_KEY,
     unlink_permission: PERM_REMOVE_ROLE_FROM_KEY,
     create_permission: PERM_CREATE_ROLE,
+    read_permission: PERM_READ_ROLE,
+    delete_permission: PERM_DELETE_ROLE,
     create_by_default: false,
     validate_name: validate_role_name,
 };
+
+fn rules_of(kind: EntityKind) -> &'static LinkRules {
+    match kind {
+        EntityKind::Permission => &PERMISSION_RULES,
+        EntityKind::Role => &ROLE_RULES,
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LinkMode {
@@ -138,6 +157,14 @@ fn plan_refs(rules: &LinkRules, refs: &[EntityRef], min_entries: usize) -> Resul
         }
     }
     Ok(plan)
+}
+
+/// The request field naming an entity by id.
+fn id_field(kind: EntityKind) -> &'static str {
+    match kind {
+        EntityKind::Permission => "permissionId",
+        EntityKind::Role => "roleId",
+    }
 }
 
 /// References for a removal: a name that does not exist is not found, never created.
@@ -645,6 +672,125 @@ impl<S: RbacStore> RbacService<S> {
             }])?;
             Ok(())
         })
+    }
+
+    // ---------------------------------------------------------------- permissions and roles
+
+    /// `permissions.createPermission` / `permissions.createRole`: 409 when the name is taken.
+    pub fn create_entity(
+        &self,
+        p: &Principal,
+        kind: EntityKind,
+        name: &str,
+        description: Option<String>,
+    ) -> Result<Entity, RbacError> {
+        let rules = rules_of(kind);
+        (rules.validate_name)("name", name)?;
+        if let Some(d) = &description
+            && d.chars().count() > MAX_DESCRIPTION_CHARS
+        {
+            let msg = format!("must be at most {MAX_DESCRIPTION_CHARS} characters");
+            return Err(ValidationError::new("description", msg).into());
+        }
+        if !p.holds(rules.create_permission) {
+            return Err(RbacError::missing(&[rules.create_permission]));
+        }
+        let ws = p.workspace_id.as_str();
+        let entity = Entity { id: new_id(rules.id_prefix), name: name.to_string(), description };
+        self.store.transaction(|tx| {
+            let now = self.now();
+            if !tx.insert_entity(kind, ws, &entity, now)? {
+                return Err(RbacError::Conflict(format!("{} {name} already exists", kind.noun())));
+            }
+            tx.insert_audit_events(&[self.entity_event(p, kind, "create", &entity.id, now)])?;
+            Ok(())
+        })?;
+        Ok(entity)
+    }
+
+    /// `permissions.getPermission` / the role of `permissions.getRole`.
+    pub fn get_entity(&self, p: &Principal, kind: EntityKind, id: &str) -> Result<Entity, RbacError> {
+        let rules = rules_of(kind);
+        check_len(id_field(kind), id, MAX_NAME_CHARS)?;
+        if !p.holds(rules.read_permission) {
+            return Err(RbacError::missing(&[rules.read_permission]));
+        }
+        let not_found = || RbacError::NotFound(format!("{} {id} not found", kind.noun()));
+        if !has_prefix(id, rules.id_prefix) {
+            return Err(not_found());
+        }
+        self.store.read(|tx| tx.get_entity(kind, &p.workspace_id, id)?.ok_or_else(not_found))
+    }
+
+    /// `permissions.getRole`: the role and its permissions, sorted by name.
+    pub fn get_role(&self, p: &Principal, id: &str) -> Result<RoleView, RbacError> {
+        let role = self.get_entity(p, EntityKind::Role, id)?;
+        let mut permissions = self.store.read(|tx| Ok(tx.permissions_of_role(&role.id)?))?;
+        permissions.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        Ok(RoleView { role, permissions })
+    }
+
+    /// `permissions.listPermissions` / `permissions.listRoles` (roles without their
+    /// permissions; see [`Self::list_roles`]), sorted by name.
+    pub fn list_entities(&self, p: &Principal, kind: EntityKind) -> Result<Vec<Entity>, RbacError> {
+        let rules = rules_of(kind);
+        if !p.holds(rules.read_permission) {
+            return Err(RbacError::missing(&[rules.read_permission]));
+        }
+        let mut all = self.store.read(|tx| Ok(tx.list_entities(kind, &p.workspace_id)?))?;
+        all.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        Ok(all)
+    }
+
+    /// `permissions.listRoles`: every role with its permissions, sorted by name.
+    pub fn list_roles(&self, p: &Principal) -> Result<Vec<RoleView>, RbacError> {
+        let roles = self.list_entities(p, EntityKind::Role)?;
+        self.store.read(|tx| {
+            roles
+                .into_iter()
+                .map(|role| {
+                    let mut permissions = tx.permissions_of_role(&role.id)?;
+                    permissions.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+                    Ok(RoleView { role, permissions })
+                })
+                .collect()
+        })
+    }
+
+    /// `permissions.deletePermission` / `permissions.deleteRole`: deletes it and detaches it
+    /// from every key and role, in one transaction.
+    pub fn delete_entity(&self, p: &Principal, kind: EntityKind, id: &str) -> Result<(), RbacError> {
+        let rules = rules_of(kind);
+        check_len(id_field(kind), id, MAX_NAME_CHARS)?;
+        if !p.holds(rules.delete_permission) {
+            return Err(RbacError::missing(&[rules.delete_permission]));
+        }
+        let ws = p.workspace_id.as_str();
+        self.store.transaction(|tx| {
+            if !has_prefix(id, rules.id_prefix) || !tx.delete_entity(kind, ws, id)? {
+                return Err(RbacError::NotFound(format!("{} {id} not found", kind.noun())));
+            }
+            tx.insert_audit_events(&[self.entity_event(p, kind, "delete", id, self.now())])?;
+            Ok(())
+        })
+    }
+
+    fn entity_event(&self, p: &Principal, kind: EntityKind, verb: &str, id: &str, at: i64) -> AuditEvent {
+        let action = match (kind, verb) {
+            (EntityKind::Permission, "create") => "permission.create",
+            (EntityKind::Permission, _) => "permission.delete",
+            (EntityKind::Role, "create") => "role.create",
+            (EntityKind::Role, _) => "role.delete",
+        };
+        AuditEvent {
+            workspace_id: p.workspace_id.clone(),
+            actor_id: p.root_key_id.clone(),
+            action,
+            resource_type: kind.noun(),
+            resource_id: id.to_string(),
+            key_id: None,
+            at,
+        }
     }
 
     // ---------------------------------------------------------------- namespaces

@@ -1,7 +1,8 @@
 //! The storage traits the RBAC service is defined over. `keygate-store` implements them
-//! with diesel for SQLite and PostgreSQL; the tests of this crate use an in-memory one.
+//! with diesel for SQLite and PostgreSQL (the service is tested over that real store, in
+//! `crates/store/tests/service.rs`).
 
-use crate::{AuditEvent, Key, RbacError, RootKey, StorageError, Workspace};
+use crate::{AuditEvent, Entity, Key, RbacError, RootKey, StorageError, Workspace};
 use keygate_domain::Named;
 
 /// Permissions and roles share one shape (id, workspace, unique name) and one set of
@@ -46,6 +47,14 @@ pub trait RbacTx {
     // Keys.
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
+    /// Inserts a permission or role unless its name is taken; whether it was inserted.
+    fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool>;
+    fn get_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<Option<Entity>>;
+    fn list_entities(&mut self, kind: EntityKind, workspace_id: &str) -> R<Vec<Entity>>;
+    /// Deletes a permission or role of the workspace; its links go with it.
+    fn delete_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<bool>;
+    /// The permissions attached to a role, with descriptions.
+    fn permissions_of_role(&mut self, role_id: &str) -> R<Vec<Entity>>;
     /// The key whose secret hashes to `hash`, in any workspace (keys.verifyKey).
     fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>>;
     /// The permissions attached to any of these roles, each once.

@@ -3,7 +3,7 @@ use crate::schema::*;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
-use keygate_rbac::{AuditEvent, EntityKind, Key, RbacTx, RootKey, StorageError, Workspace};
+use keygate_rbac::{AuditEvent, Entity, EntityKind, Key, RbacTx, RootKey, StorageError, Workspace};
 use std::collections::{HashMap, HashSet};
 
 /// Maps a diesel error onto the service's storage error (the one place that does).
@@ -90,6 +90,10 @@ macro_rules! by_kind {
             }
         }
     };
+}
+
+fn entity((id, name, description): (String, String, Option<String>)) -> Entity {
+    Entity { id, name, description }
 }
 
 fn named((id, name): (String, String)) -> Named {
@@ -293,6 +297,68 @@ impl RbacTx for DieselTx<'_> {
             .optional()
             .map_err(db_err)?;
         Ok(row.map(key_from_row))
+    }
+
+    fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool> {
+        by_kind!(kind, ent, link, link_col, {
+            let row = (
+                ent::id.eq(&e.id),
+                ent::workspace_id.eq(workspace_id),
+                ent::name.eq(&e.name),
+                ent::description.eq(&e.description),
+                ent::created_at.eq(now),
+            );
+            // A taken name (even by a concurrent transaction, after it commits) inserts nothing.
+            on_each_backend!(self.conn, c => {
+                diesel::insert_into(ent::table).values(&row).on_conflict_do_nothing().execute(c)
+            })
+            .map(|n| n > 0)
+            .map_err(db_err)
+        })
+    }
+
+    fn get_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<Option<Entity>> {
+        by_kind!(kind, ent, link, link_col, {
+            let row: Option<(String, String, Option<String>)> = ent::table
+                .filter(ent::id.eq(id))
+                .filter(ent::workspace_id.eq(workspace_id))
+                .select((ent::id, ent::name, ent::description))
+                .first(self.conn)
+                .optional()
+                .map_err(db_err)?;
+            Ok(row.map(entity))
+        })
+    }
+
+    fn list_entities(&mut self, kind: EntityKind, workspace_id: &str) -> R<Vec<Entity>> {
+        by_kind!(kind, ent, link, link_col, {
+            let rows: Vec<(String, String, Option<String>)> = ent::table
+                .filter(ent::workspace_id.eq(workspace_id))
+                .select((ent::id, ent::name, ent::description))
+                .load(self.conn)
+                .map_err(db_err)?;
+            Ok(rows.into_iter().map(entity).collect())
+        })
+    }
+
+    fn delete_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<bool> {
+        // Links to keys and roles go by ON DELETE CASCADE.
+        by_kind!(kind, ent, link, link_col, {
+            diesel::delete(ent::table.filter(ent::id.eq(id)).filter(ent::workspace_id.eq(workspace_id)))
+                .execute(self.conn)
+                .map(|n| n > 0)
+                .map_err(db_err)
+        })
+    }
+
+    fn permissions_of_role(&mut self, role_id: &str) -> R<Vec<Entity>> {
+        let rows: Vec<(String, String, Option<String>)> = roles_permissions::table
+            .inner_join(permissions::table)
+            .filter(roles_permissions::role_id.eq(role_id))
+            .select((permissions::id, permissions::name, permissions::description))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(entity).collect())
     }
 
     fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>> {

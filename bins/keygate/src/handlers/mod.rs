@@ -1,3 +1,4 @@
 pub mod keys;
+pub mod permissions;
 pub mod ratelimit;
 pub mod system;
