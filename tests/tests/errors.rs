@@ -5,7 +5,7 @@
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 
-const ENDPOINTS: [&str; 13] = [
+const ENDPOINTS: [&str; 16] = [
     "/v1/keys.setPermissions",
     "/v1/keys.addRoles",
     "/v1/ratelimits.limit",
@@ -19,6 +19,9 @@ const ENDPOINTS: [&str; 13] = [
     "/v1/permissions.deletePermission",
     "/v1/permissions.createRole",
     "/v1/permissions.deleteRole",
+    "/v1/permissions.addPermissionsToRole",
+    "/v1/permissions.setRolePermissions",
+    "/v1/permissions.removePermissionsFromRole",
 ];
 
 #[test]

@@ -236,22 +236,12 @@ fn verify_answers_valid_with_the_effective_permissions_and_roles() {
         &json!({"name": "svc", "meta": {"a": 1}, "permissions": ["docs.read", "B.x"], "roles": ["editor"]}),
     );
     let (id, secret) = (key_id(&r), r.json["key"].as_str().unwrap().to_string());
-    // A permission the key holds only through its role (roles get permissions through the
-    // store until the role endpoints exist).
-    let via_role = key_id(&s.post(CREATE, &json!({"permissions": ["docs.write"]})));
-    let perm = s.get_key(&via_role).json["permissions"][0]["id"].as_str().unwrap().to_string();
-    s.state
-        .rbac
-        .store()
-        .with_conn(|c| {
-            use diesel::RunQueryDsl;
-            diesel::sql_query(format!(
-                "INSERT INTO roles_permissions (role_id, permission_id, workspace_id, created_at) VALUES ('{editor}', '{perm}', '{}', 0)",
-                s.workspace_id
-            ))
-            .execute(c)
-        })
-        .unwrap();
+    // A permission the key holds only through its role.
+    let r = s.post(
+        "/v1/permissions.addPermissionsToRole",
+        &json!({"roleId": editor, "permissions": [{"name": "docs.write"}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
 
     let r = verify(&s, json!({"key": secret, "apiId": "api_x"}));
     assert_eq!(r.status, 200, "{}", r.text);

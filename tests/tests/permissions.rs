@@ -53,20 +53,12 @@ fn permissions_are_created_once_read_listed_and_deleted_everywhere() {
     assert_eq!(s.post("/v1/permissions.createPermission", &json!({"name": "docs.read"})).status, 200);
 }
 
-/// Roles get permissions through the store until an endpoint attaches them.
 fn attach_to_role(s: &TestServer, role: &str, permission: &str) {
-    let sql = format!(
-        "INSERT INTO roles_permissions (role_id, permission_id, workspace_id, created_at) VALUES ('{role}', '{permission}', '{}', 0)",
-        s.workspace_id
+    let r = s.post(
+        "/v1/permissions.addPermissionsToRole",
+        &json!({"roleId": role, "permissions": [{"id": permission}]}),
     );
-    s.state
-        .rbac
-        .store()
-        .with_conn(|c| {
-            use diesel::RunQueryDsl;
-            diesel::sql_query(sql).execute(c)
-        })
-        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
 }
 
 #[test]
@@ -179,4 +171,77 @@ fn concurrent_creation_of_one_name_succeeds_once() {
     assert_eq!(statuses.iter().filter(|&&c| c == 200).count(), 1, "{statuses:?}");
     assert_eq!(statuses.iter().filter(|&&c| c == 409).count(), 9, "{statuses:?}");
     assert_eq!(s.workspace_names("permissions", &s.workspace_id), ["race"]);
+}
+
+#[test]
+fn a_roles_permissions_are_added_set_and_removed_and_count_for_its_keys() {
+    let s = TestServer::start();
+    let role = s.post("/v1/permissions.createRole", &json!({"name": "editor"})).json["roleId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = |perms: serde_json::Value| json!({"roleId": role, "permissions": perms});
+    let r = s.post(
+        "/v1/permissions.addPermissionsToRole",
+        &body(json!([{"name": "docs.read"}, {"slug": "docs.write"}])),
+    );
+    assert_eq!(r.names(), ["docs.read", "docs.write"], "missing names are created, as for keys");
+    let r = s.post("/v1/permissions.addPermissionsToRole", &body(json!([{"name": "docs.list"}])));
+    assert_eq!(r.names(), ["docs.list", "docs.read", "docs.write"], "additive");
+    let r = s.post("/v1/permissions.addPermissionsToRole", &body(json!([{"name": "x", "create": false}])));
+    assert_eq!(r.assert_error(404, "NOT_FOUND"), "permission x not found");
+
+    // A key holding the role has the role's permissions in verifyKey.
+    let created = s.post("/v1/keys.createKey", &json!({"roles": ["editor"]}));
+    let secret = created.json["key"].as_str().unwrap().to_string();
+    let verify = |q: &str| {
+        let r = s.request(
+            s.client
+                .post(s.url("/v1/keys.verifyKey"))
+                .json(&json!({"key": secret, "authorization": {"permissions": q}})),
+        );
+        r.json["valid"].as_bool().unwrap()
+    };
+    assert!(verify("docs.write"));
+
+    let r = s.post("/v1/permissions.setRolePermissions", &body(json!([{"name": "docs.read"}])));
+    assert_eq!(r.names(), ["docs.read"]);
+    assert!(!verify("docs.write"), "a change of the role applies to its keys at once");
+    let r = s.post(
+        "/v1/permissions.removePermissionsFromRole",
+        &body(json!([{"name": "docs.read"}, {"name": "docs.list"}])),
+    );
+    assert_eq!((r.status, &r.json), (200, &json!({})), "{}", r.text);
+    assert!(!verify("docs.read"));
+    let role_view = get(&s, "/v1/permissions.getRole", &[("roleId", &role)]);
+    assert_eq!(role_view.json["permissions"], json!([]));
+    assert_eq!(s.workspace_names("permissions", &s.workspace_id), ["docs.list", "docs.read", "docs.write"]);
+    let attached = format!("action = 'role.attach_permission' AND role_id = '{role}' AND key_id IS NULL");
+    assert_eq!(s.count("audit_events", &attached), 3);
+    assert_eq!(
+        s.count("audit_events", &format!("action = 'role.detach_permission' AND role_id = '{role}'")),
+        3
+    );
+
+    // Refusals change nothing.
+    let r = s.post("/v1/permissions.removePermissionsFromRole", &body(json!([{"name": "nope"}])));
+    assert_eq!(r.assert_error(404, "NOT_FOUND"), "permission nope not found");
+    let r =
+        s.post("/v1/permissions.setRolePermissions", &json!({"roleId": "role_missing", "permissions": []}));
+    assert_eq!(r.assert_error(404, "NOT_FOUND"), "role role_missing not found");
+    let r = s.post("/v1/permissions.setRolePermissions", &json!({"roleId": "", "permissions": []}));
+    assert_eq!(r.assert_error(400, "BAD_REQUEST"), "roleId: must not be empty");
+    let linker = s.root_key_with(&["rbac.*.add_permission_to_role"]);
+    let r = s.post_as(&linker, "/v1/permissions.addPermissionsToRole", &body(json!([{"name": "brand.new"}])));
+    assert!(r.assert_error(403, "INSUFFICIENT_PERMISSIONS").contains("rbac.*.create_permission"));
+    let key_linker = s.root_key_with(&["rbac.*.add_permission_to_key", "rbac.*.create_permission"]);
+    let r =
+        s.post_as(&key_linker, "/v1/permissions.addPermissionsToRole", &body(json!([{"name": "docs.read"}])));
+    assert!(r.assert_error(403, "INSUFFICIENT_PERMISSIONS").contains("rbac.*.add_permission_to_role"));
+    let ws = s.create_workspace("other");
+    let outsider = s.root_key_in(&ws, &["*"]);
+    let r =
+        s.post_as(&outsider, "/v1/permissions.addPermissionsToRole", &body(json!([{"name": "docs.read"}])));
+    r.assert_error(404, "NOT_FOUND");
+    assert_eq!(get(&s, "/v1/permissions.getRole", &[("roleId", &role)]).json["permissions"], json!([]));
 }

@@ -8,8 +8,13 @@ use serde_json::{Value, json};
 /// The permission each authenticated route always needs, and a body that would otherwise
 /// succeed (a fresh namespace is created on the way for ratelimits.limit). `spare` is a key
 /// that only keys.deleteKey uses.
-/// `ids` are a permission and a role that only the permissions.* routes use (deleted last).
-fn needs(path: &str, key: &str, spare: &str, ids: &(String, String)) -> Option<(&'static str, Value)> {
+/// `ids` are a permission and two roles that only the permissions.* routes use.
+fn needs(
+    path: &str,
+    key: &str,
+    spare: &str,
+    ids: &(String, String, String),
+) -> Option<(&'static str, Value)> {
     match path {
         "/v1/keys.setPermissions" => {
             Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
@@ -47,6 +52,16 @@ fn needs(path: &str, key: &str, spare: &str, ids: &(String, String)) -> Option<(
         "/v1/permissions.getRole" => Some(("rbac.*.read_role", json!({"roleId": ids.1}))),
         "/v1/permissions.listRoles" => Some(("rbac.*.read_role", json!({}))),
         "/v1/permissions.deleteRole" => Some(("rbac.*.delete_role", json!({"roleId": ids.1}))),
+        "/v1/permissions.addPermissionsToRole" => {
+            Some(("rbac.*.add_permission_to_role", json!({"roleId": ids.2, "permissions": [{"name": "x"}]})))
+        }
+        "/v1/permissions.setRolePermissions" => {
+            Some(("rbac.*.add_permission_to_role", json!({"roleId": ids.2, "permissions": [{"name": "x"}]})))
+        }
+        "/v1/permissions.removePermissionsFromRole" => Some((
+            "rbac.*.remove_permission_from_role",
+            json!({"roleId": ids.2, "permissions": [{"name": "x"}]}),
+        )),
         _ => None,
     }
 }
@@ -62,6 +77,8 @@ const ALL: &[&str] = &[
     "rbac.*.delete_permission",
     "rbac.*.read_role",
     "rbac.*.delete_role",
+    "rbac.*.add_permission_to_role",
+    "rbac.*.remove_permission_from_role",
     "api.*.read_key",
     "api.*.create_key",
     "api.*.delete_key",
@@ -73,13 +90,14 @@ const ALL: &[&str] = &[
 fn every_route_checks_auth_method_and_its_permission() {
     let s = TestServer::start();
     let (key, spare) = (s.create_key(), s.create_key());
-    let created = |path: &str, field: &str| {
-        let r = s.post(path, &json!({"name": format!("only.for{}", path.len())}));
+    let created = |path: &str, field: &str, name: &str| {
+        let r = s.post(path, &json!({ "name": name }));
         r.json[field].as_str().unwrap().to_string()
     };
     let ids = (
-        created("/v1/permissions.createPermission", "permissionId"),
-        created("/v1/permissions.createRole", "roleId"),
+        created("/v1/permissions.createPermission", "permissionId", "only.for.routes"),
+        created("/v1/permissions.createRole", "roleId", "deleted-by-the-routes"),
+        created("/v1/permissions.createRole", "roleId", "kept-by-the-routes"),
     );
     let methods = ["GET", "POST", "PUT", "DELETE", "PATCH"];
     let mut checked = 0;
@@ -130,7 +148,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         assert_eq!(r.status, 200, "{path}: {}", r.text);
         checked += 1;
     }
-    assert_eq!(checked, 18, "every authenticated route was checked");
+    assert_eq!(checked, 21, "every authenticated route was checked");
 }
 
 #[test]

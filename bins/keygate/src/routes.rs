@@ -25,6 +25,9 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/permissions.getRole", &["GET"]),
     ("/v1/permissions.listRoles", &["GET"]),
     ("/v1/permissions.deleteRole", &["POST"]),
+    ("/v1/permissions.addPermissionsToRole", &["POST"]),
+    ("/v1/permissions.setRolePermissions", &["POST"]),
+    ("/v1/permissions.removePermissionsFromRole", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
 ];
@@ -71,6 +74,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const GET_ROLE: &str = "/v1/permissions.getRole";
     const LIST_ROLES: &str = "/v1/permissions.listRoles";
     const DELETE_ROLE: &str = "/v1/permissions.deleteRole";
+    const ADD_TO_ROLE: &str = "/v1/permissions.addPermissionsToRole";
+    const SET_OF_ROLE: &str = "/v1/permissions.setRolePermissions";
+    const REMOVE_FROM_ROLE: &str = "/v1/permissions.removePermissionsFromRole";
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
@@ -94,6 +100,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(GET_ROLE, methods_of(GET_ROLE), permissions::get_role))
         .service(resource(LIST_ROLES, methods_of(LIST_ROLES), permissions::list_roles))
         .service(resource(DELETE_ROLE, methods_of(DELETE_ROLE), permissions::delete_role))
+        .service(resource(ADD_TO_ROLE, methods_of(ADD_TO_ROLE), permissions::add_permissions_to_role))
+        .service(resource(SET_OF_ROLE, methods_of(SET_OF_ROLE), permissions::set_role_permissions))
+        .service(resource(
+            REMOVE_FROM_ROLE,
+            methods_of(REMOVE_FROM_ROLE),
+            permissions::remove_permissions_from_role,
+        ))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .default_service(web::to(system::not_found));

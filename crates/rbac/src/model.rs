@@ -210,6 +210,8 @@ pub struct AuditEvent {
     pub resource_type: &'static str,
     pub resource_id: String,
     pub key_id: Option<String>,
+    /// The role whose permissions changed, for `role.attach_permission` and the like.
+    pub role_id: Option<String>,
     pub at: i64,
 }
 

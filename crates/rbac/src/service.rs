@@ -24,6 +24,8 @@ pub const PERM_CREATE_PERMISSION: &str = "rbac.*.create_permission";
 pub const PERM_ADD_ROLE_TO_KEY: &str = "rbac.*.add_role_to_key";
 pub const PERM_REMOVE_PERMISSION_FROM_KEY: &str = "rbac.*.remove_permission_from_key";
 pub const PERM_REMOVE_ROLE_FROM_KEY: &str = "rbac.*.remove_role_from_key";
+pub const PERM_ADD_PERMISSION_TO_ROLE: &str = "rbac.*.add_permission_to_role";
+pub const PERM_REMOVE_PERMISSION_FROM_ROLE: &str = "rbac.*.remove_permission_from_role";
 pub const PERM_READ_PERMISSION: &str = "rbac.*.read_permission";
 pub const PERM_DELETE_PERMISSION: &str = "rbac.*.delete_permission";
 pub const PERM_READ_ROLE: &str = "rbac.*.read_role";
@@ -78,6 +80,90 @@ const ROLE_RULES: LinkRules = LinkRules {
     create_by_default: false,
     validate_name: validate_role_name,
 };
+
+/// Permissions attached to a role (rather than to a key).
+const ROLE_PERMISSION_RULES: LinkRules = LinkRules {
+    link_permission: PERM_ADD_PERMISSION_TO_ROLE,
+    unlink_permission: PERM_REMOVE_PERMISSION_FROM_ROLE,
+    ..PERMISSION_RULES
+};
+
+/// What links are changed on: a key (its permissions or roles) or a role (its permissions).
+#[derive(Debug, Clone, Copy)]
+enum Owner<'a> {
+    Key(&'a str),
+    Role(&'a str),
+}
+
+impl Owner<'_> {
+    fn id(self) -> &'static str {
+        match self {
+            Owner::Key(_) => "keyId",
+            Owner::Role(_) => "roleId",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Owner::Key(_) => "key",
+            Owner::Role(_) => "role",
+        }
+    }
+
+    fn value(&self) -> &str {
+        match self {
+            Owner::Key(id) | Owner::Role(id) => id,
+        }
+    }
+
+    /// Whether it exists in the workspace; locks it for the rest of the transaction, so
+    /// that concurrent changes of its links serialize.
+    fn lock(self, tx: &mut dyn RbacTx, ws: &str, now: i64) -> Result<bool, RbacError> {
+        Ok(match self {
+            Owner::Key(id) => has_prefix(id, IdPrefix::Key) && tx.lock_key(ws, id, now)?,
+            Owner::Role(id) => has_prefix(id, IdPrefix::Role) && tx.lock_role(ws, id)?,
+        })
+    }
+
+    fn current(self, tx: &mut dyn RbacTx, kind: EntityKind) -> Result<Vec<Named>, RbacError> {
+        Ok(match self {
+            Owner::Key(id) => tx.key_entities(kind, id)?,
+            Owner::Role(id) => tx.role_permissions(&[id.to_string()])?,
+        })
+    }
+
+    fn link(
+        self,
+        tx: &mut dyn RbacTx,
+        kind: EntityKind,
+        ws: &str,
+        ids: &[String],
+        now: i64,
+    ) -> Result<(), RbacError> {
+        match self {
+            Owner::Key(id) => tx.link_key_entities(kind, ws, id, ids, now)?,
+            Owner::Role(id) => tx.link_role_permissions(ws, id, ids, now)?,
+        }
+        Ok(())
+    }
+
+    fn unlink(self, tx: &mut dyn RbacTx, kind: EntityKind, ids: &[String]) -> Result<(), RbacError> {
+        match self {
+            Owner::Key(id) => tx.unlink_key_entities(kind, id, ids)?,
+            Owner::Role(id) => tx.unlink_role_permissions(id, ids)?,
+        }
+        Ok(())
+    }
+
+    /// (attach, detach) audit actions.
+    fn actions(self, kind: EntityKind) -> (&'static str, &'static str) {
+        match (self, kind) {
+            (Owner::Key(_), EntityKind::Permission) => ("key.attach_permission", "key.detach_permission"),
+            (Owner::Key(_), EntityKind::Role) => ("key.attach_role", "key.detach_role"),
+            (Owner::Role(_), _) => ("role.attach_permission", "role.detach_permission"),
+        }
+    }
+}
 
 fn rules_of(kind: EntityKind) -> &'static LinkRules {
     match kind {
@@ -238,13 +324,13 @@ fn resolve_links<'r>(
     Ok(ResolvedLinks { rules, existing, to_create })
 }
 
-/// Writes resolved links of key `key_id`: creates the missing names, attaches and detaches
-/// as `mode` says, and appends the audit events to `events`. Returns every entity of the
-/// kind now attached to the key, sorted by name.
+/// Writes resolved links of `owner`: creates the missing names, attaches and detaches as
+/// `mode` says, and appends the audit events to `events`. Returns every entity of the kind
+/// now attached to the owner, sorted by name.
 fn write_links(
     tx: &mut dyn RbacTx,
     p: &Principal,
-    key_id: &str,
+    owner: Owner<'_>,
     resolved: ResolvedLinks<'_>,
     mode: LinkMode,
     now: i64,
@@ -260,13 +346,21 @@ fn write_links(
         action,
         resource_type,
         resource_id: id.to_string(),
-        key_id: Some(key_id.to_string()),
+        key_id: match owner {
+            Owner::Key(key_id) => Some(key_id.to_string()),
+            Owner::Role(_) => None,
+        },
+        role_id: match owner {
+            Owner::Key(_) => None,
+            Owner::Role(role_id) => Some(role_id.to_string()),
+        },
         at: now,
     };
-    let (created_action, attach_action, detach_action) = match kind {
-        EntityKind::Permission => ("permission.create", "key.attach_permission", "key.detach_permission"),
-        EntityKind::Role => ("role.create", "key.attach_role", "key.detach_role"),
+    let created_action = match kind {
+        EntityKind::Permission => "permission.create",
+        EntityKind::Role => "role.create",
     };
+    let (attach_action, detach_action) = owner.actions(kind);
     // `to_create` is in ascending name order (it comes from a BTreeMap).
     let fresh: Vec<Named> =
         to_create.into_iter().map(|name| Named::new(new_id(rules.id_prefix), name)).collect();
@@ -280,7 +374,7 @@ fn write_links(
     }
 
     let current: BTreeMap<String, Named> =
-        tx.key_entities(kind, key_id)?.into_iter().map(|e| (e.id.clone(), e)).collect();
+        owner.current(tx, kind)?.into_iter().map(|e| (e.id.clone(), e)).collect();
     let attach: Vec<String> = match mode {
         LinkMode::Replace | LinkMode::Add => {
             target.keys().filter(|id| !current.contains_key(*id)).cloned().collect()
@@ -293,11 +387,11 @@ fn write_links(
         LinkMode::Remove => target.keys().filter(|id| current.contains_key(*id)).cloned().collect(),
     };
     if !detach.is_empty() {
-        tx.unlink_key_entities(kind, key_id, &detach)?;
+        owner.unlink(tx, kind, &detach)?;
         events.extend(detach.iter().map(|id| event(detach_action, noun, id)));
     }
     if !attach.is_empty() {
-        tx.link_key_entities(kind, ws, key_id, &attach, now)?;
+        owner.link(tx, kind, ws, &attach, now)?;
         events.extend(attach.iter().map(|id| event(attach_action, noun, id)));
     }
 
@@ -446,6 +540,19 @@ impl<S: RbacStore> RbacService<S> {
         min_entries: usize,
     ) -> Result<Vec<Named>, RbacError> {
         validate_key_id("keyId", key_id)?;
+        self.change_links_of(p, Owner::Key(key_id), refs, rules, mode, min_entries)
+    }
+
+    fn change_links_of(
+        &self,
+        p: &Principal,
+        owner: Owner<'_>,
+        refs: &[EntityRef],
+        rules: &LinkRules,
+        mode: LinkMode,
+        min_entries: usize,
+    ) -> Result<Vec<Named>, RbacError> {
+        check_len(owner.id(), owner.value(), MAX_NAME_CHARS)?;
         let plan = plan_refs(rules, refs, min_entries)?;
         let required = mode.required(rules);
         if !p.holds(required) {
@@ -454,19 +561,52 @@ impl<S: RbacStore> RbacService<S> {
         let ws = p.workspace_id.as_str();
         self.store.transaction(|tx| {
             let now = self.now();
-            if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id, now)? {
-                return Err(RbacError::NotFound(format!("key {key_id} not found")));
+            if !owner.lock(tx, ws, now)? {
+                return Err(RbacError::NotFound(format!("{} {} not found", owner.noun(), owner.value())));
             }
             let resolved = resolve_links(tx, ws, rules, &plan)?;
             resolved.authorize_creation(p)?;
             // Every check passed: write.
             let mut events = Vec::new();
-            let result = write_links(tx, p, key_id, resolved, mode, now, &mut events)?;
+            let result = write_links(tx, p, owner, resolved, mode, now, &mut events)?;
             if !events.is_empty() {
                 tx.insert_audit_events(&events)?;
             }
             Ok(result)
         })
+    }
+
+    /// `permissions.addPermissionsToRole`: attaches `refs` (at least one; missing names are
+    /// created, as for keys) to the role; returns all its permissions.
+    pub fn add_role_permissions(
+        &self,
+        p: &Principal,
+        role_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links_of(p, Owner::Role(role_id), refs, &ROLE_PERMISSION_RULES, LinkMode::Add, 1)
+    }
+
+    /// `permissions.setRolePermissions`: the role's permissions become exactly `refs`.
+    pub fn set_role_permissions(
+        &self,
+        p: &Principal,
+        role_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        self.change_links_of(p, Owner::Role(role_id), refs, &ROLE_PERMISSION_RULES, LinkMode::Replace, 0)
+    }
+
+    /// `permissions.removePermissionsFromRole`: detaches `refs` (each must exist); returns the
+    /// permissions still attached.
+    pub fn remove_role_permissions(
+        &self,
+        p: &Principal,
+        role_id: &str,
+        refs: &[EntityRef],
+    ) -> Result<Vec<Named>, RbacError> {
+        let refs = never_create(refs);
+        self.change_links_of(p, Owner::Role(role_id), &refs, &ROLE_PERMISSION_RULES, LinkMode::Remove, 1)
     }
 
     /// `keys.getKey`: the key with its direct permissions and its roles, sorted by name.
@@ -568,10 +708,12 @@ impl<S: RbacStore> RbacService<S> {
                 resource_type: "key",
                 resource_id: key.id.clone(),
                 key_id: Some(key.id.clone()),
+                role_id: None,
                 at: key.created_at,
             }];
-            write_links(tx, p, &key.id, permissions, LinkMode::Add, key.created_at, &mut events)?;
-            write_links(tx, p, &key.id, roles, LinkMode::Add, key.created_at, &mut events)?;
+            let owner = Owner::Key(&key.id);
+            write_links(tx, p, owner, permissions, LinkMode::Add, key.created_at, &mut events)?;
+            write_links(tx, p, owner, roles, LinkMode::Add, key.created_at, &mut events)?;
             tx.insert_audit_events(&events)?;
             Ok(())
         })?;
@@ -668,6 +810,7 @@ impl<S: RbacStore> RbacService<S> {
                 resource_type: "key",
                 resource_id: key_id.to_string(),
                 key_id: Some(key_id.to_string()),
+                role_id: None,
                 at: self.now(),
             }])?;
             Ok(())
@@ -789,6 +932,7 @@ impl<S: RbacStore> RbacService<S> {
             resource_type: kind.noun(),
             resource_id: id.to_string(),
             key_id: None,
+            role_id: None,
             at,
         }
     }
@@ -864,6 +1008,7 @@ impl<S: RbacStore> RbacService<S> {
                             resource_type: "ratelimit_namespace",
                             resource_id: ns.id.clone(),
                             key_id: None,
+                            role_id: None,
                             at: self.now(),
                         }])?;
                     }

@@ -53,6 +53,11 @@ pub trait RbacTx {
     fn list_entities(&mut self, kind: EntityKind, workspace_id: &str) -> R<Vec<Entity>>;
     /// Deletes a permission or role of the workspace; its links go with it.
     fn delete_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<bool>;
+    /// Whether the role exists in the workspace; locks it until the transaction ends.
+    fn lock_role(&mut self, workspace_id: &str, role_id: &str) -> R<bool>;
+    fn link_role_permissions(&mut self, workspace_id: &str, role_id: &str, ids: &[String], now: i64)
+    -> R<()>;
+    fn unlink_role_permissions(&mut self, role_id: &str, ids: &[String]) -> R<()>;
     /// The permissions attached to a role, with descriptions.
     fn permissions_of_role(&mut self, role_id: &str) -> R<Vec<Entity>>;
     /// The key whose secret hashes to `hash`, in any workspace (keys.verifyKey).

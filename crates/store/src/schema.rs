@@ -102,6 +102,7 @@ diesel::table! {
         resource_id -> Text,
         key_id -> Nullable<Text>,
         created_at -> BigInt,
+        role_id -> Nullable<Text>,
     }
 }
 

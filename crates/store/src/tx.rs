@@ -351,6 +351,56 @@ impl RbacTx for DieselTx<'_> {
         })
     }
 
+    fn lock_role(&mut self, workspace_id: &str, role_id: &str) -> R<bool> {
+        let query = roles::table
+            .filter(roles::id.eq(role_id))
+            .filter(roles::workspace_id.eq(workspace_id))
+            .select(roles::id);
+        // As in lock_key: a row lock on PostgreSQL; SQLite's transaction holds the write lock.
+        let found: Option<String> = match &mut *self.conn {
+            DbConn::Pg(c) => query.for_no_key_update().first(c).optional(),
+            DbConn::Sqlite(c) => query.first(c).optional(),
+        }
+        .map_err(db_err)?;
+        Ok(found.is_some())
+    }
+
+    fn link_role_permissions(
+        &mut self,
+        workspace_id: &str,
+        role_id: &str,
+        ids: &[String],
+        now: i64,
+    ) -> R<()> {
+        for chunk in ids.chunks(BATCH_ROWS) {
+            let rows: Vec<_> = chunk
+                .iter()
+                .map(|id| {
+                    (
+                        roles_permissions::role_id.eq(role_id),
+                        roles_permissions::permission_id.eq(id),
+                        roles_permissions::workspace_id.eq(workspace_id),
+                        roles_permissions::created_at.eq(now),
+                    )
+                })
+                .collect();
+            on_each_backend!(self.conn, c => diesel::insert_into(roles_permissions::table).values(&rows).execute(c))
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    fn unlink_role_permissions(&mut self, role_id: &str, ids: &[String]) -> R<()> {
+        diesel::delete(
+            roles_permissions::table
+                .filter(roles_permissions::role_id.eq(role_id))
+                .filter(roles_permissions::permission_id.eq_any(ids)),
+        )
+        .execute(self.conn)
+        .map(drop)
+        .map_err(db_err)
+    }
+
     fn permissions_of_role(&mut self, role_id: &str) -> R<Vec<Entity>> {
         let rows: Vec<(String, String, Option<String>)> = roles_permissions::table
             .inner_join(permissions::table)
@@ -573,6 +623,7 @@ impl RbacTx for DieselTx<'_> {
                         audit_events::resource_type.eq(e.resource_type),
                         audit_events::resource_id.eq(&e.resource_id),
                         audit_events::key_id.eq(&e.key_id),
+                        audit_events::role_id.eq(&e.role_id),
                         audit_events::created_at.eq(e.at),
                     )
                 })

@@ -25,7 +25,7 @@ struct PermissionsBody {
 /// `slug` is an alias of `name`; `slug` wins when both are given.
 #[derive(Debug, Deserialize)]
 #[serde(expecting = "an object with an id or a name")]
-struct PermissionRef {
+pub(crate) struct PermissionRef {
     id: Option<String>,
     name: Option<String>,
     slug: Option<String>,

@@ -1,10 +1,14 @@
-//! The `permissions.*` endpoints: create, get, list and delete permissions and roles.
+//! The `permissions.*` endpoints: create, get, list and delete permissions and roles, and
+//! change a role's permissions.
 
+use super::keys::PermissionRef;
 use crate::error::ApiError;
 use crate::http::{authenticate, blocking, read_json};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
-use keygate_rbac::{Entity, EntityKind, RoleView};
+use keygate_domain::Named;
+use keygate_rbac::{Entity, EntityKind, EntityRef, Principal, RbacError, RbacService, RoleView};
+use keygate_store::SqlStore;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
@@ -161,5 +165,57 @@ pub async fn delete_role(
     let principal = authenticate(&req, &state).await?;
     let body: DeleteRoleBody = read_json(&req, payload).await?;
     blocking(move || Ok(state.rbac.delete_entity(&principal, EntityKind::Role, &body.role_id)?)).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RolePermissionsBody {
+    role_id: String,
+    permissions: Vec<PermissionRef>,
+}
+
+type RoleLinkOp = fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
+
+/// Authenticates, reads `{"roleId", "permissions": [...]}` and runs `op`.
+async fn role_permissions_call(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    op: RoleLinkOp,
+) -> Result<Vec<Named>, ApiError> {
+    let principal = authenticate(&req, &state).await?;
+    let body: RolePermissionsBody = read_json(&req, payload).await?;
+    let refs: Vec<EntityRef> = body.permissions.into_iter().map(EntityRef::from).collect();
+    blocking(move || Ok(op(&state.rbac, &principal, &body.role_id, &refs)?)).await
+}
+
+/// `permissions.addPermissionsToRole`: every permission of the role, sorted by name.
+pub async fn add_permissions_to_role(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let all = role_permissions_call(req, payload, state, RbacService::add_role_permissions).await?;
+    Ok(HttpResponse::Ok().json(all))
+}
+
+/// `permissions.setRolePermissions`: every permission of the role, sorted by name.
+pub async fn set_role_permissions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let all = role_permissions_call(req, payload, state, RbacService::set_role_permissions).await?;
+    Ok(HttpResponse::Ok().json(all))
+}
+
+/// `permissions.removePermissionsFromRole`: `{}`.
+pub async fn remove_permissions_from_role(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    role_permissions_call(req, payload, state, RbacService::remove_role_permissions).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }
