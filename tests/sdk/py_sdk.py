@@ -1,6 +1,10 @@
-"""unkey-py 0.10 against keygate: raises (non-zero exit) on any mismatch."""
+"""unkey-py 0.10 against keygate, and /openapi.json through openapi-spec-validator: raises
+(non-zero exit) on any mismatch."""
+import json
 import os
+import urllib.request
 
+from openapi_spec_validator import validate
 from unkey_py import Unkey
 
 url, root, key_id = os.environ["KEYGATE_URL"], os.environ["KEYGATE_ROOT_KEY"], os.environ["KEYGATE_KEY_ID"]
@@ -71,4 +75,7 @@ assert role.role_id in [r.id for r in s.permissions.list_roles().response_bodies
 assert s.permissions.delete_role(request={"role_id": role.role_id}).http_meta.response.status_code == 200
 bad = Unkey(bearer_auth="not-a-root-key", server_url=url)
 assert error_code(lambda: bad.ratelimits.limit(request=req)) == "UNAUTHORIZED"
-print("py sdk: ok (unkey-py 0.10.0)")
+# The served OpenAPI document is valid OpenAPI 3.1 for a third-party validator.
+with urllib.request.urlopen(url + "/openapi.json") as resp:
+    validate(json.load(resp))
+print("py sdk: ok (unkey-py 0.10.0); /openapi.json valid (openapi-spec-validator 0.9.0)")

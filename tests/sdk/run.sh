@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Drives Unkey's published v1 SDKs (npm @unkey/api 0.38, @unkey/ratelimit 0.5, PyPI
 # unkey-py 0.10; versions pinned in package-lock.json and requirements.txt) against the
-# real keygate binary on the embedded default. Exits non-zero on any incompatibility.
+# real keygate binary on the embedded default, and validates its /openapi.json with
+# openapi-spec-validator. Exits non-zero on any incompatibility.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../.. && pwd)

@@ -30,6 +30,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/permissions.removePermissionsFromRole", &["POST"]),
     ("/v1/liveness", &["GET"]),
     ("/docs/errors", &["GET"]),
+    ("/openapi.json", &["GET"]),
 ];
 
 /// A resource answering `methods` with `handler` and 405 (with `Allow`) otherwise.
@@ -80,6 +81,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const LIMIT: &str = "/v1/ratelimits.limit";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
+    const OPENAPI: &str = "/openapi.json";
     // The hot path first: actix tries resources in registration order.
     cfg.service(resource(LIMIT, methods_of(LIMIT), ratelimit::limit))
         .service(resource(SET_PERMISSIONS, methods_of(SET_PERMISSIONS), keys::set_permissions))
@@ -109,5 +111,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         ))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
+        .service(resource(OPENAPI, methods_of(OPENAPI), system::openapi))
         .default_service(web::to(system::not_found));
 }

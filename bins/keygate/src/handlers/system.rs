@@ -1,4 +1,4 @@
-//! Liveness, the error docs page, and the 404/405 answers.
+//! Liveness, the error docs page, the OpenAPI document, and the 404/405 answers.
 
 use crate::error::ApiError;
 use crate::http::blocking;
@@ -34,6 +34,11 @@ pub async fn error_docs() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/markdown; charset=utf-8")
         .body(include_str!("../../../../docs/errors.md"))
+}
+
+/// `GET /openapi.json`: the OpenAPI 3.1 document of every endpoint (docs/openapi.json).
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(include_str!("../../../../docs/openapi.json"))
 }
 
 pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
