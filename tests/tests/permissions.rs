@@ -245,3 +245,49 @@ fn a_roles_permissions_are_added_set_and_removed_and_count_for_its_keys() {
     r.assert_error(404, "NOT_FOUND");
     assert_eq!(get(&s, "/v1/permissions.getRole", &[("roleId", &role)]).json["permissions"], json!([]));
 }
+
+#[test]
+fn deleting_a_permission_while_others_link_it_never_fails_with_a_5xx() {
+    let s = TestServer::start();
+    let key = s.create_key();
+    let role = s.post("/v1/permissions.createRole", &json!({"name": "r"})).json["roleId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let linker = scope.spawn(|| {
+            let mut seen = Vec::new();
+            for _ in 0..40 {
+                seen.push(
+                    s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "victim"}]))).status,
+                );
+                let r = s.post(
+                    "/v1/permissions.addPermissionsToRole",
+                    &json!({"roleId": role, "permissions": [{"name": "victim"}]}),
+                );
+                seen.push(r.status);
+            }
+            seen
+        });
+        let deleter = scope.spawn(|| {
+            let mut seen = Vec::new();
+            for _ in 0..40 {
+                let all = get(&s, "/v1/permissions.listPermissions", &[]);
+                if let Some(p) = all.json.as_array().unwrap().first() {
+                    let id = p["id"].as_str().unwrap();
+                    seen.push(
+                        s.post("/v1/permissions.deletePermission", &json!({"permissionId": id})).status,
+                    );
+                }
+            }
+            seen
+        });
+        let mut all = linker.join().unwrap();
+        all.extend(deleter.join().unwrap());
+        all
+    });
+    assert!(statuses.iter().all(|&c| c == 200 || c == 404), "{statuses:?}");
+    // Whatever the interleaving, the end state is consistent: every link names a live permission.
+    let dangling = "permission_id NOT IN (SELECT id FROM permissions)";
+    assert_eq!(s.count("keys_permissions", dangling) + s.count("roles_permissions", dangling), 0);
+}

@@ -168,16 +168,21 @@ impl DieselTx<'_> {
         by: Column,
         values: &[String],
     ) -> R<Vec<Named>> {
+        // On PostgreSQL the rows found are locked FOR KEY SHARE until the transaction ends:
+        // a concurrent delete of a permission or role this call is about to link waits for
+        // it (and then takes the new links with it) instead of making the link insert fail
+        // its foreign key. SQLite transactions are serialized already.
         by_kind!(kind, ent, link, link_col, {
-            let query = ent::table
-                .filter(ent::workspace_id.eq(workspace_id))
-                .select((ent::id, ent::name))
-                .into_boxed();
-            let query = match by {
-                Column::Id => query.filter(ent::id.eq_any(values)),
-                Column::Name => query.filter(ent::name.eq_any(values)),
-            };
-            let rows: Vec<(String, String)> = query.load(self.conn).map_err(db_err)?;
+            let in_ws = ent::table.filter(ent::workspace_id.eq(workspace_id)).select((ent::id, ent::name));
+            let rows: Vec<(String, String)> = match (&mut *self.conn, by) {
+                (DbConn::Pg(c), Column::Id) => in_ws.filter(ent::id.eq_any(values)).for_key_share().load(c),
+                (DbConn::Pg(c), Column::Name) => {
+                    in_ws.filter(ent::name.eq_any(values)).for_key_share().load(c)
+                }
+                (DbConn::Sqlite(c), Column::Id) => in_ws.filter(ent::id.eq_any(values)).load(c),
+                (DbConn::Sqlite(c), Column::Name) => in_ws.filter(ent::name.eq_any(values)).load(c),
+            }
+            .map_err(db_err)?;
             Ok(rows.into_iter().map(named).collect())
         })
     }
