@@ -305,3 +305,40 @@ fn verify_key_reads_the_key_and_its_effective_permissions() {
     f.svc.delete_key(&f.admin, &key.id).expect("delete");
     assert_eq!(f.svc.verify_key(secret.expose(), None).expect("verify").code, VerifyCode::NotFound);
 }
+
+#[test]
+fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
+    use keygate_rbac::{EntityKind, VerifyCode};
+    let f = fixture();
+    let role = f.svc.create_entity(&f.admin, EntityKind::Role, "editor", Some("edits".into())).expect("role");
+    let dup = f.svc.create_entity(&f.admin, EntityKind::Role, "editor", None).expect_err("taken");
+    assert_eq!(dup.code(), ErrorCode::Conflict);
+    let attached = f
+        .svc
+        .add_role_permissions(
+            &f.admin,
+            &role.id,
+            &[EntityRef::by_name("doc.write"), EntityRef::by_name("doc.read")],
+        )
+        .expect("attach");
+    assert_eq!(names(&attached), ["doc.read", "doc.write"]);
+    let (key, secret) = f.svc.create_key(&f.ws, None).expect("key");
+    f.svc.add_roles(&f.admin, &key.id, &[EntityRef::by_id(&role.id)]).expect("role on key");
+    let v = f.svc.verify_key(secret.expose(), None).expect("verify");
+    assert_eq!(
+        (v.code, v.permissions.clone()),
+        (VerifyCode::Valid, vec!["doc.read".into(), "doc.write".into()])
+    );
+
+    let view = f.svc.get_role(&f.admin, &role.id).expect("view");
+    assert_eq!(view.role.description.as_deref(), Some("edits"));
+    let write = view.permissions.iter().find(|p| p.name == "doc.write").expect("write").id.clone();
+    f.svc.delete_entity(&f.admin, EntityKind::Permission, &write).expect("delete permission");
+    assert_eq!(f.svc.verify_key(secret.expose(), None).expect("verify").permissions, ["doc.read"]);
+    f.svc.delete_entity(&f.admin, EntityKind::Role, &role.id).expect("delete role");
+    let v = f.svc.verify_key(secret.expose(), None).expect("verify");
+    assert!(v.permissions.is_empty() && v.roles.is_empty(), "{v:?}");
+    let gone = f.svc.delete_entity(&f.admin, EntityKind::Role, &role.id).expect_err("gone");
+    assert_eq!(gone.code(), ErrorCode::NotFound);
+    assert_eq!(perm_names(&f), ["doc.read"]);
+}
