@@ -26,6 +26,17 @@ peek = s.ratelimits.limit(request={**req, "cost": 0, "async": True, "meta": {"a"
 assert (peek.success, peek.remaining, peek.limit) == (False, 0, 2), peek
 
 
+ov = s.ratelimit.set_override(request={"namespace_name": "py-sdk", "identifier": "vip_*", "limit": 10,
+                                       "duration": 60000}).object
+assert ov.override_id.startswith("rlor_"), ov
+vip = s.ratelimits.limit(request={**req, "identifier": "vip_1"}).object
+assert (vip.limit, vip.remaining) == (10, 9), vip
+assert s.ratelimit.get_override(identifier="vip_*", namespace_name="py-sdk").object.limit == 10
+assert s.ratelimit.list_overrides(namespace_name="py-sdk").object.total == 1
+r = s.ratelimits.delete_override(request={"namespace_name": "py-sdk", "identifier": "vip_*"})
+assert r.http_meta.response.status_code == 200
+
+
 def error_code(call):
     try:
         call()

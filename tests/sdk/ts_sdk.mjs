@@ -74,6 +74,16 @@ assert.equal(first.result.success, true, JSON.stringify(first));
 assert.equal(first.result.remaining, 1);
 assert.equal(first.result.reset % 60000, 0);
 
+const ov = await unkey.ratelimits.setOverride({ namespaceName: "ts-sdk", identifier: "vip_*", limit: 10, duration: 60000 });
+assert.ok(ov.result.overrideId.startsWith("rlor_"), JSON.stringify(ov));
+const vip = await unkey.ratelimits.limit({ namespace: "ts-sdk", identifier: "vip_1", limit: 1, duration: 60000 });
+assert.deepEqual([vip.result.limit, vip.result.remaining], [10, 9], JSON.stringify(vip));
+const gotOv = await unkey.ratelimits.getOverride({ namespaceName: "ts-sdk", identifier: "vip_*" });
+assert.deepEqual([gotOv.result.id, gotOv.result.limit], [ov.result.overrideId, 10], JSON.stringify(gotOv));
+const listOv = await unkey.ratelimits.listOverrides({ namespaceName: "ts-sdk" });
+assert.equal(listOv.result.total, 1, JSON.stringify(listOv));
+assert.deepEqual((await unkey.ratelimits.deleteOverride({ namespaceName: "ts-sdk", identifier: "vip_*" })).result, {});
+
 const missing = await unkey.keys.setPermissions({ keyId: "key_doesnotexist", permissions: [] });
 assert.equal(missing.error.code, "NOT_FOUND", JSON.stringify(missing));
 assert.match(missing.error.requestId, /^req_/);

@@ -5,7 +5,7 @@
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 
-const ENDPOINTS: [&str; 16] = [
+const ENDPOINTS: [&str; 18] = [
     "/v1/keys.setPermissions",
     "/v1/keys.addRoles",
     "/v1/ratelimits.limit",
@@ -22,6 +22,8 @@ const ENDPOINTS: [&str; 16] = [
     "/v1/permissions.addPermissionsToRole",
     "/v1/permissions.setRolePermissions",
     "/v1/permissions.removePermissionsFromRole",
+    "/v1/ratelimits.setOverride",
+    "/v1/ratelimits.deleteOverride",
 ];
 
 #[test]

@@ -23,6 +23,18 @@ fn needs(
             Some(("rbac.*.add_role_to_key", json!({"keyId": key, "roles": [{"name": "r", "create": true}]})))
         }
         "/v1/keys.getKey" => Some(("api.*.read_key", json!({"keyId": key}))),
+        // Namespace "n" exists: the ratelimits.limit case, first in the table, created it.
+        "/v1/ratelimits.setOverride" => Some((
+            "ratelimit.*.set_override",
+            json!({"namespaceName": "n", "identifier": "x", "limit": 1, "duration": 1000}),
+        )),
+        "/v1/ratelimits.getOverride" => {
+            Some(("ratelimit.*.read_override", json!({"namespaceName": "n", "identifier": "x"})))
+        }
+        "/v1/ratelimits.listOverrides" => Some(("ratelimit.*.read_override", json!({"namespaceName": "n"}))),
+        "/v1/ratelimits.deleteOverride" => {
+            Some(("ratelimit.*.delete_override", json!({"namespaceName": "n", "identifier": "x"})))
+        }
         "/v1/keys.createKey" => Some(("api.*.create_key", json!({"name": "k"}))),
         // "x" and "r" exist: created by the setPermissions and addRoles cases, which run first.
         "/v1/keys.addPermissions" => {
@@ -84,6 +96,9 @@ const ALL: &[&str] = &[
     "api.*.delete_key",
     "ratelimit.*.limit",
     "ratelimit.*.create_namespace",
+    "ratelimit.*.set_override",
+    "ratelimit.*.read_override",
+    "ratelimit.*.delete_override",
 ];
 
 #[test]
@@ -151,7 +166,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         assert_eq!(r.status, 200, "{path}: {}", r.text);
         checked += 1;
     }
-    assert_eq!(checked, 21, "every authenticated route was checked");
+    assert_eq!(checked, 25, "every authenticated route was checked");
 }
 
 #[test]

@@ -1,12 +1,16 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{keys, permissions, ratelimit, system};
+use crate::handlers::{keys, overrides, permissions, ratelimit, system};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
 /// (path, methods, handler name) for docs and tests.
 pub const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/ratelimits.limit", &["POST"]),
+    ("/v1/ratelimits.setOverride", &["POST"]),
+    ("/v1/ratelimits.getOverride", &["GET"]),
+    ("/v1/ratelimits.listOverrides", &["GET"]),
+    ("/v1/ratelimits.deleteOverride", &["POST"]),
     ("/v1/keys.setPermissions", &["POST"]),
     ("/v1/keys.addRoles", &["POST"]),
     ("/v1/keys.getKey", &["GET", "POST"]),
@@ -79,6 +83,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     const SET_OF_ROLE: &str = "/v1/permissions.setRolePermissions";
     const REMOVE_FROM_ROLE: &str = "/v1/permissions.removePermissionsFromRole";
     const LIMIT: &str = "/v1/ratelimits.limit";
+    const SET_OVERRIDE: &str = "/v1/ratelimits.setOverride";
+    const GET_OVERRIDE: &str = "/v1/ratelimits.getOverride";
+    const LIST_OVERRIDES: &str = "/v1/ratelimits.listOverrides";
+    const DELETE_OVERRIDE: &str = "/v1/ratelimits.deleteOverride";
     const LIVENESS: &str = "/v1/liveness";
     const ERROR_DOCS: &str = "/docs/errors";
     const OPENAPI: &str = "/openapi.json";
@@ -109,6 +117,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             methods_of(REMOVE_FROM_ROLE),
             permissions::remove_permissions_from_role,
         ))
+        .service(resource(SET_OVERRIDE, methods_of(SET_OVERRIDE), overrides::set_override))
+        .service(resource(GET_OVERRIDE, methods_of(GET_OVERRIDE), overrides::get_override))
+        .service(resource(LIST_OVERRIDES, methods_of(LIST_OVERRIDES), overrides::list_overrides))
+        .service(resource(DELETE_OVERRIDE, methods_of(DELETE_OVERRIDE), overrides::delete_override))
         .service(resource(LIVENESS, methods_of(LIVENESS), system::liveness))
         .service(resource(ERROR_DOCS, methods_of(ERROR_DOCS), system::error_docs))
         .service(resource(OPENAPI, methods_of(OPENAPI), system::openapi))

@@ -1,6 +1,6 @@
 //! The in-memory caches that keep SQL off the rate-limit hot path.
 
-use crate::Principal;
+use crate::{Effective, OverrideSet, Principal};
 use foldhash::HashMap;
 use foldhash::HashMapExt;
 use parking_lot::RwLock;
@@ -79,6 +79,44 @@ impl NamespaceCache {
             map.clear();
         }
         map.entry(workspace_id.into()).or_default().insert(name.into(), id);
+    }
+}
+
+/// A namespace's overrides and when they were read (Unix ms).
+type CachedOverrides = (Arc<OverrideSet>, u64);
+
+/// Namespace id -> its overrides, each entry valid for `ttl_ms` (and dropped at once when
+/// this instance changes the namespace's overrides).
+#[derive(Debug)]
+pub(crate) struct OverrideCache {
+    ttl_ms: u64,
+    entries: RwLock<HashMap<Box<str>, CachedOverrides>>,
+}
+
+impl OverrideCache {
+    pub fn new(ttl_ms: u64) -> Self {
+        Self { ttl_ms, entries: RwLock::new(HashMap::new()) }
+    }
+
+    /// `Some(found)` from a live entry (found: the override for `identifier`, if any);
+    /// `None` when the namespace's overrides must be loaded. Looks up under the read lock,
+    /// without touching the set's reference count (the hot path).
+    pub fn find(&self, namespace_id: &str, identifier: &str, now: u64) -> Option<Option<Effective>> {
+        let entries = self.entries.read();
+        let (set, fetched_at) = entries.get(namespace_id)?;
+        (now >= *fetched_at && now - fetched_at < self.ttl_ms).then(|| set.find(identifier))
+    }
+
+    pub fn put(&self, namespace_id: &str, set: Arc<OverrideSet>, now: u64) {
+        let mut entries = self.entries.write();
+        if entries.len() >= MAX_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(namespace_id.into(), (set, now));
+    }
+
+    pub fn evict(&self, namespace_id: &str) {
+        self.entries.write().remove(namespace_id);
     }
 }
 

@@ -8,10 +8,12 @@
 mod cache;
 mod error;
 mod model;
+mod overrides;
 mod service;
 pub mod store;
 
 pub use error::{RbacError, StorageError};
 pub use model::*;
+pub use overrides::{Effective, Override, OverrideSet};
 pub use service::{AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, RbacService};
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -97,6 +97,33 @@ impl Default for NewKey {
     }
 }
 
+/// A rate-limit namespace named by id or by name (the override endpoints); at least one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceRef {
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl NamespaceRef {
+    pub fn validate(&self) -> Result<(), keygate_domain::ValidationError> {
+        match (&self.id, &self.name) {
+            (None, None) => Err(keygate_domain::ValidationError::new(
+                "namespaceId",
+                "one of namespaceId or namespaceName is required",
+            )),
+            (id, name) => {
+                if let Some(id) = id {
+                    keygate_domain::check_len("namespaceId", id, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+                }
+                if let Some(name) = name {
+                    keygate_domain::validate_namespace_name("namespaceName", name)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// A permission or role with its description (the CRUD endpoints).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entity {

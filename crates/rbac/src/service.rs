@@ -1,10 +1,10 @@
-use crate::cache::{AuthCache, NamespaceCache};
+use crate::cache::{AuthCache, NamespaceCache, OverrideCache};
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
     AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
     Verification, VerifyCode, Workspace,
 };
-use crate::{EntityRef, StorageError};
+use crate::{Effective, EntityRef, NamespaceRef, Override, OverrideSet, StorageError};
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
     new_id, random_token, secret_digest, sort_by_name, validate_key_id, validate_permission_name,
@@ -42,6 +42,11 @@ pub const MAX_KEY_PREFIX_CHARS: usize = 8;
 pub const MAX_KEY_META_BYTES: usize = 64 * 1024;
 pub const PERM_LIMIT: &str = "ratelimit.*.limit";
 pub const PERM_CREATE_NAMESPACE: &str = "ratelimit.*.create_namespace";
+/// How long an instance uses a namespace's overrides before reading them again. A change
+/// made through this instance applies at once; through another one, within this time.
+pub const OVERRIDE_CACHE_TTL_MS: u64 = 1_000;
+/// The most overrides one namespace may hold.
+pub const MAX_OVERRIDES_PER_NAMESPACE: usize = 1_000;
 
 /// What differs between the permission and role operations; everything else is shared.
 struct LinkRules {
@@ -416,11 +421,18 @@ pub struct RbacService<S> {
     clock: Arc<dyn Clock>,
     auth: AuthCache,
     namespaces: NamespaceCache,
+    overrides: OverrideCache,
 }
 
 impl<S: RbacStore> RbacService<S> {
     pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
-        Self { store, clock, auth: AuthCache::new(AUTH_CACHE_TTL_MS), namespaces: NamespaceCache::default() }
+        Self {
+            store,
+            clock,
+            auth: AuthCache::new(AUTH_CACHE_TTL_MS),
+            namespaces: NamespaceCache::default(),
+            overrides: OverrideCache::new(OVERRIDE_CACHE_TTL_MS),
+        }
     }
 
     pub fn store(&self) -> &S {
@@ -930,6 +942,186 @@ impl<S: RbacStore> RbacService<S> {
             actor_id: p.root_key_id.clone(),
             action,
             resource_type: kind.noun(),
+            resource_id: id.to_string(),
+            key_id: None,
+            role_id: None,
+            at,
+        }
+    }
+
+    // ---------------------------------------------------------------- overrides
+
+    /// The override for `identifier` in the namespace, from the cache only: `Some(found)`,
+    /// or `None` when the store must be asked ([`Self::load_overrides`]). Never blocks on I/O.
+    pub fn override_cached(
+        &self,
+        namespace_id: &str,
+        identifier: &str,
+        now_ms: u64,
+    ) -> Option<Option<Effective>> {
+        self.overrides.find(namespace_id, identifier, now_ms)
+    }
+
+    /// The namespace's overrides from the store (and into the cache).
+    pub fn load_overrides(&self, namespace_id: &str) -> Result<Arc<OverrideSet>, RbacError> {
+        let now = self.clock.now_ms();
+        let set = Arc::new(OverrideSet::new(self.store.read(|tx| Ok(tx.overrides(namespace_id)?))?));
+        self.overrides.put(namespace_id, set.clone(), now);
+        Ok(set)
+    }
+
+    /// Resolves a namespace named by id or name (404 when missing) and checks the caller
+    /// holds `ratelimit.*.<action>` or `ratelimit.<namespaceId>.<action>` (403).
+    fn override_namespace(
+        &self,
+        tx: &mut dyn RbacTx,
+        p: &Principal,
+        ns: &NamespaceRef,
+        action: &str,
+    ) -> Result<Named, RbacError> {
+        let ws = p.workspace_id.as_str();
+        let found = match (&ns.id, &ns.name) {
+            (Some(id), name) => {
+                let found =
+                    if has_prefix(id, IdPrefix::Namespace) { tx.namespace_by_id(ws, id)? } else { None };
+                let found = found.ok_or_else(|| RbacError::NotFound(format!("namespace {id} not found")))?;
+                if let Some(name) = name
+                    && *name != found.name
+                {
+                    return Err(RbacError::BadRequest(format!(
+                        "namespaceName: namespace {id} is named {:?}, not {name:?}",
+                        found.name
+                    )));
+                }
+                found
+            }
+            (None, Some(name)) => tx
+                .namespace_by_name(ws, name)?
+                .ok_or_else(|| RbacError::NotFound(format!("namespace {name} not found")))?,
+            (None, None) => unreachable!("checked by NamespaceRef::validate"),
+        };
+        let any = format!("ratelimit.*.{action}");
+        if !p.holds(&any) && !p.holds(&format!("ratelimit.{}.{action}", found.id)) {
+            return Err(RbacError::missing(&[any.as_str()]));
+        }
+        Ok(found)
+    }
+
+    /// The early 403: the caller holds the action for all namespaces or for some.
+    fn check_override_any(&self, p: &Principal, action: &str) -> Result<(), RbacError> {
+        let any = format!("ratelimit.*.{action}");
+        let suffix = format!(".{action}");
+        if p.holds(&any) || p.permissions().any(|x| x.starts_with("ratelimit.") && x.ends_with(&suffix)) {
+            Ok(())
+        } else {
+            Err(RbacError::missing(&[any.as_str()]))
+        }
+    }
+
+    /// `ratelimits.setOverride`: creates or updates the override of `identifier` (a pattern
+    /// when it contains `*`); returns it.
+    pub fn set_override(
+        &self,
+        p: &Principal,
+        ns: &NamespaceRef,
+        identifier: &str,
+        limit: u64,
+        duration: u64,
+        is_async: bool,
+    ) -> Result<Override, RbacError> {
+        ns.validate()?;
+        check_len("identifier", identifier, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+        self.check_override_any(p, "set_override")?;
+        let ws = p.workspace_id.as_str();
+        let stored = self.store.transaction(|tx| {
+            let namespace = self.override_namespace(tx, p, ns, "set_override")?;
+            tx.lock_namespace(&namespace.id)?;
+            let existing = tx.overrides(&namespace.id)?;
+            if existing.len() >= MAX_OVERRIDES_PER_NAMESPACE
+                && !existing.iter().any(|o| o.identifier == identifier)
+            {
+                return Err(RbacError::BadRequest(format!(
+                    "identifier: namespace {} already has {MAX_OVERRIDES_PER_NAMESPACE} overrides",
+                    namespace.name
+                )));
+            }
+            let fresh = Override {
+                id: new_id(IdPrefix::Override),
+                namespace_id: namespace.id.clone(),
+                identifier: identifier.to_string(),
+                limit,
+                duration,
+                is_async,
+                seq: 0,
+            };
+            let now = self.now();
+            let stored = tx.upsert_override(ws, &fresh, now)?;
+            tx.insert_audit_events(&[self.override_event(p, "ratelimit_override.set", &stored.id, now)])?;
+            Ok(stored)
+        })?;
+        self.overrides.evict(&stored.namespace_id);
+        Ok(stored)
+    }
+
+    /// `ratelimits.getOverride`: the override of exactly `identifier` (404 otherwise).
+    pub fn get_override(
+        &self,
+        p: &Principal,
+        ns: &NamespaceRef,
+        identifier: &str,
+    ) -> Result<Override, RbacError> {
+        ns.validate()?;
+        check_len("identifier", identifier, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+        self.check_override_any(p, "read_override")?;
+        self.store.read(|tx| {
+            let namespace = self.override_namespace(tx, p, ns, "read_override")?;
+            tx.overrides(&namespace.id)?
+                .into_iter()
+                .find(|o| o.identifier == identifier)
+                .ok_or_else(|| RbacError::NotFound(format!("override {identifier} not found")))
+        })
+    }
+
+    /// `ratelimits.listOverrides`: every override of the namespace, oldest first.
+    pub fn list_overrides(&self, p: &Principal, ns: &NamespaceRef) -> Result<Vec<Override>, RbacError> {
+        ns.validate()?;
+        self.check_override_any(p, "read_override")?;
+        self.store.read(|tx| {
+            let namespace = self.override_namespace(tx, p, ns, "read_override")?;
+            Ok(tx.overrides(&namespace.id)?)
+        })
+    }
+
+    /// `ratelimits.deleteOverride`: deletes the override of exactly `identifier`.
+    pub fn delete_override(
+        &self,
+        p: &Principal,
+        ns: &NamespaceRef,
+        identifier: &str,
+    ) -> Result<(), RbacError> {
+        ns.validate()?;
+        check_len("identifier", identifier, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+        self.check_override_any(p, "delete_override")?;
+        let namespace_id = self.store.transaction(|tx| {
+            let namespace = self.override_namespace(tx, p, ns, "delete_override")?;
+            tx.lock_namespace(&namespace.id)?;
+            let Some(id) = tx.delete_override(&namespace.id, identifier)? else {
+                return Err(RbacError::NotFound(format!("override {identifier} not found")));
+            };
+            let now = self.now();
+            tx.insert_audit_events(&[self.override_event(p, "ratelimit_override.delete", &id, now)])?;
+            Ok(namespace.id)
+        })?;
+        self.overrides.evict(&namespace_id);
+        Ok(())
+    }
+
+    fn override_event(&self, p: &Principal, action: &'static str, id: &str, at: i64) -> AuditEvent {
+        AuditEvent {
+            workspace_id: p.workspace_id.clone(),
+            actor_id: p.root_key_id.clone(),
+            action,
+            resource_type: "ratelimit_override",
             resource_id: id.to_string(),
             key_id: None,
             role_id: None,

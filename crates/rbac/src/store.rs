@@ -2,7 +2,7 @@
 //! with diesel for SQLite and PostgreSQL (the service is tested over that real store, in
 //! `crates/store/tests/service.rs`).
 
-use crate::{AuditEvent, Entity, Key, RbacError, RootKey, StorageError, Workspace};
+use crate::{AuditEvent, Entity, Key, Override, RbacError, RootKey, StorageError, Workspace};
 use keygate_domain::Named;
 
 /// Permissions and roles share one shape (id, workspace, unique name) and one set of
@@ -101,6 +101,14 @@ pub trait RbacTx {
 
     // Rate-limit namespaces.
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
+    fn namespace_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Named>>;
+    /// Locks the namespace's row until the transaction ends (override writes serialize).
+    fn lock_namespace(&mut self, namespace_id: &str) -> R<()>;
+    fn overrides(&mut self, namespace_id: &str) -> R<Vec<Override>>;
+    /// Inserts the override, or updates the limit, duration and async flag of the one with
+    /// the same identifier (keeping its id and creation order); returns what is stored.
+    fn upsert_override(&mut self, workspace_id: &str, o: &Override, now: i64) -> R<Override>;
+    fn delete_override(&mut self, namespace_id: &str, identifier: &str) -> R<Option<String>>;
     fn insert_namespace_if_absent(&mut self, workspace_id: &str, ns: &Named, now: i64) -> R<(Named, bool)>;
 
     // Audit.

@@ -106,6 +106,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    ratelimit_overrides (id) {
+        id -> Text,
+        workspace_id -> Text,
+        namespace_id -> Text,
+        identifier -> Text,
+        max_tokens -> BigInt,
+        duration -> BigInt,
+        is_async -> Bool,
+        seq -> BigInt,
+        created_at -> BigInt,
+    }
+}
+
 diesel::joinable!(keys_permissions -> permissions (permission_id));
 diesel::joinable!(keys_roles -> roles (role_id));
 diesel::joinable!(roles_permissions -> permissions (permission_id));

@@ -73,7 +73,7 @@ fn both_backends_have_the_same_tables_and_columns() {
     let sqlite = SqlStore::open(&sqlite_db.url, PoolSettings::default()).expect("sqlite");
     let sqlite_cols = up_down_up(&sqlite, false);
     let tables: BTreeSet<&str> = sqlite_cols.iter().map(|c| c.0.as_str()).collect();
-    assert_eq!(tables.len(), 10, "{tables:?}");
+    assert_eq!(tables.len(), 11, "{tables:?}");
 
     let Some(base) = TestDb::postgres_url() else {
         eprintln!("PostgreSQL half not run: set KEYGATE_TEST_POSTGRES_URL (.ci/run does)");

@@ -136,12 +136,26 @@ pub async fn limit(
             blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
         }
     };
+    let now = state.clock.now_ms();
+    // An override of the namespace replaces the request's limit and duration (§5.6).
+    let found = match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
+        Some(found) => found,
+        None => {
+            let (st, ns) = (state.clone(), namespace_id.clone());
+            blocking(move || Ok(st.rbac.load_overrides(&ns)?)).await?.find(&v.identifier)
+        }
+    };
+    let mut request = v.request;
+    if let Some(o) = found {
+        request.limit = o.limit;
+        request.duration = o.duration;
+    }
     let key =
-        BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: v.request.duration };
+        BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: request.duration };
     // `async` needs no separate path here: the in-process store answers immediately and
     // exactly (contract §5.8); both modes draw on the same budget.
     let _ = v.is_async;
-    let d = state.limiter.limit(key, v.request, state.clock.now_ms())?;
+    let d = state.limiter.limit(key, request, now)?;
     Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
 }
 

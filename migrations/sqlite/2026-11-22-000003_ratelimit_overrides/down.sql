@@ -1,0 +1,1 @@
+DROP TABLE ratelimit_overrides;
