@@ -101,7 +101,8 @@ enum Owner<'a> {
 }
 
 impl Owner<'_> {
-    fn id(self) -> &'static str {
+    /// The request field that names it.
+    fn id_field(self) -> &'static str {
         match self {
             Owner::Key(_) => "keyId",
             Owner::Role(_) => "roleId",
@@ -250,6 +251,20 @@ fn plan_refs(rules: &LinkRules, refs: &[EntityRef], min_entries: usize) -> Resul
     Ok(plan)
 }
 
+fn created_action(kind: EntityKind) -> &'static str {
+    match kind {
+        EntityKind::Permission => "permission.create",
+        EntityKind::Role => "role.create",
+    }
+}
+
+fn deleted_action(kind: EntityKind) -> &'static str {
+    match kind {
+        EntityKind::Permission => "permission.delete",
+        EntityKind::Role => "role.delete",
+    }
+}
+
 /// The request field naming an entity by id.
 fn id_field(kind: EntityKind) -> &'static str {
     match kind {
@@ -361,10 +376,7 @@ fn write_links(
         },
         at: now,
     };
-    let created_action = match kind {
-        EntityKind::Permission => "permission.create",
-        EntityKind::Role => "role.create",
-    };
+    let created_action = created_action(kind);
     let (attach_action, detach_action) = owner.actions(kind);
     // `to_create` is in ascending name order (it comes from a BTreeMap).
     let fresh: Vec<Named> =
@@ -564,7 +576,7 @@ impl<S: RbacStore> RbacService<S> {
         mode: LinkMode,
         min_entries: usize,
     ) -> Result<Vec<Named>, RbacError> {
-        check_len(owner.id(), owner.value(), MAX_NAME_CHARS)?;
+        check_len(owner.id_field(), owner.value(), MAX_NAME_CHARS)?;
         let plan = plan_refs(rules, refs, min_entries)?;
         let required = mode.required(rules);
         if !p.holds(required) {
@@ -857,7 +869,13 @@ impl<S: RbacStore> RbacService<S> {
             if !tx.insert_entity(kind, ws, &entity, now)? {
                 return Err(RbacError::Conflict(format!("{} {name} already exists", kind.noun())));
             }
-            tx.insert_audit_events(&[self.entity_event(p, kind, "create", &entity.id, now)])?;
+            tx.insert_audit_events(&[Self::workspace_event(
+                p,
+                created_action(kind),
+                kind.noun(),
+                &entity.id,
+                now,
+            )])?;
             Ok(())
         })?;
         Ok(entity)
@@ -925,23 +943,30 @@ impl<S: RbacStore> RbacService<S> {
             if !has_prefix(id, rules.id_prefix) || !tx.delete_entity(kind, ws, id)? {
                 return Err(RbacError::NotFound(format!("{} {id} not found", kind.noun())));
             }
-            tx.insert_audit_events(&[self.entity_event(p, kind, "delete", id, self.now())])?;
+            tx.insert_audit_events(&[Self::workspace_event(
+                p,
+                deleted_action(kind),
+                kind.noun(),
+                id,
+                self.now(),
+            )])?;
             Ok(())
         })
     }
 
-    fn entity_event(&self, p: &Principal, kind: EntityKind, verb: &str, id: &str, at: i64) -> AuditEvent {
-        let action = match (kind, verb) {
-            (EntityKind::Permission, "create") => "permission.create",
-            (EntityKind::Permission, _) => "permission.delete",
-            (EntityKind::Role, "create") => "role.create",
-            (EntityKind::Role, _) => "role.delete",
-        };
+    /// An audit event about a workspace object that is not a key's or a role's link.
+    fn workspace_event(
+        p: &Principal,
+        action: &'static str,
+        resource_type: &'static str,
+        id: &str,
+        at: i64,
+    ) -> AuditEvent {
         AuditEvent {
             workspace_id: p.workspace_id.clone(),
             actor_id: p.root_key_id.clone(),
             action,
-            resource_type: kind.noun(),
+            resource_type,
             resource_id: id.to_string(),
             key_id: None,
             role_id: None,
@@ -998,7 +1023,11 @@ impl<S: RbacStore> RbacService<S> {
             (None, Some(name)) => tx
                 .namespace_by_name(ws, name)?
                 .ok_or_else(|| RbacError::NotFound(format!("namespace {name} not found")))?,
-            (None, None) => unreachable!("checked by NamespaceRef::validate"),
+            (None, None) => {
+                // validate() refuses this case; the same 400 if a caller skipped it.
+                ns.validate()?;
+                return Err(RbacError::BadRequest("namespaceId: is required".into()));
+            }
         };
         let any = format!("ratelimit.*.{action}");
         if !p.holds(&any) && !p.holds(&format!("ratelimit.{}.{action}", found.id)) {
@@ -1056,7 +1085,13 @@ impl<S: RbacStore> RbacService<S> {
             };
             let now = self.now();
             let stored = tx.upsert_override(ws, &fresh, now)?;
-            tx.insert_audit_events(&[self.override_event(p, "ratelimit_override.set", &stored.id, now)])?;
+            tx.insert_audit_events(&[Self::workspace_event(
+                p,
+                "ratelimit_override.set",
+                "ratelimit_override",
+                &stored.id,
+                now,
+            )])?;
             Ok(stored)
         })?;
         self.overrides.evict(&stored.namespace_id);
@@ -1109,24 +1144,17 @@ impl<S: RbacStore> RbacService<S> {
                 return Err(RbacError::NotFound(format!("override {identifier} not found")));
             };
             let now = self.now();
-            tx.insert_audit_events(&[self.override_event(p, "ratelimit_override.delete", &id, now)])?;
+            tx.insert_audit_events(&[Self::workspace_event(
+                p,
+                "ratelimit_override.delete",
+                "ratelimit_override",
+                &id,
+                now,
+            )])?;
             Ok(namespace.id)
         })?;
         self.overrides.evict(&namespace_id);
         Ok(())
-    }
-
-    fn override_event(&self, p: &Principal, action: &'static str, id: &str, at: i64) -> AuditEvent {
-        AuditEvent {
-            workspace_id: p.workspace_id.clone(),
-            actor_id: p.root_key_id.clone(),
-            action,
-            resource_type: "ratelimit_override",
-            resource_id: id.to_string(),
-            key_id: None,
-            role_id: None,
-            at,
-        }
     }
 
     // ---------------------------------------------------------------- namespaces
@@ -1193,16 +1221,13 @@ impl<S: RbacStore> RbacService<S> {
                     let fresh = Named::new(new_id(IdPrefix::Namespace), name);
                     let (ns, created) = tx.insert_namespace_if_absent(ws, &fresh, self.now())?;
                     if created {
-                        tx.insert_audit_events(&[AuditEvent {
-                            workspace_id: ws.to_string(),
-                            actor_id: p.root_key_id.clone(),
-                            action: "ratelimit_namespace.create",
-                            resource_type: "ratelimit_namespace",
-                            resource_id: ns.id.clone(),
-                            key_id: None,
-                            role_id: None,
-                            at: self.now(),
-                        }])?;
+                        tx.insert_audit_events(&[Self::workspace_event(
+                            p,
+                            "ratelimit_namespace.create",
+                            "ratelimit_namespace",
+                            &ns.id,
+                            self.now(),
+                        )])?;
                     }
                     Ok(ns)
                 })?

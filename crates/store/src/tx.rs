@@ -92,6 +92,20 @@ macro_rules! by_kind {
     };
 }
 
+/// The first id a one-column select finds, locking its row until the transaction ends:
+/// `FOR NO KEY UPDATE` on PostgreSQL (a row lock without a new row version, so the FK checks
+/// of link rows inserted next do not lock a tuple this transaction wrote); on SQLite the
+/// transaction began with BEGIN IMMEDIATE and already holds the write lock.
+macro_rules! lock_first {
+    ($conn:expr, $query:expr) => {
+        match &mut *$conn {
+            DbConn::Pg(c) => $query.for_no_key_update().first::<String>(c).optional(),
+            DbConn::Sqlite(c) => $query.first::<String>(c).optional(),
+        }
+        .map_err(db_err)
+    };
+}
+
 fn entity((id, name, description): (String, String, Option<String>)) -> Entity {
     Entity { id, name, description }
 }
@@ -361,13 +375,7 @@ impl RbacTx for DieselTx<'_> {
             .filter(roles::id.eq(role_id))
             .filter(roles::workspace_id.eq(workspace_id))
             .select(roles::id);
-        // As in lock_key: a row lock on PostgreSQL; SQLite's transaction holds the write lock.
-        let found: Option<String> = match &mut *self.conn {
-            DbConn::Pg(c) => query.for_no_key_update().first(c).optional(),
-            DbConn::Sqlite(c) => query.first(c).optional(),
-        }
-        .map_err(db_err)?;
-        Ok(found.is_some())
+        Ok(lock_first!(self.conn, query)?.is_some())
     }
 
     fn link_role_permissions(
@@ -454,15 +462,7 @@ impl RbacTx for DieselTx<'_> {
             .filter(keys::id.eq(key_id))
             .filter(keys::workspace_id.eq(workspace_id))
             .select(keys::id);
-        let found: Option<String> = match &mut *self.conn {
-            // A row lock without a new row version: the FK checks of the link rows inserted
-            // next would otherwise each lock a tuple this transaction just wrote (slow).
-            DbConn::Pg(c) => query.for_no_key_update().first(c).optional(),
-            // The transaction began with BEGIN IMMEDIATE: it already holds the write lock.
-            DbConn::Sqlite(c) => query.first(c).optional(),
-        }
-        .map_err(db_err)?;
-        Ok(found.is_some())
+        Ok(lock_first!(self.conn, query)?.is_some())
     }
 
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>> {
@@ -607,10 +607,7 @@ impl RbacTx for DieselTx<'_> {
         let query = ratelimit_namespaces::table
             .filter(ratelimit_namespaces::id.eq(namespace_id))
             .select(ratelimit_namespaces::id);
-        // SQLite's transaction holds the write lock already.
-        if let DbConn::Pg(c) = &mut *self.conn {
-            query.for_no_key_update().first::<String>(c).optional().map_err(db_err)?;
-        }
+        lock_first!(self.conn, query)?;
         Ok(())
     }
 

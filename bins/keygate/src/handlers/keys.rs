@@ -12,6 +12,7 @@ use keygate_rbac::{
     EntityRef, KeyView, NewKey, PermissionQuery, Principal, RbacError, RbacService, Verification,
 };
 use keygate_store::SqlStore;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
@@ -64,32 +65,38 @@ impl From<RoleRef> for EntityRef {
 }
 
 /// A service operation on a key's links: setPermissions, addRoles and the like.
-type LinkOp = fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
+/// A service operation on the links of a key or role: setPermissions, addRoles and the like.
+pub(crate) type LinkOp =
+    fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
 
-/// Authenticates, reads `{"keyId", "permissions": [...]}` and runs `op`.
-async fn permissions_call(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-    op: LinkOp,
-) -> Result<Vec<Named>, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: PermissionsBody = read_json(&req, payload).await?;
-    let refs: Vec<EntityRef> = body.permissions.into_iter().map(EntityRef::from).collect();
-    blocking(move || Ok(op(&state.rbac, &principal, &body.key_id, &refs)?)).await
+/// A request body naming an owner (key or role) and listing references.
+pub(crate) trait LinkBody: DeserializeOwned {
+    /// (the owner's id, the references)
+    fn into_parts(self) -> (String, Vec<EntityRef>);
 }
 
-/// Authenticates, reads `{"keyId", "roles": [...]}` and runs `op`.
-async fn roles_call(
+impl LinkBody for PermissionsBody {
+    fn into_parts(self) -> (String, Vec<EntityRef>) {
+        (self.key_id, self.permissions.into_iter().map(EntityRef::from).collect())
+    }
+}
+
+impl LinkBody for RolesBody {
+    fn into_parts(self) -> (String, Vec<EntityRef>) {
+        (self.key_id, self.roles.into_iter().map(EntityRef::from).collect())
+    }
+}
+
+/// Authenticates, reads a `B` and runs `op` on its owner and references.
+pub(crate) async fn link_call<B: LinkBody>(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
     op: LinkOp,
 ) -> Result<Vec<Named>, ApiError> {
     let principal = authenticate(&req, &state).await?;
-    let body: RolesBody = read_json(&req, payload).await?;
-    let refs: Vec<EntityRef> = body.roles.into_iter().map(EntityRef::from).collect();
-    blocking(move || Ok(op(&state.rbac, &principal, &body.key_id, &refs)?)).await
+    let (owner, refs) = read_json::<B>(&req, payload).await?.into_parts();
+    blocking(move || Ok(op(&state.rbac, &principal, &owner, &refs)?)).await
 }
 
 /// `keys.setPermissions`: every permission now attached, sorted by name.
@@ -98,7 +105,7 @@ pub async fn set_permissions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let attached = permissions_call(req, payload, state, RbacService::set_permissions).await?;
+    let attached = link_call::<PermissionsBody>(req, payload, state, RbacService::set_permissions).await?;
     Ok(HttpResponse::Ok().json(attached))
 }
 
@@ -108,7 +115,7 @@ pub async fn add_permissions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let attached = permissions_call(req, payload, state, RbacService::add_permissions).await?;
+    let attached = link_call::<PermissionsBody>(req, payload, state, RbacService::add_permissions).await?;
     Ok(HttpResponse::Ok().json(attached))
 }
 
@@ -118,7 +125,7 @@ pub async fn remove_permissions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    permissions_call(req, payload, state, RbacService::remove_permissions).await?;
+    link_call::<PermissionsBody>(req, payload, state, RbacService::remove_permissions).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }
 
@@ -128,7 +135,7 @@ pub async fn add_roles(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let attached = roles_call(req, payload, state, RbacService::add_roles).await?;
+    let attached = link_call::<RolesBody>(req, payload, state, RbacService::add_roles).await?;
     Ok(HttpResponse::Ok().json(attached))
 }
 
@@ -138,7 +145,7 @@ pub async fn set_roles(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let attached = roles_call(req, payload, state, RbacService::set_roles).await?;
+    let attached = link_call::<RolesBody>(req, payload, state, RbacService::set_roles).await?;
     Ok(HttpResponse::Ok().json(attached))
 }
 
@@ -148,7 +155,7 @@ pub async fn remove_roles(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    roles_call(req, payload, state, RbacService::remove_roles).await?;
+    link_call::<RolesBody>(req, payload, state, RbacService::remove_roles).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }
 

@@ -1,14 +1,12 @@
 //! The `permissions.*` endpoints: create, get, list and delete permissions and roles, and
 //! change a role's permissions.
 
-use super::keys::PermissionRef;
+use super::keys::{LinkBody, PermissionRef, link_call};
 use crate::error::ApiError;
 use crate::http::{authenticate, blocking, read_json};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
-use keygate_domain::Named;
-use keygate_rbac::{Entity, EntityKind, EntityRef, Principal, RbacError, RbacService, RoleView};
-use keygate_store::SqlStore;
+use keygate_rbac::{Entity, EntityKind, EntityRef, RbacService, RoleView};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
@@ -175,19 +173,10 @@ struct RolePermissionsBody {
     permissions: Vec<PermissionRef>,
 }
 
-type RoleLinkOp = fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
-
-/// Authenticates, reads `{"roleId", "permissions": [...]}` and runs `op`.
-async fn role_permissions_call(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-    op: RoleLinkOp,
-) -> Result<Vec<Named>, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: RolePermissionsBody = read_json(&req, payload).await?;
-    let refs: Vec<EntityRef> = body.permissions.into_iter().map(EntityRef::from).collect();
-    blocking(move || Ok(op(&state.rbac, &principal, &body.role_id, &refs)?)).await
+impl LinkBody for RolePermissionsBody {
+    fn into_parts(self) -> (String, Vec<EntityRef>) {
+        (self.role_id, self.permissions.into_iter().map(EntityRef::from).collect())
+    }
 }
 
 /// `permissions.addPermissionsToRole`: every permission of the role, sorted by name.
@@ -196,7 +185,8 @@ pub async fn add_permissions_to_role(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let all = role_permissions_call(req, payload, state, RbacService::add_role_permissions).await?;
+    let all =
+        link_call::<RolePermissionsBody>(req, payload, state, RbacService::add_role_permissions).await?;
     Ok(HttpResponse::Ok().json(all))
 }
 
@@ -206,7 +196,8 @@ pub async fn set_role_permissions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let all = role_permissions_call(req, payload, state, RbacService::set_role_permissions).await?;
+    let all =
+        link_call::<RolePermissionsBody>(req, payload, state, RbacService::set_role_permissions).await?;
     Ok(HttpResponse::Ok().json(all))
 }
 
@@ -216,6 +207,6 @@ pub async fn remove_permissions_from_role(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    role_permissions_call(req, payload, state, RbacService::remove_role_permissions).await?;
+    link_call::<RolePermissionsBody>(req, payload, state, RbacService::remove_role_permissions).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }
