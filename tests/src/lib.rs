@@ -88,7 +88,9 @@ impl TestServer {
         config.listen = "127.0.0.1:0".into();
         config.workers = Some(2);
         config.root_key = None;
-        config.redis_url = None;
+        // The shared rate-limit store when the run selects it (`.ci/run` does, with
+        // PostgreSQL): every HTTP test then runs on the scale-out configuration.
+        config.redis_url = keygate_store::testing::redis_url();
         config.handle_signals = false;
         config
     }

@@ -1,7 +1,7 @@
 //! Settings: each a flag and an environment variable (docs/configuration.md lists them).
 
 use clap::{Args, Parser, Subcommand};
-use keygate_store::PoolSettings;
+use keygate_store::{PoolSettings, RedisSettings};
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
@@ -81,6 +81,18 @@ pub struct ServeArgs {
     /// Redis URL for shared rate-limit counters (unset: in-process store).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+    /// Largest number of open Redis connections.
+    #[arg(long, env = "KEYGATE_REDIS_POOL_SIZE", default_value_t = 32)]
+    pub redis_pool_size: u32,
+    /// Longest wait for a Redis connection, and for one reply, in milliseconds.
+    #[arg(long, env = "KEYGATE_REDIS_TIMEOUT_MS", default_value_t = 1_000)]
+    pub redis_timeout_ms: u64,
+    /// Put before every rate-limit key in Redis (deployments sharing one Redis).
+    #[arg(long, env = "KEYGATE_REDIS_KEY_PREFIX", default_value = "keygate:rl:")]
+    pub redis_key_prefix: String,
+    /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
+    #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
+    pub ratelimit_fail_open: bool,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "KEYGATE_WORKERS")]
     pub workers: Option<usize>,
@@ -118,6 +130,13 @@ impl ServeArgs {
             listen: self.listen,
             database_url: database_url.to_string(),
             redis_url: self.redis_url,
+            redis: RedisSettings {
+                max_size: self.redis_pool_size,
+                connect_timeout: Duration::from_millis(self.redis_timeout_ms),
+                io_timeout: Duration::from_millis(self.redis_timeout_ms),
+                key_prefix: self.redis_key_prefix,
+            },
+            ratelimit_fail_open: self.ratelimit_fail_open,
             workers: self.workers,
             pool: PoolSettings {
                 max_size: self.db_pool_size,
@@ -137,6 +156,9 @@ pub struct ServerConfig {
     pub listen: String,
     pub database_url: String,
     pub redis_url: Option<String>,
+    pub redis: RedisSettings,
+    /// Pass rate-limit requests when the rate-limit store is unreachable (contract §5.12).
+    pub ratelimit_fail_open: bool,
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,

@@ -7,9 +7,9 @@ use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock};
-use keygate_ratelimit::{MemoryStore, RateLimitStore};
+use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::RbacService;
-use keygate_store::SqlStore;
+use keygate_store::{RedisStore, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -45,11 +45,6 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Opens the stores, bootstraps a fresh database, binds the listener and builds the
 /// server (not yet polled: await `server` or run it on an actix system).
 pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<RunningServer> {
-    if let Some(url) = &config.redis_url {
-        anyhow::bail!(
-            "REDIS_URL is set ({url}) but this build of keygate has no Redis rate-limit store yet; unset it to use the in-process store"
-        );
-    }
     let store = SqlStore::open(&config.database_url, config.pool.clone())
         .with_context(|| format!("opening the database {:?}", config.database_url))?;
     let db_desc = format!("{} {}", store.backend().kind(), store.backend().display_location());
@@ -58,7 +53,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
 
     let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let limiter: Arc<dyn RateLimitStore> = Arc::new(MemoryStore::new());
+    let (limiter, limiter_desc) = rate_limit_store(&config)?;
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
     let state = web::Data::new(AppState { rbac, limiter, clock, docs_base });
@@ -75,11 +70,29 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         server = server.disable_signals();
     }
     let server = server.shutdown_timeout(5).run();
-    log::info!(
-        "keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {})",
-        state.limiter.kind()
-    );
+    log::info!("keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
     Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state })
+}
+
+/// The rate-limit store the configuration selects, and its description for the startup
+/// line: Redis when `REDIS_URL` is set (not contacted here: keygate starts while Redis is
+/// down and answers 503 until it is back, or passes requests when failing open).
+fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<(Arc<dyn RateLimitStore>, String)> {
+    let Some(url) = &config.redis_url else {
+        return Ok((Arc::new(MemoryStore::new()), "memory (in-process)".into()));
+    };
+    let redis = RedisStore::open(url, config.redis.clone())?;
+    let mut desc = format!("redis {}", redis.display_location());
+    if let Err(e) = redis.ping() {
+        log::warn!("the rate-limit store is not reachable yet: {e}");
+    }
+    let store: Arc<dyn RateLimitStore> = if config.ratelimit_fail_open {
+        desc.push_str(", failing open");
+        Arc::new(FailOpen(redis))
+    } else {
+        Arc::new(redis)
+    };
+    Ok((store, desc))
 }
 
 /// First start: creates workspace `default` and a root key holding `*`, printed once.

@@ -34,6 +34,24 @@ impl WindowState {
     }
 }
 
+/// The start (Unix ms) of the window holding `now_ms`: `floor(now / duration) * duration`.
+#[inline]
+pub fn window_start(now_ms: u64, duration: u64) -> u64 {
+    now_ms - now_ms % duration.max(1)
+}
+
+/// The answer given without a store when the operator chose to fail open (contract §5.12):
+/// the request passes; `remaining` is what would be left of an untouched budget.
+pub fn fail_open_decision(req: LimitRequest, now_ms: u64) -> Decision {
+    let duration = req.duration.max(1);
+    Decision {
+        success: true,
+        limit: req.limit,
+        remaining: req.limit.saturating_sub(req.cost),
+        reset: window_start(now_ms, duration).saturating_add(duration),
+    }
+}
+
 /// The decision, as a pure function. `state` is what the store holds for the budget (or
 /// `None`); the returned state is what it must hold afterwards.
 #[inline]
@@ -41,8 +59,7 @@ pub fn decide(state: Option<WindowState>, req: LimitRequest, now_ms: u64) -> (Wi
     let duration = req.duration.max(1);
     let (start, used) = match state {
         Some(s) if !s.is_expired(duration, now_ms) => (s.start, s.used),
-        // window = floor(now / duration); its start is window * duration.
-        _ => (now_ms - now_ms % duration, 0),
+        _ => (window_start(now_ms, duration), 0),
     };
     let (success, used) = if req.cost == 0 {
         (used < req.limit, used)

@@ -2,7 +2,9 @@
 //!
 //! * [`decide`]: the decision as a pure function of (window state, request, now).
 //! * [`RateLimitStore`]: where window states live; [`MemoryStore`] is the in-process,
-//!   sharded implementation. Shared stores (Redis) implement the same trait elsewhere.
+//!   sharded implementation. The shared Redis store implements the same trait in
+//!   `keygate-store`; [`FailOpen`] wraps a shared store for operators who prefer passing
+//!   requests to refusing them while it is unreachable.
 //!
 //! # The algorithm: fixed windows aligned to the Unix epoch
 //!
@@ -28,7 +30,7 @@ mod decision;
 mod memory;
 mod table;
 
-pub use decision::{Decision, LimitRequest, WindowState, decide};
+pub use decision::{Decision, LimitRequest, WindowState, decide, fail_open_decision, window_start};
 pub use memory::{MemoryStore, MemoryStoreStats};
 
 use keygate_domain::ErrorCode;
@@ -68,7 +70,96 @@ pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
     /// A short name for logs and liveness ("memory", "redis").
     fn kind(&self) -> &'static str;
 
+    /// Whether a call may wait on the network; the server then runs it off its event loop.
+    fn is_remote(&self) -> bool {
+        false
+    }
+
+    /// Whether the store answers (liveness).
+    fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Drops state that can no longer matter (expired windows). Stores that expire by
     /// themselves do nothing.
     fn sweep(&self, _now_ms: u64) {}
+}
+
+/// A store that answers every request as passed ([`fail_open_decision`]) when the store it
+/// wraps is unavailable, and logs each such answer (contract §5.12, opt-in).
+#[derive(Debug)]
+pub struct FailOpen<S>(pub S);
+
+impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
+    fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
+        self.0.limit(key, req, now_ms).or_else(|e| {
+            log::warn!(
+                "rate-limit store unavailable, failing open (namespace {}, identifier {:?}): {e}",
+                key.namespace_id,
+                key.identifier
+            );
+            Ok(fail_open_decision(req, now_ms))
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+
+    fn is_remote(&self) -> bool {
+        self.0.is_remote()
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        self.0.ping()
+    }
+
+    fn sweep(&self, now_ms: u64) {
+        self.0.sweep(now_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Down;
+
+    impl RateLimitStore for Down {
+        fn limit(&self, _: BudgetKey<'_>, _: LimitRequest, _: u64) -> Result<Decision, StoreError> {
+            Err(StoreError::Unavailable("connection refused".into()))
+        }
+        fn kind(&self) -> &'static str {
+            "down"
+        }
+        fn ping(&self) -> Result<(), StoreError> {
+            Err(StoreError::Unavailable("connection refused".into()))
+        }
+    }
+
+    #[test]
+    fn fail_open_passes_when_the_store_is_down_and_reports_it_in_ping() {
+        let ns = Arc::new("ns".to_string());
+        let key = BudgetKey { namespace_id: &ns, identifier: "u", duration: 60_000 };
+        let req = LimitRequest { limit: 10, duration: 60_000, cost: 3 };
+        assert_eq!(Down.limit(key, req, 61_000).unwrap_err().code(), ErrorCode::ServiceUnavailable);
+        let d = FailOpen(Down).limit(key, req, 61_000).expect("fails open");
+        assert_eq!(d, Decision { success: true, limit: 10, remaining: 7, reset: 120_000 });
+        // Even a cost above the limit passes: the operator chose availability.
+        let d = FailOpen(Down).limit(key, LimitRequest { cost: 11, ..req }, 61_000).expect("open");
+        assert!(d.success && d.remaining == 0);
+        assert!(FailOpen(Down).ping().is_err(), "liveness still tells the truth");
+    }
+
+    #[test]
+    fn fail_open_answers_the_wrapped_store_when_it_is_up() {
+        let ns = Arc::new("ns".to_string());
+        let key = BudgetKey { namespace_id: &ns, identifier: "u", duration: 60_000 };
+        let req = LimitRequest { limit: 1, duration: 60_000, cost: 1 };
+        let store = FailOpen(MemoryStore::new());
+        assert!(store.limit(key, req, 0).unwrap().success);
+        assert!(!store.limit(key, req, 1).unwrap().success, "the second call is denied as usual");
+        assert_eq!(store.kind(), "memory");
+    }
 }

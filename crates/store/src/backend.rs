@@ -59,11 +59,16 @@ impl Backend {
     pub fn display_location(&self) -> String {
         match self {
             Backend::Sqlite(path) => path.clone(),
-            Backend::Postgres(url) => match (url.find("://"), url.rfind('@')) {
-                (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-                _ => url.clone(),
-            },
+            Backend::Postgres(url) => without_credentials(url),
         }
+    }
+}
+
+/// A URL with its user and password (if any) replaced by `***`, for logs.
+pub(crate) fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! keygate storage: the diesel schema, embedded migrations, an r2d2 pool over SQLite or
-//! PostgreSQL (one `MultiConnection`), and the implementation of the RBAC storage traits.
+//! PostgreSQL (one `MultiConnection`), and the implementation of the RBAC storage traits;
+//! the Redis rate-limit store ([`RedisStore`]), which implements `keygate-ratelimit`'s trait.
 //!
 //! Error policy: every diesel/r2d2 error is turned into a [`keygate_rbac::StorageError`]
 //! here (unreachable/timeout -> `Unavailable`, unique violation -> `Conflict`, anything else
@@ -7,6 +8,7 @@
 
 mod backend;
 mod pool;
+mod redis_limiter;
 pub mod schema;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -14,3 +16,4 @@ mod tx;
 
 pub use backend::{Backend, BackendError};
 pub use pool::{DbConn, PoolSettings, SqlStore, StoreOpenError};
+pub use redis_limiter::{BACKOFF, EXPIRY_SLACK_MS, RedisOpenError, RedisSettings, RedisStore};

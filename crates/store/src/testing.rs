@@ -68,3 +68,15 @@ impl Drop for TestDb {
         }
     }
 }
+
+pub const REDIS_ENV: &str = "KEYGATE_TEST_REDIS_URL";
+
+/// The Redis the tests use, when `KEYGATE_TEST_REDIS_URL` is set (`.ci/run` sets it).
+pub fn redis_url() -> Option<String> {
+    std::env::var(REDIS_ENV).ok().filter(|u| !u.trim().is_empty())
+}
+
+/// A key prefix no other test uses, so that tests sharing one Redis never share a budget.
+pub fn redis_test_prefix() -> String {
+    format!("keygate:test:{:016x}:", rand::rng().random::<u64>())
+}

@@ -150,12 +150,27 @@ pub async fn limit(
         request.limit = o.limit;
         request.duration = o.duration;
     }
-    let key =
-        BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: request.duration };
-    // `async` needs no separate path here: the in-process store answers immediately and
-    // exactly (contract §5.8); both modes draw on the same budget.
+    // `async` takes the same path as a synchronous call: both are exact and draw on the same
+    // budget (contract §5.8 allows an async answer from local state; keygate does not use
+    // that allowance, so its bound on over-admission is zero).
     let _ = v.is_async;
-    let d = state.limiter.limit(key, request, now)?;
+    let d = if state.limiter.is_remote() {
+        // A shared store waits on the network: off the event loop.
+        let (st, identifier) = (state.clone(), v.identifier.into_owned());
+        blocking(move || {
+            let key = BudgetKey {
+                namespace_id: &namespace_id,
+                identifier: &identifier,
+                duration: request.duration,
+            };
+            Ok(st.limiter.limit(key, request, now)?)
+        })
+        .await?
+    } else {
+        let key =
+            BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: request.duration };
+        state.limiter.limit(key, request, now)?
+    };
     Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
 }
 

@@ -19,11 +19,20 @@ pub async fn liveness(state: web::Data<AppState>) -> Result<HttpResponse, ApiErr
             "unavailable".to_string()
         }
     };
+    let st = state.clone();
+    let rl = blocking(move || Ok(st.limiter.ping())).await?;
+    let rl_status = match &rl {
+        Ok(()) => "ok".to_string(),
+        Err(e) => {
+            log::warn!("liveness: rate-limit store: {e}");
+            "unavailable".to_string()
+        }
+    };
     let body = serde_json::json!({
-        "status": if db.is_ok() { "ok" } else { "degraded" },
+        "status": if db.is_ok() && rl.is_ok() { "ok" } else { "degraded" },
         "services": {
             "database": { "kind": db_kind, "status": db_status },
-            "ratelimit": { "kind": state.limiter.kind(), "status": "ok" },
+            "ratelimit": { "kind": state.limiter.kind(), "status": rl_status },
         },
     });
     Ok(HttpResponse::Ok().json(body))

@@ -1,0 +1,153 @@
+//! The Redis rate-limit store against a real Redis (`KEYGATE_TEST_REDIS_URL`; `.ci/run`
+//! sets it and makes sure Redis is up).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use keygate_ratelimit::{BudgetKey, Decision, LimitRequest, MemoryStore, RateLimitStore};
+use keygate_store::testing::{REDIS_ENV, redis_test_prefix, redis_url};
+use keygate_store::{BACKOFF, EXPIRY_SLACK_MS, RedisSettings, RedisStore};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const NOW: u64 = 1_800_000_000_000;
+
+/// A store on the test Redis with a prefix of its own, or `None` (and a note) when the
+/// tests do not run against Redis.
+fn store(prefix: &str) -> Option<RedisStore> {
+    let Some(url) = redis_url() else {
+        eprintln!("Redis tests skipped: set {REDIS_ENV} (.ci/run does)");
+        return None;
+    };
+    let settings = RedisSettings { key_prefix: prefix.to_string(), ..RedisSettings::default() };
+    let s = RedisStore::open(&url, settings).unwrap();
+    s.ping().unwrap_or_else(|e| panic!("{REDIS_ENV}={url}: {e}"));
+    Some(s)
+}
+
+fn key<'a>(ns: &'a Arc<String>, id: &'a str, duration: u64) -> BudgetKey<'a> {
+    BudgetKey { namespace_id: ns, identifier: id, duration }
+}
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[test]
+fn answers_what_the_in_process_decision_answers() {
+    let Some(redis) = store(&redis_test_prefix()) else { return };
+    let memory = MemoryStore::new();
+    let ns = Arc::new("rlns_parity".to_string());
+    let ids = ["a", "b:c", "b", "ünï"];
+    let mut seed = 7u64;
+    let mut now = NOW;
+    for step in 0..2_000 {
+        let r = splitmix(&mut seed);
+        let id = ids[(r % 4) as usize];
+        let duration = [1_000, 5_000][(r >> 8) as usize % 2];
+        // Limits change between calls (the count is kept); costs are 0, small, or over.
+        let limit = 1 + (r >> 16) % 12;
+        let cost = [0, 1, 1, 1, 2, 3, 13][(r >> 24) as usize % 7];
+        now += (r >> 32) % 400; // windows roll over now and then
+        let req = LimitRequest { limit, duration, cost };
+        let expected = memory.limit(key(&ns, id, duration), req, now).unwrap();
+        let got = redis.limit(key(&ns, id, duration), req, now).unwrap();
+        assert_eq!(got, expected, "step {step}: {id} {req:?} at {now}");
+    }
+}
+
+#[test]
+fn exact_across_instances_under_concurrency() {
+    let prefix = redis_test_prefix();
+    let Some(a) = store(&prefix) else { return };
+    let b = store(&prefix).unwrap();
+    let ns = Arc::new("rlns_conc".to_string());
+    let passed = AtomicU64::new(0);
+    let req = LimitRequest { limit: 100, duration: 60_000, cost: 1 };
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            // Two "instances" (separate pools), four clients each.
+            let (store, ns, passed) = (if t % 2 == 0 { &a } else { &b }, &ns, &passed);
+            s.spawn(move || {
+                for _ in 0..50 {
+                    if store.limit(key(ns, "hot", 60_000), req, NOW).unwrap().success {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(passed.load(Ordering::Relaxed), 100);
+    let d = a.limit(key(&ns, "hot", 60_000), LimitRequest { cost: 0, ..req }, NOW).unwrap();
+    assert_eq!((d.success, d.remaining), (false, 0));
+}
+
+#[test]
+fn largest_numbers_are_exact() {
+    let Some(s) = store(&redis_test_prefix()) else { return };
+    let ns = Arc::new("rlns_big".to_string());
+    let max = (1u64 << 53) - 1;
+    let k = key(&ns, "u", max);
+    let d = s.limit(k, LimitRequest { limit: max, duration: max, cost: max - 1 }, NOW).unwrap();
+    assert_eq!(d, Decision { success: true, limit: max, remaining: 1, reset: max });
+    // used + cost = 2^53 + 1 would round in a double if the script added: it must deny.
+    let d = s.limit(k, LimitRequest { limit: max, duration: max, cost: 2 }, NOW).unwrap();
+    assert_eq!((d.success, d.remaining), (false, 1));
+    let d = s.limit(k, LimitRequest { limit: max, duration: max, cost: 1 }, NOW).unwrap();
+    assert_eq!((d.success, d.remaining), (true, 0));
+}
+
+#[test]
+fn a_window_key_expires_after_its_window_plus_slack() {
+    let prefix = redis_test_prefix();
+    let Some(s) = store(&prefix) else { return };
+    let ns = Arc::new("rlns_ttl".to_string());
+    let now = NOW + 12_345;
+    s.limit(key(&ns, "u", 60_000), LimitRequest { limit: 5, duration: 60_000, cost: 1 }, now).unwrap();
+    let start = now - now % 60_000;
+    let k = format!("{prefix}rlns_ttl:60000:{start}:u");
+    let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
+    let used: u64 = redis::cmd("GET").arg(&k).query(&mut conn).unwrap();
+    assert_eq!(used, 1);
+    let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+    let expected = (start + 60_000 - now + EXPIRY_SLACK_MS) as i64;
+    assert!(ttl > expected - 5_000 && ttl <= expected, "pttl {ttl}, expected ~{expected}");
+    // A denial or a cost-0 call writes nothing: no key for a budget never charged.
+    s.limit(key(&ns, "v", 60_000), LimitRequest { limit: 1, duration: 60_000, cost: 2 }, now).unwrap();
+    s.limit(key(&ns, "w", 60_000), LimitRequest { limit: 1, duration: 60_000, cost: 0 }, now).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(&mut conn).unwrap();
+    assert_eq!(keys, vec![k]);
+}
+
+#[test]
+fn unreachable_redis_is_unavailable_within_the_timeouts() {
+    // Port 1 on loopback: nothing listens, connections are refused at once.
+    let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..RedisSettings::default() };
+    let s = RedisStore::open("redis://:secret@127.0.0.1:1/0", settings).unwrap();
+    assert_eq!(s.display_location(), "redis://***@127.0.0.1:1/0");
+    let ns = Arc::new("rlns_down".to_string());
+    let started = Instant::now();
+    let err = s.limit(key(&ns, "u", 1_000), LimitRequest { limit: 1, duration: 1_000, cost: 1 }, NOW);
+    let err = err.unwrap_err();
+    assert_eq!(err.code(), keygate_domain::ErrorCode::ServiceUnavailable, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    // Within the back-off the next calls fail at once, saying so, without a connection wait.
+    let again = s.limit(key(&ns, "u", 1_000), LimitRequest { limit: 1, duration: 1_000, cost: 1 }, NOW);
+    assert!(again.unwrap_err().to_string().contains("retrying shortly"));
+    assert!(s.ping().is_err());
+    // After it, one call probes again (and fails again: nothing listens).
+    std::thread::sleep(BACKOFF + Duration::from_millis(50));
+    let probe = s.ping().unwrap_err().to_string();
+    assert!(!probe.contains("retrying shortly"), "{probe}");
+}
+
+#[test]
+fn a_malformed_url_is_refused_at_open() {
+    for url in ["http://127.0.0.1:6379", "redis://[::1", "not a url"] {
+        let err = RedisStore::open(url, RedisSettings::default()).unwrap_err();
+        assert!(err.to_string().contains("invalid Redis URL"), "{url}: {err}");
+    }
+}

@@ -1,0 +1,137 @@
+//! The shared rate-limit store over HTTP (contract §5.7, §5.12, §7): instances sharing
+//! Redis share budgets exactly; Redis unreachable is 503 (or a logged pass when failing
+//! open) and the service recovers by itself when it is back.
+#![allow(clippy::unwrap_used)]
+
+use keygate_store::testing::{TestDb, redis_url};
+use keygate_tests::TestServer;
+use keygate_tests::proxy::CuttableProxy;
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A server whose rate-limit store is the Redis at `url`.
+fn on_redis(db: Arc<TestDb>, url: &str, fail_open: bool) -> TestServer {
+    let mut config = TestServer::config(&db.url);
+    config.redis_url = Some(url.to_string());
+    config.redis.connect_timeout = Duration::from_millis(500);
+    config.redis.io_timeout = Duration::from_millis(500);
+    config.ratelimit_fail_open = fail_open;
+    TestServer::start_with(config, db)
+}
+
+fn liveness(s: &TestServer) -> serde_json::Value {
+    let r = s.request(s.client.get(s.url("/v1/liveness")));
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json
+}
+
+#[test]
+fn two_instances_sharing_redis_pass_exactly_the_limit() {
+    let Some(url) = redis_url() else {
+        eprintln!("redis: runs with KEYGATE_TEST_REDIS_URL set; .ci/run does");
+        return;
+    };
+    let db = Arc::new(TestDb::fresh());
+    let a = on_redis(db.clone(), &url, false);
+    let b = on_redis(db.clone(), &url, false);
+    let body = json!({"identifier": "shared-user", "limit": 100, "duration": 60_000});
+    // Create the namespace once, so both instances resolve the same one.
+    assert_eq!(a.limit(json!({"identifier": "warm", "limit": 1, "duration": 60_000})).status, 200);
+    let passed = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for c in 0..8 {
+            let (server, body, passed) = (if c % 2 == 0 { &a } else { &b }, &body, &passed);
+            scope.spawn(move || {
+                for _ in 0..50 {
+                    let r = server.limit(body.clone());
+                    assert_eq!(r.status, 200, "{}", r.text);
+                    if r.json["success"] == true {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(passed.load(Ordering::Relaxed), 100, "exactly the limit across both instances");
+    for s in [&a, &b] {
+        let r = s.limit(json!({"identifier": "shared-user", "limit": 100, "duration": 60_000, "cost": 0}));
+        assert_eq!((r.json["success"].clone(), r.json["remaining"].clone()), (json!(false), json!(0)));
+        let live = liveness(s);
+        assert_eq!(live["status"], "ok");
+        assert_eq!(live["services"]["ratelimit"], json!({"kind": "redis", "status": "ok"}));
+    }
+}
+
+#[test]
+fn unreachable_redis_fails_closed_with_503_and_changes_nothing_else() {
+    // Nothing listens on port 1: every connection is refused.
+    let s = on_redis(Arc::new(TestDb::fresh()), "redis://127.0.0.1:1", false);
+    let body = json!({"identifier": "u", "limit": 10, "duration": 60_000});
+    let started = Instant::now();
+    let msg = s.limit(body.clone()).assert_error(503, "SERVICE_UNAVAILABLE");
+    assert!(msg.contains("no effect"), "{msg}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
+    let live = liveness(&s);
+    assert_eq!(live["status"], "degraded");
+    assert_eq!(live["services"]["ratelimit"], json!({"kind": "redis", "status": "unavailable"}));
+    assert_eq!(live["services"]["database"]["status"], "ok");
+    // Everything that needs no rate-limit counter still works.
+    let key = s.create_key();
+    assert_eq!(s.get_key(&key).status, 200);
+}
+
+#[test]
+fn unreachable_redis_with_fail_open_passes_every_request() {
+    let s = on_redis(Arc::new(TestDb::fresh()), "redis://127.0.0.1:1", true);
+    for _ in 0..3 {
+        let r = s.limit(json!({"identifier": "u", "limit": 2, "duration": 60_000}));
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.json["success"], true);
+        assert_eq!(r.json["limit"], 2);
+        assert_eq!(r.json["remaining"], 1);
+    }
+    // Liveness still tells the operator the store is down.
+    assert_eq!(liveness(&s)["services"]["ratelimit"]["status"], "unavailable");
+}
+
+#[test]
+fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
+    let Some(url) = redis_url() else {
+        eprintln!("redis: runs with KEYGATE_TEST_REDIS_URL set; .ci/run does");
+        return;
+    };
+    let target = {
+        use std::net::ToSocketAddrs;
+        let host = url.trim_start_matches("redis://").split('/').next().unwrap();
+        let host = host.rsplit('@').next().unwrap();
+        host.to_socket_addrs().unwrap().next().unwrap()
+    };
+    let proxy = CuttableProxy::start(target).unwrap();
+    let s = on_redis(Arc::new(TestDb::fresh()), &format!("redis://{}", proxy.addr), false);
+    let body = json!({"identifier": "u", "limit": 5, "duration": 60_000});
+    assert_eq!(s.limit(body.clone()).json["remaining"], 4);
+    assert_eq!(s.limit(body.clone()).json["remaining"], 3);
+
+    proxy.cut();
+    for _ in 0..3 {
+        s.limit(body.clone()).assert_error(503, "SERVICE_UNAVAILABLE");
+    }
+    assert_eq!(liveness(&s)["services"]["ratelimit"]["status"], "unavailable");
+
+    proxy.restore();
+    let mut answer = None;
+    for _ in 0..40 {
+        let r = s.limit(body.clone());
+        if r.status == 200 {
+            answer = Some(r.json);
+            break;
+        }
+        r.assert_error(503, "SERVICE_UNAVAILABLE");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let answer = answer.expect("the service recovers by itself once Redis is back");
+    assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
+    assert_eq!(liveness(&s)["status"], "ok");
+}
