@@ -135,3 +135,32 @@ fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
     assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
     assert_eq!(liveness(&s)["status"], "ok");
 }
+
+#[test]
+fn an_override_changed_on_one_instance_applies_to_the_next_request_on_every_instance() {
+    let Some(url) = redis_url() else {
+        eprintln!("redis: runs with KEYGATE_TEST_REDIS_URL set; .ci/run does");
+        return;
+    };
+    let db = Arc::new(TestDb::fresh());
+    let a = on_redis(db.clone(), &url, false);
+    let b = on_redis(db.clone(), &url, false);
+    let call = json!({"identifier": "vip", "namespace": "api", "limit": 100, "duration": 60_000});
+    // B reads the namespace's (empty) overrides into its cache.
+    assert_eq!(b.limit(call.clone()).json["limit"], 100);
+    let set = json!({"namespaceName": "api", "identifier": "vip", "limit": 3, "duration": 60_000});
+    assert_eq!(a.post("/v1/ratelimits.setOverride", &set).status, 200);
+    // No clock moves: B's cache is still fresh, yet its next request uses the override.
+    let r = b.limit(call.clone());
+    assert_eq!((r.json["limit"].clone(), r.json["success"].clone()), (json!(3), json!(true)));
+    let r = a.limit(call.clone());
+    assert_eq!(r.json["limit"], 3);
+    // Limit 3, two calls under the override so far (the first call before it counted in
+    // the same budget: same identifier and duration): this one is denied.
+    assert_eq!(b.limit(call.clone()).json["success"], false);
+
+    let del = json!({"namespaceName": "api", "identifier": "vip"});
+    assert_eq!(a.post("/v1/ratelimits.deleteOverride", &del).status, 200);
+    let r = b.limit(call);
+    assert_eq!((r.json["limit"].clone(), r.json["success"].clone()), (json!(100), json!(true)));
+}

@@ -8,7 +8,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock};
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
-use keygate_rbac::RbacService;
+use keygate_rbac::{OverridesListener, RbacService};
 use keygate_store::{RedisStore, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
@@ -48,12 +48,13 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let store = SqlStore::open(&config.database_url, config.pool.clone())
         .with_context(|| format!("opening the database {:?}", config.database_url))?;
     let db_desc = format!("{} {}", store.backend().kind(), store.backend().display_location());
-    let rbac = RbacService::new(store, clock.clone());
+    let (limiter, limiter_desc) = rate_limit_store(&config)?;
+    let rbac = RbacService::new(store, clock.clone())
+        .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())));
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
 
     let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let (limiter, limiter_desc) = rate_limit_store(&config)?;
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
     let state = web::Data::new(AppState { rbac, limiter, clock, docs_base });
@@ -72,6 +73,23 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let server = server.shutdown_timeout(5).run();
     log::info!("keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
     Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state })
+}
+
+/// Passes override changes on to the rate-limit store (a shared one bumps the namespace's
+/// overrides epoch, so every instance reloads them on its next request). When that fails
+/// the change is committed all the same, and other instances see it within the override
+/// cache's TTL (1 s).
+#[derive(Debug)]
+struct OverridesToLimiter(Arc<dyn RateLimitStore>);
+
+impl OverridesListener for OverridesToLimiter {
+    fn overrides_changed(&self, namespace_id: &str) {
+        if let Err(e) = self.0.bump_overrides_epoch(namespace_id) {
+            log::warn!(
+                "overrides of namespace {namespace_id} changed, but other instances could not be told at once (they reload within 1 s): {e}"
+            );
+        }
+    }
 }
 
 /// The rate-limit store the configuration selects, and its description for the startup

@@ -63,12 +63,49 @@ impl StoreError {
     }
 }
 
+/// The answer of [`RateLimitStore::limit_if_current`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    Decided(Decision),
+    /// The namespace's overrides changed since the caller loaded them: nothing was decided
+    /// or deducted; reload them (and their epoch) and ask again.
+    StaleOverrides,
+}
+
 /// Where window states live. `limit` must apply [`decide`] atomically per budget.
 pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
     fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError>;
 
     /// A short name for logs and liveness ("memory", "redis").
     fn kind(&self) -> &'static str;
+
+    /// [`Self::limit`], made only while the namespace's overrides epoch (see
+    /// [`Self::overrides_epoch`]) is still `overrides_epoch`, in the same atomic step. A
+    /// store shared by several instances keeps the epoch, so that an override changed on
+    /// one instance applies to the next request on every other. A store private to one
+    /// instance has nothing to check (that instance drops its own cached overrides).
+    fn limit_if_current(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: u64,
+    ) -> Result<Checked, StoreError> {
+        let _ = overrides_epoch;
+        self.limit(key, req, now_ms).map(Checked::Decided)
+    }
+
+    /// The namespace's overrides epoch: a number that changes whenever its overrides do.
+    /// Read it *before* reading the overrides.
+    fn overrides_epoch(&self, _namespace_id: &str) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    /// Changes the namespace's overrides epoch; called after a change to its overrides
+    /// is committed.
+    fn bump_overrides_epoch(&self, _namespace_id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Whether a call may wait on the network; the server then runs it off its event loop.
     fn is_remote(&self) -> bool {
@@ -100,6 +137,29 @@ impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
             );
             Ok(fail_open_decision(req, now_ms))
         })
+    }
+
+    fn limit_if_current(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: u64,
+    ) -> Result<Checked, StoreError> {
+        match self.0.limit_if_current(key, req, now_ms, overrides_epoch) {
+            Ok(c) => Ok(c),
+            Err(_) => self.limit(key, req, now_ms).map(Checked::Decided),
+        }
+    }
+
+    /// Unknown while the store is down: 0; once it is back, the first decision finds the
+    /// real epoch differs and the overrides are reloaded.
+    fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
+        Ok(self.0.overrides_epoch(namespace_id).unwrap_or(0))
+    }
+
+    fn bump_overrides_epoch(&self, namespace_id: &str) -> Result<(), StoreError> {
+        self.0.bump_overrides_epoch(namespace_id)
     }
 
     fn kind(&self) -> &'static str {

@@ -82,8 +82,9 @@ impl NamespaceCache {
     }
 }
 
-/// A namespace's overrides and when they were read (Unix ms).
-type CachedOverrides = (Arc<OverrideSet>, u64);
+/// A namespace's overrides, when they were read (Unix ms), and the overrides epoch the
+/// shared rate-limit store had for the namespace just before (see `RbacService::load_overrides`).
+type CachedOverrides = (Arc<OverrideSet>, u64, u64);
 
 /// Namespace id -> its overrides, each entry valid for `ttl_ms` (and dropped at once when
 /// this instance changes the namespace's overrides).
@@ -98,21 +99,21 @@ impl OverrideCache {
         Self { ttl_ms, entries: RwLock::new(HashMap::new()) }
     }
 
-    /// `Some(found)` from a live entry (found: the override for `identifier`, if any);
-    /// `None` when the namespace's overrides must be loaded. Looks up under the read lock,
-    /// without touching the set's reference count (the hot path).
-    pub fn find(&self, namespace_id: &str, identifier: &str, now: u64) -> Option<Option<Effective>> {
+    /// `Some((found, epoch))` from a live entry (found: the override for `identifier`, if
+    /// any); `None` when the namespace's overrides must be loaded. Looks up under the read
+    /// lock, without touching the set's reference count (the hot path).
+    pub fn find(&self, namespace_id: &str, identifier: &str, now: u64) -> Option<(Option<Effective>, u64)> {
         let entries = self.entries.read();
-        let (set, fetched_at) = entries.get(namespace_id)?;
-        (now >= *fetched_at && now - fetched_at < self.ttl_ms).then(|| set.find(identifier))
+        let (set, fetched_at, epoch) = entries.get(namespace_id)?;
+        (now >= *fetched_at && now - fetched_at < self.ttl_ms).then(|| (set.find(identifier), *epoch))
     }
 
-    pub fn put(&self, namespace_id: &str, set: Arc<OverrideSet>, now: u64) {
+    pub fn put(&self, namespace_id: &str, set: Arc<OverrideSet>, now: u64, epoch: u64) {
         let mut entries = self.entries.write();
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
-        entries.insert(namespace_id.into(), (set, now));
+        entries.insert(namespace_id.into(), (set, now, epoch));
     }
 
     pub fn evict(&self, namespace_id: &str) {

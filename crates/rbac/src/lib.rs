@@ -15,5 +15,7 @@ pub mod store;
 pub use error::{RbacError, StorageError};
 pub use model::*;
 pub use overrides::{Effective, Override, OverrideSet};
-pub use service::{AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, RbacService};
+pub use service::{
+    AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, OverridesListener, RbacService,
+};
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -425,6 +425,13 @@ fn write_links(
     Ok(result)
 }
 
+/// Told after a namespace's rate-limit overrides changed (committed). The server passes
+/// it on to a shared rate-limit store, so that every instance reloads them on its next
+/// request (contract §6), not only this one.
+pub trait OverridesListener: Send + Sync + std::fmt::Debug {
+    fn overrides_changed(&self, namespace_id: &str);
+}
+
 /// The RBAC service: authentication, authorization and the key/permission/role/namespace
 /// operations, over any [`RbacStore`].
 #[derive(Debug)]
@@ -434,6 +441,7 @@ pub struct RbacService<S> {
     auth: AuthCache,
     namespaces: NamespaceCache,
     overrides: OverrideCache,
+    overrides_listener: Option<Arc<dyn OverridesListener>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -444,6 +452,21 @@ impl<S: RbacStore> RbacService<S> {
             auth: AuthCache::new(AUTH_CACHE_TTL_MS),
             namespaces: NamespaceCache::default(),
             overrides: OverrideCache::new(OVERRIDE_CACHE_TTL_MS),
+            overrides_listener: None,
+        }
+    }
+
+    /// Registers the one [`OverridesListener`].
+    pub fn with_overrides_listener(mut self, listener: Arc<dyn OverridesListener>) -> Self {
+        self.overrides_listener = Some(listener);
+        self
+    }
+
+    /// A namespace's overrides changed: drop this instance's copy, tell the listener.
+    fn overrides_changed(&self, namespace_id: &str) {
+        self.overrides.evict(namespace_id);
+        if let Some(l) = &self.overrides_listener {
+            l.overrides_changed(namespace_id);
         }
     }
 
@@ -976,22 +999,26 @@ impl<S: RbacStore> RbacService<S> {
 
     // ---------------------------------------------------------------- overrides
 
-    /// The override for `identifier` in the namespace, from the cache only: `Some(found)`,
-    /// or `None` when the store must be asked ([`Self::load_overrides`]). Never blocks on I/O.
+    /// The override for `identifier` in the namespace and the epoch it was loaded under, from
+    /// the cache only: `Some((found, epoch))`, or `None` when the store must be asked
+    /// ([`Self::load_overrides`]). Never blocks on I/O.
     pub fn override_cached(
         &self,
         namespace_id: &str,
         identifier: &str,
         now_ms: u64,
-    ) -> Option<Option<Effective>> {
+    ) -> Option<(Option<Effective>, u64)> {
         self.overrides.find(namespace_id, identifier, now_ms)
     }
 
-    /// The namespace's overrides from the store (and into the cache).
-    pub fn load_overrides(&self, namespace_id: &str) -> Result<Arc<OverrideSet>, RbacError> {
+    /// The namespace's overrides from the store (and into the cache). `epoch` is the
+    /// namespace's overrides epoch in the shared rate-limit store (0 without one), read
+    /// *before* this call: a change committed after that read bumps the epoch after its
+    /// commit, so a decision made with this set under this epoch is refused as stale.
+    pub fn load_overrides(&self, namespace_id: &str, epoch: u64) -> Result<Arc<OverrideSet>, RbacError> {
         let now = self.clock.now_ms();
         let set = Arc::new(OverrideSet::new(self.store.read(|tx| Ok(tx.overrides(namespace_id)?))?));
-        self.overrides.put(namespace_id, set.clone(), now);
+        self.overrides.put(namespace_id, set.clone(), now, epoch);
         Ok(set)
     }
 
@@ -1094,7 +1121,7 @@ impl<S: RbacStore> RbacService<S> {
             )])?;
             Ok(stored)
         })?;
-        self.overrides.evict(&stored.namespace_id);
+        self.overrides_changed(&stored.namespace_id);
         Ok(stored)
     }
 
@@ -1153,7 +1180,7 @@ impl<S: RbacStore> RbacService<S> {
             )])?;
             Ok(namespace.id)
         })?;
-        self.overrides.evict(&namespace_id);
+        self.overrides_changed(&namespace_id);
         Ok(())
     }
 

@@ -14,6 +14,12 @@
 //! otherwise:                answer (false, used)          (a denial deducts nothing)
 //! ```
 //!
+//! Before that, when the caller names the overrides epoch it loaded the namespace's
+//! overrides under, the script compares it with `<prefix>ov:<namespace id>` (0 when absent;
+//! INCR'd by every override change after its commit) and answers "stale" without deciding
+//! when they differ: an override changed on one instance applies to the next request on
+//! every instance.
+//!
 //! Lua numbers are doubles, exact up to 2^53; every operand is at most 2^53 - 1 (the
 //! contract's bounds) and the comparison subtracts rather than adds, so nothing rounds.
 //!
@@ -39,7 +45,9 @@
 //! open, rather than a second of latency per request.
 
 use crate::backend::without_credentials;
-use keygate_ratelimit::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, window_start};
+use keygate_ratelimit::{
+    BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
+};
 use parking_lot::Mutex;
 use redis::ConnectionLike as _;
 use std::time::{Duration, Instant};
@@ -51,6 +59,9 @@ pub const EXPIRY_SLACK_MS: u64 = 60_000;
 pub const BACKOFF: Duration = Duration::from_millis(500);
 
 const DECIDE: &str = r"
+if ARGV[4] ~= '' and (redis.call('GET', KEYS[2]) or '0') ~= ARGV[4] then
+  return {2, 0}
+end
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local limit = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
@@ -74,7 +85,8 @@ pub struct RedisSettings {
     pub connect_timeout: Duration,
     /// Longest wait for one command's reply (read and write timeouts of the socket).
     pub io_timeout: Duration,
-    /// Put before every key, so that several deployments can share one Redis.
+    /// Put before every key (budgets, and `ov:<namespace id>` for the overrides epochs), so
+    /// that several deployments can share one Redis.
     pub key_prefix: String,
 }
 
@@ -236,21 +248,66 @@ impl RedisStore {
     }
 }
 
-impl RateLimitStore for RedisStore {
-    fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
+impl RedisStore {
+    fn epoch_key(&self, namespace_id: &str) -> String {
+        format!("{}ov:{namespace_id}", self.prefix)
+    }
+
+    /// The decision script; `epoch` empty: no overrides check.
+    fn run(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        epoch: &str,
+    ) -> Result<Checked, StoreError> {
         let duration = req.duration.max(1);
         let start = window_start(now_ms, duration);
         let reset = start.saturating_add(duration);
         let ttl = reset - now_ms + EXPIRY_SLACK_MS;
-        let k = self.key(&key, start);
-        let (passed, used): (u8, u64) = self
-            .with_conn(|c| self.script.key(k.as_slice()).arg(req.limit).arg(req.cost).arg(ttl).invoke(c))?;
-        Ok(Decision {
-            success: passed == 1,
+        let (k, ek) = (self.key(&key, start), self.epoch_key(key.namespace_id));
+        let (answer, used): (u8, u64) = self.with_conn(|c| {
+            self.script.key(k.as_slice()).key(ek).arg(req.limit).arg(req.cost).arg(ttl).arg(epoch).invoke(c)
+        })?;
+        if answer == 2 {
+            return Ok(Checked::StaleOverrides);
+        }
+        Ok(Checked::Decided(Decision {
+            success: answer == 1,
             limit: req.limit,
             remaining: req.limit.saturating_sub(used),
             reset,
-        })
+        }))
+    }
+}
+
+impl RateLimitStore for RedisStore {
+    fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
+        match self.run(key, req, now_ms, "")? {
+            Checked::Decided(d) => Ok(d),
+            Checked::StaleOverrides => Err(StoreError::Unavailable("Redis: unexpected script answer".into())),
+        }
+    }
+
+    fn limit_if_current(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: u64,
+    ) -> Result<Checked, StoreError> {
+        self.run(key, req, now_ms, itoa::Buffer::new().format(overrides_epoch))
+    }
+
+    fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
+        let k = self.epoch_key(namespace_id);
+        let epoch: Option<u64> = self.with_conn(|c| redis::cmd("GET").arg(k).query(c))?;
+        Ok(epoch.unwrap_or(0))
+    }
+
+    fn bump_overrides_epoch(&self, namespace_id: &str) -> Result<(), StoreError> {
+        let k = self.epoch_key(namespace_id);
+        self.with_conn(|c| redis::cmd("INCR").arg(k).query::<u64>(c)).map(drop)
     }
 
     fn kind(&self) -> &'static str {

@@ -151,3 +151,31 @@ fn a_malformed_url_is_refused_at_open() {
         assert!(err.to_string().contains("invalid Redis URL"), "{url}: {err}");
     }
 }
+
+#[test]
+fn a_stale_overrides_epoch_decides_nothing() {
+    use keygate_ratelimit::Checked;
+    let prefix = redis_test_prefix();
+    let Some(a) = store(&prefix) else { return };
+    let b = store(&prefix).unwrap();
+    let ns = Arc::new("rlns_epoch".to_string());
+    let req = LimitRequest { limit: 5, duration: 60_000, cost: 1 };
+    assert_eq!(a.overrides_epoch(&ns).unwrap(), 0, "no change yet: epoch 0");
+    assert!(
+        matches!(a.limit_if_current(key(&ns, "u", 60_000), req, NOW, 0).unwrap(), Checked::Decided(d) if d.remaining == 4)
+    );
+    // Another instance changes the namespace's overrides.
+    b.bump_overrides_epoch(&ns).unwrap();
+    assert_eq!(a.overrides_epoch(&ns).unwrap(), 1);
+    assert_eq!(a.limit_if_current(key(&ns, "u", 60_000), req, NOW, 0).unwrap(), Checked::StaleOverrides);
+    // Nothing was deducted by the stale call; with the new epoch the decision goes through.
+    assert!(
+        matches!(a.limit_if_current(key(&ns, "u", 60_000), req, NOW, 1).unwrap(), Checked::Decided(d) if d.remaining == 3)
+    );
+    // Other namespaces are not affected.
+    let other = Arc::new("rlns_other".to_string());
+    assert!(matches!(
+        a.limit_if_current(key(&other, "u", 60_000), req, NOW, 0).unwrap(),
+        Checked::Decided(_)
+    ));
+}

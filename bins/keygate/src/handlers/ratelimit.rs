@@ -7,10 +7,12 @@ use crate::server::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
-use keygate_ratelimit::{BudgetKey, Decision, LimitRequest};
+use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest};
+use keygate_rbac::Effective;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 const MAX_META_BYTES: usize = 64 * 1024;
 const MAX_RESOURCES: usize = 100;
@@ -137,19 +139,6 @@ pub async fn limit(
         }
     };
     let now = state.clock.now_ms();
-    // An override of the namespace replaces the request's limit and duration (§5.6).
-    let found = match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
-        Some(found) => found,
-        None => {
-            let (st, ns) = (state.clone(), namespace_id.clone());
-            blocking(move || Ok(st.rbac.load_overrides(&ns)?)).await?.find(&v.identifier)
-        }
-    };
-    let mut request = v.request;
-    if let Some(o) = found {
-        request.limit = o.limit;
-        request.duration = o.duration;
-    }
     // `async` takes the same path as a synchronous call: both are exact and draw on the same
     // budget (contract §5.8 allows an async answer from local state; keygate does not use
     // that allowance, so its bound on over-admission is zero).
@@ -158,20 +147,86 @@ pub async fn limit(
         // A shared store waits on the network: off the event loop.
         let (st, identifier) = (state.clone(), v.identifier.into_owned());
         blocking(move || {
-            let key = BudgetKey {
-                namespace_id: &namespace_id,
-                identifier: &identifier,
-                duration: request.duration,
-            };
-            Ok(st.limiter.limit(key, request, now)?)
+            let overrides = overrides_for(&st, &namespace_id, &identifier, now)?;
+            decide(&st, &namespace_id, &identifier, v.request, now, overrides)
         })
         .await?
     } else {
-        let key =
-            BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: request.duration };
-        state.limiter.limit(key, request, now)?
+        // The in-process store never finds overrides stale: only the cache miss may block.
+        let overrides = match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
+            Some(hit) => hit,
+            None => {
+                let (st, ns, identifier) = (state.clone(), namespace_id.clone(), v.identifier.to_string());
+                blocking(move || load_overrides(&st, &ns, &identifier)).await?
+            }
+        };
+        decide(&state, &namespace_id, &v.identifier, v.request, now, overrides)?
     };
     Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
+}
+
+/// How often a decision is retried when the namespace's overrides keep changing under it.
+const STALE_OVERRIDES_RETRIES: usize = 3;
+
+/// The override for `identifier` and the overrides epoch it was read under: from the
+/// cache, else from the database (blocking I/O).
+fn overrides_for(
+    state: &AppState,
+    namespace_id: &str,
+    identifier: &str,
+    now: u64,
+) -> Result<(Option<Effective>, u64), ApiError> {
+    match state.rbac.override_cached(namespace_id, identifier, now) {
+        Some(hit) => Ok(hit),
+        None => load_overrides(state, namespace_id, identifier),
+    }
+}
+
+/// Reads the namespace's overrides into the cache (blocking I/O). The epoch is read first:
+/// a change committed after that read bumps it after its commit, so the pair is never
+/// newer-epoch-with-older-overrides.
+fn load_overrides(
+    state: &AppState,
+    namespace_id: &str,
+    identifier: &str,
+) -> Result<(Option<Effective>, u64), ApiError> {
+    let epoch = state.limiter.overrides_epoch(namespace_id)?;
+    Ok((state.rbac.load_overrides(namespace_id, epoch)?.find(identifier), epoch))
+}
+
+/// The request with the override (if any) replacing its limit and duration (§5.6).
+fn with_override(mut request: LimitRequest, found: Option<Effective>) -> LimitRequest {
+    if let Some(o) = found {
+        request.limit = o.limit;
+        request.duration = o.duration;
+    }
+    request
+}
+
+/// The decision under the namespace's overrides. When a shared store finds them changed
+/// since they were read (another instance changed them), they are read again (blocking
+/// I/O; only remote stores, which run off the event loop, answer stale) and the decision
+/// is asked again.
+fn decide(
+    state: &AppState,
+    namespace_id: &Arc<String>,
+    identifier: &str,
+    request: LimitRequest,
+    now: u64,
+    mut overrides: (Option<Effective>, u64),
+) -> Result<Decision, ApiError> {
+    for _ in 0..STALE_OVERRIDES_RETRIES {
+        let req = with_override(request, overrides.0);
+        let key = BudgetKey { namespace_id, identifier, duration: req.duration };
+        match state.limiter.limit_if_current(key, req, now, overrides.1)? {
+            Checked::Decided(d) => return Ok(d),
+            Checked::StaleOverrides => overrides = load_overrides(state, namespace_id, identifier)?,
+        }
+    }
+    // Overrides changing faster than they can be read: decide with the latest read.
+    let req = with_override(request, overrides.0);
+    let key = BudgetKey { namespace_id, identifier, duration: req.duration };
+    Ok(state.limiter.limit(key, req, now)?)
 }
 
 #[cfg(test)]
