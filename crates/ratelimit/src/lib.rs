@@ -127,16 +127,20 @@ pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub struct FailOpen<S>(pub S);
 
+impl<S> FailOpen<S> {
+    fn pass(key: BudgetKey<'_>, req: LimitRequest, now_ms: u64, e: StoreError) -> Decision {
+        log::warn!(
+            "rate-limit store unavailable, failing open (namespace {}, identifier {:?}): {e}",
+            key.namespace_id,
+            key.identifier
+        );
+        fail_open_decision(req, now_ms)
+    }
+}
+
 impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
     fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
-        self.0.limit(key, req, now_ms).or_else(|e| {
-            log::warn!(
-                "rate-limit store unavailable, failing open (namespace {}, identifier {:?}): {e}",
-                key.namespace_id,
-                key.identifier
-            );
-            Ok(fail_open_decision(req, now_ms))
-        })
+        Ok(self.0.limit(key, req, now_ms).unwrap_or_else(|e| Self::pass(key, req, now_ms, e)))
     }
 
     fn limit_if_current(
@@ -146,10 +150,10 @@ impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
         now_ms: u64,
         overrides_epoch: u64,
     ) -> Result<Checked, StoreError> {
-        match self.0.limit_if_current(key, req, now_ms, overrides_epoch) {
-            Ok(c) => Ok(c),
-            Err(_) => self.limit(key, req, now_ms).map(Checked::Decided),
-        }
+        Ok(self
+            .0
+            .limit_if_current(key, req, now_ms, overrides_epoch)
+            .unwrap_or_else(|e| Checked::Decided(Self::pass(key, req, now_ms, e))))
     }
 
     /// Unknown while the store is down: 0; once it is back, the first decision finds the
