@@ -3,8 +3,8 @@
 //!
 //! Identifiers are read in order from a prepared list, as a server reads the identifier of
 //! the request it has just parsed (hot in cache); the table probes they cause are in hash
-//! order, i.e. random. `short` identifiers (`user_00012345`, 13 bytes) are stored inline;
-//! `long` ones (`user_00012345@example.com`, 25 bytes) take the heap path.
+//! order, i.e. random. `short` identifiers (`user_00012345`, 13 bytes) are stored inline
+//! (up to 15 bytes); `long` ones (`user_00012345@example.com`, 25 bytes) take the heap path.
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use keygate_ratelimit::{BudgetKey, LimitRequest, MemoryStore};
 use std::hint::black_box;
@@ -98,7 +98,7 @@ fn bench(c: &mut Criterion) {
 
     // Calibration: the latency of one cache miss at a given working set. A chain of
     // dependent loads through 64-byte slots in random order (one cycle through all of
-    // them), so no two loads overlap. The table behind `100000_short` spans ~8 MiB; a
+    // them), so no two loads overlap. The table behind `100000_short` spans ~4 MiB; a
     // decision, which must update its budget under a lock, pays one such miss in full.
     let mut chase = c.benchmark_group("baseline_dependent_load");
     chase.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));

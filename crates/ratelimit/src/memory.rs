@@ -1,34 +1,40 @@
-//! The in-process store: a fixed number of shards, each a [`LineTable`] (open addressing,
-//! one cache line per slot) behind a spin lock. The key's hash is computed once per call
-//! and picks both the shard (from its middle bits) and the first slot probed (its low bits).
+//! The in-process store: a fixed number of shards, each behind a spin lock. A shard holds one
+//! [`LineTable`] (open addressing, entries in the slots) per budget class, i.e. per
+//! `(namespace, duration)` with budgets in the shard, so that entries need not hold either.
+//! The key's hash is computed once per call and picks both the shard (from its middle bits)
+//! and the first slot probed (its low bits).
 //!
 //! # Memory
-//! One live budget costs one [`Entry`] of 64 bytes, one cache line (its hash, the namespace
-//! as a thin shared pointer, the identifier inline when it has at most 24 bytes, duration,
-//! window, used), times the table's spare capacity (load <= 7/8, growth doubles): 73-146
-//! bytes, about 100 on average, per live `(namespace, identifier, duration)`. An identifier
-//! longer than 24 bytes adds one heap allocation of its length. 1M live budgets with short
-//! identifiers take about 100 MB.
+//! One live budget costs one [`Entry`] of 32 bytes, half a cache line (the identifier inline
+//! when it has at most 15 bytes, the window's start, the tokens used), times the table's
+//! spare capacity (load <= 7/8, growth doubles): 37-73 bytes, about 50 on average, per live
+//! `(namespace, identifier, duration)`. An identifier longer than 15 bytes adds a heap
+//! allocation of its length and a 24-byte slot in its class's slab. Each class present in a shard adds its table's
+//! minimum (8 slots, 256 bytes) and ~100 bytes of bookkeeping; with the usual handful of
+//! namespaces and durations that is nothing, and at worst (every budget its own class) a
+//! budget costs ~400 bytes. 1M live budgets with short identifiers take about 50 MB.
 //!
 //! # Hot path
-//! One hash of the key (foldhash), one uncontended lock, one probe that starts at a slot
-//! computed from the hash: on a table larger than the cache, a decision on an existing
-//! budget usually costs one miss, its own line (neighbours in a cluster are adjacent lines
-//! of the same page). Equality checks the stored hash first (so a neighbour is rejected
-//! without reading its heap-allocated identifier, if any), then the duration, the namespace
-//! by pointer (every entry of a namespace shares the caller's `Arc`; bytes are compared only
-//! when pointers differ) and the identifier.
+//! One short hash (foldhash, of the identifier alone: the class tells namespaces and
+//! durations apart), one uncontended lock, the class found by comparing the shard's few
+//! classes in turn (duration, then the namespace by pointer; bytes only when pointers
+//! differ; a hash index when a shard has more than [`SCAN_CLASSES`]), then one probe that
+//! starts at a slot computed from the hash: on a table larger than the cache, a decision on
+//! an existing budget usually costs one miss, its own line, which also holds the next slot
+//! probed. An inline identifier is compared as its length and two words; a neighbour with a
+//! heap identifier is rejected by a 32-bit tag of its hash, without reading its bytes.
 //!
 //! # Reclaiming
 //! A budget whose window has ended is equivalent to a missing one, so it can be dropped at
-//! any time. Each shard sweeps itself (drops every ended window) when an insert finds it at
-//! twice the size it had after its previous sweep, which keeps the cost amortised O(1) per
-//! insert and the size within 2x of the live set. [`RateLimitStore::sweep`] sweeps all
-//! shards; the server calls it periodically so that idle shards shrink too.
+//! any time. Each shard sweeps itself (drops every ended window, and every class left empty)
+//! when an insert finds it at twice the size it had after its previous sweep, which keeps
+//! the cost amortised O(1) per insert and the size within 2x of the live set.
+//! [`RateLimitStore::sweep`] sweeps all shards; the server calls it periodically so that
+//! idle shards shrink too.
 
 use crate::table::LineTable;
 use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
-use compact_str::CompactString;
+use slab::Slab;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::Arc;
@@ -66,45 +72,314 @@ type Mutex<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
 const SHARD_BITS_AT: u32 = 32;
 const MAX_SHARDS: usize = 1 << 16;
 
-#[derive(Debug)]
-struct Entry {
-    /// The hash of the key, kept so that probes and rebuilds need not recompute it.
-    hash: u64,
-    namespace_id: Arc<String>,
-    identifier: CompactString,
-    duration: u64,
-    state: WindowState,
+/// The longest identifier an entry holds inline.
+const INLINE: usize = 15;
+
+/// The length of an inline identifier. An enum rather than a `u8` so that its unused values
+/// are a niche: they tell the other [`Ident`] variant and the table's empty and deleted
+/// slots apart, and an [`Entry`] stays 32 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum InlineLen {
+    L0,
+    L1,
+    L2,
+    L3,
+    L4,
+    L5,
+    L6,
+    L7,
+    L8,
+    L9,
+    L10,
+    L11,
+    L12,
+    L13,
+    L14,
+    L15,
 }
 
-impl Entry {
-    fn matches(&self, hash: u64, key: &BudgetKey<'_>) -> bool {
-        self.hash == hash
-            && self.duration == key.duration
-            && (Arc::ptr_eq(&self.namespace_id, key.namespace_id) || self.namespace_id == *key.namespace_id)
-            && self.identifier.as_str() == key.identifier
+const LENS: [InlineLen; INLINE + 1] = {
+    use InlineLen::*;
+    [L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15]
+};
+
+/// An inline identifier: its bytes, zero-padded, then its length (`repr(C)` keeps it last,
+/// at offset 15, so that [`Ident::Heap`] fits before its niche).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+struct Inline {
+    bytes: [u8; INLINE],
+    len: InlineLen,
+}
+
+/// An identifier as an entry holds it: 16 bytes.
+#[derive(Debug, Clone, Copy)]
+enum Ident {
+    Inline(Inline),
+    /// A longer identifier: a 32-bit tag of the key's hash (so that a neighbour is rejected
+    /// without reading its bytes) and where its bytes are in the class's [`Class::heap`].
+    /// (A pointer with a tag beside it would not fit before the niche: variants other than
+    /// the largest must fit, padding included, in the bytes before it.)
+    Heap {
+        tag: u32,
+        index: u32,
+    },
+}
+
+impl Inline {
+    fn from_words(len: InlineLen, (lo, mid): (u64, u64)) -> Self {
+        let mut bytes = [0; INLINE];
+        bytes[..8].copy_from_slice(&lo.to_le_bytes());
+        bytes[7..].copy_from_slice(&mid.to_le_bytes());
+        Self { bytes, len }
+    }
+
+    /// Bytes 0-7 and 7-14 as two little-endian words (overlapping by one byte).
+    #[inline]
+    fn words(&self) -> (u64, u64) {
+        (word(self.bytes.first_chunk()), word(self.bytes.last_chunk()))
     }
 }
 
+/// A little-endian word of 8 bytes (one load; `None` never happens where it is used).
+#[inline]
+fn word(bytes: Option<&[u8; 8]>) -> u64 {
+    bytes.map_or(0, |b| u64::from_le_bytes(*b))
+}
+
+/// Up to 8 bytes as a little-endian word, zero-padded, read with at most three loads and no
+/// copy through memory.
+#[inline]
+fn padded_word(b: &[u8]) -> u64 {
+    let n = b.len();
+    let half = |c: Option<&[u8; 4]>| c.map_or(0, |c| u64::from(u32::from_le_bytes(*c)));
+    match n {
+        0 => 0,
+        1..=3 => {
+            u64::from(b[0]) | u64::from(b[n / 2]) << (8 * (n / 2)) | u64::from(b[n - 1]) << (8 * (n - 1))
+        }
+        // Two overlapping loads: the bytes they share are equal, so OR keeps them.
+        4..=7 => half(b.first_chunk()) | half(b.last_chunk()) << (8 * (n - 4)),
+        _ => word(b.first_chunk()),
+    }
+}
+
+/// The identifier of a lookup, built once per call without allocating. An inline one is
+/// compared as its length and two words, [`Inline::words`] of its zero-padded bytes, built
+/// from loads of the identifier itself: copying it into an [`Inline`] first measured ~20 ns
+/// slower (the copy's narrow stores and the wide loads reading them back do not line up, so
+/// the loads wait until the stores retire).
+#[derive(Debug, Clone, Copy)]
+enum Query<'a> {
+    Inline { len: InlineLen, words: (u64, u64) },
+    Heap(u32, &'a [u8]),
+}
+
+impl<'a> Query<'a> {
+    #[inline]
+    fn new(identifier: &'a str, hash: u64) -> Self {
+        let id = identifier.as_bytes();
+        match LENS.get(id.len()) {
+            Some(&len) => {
+                let (lo, hi) = id.split_at(id.len().min(8));
+                let (lo, hi) = (padded_word(lo), padded_word(hi));
+                Query::Inline { len, words: (lo, lo >> 56 | hi << 8) }
+            }
+            None => Query::Heap(hash as u32, id),
+        }
+    }
+}
+
+impl Ident {
+    #[inline]
+    fn matches(&self, query: &Query<'_>, heap: &Slab<Box<[u8]>>) -> bool {
+        match (self, query) {
+            (Ident::Inline(a), Query::Inline { len, words }) => a.len == *len && a.words() == *words,
+            (Ident::Heap { tag, index }, Query::Heap(qtag, b)) => {
+                tag == qtag && heap.get(*index as usize).is_some_and(|a| **a == **b)
+            }
+            _ => false,
+        }
+    }
+
+    fn bytes<'h>(&'h self, heap: &'h Slab<Box<[u8]>>) -> &'h [u8] {
+        match self {
+            Ident::Inline(i) => &i.bytes[..i.len as usize],
+            Ident::Heap { index, .. } => heap.get(*index as usize).map_or(&[], |b| b),
+        }
+    }
+}
+
+/// One budget of a class: 32 bytes, aligned so that two share a cache line and none spans
+/// two.
 #[derive(Debug)]
-struct Shard {
-    table: LineTable<Entry>,
-    sweep_at_len: usize,
+#[repr(align(32))]
+struct Entry {
+    id: Ident,
+    state: WindowState,
 }
 
 type Hasher = foldhash::fast::RandomState;
 
-fn entry_hash(e: &Entry) -> u64 {
-    e.hash
+/// The budgets of one `(namespace, duration)` in one shard.
+#[derive(Debug)]
+struct Class {
+    /// The class's hash (of the namespace and the duration), for [`Shard::index`].
+    hash: u64,
+    namespace_id: Arc<String>,
+    duration: u64,
+    table: LineTable<Entry>,
+    /// The identifiers longer than [`INLINE`] bytes of the table's entries.
+    heap: Slab<Box<[u8]>>,
+}
+
+impl Class {
+    fn new(hash: u64, key: &BudgetKey<'_>) -> Self {
+        Self {
+            hash,
+            namespace_id: key.namespace_id.clone(),
+            duration: key.duration,
+            table: LineTable::default(),
+            heap: Slab::new(),
+        }
+    }
+
+    /// Drops the entries whose window has ended, and their identifiers on the heap.
+    fn sweep(&mut self, hasher: &Hasher, now_ms: u64) {
+        let mut freed = Vec::new();
+        let duration = self.duration;
+        self.table.retain(
+            |e| {
+                let keep = !e.state.is_expired(duration, now_ms);
+                if let (false, Ident::Heap { index, .. }) = (keep, e.id) {
+                    freed.push(index);
+                }
+                keep
+            },
+            rehash(hasher, &self.heap),
+        );
+        for index in freed {
+            self.heap.remove(index as usize);
+        }
+        let keep = (self.table.len() * 2).max(MIN_CLASS_KEEP);
+        if self.table.capacity() > 4 * keep {
+            self.table.shrink_to(keep, rehash(hasher, &self.heap));
+        }
+        if self.heap.capacity() > 4 * (self.heap.len() * 2).max(MIN_CLASS_KEEP) {
+            self.heap.shrink_to_fit();
+        }
+    }
+
+    fn insert(&mut self, hasher: &Hasher, hash: u64, query: Query<'_>, state: WindowState) {
+        let id = match query {
+            Query::Inline { len, words } => Ident::Inline(Inline::from_words(len, words)),
+            Query::Heap(tag, bytes) => {
+                let index = self.heap.insert(bytes.into());
+                // 2^32 identifiers of over 15 bytes in one shard would take over 64 GiB.
+                let index = u32::try_from(index).unwrap_or(u32::MAX);
+                Ident::Heap { tag, index }
+            }
+        };
+        self.table.insert_unique(hash, Entry { id, state }, rehash(hasher, &self.heap));
+    }
+
+    fn matches(&self, key: &BudgetKey<'_>) -> bool {
+        self.duration == key.duration
+            && (Arc::ptr_eq(&self.namespace_id, key.namespace_id) || self.namespace_id == *key.namespace_id)
+    }
+}
+
+/// Up to this many classes in a shard, a lookup compares them in turn (their duration, then
+/// the namespace by pointer): no hash needed. Beyond, it uses [`Shard::index`].
+const SCAN_CLASSES: usize = 4;
+
+#[derive(Debug)]
+struct Shard {
+    classes: Vec<Class>,
+    /// Positions in `classes` by class hash, for shards with many classes (many namespaces,
+    /// or a caller using many durations).
+    index: hashbrown::HashTable<usize>,
+    /// Entries in all classes.
+    len: usize,
+    sweep_at_len: usize,
 }
 
 impl Shard {
-    fn sweep(&mut self, now_ms: u64) {
-        self.table.retain(|e| !e.state.is_expired(e.duration, now_ms), entry_hash);
-        self.sweep_at_len = (self.table.len() * 2).max(MIN_SWEEP_LEN);
-        if self.table.capacity() > 4 * self.sweep_at_len {
-            self.table.shrink_to(self.sweep_at_len, entry_hash);
+    fn new() -> Self {
+        Self { classes: Vec::new(), index: hashbrown::HashTable::new(), len: 0, sweep_at_len: MIN_SWEEP_LEN }
+    }
+
+    /// Where the class of `key` is in `classes`.
+    #[inline(always)]
+    fn position(&self, hasher: &Hasher, key: &BudgetKey<'_>) -> Option<usize> {
+        if self.classes.len() <= SCAN_CLASSES {
+            self.classes.iter().position(|c| c.matches(key))
+        } else {
+            self.indexed_position(hasher, key)
         }
     }
+
+    #[inline(never)]
+    fn indexed_position(&self, hasher: &Hasher, key: &BudgetKey<'_>) -> Option<usize> {
+        self.index.find(class_hash(hasher, key), |&i| self.classes[i].matches(key)).copied()
+    }
+
+    /// The class of `key`, created if missing.
+    fn class_or_insert(&mut self, hasher: &Hasher, key: &BudgetKey<'_>) -> &mut Class {
+        let i = match self.position(hasher, key) {
+            Some(i) => i,
+            None => {
+                self.classes.push(Class::new(class_hash(hasher, key), key));
+                let i = self.classes.len() - 1;
+                let classes = &self.classes;
+                self.index.insert_unique(classes[i].hash, i, |&j| classes[j].hash);
+                i
+            }
+        };
+        &mut self.classes[i]
+    }
+
+    fn sweep(&mut self, hasher: &Hasher, now_ms: u64) {
+        for class in &mut self.classes {
+            class.sweep(hasher, now_ms);
+        }
+        self.classes.retain(|c| c.table.len() > 0);
+        self.index.clear();
+        let classes = &self.classes;
+        for (i, class) in classes.iter().enumerate() {
+            self.index.insert_unique(class.hash, i, |&j| classes[j].hash);
+        }
+        self.len = self.classes.iter().map(|c| c.table.len()).sum();
+        self.sweep_at_len = (self.len * 2).max(MIN_SWEEP_LEN);
+    }
+}
+
+/// A class's table is shrunk by a sweep only when it could hold four times this many more
+/// values than needed (twice its live entries, at least this).
+const MIN_CLASS_KEEP: usize = 64;
+
+/// The hash of a budget: of its identifier alone, since the class tells the namespace and
+/// the duration apart. (The same identifier in two classes lands in the same shard.)
+#[inline]
+fn key_hash(hasher: &Hasher, identifier: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(identifier);
+    h.finish()
+}
+
+/// The hash of a class, for [`Shard::index`].
+fn class_hash(hasher: &Hasher, key: &BudgetKey<'_>) -> u64 {
+    // foldhash mixes each write's length in, so ("ab", "c") and ("a", "bc") differ.
+    let mut h = hasher.build_hasher();
+    h.write(key.namespace_id.as_bytes());
+    h.write_u64(key.duration);
+    h.finish()
+}
+
+/// How a class's table finds an entry's hash again when it is rebuilt.
+fn rehash<'a>(hasher: &'a Hasher, heap: &'a Slab<Box<[u8]>>) -> impl Fn(&Entry) -> u64 + 'a {
+    move |e| key_hash(hasher, e.id.bytes(heap))
 }
 
 /// Counts for observability and tests.
@@ -139,20 +414,8 @@ impl MemoryStore {
     /// taken from hash bits 32-47, clear of the low bits that pick the first slot probed).
     pub fn with_shards(shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
-        let shards = (0..n)
-            .map(|_| Mutex::new(Shard { table: LineTable::default(), sweep_at_len: MIN_SWEEP_LEN }))
-            .collect();
-        Self { shards, mask: n - 1, hasher: foldhash::fast::RandomState::default() }
-    }
-
-    #[inline]
-    fn hash(&self, key: &BudgetKey<'_>) -> u64 {
-        // foldhash mixes each write's length in, so ("ab", "c") and ("a", "bc") differ.
-        let mut h = self.hasher.build_hasher();
-        h.write(key.namespace_id.as_bytes());
-        h.write(key.identifier.as_bytes());
-        h.write_u64(key.duration);
-        h.finish()
+        let shards = (0..n).map(|_| Mutex::new(Shard::new())).collect();
+        Self { shards, mask: n - 1, hasher: Hasher::default() }
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
@@ -164,36 +427,35 @@ impl MemoryStore {
 
     pub fn stats(&self) -> MemoryStoreStats {
         MemoryStoreStats {
-            entries: self.shards.iter().map(|s| s.lock().table.len()).sum(),
+            entries: self.shards.iter().map(|s| s.lock().len).sum(),
             shards: self.shards.len(),
         }
     }
 
     /// The decision; infallible for the in-process store.
     pub fn check(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Decision {
-        let hash = self.hash(&key);
-        let mut shard = self.shard(hash).lock();
-        if let Some(entry) = shard.table.find_mut(hash, |e| e.matches(hash, &key)) {
-            let (state, decision) = decide(Some(entry.state), req, now_ms);
-            entry.state = state;
-            return decision;
+        let hash = key_hash(&self.hasher, key.identifier.as_bytes());
+        let query = Query::new(key.identifier, hash);
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
+        if let Some(i) = shard.position(&self.hasher, &key) {
+            let class = &mut shard.classes[i];
+            if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.heap)) {
+                let (state, decision) = decide(Some(entry.state), req, now_ms);
+                entry.state = state;
+                return decision;
+            }
         }
         let (state, decision) = decide(None, req, now_ms);
         if state.used == 0 {
             // Nothing consumed (cost 0, or denied): an untouched budget needs no entry.
             return decision;
         }
-        if shard.table.len() >= shard.sweep_at_len {
-            shard.sweep(now_ms);
+        if shard.len >= shard.sweep_at_len {
+            shard.sweep(&self.hasher, now_ms);
         }
-        let entry = Entry {
-            hash,
-            namespace_id: key.namespace_id.clone(),
-            identifier: CompactString::from(key.identifier),
-            duration: key.duration,
-            state,
-        };
-        shard.table.insert_unique(hash, entry, entry_hash);
+        shard.class_or_insert(&self.hasher, &key).insert(&self.hasher, hash, query, state);
+        shard.len += 1;
         decision
     }
 }
@@ -209,7 +471,7 @@ impl RateLimitStore for MemoryStore {
 
     fn sweep(&self, now_ms: u64) {
         for shard in self.shards.iter() {
-            shard.lock().sweep(now_ms);
+            shard.lock().sweep(&self.hasher, now_ms);
         }
     }
 }
@@ -229,12 +491,14 @@ mod tests {
 
     /// How many full slots a lookup of `key` reads (compares) before it finds it.
     fn entries_read(s: &MemoryStore, key: &BudgetKey<'_>) -> usize {
-        let hash = s.hash(key);
+        let hash = key_hash(&s.hasher, key.identifier.as_bytes());
+        let query = Query::new(key.identifier, hash);
         let mut reads = 0;
         let shard = s.shard(hash).lock();
-        let found = shard.table.find(hash, |e| {
+        let class = &shard.classes[shard.position(&s.hasher, key).expect("class")];
+        let found = class.table.find(hash, |e| {
             reads += 1;
-            e.matches(hash, key)
+            e.id.matches(&query, &class.heap)
         });
         assert!(found.is_some());
         reads
@@ -258,10 +522,106 @@ mod tests {
     }
 
     #[test]
-    fn entries_are_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Entry>(), 64);
-        // A slot holding an entry (or nothing, or a tombstone) is still one line.
-        assert_eq!(crate::table::slot_size::<Entry>(), 64);
+    fn entries_are_half_a_cache_line() {
+        assert_eq!(std::mem::size_of::<Ident>(), 16);
+        assert_eq!((std::mem::size_of::<Entry>(), std::mem::align_of::<Entry>()), (32, 32));
+        // A slot holding an entry (or nothing, or a tombstone) is no larger.
+        assert_eq!(crate::table::slot_size::<Entry>(), 32);
+    }
+
+    #[test]
+    fn inline_identifiers_keep_every_byte() {
+        for n in 0..=INLINE {
+            let id: String = (0..n).map(|i| char::from(b'a' + i as u8)).collect();
+            let Query::Inline { len, words } = Query::new(&id, 0) else { panic!("{n} bytes inline") };
+            let inline = Inline::from_words(len, words);
+            assert_eq!(&inline.bytes[..n], id.as_bytes());
+            assert!(inline.bytes[n..].iter().all(|&b| b == 0), "{n}");
+            assert_eq!(inline.words(), words);
+            assert_eq!(Ident::Inline(inline).bytes(&Slab::new()), id.as_bytes());
+            // Changing any one byte changes the words.
+            for j in 0..n {
+                let mut other = id.clone().into_bytes();
+                other[j] = b'Z';
+                let other = String::from_utf8(other).expect("ascii");
+                let Query::Inline { words: w, .. } = Query::new(&other, 0) else { panic!() };
+                assert_ne!(w, words, "{id} vs {other}");
+            }
+        }
+    }
+
+    #[test]
+    fn identifiers_inline_and_on_the_heap_never_match_each_other() {
+        let s = MemoryStore::with_shards(1);
+        let n = ns("n");
+        // Lengths around the inline limit, and identifiers that share a prefix or differ
+        // only in trailing zero bytes (the inline padding).
+        let ids: Vec<String> = (0..=40)
+            .flat_map(|len| {
+                ["a".repeat(len), format!("{}\0", "a".repeat(len)), format!("{}b", "a".repeat(len))]
+            })
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            let d =
+                s.check(key(&n, id), LimitRequest { limit: 1_000, duration: 1_000, cost: i as u64 + 1 }, 0);
+            assert!(d.success, "{id:?}");
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let d = s.check(key(&n, id), LimitRequest { limit: 1_000, duration: 1_000, cost: 0 }, 0);
+            assert_eq!(d.remaining, 1_000 - (i as u64 + 1), "{id:?}");
+        }
+        assert_eq!(s.stats().entries, ids.len());
+    }
+
+    /// Random calls against a model that keeps every state in a map: same decisions,
+    /// through inline and heap identifiers, many classes per shard (the index path),
+    /// window rollovers, sweeps, table growth and slab reuse.
+    #[test]
+    fn matches_a_reference_model() {
+        use std::collections::HashMap;
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rand = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let s = MemoryStore::with_shards(2);
+        let namespaces = [ns("a"), ns("b"), ns("a"), ns("rlns_long_namespace_name")];
+        let ids: Vec<String> = (0..300).map(|i| format!("{}{i}", "x".repeat(i % 41))).collect();
+        let mut model: HashMap<(String, String, u64), WindowState> = HashMap::new();
+        let mut now = 1_000_000u64;
+        for step in 0..200_000 {
+            now += rand(40);
+            if step % 5_000 == 0 {
+                RateLimitStore::sweep(&s, now);
+            }
+            let namespace = &namespaces[rand(4) as usize];
+            let id = &ids[rand(300) as usize];
+            let duration =
+                if rand(10) == 0 { 1_000 + rand(20) * 1_000 } else { [1_000, 3_000][rand(2) as usize] };
+            let req = LimitRequest { limit: 1 + rand(6), duration, cost: rand(3) };
+            let k = (namespace.to_string(), id.clone(), duration);
+            let (state, expected) = decide(model.get(&k).copied(), req, now);
+            model.insert(k, state);
+            let got = s.check(BudgetKey { namespace_id: namespace, identifier: id, duration }, req, now);
+            assert_eq!(got, expected, "step {step}: {namespace} {id} {duration}");
+        }
+    }
+
+    #[test]
+    fn classes_left_empty_are_dropped_by_a_sweep() {
+        let s = MemoryStore::with_shards(1);
+        let n = ns("n");
+        for duration in (1..=50).map(|d| d * 1_000) {
+            let k = BudgetKey { duration, ..key(&n, "x") };
+            s.check(k, LimitRequest { duration, ..R }, 0);
+        }
+        assert_eq!(s.shards[0].lock().classes.len(), 50);
+        // At 10 s every window of at most 10 s has ended.
+        RateLimitStore::sweep(&s, 10_000);
+        assert_eq!(s.shards[0].lock().classes.len(), 40);
+        assert_eq!(s.stats().entries, 40);
     }
 
     #[test]

@@ -1,22 +1,22 @@
-//! The table behind each shard of the in-process store: open addressing with linear probing
-//! over slots of one cache line each, the value stored in the slot itself.
+//! The table behind each shard of the in-process store: open addressing with linear probing,
+//! the value stored in the slot itself. The store's values are 32 bytes aligned to 32, so two
+//! slots share each cache line and none spans two.
 //!
 //! Why not `hashbrown`: its probe reads a control byte first and only then the entry the byte
 //! points to, two dependent loads; on a table larger than the cache both miss, one after the
 //! other. Here the first slot a lookup reads is computed from the hash alone, so a decision on
-//! an existing budget usually costs one miss: its own line. (hashbrown also aligns buckets to
-//! 16 bytes only, so a 64-byte entry spans two lines.) The price is that a lookup also reads
-//! the neighbours in its cluster, adjacent lines that the caller's `eq` rejects cheaply (the
-//! store's entries keep their hash and compare it first).
+//! an existing budget usually costs one miss: its own line, which also holds the next slot of
+//! its probe sequence. The price is that a lookup also reads the neighbours in its cluster,
+//! which the caller's `eq` rejects cheaply.
 //!
 //! Deletion leaves a tombstone; tombstones are reused by inserts and dropped whenever the
 //! table is rebuilt (on growth, and by [`LineTable::retain`] once they outnumber the values).
 
 /// Values per slot count before the table grows: at most `MAX_LOAD_NUM / MAX_LOAD_DEN` of
 /// the slots hold a value or a tombstone. 7/8 (hashbrown's limit too) keeps memory at
-/// 73-146 bytes per 64-byte value; a successful lookup reads 1.3-4.5 slots, adjacent lines
-/// of one page. A lower limit (3/4, 1/2) measured slower: the table doubles sooner, and
-/// its footprint costs more than the extra probes.
+/// 37-73 bytes per 32-byte value; a successful lookup reads 1.3-4.5 slots, adjacent slots
+/// of one page, two per line. A lower limit (3/4, 1/2) measured slower with 64-byte values:
+/// the table doubles sooner, and its footprint costs more than the extra probes.
 const MAX_LOAD_NUM: usize = 7;
 const MAX_LOAD_DEN: usize = 8;
 const MIN_SLOTS: usize = 8;
@@ -28,9 +28,9 @@ enum State<T> {
     Full(T),
 }
 
-/// One slot, aligned to a cache line so that a 64-byte value occupies exactly one.
+/// One slot: the value, or a marker that fits in the value's niche (the store's entries
+/// have one), so a slot is exactly as large and as aligned as the value.
 #[derive(Debug)]
-#[repr(align(64))]
 struct Slot<T>(State<T>);
 
 /// The size of the slot that holds a `T`.
@@ -286,8 +286,8 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_cache_lines() {
-        assert_eq!(std::mem::align_of::<Slot<u64>>(), 64);
-        assert_eq!(std::mem::size_of::<Slot<u64>>(), 64);
+    fn a_slot_of_a_value_with_a_niche_is_the_value() {
+        // `char` has unused values for both markers.
+        assert_eq!(slot_size::<char>(), std::mem::size_of::<char>());
     }
 }
