@@ -8,11 +8,12 @@
 //! One live budget costs one [`Entry`] of 32 bytes, half a cache line (the identifier inline
 //! when it has at most 15 bytes, the window's start, the tokens used), times the table's
 //! spare capacity (load <= 7/8, growth doubles): 37-73 bytes, about 50 on average, per live
-//! `(namespace, identifier, duration)`. An identifier longer than 15 bytes adds a heap
-//! allocation of its length and a 24-byte slot in its class's slab. Each class present in a shard adds its table's
-//! minimum (8 slots, 256 bytes) and ~100 bytes of bookkeeping; with the usual handful of
-//! namespaces and durations that is nothing, and at worst (every budget its own class) a
-//! budget costs ~400 bytes. 1M live budgets with short identifiers take about 50 MB.
+//! `(namespace, identifier, duration)`. An identifier longer than 15 bytes adds its length
+//! in its class's arena (up to twice that until a sweep compacts the arena). Each class
+//! present in a shard adds its table's minimum (8 slots, 256 bytes) and ~100 bytes of
+//! bookkeeping; with the usual handful of namespaces and durations that is nothing, and at
+//! worst (every budget its own class) a budget costs ~400 bytes. 1M live budgets with short
+//! identifiers take about 50 MB.
 //!
 //! # Hot path
 //! One short hash (foldhash, of the identifier alone: the class tells namespaces and
@@ -34,7 +35,6 @@
 
 use crate::table::LineTable;
 use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
-use slab::Slab;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::Arc;
@@ -118,13 +118,46 @@ struct Inline {
 enum Ident {
     Inline(Inline),
     /// A longer identifier: a 32-bit tag of the key's hash (so that a neighbour is rejected
-    /// without reading its bytes) and where its bytes are in the class's [`Class::heap`].
-    /// (A pointer with a tag beside it would not fit before the niche: variants other than
-    /// the largest must fit, padding included, in the bytes before it.)
+    /// without reading its bytes) and where its bytes are in the class's [`Arena`]. (A
+    /// pointer with a tag beside it would not fit before the niche: variants other than the
+    /// largest must fit, padding included, in the bytes before it.)
     Heap {
         tag: u32,
-        index: u32,
+        at: u32,
+        len: u32,
     },
+}
+
+/// The bytes of a class's identifiers longer than [`INLINE`], back to back in one buffer,
+/// so that comparing one costs one miss (a slab of boxes would cost two). Ended entries
+/// leave their bytes behind until a sweep finds over half of the buffer unused and copies
+/// the rest into a new one.
+#[derive(Debug, Default)]
+struct Arena {
+    bytes: Vec<u8>,
+    /// Bytes that belong to entries in the table.
+    used: usize,
+}
+
+/// A sweep compacts an arena only above this size.
+const MIN_ARENA_COMPACT: usize = 4096;
+
+impl Arena {
+    #[inline]
+    fn get(&self, at: u32, len: u32) -> &[u8] {
+        let at = at as usize;
+        self.bytes.get(at..at + len as usize).unwrap_or_default()
+    }
+
+    /// Appends `id`; `None` if the arena would pass 4 GiB (offsets are 32-bit).
+    fn push(&mut self, id: &[u8]) -> Option<(u32, u32)> {
+        let at = u32::try_from(self.bytes.len()).ok()?;
+        let len = u32::try_from(id.len()).ok()?;
+        at.checked_add(len)?;
+        self.bytes.extend_from_slice(id);
+        self.used += id.len();
+        Some((at, len))
+    }
 }
 
 impl Inline {
@@ -193,20 +226,18 @@ impl<'a> Query<'a> {
 
 impl Ident {
     #[inline]
-    fn matches(&self, query: &Query<'_>, heap: &Slab<Box<[u8]>>) -> bool {
+    fn matches(&self, query: &Query<'_>, arena: &Arena) -> bool {
         match (self, query) {
             (Ident::Inline(a), Query::Inline { len, words }) => a.len == *len && a.words() == *words,
-            (Ident::Heap { tag, index }, Query::Heap(qtag, b)) => {
-                tag == qtag && heap.get(*index as usize).is_some_and(|a| **a == **b)
-            }
+            (Ident::Heap { tag, at, len }, Query::Heap(qtag, b)) => tag == qtag && arena.get(*at, *len) == *b,
             _ => false,
         }
     }
 
-    fn bytes<'h>(&'h self, heap: &'h Slab<Box<[u8]>>) -> &'h [u8] {
+    fn bytes<'a>(&'a self, arena: &'a Arena) -> &'a [u8] {
         match self {
             Ident::Inline(i) => &i.bytes[..i.len as usize],
-            Ident::Heap { index, .. } => heap.get(*index as usize).map_or(&[], |b| b),
+            Ident::Heap { at, len, .. } => arena.get(*at, *len),
         }
     }
 }
@@ -231,7 +262,7 @@ struct Class {
     duration: u64,
     table: LineTable<Entry>,
     /// The identifiers longer than [`INLINE`] bytes of the table's entries.
-    heap: Slab<Box<[u8]>>,
+    arena: Arena,
 }
 
 impl Class {
@@ -241,47 +272,65 @@ impl Class {
             namespace_id: key.namespace_id.clone(),
             duration: key.duration,
             table: LineTable::default(),
-            heap: Slab::new(),
+            arena: Arena::default(),
         }
     }
 
-    /// Drops the entries whose window has ended, and their identifiers on the heap.
+    /// Drops the entries whose window has ended, shrinks a table left mostly empty and
+    /// compacts an arena left mostly unused.
     fn sweep(&mut self, hasher: &Hasher, now_ms: u64) {
-        let mut freed = Vec::new();
         let duration = self.duration;
+        let mut released = 0;
         self.table.retain(
             |e| {
                 let keep = !e.state.is_expired(duration, now_ms);
-                if let (false, Ident::Heap { index, .. }) = (keep, e.id) {
-                    freed.push(index);
+                if let (false, Ident::Heap { len, .. }) = (keep, e.id) {
+                    released += len as usize;
                 }
                 keep
             },
-            rehash(hasher, &self.heap),
+            rehash(hasher, &self.arena),
         );
-        for index in freed {
-            self.heap.remove(index as usize);
-        }
+        self.arena.used -= released;
         let keep = (self.table.len() * 2).max(MIN_CLASS_KEEP);
         if self.table.capacity() > 4 * keep {
-            self.table.shrink_to(keep, rehash(hasher, &self.heap));
+            self.table.shrink_to(keep, rehash(hasher, &self.arena));
         }
-        if self.heap.capacity() > 4 * (self.heap.len() * 2).max(MIN_CLASS_KEEP) {
-            self.heap.shrink_to_fit();
+        if self.arena.bytes.len() > (2 * self.arena.used).max(MIN_ARENA_COMPACT) {
+            self.compact_arena();
         }
     }
 
-    fn insert(&mut self, hasher: &Hasher, hash: u64, query: Query<'_>, state: WindowState) {
+    /// Copies the identifiers still in use into a new arena (hashes do not change).
+    fn compact_arena(&mut self) {
+        let old = std::mem::take(&mut self.arena);
+        self.arena.bytes.reserve_exact(old.used);
+        for entry in self.table.values_mut() {
+            if let Ident::Heap { tag, at, len } = entry.id
+                && let Some((at, len)) = self.arena.push(old.get(at, len))
+            {
+                entry.id = Ident::Heap { tag, at, len };
+            }
+        }
+    }
+
+    /// Stores a new budget; `false` if its identifier did not fit (see [`Arena::push`]).
+    fn insert(&mut self, hasher: &Hasher, hash: u64, query: Query<'_>, state: WindowState) -> bool {
         let id = match query {
             Query::Inline { len, words } => Ident::Inline(Inline::from_words(len, words)),
             Query::Heap(tag, bytes) => {
-                let index = self.heap.insert(bytes.into());
-                // 2^32 identifiers of over 15 bytes in one shard would take over 64 GiB.
-                let index = u32::try_from(index).unwrap_or(u32::MAX);
-                Ident::Heap { tag, index }
+                let pushed = self.arena.push(bytes).or_else(|| {
+                    self.compact_arena();
+                    self.arena.push(bytes)
+                });
+                match pushed {
+                    Some((at, len)) => Ident::Heap { tag, at, len },
+                    None => return false,
+                }
             }
         };
-        self.table.insert_unique(hash, Entry { id, state }, rehash(hasher, &self.heap));
+        self.table.insert_unique(hash, Entry { id, state }, rehash(hasher, &self.arena));
+        true
     }
 
     fn matches(&self, key: &BudgetKey<'_>) -> bool {
@@ -378,8 +427,8 @@ fn class_hash(hasher: &Hasher, key: &BudgetKey<'_>) -> u64 {
 }
 
 /// How a class's table finds an entry's hash again when it is rebuilt.
-fn rehash<'a>(hasher: &'a Hasher, heap: &'a Slab<Box<[u8]>>) -> impl Fn(&Entry) -> u64 + 'a {
-    move |e| key_hash(hasher, e.id.bytes(heap))
+fn rehash<'a>(hasher: &'a Hasher, arena: &'a Arena) -> impl Fn(&Entry) -> u64 + 'a {
+    move |e| key_hash(hasher, e.id.bytes(arena))
 }
 
 /// Counts for observability and tests.
@@ -440,7 +489,7 @@ impl MemoryStore {
         let shard = &mut *guard;
         if let Some(i) = shard.position(&self.hasher, &key) {
             let class = &mut shard.classes[i];
-            if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.heap)) {
+            if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.arena)) {
                 let (state, decision) = decide(Some(entry.state), req, now_ms);
                 entry.state = state;
                 return decision;
@@ -454,8 +503,13 @@ impl MemoryStore {
         if shard.len >= shard.sweep_at_len {
             shard.sweep(&self.hasher, now_ms);
         }
-        shard.class_or_insert(&self.hasher, &key).insert(&self.hasher, hash, query, state);
-        shard.len += 1;
+        if shard.class_or_insert(&self.hasher, &key).insert(&self.hasher, hash, query, state) {
+            shard.len += 1;
+        } else {
+            // 4 GiB of live identifiers over 15 bytes in one shard and class: not reachable
+            // in practice (that is 256 GiB across the 64 shards).
+            log::error!("rate-limit store: no room for identifiers in one shard; budget not recorded");
+        }
         decision
     }
 }
@@ -498,7 +552,7 @@ mod tests {
         let class = &shard.classes[shard.position(&s.hasher, key).expect("class")];
         let found = class.table.find(hash, |e| {
             reads += 1;
-            e.id.matches(&query, &class.heap)
+            e.id.matches(&query, &class.arena)
         });
         assert!(found.is_some());
         reads
@@ -538,7 +592,7 @@ mod tests {
             assert_eq!(&inline.bytes[..n], id.as_bytes());
             assert!(inline.bytes[n..].iter().all(|&b| b == 0), "{n}");
             assert_eq!(inline.words(), words);
-            assert_eq!(Ident::Inline(inline).bytes(&Slab::new()), id.as_bytes());
+            assert_eq!(Ident::Inline(inline).bytes(&Arena::default()), id.as_bytes());
             // Changing any one byte changes the words.
             for j in 0..n {
                 let mut other = id.clone().into_bytes();
@@ -606,6 +660,36 @@ mod tests {
             model.insert(k, state);
             let got = s.check(BudgetKey { namespace_id: namespace, identifier: id, duration }, req, now);
             assert_eq!(got, expected, "step {step}: {namespace} {id} {duration}");
+        }
+    }
+
+    #[test]
+    fn long_identifiers_survive_arena_compaction_and_the_arena_stays_bounded() {
+        let s = MemoryStore::with_shards(1);
+        let n = ns("n");
+        let req = LimitRequest { limit: 10, duration: 1_000, cost: 1 };
+        // 25 bytes each: `kept` are used in every window (their entries are reused in
+        // place), `once` are new in every window and left to end.
+        let kept: Vec<String> = (0..100).map(|i| format!("user_{i:08}@example.com")).collect();
+        for w in 0..30u64 {
+            let now = w * 1_000;
+            let once: Vec<String> = (0..100).map(|i| format!("w{w:04}_user_{i:08}@x.com")).collect();
+            for id in kept.iter().chain(&once) {
+                s.check(key(&n, id), req, now + 500);
+            }
+            // Ends the previous window's `once` entries: their bytes become garbage, and
+            // the sweep compacts the arena once that is over half of it.
+            RateLimitStore::sweep(&s, now + 600);
+            {
+                let shard = s.shards[0].lock();
+                let arena = &shard.classes[0].arena;
+                assert_eq!(arena.used, 200 * 25);
+                assert!(arena.bytes.len() <= (2 * arena.used).max(MIN_ARENA_COMPACT), "window {w}");
+            }
+            // Every budget kept its count through the compactions.
+            for id in kept.iter().chain(&once) {
+                assert_eq!(s.check(key(&n, id), req, now + 700).remaining, 8, "window {w} {id}");
+            }
         }
     }
 

@@ -115,6 +115,14 @@ impl<T> LineTable<T> {
         }
     }
 
+    /// Every value, to change in ways that keep its hash.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(|slot| match &mut slot.0 {
+            State::Full(v) => Some(v),
+            _ => None,
+        })
+    }
+
     /// Inserts a value the caller has checked is absent.
     pub fn insert_unique(&mut self, hash: u64, value: T, hasher: impl Fn(&T) -> u64) {
         if self.len + self.deleted + 1 > max_load(self.slots.len()) {
