@@ -28,7 +28,6 @@
 
 mod decision;
 mod memory;
-mod prefetch;
 mod table;
 
 pub use decision::{Decision, LimitRequest, WindowState, decide, fail_open_decision, window_start};

@@ -22,9 +22,7 @@
 //! differ; a hash index when a shard has more than [`SCAN_CLASSES`]), then one probe that
 //! starts at a slot computed from the hash: on a table larger than the cache, a decision on
 //! an existing budget usually costs one miss, its own line, which also holds the next slot
-//! probed. That miss is started before the lock is taken, by a prefetch of the slot a
-//! [`ProbeHint`] kept beside the shard names, so that it overlaps the lock and the class
-//! lookup. An inline identifier is compared as its length and two words; a neighbour with a
+//! probed. An inline identifier is compared as its length and two words; a neighbour with a
 //! heap identifier is rejected by a 32-bit tag of its hash, without reading its bytes.
 //!
 //! # Reclaiming
@@ -35,13 +33,11 @@
 //! [`RateLimitStore::sweep`] sweeps all shards; the server calls it periodically so that
 //! idle shards shrink too.
 
-use crate::prefetch::prefetch_read;
-use crate::table::{LineTable, first_slot};
+use crate::table::LineTable;
 use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Relaxed};
 
 const MIN_SWEEP_LEN: usize = 1024;
 
@@ -72,56 +68,7 @@ impl spin::RelaxStrategy for SpinThenYield {
 /// (their release is an atomic exchange, to find parked waiters): ~3 ns of ~20.
 type Mutex<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
 
-/// Where one table of a shard keeps its slots, readable without the shard's lock, so that a
-/// decision can prefetch its first slot before taking the lock: the cache miss then
-/// overlaps the lock and the class lookup instead of following them. The table is the one
-/// last inserted into (a busy class gets new budgets) or, after a sweep, the largest. Only a
-/// hint: the decision may be in another class, and a prefetch of a wrong or stale address
-/// is harmless (see [`prefetch_read`]). With one class per shard (one namespace and
-/// duration, the usual case) it is always right.
-#[derive(Debug, Default)]
-struct ProbeHint {
-    slots: AtomicPtr<u8>,
-    mask: AtomicUsize,
-}
-
-impl ProbeHint {
-    #[inline(always)]
-    fn prefetch(&self, hash: u64) {
-        prefetch_read(first_slot::<Entry>(self.slots.load(Relaxed), self.mask.load(Relaxed), hash));
-    }
-
-    fn point_at(&self, table: &LineTable<Entry>) {
-        let (slots, mask) = table.probe_base();
-        self.slots.store(slots, Relaxed);
-        self.mask.store(mask, Relaxed);
-    }
-
-    /// After a sweep (tables rebuilt, classes dropped): the largest class's table.
-    fn point_at_largest(&self, shard: &Shard) {
-        match shard.classes.iter().max_by_key(|c| c.table.len()) {
-            Some(class) => self.point_at(&class.table),
-            None => self.point_at(&LineTable::default()),
-        }
-    }
-}
-
-/// A shard and its [`ProbeHint`], which shares the lock's cache line: the line a decision
-/// touches first is then the line it needs next.
-#[derive(Debug)]
-#[repr(C, align(64))]
-struct ShardCell {
-    hint: ProbeHint,
-    shard: Mutex<Shard>,
-}
-
-impl ShardCell {
-    fn lock(&self) -> spin::mutex::SpinMutexGuard<'_, Shard> {
-        self.shard.lock()
-    }
-}
-
-/// Where in the hash the shard index is taken from (see [`MemoryStore::shard_of`]).
+/// Where in the hash the shard index is taken from (see [`MemoryStore::shard`]).
 const SHARD_BITS_AT: u32 = 32;
 const MAX_SHARDS: usize = 1 << 16;
 
@@ -495,7 +442,7 @@ pub struct MemoryStoreStats {
 /// budget happens under its shard's lock.
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Box<[ShardCell]>,
+    shards: Box<[Mutex<Shard>]>,
     /// `shards.len() - 1` (a power of two minus one).
     mask: usize,
     hasher: Hasher,
@@ -516,18 +463,15 @@ impl MemoryStore {
     /// taken from hash bits 32-47, clear of the low bits that pick the first slot probed).
     pub fn with_shards(shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
-        let shards = (0..n)
-            .map(|_| ShardCell { hint: ProbeHint::default(), shard: Mutex::new(Shard::new()) })
-            .collect();
+        let shards = (0..n).map(|_| Mutex::new(Shard::new())).collect();
         Self { shards, mask: n - 1, hasher: Hasher::default() }
     }
 
-    /// The index of the shard of `hash`.
-    fn shard_of(&self, hash: u64) -> usize {
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
         // Bits 32.. pick the shard. Inside a shard the table uses the low bits (the first
         // slot probed): the shard index must not take those, or every entry of a shard
         // would start its probe in the same few slots and clusters would grow long.
-        (hash >> SHARD_BITS_AT) as usize & self.mask
+        &self.shards[(hash >> SHARD_BITS_AT) as usize & self.mask]
     }
 
     pub fn stats(&self) -> MemoryStoreStats {
@@ -541,10 +485,7 @@ impl MemoryStore {
     pub fn check(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Decision {
         let hash = key_hash(&self.hasher, key.identifier.as_bytes());
         let query = Query::new(key.identifier, hash);
-        let s = self.shard_of(hash);
-        let hint = &self.shards[s].hint;
-        hint.prefetch(hash);
-        let mut guard = self.shards[s].lock();
+        let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
         if let Some(i) = shard.position(&self.hasher, &key) {
             let class = &mut shard.classes[i];
@@ -554,24 +495,6 @@ impl MemoryStore {
                 return decision;
             }
         }
-        self.check_new(hint, shard, key, hash, query, req, now_ms)
-    }
-
-    /// [`MemoryStore::check`] for a budget the shard does not hold. Out of line, so that
-    /// the common path (an existing budget) saves and restores fewer registers.
-    #[cold]
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn check_new(
-        &self,
-        hint: &ProbeHint,
-        shard: &mut Shard,
-        key: BudgetKey<'_>,
-        hash: u64,
-        query: Query<'_>,
-        req: LimitRequest,
-        now_ms: u64,
-    ) -> Decision {
         let (state, decision) = decide(None, req, now_ms);
         if state.used == 0 {
             // Nothing consumed (cost 0, or denied): an untouched budget needs no entry.
@@ -580,10 +503,7 @@ impl MemoryStore {
         if shard.len >= shard.sweep_at_len {
             shard.sweep(&self.hasher, now_ms);
         }
-        let class = shard.class_or_insert(&self.hasher, &key);
-        let inserted = class.insert(&self.hasher, hash, query, state);
-        hint.point_at(&class.table);
-        if inserted {
+        if shard.class_or_insert(&self.hasher, &key).insert(&self.hasher, hash, query, state) {
             shard.len += 1;
         } else {
             // 4 GiB of live identifiers over 15 bytes in one shard and class: not reachable
@@ -604,10 +524,8 @@ impl RateLimitStore for MemoryStore {
     }
 
     fn sweep(&self, now_ms: u64) {
-        for cell in self.shards.iter() {
-            let mut shard = cell.lock();
-            shard.sweep(&self.hasher, now_ms);
-            cell.hint.point_at_largest(&shard);
+        for shard in self.shards.iter() {
+            shard.lock().sweep(&self.hasher, now_ms);
         }
     }
 }
@@ -630,7 +548,7 @@ mod tests {
         let hash = key_hash(&s.hasher, key.identifier.as_bytes());
         let query = Query::new(key.identifier, hash);
         let mut reads = 0;
-        let shard = s.shards[s.shard_of(hash)].lock();
+        let shard = s.shard(hash).lock();
         let class = &shard.classes[shard.position(&s.hasher, key).expect("class")];
         let found = class.table.find(hash, |e| {
             reads += 1;
@@ -788,43 +706,6 @@ mod tests {
         RateLimitStore::sweep(&s, 10_000);
         assert_eq!(s.shards[0].lock().classes.len(), 40);
         assert_eq!(s.stats().entries, 40);
-    }
-
-    /// Where the shard's hint says the slots are.
-    fn hinted(s: &MemoryStore, shard: usize) -> (*mut u8, usize) {
-        let h = &s.shards[shard].hint;
-        (h.slots.load(Relaxed), h.mask.load(Relaxed))
-    }
-
-    #[test]
-    fn the_prefetch_hint_follows_the_table_a_shard_uses() {
-        let s = MemoryStore::with_shards(1);
-        let (a, b) = (ns("a"), ns("b"));
-        // Growing a table moves its slots; the hint follows every growth.
-        for i in 0..3000 {
-            s.check(key(&a, &format!("id{i}")), R, 0);
-            assert_eq!(hinted(&s, 0), s.shards[0].lock().classes[0].table.probe_base(), "after {i}");
-        }
-        // The first slot it names for a key is the one a lookup of that key reads first.
-        let hash = key_hash(&s.hasher, b"id7");
-        let (slots, mask) = hinted(&s, 0);
-        let entry = s.shards[0].lock().classes[0].table.probe_base().0;
-        assert_eq!(first_slot::<Entry>(slots, mask, hash), entry.wrapping_add((hash as usize & mask) * 32));
-        // A new class: the hint moves to the table last inserted into.
-        s.check(key(&b, "x"), R, 0);
-        assert_eq!(hinted(&s, 0), s.shards[0].lock().classes[1].table.probe_base());
-        // A sweep rebuilds tables: afterwards the hint names the largest class's new table.
-        s.check(BudgetKey { duration: 60_000, ..key(&b, "y") }, LimitRequest { duration: 60_000, ..R }, 0);
-        RateLimitStore::sweep(&s, 1_000);
-        {
-            let shard = s.shards[0].lock();
-            assert_eq!(shard.classes.len(), 1);
-            assert_eq!(hinted(&s, 0), shard.classes[0].table.probe_base());
-        }
-        // Nothing left: the hint names no table.
-        RateLimitStore::sweep(&s, 60_000);
-        assert_eq!(hinted(&s, 0).1, 0);
-        assert_eq!(s.check(key(&a, "id1"), R, 60_000).remaining, 2, "decisions unaffected");
     }
 
     #[test]

@@ -71,12 +71,6 @@ impl<T> Default for LineTable<T> {
 }
 
 impl<T> LineTable<T> {
-    /// Where the slots are and the mask of their indices: what [`first_slot`] needs to find
-    /// the first slot a lookup will read, without holding the table.
-    pub fn probe_base(&self) -> (*mut u8, usize) {
-        (self.slots.as_ptr().cast::<u8>().cast_mut(), self.slots.len().saturating_sub(1))
-    }
-
     pub fn len(&self) -> usize {
         self.len
     }
@@ -94,7 +88,7 @@ impl<T> LineTable<T> {
             return None;
         }
         let mask = self.slots.len() - 1;
-        let mut i = home(hash, mask);
+        let mut i = hash as usize & mask;
         loop {
             match &self.slots[i].0 {
                 State::Empty => return None,
@@ -182,25 +176,11 @@ impl<T> LineTable<T> {
     }
 }
 
-/// The index of the first slot a probe for `hash` reads.
-#[inline(always)]
-fn home(hash: u64, mask: usize) -> usize {
-    hash as usize & mask
-}
-
-/// The address of the first slot a lookup of `hash` reads in a table of `T` whose
-/// [`LineTable::probe_base`] was `(base, mask)`; only for a prefetch (not dereferenced: the
-/// table may have been rebuilt since).
-#[inline(always)]
-pub(crate) fn first_slot<T>(base: *mut u8, mask: usize, hash: u64) -> *const u8 {
-    base.wrapping_add(home(hash, mask).wrapping_mul(std::mem::size_of::<Slot<T>>()))
-}
-
 /// Puts `value` in the first empty or deleted slot of its probe sequence; returns whether
 /// that slot held a tombstone.
 fn place<T>(slots: &mut [Slot<T>], hash: u64, value: T) -> bool {
     let mask = slots.len() - 1;
-    let mut i = home(hash, mask);
+    let mut i = hash as usize & mask;
     loop {
         match slots[i].0 {
             State::Full(_) => i = (i + 1) & mask,
