@@ -81,7 +81,7 @@ fn finish<B: MessageBody>(
     }
     // A handler whose body carries the id (keys.verifyKey) has set the header already.
     if !res.headers().contains_key(REQUEST_ID_HEADER)
-        && let Ok(v) = HeaderValue::from_str(&new_id(IdPrefix::Request))
+        && let Ok(v) = HeaderValue::try_from(new_id(IdPrefix::Request))
     {
         res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
     }
@@ -102,14 +102,20 @@ fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
     let value = req.headers().get(header::AUTHORIZATION).ok_or_else(|| {
         ApiError::unauthorized("the Authorization header is missing; send Authorization: Bearer <root key>")
     })?;
-    let value =
-        value.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not valid text"))?;
-    let (scheme, token) = value.trim().split_once(' ').unwrap_or((value, ""));
-    let token = token.trim();
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+    // Bytes first (every request passes here): the scheme and the spaces are ASCII, and
+    // only the token needs to be text, ASCII like every root key.
+    let value = value.as_bytes().trim_ascii();
+    let (scheme, token) = match value.iter().position(|&b| b == b' ') {
+        Some(at) => (&value[..at], value[at + 1..].trim_ascii()),
+        None => (value, &[][..]),
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
         return Err(ApiError::unauthorized("the Authorization header must be Bearer <root key>"));
     }
-    Ok(token)
+    match std::str::from_utf8(token) {
+        Ok(token) if token.is_ascii() => Ok(token),
+        _ => Err(ApiError::unauthorized("the Authorization header is not valid text")),
+    }
 }
 
 /// Authenticates the root key: from the cache inline, else from the store off-thread.
@@ -145,12 +151,11 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
-    let is_json = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    // The media type before any parameters (`; charset=...`), compared as bytes.
+    let is_json = req.headers().get(header::CONTENT_TYPE).is_some_and(|v| {
+        let media = v.as_bytes().split(|&b| b == b';').next().unwrap_or_default();
+        media.trim_ascii().eq_ignore_ascii_case(b"application/json")
+    });
     if !is_json {
         return Err(ApiError::new(
             ErrorCode::UnsupportedMediaType,
@@ -261,6 +266,32 @@ fn strip_position(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bearer_token_is_read_from_the_authorization_header() {
+        use actix_web::test::TestRequest;
+        let token = |value: &[u8]| {
+            let v = HeaderValue::from_bytes(value).expect("a header value");
+            let req = TestRequest::default().insert_header((header::AUTHORIZATION, v)).to_http_request();
+            bearer(&req).map(str::to_string).map_err(|e| e.to_string())
+        };
+        for (value, expected) in [
+            (&b"Bearer kg_root_abc"[..], "kg_root_abc"),
+            (b"bearer kg_root_abc", "kg_root_abc"),
+            (b"BEARER  kg_root_abc ", "kg_root_abc"),
+            (b" Bearer kg_root_abc", "kg_root_abc"),
+        ] {
+            assert_eq!(token(value).as_deref(), Ok(expected), "{value:?}");
+        }
+        for bad in [&b"Bearer"[..], b"Bearer ", b"Bearer\tkg", b"Basic abc", b"Token x", b"Bearerx y", b""] {
+            assert!(token(bad).unwrap_err().contains("must be Bearer"), "{bad:?}");
+        }
+        for not_text in [&b"Bearer kg_\x80\xff"[..], "Bearer kg_é".as_bytes()] {
+            assert!(token(not_text).unwrap_err().contains("not valid text"), "{not_text:?}");
+        }
+        let none = TestRequest::default().to_http_request();
+        assert!(bearer(&none).map_err(|e| e.to_string()).unwrap_err().contains("missing"));
+    }
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(rename_all = "camelCase")]

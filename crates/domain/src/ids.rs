@@ -36,20 +36,19 @@ impl IdPrefix {
 }
 
 /// `<prefix>_<22 random base-62 characters>` (131 random bits): URL-safe, at least 96
-/// random bits (contract §1.2). Characters are drawn directly, so making an id costs no
-/// big-number encoding (request ids are made on every response).
+/// random bits (contract §1.2).
 pub fn new_id(prefix: IdPrefix) -> String {
     random_string(prefix.as_str(), ID_CHARS)
 }
 
-/// 62^10: ten base-62 digits fit in a u64 draw.
-const DIGITS_PER_DRAW: usize = 10;
-const SPAN: u64 = 62u64.pow(DIGITS_PER_DRAW as u32);
-/// The largest multiple of SPAN that fits in a u64: draws at or above it are rejected, so
-/// every digit is uniform (rejection probability ~4.5%).
-const ACCEPT_BELOW: u64 = (u64::MAX / SPAN) * SPAN;
+/// Random bits per character drawn: a 6-bit chunk of a u64 draw, ten chunks per draw.
+const BITS_PER_CHUNK: u32 = 6;
+const CHUNKS_PER_DRAW: usize = 10;
 
-/// `<prefix>_` followed by `chars` uniformly random base-62 characters, ten per u64 draw.
+/// `<prefix>_` followed by `chars` uniformly random base-62 characters. Each character is
+/// a 6-bit chunk of a random u64; chunks 62 and 63 are rejected (1 in 32), so every
+/// character is uniform and independent, and no division is needed (request ids are made
+/// on every response).
 fn random_string(prefix: &str, chars: usize) -> String {
     let mut rng = rand::rng();
     let mut out = String::with_capacity(prefix.len() + 1 + chars);
@@ -57,17 +56,18 @@ fn random_string(prefix: &str, chars: usize) -> String {
     out.push('_');
     let mut left = chars;
     while left > 0 {
-        let mut r = loop {
-            let r = rng.next_u64();
-            if r < ACCEPT_BELOW {
-                break r % SPAN;
+        let mut r = rng.next_u64();
+        for _ in 0..CHUNKS_PER_DRAW {
+            let chunk = (r & ((1 << BITS_PER_CHUNK) - 1)) as usize;
+            r >>= BITS_PER_CHUNK;
+            if let Some(&c) = ALPHABET.get(chunk) {
+                out.push(char::from(c));
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
             }
-        };
-        for _ in 0..left.min(DIGITS_PER_DRAW) {
-            out.push(ALPHABET[(r % 62) as usize] as char);
-            r /= 62;
         }
-        left = left.saturating_sub(DIGITS_PER_DRAW);
     }
     out
 }
