@@ -25,7 +25,9 @@ pub struct RootKey {
 pub struct Principal {
     pub root_key_id: String,
     pub workspace_id: String,
-    permissions: HashSet<String>,
+    permissions: foldhash::HashSet<String>,
+    /// Whether `permissions` holds `*` (asked on every request: kept, not looked up).
+    wildcard: bool,
 }
 
 impl Principal {
@@ -34,12 +36,14 @@ impl Principal {
         workspace_id: String,
         permissions: impl IntoIterator<Item = String>,
     ) -> Self {
-        Self { root_key_id, workspace_id, permissions: permissions.into_iter().collect() }
+        let permissions: foldhash::HashSet<String> = permissions.into_iter().collect();
+        let wildcard = permissions.contains("*");
+        Self { root_key_id, workspace_id, permissions, wildcard }
     }
 
     /// `*` or exactly `permission`; strings are compared literally.
     pub fn holds(&self, permission: &str) -> bool {
-        self.permissions.contains("*") || self.permissions.contains(permission)
+        self.wildcard || self.permissions.contains(permission)
     }
 
     pub fn permissions(&self) -> impl Iterator<Item = &str> {
@@ -261,5 +265,17 @@ mod tests {
         assert!(Or(vec![p("c"), And(vec![p("a.read"), p("*")])]).satisfied_by(&held));
         assert!(!Or(vec![p("c"), p("A.READ")]).satisfied_by(&held));
         assert!(!p("a.read").satisfied_by(&HashSet::new()));
+    }
+
+    #[test]
+    fn a_root_key_holds_its_permissions_literally_or_everything_with_star() {
+        let some = super::Principal::new("rk".into(), "ws".into(), ["ratelimit.*.limit".to_string()]);
+        assert!(some.holds("ratelimit.*.limit"));
+        assert!(!some.holds("ratelimit.rlns_1.limit"), "`*` inside a name is literal");
+        assert!(!some.holds("*"));
+        let all = super::Principal::new("rk".into(), "ws".into(), ["a".to_string(), "*".to_string()]);
+        assert!(all.holds("anything.at.all") && all.holds("a"));
+        let none = super::Principal::new("rk".into(), "ws".into(), Vec::new());
+        assert!(!none.holds("a") && none.permissions().next().is_none());
     }
 }

@@ -122,12 +122,13 @@ fn limit_response(d: &Decision) -> String {
     out
 }
 
-pub async fn limit(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
+pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    // The state by reference from the request, not as a third extractor: one future and one
+    // reference count fewer on every call.
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::internal("the application state is missing"))?;
+    let principal = authenticate(&req, state).await?;
     let bytes = read_body(&req, payload).await?;
     let body: LimitBody<'_> = parse_json(&bytes)?;
     let v = body.validate()?;
@@ -160,7 +161,7 @@ pub async fn limit(
                 blocking(move || load_overrides(&st, &ns, &identifier)).await?
             }
         };
-        decide(&state, &namespace_id, &v.identifier, v.request, now, overrides)?
+        decide(state, &namespace_id, &v.identifier, v.request, now, overrides)?
     };
     Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
 }
