@@ -4,7 +4,7 @@
 
 use crate::error::{ApiError, REQUEST_ID_HEADER};
 use crate::server::AppState;
-use actix_web::body::{EitherBody, MessageBody};
+use actix_web::body::BoxBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, web};
@@ -28,12 +28,11 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestId;
 
-impl<S, B> Transform<S, ServiceRequest> for RequestId
+impl<S> Transform<S, ServiceRequest> for RequestId
 where
-    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
+    S: Service<ServiceRequest, Response = ServiceResponse<BoxBody>, Error = actix_web::Error>,
 {
-    type Response = ServiceResponse<EitherBody<B>>;
+    type Response = ServiceResponse<BoxBody>;
     type Error = actix_web::Error;
     type Transform = RequestIdService<S>;
     type InitError = ();
@@ -49,35 +48,36 @@ pub struct RequestIdService<S> {
     service: S,
 }
 
-type Finish<B> = fn(
-    Result<ServiceResponse<B>, actix_web::Error>,
-) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>;
+type Finish = fn(
+    Result<ServiceResponse<BoxBody>, actix_web::Error>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error>;
 
-impl<S, B> Service<ServiceRequest> for RequestIdService<S>
+impl<S> Service<ServiceRequest> for RequestIdService<S>
 where
-    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
+    S: Service<ServiceRequest, Response = ServiceResponse<BoxBody>, Error = actix_web::Error>,
 {
-    type Response = ServiceResponse<EitherBody<B>>;
+    type Response = ServiceResponse<BoxBody>;
     type Error = actix_web::Error;
-    type Future = Map<S::Future, Finish<B>>;
+    type Future = Map<S::Future, Finish>;
 
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        self.service.call(req).map(finish::<B> as Finish<B>)
+        self.service.call(req).map(finish as Finish)
     }
 }
 
-fn finish<B: MessageBody>(
-    res: Result<ServiceResponse<B>, actix_web::Error>,
-) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
+/// Every handler's body is a `BoxBody`, so is the rendered error's: the response is passed
+/// on as it is, without an `EitherBody` around it.
+fn finish(
+    res: Result<ServiceResponse<BoxBody>, actix_web::Error>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let mut res = res?;
     if let Some(err) = res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
         let state = res.request().app_data::<web::Data<AppState>>().cloned();
         let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
         let rendered = err.render(&new_id(IdPrefix::Request), docs_base);
-        return Ok(res.into_response(rendered).map_into_right_body());
+        return Ok(res.into_response(rendered));
     }
     // A handler whose body carries the id (keys.verifyKey) has set the header already.
     if !res.headers().contains_key(REQUEST_ID_HEADER)
@@ -85,7 +85,7 @@ fn finish<B: MessageBody>(
     {
         res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
     }
-    Ok(res.map_into_left_body())
+    Ok(res)
 }
 
 /// Runs blocking work (diesel) off the async workers.
