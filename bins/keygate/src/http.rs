@@ -187,15 +187,19 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
 /// A JSON integer within `min..=2^53-1`. Floats (`1.0`, `1e3`) are rejected.
 pub(crate) fn integer(path: &str, n: &Number, min: u64) -> Result<u64, ValidationError> {
     let too_big = || ValidationError::new(path, format!("must be <= {MAX_SAFE_INTEGER}"));
-    match (n.as_u64(), n.as_i64(), n.as_f64()) {
-        (Some(v), _, _) if v < min => Err(ValidationError::new(path, format!("must be >= {min}"))),
-        (Some(v), _, _) if v > MAX_SAFE_INTEGER => Err(too_big()),
-        (Some(v), _, _) => Ok(v),
-        (None, Some(_), _) => Err(ValidationError::new(path, format!("must be >= {min}"))),
-        (None, None, Some(f)) if f.fract() == 0.0 && f > MAX_SAFE_INTEGER as f64 => Err(too_big()),
-        (None, None, Some(f)) if f.fract() == 0.0 && f < 0.0 => {
-            Err(ValidationError::new(path, format!("must be >= {min}")))
-        }
+    let too_small = || ValidationError::new(path, format!("must be >= {min}"));
+    // The common case first; the other readings only when it is not a u64.
+    if let Some(v) = n.as_u64() {
+        return match v {
+            v if v < min => Err(too_small()),
+            v if v > MAX_SAFE_INTEGER => Err(too_big()),
+            v => Ok(v),
+        };
+    }
+    match (n.as_i64(), n.as_f64()) {
+        (Some(_), _) => Err(too_small()),
+        (None, Some(f)) if f.fract() == 0.0 && f > MAX_SAFE_INTEGER as f64 => Err(too_big()),
+        (None, Some(f)) if f.fract() == 0.0 && f < 0.0 => Err(too_small()),
         _ => Err(ValidationError::new(path, "must be an integer")),
     }
 }
