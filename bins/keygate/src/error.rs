@@ -9,6 +9,9 @@ use keygate_rbac::RbacError;
 use std::fmt;
 
 pub const REQUEST_ID_HEADER: &str = "unkey-request-id";
+/// The same name, built at compile time: looking a `&str` up in a header map parses it into
+/// a name first, on every response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
 
 /// The docs base used when an error is rendered outside a request (unit tests); the
 /// server re-renders every error with its configured base (see `http::request_id`).

@@ -2,7 +2,7 @@
 //! body reader and the bridge to blocking (diesel) work. Handlers call these in the
 //! contract's order: authenticate (401) before the body is read (413/415/400).
 
-use crate::error::{ApiError, REQUEST_ID_HEADER};
+use crate::error::{ApiError, REQUEST_ID};
 use crate::server::AppState;
 use actix_web::body::BoxBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
@@ -80,10 +80,10 @@ fn finish(
         return Ok(res.into_response(rendered));
     }
     // A handler whose body carries the id (keys.verifyKey) has set the header already.
-    if !res.headers().contains_key(REQUEST_ID_HEADER)
+    if !res.headers().contains_key(&REQUEST_ID)
         && let Ok(v) = HeaderValue::try_from(new_id(IdPrefix::Request))
     {
-        res.headers_mut().insert(header::HeaderName::from_static(REQUEST_ID_HEADER), v);
+        res.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(res)
 }
