@@ -55,8 +55,8 @@ phase() { # results-file: alternating keygate and bare rounds
   done | tee "$1"
 }
 
-summarize() { # results-file
-  awk '
+summarize() { # results-file, saturated|paced
+  awk -v mode="$2" '
     { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
     $1 == "keygate" { kr += v["rps"]; last = v["rps"]; kp99 = (v["p99_us"] > kp99 ? v["p99_us"] : kp99); ke += v["errors"]; n++
                       p99s[n] = v["p99_us"] }
@@ -68,7 +68,10 @@ summarize() { # results-file
     END {
       printf "keygate: %.0f req/s (mean of %d rounds), median p99 %d us, worst p99 %d us, non-2xx/errors %d\n", kr / n, n, median(p99s, n), kp99, ke
       printf "bare:    %.0f req/s, median p99 %d us, worst p99 %d us\n", br / n, median(bp99s, n), bp99
-      printf "ratio keygate/bare: mean-of-rates %.3f, median of per-round ratios %.3f\n", kr / br, median(ratios, n)
+      if (mode == "saturated")
+        printf "ratio keygate/bare: mean-of-rates %.3f, median of per-round ratios %.3f\n", kr / br, median(ratios, n)
+      else
+        printf "(latency only: with think time the request rate follows wrk'"'"'s millisecond timers, not the server)\n"
     }' "$1"
 }
 
@@ -76,11 +79,11 @@ summarize() { # results-file
 #    connection always has a request in flight.
 echo "== saturated: $CONNECTIONS connections, no think time"
 phase "$work/saturated"
-summarize "$work/saturated"
+summarize "$work/saturated" saturated
 
 # 2. Below saturation: the same connections, each waiting THINK_MS after every response
 #    (wrk's delay(); whole milliseconds), so latency is service time plus bursts.
 echo "== paced: $CONNECTIONS connections, $PACE_MS ms think time"
 export THINK_MS=$PACE_MS
 phase "$work/paced"
-summarize "$work/paced"
+summarize "$work/paced" paced
