@@ -2,13 +2,15 @@
 # HTTP benchmark of ratelimits.limit against a bare actix-web handler, in one run.
 #
 #   bash bins/keygate/bench/http-limit.sh            # 3 rounds of 10 s, 64 connections
-#   ROUNDS=5 DURATION=20s CONNECTIONS=64 THINK_MS=1 bash bins/keygate/bench/http-limit.sh
+#   ROUNDS=5 DURATION=20s CONNECTIONS=64 RATES="10000 20000 40000" bash bins/keygate/bench/http-limit.sh
 #
-# Two phases, each alternating keygate and bare rounds: saturated (no think time: the
-# throughput ratio) and paced (each connection waits THINK_MS after a response: latency
-# below saturation).
-# The server under test runs with one worker pinned to CPU 0; wrk (one thread) is pinned
-# to CPU 1. Rounds alternate keygate and the bare handler so that machine noise hits both.
+# Two phases, each alternating keygate and bare rounds so that machine noise hits both:
+# 1. saturated (wrk, closed loop, no think time): the throughput ratio;
+# 2. open loop (bins/keygate/examples/openloop.rs) at each of RATES req/s, evenly spaced,
+#    over the same 64 connections: latency below saturation, measured from each request's
+#    due time (no coordinated omission).
+# The server under test runs with one worker pinned to CPU 0; the load generator (wrk with
+# one thread, or openloop) is pinned to CPU 1.
 # Needs: wrk (apt-get install wrk), taskset (util-linux).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -16,15 +18,16 @@ cd "$(dirname "$0")/../../.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
-PACE_MS=${THINK_MS:-1}
-unset THINK_MS
+RATES=${RATES:-10000 20000 40000}
+SECONDS_PER_ROUND=${DURATION%s}
+[[ $SECONDS_PER_ROUND =~ ^[0-9]+$ ]] || { echo "DURATION must be whole seconds, e.g. 10s" >&2; exit 1; }
 KG_PORT=${KG_PORT:-18180}
 BARE_PORT=${BARE_PORT:-18181}
 ROOT_KEY=kg_root_bench_$(date +%s)
 export ROOT_KEY
 
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-cargo build --release -q -p keygate --bin keygate --example bare
+cargo build --release -q -p keygate --bin keygate --example bare --example openloop
 
 work=$(mktemp -d)
 cleanup() { kill "${kg_pid:-}" "${bare_pid:-}" 2>/dev/null || true; rm -rf "$work"; }
@@ -55,7 +58,7 @@ phase() { # results-file: alternating keygate and bare rounds
   done | tee "$1"
 }
 
-summarize() { # results-file, saturated|paced
+summarize() { # results-file, saturated|open
   awk -v mode="$2" '
     { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
     $1 == "keygate" { kr += v["rps"]; last = v["rps"]; kp99 = (v["p99_us"] > kp99 ? v["p99_us"] : kp99); ke += v["errors"]; n++
@@ -70,8 +73,6 @@ summarize() { # results-file, saturated|paced
       printf "bare:    %.0f req/s, median p99 %d us, worst p99 %d us\n", br / n, median(bp99s, n), bp99
       if (mode == "saturated")
         printf "ratio keygate/bare: mean-of-rates %.3f, median of per-round ratios %.3f\n", kr / br, median(ratios, n)
-      else
-        printf "(latency only: with think time the request rate follows wrk'"'"'s millisecond timers, not the server)\n"
     }' "$1"
 }
 
@@ -81,9 +82,21 @@ echo "== saturated: $CONNECTIONS connections, no think time"
 phase "$work/saturated"
 summarize "$work/saturated" saturated
 
-# 2. Below saturation: the same connections, each waiting THINK_MS after every response
-#    (wrk's delay(); whole milliseconds), so latency is service time plus bursts.
-echo "== paced: $CONNECTIONS connections, $PACE_MS ms think time"
-export THINK_MS=$PACE_MS
-phase "$work/paced"
-summarize "$work/paced" paced
+# 2. Below saturation: open loop at fixed rates (see examples/openloop.rs for why not wrk's
+#    think time: its millisecond timers fire the 64 connections in bursts).
+# The same 10,000 bodies as limit.lua, one per line.
+for i in $(seq 1 10000); do
+  printf '{"namespace":"bench","identifier":"user_%06d@example.com","limit":1000000000,"duration":60000,"cost":1}\n' "$i"
+done >"$work/bodies.txt"
+openloop() { # name port rate
+  taskset -c 1 target/release/examples/openloop "127.0.0.1:$2" "$3" "$SECONDS_PER_ROUND" "$CONNECTIONS" "$work/bodies.txt" \
+    | sed "s/^RESULT/$1/"
+}
+for rate in $RATES; do
+  echo "== open loop: $rate req/s over $CONNECTIONS connections"
+  for r in $(seq 1 "$ROUNDS"); do
+    openloop "keygate round=$r" $KG_PORT "$rate"
+    openloop "bare    round=$r" $BARE_PORT "$rate"
+  done | tee "$work/open-$rate"
+  summarize "$work/open-$rate" open
+done

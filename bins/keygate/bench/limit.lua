@@ -15,13 +15,6 @@ function init(args)
   end
 end
 
--- THINK_MS: each connection waits this long after a response before its next request
--- (a load below saturation, where latency is service time rather than queueing).
-local think = tonumber(os.getenv("THINK_MS") or "")
-if think then
-  function delay() return think end
-end
-
 local i = 0
 function request()
   i = (i % n) + 1
