@@ -70,6 +70,56 @@ fn a_root_key_revoked_on_one_instance_is_rejected_by_the_other_within_ten_second
     b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
 }
 
+/// Sends `request` until `done` holds for its answer, while the instance's clock stands
+/// still: only a background refresh can change the answer. Panics after 5 s.
+fn until_refreshed(request: impl Fn() -> keygate_tests::Resp, done: impl Fn(&keygate_tests::Resp) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = request();
+        if done(&r) {
+            return;
+        }
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(Instant::now() < deadline, "no background refresh landed: {}", r.text);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn under_traffic_an_instance_renews_a_root_key_early_and_sees_a_revocation() {
+    let db = Arc::new(TestDb::fresh());
+    let a = TestServer::start_on(db.clone());
+    let b = TestServer::start_on(db.clone());
+    let perms = ["ratelimit.*.limit".to_string(), "ratelimit.*.create_namespace".to_string()];
+    let (rk, secret) = a.state.rbac.create_root_key("default", &perms).unwrap();
+    let body = json!({"identifier": "x", "limit": 100, "duration": 60_000});
+    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
+    a.state.rbac.revoke_root_key(&rk.id).unwrap();
+    // Half of B's 10 s: the entry is still served, and renewed in the background...
+    b.clock.advance(5_000);
+    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
+    // ...which reads the revocation: rejected well before the 10 s bound.
+    until_refreshed(
+        || b.post_as(secret.expose(), "/v1/ratelimits.limit", &body),
+        |r| r.status == 401 && r.json["error"]["code"] == "UNAUTHORIZED",
+    );
+}
+
+#[test]
+fn under_traffic_an_instance_renews_its_overrides_before_they_expire() {
+    let db = Arc::new(TestDb::fresh());
+    let a = TestServer::start_on(db.clone());
+    let b = TestServer::start_on(db.clone());
+    let body = json!({"namespace": "api", "identifier": "user_1", "limit": 100, "duration": 60_000});
+    assert_eq!(b.limit(body.clone()).json["limit"], 100, "B caches the namespace's (empty) overrides");
+    let set = json!({"namespaceName": "api", "identifier": "user_1", "limit": 7, "duration": 60_000});
+    assert_eq!(a.post("/v1/ratelimits.setOverride", &set).status, 200);
+    // Half of B's 1 s: (with Redis the epoch already applies it; in-process) B's next
+    // request renews the overrides in the background, and a later one uses them.
+    b.clock.advance(500);
+    until_refreshed(|| b.limit(body.clone()), |r| r.status == 200 && r.json["limit"] == 7);
+}
+
 /// Where `host:port` sits in `postgres://user@host:port/db`.
 fn host_port_range(url: &str) -> std::ops::Range<usize> {
     let start = url.find('@').map(|i| i + 1).or_else(|| url.find("://").map(|i| i + 3)).unwrap();

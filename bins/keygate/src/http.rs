@@ -118,14 +118,34 @@ fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
     }
 }
 
-/// Authenticates the root key: from the cache inline, else from the store off-thread.
+/// Runs blocking work (a cache refresh) on the blocking pool without waiting for it; a
+/// failure is logged (the entry it meant to renew expires as usual, and the request that
+/// then misses reports the outage).
+pub fn in_background<F>(what: &'static str, f: F)
+where
+    F: FnOnce() -> Result<(), ApiError> + Send + 'static,
+{
+    // Dropping the handle detaches the task; it still runs.
+    drop(actix_web::rt::task::spawn_blocking(move || {
+        if let Err(e) = f() {
+            log::warn!("{what} failed: {}", e.message);
+        }
+    }));
+}
+
+/// Authenticates the root key: from the cache inline (renewing it in the background once
+/// it is past half its lifetime), else from the store off-thread.
 pub async fn authenticate(
     req: &HttpRequest,
     state: &web::Data<AppState>,
 ) -> Result<Arc<Principal>, ApiError> {
     let token = bearer(req)?;
-    if let Some(result) = state.rbac.authenticate_cached(token) {
-        return result.map_err(ApiError::from);
+    if let Some(hit) = state.rbac.authenticate_cached(token) {
+        if hit.refresh {
+            let (state, token) = (state.clone(), token.to_string());
+            in_background("root key refresh", move || Ok(state.rbac.refresh_root_key(&token)?));
+        }
+        return hit.value.map_err(ApiError::from);
     }
     let (state, token) = (state.clone(), token.to_string());
     blocking(move || state.rbac.authenticate(&token).map_err(ApiError::from)).await

@@ -1,10 +1,26 @@
 //! The in-memory caches that keep SQL off the rate-limit hot path.
+//!
+//! [`TtlCache`] keeps what the store answered (a root key's principal, a namespace's
+//! overrides) for at most its lifetime, and reads the store once per key at a time:
+//! - an entry past half its lifetime is still served, and the first caller to see that is
+//!   told to refresh it ([`Cached::refresh`]) off the request path: under steady traffic an
+//!   entry is renewed before it expires, and no request waits for the store;
+//! - a caller that finds no live entry (a cold cache, traffic after an idle spell) loads
+//!   under [`TtlCache::load_lock`] and looks again first, so a burst of misses reads the
+//!   store once per key, not once per request (each request of such a burst would
+//!   otherwise queue its own identical read on the blocking pool and hold a pooled
+//!   connection for it);
+//! - an eviction bumps a generation, and a load that began before it does not store its
+//!   answer: an evicted entry cannot come back from a read that raced the change.
 
 use crate::{Effective, OverrideSet, Principal};
 use foldhash::HashMap;
 use foldhash::HashMapExt;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// SHA-256 digest of a root key: the cache key (never the secret itself).
 pub(crate) type Digest = [u8; 32];
@@ -12,43 +28,135 @@ pub(crate) type Digest = [u8; 32];
 /// Bound on cached entries; a full cache is cleared rather than grown.
 const MAX_ENTRIES: usize = 100_000;
 
-#[derive(Debug, Clone)]
-struct AuthEntry {
-    principal: Option<Arc<Principal>>,
-    fetched_at: u64,
+/// Loads of different keys mostly take different locks.
+const LOAD_LOCKS: usize = 64;
+
+/// A cached answer, and whether this caller should refresh the entry now (off the
+/// request path): true for exactly one caller once the entry is past half its lifetime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cached<T> {
+    pub value: T,
+    pub refresh: bool,
 }
 
-/// Root-key hash -> principal (or "unknown"), each entry valid for `ttl_ms`.
 #[derive(Debug)]
-pub(crate) struct AuthCache {
-    ttl_ms: u64,
-    entries: RwLock<HashMap<Digest, AuthEntry>>,
+struct Entry<V> {
+    value: V,
+    fetched_at: u64,
+    refresh_claimed: AtomicBool,
 }
 
-impl AuthCache {
+/// Key -> what the store answered, each entry served for `ttl_ms` after it was read.
+#[derive(Debug)]
+pub(crate) struct TtlCache<K, V> {
+    ttl_ms: u64,
+    entries: RwLock<HashMap<K, Entry<V>>>,
+    /// Bumped (under the write lock) by every eviction.
+    generation: AtomicU64,
+    load_locks: Box<[Mutex<()>]>,
+    lock_hasher: foldhash::fast::RandomState,
+}
+
+impl<K: Eq + Hash, V> TtlCache<K, V> {
     pub fn new(ttl_ms: u64) -> Self {
-        Self { ttl_ms, entries: RwLock::new(HashMap::new()) }
+        Self {
+            ttl_ms,
+            entries: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            load_locks: (0..LOAD_LOCKS).map(|_| Mutex::new(())).collect(),
+            lock_hasher: foldhash::fast::RandomState::default(),
+        }
     }
 
-    /// `Some(Some(p))`: a known root key; `Some(None)`: known to be invalid; `None`: ask
-    /// the store.
-    pub fn get(&self, digest: &Digest, now: u64) -> Option<Option<Arc<Principal>>> {
+    /// `f` of a live entry's value, or `None` when there is none (load it, under
+    /// [`Self::load_lock`]). Runs under the read lock, without cloning the value.
+    pub fn lookup<Q, R>(&self, key: &Q, now: u64, f: impl FnOnce(&V) -> R) -> Option<Cached<R>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let entries = self.entries.read();
-        let e = entries.get(digest)?;
-        (now >= e.fetched_at && now - e.fetched_at < self.ttl_ms).then(|| e.principal.clone())
+        let e = entries.get(key)?;
+        let age = now.checked_sub(e.fetched_at)?;
+        if age >= self.ttl_ms {
+            return None;
+        }
+        let refresh = age >= self.ttl_ms / 2
+            && !e.refresh_claimed.load(Ordering::Relaxed)
+            && !e.refresh_claimed.swap(true, Ordering::Relaxed);
+        Some(Cached { value: f(&e.value), refresh })
     }
 
-    pub fn put(&self, digest: Digest, principal: Option<Arc<Principal>>, now: u64) {
+    /// Read this before reading the store, and pass it to [`Self::put`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Stores what the store answered (read at `now`), unless an eviction happened since
+    /// `generation` was read; then the entry in place, if any, may be refreshed again.
+    pub fn put(&self, key: K, value: V, now: u64, generation: u64) {
         let mut entries = self.entries.write();
-        if entries.len() >= MAX_ENTRIES {
+        if self.generation.load(Ordering::Acquire) != generation {
+            if let Some(e) = entries.get(&key) {
+                e.refresh_claimed.store(false, Ordering::Relaxed);
+            }
+            return;
+        }
+        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
             entries.clear();
         }
-        entries.insert(digest, AuthEntry { principal, fetched_at: now });
+        entries.insert(key, Entry { value, fetched_at: now, refresh_claimed: AtomicBool::new(false) });
     }
 
+    pub fn evict<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut entries = self.entries.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        entries.remove(key);
+    }
+
+    pub fn evict_where(&self, mut evict: impl FnMut(&V) -> bool) {
+        let mut entries = self.entries.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        entries.retain(|_, e| !evict(&e.value));
+    }
+
+    /// Held while `key` is loaded from the store: callers that missed together wait here,
+    /// then find the entry the first one stored.
+    pub fn load_lock<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, ()> {
+        let i = self.lock_hasher.hash_one(key) as usize % self.load_locks.len();
+        self.load_locks[i].lock()
+    }
+}
+
+/// Root-key digest -> its principal, or `None` for a key known to be invalid.
+pub(crate) type AuthCache = TtlCache<Digest, Option<Arc<Principal>>>;
+
+impl AuthCache {
     /// Forgets a root key at once (revocation through this instance).
     pub fn evict_root_key(&self, root_key_id: &str) {
-        self.entries.write().retain(|_, e| e.principal.as_ref().is_none_or(|p| p.root_key_id != root_key_id));
+        self.evict_where(|p| p.as_ref().is_some_and(|p| p.root_key_id == root_key_id));
+    }
+}
+
+/// Namespace id -> its overrides, and the overrides epoch the shared rate-limit store had
+/// for the namespace just before they were read (see `RbacService::load_overrides`).
+/// Dropped at once when this instance changes the namespace's overrides.
+pub(crate) type OverrideCache = TtlCache<Box<str>, (Arc<OverrideSet>, u64)>;
+
+impl OverrideCache {
+    /// The override for `identifier` (if any) and the epoch, from a live entry; looks up
+    /// without touching the set's reference count (the hot path).
+    pub fn find(
+        &self,
+        namespace_id: &str,
+        identifier: &str,
+        now: u64,
+    ) -> Option<Cached<(Option<Effective>, u64)>> {
+        self.lookup(namespace_id, now, |(set, epoch)| (set.find(identifier), *epoch))
     }
 }
 
@@ -82,62 +190,95 @@ impl NamespaceCache {
     }
 }
 
-/// A namespace's overrides, when they were read (Unix ms), and the overrides epoch the
-/// shared rate-limit store had for the namespace just before (see `RbacService::load_overrides`).
-type CachedOverrides = (Arc<OverrideSet>, u64, u64);
-
-/// Namespace id -> its overrides, each entry valid for `ttl_ms` (and dropped at once when
-/// this instance changes the namespace's overrides).
-#[derive(Debug)]
-pub(crate) struct OverrideCache {
-    ttl_ms: u64,
-    entries: RwLock<HashMap<Box<str>, CachedOverrides>>,
-}
-
-impl OverrideCache {
-    pub fn new(ttl_ms: u64) -> Self {
-        Self { ttl_ms, entries: RwLock::new(HashMap::new()) }
-    }
-
-    /// `Some((found, epoch))` from a live entry (found: the override for `identifier`, if
-    /// any); `None` when the namespace's overrides must be loaded. Looks up under the read
-    /// lock, without touching the set's reference count (the hot path).
-    pub fn find(&self, namespace_id: &str, identifier: &str, now: u64) -> Option<(Option<Effective>, u64)> {
-        let entries = self.entries.read();
-        let (set, fetched_at, epoch) = entries.get(namespace_id)?;
-        (now >= *fetched_at && now - fetched_at < self.ttl_ms).then(|| (set.find(identifier), *epoch))
-    }
-
-    pub fn put(&self, namespace_id: &str, set: Arc<OverrideSet>, now: u64, epoch: u64) {
-        let mut entries = self.entries.write();
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(namespace_id.into(), (set, now, epoch));
-    }
-
-    pub fn evict(&self, namespace_id: &str) {
-        self.entries.write().remove(namespace_id);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn principal(id: &str) -> Option<Arc<Principal>> {
+        Some(Arc::new(Principal::new(id.into(), "ws_1".into(), ["*".to_string()])))
+    }
+
+    fn get(c: &AuthCache, key: &Digest, now: u64) -> Option<Cached<Option<String>>> {
+        c.lookup(key, now, |p| p.as_ref().map(|p| p.root_key_id.clone()))
+    }
+
+    fn hit(id: Option<&str>, refresh: bool) -> Option<Cached<Option<String>>> {
+        Some(Cached { value: id.map(str::to_string), refresh })
+    }
+
     #[test]
     fn auth_entries_expire_after_ttl_and_evict_by_id() {
         let c = AuthCache::new(10_000);
-        let p = Arc::new(Principal::new("rk_1".into(), "ws_1".into(), ["*".to_string()]));
         let (h, bad) = ([1u8; 32], [2u8; 32]);
-        c.put(h, Some(p), 1_000);
-        c.put(bad, None, 1_000);
-        assert!(c.get(&h, 10_999).is_some_and(|p| p.is_some()));
-        assert!(c.get(&bad, 2_000).is_some_and(|p| p.is_none()));
-        assert!(c.get(&h, 11_000).is_none());
+        c.put(h, principal("rk_1"), 1_000, c.generation());
+        c.put(bad, None, 1_000, c.generation());
+        assert_eq!(get(&c, &h, 1_000), hit(Some("rk_1"), false));
+        assert_eq!(get(&c, &bad, 2_000), hit(None, false));
+        assert!(get(&c, &h, 10_999).is_some());
+        assert_eq!(get(&c, &h, 11_000), None, "served for at most the lifetime");
+        assert_eq!(get(&c, &h, 999), None, "an entry from the future (clock moved back) is not served");
         c.evict_root_key("rk_1");
-        assert!(c.get(&h, 1_001).is_none());
-        assert!(c.get(&bad, 1_001).is_some());
+        assert_eq!(get(&c, &h, 1_001), None);
+        assert_eq!(get(&c, &bad, 1_001), hit(None, false), "other entries stay");
+    }
+
+    #[test]
+    fn one_caller_is_told_to_refresh_once_an_entry_is_past_half_its_lifetime() {
+        let c = AuthCache::new(10_000);
+        let h = [1u8; 32];
+        c.put(h, principal("rk_1"), 1_000, c.generation());
+        assert_eq!(get(&c, &h, 5_999), hit(Some("rk_1"), false));
+        assert_eq!(get(&c, &h, 6_000), hit(Some("rk_1"), true), "the first caller past half-life");
+        assert_eq!(get(&c, &h, 6_001), hit(Some("rk_1"), false), "claimed already");
+        assert_eq!(get(&c, &h, 10_999), hit(Some("rk_1"), false));
+        // The refresh stores a new entry: served for a whole lifetime again, claimable again.
+        c.put(h, principal("rk_1"), 7_000, c.generation());
+        assert_eq!(get(&c, &h, 11_000), hit(Some("rk_1"), false));
+        assert_eq!(get(&c, &h, 12_000), hit(Some("rk_1"), true));
+    }
+
+    #[test]
+    fn a_load_that_raced_an_eviction_does_not_store_its_answer() {
+        let c = AuthCache::new(10_000);
+        let (h, other) = ([1u8; 32], [3u8; 32]);
+        c.put(other, principal("rk_2"), 1_000, c.generation());
+        assert_eq!(get(&c, &other, 6_000), hit(Some("rk_2"), true), "a refresh of rk_2 is claimed");
+        // A load of rk_1 and the refresh of rk_2 read the store...
+        let generation = c.generation();
+        // ...rk_1 is revoked through this instance meanwhile...
+        c.evict_root_key("rk_1");
+        // ...and their (older) answers arrive after the eviction: neither is stored.
+        c.put(h, principal("rk_1"), 6_000, generation);
+        c.put(other, principal("rk_2"), 6_000, generation);
+        assert_eq!(get(&c, &h, 6_001), None, "the revoked key does not come back");
+        assert_eq!(get(&c, &other, 6_001), hit(Some("rk_2"), true), "its refresh can be claimed again");
+        c.put(h, principal("rk_1"), 6_002, c.generation());
+        assert!(get(&c, &h, 6_003).is_some(), "a load begun after the eviction is stored");
+    }
+
+    #[test]
+    fn loads_of_one_key_take_one_lock() {
+        let c = OverrideCache::new(1_000);
+        let held = c.load_lock("rlns_a");
+        assert_eq!(c.load_locks.iter().filter(|l| l.is_locked()).count(), 1);
+        let i = c.load_locks.iter().position(|l| l.is_locked());
+        drop(held);
+        let again = c.load_lock("rlns_a");
+        assert_eq!(c.load_locks.iter().position(|l| l.is_locked()), i, "the same key, the same lock");
+        drop(again);
+    }
+
+    #[test]
+    fn override_entries_are_found_by_namespace_and_evicted_alone() {
+        let c = OverrideCache::new(1_000);
+        let set = Arc::new(OverrideSet::new(Vec::new()));
+        c.put("rlns_a".into(), (set.clone(), 7), 100, c.generation());
+        c.put("rlns_b".into(), (set, 0), 100, c.generation());
+        assert_eq!(c.find("rlns_a", "user", 100), Some(Cached { value: (None, 7), refresh: false }));
+        c.evict("rlns_a");
+        assert_eq!(c.find("rlns_a", "user", 100), None);
+        assert!(c.find("rlns_b", "user", 100).is_some());
+        assert_eq!(c.find("rlns_b", "user", 1_100), None);
     }
 
     #[test]

@@ -12,10 +12,12 @@ mod overrides;
 mod service;
 pub mod store;
 
+pub use cache::Cached;
 pub use error::{RbacError, StorageError};
 pub use model::*;
 pub use overrides::{Effective, Override, OverrideSet};
 pub use service::{
-    AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, OverridesListener, RbacService,
+    AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener,
+    RbacService,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -1,4 +1,4 @@
-use crate::cache::{AuthCache, NamespaceCache, OverrideCache};
+use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
     AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
@@ -489,27 +489,48 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// Answers from the cache only: `None` means the store must be asked
-    /// ([`Self::authenticate`]). Never blocks on I/O.
-    pub fn authenticate_cached(&self, token: &str) -> Option<Result<Arc<Principal>, RbacError>> {
+    /// ([`Self::authenticate`]). Never blocks on I/O. When the answer says `refresh`, the
+    /// caller should call [`Self::refresh_root_key`] off the request path.
+    pub fn authenticate_cached(&self, token: &str) -> Option<Cached<Result<Arc<Principal>, RbacError>>> {
         let digest = secret_digest(token);
-        self.auth.get(&digest, self.clock.now_ms()).map(|p| self.check_principal(p))
+        self.auth.lookup(&digest, self.clock.now_ms(), |p| self.check_principal(p.clone()))
     }
 
-    /// Verifies a root key: cache first, then the store.
+    /// Verifies a root key: cache first, then the store (one read per key at a time).
     pub fn authenticate(&self, token: &str) -> Result<Arc<Principal>, RbacError> {
         let digest = secret_digest(token);
-        let now = self.clock.now_ms();
-        if let Some(p) = self.auth.get(&digest, now) {
-            return self.check_principal(p);
+        let cached = || self.auth.lookup(&digest, self.clock.now_ms(), |p| self.check_principal(p.clone()));
+        if let Some(hit) = cached() {
+            return hit.value;
         }
-        let hash = digest_hex(&digest);
+        let _loading = self.auth.load_lock(&digest);
+        if let Some(hit) = cached() {
+            return hit.value;
+        }
+        self.check_principal(self.load_root_key(&digest)?)
+    }
+
+    /// Reads a cached root key again (revoked or changed since?), for
+    /// [`Self::authenticate_cached`]'s `refresh`.
+    pub fn refresh_root_key(&self, token: &str) -> Result<(), RbacError> {
+        let digest = secret_digest(token);
+        let _loading = self.auth.load_lock(&digest);
+        self.load_root_key(&digest).map(drop)
+    }
+
+    /// The root key from the store, into the cache. An expired key is 403 and not cached.
+    fn load_root_key(&self, digest: &cache::Digest) -> Result<Option<Arc<Principal>>, RbacError> {
+        let generation = self.auth.generation();
+        let now = self.clock.now_ms();
+        let hash = digest_hex(digest);
         let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
         if found.as_ref().is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64)) {
+            self.auth.evict(digest);
             return Err(RbacError::Forbidden("the root key has expired".into()));
         }
         let principal = found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
-        self.auth.put(digest, principal.clone(), now);
-        self.check_principal(principal)
+        self.auth.put(*digest, principal.clone(), now, generation);
+        Ok(principal)
     }
 
     // ---------------------------------------------------------------- keys and links
@@ -1000,25 +1021,47 @@ impl<S: RbacStore> RbacService<S> {
     // ---------------------------------------------------------------- overrides
 
     /// The override for `identifier` in the namespace and the epoch it was loaded under, from
-    /// the cache only: `Some((found, epoch))`, or `None` when the store must be asked
-    /// ([`Self::load_overrides`]). Never blocks on I/O.
+    /// the cache only: `Some` with `(found, epoch)`, or `None` when the store must be asked
+    /// ([`Self::load_overrides`]). Never blocks on I/O. When the answer says `refresh`, the
+    /// caller should call [`Self::refresh_overrides`] off the request path.
     pub fn override_cached(
         &self,
         namespace_id: &str,
         identifier: &str,
         now_ms: u64,
-    ) -> Option<(Option<Effective>, u64)> {
+    ) -> Option<Cached<(Option<Effective>, u64)>> {
         self.overrides.find(namespace_id, identifier, now_ms)
     }
 
-    /// The namespace's overrides from the store (and into the cache). `epoch` is the
-    /// namespace's overrides epoch in the shared rate-limit store (0 without one), read
-    /// *before* this call: a change committed after that read bumps the epoch after its
-    /// commit, so a decision made with this set under this epoch is refused as stale.
+    /// The namespace's overrides, read under `epoch` or a later one: from the cache when a
+    /// caller that missed at the same time has just loaded them, else from the store (and
+    /// into the cache). `epoch` is the namespace's overrides epoch in the shared rate-limit
+    /// store (0 without one), read *before* this call: a change committed after that read
+    /// bumps the epoch after its commit, so a decision made with this set under this epoch
+    /// is refused as stale.
     pub fn load_overrides(&self, namespace_id: &str, epoch: u64) -> Result<Arc<OverrideSet>, RbacError> {
+        let _loading = self.overrides.load_lock(namespace_id);
+        let cached = self
+            .overrides
+            .lookup(namespace_id, self.clock.now_ms(), |(set, at)| (*at >= epoch).then(|| set.clone()));
+        match cached {
+            Some(Cached { value: Some(set), .. }) => Ok(set),
+            _ => self.read_overrides(namespace_id, epoch),
+        }
+    }
+
+    /// Reads the namespace's overrides again, for [`Self::override_cached`]'s `refresh`
+    /// (`epoch` as in [`Self::load_overrides`]).
+    pub fn refresh_overrides(&self, namespace_id: &str, epoch: u64) -> Result<(), RbacError> {
+        let _loading = self.overrides.load_lock(namespace_id);
+        self.read_overrides(namespace_id, epoch).map(drop)
+    }
+
+    fn read_overrides(&self, namespace_id: &str, epoch: u64) -> Result<Arc<OverrideSet>, RbacError> {
+        let generation = self.overrides.generation();
         let now = self.clock.now_ms();
         let set = Arc::new(OverrideSet::new(self.store.read(|tx| Ok(tx.overrides(namespace_id)?))?));
-        self.overrides.put(namespace_id, set.clone(), now, epoch);
+        self.overrides.put(namespace_id.into(), (set.clone(), epoch), now, generation);
         Ok(set)
     }
 

@@ -342,3 +342,160 @@ fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
     assert_eq!(gone.code(), ErrorCode::NotFound);
     assert_eq!(perm_names(&f), ["doc.read"]);
 }
+
+/// The real store, counting the reads outside transactions (root-key and override loads).
+#[derive(Debug)]
+struct CountingStore {
+    inner: SqlStore,
+    reads: std::sync::atomic::AtomicUsize,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl RbacStore for CountingStore {
+    fn transaction<T, F>(&self, f: F) -> Result<T, keygate_rbac::RbacError>
+    where
+        F: FnOnce(&mut dyn keygate_rbac::RbacTx) -> Result<T, keygate_rbac::RbacError>,
+    {
+        self.inner.transaction(f)
+    }
+
+    fn read<T, F>(&self, f: F) -> Result<T, keygate_rbac::RbacError>
+    where
+        F: FnOnce(&mut dyn keygate_rbac::RbacTx) -> Result<T, keygate_rbac::RbacError>,
+    {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(keygate_rbac::StorageError::Unavailable("the database is down (test)".into()).into());
+        }
+        self.inner.read(f)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn ping(&self) -> Result<(), keygate_rbac::StorageError> {
+        self.inner.ping()
+    }
+}
+
+struct Counted {
+    svc: RbacService<CountingStore>,
+    clock: Arc<ManualClock>,
+    admin: Principal,
+    ws: String,
+    _db: TestDb,
+}
+
+impl Counted {
+    fn new() -> Self {
+        let db = TestDb::fresh();
+        let inner =
+            SqlStore::open(&db.url, PoolSettings { max_size: 8, ..PoolSettings::default() }).expect("open");
+        let store = CountingStore { inner, reads: Default::default(), failing: Default::default() };
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let svc = RbacService::new(store, clock.clone());
+        let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh db");
+        let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+        Counted { svc, clock, admin, ws: ws.id, _db: db }
+    }
+
+    /// Reads since the last call.
+    fn reads(&self) -> usize {
+        self.svc.store().reads.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set_failing(&self, failing: bool) {
+        self.svc.store().failing.store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `n` threads released together, each running `f`.
+fn all_at_once(n: usize, f: impl Fn() + Sync) {
+    let start = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        for _ in 0..n {
+            s.spawn(|| {
+                start.wait();
+                f();
+            });
+        }
+    });
+}
+
+#[test]
+fn a_burst_of_misses_reads_a_root_key_once() {
+    let c = Counted::new();
+    let (_, secret) = c.svc.create_root_key(&c.ws, &["ratelimit.*.limit".to_string()]).expect("rk");
+    c.reads();
+    all_at_once(16, || {
+        let p = c.svc.authenticate(secret.expose()).expect("auth");
+        assert!(p.holds("ratelimit.*.limit"));
+    });
+    assert_eq!(c.reads(), 1, "16 callers that missed together read the store once");
+    // An unknown token is cached as unknown the same way.
+    all_at_once(16, || {
+        assert_eq!(c.svc.authenticate("kg_nope").expect_err("unknown").code(), ErrorCode::Unauthorized);
+    });
+    assert_eq!(c.reads(), 1);
+}
+
+#[test]
+fn a_burst_of_override_misses_reads_the_store_once() {
+    let c = Counted::new();
+    let ns = c.svc.resolve_namespace(&c.admin, "api").expect("namespace");
+    let ns_ref = keygate_rbac::NamespaceRef { id: Some(ns.to_string()), name: None };
+    c.svc.set_override(&c.admin, &ns_ref, "user_*", 5, 60_000, false).expect("override");
+    c.reads();
+    all_at_once(16, || {
+        let set = c.svc.load_overrides(&ns, 0).expect("load");
+        assert_eq!(set.find("user_1").map(|e| e.limit), Some(5));
+    });
+    assert_eq!(c.reads(), 1, "16 callers that missed together read the store once");
+    // A caller holding a newer epoch (the shared store saw a change) reads again.
+    c.svc.load_overrides(&ns, 1).expect("load");
+    assert_eq!(c.reads(), 1);
+}
+
+#[test]
+fn a_root_key_is_renewed_before_it_expires_and_a_refresh_sees_a_revocation() {
+    let c = Counted::new();
+    let (rk, secret) = c.svc.create_root_key(&c.ws, &[]).expect("rk");
+    let token = secret.expose();
+    c.svc.authenticate(token).expect("auth");
+    c.reads();
+    let hit = |c: &Counted| c.svc.authenticate_cached(token).map(|h| (h.value.is_ok(), h.refresh));
+    c.clock.advance(4_999);
+    assert_eq!(hit(&c), Some((true, false)));
+    c.clock.advance(1);
+    assert_eq!(hit(&c), Some((true, true)), "half its lifetime: this caller refreshes");
+    assert_eq!(hit(&c), Some((true, false)), "one refresh at a time");
+    c.svc.refresh_root_key(token).expect("refresh");
+    assert_eq!(c.reads(), 1);
+    c.clock.advance(5_500);
+    assert_eq!(hit(&c), Some((true, true)), "renewed: still served 10.5 s after the first read");
+    // Revoked behind this instance's back (the CLI, another instance): the refresh sees it.
+    c.svc.store().transaction(|tx| Ok(tx.revoke_root_key(&rk.id, 0)?)).expect("revoke");
+    c.svc.refresh_root_key(token).expect("refresh");
+    let after = c.svc.authenticate_cached(token).expect("cached as unknown");
+    assert_eq!(after.value.expect_err("revoked").code(), ErrorCode::Unauthorized);
+}
+
+#[test]
+fn a_failed_refresh_leaves_the_entry_to_expire_and_is_not_served_past_its_lifetime() {
+    let c = Counted::new();
+    let (_, secret) = c.svc.create_root_key(&c.ws, &[]).expect("rk");
+    let token = secret.expose();
+    c.svc.authenticate(token).expect("auth");
+    c.clock.advance(5_000);
+    assert!(c.svc.authenticate_cached(token).expect("hit").refresh);
+    c.set_failing(true);
+    assert_eq!(c.svc.refresh_root_key(token).expect_err("down").code(), ErrorCode::ServiceUnavailable);
+    c.clock.advance(4_999);
+    assert!(c.svc.authenticate_cached(token).is_some_and(|h| h.value.is_ok()), "served until its end");
+    c.clock.advance(1);
+    assert!(c.svc.authenticate_cached(token).is_none(), "never past 10 s");
+    assert_eq!(c.svc.authenticate(token).expect_err("down").code(), ErrorCode::ServiceUnavailable);
+    c.set_failing(false);
+    assert!(c.svc.authenticate(token).is_ok());
+}

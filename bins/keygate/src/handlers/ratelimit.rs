@@ -2,7 +2,7 @@
 //! thread hop; only a namespace or root key not seen before goes to the store.
 
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, integer, parse_json, read_body};
+use crate::http::{authenticate, blocking, in_background, integer, parse_json, read_body};
 use crate::server::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -155,7 +155,13 @@ pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpRespon
     } else {
         // The in-process store never finds overrides stale: only the cache miss may block.
         let overrides = match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
-            Some(hit) => hit,
+            Some(hit) => {
+                if hit.refresh {
+                    let (st, ns) = (state.clone(), namespace_id.clone());
+                    in_background("overrides refresh", move || refresh_overrides(&st, &ns));
+                }
+                hit.value
+            }
             None => {
                 let (st, ns, identifier) = (state.clone(), namespace_id.clone(), v.identifier.to_string());
                 blocking(move || load_overrides(&st, &ns, &identifier)).await?
@@ -170,7 +176,8 @@ pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpRespon
 const STALE_OVERRIDES_RETRIES: usize = 3;
 
 /// The override for `identifier` and the overrides epoch it was read under: from the
-/// cache, else from the database (blocking I/O).
+/// cache, else from the database (blocking I/O; this runs off the event loop, so a due
+/// refresh is done here too).
 fn overrides_for(
     state: &AppState,
     namespace_id: &str,
@@ -178,9 +185,23 @@ fn overrides_for(
     now: u64,
 ) -> Result<(Option<Effective>, u64), ApiError> {
     match state.rbac.override_cached(namespace_id, identifier, now) {
-        Some(hit) => Ok(hit),
+        Some(hit) => {
+            if hit.refresh
+                && let Err(e) = refresh_overrides(state, namespace_id)
+            {
+                log::warn!("overrides refresh failed: {}", e.message);
+            }
+            Ok(hit.value)
+        }
         None => load_overrides(state, namespace_id, identifier),
     }
+}
+
+/// Reads the namespace's overrides again into the cache (blocking I/O), under the epoch
+/// read first, as in [`load_overrides`].
+fn refresh_overrides(state: &AppState, namespace_id: &str) -> Result<(), ApiError> {
+    let epoch = state.limiter.overrides_epoch(namespace_id)?;
+    Ok(state.rbac.refresh_overrides(namespace_id, epoch)?)
 }
 
 /// Reads the namespace's overrides into the cache (blocking I/O). The epoch is read first:
