@@ -69,8 +69,26 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
     }
 
     /// `f` of a live entry's value, or `None` when there is none (load it, under
-    /// [`Self::load_lock`]). Runs under the read lock, without cloning the value.
+    /// [`Self::load_lock`]). Runs under the read lock, without cloning the value. The
+    /// request path's lookup: it may hand this caller the entry's refresh.
     pub fn lookup<Q, R>(&self, key: &Q, now: u64, f: impl FnOnce(&V) -> R) -> Option<Cached<R>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.read(key, now, true, f)
+    }
+
+    /// As [`Self::lookup`], for a caller that is loading already: never claims the refresh.
+    pub fn peek<Q, R>(&self, key: &Q, now: u64, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.read(key, now, false, f).map(|hit| hit.value)
+    }
+
+    fn read<Q, R>(&self, key: &Q, now: u64, claim: bool, f: impl FnOnce(&V) -> R) -> Option<Cached<R>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -81,7 +99,8 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         if age >= self.ttl_ms {
             return None;
         }
-        let refresh = age >= self.ttl_ms / 2
+        let refresh = claim
+            && age >= self.ttl_ms / 2
             && !e.refresh_claimed.load(Ordering::Relaxed)
             && !e.refresh_claimed.swap(true, Ordering::Relaxed);
         Some(Cached { value: f(&e.value), refresh })
@@ -228,7 +247,9 @@ mod tests {
         let h = [1u8; 32];
         c.put(h, principal("rk_1"), 1_000, c.generation());
         assert_eq!(get(&c, &h, 5_999), hit(Some("rk_1"), false));
-        assert_eq!(get(&c, &h, 6_000), hit(Some("rk_1"), true), "the first caller past half-life");
+        let peeked = c.peek(&h, 6_000, |p| p.as_ref().map(|p| p.root_key_id.clone()));
+        assert_eq!(peeked, Some(Some("rk_1".to_string())), "a loading caller sees the entry...");
+        assert_eq!(get(&c, &h, 6_000), hit(Some("rk_1"), true), "...without taking its refresh");
         assert_eq!(get(&c, &h, 6_001), hit(Some("rk_1"), false), "claimed already");
         assert_eq!(get(&c, &h, 10_999), hit(Some("rk_1"), false));
         // The refresh stores a new entry: served for a whole lifetime again, claimable again.

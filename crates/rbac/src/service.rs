@@ -499,13 +499,14 @@ impl<S: RbacStore> RbacService<S> {
     /// Verifies a root key: cache first, then the store (one read per key at a time).
     pub fn authenticate(&self, token: &str) -> Result<Arc<Principal>, RbacError> {
         let digest = secret_digest(token);
-        let cached = || self.auth.lookup(&digest, self.clock.now_ms(), |p| self.check_principal(p.clone()));
-        if let Some(hit) = cached() {
-            return hit.value;
+        // This caller loads on a miss: it never takes an entry's refresh (see TtlCache::peek).
+        let cached = || self.auth.peek(&digest, self.clock.now_ms(), |p| self.check_principal(p.clone()));
+        if let Some(answer) = cached() {
+            return answer;
         }
         let _loading = self.auth.load_lock(&digest);
-        if let Some(hit) = cached() {
-            return hit.value;
+        if let Some(answer) = cached() {
+            return answer;
         }
         self.check_principal(self.load_root_key(&digest)?)
     }
@@ -1043,10 +1044,10 @@ impl<S: RbacStore> RbacService<S> {
         let _loading = self.overrides.load_lock(namespace_id);
         let cached = self
             .overrides
-            .lookup(namespace_id, self.clock.now_ms(), |(set, at)| (*at >= epoch).then(|| set.clone()));
-        match cached {
-            Some(Cached { value: Some(set), .. }) => Ok(set),
-            _ => self.read_overrides(namespace_id, epoch),
+            .peek(namespace_id, self.clock.now_ms(), |(set, at)| (*at >= epoch).then(|| set.clone()));
+        match cached.flatten() {
+            Some(set) => Ok(set),
+            None => self.read_overrides(namespace_id, epoch),
         }
     }
 
