@@ -21,6 +21,8 @@ pub struct AppState {
     pub limiter: Arc<dyn RateLimitStore>,
     pub clock: Arc<dyn Clock>,
     pub docs_base: String,
+    /// One store read per root key, namespace or overrides at a time (`ratelimits.limit`'s misses).
+    pub loads: http::LoadGates,
 }
 
 /// A started server.
@@ -57,7 +59,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let addr = listener.local_addr()?;
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
-    let state = web::Data::new(AppState { rbac, limiter, clock, docs_base });
+    let state =
+        web::Data::new(AppState { rbac, limiter, clock, docs_base, loads: http::LoadGates::default() });
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {

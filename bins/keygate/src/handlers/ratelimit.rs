@@ -135,8 +135,15 @@ pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpRespon
     let namespace_id = match state.rbac.namespace_cached(&principal, &v.namespace) {
         Some(found) => found?,
         None => {
-            let (state, principal, name) = (state.clone(), principal.clone(), v.namespace.to_string());
-            blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
+            let _turn = state.loads.enter(&*v.namespace).await;
+            match state.rbac.namespace_cached(&principal, &v.namespace) {
+                Some(found) => found?,
+                None => {
+                    let (state, principal, name) =
+                        (state.clone(), principal.clone(), v.namespace.to_string());
+                    blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
+                }
+            }
         }
     };
     let now = state.clock.now_ms();
@@ -163,8 +170,15 @@ pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpRespon
                 hit.value
             }
             None => {
-                let (st, ns, identifier) = (state.clone(), namespace_id.clone(), v.identifier.to_string());
-                blocking(move || load_overrides(&st, &ns, &identifier)).await?
+                let _turn = state.loads.enter(namespace_id.as_str()).await;
+                match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
+                    Some(hit) => hit.value,
+                    None => {
+                        let (st, ns, identifier) =
+                            (state.clone(), namespace_id.clone(), v.identifier.to_string());
+                        blocking(move || load_overrides(&st, &ns, &identifier)).await?
+                    }
+                }
             }
         };
         decide(state, &namespace_id, &v.identifier, v.request, now, overrides)?
