@@ -51,8 +51,9 @@ fn two_instances_on_one_database_keep_every_rule() {
     assert_eq!(b.key_roles(&key2).len(), 11);
 }
 
-#[test]
-fn a_root_key_revoked_on_one_instance_is_rejected_by_the_other_within_ten_seconds() {
+/// Two instances on one database; a root key that B has cached (one ratelimits.limit call)
+/// and that A has just revoked. Returns A, B, the key's secret and a limit body.
+fn revoked_on_a_cached_on_b() -> (TestServer, TestServer, String, serde_json::Value) {
     let db = Arc::new(TestDb::fresh());
     let a = TestServer::start_on(db.clone());
     let b = TestServer::start_on(db.clone());
@@ -61,13 +62,19 @@ fn a_root_key_revoked_on_one_instance_is_rejected_by_the_other_within_ten_second
     let body = json!({"identifier": "x", "limit": 100, "duration": 60_000});
     assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
     a.state.rbac.revoke_root_key(&rk.id).unwrap();
-    a.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
+    (a, b, secret.expose().to_string(), body)
+}
+
+#[test]
+fn a_root_key_revoked_on_one_instance_is_rejected_by_the_other_within_ten_seconds() {
+    let (a, b, secret, body) = revoked_on_a_cached_on_b();
+    a.post_as(&secret, "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
     // B trusts its cache for at most 10 s...
     b.clock.advance(9_999);
-    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
+    assert_eq!(b.post_as(&secret, "/v1/ratelimits.limit", &body).status, 200);
     // ...and no longer.
     b.clock.advance(1);
-    b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
+    b.post_as(&secret, "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
 }
 
 /// Sends `request` until `done` holds for its answer, while the instance's clock stands
@@ -87,20 +94,13 @@ fn until_refreshed(request: impl Fn() -> keygate_tests::Resp, done: impl Fn(&key
 
 #[test]
 fn under_traffic_an_instance_renews_a_root_key_early_and_sees_a_revocation() {
-    let db = Arc::new(TestDb::fresh());
-    let a = TestServer::start_on(db.clone());
-    let b = TestServer::start_on(db.clone());
-    let perms = ["ratelimit.*.limit".to_string(), "ratelimit.*.create_namespace".to_string()];
-    let (rk, secret) = a.state.rbac.create_root_key("default", &perms).unwrap();
-    let body = json!({"identifier": "x", "limit": 100, "duration": 60_000});
-    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
-    a.state.rbac.revoke_root_key(&rk.id).unwrap();
+    let (_a, b, secret, body) = revoked_on_a_cached_on_b();
     // Half of B's 10 s: the entry is still served, and renewed in the background...
     b.clock.advance(5_000);
-    assert_eq!(b.post_as(secret.expose(), "/v1/ratelimits.limit", &body).status, 200);
+    assert_eq!(b.post_as(&secret, "/v1/ratelimits.limit", &body).status, 200);
     // ...which reads the revocation: rejected well before the 10 s bound.
     until_refreshed(
-        || b.post_as(secret.expose(), "/v1/ratelimits.limit", &body),
+        || b.post_as(&secret, "/v1/ratelimits.limit", &body),
         |r| r.status == 401 && r.json["error"]["code"] == "UNAUTHORIZED",
     );
 }
