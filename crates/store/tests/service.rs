@@ -405,6 +405,14 @@ impl Counted {
         self.svc.store().reads.swap(0, std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// A new root key (no permissions), authenticated once so that it is cached: its id
+    /// and its token.
+    fn cached_root_key(&self) -> (String, String) {
+        let (rk, secret) = self.svc.create_root_key(&self.ws, &[]).expect("rk");
+        self.svc.authenticate(secret.expose()).expect("auth");
+        (rk.id, secret.expose().to_string())
+    }
+
     fn set_failing(&self, failing: bool) {
         self.svc.store().failing.store(failing, std::sync::atomic::Ordering::SeqCst);
     }
@@ -460,9 +468,8 @@ fn a_burst_of_override_misses_reads_the_store_once() {
 #[test]
 fn a_root_key_is_renewed_before_it_expires_and_a_refresh_sees_a_revocation() {
     let c = Counted::new();
-    let (rk, secret) = c.svc.create_root_key(&c.ws, &[]).expect("rk");
-    let token = secret.expose();
-    c.svc.authenticate(token).expect("auth");
+    let (rk_id, token) = c.cached_root_key();
+    let token = token.as_str();
     c.reads();
     let hit = |c: &Counted| c.svc.authenticate_cached(token).map(|h| (h.value.is_ok(), h.refresh));
     c.clock.advance(4_999);
@@ -475,7 +482,7 @@ fn a_root_key_is_renewed_before_it_expires_and_a_refresh_sees_a_revocation() {
     c.clock.advance(5_500);
     assert_eq!(hit(&c), Some((true, true)), "renewed: still served 10.5 s after the first read");
     // Revoked behind this instance's back (the CLI, another instance): the refresh sees it.
-    c.svc.store().transaction(|tx| Ok(tx.revoke_root_key(&rk.id, 0)?)).expect("revoke");
+    c.svc.store().transaction(|tx| Ok(tx.revoke_root_key(&rk_id, 0)?)).expect("revoke");
     c.svc.refresh_root_key(token).expect("refresh");
     let after = c.svc.authenticate_cached(token).expect("cached as unknown");
     assert_eq!(after.value.expect_err("revoked").code(), ErrorCode::Unauthorized);
@@ -484,9 +491,8 @@ fn a_root_key_is_renewed_before_it_expires_and_a_refresh_sees_a_revocation() {
 #[test]
 fn a_failed_refresh_leaves_the_entry_to_expire_and_is_not_served_past_its_lifetime() {
     let c = Counted::new();
-    let (_, secret) = c.svc.create_root_key(&c.ws, &[]).expect("rk");
-    let token = secret.expose();
-    c.svc.authenticate(token).expect("auth");
+    let (_, token) = c.cached_root_key();
+    let token = token.as_str();
     c.clock.advance(5_000);
     assert!(c.svc.authenticate_cached(token).expect("hit").refresh);
     c.set_failing(true);
