@@ -98,6 +98,18 @@ fn content_type_and_size() {
             let msg = s.request(req).assert_error(415, "UNSUPPORTED_MEDIA_TYPE");
             assert!(msg.contains("Content-Type: application/json"), "{msg}");
         }
+        // A compressed body is refused for its coding, not parsed as malformed JSON.
+        for coding in ["gzip", "br", "deflate, gzip"] {
+            let req = s
+                .client
+                .post(s.url(path))
+                .bearer_auth(&s.root_key)
+                .header("content-type", "application/json")
+                .header("content-encoding", coding)
+                .body(vec![0x1f, 0x8b, 8, 0]);
+            let msg = s.request(req).assert_error(415, "UNSUPPORTED_MEDIA_TYPE");
+            assert!(msg.contains(&format!("Content-Encoding {coding} is not supported")), "{msg}");
+        }
         let r = s.post_raw(path, Some(&s.root_key), vec![b' '; (1 << 20) + 1]);
         r.assert_error(413, "PAYLOAD_TOO_LARGE");
         let big = format!("{{\"keyId\":\"{key}\",\"permissions\":[],\"pad\":\"{}\"}}", "x".repeat(2 << 20));
@@ -112,12 +124,13 @@ fn content_type_and_size() {
             .body(vec![b'x'; 2 << 20]),
     );
     r.assert_error(413, "PAYLOAD_TOO_LARGE");
-    // A charset suffix is fine.
+    // A charset suffix is fine, and so is the `identity` coding (none).
     let r = s.request(
         s.client
             .post(s.url("/v1/keys.setPermissions"))
             .bearer_auth(&s.root_key)
             .header("content-type", "application/json; charset=utf-8")
+            .header("content-encoding", "identity")
             .body(body),
     );
     assert_eq!(r.status, 200, "{}", r.text);

@@ -217,6 +217,18 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
             "the body must be JSON: send Content-Type: application/json",
         ));
     }
+    // A compressed body would only fail as malformed JSON: say what is wrong instead.
+    if let Some(coding) = req.headers().get(header::CONTENT_ENCODING)
+        && !coding.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity")
+    {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            format!(
+                "Content-Encoding {} is not supported: send the body uncompressed",
+                String::from_utf8_lossy(coding.as_bytes())
+            ),
+        ));
+    }
     let mut first = web::Bytes::new();
     let mut more: Option<web::BytesMut> = None;
     while let Some(chunk) = payload.next().await {
