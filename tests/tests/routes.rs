@@ -114,13 +114,21 @@ fn every_route_checks_auth_method_and_its_permission() {
         created("/v1/permissions.createRole", "roleId", "deleted-by-the-routes"),
         created("/v1/permissions.createRole", "roleId", "kept-by-the-routes"),
     );
-    let methods = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+    let methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"];
     let mut checked = 0;
     for (path, allowed) in ROUTES {
-        for m in methods.iter().filter(|m| !allowed.contains(m)) {
+        // HEAD is served wherever GET is.
+        let allow = allowed.join(", ").replace("GET", "GET, HEAD");
+        let served = |m: &str| allowed.contains(&m) || (m == "HEAD" && allowed.contains(&"GET"));
+        for m in methods.iter().filter(|m| !served(m)) {
             let r = s.request(s.client.request(m.parse().unwrap(), s.url(path)));
-            r.assert_error(405, "METHOD_NOT_ALLOWED");
-            assert_eq!(r.header("allow"), Some(allowed.join(", ").as_str()), "{m} {path}");
+            if *m == "HEAD" {
+                // No body on a HEAD response, the status and headers alone.
+                assert_eq!((r.status, r.text.as_str()), (405, ""), "{m} {path}");
+            } else {
+                r.assert_error(405, "METHOD_NOT_ALLOWED");
+            }
+            assert_eq!(r.header("allow"), Some(allow.as_str()), "{m} {path}");
         }
         let Some((permission, body)) = needs(path, &key, &spare, &ids) else {
             // Public routes answer without a root key.
@@ -133,20 +141,29 @@ fn every_route_checks_auth_method_and_its_permission() {
                 matches!(*path, "/v1/liveness" | "/docs/errors" | "/openapi.json"),
                 "{path} needs a case here"
             );
-            assert_eq!(s.request(s.client.get(s.url(path))).status, 200);
+            let get = s.request(s.client.get(s.url(path)));
+            assert_eq!(get.status, 200);
+            let head = s.request(s.client.head(s.url(path)));
+            assert_eq!((head.status, head.text.as_str()), (200, ""), "HEAD {path}");
+            assert_eq!(head.header("content-type"), get.header("content-type"), "HEAD {path}");
+            assert!(head.header("unkey-request-id").is_some(), "HEAD {path}");
             continue;
         };
         // POST routes take the body; GET-only routes take its fields as the query.
-        let send = |token: Option<&str>| {
-            if allowed.contains(&"POST") {
-                return s.post_raw(path, token, body.to_string());
-            }
-            let query: Vec<(String, String)> = body
+        let get_only = !allowed.contains(&"POST");
+        let query: Vec<(String, String)> = match get_only {
+            true => body
                 .as_object()
                 .unwrap()
                 .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect();
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().into()))
+                .collect(),
+            false => Vec::new(),
+        };
+        let send = |token: Option<&str>| {
+            if !get_only {
+                return s.post_raw(path, token, body.to_string());
+            }
             let mut req = s.client.get(s.url(path)).query(&query);
             if let Some(t) = token {
                 req = req.bearer_auth(t);
@@ -164,6 +181,14 @@ fn every_route_checks_auth_method_and_its_permission() {
         let with = s.root_key_with(ALL);
         let r = send(Some(&with));
         assert_eq!(r.status, 200, "{path}: {}", r.text);
+        if get_only {
+            // HEAD runs the GET handler, its checks included, and sends no body.
+            let head = |token: &str| s.request(s.client.head(s.url(path)).query(&query).bearer_auth(token));
+            let (ok, denied) = (head(&with), head("kg_unknown_root_key"));
+            assert_eq!((ok.status, ok.text.as_str()), (200, ""), "HEAD {path}");
+            assert_eq!((denied.status, denied.text.as_str()), (401, ""), "HEAD {path}");
+            assert_eq!(denied.header("www-authenticate"), Some("Bearer"), "HEAD {path}");
+        }
         checked += 1;
     }
     assert_eq!(checked, 25, "every authenticated route was checked");

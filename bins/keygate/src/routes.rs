@@ -37,7 +37,21 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/openapi.json", &["GET"]),
 ];
 
-/// A resource answering `methods` with `handler` and 405 (with `Allow`) otherwise.
+/// The methods a path answers: its [`ROUTES`] methods, and `HEAD` wherever there is `GET`
+/// (the same response without its body, as HTTP expects; health checks use it).
+pub fn served_methods(methods: &[&'static str]) -> Vec<&'static str> {
+    let mut served = Vec::with_capacity(methods.len() + 1);
+    for &m in methods {
+        served.push(m);
+        if m == "GET" {
+            served.push("HEAD");
+        }
+    }
+    served
+}
+
+/// A resource answering `methods` (and `HEAD` with `GET`) with `handler`, and 405 (with
+/// `Allow`) otherwise.
 fn resource<F, Args>(path: &'static str, methods: &'static [&'static str], handler: F) -> Resource
 where
     F: actix_web::Handler<Args>,
@@ -45,11 +59,12 @@ where
     F::Output: actix_web::Responder + 'static,
 {
     let mut r = web::resource(path);
-    for m in methods {
+    let served = served_methods(methods);
+    for m in &served {
         let method = Method::from_bytes(m.as_bytes()).unwrap_or(Method::POST);
         r = r.route(web::method(method).to(handler.clone()));
     }
-    let allow = methods.join(", ");
+    let allow = served.join(", ");
     r.default_service(web::to(move |req: HttpRequest| {
         let allow = allow.clone();
         async move { Err::<actix_web::HttpResponse, _>(system::method_not_allowed(&req, &allow)) }
