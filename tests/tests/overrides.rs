@@ -127,6 +127,9 @@ fn bad_input_missing_namespaces_and_other_workspaces_are_refused() {
     assert_eq!(r.assert_error(404, "NOT_FOUND"), "namespace rlns_missing not found");
     let r = get(&s, "/v1/ratelimits.getOverride", &[("namespaceName", "api")]);
     assert_eq!(r.assert_error(400, "BAD_REQUEST"), "identifier: is required");
+    let twice = [("namespaceName", "api"), ("identifier", "a"), ("identifier", "b")];
+    let r = get(&s, "/v1/ratelimits.getOverride", &twice);
+    assert_eq!(r.assert_error(400, "BAD_REQUEST"), "identifier: given more than once in the query");
     assert_eq!(s.count("ratelimit_overrides", "1 = 1"), 0, "nothing was written");
 
     // Another workspace: its namespace "api" is another namespace; ours is invisible.

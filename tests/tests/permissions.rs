@@ -127,6 +127,8 @@ fn bad_input_wrong_ids_and_other_workspaces_are_refused() {
         r.assert_error(400, "BAD_REQUEST"),
         "permissionId: is required (query parameter ?permissionId=...)"
     );
+    let r = get(&s, "/v1/permissions.getRole", &[("roleId", "role_a"), ("roleId", "role_b")]);
+    assert_eq!(r.assert_error(400, "BAD_REQUEST"), "roleId: given more than once in the query");
     let r = get(&s, "/v1/permissions.getRole", &[("roleId", "")]);
     assert_eq!(r.assert_error(400, "BAD_REQUEST"), "roleId: must not be empty");
     get(&s, "/v1/permissions.getRole", &[("roleId", "perm_x")]).assert_error(404, "NOT_FOUND");

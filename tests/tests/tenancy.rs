@@ -72,7 +72,11 @@ fn get_key_shows_direct_permissions_and_roles_sorted() {
     let r = s.request(s.client.get(s.url("/v1/keys.getKey")).query(&[("keyId", &key)]).bearer_auth(&no_read));
     assert!(r.assert_error(403, "INSUFFICIENT_PERMISSIONS").contains("api.*.read_key"));
     let r = s.request(s.client.get(s.url("/v1/keys.getKey")).bearer_auth(&s.root_key));
-    r.assert_error(400, "BAD_REQUEST");
+    assert_eq!(r.assert_error(400, "BAD_REQUEST"), "keyId: is required (query parameter ?keyId=...)");
+    // Two values for one parameter: which one was meant is unknown, so neither is used.
+    let twice = [("keyId", key.as_str()), ("keyId", "key_other")];
+    let r = s.request(s.client.get(s.url("/v1/keys.getKey")).query(&twice).bearer_auth(&s.root_key));
+    assert_eq!(r.assert_error(400, "BAD_REQUEST"), "keyId: given more than once in the query");
 }
 
 #[test]

@@ -251,6 +251,22 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
     Ok(more.map_or(first, web::BytesMut::freeze))
 }
 
+/// The query string of a GET read into `T` (400 `"<field>: is required"`, or `"<field>:
+/// given more than once"`, naming the parameter).
+pub fn read_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    let e = match web::Query::<T>::from_query(req.query_string()) {
+        Ok(q) => return Ok(q.into_inner()),
+        Err(actix_web::error::QueryPayloadError::Deserialize(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    let field = |prefix: &str| e.strip_prefix(prefix).and_then(|r| r.strip_suffix('`')).map(str::to_owned);
+    Err(ApiError::bad_request(match (field("missing field `"), field("duplicate field `")) {
+        (Some(f), _) => format!("{f}: is required (query parameter ?{f}=...)"),
+        (_, Some(f)) => format!("{f}: given more than once in the query"),
+        _ => format!("query: {e}"),
+    }))
+}
+
 /// A JSON integer within `min..=2^53-1`. Floats (`1.0`, `1e3`) are rejected.
 pub(crate) fn integer(path: &str, n: &Number, min: u64) -> Result<u64, ValidationError> {
     let too_big = || ValidationError::new(path, format!("must be <= {MAX_SAFE_INTEGER}"));

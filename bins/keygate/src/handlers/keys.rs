@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use crate::error::REQUEST_ID_HEADER;
-use crate::http::{authenticate, blocking, integer, read_json};
+use crate::http::{authenticate, blocking, integer, read_json, read_query};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::Named;
@@ -206,9 +206,7 @@ pub async fn get_key(
 ) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
     let key_id = if req.method() == actix_web::http::Method::GET {
-        let query = web::Query::<GetKeyBody>::from_query(req.query_string())
-            .map_err(|_| ApiError::bad_request("keyId: is required (query parameter ?keyId=...)"))?;
-        query.into_inner().key_id
+        read_query::<GetKeyBody>(&req)?.key_id
     } else {
         read_json::<GetKeyBody>(&req, payload).await?.key_id
     };

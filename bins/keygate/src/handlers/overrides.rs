@@ -1,7 +1,7 @@
 //! `ratelimits.setOverride`, `getOverride`, `listOverrides`, `deleteOverride`.
 
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, integer, read_json};
+use crate::http::{authenticate, blocking, integer, read_json, read_query};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_rbac::{NamespaceRef, Override};
@@ -60,12 +60,6 @@ impl From<Override> for OverrideResponse {
     }
 }
 
-fn query(req: &HttpRequest) -> Result<OverrideRefBody, ApiError> {
-    web::Query::<OverrideRefBody>::from_query(req.query_string())
-        .map(web::Query::into_inner)
-        .map_err(|e| ApiError::bad_request(format!("query: {e}")))
-}
-
 /// `ratelimits.setOverride`: `{"overrideId"}`; creates or updates.
 pub async fn set_override(
     req: HttpRequest,
@@ -88,7 +82,7 @@ pub async fn set_override(
 /// `GET ratelimits.getOverride?namespaceId|namespaceName=...&identifier=...`
 pub async fn get_override(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
-    let q = query(&req)?;
+    let q = read_query::<OverrideRefBody>(&req)?;
     let ns = q.namespace();
     let identifier = q.identifier()?;
     let found = blocking(move || Ok(state.rbac.get_override(&principal, &ns, &identifier)?)).await?;
@@ -99,7 +93,7 @@ pub async fn get_override(req: HttpRequest, state: web::Data<AppState>) -> Resul
 /// first, in one page (`cursor` and `limit` are accepted and ignored: at most 1000 exist).
 pub async fn list_overrides(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
-    let ns = query(&req)?.namespace();
+    let ns = read_query::<OverrideRefBody>(&req)?.namespace();
     let all = blocking(move || Ok(state.rbac.list_overrides(&principal, &ns)?)).await?;
     let total = all.len();
     let overrides: Vec<OverrideResponse> = all.into_iter().map(Into::into).collect();

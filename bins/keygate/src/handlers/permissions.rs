@@ -3,7 +3,7 @@
 
 use super::keys::{LinkBody, PermissionRef, link_call};
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, read_json};
+use crate::http::{authenticate, blocking, read_json, read_query};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_rbac::{Entity, EntityKind, EntityRef, RbacService, RoleView};
@@ -91,10 +91,7 @@ struct RoleIdQuery {
 /// `GET permissions.getPermission?permissionId=...`
 pub async fn get_permission(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
-    let id = web::Query::<PermissionIdQuery>::from_query(req.query_string())
-        .map_err(|_| ApiError::bad_request("permissionId: is required (query parameter ?permissionId=...)"))?
-        .into_inner()
-        .permission_id;
+    let id = read_query::<PermissionIdQuery>(&req)?.permission_id;
     let found = blocking(move || Ok(state.rbac.get_entity(&principal, EntityKind::Permission, &id)?)).await?;
     Ok(HttpResponse::Ok().json(EntityResponse::from(found)))
 }
@@ -102,10 +99,7 @@ pub async fn get_permission(req: HttpRequest, state: web::Data<AppState>) -> Res
 /// `GET permissions.getRole?roleId=...`: the role with its permissions.
 pub async fn get_role(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let principal = authenticate(&req, &state).await?;
-    let id = web::Query::<RoleIdQuery>::from_query(req.query_string())
-        .map_err(|_| ApiError::bad_request("roleId: is required (query parameter ?roleId=...)"))?
-        .into_inner()
-        .role_id;
+    let id = read_query::<RoleIdQuery>(&req)?.role_id;
     let found = blocking(move || Ok(state.rbac.get_role(&principal, &id)?)).await?;
     Ok(HttpResponse::Ok().json(RoleResponse::from(found)))
 }
