@@ -4,6 +4,9 @@ use clap::{Args, Parser, Subcommand};
 use keygate_store::{PoolSettings, RedisSettings};
 use std::time::Duration;
 
+/// `keygate [serve] [server flags]` runs the server: its flags are taken with or without
+/// the `serve` subcommand (contract §7). `--database-url` goes anywhere; the other server
+/// flags before a subcommand are an error (see [`Cli::parse_args`]).
 #[derive(Debug, Parser)]
 #[command(name = "keygate", version, about = "API-key access control and rate limiting")]
 pub struct Cli {
@@ -11,8 +14,70 @@ pub struct Cli {
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://keygate.db", global = true)]
     pub database_url: String,
 
+    /// The server's settings when no subcommand is given.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Cli {
+    /// Parses the process's arguments, as [`Parser::parse`] does (exiting with clap's
+    /// message on an error), and refuses server flags given before a subcommand
+    /// (`keygate --listen X serve`, `keygate --workers 2 keys create`): they would be
+    /// silently ignored, since a subcommand takes its own.
+    pub fn parse_args() -> Self {
+        Self::try_parse_args_from(std::env::args_os()).unwrap_or_else(|e| exit_on(&e))
+    }
+
+    /// [`Cli::parse_args`] on the given arguments (the first is the program name), returning
+    /// clap's error (`--help` and `--version` are errors too, as in clap).
+    pub fn try_parse_args_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
+        let mut cmd = Self::command();
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some(sub) = matches.subcommand_name() {
+            let server_flags = ServeArgs::augment_args(clap::Command::new("serve"));
+            for arg in server_flags.get_arguments() {
+                if matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine) {
+                    let flag = arg.get_long().unwrap_or_default();
+                    return Err(cmd.error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!("--{flag} is a server flag: give it after `serve`, or with no subcommand, not before `{sub}`"),
+                    ));
+                }
+            }
+        }
+        Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+    }
+}
+
+/// Ends the process on a command-line error: help and version as clap prints them, any other
+/// error as one line on stderr (contract §2: "a one-line error"), exit status 2.
+fn exit_on(e: &clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    eprintln!("keygate: {}", one_line(&e.to_string()));
+    std::process::exit(2);
+}
+
+/// clap's message without its "error: " prefix and usage block, on one line.
+fn one_line(message: &str) -> String {
+    let message = message.trim_start().strip_prefix("error: ").unwrap_or(message);
+    let parts: Vec<&str> = message
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("{} (see keygate --help)", parts.join(" "))
 }
 
 #[derive(Debug, Subcommand)]

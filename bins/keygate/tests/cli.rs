@@ -99,8 +99,18 @@ fn admin_subcommands_print_exact_json() {
     fail(&db, &["root-keys", "revoke", "--id", rk["id"].as_str().unwrap()]);
     fail(&db, &["keys", "create", "--workspace", "ws_missing"]);
     fail("mysql://localhost/x", &["workspaces", "create", "--name", "x"]);
-    let (success, _, stderr) = keygate(&db, &["root-keys", "frobnicate"]);
-    assert!(!success && !stderr.is_empty());
+    // Bad arguments, as clap finds them: one line too, without clap's usage block.
+    for args in [
+        &["root-keys", "frobnicate"][..],
+        &["root-keys", "create"],
+        &["workspaces", "create", "--name"],
+        &["keys", "create", "--workspace", "default", "--bogus"],
+        &["--workers", "many"],
+    ] {
+        let msg = fail(&db, args);
+        assert!(msg.starts_with("keygate: ") && !msg.contains("Usage"), "{args:?}: {msg}");
+    }
+    assert!(fail(&db, &["root-keys", "create"]).contains("--workspace"));
 }
 
 struct Server(Child);
@@ -130,6 +140,11 @@ fn serve(db: &str, port: u16, root_key: Option<&str>) -> (Server, Vec<String>) {
     if let Some(k) = root_key {
         cmd.env("KEYGATE_ROOT_KEY", k);
     }
+    start(cmd)
+}
+
+/// Spawns the server command and reads its stderr up to the "listening" line.
+fn start(mut cmd: Command) -> (Server, Vec<String>) {
     let mut child = cmd.spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let server = Server(child);
@@ -222,6 +237,47 @@ fn keygate_root_key_sets_the_bootstrap_key() {
     let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer my-chosen-root-key-123\r\nConnection: close\r\n\r\n";
     let res = http(port, req);
     assert!(res.starts_with("HTTP/1.1 404"), "authenticated, key not found: {res}");
+}
+
+#[test]
+fn server_flags_work_with_and_without_serve_and_not_before_another_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    for subcommand in [None, Some("serve")] {
+        let port = free_port();
+        let mut cmd = Command::new(BIN);
+        cmd.args(subcommand)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--database-url", &db, "--workers", "1"])
+            .args(["--root-key", "flag-root-key-123"])
+            .env("RUST_LOG", "info")
+            .env_remove("DATABASE_URL")
+            .env_remove("KEYGATE_LISTEN")
+            .env_remove("KEYGATE_ROOT_KEY")
+            .env_remove("REDIS_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let (_server, lines) = start(cmd);
+        let listen = lines.iter().find(|l| l.contains("keygate listening on"));
+        assert!(
+            listen.is_some_and(|l| l.contains(&format!("127.0.0.1:{port}"))),
+            "{subcommand:?}: {lines:?}"
+        );
+        let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer flag-root-key-123\r\nConnection: close\r\n\r\n";
+        let res = http(port, req);
+        assert!(res.starts_with("HTTP/1.1 404"), "{subcommand:?}: the flags' root key and database: {res}");
+    }
+    // --database-url may come before any subcommand; it wins over DATABASE_URL.
+    let other = format!("sqlite://{}", dir.path().join("other.db").display());
+    ok(&other, &["--database-url", &db, "workspaces", "create", "--name", "by-flag"]);
+    ok(&db, &["root-keys", "list", "--workspace", "by-flag"]);
+    fail(&other, &["root-keys", "list", "--workspace", "by-flag"]);
+    // Another server flag before a subcommand would be ignored: refused instead.
+    for args in
+        [&["--listen", "127.0.0.1:1", "serve"][..], &["--workers", "2", "keys", "create", "--workspace", "x"]]
+    {
+        let msg = fail(&db, args);
+        assert!(msg.contains("is a server flag"), "{args:?}: {msg}");
+    }
 }
 
 #[test]
