@@ -27,6 +27,13 @@ ROOT_KEY=kg_root_bench_$(date +%s)
 export ROOT_KEY
 
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+# RabbitMQ (a service of this machine image, unused by keygate) boots a whole Erlang VM
+# every 60 s (at second ~11 of each minute): 0.3-0.5 s of CPU that lands on the server's
+# core while the load generator holds the other, i.e. a 60-340 ms stall in whichever round
+# it hits. Stop it for the benchmark (/etc/init.d/rabbitmq-server stop; start it after).
+if pgrep -x beam.smp >/dev/null; then
+  echo "warning: RabbitMQ (beam.smp) is running: expect one 60-340 ms stall per minute (see docs/performance.md)" >&2
+fi
 cargo build --release -q -p keygate --bin keygate --example bare --example openloop
 
 work=$(mktemp -d)
