@@ -15,7 +15,7 @@ npm ci --silent --no-audit --no-fund 2>&1 | grep -v 'Unknown user config' || tru
 
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export KEYGATE_ROOT_KEY="kg_root_sdk_${RANDOM}${RANDOM}${RANDOM}"
+export KEYGATE_ROOT_KEY="kg_root_sdk_$(date +%s)_${RANDOM}${RANDOM}${RANDOM}"
 export DATABASE_URL="sqlite://$work/sdk.db"
 KEYGATE_LISTEN="127.0.0.1:$port" KEYGATE_WORKERS=1 RUST_LOG=warn "$bin" 2>"$work/server.log" &
 pid=$!

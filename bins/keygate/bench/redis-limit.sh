@@ -5,7 +5,7 @@
 # wrk on CPU 1; Redis wherever it runs.
 cd "$(dirname "$0")/../../.."
 cargo build --release -q -p keygate --bin keygate
-export ROOT_KEY=kg_root_rb_$(date +%s)
+export ROOT_KEY=kg_root_redis_bench_$(date +%s)
 w=$(mktemp -d)
 DATABASE_URL="sqlite://$w/a.db" KEYGATE_LISTEN=127.0.0.1:18190 KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn taskset -c 0 target/release/keygate 2>$w/a.log &
 a=$!

@@ -2,7 +2,7 @@
 //! object on stdout; errors are one line on stderr and a non-zero exit.
 
 use crate::config::{Command, KeysCmd, RootKeysCmd, WorkspacesCmd};
-use keygate_domain::SystemClock;
+use keygate_domain::{SystemClock, redact_in};
 use keygate_rbac::RbacService;
 use keygate_store::{PoolSettings, SqlStore};
 use serde_json::json;
@@ -16,7 +16,7 @@ pub fn run(database_url: &str, command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("keygate: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("keygate: {}", redact_in(&format!("{e:#}"), database_url).replace('\n', " "));
             ExitCode::FAILURE
         }
     }

@@ -1,17 +1,24 @@
 use keygate::{Cli, Command};
+use keygate_domain::redact_in;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_args();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info,actix_server=warn"))
-        .init();
+    keygate::logging::ThrottledLogger::install("info,actix_server=warn");
     match cli.command.unwrap_or(Command::Serve(Box::new(cli.serve))) {
-        Command::Serve(args) => match keygate::server::run_forever(args.into_config(&cli.database_url)) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("keygate: {e:#}");
-                std::process::ExitCode::FAILURE
+        Command::Serve(args) => {
+            let config = args.into_config(&cli.database_url);
+            // Whatever a failure says, the URLs' credentials are not part of it.
+            let urls: Vec<String> =
+                [Some(config.database_url.clone()), config.redis_url.clone()].into_iter().flatten().collect();
+            match keygate::server::run_forever(config) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    let msg = urls.iter().fold(format!("{e:#}"), |msg, url| redact_in(&msg, url));
+                    eprintln!("keygate: {msg}");
+                    std::process::ExitCode::FAILURE
+                }
             }
-        },
+        }
         admin => keygate::admin::run(&cli.database_url, admin),
     }
 }

@@ -232,9 +232,9 @@ fn keygate_root_key_sets_the_bootstrap_key() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("plain-path.db").display().to_string();
     let port = free_port();
-    let (_server, lines) = serve(&db, port, Some("my-chosen-root-key-123"));
+    let (_server, lines) = serve(&db, port, Some("my-chosen-root-key-1234567"));
     assert!(lines.iter().any(|l| l.contains("first start")), "{lines:?}");
-    let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer my-chosen-root-key-123\r\nConnection: close\r\n\r\n";
+    let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer my-chosen-root-key-1234567\r\nConnection: close\r\n\r\n";
     let res = http(port, req);
     assert!(res.starts_with("HTTP/1.1 404"), "authenticated, key not found: {res}");
 }
@@ -248,7 +248,7 @@ fn server_flags_work_with_and_without_serve_and_not_before_another_subcommand() 
         let mut cmd = Command::new(BIN);
         cmd.args(subcommand)
             .args(["--listen", &format!("127.0.0.1:{port}"), "--database-url", &db, "--workers", "1"])
-            .args(["--root-key", "flag-root-key-123"])
+            .args(["--root-key", "flag-root-key-123456789012"])
             .env("RUST_LOG", "info")
             .env_remove("DATABASE_URL")
             .env_remove("KEYGATE_LISTEN")
@@ -262,7 +262,7 @@ fn server_flags_work_with_and_without_serve_and_not_before_another_subcommand() 
             listen.is_some_and(|l| l.contains(&format!("127.0.0.1:{port}"))),
             "{subcommand:?}: {lines:?}"
         );
-        let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer flag-root-key-123\r\nConnection: close\r\n\r\n";
+        let req = "GET /v1/keys.getKey?keyId=key_x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer flag-root-key-123456789012\r\nConnection: close\r\n\r\n";
         let res = http(port, req);
         assert!(res.starts_with("HTTP/1.1 404"), "{subcommand:?}: the flags' root key and database: {res}");
     }

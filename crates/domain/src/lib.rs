@@ -7,6 +7,7 @@ mod clock;
 mod error;
 mod ids;
 mod names;
+mod redact;
 mod secret;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -16,7 +17,10 @@ pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_key_id,
     validate_namespace_name, validate_permission_name, validate_role_name,
 };
-pub use secret::{Secret, digest_hex, hash_secret, secret_digest};
+pub use redact::{redact_in, redact_url};
+pub use secret::{
+    MIN_ROOT_KEY_CHARS, Secret, digest_hex, hash_secret, secret_digest, validate_root_key_secret,
+};
 
 /// An `{id, name}` pair: a permission or a role as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

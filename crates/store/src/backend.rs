@@ -1,3 +1,5 @@
+use keygate_domain::redact_url;
+
 /// Which database a `DATABASE_URL` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
@@ -35,7 +37,7 @@ impl Backend {
         } else if let Some(rest) = url.strip_prefix("sqlite:") {
             rest
         } else if url.contains("://") {
-            return Err(BackendError::Unsupported(url.to_string()));
+            return Err(BackendError::Unsupported(redact_url(url)));
         } else {
             url
         };
@@ -59,16 +61,8 @@ impl Backend {
     pub fn display_location(&self) -> String {
         match self {
             Backend::Sqlite(path) => path.clone(),
-            Backend::Postgres(url) => without_credentials(url),
+            Backend::Postgres(url) => redact_url(url),
         }
-    }
-}
-
-/// A URL with its user and password (if any) replaced by `***`, for logs.
-pub(crate) fn without_credentials(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
     }
 }
 

@@ -44,7 +44,7 @@
 //! period waits and probes), so an outage costs fast 503s, or fast passes when failing
 //! open, rather than a second of latency per request.
 
-use crate::backend::without_credentials;
+use keygate_domain::{redact_in, redact_url};
 use keygate_ratelimit::{
     BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
 };
@@ -174,9 +174,9 @@ impl RedisStore {
     /// A store for `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`, or
     /// `redis+unix:///path`). Connects lazily.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, RedisOpenError> {
-        let location = without_credentials(url);
+        let location = redact_url(url);
         let client = redis::Client::open(url)
-            .map_err(|e| RedisOpenError { url: location.clone(), reason: e.to_string() })?;
+            .map_err(|e| RedisOpenError { url: location.clone(), reason: redact_in(&e.to_string(), url) })?;
         let manager =
             Manager { client, connect_timeout: settings.connect_timeout, io_timeout: settings.io_timeout };
         let pool = r2d2::Pool::builder()
