@@ -233,7 +233,7 @@ fn verify_answers_valid_with_the_effective_permissions_and_roles() {
     let editor = r.json[0]["id"].as_str().unwrap().to_string();
     let r = s.post(
         CREATE,
-        &json!({"name": "svc", "meta": {"a": 1}, "permissions": ["docs.read", "B.x"], "roles": ["editor"]}),
+        &json!({"apiId": "api_x", "name": "svc", "meta": {"a": 1}, "permissions": ["docs.read", "B.x"], "roles": ["editor"]}),
     );
     let (id, secret) = (key_id(&r), r.json["key"].as_str().unwrap().to_string());
     // A permission the key holds only through its role.
@@ -248,6 +248,7 @@ fn verify_answers_valid_with_the_effective_permissions_and_roles() {
     assert_eq!(r.json["valid"], true);
     assert_eq!(r.json["code"], "VALID");
     assert_eq!(r.json["keyId"], id);
+    assert_eq!(r.json["apiId"], "api_x");
     assert_eq!(r.json["name"], "svc");
     assert_eq!(r.json["meta"], json!({"a": 1}));
     assert_eq!(r.json["enabled"], true);

@@ -95,3 +95,48 @@ fn revoked_root_key_is_rejected_at_once_by_this_instance() {
     s.state.rbac.revoke_root_key(&rk.id).unwrap();
     s.post_as(secret.expose(), "/v1/ratelimits.limit", &body).assert_error(401, "UNAUTHORIZED");
 }
+
+/// Issue 15, defect 1: a key of workspace B verified by tenant A's gateway.
+#[test]
+fn verify_key_finds_only_keys_of_the_callers_workspace_and_named_api() {
+    let s = TestServer::start();
+    let b = s.create_workspace("tenant-b");
+    let b_root = s.root_key_in(&b, &["*"]);
+    let created =
+        s.post_as(&b_root, "/v1/keys.createKey", &json!({"apiId": "api_b", "permissions": ["b.perm"]}));
+    assert_eq!(created.status, 200, "{}", created.text);
+    let b_secret = created.json["key"].as_str().unwrap().to_string();
+    let b_key_id = created.json["keyId"].as_str().unwrap().to_string();
+    let verify = |token: Option<&str>, body: serde_json::Value| {
+        s.post_raw("/v1/keys.verifyKey", token, body.to_string())
+    };
+    let not_found = json!({"valid": false, "code": "NOT_FOUND"});
+    let answer = |r: &keygate_tests::Resp| json!({"valid": r.json["valid"], "code": r.json["code"]});
+    let query = json!({"permissions": "b.perm"});
+
+    // Another apiId (tenant A's), with or without a root key: exactly as a missing key.
+    let r = verify(None, json!({"key": b_secret, "apiId": "api_a", "authorization": query}));
+    assert_eq!((r.status, answer(&r)), (200, not_found.clone()), "{}", r.text);
+    assert!(r.json.get("keyId").is_none() && r.json["permissions"] == json!([]), "{}", r.text);
+    // Workspace A's root key (the bootstrap key, holding "*"): B's keys are not found.
+    let r = verify(Some(&s.root_key), json!({"key": b_secret, "authorization": query}));
+    assert_eq!((r.status, answer(&r)), (200, not_found.clone()), "{}", r.text);
+    let r = verify(Some(&s.root_key), json!({"key": b_secret, "apiId": "api_b"}));
+    assert_eq!(answer(&r), not_found, "{}", r.text);
+
+    // B's own gateway: valid, with the key's apiId in the answer.
+    let r = verify(Some(&b_root), json!({"key": b_secret, "apiId": "api_b", "authorization": query}));
+    assert_eq!(answer(&r), json!({"valid": true, "code": "VALID"}), "{}", r.text);
+    assert_eq!((r.json["keyId"].as_str(), r.json["apiId"].as_str()), (Some(&*b_key_id), Some("api_b")));
+    // No root key and no apiId: the key alone (documented; single-tenant deployments).
+    let r = verify(None, json!({"key": b_secret}));
+    assert_eq!(answer(&r), json!({"valid": true, "code": "VALID"}), "{}", r.text);
+    // A root key that is sent must be valid: a gateway whose key was revoked learns it
+    // instead of silently losing its scope.
+    let r = verify(Some("kg_root_not_a_real_key_at_all_000"), json!({"key": b_secret}));
+    r.assert_error(401, "UNAUTHORIZED");
+    // getKey shows the label.
+    let r =
+        s.request(s.client.get(s.url("/v1/keys.getKey")).query(&[("keyId", &b_key_id)]).bearer_auth(&b_root));
+    assert_eq!(r.json["apiId"], "api_b", "{}", r.text);
+}

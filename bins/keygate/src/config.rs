@@ -1,6 +1,7 @@
 //! Settings: each a flag and an environment variable (docs/configuration.md lists them).
 
 use clap::{Args, Parser, Subcommand};
+use keygate_domain::redact_url;
 use keygate_store::{PoolSettings, RedisSettings};
 use std::time::Duration;
 
@@ -170,6 +171,21 @@ pub struct ServeArgs {
     /// Longest a statement may run (PostgreSQL statement_timeout, SQLite busy_timeout), ms.
     #[arg(long, env = "KEYGATE_DB_STATEMENT_TIMEOUT_MS", default_value_t = 5_000)]
     pub db_statement_timeout_ms: u64,
+    /// Longest wait for a request's head (request line and headers), in milliseconds; then
+    /// 408 and the connection is closed.
+    #[arg(long, env = "KEYGATE_HEADER_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+    /// Longest wait for a request's whole body, in milliseconds from the handler starting to
+    /// read it; then 408 REQUEST_TIMEOUT and the connection is closed.
+    #[arg(long, env = "KEYGATE_BODY_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_ms: u64,
+    /// How long an idle keep-alive connection stays open, in milliseconds.
+    #[arg(long, env = "KEYGATE_KEEP_ALIVE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_alive_ms: u64,
+    /// Most client connections open at once, over all workers (also bounded by the open-file
+    /// limit); further connections wait in the listen backlog.
+    #[arg(long, env = "KEYGATE_MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
     /// Base URL of the error docs put into error bodies (default: this server's /docs).
     #[arg(long, env = "KEYGATE_DOCS_URL")]
     pub docs_url: Option<String>,
@@ -209,14 +225,30 @@ impl ServeArgs {
                 statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
             },
             docs_url: self.docs_url,
+            http: HttpLimits {
+                header_timeout: Duration::from_millis(self.header_timeout_ms),
+                body_timeout: Duration::from_millis(self.body_timeout_ms),
+                keep_alive: Duration::from_millis(self.keep_alive_ms),
+                max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            },
             root_key: self.root_key,
             handle_signals: true,
         }
     }
 }
 
-/// Everything the server needs to start.
-#[derive(Debug, Clone)]
+/// Bounds on what one client connection can hold (docs/configuration.md, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub keep_alive: Duration,
+    pub max_connections: usize,
+}
+
+/// Everything the server needs to start. Its `Debug` shows no secret (URLs redacted, the
+/// root key left out).
+#[derive(Clone)]
 pub struct ServerConfig {
     pub listen: String,
     pub database_url: String,
@@ -227,9 +259,23 @@ pub struct ServerConfig {
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,
+    pub http: HttpLimits,
     pub root_key: Option<String>,
     /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
     pub handle_signals: bool,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field("workers", &self.workers)
+            .field("http", &self.http)
+            .field("root_key", &self.root_key.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerConfig {

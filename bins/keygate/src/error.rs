@@ -24,11 +24,13 @@ pub struct ApiError {
     pub message: String,
     /// Extra response headers (e.g. `Allow` on 405).
     pub headers: Vec<(&'static str, String)>,
+    /// Close the connection after this answer (a body that did not arrive in time).
+    pub close: bool,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), headers: Vec::new() }
+        Self { code, message: message.into(), headers: Vec::new(), close: false }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -123,6 +125,9 @@ impl ApiError {
         res.insert_header((REQUEST_ID_HEADER, request_id));
         if self.code == ErrorCode::Unauthorized {
             res.insert_header(("www-authenticate", "Bearer"));
+        }
+        if self.close {
+            res.force_close();
         }
         for (name, value) in &self.headers {
             if let (Ok(n), Ok(v)) = (HeaderName::try_from(*name), HeaderValue::try_from(value.as_str())) {

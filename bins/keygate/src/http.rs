@@ -229,6 +229,30 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
             ),
         ));
     }
+    // The whole body within the limit: a client that stalls or trickles it is answered
+    // 408 and closed, so it cannot hold the connection (and a file descriptor) for good.
+    let limit = req.app_data::<web::Data<AppState>>().map_or(DEFAULT_BODY_TIMEOUT, |s| s.limits.body_timeout);
+    match actix_web::rt::time::timeout(limit, collect_body(&mut payload, too_large)).await {
+        Ok(body) => body,
+        Err(_) => {
+            let mut e = ApiError::new(
+                ErrorCode::RequestTimeout,
+                format!("the body did not arrive within {} ms", limit.as_millis()),
+            );
+            e.close = true;
+            Err(e)
+        }
+    }
+}
+
+/// Used when no app state is registered (never in the server).
+const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads the payload to its end, at most [`MAX_BODY_BYTES`].
+async fn collect_body(
+    payload: &mut web::Payload,
+    too_large: impl Fn() -> ApiError,
+) -> Result<web::Bytes, ApiError> {
     let mut first = web::Bytes::new();
     let mut more: Option<web::BytesMut> = None;
     while let Some(chunk) = payload.next().await {

@@ -7,11 +7,13 @@
 
 pub mod admin;
 pub mod config;
+mod connections;
 pub mod error;
 mod handlers;
 mod http;
+pub mod logging;
 pub mod routes;
 pub mod server;
 
-pub use config::{Cli, Command, ServeArgs, ServerConfig};
+pub use config::{Cli, Command, HttpLimits, ServeArgs, ServerConfig};
 pub use server::{AppState, RunningServer, start};

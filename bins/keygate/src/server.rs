@@ -1,12 +1,13 @@
 //! Composition: store + RBAC service + rate-limit store + actix-web.
 
-use crate::config::ServerConfig;
+use crate::config::{HttpLimits, ServerConfig};
+use crate::connections::{self, Connections};
 use crate::http;
 use crate::routes;
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
-use keygate_domain::{Clock, Secret, SystemClock};
+use keygate_domain::{Clock, Secret, SystemClock, redact_in, redact_url, validate_root_key_secret};
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::{OverridesListener, RbacService};
 use keygate_store::{RedisStore, SqlStore};
@@ -23,6 +24,10 @@ pub struct AppState {
     pub docs_base: String,
     /// One store read per root key, namespace or overrides at a time (`ratelimits.limit`'s misses).
     pub loads: http::LoadGates,
+    /// Time limits and the connection cap (the body reader applies `body_timeout`).
+    pub limits: HttpLimits,
+    /// Open client connections.
+    pub connections: Arc<Connections>,
 }
 
 /// A started server.
@@ -47,8 +52,13 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Opens the stores, bootstraps a fresh database, binds the listener and builds the
 /// server (not yet polled: await `server` or run it on an actix system).
 pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<RunningServer> {
-    let store = SqlStore::open(&config.database_url, config.pool.clone())
-        .with_context(|| format!("opening the database {:?}", config.database_url))?;
+    if let Some(chosen) = &config.root_key {
+        validate_root_key_secret(chosen).map_err(|e| anyhow::anyhow!("KEYGATE_ROOT_KEY {}", e.message))?;
+    }
+    let store = SqlStore::open(&config.database_url, config.pool.clone()).map_err(|e| {
+        let url = &config.database_url;
+        anyhow::anyhow!("opening the database {:?}: {}", redact_url(url), redact_in(&e.to_string(), url))
+    })?;
     let db_desc = format!("{} {}", store.backend().kind(), store.backend().display_location());
     let (limiter, limiter_desc) = rate_limit_store(&config)?;
     let rbac = RbacService::new(store, clock.clone())
@@ -59,17 +69,40 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let addr = listener.local_addr()?;
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
-    let state =
-        web::Data::new(AppState { rbac, limiter, clock, docs_base, loads: http::LoadGates::default() });
+    let workers = config
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+        .max(1);
+    let pools = u64::from(config.pool.max_size) + u64::from(config.redis.max_size);
+    let (cap, lowered) = connections::effective_cap(config.http.max_connections, pools);
+    if let Some(why) = lowered {
+        log::warn!("{why}");
+    }
+    let limits = HttpLimits { max_connections: cap, ..config.http };
+    let connections = Connections::new(cap);
+    let state = web::Data::new(AppState {
+        rbac,
+        limiter,
+        clock: clock.clone(),
+        docs_base,
+        loads: http::LoadGates::default(),
+        limits,
+        connections: connections.clone(),
+    });
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
         App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(routes::configure)
     })
+    .workers(workers)
+    .max_connections(connections::per_worker(cap, workers))
+    .client_request_timeout(limits.header_timeout)
+    .client_disconnect_timeout(Duration::from_secs(1))
+    .keep_alive(limits.keep_alive)
+    .on_connect(move |_, ext| {
+        ext.insert(connections.opened(clock.now_ms()));
+    })
     .listen(listener)?;
-    if let Some(n) = config.workers {
-        server = server.workers(n.max(1));
-    }
     if !config.handle_signals {
         server = server.disable_signals();
     }
@@ -117,7 +150,10 @@ fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<(Arc<dyn RateLimitS
 }
 
 /// First start: creates workspace `default` and a root key holding `*`, printed once.
+/// A key chosen through `KEYGATE_ROOT_KEY` is not printed: the operator has it already,
+/// and the output may end up in a log.
 fn bootstrap(rbac: &RbacService<SqlStore>, root_key: Option<String>) -> anyhow::Result<Option<Secret>> {
+    let chosen = root_key.is_some();
     let Some((ws, rk, secret)) = rbac.bootstrap(root_key.map(Secret::new)).context("bootstrapping")? else {
         return Ok(None);
     };
@@ -125,7 +161,14 @@ fn bootstrap(rbac: &RbacService<SqlStore>, root_key: Option<String>) -> anyhow::
         "keygate: first start: created workspace {:?} ({}) and root key {} holding \"*\".",
         ws.name, ws.id, rk.id
     );
-    eprintln!("keygate: ROOT KEY (shown once; store it now, it cannot be shown again): {}", secret.expose());
+    if chosen {
+        eprintln!("keygate: the root key is the one given in KEYGATE_ROOT_KEY (not printed).");
+    } else {
+        eprintln!(
+            "keygate: ROOT KEY (shown once; store it now, it cannot be shown again): {}",
+            secret.expose()
+        );
+    }
     Ok(Some(secret))
 }
 

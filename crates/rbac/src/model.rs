@@ -56,6 +56,8 @@ impl Principal {
 pub struct Key {
     pub id: String,
     pub workspace_id: String,
+    /// The `apiId` label given at creation (Unkey's API; keygate has no API objects).
+    pub api_id: Option<String>,
     /// The visible start of the secret, for recognising the key.
     pub start: String,
     pub name: Option<String>,
@@ -64,6 +66,23 @@ pub struct Key {
     pub enabled: bool,
     pub expires: Option<i64>,
     pub created_at: i64,
+}
+
+/// Which keys a verification may find (tenancy): `None` fields do not narrow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerifyScope<'a> {
+    /// The workspace of the root key the call carries, if it carries one.
+    pub workspace_id: Option<&'a str>,
+    /// The `apiId` the call names, if it names one: the key must carry exactly this label.
+    pub api_id: Option<&'a str>,
+}
+
+impl VerifyScope<'_> {
+    /// Whether `key` is inside this scope.
+    pub fn admits(&self, key: &Key) -> bool {
+        self.workspace_id.is_none_or(|ws| key.workspace_id == ws)
+            && self.api_id.is_none_or(|api| key.api_id.as_deref() == Some(api))
+    }
 }
 
 /// What `keys.createKey` asks for. Names in `permissions` are created when missing (as in

@@ -2,13 +2,13 @@ use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
     AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
-    Verification, VerifyCode, Workspace,
+    Verification, VerifyCode, VerifyScope, Workspace,
 };
 use crate::{Effective, EntityRef, NamespaceRef, Override, OverrideSet, StorageError};
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
     new_id, random_token, secret_digest, sort_by_name, validate_key_id, validate_permission_name,
-    validate_role_name,
+    validate_role_name, validate_root_key_secret,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -795,6 +795,7 @@ impl<S: RbacStore> RbacService<S> {
         let key = Key {
             id: new_id(IdPrefix::Key),
             workspace_id: workspace_id.to_string(),
+            api_id: new.api_id,
             start: secret.visible_prefix(),
             name: new.name,
             meta: new.meta,
@@ -809,9 +810,14 @@ impl<S: RbacStore> RbacService<S> {
     /// `query` is given, holds the permissions it asks for (directly or through its roles).
     /// Needs no root key: the secret is the credential. Reads the store on every call, so a
     /// change (setPermissions, deleteKey) is visible to the next verification.
+    ///
+    /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
+    /// exactly as a key that does not exist (a gateway of one tenant never sees another
+    /// tenant's keys as valid).
     pub fn verify_key(
         &self,
         secret: &str,
+        scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
     ) -> Result<Verification, RbacError> {
         let not_found = Verification {
@@ -826,7 +832,7 @@ impl<S: RbacStore> RbacService<S> {
         let hash = digest_hex(&secret_digest(secret));
         let now = self.now();
         self.store.read(|tx| {
-            let Some(key) = tx.key_by_hash(&hash)? else {
+            let Some(key) = tx.key_by_hash(&hash)?.filter(|k| scope.admits(k)) else {
                 return Ok(not_found);
             };
             let mut roles = tx.key_entities(EntityKind::Role, &key.id)?;
@@ -1320,6 +1326,9 @@ impl<S: RbacStore> RbacService<S> {
         let result = self.store.transaction(|tx| {
             if tx.count_workspaces()? > 0 {
                 return Ok(None);
+            }
+            if let Some(chosen) = &secret {
+                validate_root_key_secret(chosen.expose())?;
             }
             let ws =
                 Workspace { id: new_id(IdPrefix::Workspace), name: "default".into(), created_at: self.now() };

@@ -33,6 +33,7 @@ diesel::table! {
         expires -> Nullable<BigInt>,
         created_at -> BigInt,
         updated_at -> BigInt,
+        api_id -> Nullable<Text>,
     }
 }
 

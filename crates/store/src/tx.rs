@@ -114,7 +114,8 @@ fn named((id, name): (String, String)) -> Named {
     Named { id, name }
 }
 
-type KeyRow = (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64);
+type KeyRow =
+    (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64, Option<String>);
 
 /// The columns of a [`Key`], in [`KeyRow`] order.
 const KEY_COLUMNS: (
@@ -126,6 +127,7 @@ const KEY_COLUMNS: (
     keys::enabled,
     keys::expires,
     keys::created_at,
+    keys::api_id,
 ) = (
     keys::id,
     keys::workspace_id,
@@ -135,10 +137,11 @@ const KEY_COLUMNS: (
     keys::enabled,
     keys::expires,
     keys::created_at,
+    keys::api_id,
 );
 
-fn key_from_row((id, workspace_id, start, name, meta, enabled, expires, created_at): KeyRow) -> Key {
-    Key { id, workspace_id, start, name, meta, enabled, expires, created_at }
+fn key_from_row((id, workspace_id, start, name, meta, enabled, expires, created_at, api_id): KeyRow) -> Key {
+    Key { id, workspace_id, api_id, start, name, meta, enabled, expires, created_at }
 }
 
 type RootKeyRow = (String, String, String, String, i64, Option<i64>);
@@ -301,6 +304,7 @@ impl RbacTx for DieselTx<'_> {
                 keys::expires.eq(key.expires),
                 keys::created_at.eq(key.created_at),
                 keys::updated_at.eq(key.created_at),
+                keys::api_id.eq(&key.api_id),
             ))
             .execute(self.conn)
             .map(drop)

@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use keygate_domain::{ErrorCode, ManualClock, Named};
-use keygate_rbac::{EntityRef, Principal, RbacService, RbacStore};
+use keygate_rbac::{EntityRef, Principal, RbacService, RbacStore, VerifyScope};
 use keygate_store::testing::TestDb;
 use keygate_store::{PoolSettings, SqlStore};
 use std::sync::Arc;
@@ -290,7 +290,7 @@ fn verify_key_reads_the_key_and_its_effective_permissions() {
         .svc
         .create_key_as(&f.admin, NewKey { permissions: vec!["a.read".into()], ..NewKey::default() })
         .expect("create");
-    let v = f.svc.verify_key(secret.expose(), None).expect("verify");
+    let v = f.svc.verify_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
     assert_eq!((v.code, v.key.as_ref().map(|k| k.id.as_str())), (VerifyCode::Valid, Some(key.id.as_str())));
     assert_eq!(v.permissions, ["a.read"]);
     let q = PermissionQuery::And(vec![
@@ -298,12 +298,18 @@ fn verify_key_reads_the_key_and_its_effective_permissions() {
         PermissionQuery::Permission("a.write".into()),
     ]);
     assert_eq!(
-        f.svc.verify_key(secret.expose(), Some(&q)).expect("verify").code,
+        f.svc.verify_key(secret.expose(), &VerifyScope::default(), Some(&q)).expect("verify").code,
         VerifyCode::InsufficientPermissions
     );
-    assert_eq!(f.svc.verify_key("kg_unknown", None).expect("verify").code, VerifyCode::NotFound);
+    assert_eq!(
+        f.svc.verify_key("kg_unknown", &VerifyScope::default(), None).expect("verify").code,
+        VerifyCode::NotFound
+    );
     f.svc.delete_key(&f.admin, &key.id).expect("delete");
-    assert_eq!(f.svc.verify_key(secret.expose(), None).expect("verify").code, VerifyCode::NotFound);
+    assert_eq!(
+        f.svc.verify_key(secret.expose(), &VerifyScope::default(), None).expect("verify").code,
+        VerifyCode::NotFound
+    );
 }
 
 #[test]
@@ -324,7 +330,7 @@ fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
     assert_eq!(names(&attached), ["doc.read", "doc.write"]);
     let (key, secret) = f.svc.create_key(&f.ws, None).expect("key");
     f.svc.add_roles(&f.admin, &key.id, &[EntityRef::by_id(&role.id)]).expect("role on key");
-    let v = f.svc.verify_key(secret.expose(), None).expect("verify");
+    let v = f.svc.verify_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
     assert_eq!(
         (v.code, v.permissions.clone()),
         (VerifyCode::Valid, vec!["doc.read".into(), "doc.write".into()])
@@ -334,9 +340,12 @@ fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
     assert_eq!(view.role.description.as_deref(), Some("edits"));
     let write = view.permissions.iter().find(|p| p.name == "doc.write").expect("write").id.clone();
     f.svc.delete_entity(&f.admin, EntityKind::Permission, &write).expect("delete permission");
-    assert_eq!(f.svc.verify_key(secret.expose(), None).expect("verify").permissions, ["doc.read"]);
+    assert_eq!(
+        f.svc.verify_key(secret.expose(), &VerifyScope::default(), None).expect("verify").permissions,
+        ["doc.read"]
+    );
     f.svc.delete_entity(&f.admin, EntityKind::Role, &role.id).expect("delete role");
-    let v = f.svc.verify_key(secret.expose(), None).expect("verify");
+    let v = f.svc.verify_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
     assert!(v.permissions.is_empty() && v.roles.is_empty(), "{v:?}");
     let gone = f.svc.delete_entity(&f.admin, EntityKind::Role, &role.id).expect_err("gone");
     assert_eq!(gone.code(), ErrorCode::NotFound);
@@ -504,4 +513,30 @@ fn a_failed_refresh_leaves_the_entry_to_expire_and_is_not_served_past_its_lifeti
     assert_eq!(c.svc.authenticate(token).expect_err("down").code(), ErrorCode::ServiceUnavailable);
     c.set_failing(false);
     assert!(c.svc.authenticate(token).is_ok());
+}
+
+#[test]
+fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
+    use keygate_rbac::{NewKey, VerifyCode};
+    let f = fixture();
+    let new = |api: Option<&str>| NewKey { api_id: api.map(str::to_string), ..NewKey::default() };
+    let (key, secret) = f.svc.create_key_as(&f.admin, new(Some("api_a"))).expect("create");
+    let code = |scope: VerifyScope<'_>| f.svc.verify_key(secret.expose(), &scope, None).expect("verify").code;
+    let ws = f.ws.as_str();
+    assert_eq!(code(VerifyScope::default()), VerifyCode::Valid);
+    assert_eq!(code(VerifyScope { workspace_id: Some(ws), api_id: Some("api_a") }), VerifyCode::Valid);
+    assert_eq!(code(VerifyScope { workspace_id: None, api_id: Some("api_b") }), VerifyCode::NotFound);
+    assert_eq!(code(VerifyScope { workspace_id: Some("ws_other"), api_id: None }), VerifyCode::NotFound);
+    let v = f.svc.verify_key(
+        secret.expose(),
+        &VerifyScope { workspace_id: Some("ws_other"), api_id: None },
+        None,
+    );
+    let v = v.expect("verify");
+    assert!(v.key.is_none() && v.permissions.is_empty(), "nothing of the key is shown: {v:?}");
+    assert_eq!(f.svc.get_key(&f.admin, &key.id).expect("get").key.api_id.as_deref(), Some("api_a"));
+    // A key created without an apiId is not found by a call that names one.
+    let (_, plain) = f.svc.create_key_as(&f.admin, new(None)).expect("create");
+    let scoped = VerifyScope { workspace_id: None, api_id: Some("api_a") };
+    assert_eq!(f.svc.verify_key(plain.expose(), &scoped, None).expect("verify").code, VerifyCode::NotFound);
 }

@@ -7,9 +7,11 @@ use crate::http::{authenticate, blocking, integer, read_json, read_query};
 use crate::server::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::Named;
-use keygate_domain::{IdPrefix, ValidationError, new_id, validate_permission_name};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
+};
 use keygate_rbac::{
-    EntityRef, KeyView, NewKey, PermissionQuery, Principal, RbacError, RbacService, Verification,
+    EntityRef, KeyView, NewKey, PermissionQuery, Principal, RbacError, RbacService, Verification, VerifyScope,
 };
 use keygate_store::SqlStore;
 use serde::de::DeserializeOwned;
@@ -170,6 +172,8 @@ struct GetKeyBody {
 struct KeyResponse {
     id: String,
     workspace_id: String,
+    /// The `apiId` label given at creation (null when none was given).
+    api_id: Option<String>,
     start: String,
     name: Option<String>,
     meta: Option<serde_json::Value>,
@@ -186,6 +190,7 @@ impl From<KeyView> for KeyResponse {
         Self {
             id: v.key.id,
             workspace_id: v.key.workspace_id,
+            api_id: v.key.api_id,
             start: v.key.start,
             name: v.key.name,
             meta,
@@ -291,8 +296,7 @@ const MAX_QUERY_NODES: usize = 1_000;
 #[serde(rename_all = "camelCase")]
 struct VerifyKeyBody {
     key: String,
-    /// Accepted for Unkey compatibility and ignored: keygate has no APIs.
-    #[allow(dead_code)]
+    /// Only keys created with this `apiId` verify (others: `NOT_FOUND`).
     api_id: Option<String>,
     authorization: Option<AuthorizationBody>,
 }
@@ -347,6 +351,9 @@ struct VerifyKeyResponse {
     request_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     key_id: Option<String>,
+    /// The key's `apiId` label, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_id: Option<String>,
     valid: bool,
     code: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -370,6 +377,7 @@ impl VerifyKeyResponse {
             valid,
             code: v.code.as_str(),
             key_id: key.as_ref().map(|k| k.id.clone()),
+            api_id: key.as_ref().and_then(|k| k.api_id.clone()),
             name: key.as_ref().and_then(|k| k.name.clone()),
             meta: key.as_ref().and_then(|k| k.meta.as_deref()).and_then(|m| serde_json::from_str(m).ok()),
             expires: key.as_ref().and_then(|k| k.expires),
@@ -380,19 +388,35 @@ impl VerifyKeyResponse {
     }
 }
 
-/// `keys.verifyKey`: no root key; the key's secret is in the body. Always 200 for a
-/// well-formed request: `valid` and `code` carry the answer.
+/// `keys.verifyKey`: the key's secret is in the body. Always 200 for a well-formed
+/// request: `valid` and `code` carry the answer. The root key is optional; when the call
+/// carries one (it must then be valid: 401 otherwise), only keys of its workspace are
+/// found, and when the body names an `apiId`, only keys carrying it (docs/api.md, tenancy).
 pub async fn verify_key(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    let caller = match req.headers().contains_key(actix_web::http::header::AUTHORIZATION) {
+        true => Some(authenticate(&req, &state).await?),
+        false => None,
+    };
     let body: VerifyKeyBody = read_json(&req, payload).await?;
+    if let Some(api_id) = &body.api_id {
+        check_len("apiId", api_id, MAX_NAME_CHARS)?;
+    }
     let query = match body.authorization.and_then(|a| a.permissions) {
         Some(v) => Some(permission_query("authorization.permissions", &v, &mut 0)?),
         None => None,
     };
-    let verification = blocking(move || Ok(state.rbac.verify_key(&body.key, query.as_ref())?)).await?;
+    let verification = blocking(move || {
+        let scope = VerifyScope {
+            workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
+            api_id: body.api_id.as_deref(),
+        };
+        Ok(state.rbac.verify_key(&body.key, &scope, query.as_ref())?)
+    })
+    .await?;
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))

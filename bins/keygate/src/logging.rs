@@ -1,0 +1,158 @@
+//! Logging: env_logger behind a throttle, so that no remote client can drive the log's
+//! volume. Warnings and errors (the levels that requests can trigger: a malformed request
+//! logged by actix-http, a 503 when a store is down, a failed refresh) are let through at
+//! most [`LINES_PER_WINDOW`] per target per [`WINDOW_MS`]; the next line let through after
+//! a quiet spell says how many were suppressed. Info and below pass untouched (startup,
+//! shutdown: nothing a client can repeat).
+
+use log::{Level, Log, Metadata, Record};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Lines of one target (module) let through per window.
+pub const LINES_PER_WINDOW: u64 = 20;
+/// The throttle's window.
+pub const WINDOW_MS: u64 = 10_000;
+
+/// At most `lines` admitted per `window_ms`; counts what it refuses.
+#[derive(Debug)]
+pub struct Throttle {
+    lines: u64,
+    window_ms: u64,
+    state: Mutex<ThrottleState>,
+}
+
+#[derive(Debug, Default)]
+struct ThrottleState {
+    window_start: u64,
+    admitted: u64,
+    suppressed: u64,
+}
+
+impl Throttle {
+    pub fn new(lines: u64, window_ms: u64) -> Self {
+        Self { lines, window_ms, state: Mutex::new(ThrottleState::default()) }
+    }
+
+    /// `Some(n)` when a line may be written now, `n` being the lines suppressed since the
+    /// last one written; `None` when it is to be suppressed (and is counted).
+    pub fn admit(&self, now_ms: u64) -> Option<u64> {
+        let mut s = self.state.lock();
+        // A clock that went back starts a new window too.
+        if now_ms < s.window_start || now_ms - s.window_start >= self.window_ms {
+            s.window_start = now_ms;
+            s.admitted = 0;
+        }
+        if s.admitted >= self.lines {
+            s.suppressed += 1;
+            return None;
+        }
+        s.admitted += 1;
+        Some(std::mem::take(&mut s.suppressed))
+    }
+}
+
+/// `" (N similar lines suppressed)"` when N > 0, else nothing.
+pub fn suppressed_note(n: u64) -> String {
+    if n == 0 { String::new() } else { format!(" ({n} similar lines suppressed before this one)") }
+}
+
+/// The process's logger: env_logger with a [`Throttle`] per target for warnings and errors.
+#[derive(Debug)]
+pub struct ThrottledLogger {
+    inner: env_logger::Logger,
+    targets: Mutex<HashMap<String, std::sync::Arc<Throttle>>>,
+    /// Lines suppressed in all, for tests and diagnostics.
+    suppressed: AtomicU64,
+}
+
+impl ThrottledLogger {
+    pub fn new(inner: env_logger::Logger) -> Self {
+        Self { inner, targets: Mutex::new(HashMap::new()), suppressed: AtomicU64::new(0) }
+    }
+
+    /// Installs env_logger (configured from `RUST_LOG`, else `default_filter`) behind the
+    /// throttle as the process's logger.
+    pub fn install(default_filter: &str) {
+        let inner =
+            env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
+                .build();
+        let max = inner.filter();
+        if log::set_boxed_logger(Box::new(Self::new(inner))).is_ok() {
+            log::set_max_level(max);
+        }
+    }
+
+    fn throttle(&self, target: &str) -> std::sync::Arc<Throttle> {
+        let mut targets = self.targets.lock();
+        if let Some(t) = targets.get(target) {
+            return t.clone();
+        }
+        let t = std::sync::Arc::new(Throttle::new(LINES_PER_WINDOW, WINDOW_MS));
+        // Targets are module paths (a bounded set); the map cannot grow with input.
+        targets.insert(target.to_string(), t.clone());
+        t
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Log for ThrottledLogger {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        self.inner.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record<'_>) {
+        if !self.inner.matches(record) {
+            return;
+        }
+        if record.level() > Level::Warn {
+            return self.inner.log(record);
+        }
+        match self.throttle(record.target()).admit(now_ms()) {
+            None => {
+                self.suppressed.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(0) => self.inner.log(record),
+            Some(n) => self.inner.log(
+                &Record::builder()
+                    .args(format_args!("{}{}", record.args(), suppressed_note(n)))
+                    .level(record.level())
+                    .target(record.target())
+                    .module_path(record.module_path())
+                    .file(record.file())
+                    .line(record.line())
+                    .build(),
+            ),
+        }
+    }
+
+    fn flush(&self) {
+        self.inner.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttle_admits_its_lines_per_window_then_counts() {
+        let t = Throttle::new(2, 1_000);
+        assert_eq!(t.admit(0), Some(0));
+        assert_eq!(t.admit(10), Some(0));
+        assert_eq!(t.admit(20), None);
+        assert_eq!(t.admit(999), None);
+        assert_eq!(t.admit(1_000), Some(2), "the next window's first line reports the two suppressed");
+        assert_eq!(t.admit(1_001), Some(0));
+        assert_eq!(t.admit(500), Some(0), "a clock that went back starts a new window");
+        assert_eq!(suppressed_note(0), "");
+        assert!(suppressed_note(3).contains("3 similar lines suppressed"));
+    }
+}

@@ -1,0 +1,268 @@
+//! The binary under hostile conditions (issue 15): secrets never reach its output, a body
+//! that stalls is answered 408 and closed while others are served, and remote input cannot
+//! drive the log's volume.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_keygate");
+
+/// A server process: killed on drop; its stderr collected by a thread.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, lines) = mpsc::channel();
+        for stream in [
+            Box::new(child.stderr.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stdout.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Self { child, lines, seen: Vec::new() }
+    }
+
+    /// Waits (at most `limit`) for a line containing `needle`, or for the process to end.
+    fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.seen.push(line);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        false
+    }
+
+    /// Everything printed so far, the process stopped first (when `stop`).
+    fn output(&mut self, stop: bool) -> String {
+        if stop {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    free_port()
+}
+
+fn server(db: &str, port: u16) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("DATABASE_URL", db)
+        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEYGATE_WORKERS", "1")
+        .env("KEYGATE_DB_CONNECT_TIMEOUT_MS", "500")
+        .env("KEYGATE_REDIS_TIMEOUT_MS", "200")
+        .env("RUST_LOG", "debug")
+        .env_remove("KEYGATE_ROOT_KEY")
+        .env_remove("REDIS_URL");
+    cmd
+}
+
+fn http(port: u16, request: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn post(port: u16, path: &str, token: &str, body: &str) -> String {
+    http(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn assert_clean(output: &str, secrets: &[&str]) {
+    for s in secrets {
+        assert!(!output.contains(s), "the secret {s:?} was printed:\n{output}");
+    }
+}
+
+#[test]
+fn no_secret_reaches_the_output_on_any_failure_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let pg_port = closed_port();
+    let secrets = ["SECRETPW_1", "SECRETPW_2", "SECRETPW_3", "SECRETRD_1", "SECRETRD_2", "SHORTROOT_1"];
+
+    // The database: unreachable PostgreSQL with a password in the URL (both forms), an
+    // unsupported scheme; the server and an admin command alike.
+    for url in [
+        format!("postgres://postgres:SECRETPW_1@127.0.0.1:{pg_port}/test"),
+        format!("postgresql://127.0.0.1:{pg_port}/test?user=postgres&password=SECRETPW_2"),
+        "mysql://root:SECRETPW_3@127.0.0.1/k".to_string(),
+    ] {
+        let mut p = Proc::spawn(server(&url, free_port()));
+        let out = p.output(false);
+        assert!(!p.child.wait().unwrap().success(), "{out}");
+        assert!(out.contains("opening the database") || out.contains("DATABASE_URL"), "{out}");
+        assert_clean(&out, &secrets);
+        let admin = Command::new(BIN)
+            .args(["workspaces", "create", "--name", "x"])
+            .env("DATABASE_URL", &url)
+            .env("RUST_LOG", "debug")
+            .output()
+            .unwrap();
+        assert!(!admin.status.success());
+        let out =
+            format!("{}{}", String::from_utf8_lossy(&admin.stdout), String::from_utf8_lossy(&admin.stderr));
+        assert!(out.contains("***") || out.contains("keygate:"), "{out}");
+        assert_clean(&out, &secrets);
+    }
+
+    // A short KEYGATE_ROOT_KEY: refused, and not echoed.
+    let mut cmd = server(&sqlite, free_port());
+    cmd.env("KEYGATE_ROOT_KEY", "SHORTROOT_1");
+    let mut p = Proc::spawn(cmd);
+    let out = p.output(false);
+    assert!(out.contains("at least 24 characters"), "{out}");
+    assert_clean(&out, &secrets);
+
+    // Redis: a malformed URL fails the start; an unreachable one serves 503s and logs them.
+    let mut cmd = server(&sqlite, free_port());
+    cmd.env("REDIS_URL", "redis://:SECRETRD_1@[not-a-host/");
+    let mut p = Proc::spawn(cmd);
+    let out = p.output(false);
+    assert!(out.contains("redis") || out.contains("Redis"), "{out}");
+    assert_clean(&out, &secrets);
+
+    let port = free_port();
+    let mut cmd = server(&sqlite, port);
+    cmd.env("REDIS_URL", format!("redis://default:SECRETRD_2@127.0.0.1:{}/0", closed_port()))
+        .env("KEYGATE_ROOT_KEY", "kg_root_hostile_test_root_key_0001");
+    let mut p = Proc::spawn(cmd);
+    assert!(p.wait_for("keygate listening on", Duration::from_secs(30)), "{}", p.output(true));
+    let res = post(
+        port,
+        "/v1/ratelimits.limit",
+        "kg_root_hostile_test_root_key_0001",
+        r#"{"identifier":"a","limit":1,"duration":1000}"#,
+    );
+    assert!(res.starts_with("HTTP/1.1 503"), "{res}");
+    // Malformed root keys reach the authentication path and its logs.
+    for token in ["kg_root_hostile_test_root_key_0002", "SECRETPW_1", "x\u{1}y"] {
+        let res = post(port, "/v1/keys.getKey", token, r#"{"keyId":"key_x"}"#);
+        assert!(res.starts_with("HTTP/1.1 4"), "{res}");
+    }
+    let out = p.output(true);
+    assert!(out.contains("***@127.0.0.1"), "the location is shown without its credentials: {out}");
+    assert_clean(&out, &secrets);
+    assert!(!out.contains("kg_root_hostile_test_root_key_000"), "no root key in the log: {out}");
+}
+
+#[test]
+fn a_stalled_body_gets_408_and_is_closed_while_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let port = free_port();
+    let mut cmd = server(&sqlite, port);
+    cmd.env("KEYGATE_BODY_TIMEOUT_MS", "1000").env("RUST_LOG", "info");
+    let mut p = Proc::spawn(cmd);
+    assert!(p.wait_for("keygate listening on", Duration::from_secs(30)), "{}", p.output(true));
+
+    // verifyKey needs no credential: the attack anyone can make. 50 connections each send
+    // the head and half the body, then stall.
+    let body = r#"{"key":"kg_whatever_0000000000"}"#;
+    let mut stalled: Vec<TcpStream> = (0..50)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let head = format!(
+                "POST /v1/keys.verifyKey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                body.len(),
+                &body[..10]
+            );
+            s.write_all(head.as_bytes()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            s
+        })
+        .collect();
+    // Meanwhile another client is served.
+    let ok = http(port, "GET /v1/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    // Each stalled one gets 408 with the contract's body, then EOF (closed).
+    for s in &mut stalled {
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("closed by the server, not by our read timeout");
+        assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+        assert!(out.contains(r#""code":"REQUEST_TIMEOUT""#), "{out}");
+        assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
+    }
+    let ok = http(port, "GET /v1/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+
+    // A head that never ends is closed too (the header timeout).
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"POST /v1/keys.verifyKey HTTP/1.1\r\nHost: x\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("closed by the server within the header timeout");
+    assert!(out.is_empty() || out.starts_with("HTTP/1.1 408"), "{out}");
+}
+
+#[test]
+fn malformed_requests_cannot_flood_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let port = free_port();
+    let mut cmd = server(&sqlite, port);
+    cmd.env("RUST_LOG", "info");
+    let mut p = Proc::spawn(cmd);
+    assert!(p.wait_for("keygate listening on", Duration::from_secs(30)), "{}", p.output(true));
+    // Each of these makes actix-http log an error line ("stream error: ...").
+    for _ in 0..300 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n");
+        let mut sink = Vec::new();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.read_to_end(&mut sink);
+    }
+    let out = p.output(true);
+    let errors = out.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).count();
+    assert!(errors <= 25, "{errors} warning/error lines for 300 bad requests:\n{out}");
+}

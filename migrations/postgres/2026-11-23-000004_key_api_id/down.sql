@@ -1,0 +1,1 @@
+ALTER TABLE keys DROP COLUMN api_id;
