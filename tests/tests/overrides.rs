@@ -153,3 +153,35 @@ fn bad_input_missing_namespaces_and_other_workspaces_are_refused() {
     );
     assert!(r.assert_error(403, "INSUFFICIENT_PERMISSIONS").contains("ratelimit.*.delete_override"));
 }
+
+/// Issue 15, defect 3: patterns are bounded so that no namespace's overrides make its
+/// decisions (or anyone else's) expensive.
+#[test]
+fn patterns_are_bounded_in_stars_and_in_bytes_per_namespace() {
+    let s = TestServer::start();
+    limit(&s, "create the namespace");
+    let r = set(&s, &"a*".repeat(9), 1, 1_000);
+    assert_eq!(
+        r.assert_error(400, "BAD_REQUEST"),
+        "identifier: a pattern holds at most 8 '*' (this one has 9)"
+    );
+    assert_eq!(set(&s, &"a*".repeat(8), 1, 1_000).status, 200);
+    // 64 KiB of patterns: 131 of 500 bytes fit beside the one above, the 132nd does not.
+    for i in 0..131 {
+        let r = set(&s, &format!("*{i:04}{}", "x".repeat(495)), 1, 1_000);
+        assert_eq!(r.status, 200, "{i}: {}", r.text);
+    }
+    let r = set(&s, &format!("*9999{}", "x".repeat(495)), 1, 1_000);
+    let msg = r.assert_error(400, "BAD_REQUEST");
+    assert!(
+        msg.starts_with("identifier: the patterns of namespace api may hold at most 65536 bytes"),
+        "{msg}"
+    );
+    // Replacing an existing pattern's limit is no growth; exact identifiers do not count.
+    assert_eq!(set(&s, &format!("*0000{}", "x".repeat(495)), 5, 1_000).status, 200);
+    assert_eq!(set(&s, &"e".repeat(512), 5, 1_000).status, 200);
+    // The matching still works against the largest set.
+    assert_eq!(limit(&s, &format!("{}0007{}", "z".repeat(10), "x".repeat(495)))["limit"], 1);
+    assert_eq!(limit(&s, &"e".repeat(512))["limit"], 5);
+    assert_eq!(limit(&s, "unmatched")["limit"], 100);
+}

@@ -167,15 +167,27 @@ impl AuthCache {
 pub(crate) type OverrideCache = TtlCache<Box<str>, (Arc<OverrideSet>, u64)>;
 
 impl OverrideCache {
-    /// The override for `identifier` (if any) and the epoch, from a live entry; looks up
-    /// without touching the set's reference count (the hot path).
+    /// The override for `identifier` (if any) and the epoch, from a live entry. Under the
+    /// cache's lock only the exact lookup runs (one hash lookup, no reference count
+    /// touched); when patterns must be matched, the set is taken out (one reference count)
+    /// and matched after the lock is released, so no namespace's patterns hold up the
+    /// lookups of others.
     pub fn find(
         &self,
         namespace_id: &str,
         identifier: &str,
         now: u64,
     ) -> Option<Cached<(Option<Effective>, u64)>> {
-        self.lookup(namespace_id, now, |(set, epoch)| (set.find(identifier), *epoch))
+        let hit = self.lookup(namespace_id, now, |(set, epoch)| match set.find_exact(identifier) {
+            Some(e) => Ok((Some(e), *epoch)),
+            None if !set.has_patterns() => Ok((None, *epoch)),
+            None => Err((set.clone(), *epoch)),
+        })?;
+        let value = match hit.value {
+            Ok(found) => found,
+            Err((set, epoch)) => (set.find_pattern(identifier), epoch),
+        };
+        Some(Cached { value, refresh: hit.refresh })
     }
 }
 

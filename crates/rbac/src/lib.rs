@@ -15,9 +15,12 @@ pub mod store;
 pub use cache::Cached;
 pub use error::{RbacError, StorageError};
 pub use model::*;
-pub use overrides::{Effective, Override, OverrideSet};
+pub use overrides::{
+    Effective, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override, OverrideSet, is_pattern,
+    validate_pattern,
+};
 pub use service::{
-    AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener,
-    RbacService,
+    AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_OVERRIDES_PER_NAMESPACE,
+    OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

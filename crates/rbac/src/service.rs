@@ -4,7 +4,10 @@ use crate::{
     AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
     Verification, VerifyCode, VerifyScope, Workspace,
 };
-use crate::{Effective, EntityRef, NamespaceRef, Override, OverrideSet, StorageError};
+use crate::{
+    Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,
+    is_pattern, validate_pattern,
+};
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
     new_id, random_token, secret_digest, sort_by_name, validate_key_id, validate_permission_name,
@@ -1137,6 +1140,7 @@ impl<S: RbacStore> RbacService<S> {
     ) -> Result<Override, RbacError> {
         ns.validate()?;
         check_len("identifier", identifier, keygate_domain::MAX_IDENTIFIER_CHARS)?;
+        validate_pattern(identifier)?;
         self.check_override_any(p, "set_override")?;
         let ws = p.workspace_id.as_str();
         let stored = self.store.transaction(|tx| {
@@ -1150,6 +1154,20 @@ impl<S: RbacStore> RbacService<S> {
                     "identifier: namespace {} already has {MAX_OVERRIDES_PER_NAMESPACE} overrides",
                     namespace.name
                 )));
+            }
+            if is_pattern(identifier) {
+                let others: usize = existing
+                    .iter()
+                    .filter(|o| is_pattern(&o.identifier) && o.identifier != identifier)
+                    .map(|o| o.identifier.len())
+                    .sum();
+                if others + identifier.len() > MAX_PATTERN_BYTES_PER_NAMESPACE {
+                    return Err(RbacError::BadRequest(format!(
+                        "identifier: the patterns of namespace {} may hold at most \
+                         {MAX_PATTERN_BYTES_PER_NAMESPACE} bytes together ({others} in use)",
+                        namespace.name
+                    )));
+                }
             }
             let fresh = Override {
                 id: new_id(IdPrefix::Override),
