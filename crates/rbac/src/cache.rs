@@ -11,7 +11,12 @@
 //!   otherwise queue its own identical read on the blocking pool and hold a pooled
 //!   connection for it);
 //! - an eviction bumps a generation, and a load that began before it does not store its
-//!   answer: an evicted entry cannot come back from a read that raced the change.
+//!   answer: an evicted entry cannot come back from a read that raced the change;
+//! - negative entries ("this root key does not exist": anyone can make one per request
+//!   with a random token) are bounded on their own, [`MAX_NEGATIVE_ENTRIES`]; when they are
+//!   full only they are dropped, so random input never evicts a valid key's entry. The
+//!   positive entries are bounded by [`MAX_ENTRIES`] and come only from what the store
+//!   holds.
 
 use crate::{Effective, OverrideSet, Principal};
 use foldhash::HashMap;
@@ -25,8 +30,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// SHA-256 digest of a root key: the cache key (never the secret itself).
 pub(crate) type Digest = [u8; 32];
 
-/// Bound on cached entries; a full cache is cleared rather than grown.
+/// Bound on cached (positive) entries; a full cache is cleared rather than grown.
 const MAX_ENTRIES: usize = 100_000;
+
+/// Bound on negative entries, apart from the positive ones; when full, the negative
+/// entries (only they) are dropped.
+pub(crate) const MAX_NEGATIVE_ENTRIES: usize = 10_000;
 
 /// Loads of different keys mostly take different locks.
 const LOAD_LOCKS: usize = 64;
@@ -50,18 +59,34 @@ struct Entry<V> {
 #[derive(Debug)]
 pub(crate) struct TtlCache<K, V> {
     ttl_ms: u64,
-    entries: RwLock<HashMap<K, Entry<V>>>,
+    entries: RwLock<Entries<K, V>>,
+    /// Which values are negative answers (bounded apart).
+    is_negative: fn(&V) -> bool,
     /// Bumped (under the write lock) by every eviction.
     generation: AtomicU64,
     load_locks: Box<[Mutex<()>]>,
     lock_hasher: foldhash::fast::RandomState,
 }
 
+/// The map and how many of its entries are negative.
+#[derive(Debug)]
+struct Entries<K, V> {
+    map: HashMap<K, Entry<V>>,
+    negatives: usize,
+}
+
 impl<K: Eq + Hash, V> TtlCache<K, V> {
     pub fn new(ttl_ms: u64) -> Self {
+        Self::with_negatives(ttl_ms, |_| false)
+    }
+
+    /// A cache whose values for which `is_negative` holds are bounded apart
+    /// ([`MAX_NEGATIVE_ENTRIES`]).
+    pub fn with_negatives(ttl_ms: u64, is_negative: fn(&V) -> bool) -> Self {
         Self {
             ttl_ms,
-            entries: RwLock::new(HashMap::new()),
+            entries: RwLock::new(Entries { map: HashMap::new(), negatives: 0 }),
+            is_negative,
             generation: AtomicU64::new(0),
             load_locks: (0..LOAD_LOCKS).map(|_| Mutex::new(())).collect(),
             lock_hasher: foldhash::fast::RandomState::default(),
@@ -94,7 +119,7 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let entries = self.entries.read();
-        let e = entries.get(key)?;
+        let e = entries.map.get(key)?;
         let age = now.checked_sub(e.fetched_at)?;
         if age >= self.ttl_ms {
             return None;
@@ -116,15 +141,28 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
     pub fn put(&self, key: K, value: V, now: u64, generation: u64) {
         let mut entries = self.entries.write();
         if self.generation.load(Ordering::Acquire) != generation {
-            if let Some(e) = entries.get(&key) {
+            if let Some(e) = entries.map.get(&key) {
                 e.refresh_claimed.store(false, Ordering::Relaxed);
             }
             return;
         }
-        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
-            entries.clear();
+        let negative = (self.is_negative)(&value);
+        let replaced = entries.map.get(&key).map(|e| (self.is_negative)(&e.value));
+        if replaced.is_none() {
+            let is_negative = self.is_negative;
+            if negative && entries.negatives >= MAX_NEGATIVE_ENTRIES {
+                entries.map.retain(|_, e| !is_negative(&e.value));
+                entries.negatives = 0;
+            } else if !negative && entries.map.len() - entries.negatives >= MAX_ENTRIES {
+                entries.map.retain(|_, e| is_negative(&e.value));
+            }
         }
-        entries.insert(key, Entry { value, fetched_at: now, refresh_claimed: AtomicBool::new(false) });
+        match (replaced, negative) {
+            (None | Some(false), true) => entries.negatives += 1,
+            (Some(true), false) => entries.negatives -= 1,
+            _ => {}
+        }
+        entries.map.insert(key, Entry { value, fetched_at: now, refresh_claimed: AtomicBool::new(false) });
     }
 
     pub fn evict<Q>(&self, key: &Q)
@@ -134,13 +172,19 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
     {
         let mut entries = self.entries.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        entries.remove(key);
+        if let Some(e) = entries.map.remove(key)
+            && (self.is_negative)(&e.value)
+        {
+            entries.negatives -= 1;
+        }
     }
 
     pub fn evict_where(&self, mut evict: impl FnMut(&V) -> bool) {
         let mut entries = self.entries.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        entries.retain(|_, e| !evict(&e.value));
+        entries.map.retain(|_, e| !evict(&e.value));
+        let is_negative = self.is_negative;
+        entries.negatives = entries.map.values().filter(|e| is_negative(&e.value)).count();
     }
 
     /// Held while `key` is loaded from the store: callers that missed together wait here,
@@ -155,6 +199,11 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
 pub(crate) type AuthCache = TtlCache<Digest, Option<Arc<Principal>>>;
 
 impl AuthCache {
+    /// Caches "unknown root key" answers apart (see the module docs).
+    pub fn for_root_keys(ttl_ms: u64) -> Self {
+        Self::with_negatives(ttl_ms, Option::is_none)
+    }
+
     /// Forgets a root key at once (revocation through this instance).
     pub fn evict_root_key(&self, root_key_id: &str) {
         self.evict_where(|p| p.as_ref().is_some_and(|p| p.root_key_id == root_key_id));
@@ -239,7 +288,7 @@ mod tests {
 
     #[test]
     fn auth_entries_expire_after_ttl_and_evict_by_id() {
-        let c = AuthCache::new(10_000);
+        let c = AuthCache::for_root_keys(10_000);
         let (h, bad) = ([1u8; 32], [2u8; 32]);
         c.put(h, principal("rk_1"), 1_000, c.generation());
         c.put(bad, None, 1_000, c.generation());
@@ -255,7 +304,7 @@ mod tests {
 
     #[test]
     fn one_caller_is_told_to_refresh_once_an_entry_is_past_half_its_lifetime() {
-        let c = AuthCache::new(10_000);
+        let c = AuthCache::for_root_keys(10_000);
         let h = [1u8; 32];
         c.put(h, principal("rk_1"), 1_000, c.generation());
         assert_eq!(get(&c, &h, 5_999), hit(Some("rk_1"), false));
@@ -272,7 +321,7 @@ mod tests {
 
     #[test]
     fn a_load_that_raced_an_eviction_does_not_store_its_answer() {
-        let c = AuthCache::new(10_000);
+        let c = AuthCache::for_root_keys(10_000);
         let (h, other) = ([1u8; 32], [3u8; 32]);
         c.put(other, principal("rk_2"), 1_000, c.generation());
         assert_eq!(get(&c, &other, 6_000), hit(Some("rk_2"), true), "a refresh of rk_2 is claimed");
@@ -320,5 +369,45 @@ mod tests {
         c.put("ws_a", "default", Arc::new("rlns_a".into()));
         assert_eq!(c.get("ws_a", "default").as_deref().map(String::as_str), Some("rlns_a"));
         assert!(c.get("ws_b", "default").is_none());
+    }
+
+    #[test]
+    fn random_tokens_never_evict_a_valid_root_key() {
+        let c = AuthCache::for_root_keys(10_000);
+        let valid = [7u8; 32];
+        c.put(valid, principal("rk_valid"), 1_000, c.generation());
+        // 100k distinct unknown tokens, each cached as unknown after its (one) store read.
+        let mut loads = 0;
+        for i in 0..100_000u32 {
+            let mut digest = [0u8; 32];
+            digest[..4].copy_from_slice(&i.to_le_bytes());
+            digest[31] = 1;
+            if get(&c, &digest, 1_001).is_none() {
+                loads += 1;
+                c.put(digest, None, 1_001, c.generation());
+            }
+            // The valid key is a hit throughout: no load.
+            assert_eq!(get(&c, &valid, 1_001), hit(Some("rk_valid"), false), "after {i} random tokens");
+        }
+        assert_eq!(loads, 100_000, "each random token is read once");
+        let entries = c.entries.read();
+        assert!(entries.negatives <= MAX_NEGATIVE_ENTRIES, "{}", entries.negatives);
+        assert_eq!(entries.map.len(), entries.negatives + 1);
+    }
+
+    #[test]
+    fn the_negative_count_follows_replacements_and_evictions() {
+        let c = AuthCache::for_root_keys(10_000);
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        c.put(a, None, 0, c.generation());
+        c.put(b, None, 0, c.generation());
+        assert_eq!(c.entries.read().negatives, 2);
+        c.put(a, principal("rk_a"), 0, c.generation());
+        assert_eq!(c.entries.read().negatives, 1, "a key created since: no longer negative");
+        c.evict(&b);
+        assert_eq!(c.entries.read().negatives, 0);
+        c.put(b, None, 0, c.generation());
+        c.evict_root_key("rk_a");
+        assert_eq!((c.entries.read().negatives, c.entries.read().map.len()), (1, 1));
     }
 }

@@ -452,7 +452,7 @@ impl<S: RbacStore> RbacService<S> {
         Self {
             store,
             clock,
-            auth: AuthCache::new(AUTH_CACHE_TTL_MS),
+            auth: AuthCache::for_root_keys(AUTH_CACHE_TTL_MS),
             namespaces: NamespaceCache::default(),
             overrides: OverrideCache::new(OVERRIDE_CACHE_TTL_MS),
             overrides_listener: None,
