@@ -196,8 +196,6 @@ pub async fn read_json<T: DeserializeOwned>(req: &HttpRequest, payload: web::Pay
 /// strings from the body. A body that arrives in one chunk is not copied.
 pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
     // The contract's order: size (413), then media type (415), then the content (400).
-    let too_large =
-        || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes"));
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -231,9 +229,26 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
     }
     // The whole body within the limit: a client that stalls or trickles it is answered
     // 408 and closed, so it cannot hold the connection (and a file descriptor) for good.
+    // A body that has arrived with the head (nearly every request) is taken without
+    // arming a timer: only a body still on its way is waited for, under the limit.
+    let mut body = Body::default();
+    loop {
+        match payload.next().now_or_never() {
+            Some(Some(chunk)) => body.push(chunk)?,
+            Some(None) => return Ok(body.finish()),
+            None => break,
+        }
+    }
     let limit = req.app_data::<web::Data<AppState>>().map_or(DEFAULT_BODY_TIMEOUT, |s| s.limits.body_timeout);
-    match actix_web::rt::time::timeout(limit, collect_body(&mut payload, too_large)).await {
-        Ok(body) => body,
+    let rest = async {
+        while let Some(chunk) = payload.next().await {
+            body.push(chunk)?;
+        }
+        Ok(())
+    };
+    match actix_web::rt::time::timeout(limit, rest).await {
+        Ok(Ok(())) => Ok(body.finish()),
+        Ok(Err(e)) => Err(e),
         Err(_) => {
             let mut e = ApiError::new(
                 ErrorCode::RequestTimeout,
@@ -248,31 +263,41 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
 /// Used when no app state is registered (never in the server).
 const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Reads the payload to its end, at most [`MAX_BODY_BYTES`].
-async fn collect_body(
-    payload: &mut web::Payload,
-    too_large: impl Fn() -> ApiError,
-) -> Result<web::Bytes, ApiError> {
-    let mut first = web::Bytes::new();
-    let mut more: Option<web::BytesMut> = None;
-    while let Some(chunk) = payload.next().await {
+/// A body being read, at most [`MAX_BODY_BYTES`]. A body that arrives in one chunk is not
+/// copied.
+#[derive(Debug, Default)]
+struct Body {
+    first: web::Bytes,
+    more: Option<web::BytesMut>,
+}
+
+impl Body {
+    fn push(&mut self, chunk: Result<web::Bytes, actix_web::error::PayloadError>) -> Result<(), ApiError> {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("could not read the body: {e}")))?;
-        let len = more.as_ref().map_or(first.len(), |m| m.len());
+        let len = self.more.as_ref().map_or(self.first.len(), |m| m.len());
         if len + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large());
         }
-        match more.as_mut() {
+        match self.more.as_mut() {
             Some(m) => m.extend_from_slice(&chunk),
-            None if first.is_empty() => first = chunk,
+            None if self.first.is_empty() => self.first = chunk,
             None => {
-                let mut m = web::BytesMut::with_capacity(first.len() + chunk.len());
-                m.extend_from_slice(&first);
+                let mut m = web::BytesMut::with_capacity(self.first.len() + chunk.len());
+                m.extend_from_slice(&self.first);
                 m.extend_from_slice(&chunk);
-                more = Some(m);
+                self.more = Some(m);
             }
         }
+        Ok(())
     }
-    Ok(more.map_or(first, web::BytesMut::freeze))
+
+    fn finish(self) -> web::Bytes {
+        self.more.map_or(self.first, web::BytesMut::freeze)
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes"))
 }
 
 /// The query string of a GET read into `T` (400 `"<field>: is required"`, or `"<field>:

@@ -236,6 +236,33 @@ fn a_stalled_body_gets_408_and_is_closed_while_others_are_served() {
     let ok = http(port, "GET /v1/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
 
+    // A body that trickles (a byte every 200 ms, each within any per-read timeout) is
+    // bounded as a whole: 408 well before it would have ended (30 bytes: 6 s).
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "POST /v1/keys.verifyKey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let bytes = body.as_bytes().to_vec();
+    let trickle = std::thread::spawn(move || {
+        for b in bytes {
+            std::thread::sleep(Duration::from_millis(200));
+            if writer.write_all(&[b]).is_err() {
+                return;
+            }
+        }
+    });
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let started = Instant::now();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("closed by the server");
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    drop(s);
+    trickle.join().unwrap();
+
     // A head that never ends is closed too (the header timeout).
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.write_all(b"POST /v1/keys.verifyKey HTTP/1.1\r\nHost: x\r\n").unwrap();
@@ -265,4 +292,28 @@ fn malformed_requests_cannot_flood_the_log() {
     let out = p.output(true);
     let errors = out.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).count();
     assert!(errors <= 25, "{errors} warning/error lines for 300 bad requests:\n{out}");
+}
+
+#[test]
+fn the_connection_cap_is_logged_when_reached_and_idle_connections_are_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let port = free_port();
+    let mut cmd = server(&sqlite, port);
+    cmd.env("KEYGATE_MAX_CONNECTIONS", "4").env("KEYGATE_HEADER_TIMEOUT_MS", "1000").env("RUST_LOG", "info");
+    let mut p = Proc::spawn(cmd);
+    assert!(p.wait_for("keygate listening on", Duration::from_secs(30)), "{}", p.output(true));
+    // Four connections that never send a request hold the whole cap...
+    let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    assert!(
+        p.wait_for("open connections reached the cap of 4", Duration::from_secs(10)),
+        "{}",
+        p.output(true)
+    );
+    // ...until the header time limit closes them; then a client is served again.
+    let started = Instant::now();
+    let ok = http(port, "GET /v1/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    drop(idle);
 }
