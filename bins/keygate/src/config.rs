@@ -8,7 +8,7 @@ use std::time::Duration;
 /// `keygate [serve] [server flags]` runs the server: its flags are taken with or without
 /// the `serve` subcommand (contract §7). `--database-url` goes anywhere; the other server
 /// flags before a subcommand are an error (see [`Cli::parse_args`]).
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "keygate", version, about = "API-key access control and rate limiting")]
 pub struct Cli {
     /// Database: postgres://..., sqlite://PATH or a file path.
@@ -139,7 +139,7 @@ pub enum KeysCmd {
     },
 }
 
-#[derive(Debug, Args, Clone)]
+#[derive(Args, Clone)]
 pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "KEYGATE_LISTEN", default_value = "127.0.0.1:8080")]
@@ -192,6 +192,28 @@ pub struct ServeArgs {
     /// Root key to create at first start instead of a random one.
     #[arg(long, env = "KEYGATE_ROOT_KEY", hide_env_values = true)]
     pub root_key: Option<String>,
+}
+
+/// No secret in a `Debug` output: URLs redacted, the root key left out.
+impl std::fmt::Debug for Cli {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cli")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("command", &self.command)
+            .field("serve", &self.serve)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeArgs")
+            .field("listen", &self.listen)
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field("workers", &self.workers)
+            .field("root_key", &self.root_key.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ServeArgs {
@@ -282,5 +304,30 @@ impl ServerConfig {
     /// A config for a given database with every other setting at its default.
     pub fn for_database(database_url: impl Into<String>) -> Self {
         ServeArgs::default().into_config(&database_url.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_shows_no_secret() {
+        let cli = Cli::parse_from([
+            "keygate",
+            "--database-url",
+            "postgres://u:DBSECRET@db/k",
+            "--redis-url",
+            "redis://:RDSECRET@cache:6379",
+            "--root-key",
+            "ROOTSECRET_0123456789abcdef",
+        ]);
+        let config = cli.serve.clone().into_config(&cli.database_url);
+        for shown in [format!("{cli:?}"), format!("{config:?}")] {
+            for secret in ["DBSECRET", "RDSECRET", "ROOTSECRET"] {
+                assert!(!shown.contains(secret), "{shown}");
+            }
+            assert!(shown.contains("***@"), "{shown}");
+        }
     }
 }
