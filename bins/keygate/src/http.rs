@@ -303,6 +303,12 @@ fn too_large() -> ApiError {
 /// The query string of a GET read into `T` (400 `"<field>: is required"`, or `"<field>:
 /// given more than once"`, naming the parameter).
 pub fn read_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    // NUL is refused as in a body (parse_json).
+    if let Some(at) = memchr::memmem::find(req.query_string().as_bytes(), b"%00") {
+        let name =
+            req.query_string()[..at].rsplit('&').next().and_then(|p| p.split('=').next()).unwrap_or("query");
+        return Err(ApiError::bad_request(format!("{name}: must not contain NUL (%00) characters")));
+    }
     let e = match web::Query::<T>::from_query(req.query_string()) {
         Ok(q) => return Ok(q.into_inner()),
         Err(actix_web::error::QueryPayloadError::Deserialize(e)) => e.to_string(),
@@ -351,10 +357,44 @@ pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError>
     }
     // The fast path parses plainly; only a failure is parsed again with path tracking, to
     // say where the problem is.
-    match serde_json::from_slice(body) {
-        Ok(value) => Ok(value),
-        Err(_) => Err(locate_error::<T>(body)),
+    let value = serde_json::from_slice(body).map_err(|_| locate_error::<T>(body))?;
+    // NUL, which PostgreSQL's text cannot hold, is refused in every string on every
+    // backend alike. In valid JSON it can only be the escape `\u0000`.
+    if memchr::memmem::find(body, br"\u0000").is_some()
+        && let Some(path) = nul_path(body)
+    {
+        return Err(ApiError::bad_request(format!("{path}: must not contain NUL (\\u0000) characters")));
     }
+    Ok(value)
+}
+
+/// The dot path of the first string (or object key) holding a NUL character, if any.
+fn nul_path(body: &[u8]) -> Option<String> {
+    fn walk(v: &serde_json::Value, path: &mut Vec<String>) -> bool {
+        match v {
+            serde_json::Value::String(s) => s.contains('\0'),
+            serde_json::Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+                path.push(i.to_string());
+                let found = walk(item, path);
+                if !found {
+                    path.pop();
+                }
+                found
+            }),
+            serde_json::Value::Object(map) => map.iter().any(|(k, item)| {
+                path.push(k.replace('\0', "\\u0000"));
+                let found = k.contains('\0') || walk(item, path);
+                if !found {
+                    path.pop();
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut path = Vec::new();
+    walk(&value, &mut path).then(|| if path.is_empty() { "body".to_string() } else { path.join(".") })
 }
 
 /// The 400 for a body that does not parse into `T`: `"<dot.path>: <what is wrong>"`.
