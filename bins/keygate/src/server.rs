@@ -55,6 +55,10 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     if let Some(chosen) = &config.root_key {
         validate_root_key_secret(chosen).map_err(|e| anyhow::anyhow!("KEYGATE_ROOT_KEY {}", e.message))?;
     }
+    // The address first: a start that cannot listen must not bootstrap the database (its
+    // one-time root key would be printed, then lost with the failed start).
+    let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
     let store = SqlStore::open(&config.database_url, config.pool.clone()).map_err(|e| {
         let url = &config.database_url;
         anyhow::anyhow!("opening the database {:?}: {}", redact_url(url), redact_in(&e.to_string(), url))
@@ -65,8 +69,6 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())));
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
 
-    let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
-    let addr = listener.local_addr()?;
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
     let workers = config
@@ -155,6 +157,13 @@ fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<(Arc<dyn RateLimitS
 fn bootstrap(rbac: &RbacService<SqlStore>, root_key: Option<String>) -> anyhow::Result<Option<Secret>> {
     let chosen = root_key.is_some();
     let Some((ws, rk, secret)) = rbac.bootstrap(root_key.map(Secret::new)).context("bootstrapping")? else {
+        if chosen {
+            eprintln!(
+                "keygate: KEYGATE_ROOT_KEY is ignored: this database was set up by an earlier start \
+                 and has its root keys (create another with `keygate root-keys create`, or point \
+                 DATABASE_URL at a new database)."
+            );
+        }
         return Ok(None);
     };
     eprintln!(

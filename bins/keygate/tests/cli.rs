@@ -291,3 +291,35 @@ fn bad_configuration_fails_with_a_clear_message() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("postgres://") && stderr.contains("sqlite://"), "{stderr}");
 }
+
+#[test]
+fn a_start_that_cannot_listen_leaves_the_database_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.db");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for listen in [format!("127.0.0.1:{port}"), "not-an-address".to_string()] {
+        let out = Command::new(BIN)
+            .env("DATABASE_URL", path.display().to_string())
+            .env("KEYGATE_LISTEN", &listen)
+            .env_remove("KEYGATE_ROOT_KEY")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("binding"), "{stderr}");
+        assert!(!stderr.contains("ROOT KEY"), "no one-time key printed by a failed start: {stderr}");
+        assert!(!path.exists(), "the database was not created");
+    }
+}
+
+#[test]
+fn an_ignored_keygate_root_key_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (server, lines) = serve(&db, free_port(), None);
+    drop(server);
+    assert!(!lines.iter().any(|l| l.contains("is ignored")), "{lines:?}");
+    let (_server, lines) = serve(&db, free_port(), Some("kg_root_chosen_too_late_0123456789"));
+    assert!(lines.iter().any(|l| l.contains("KEYGATE_ROOT_KEY is ignored")), "{lines:?}");
+}
