@@ -148,7 +148,7 @@ pub struct ServeArgs {
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
     /// Largest number of open Redis connections.
-    #[arg(long, env = "KEYGATE_REDIS_POOL_SIZE", default_value_t = 32)]
+    #[arg(long, env = "KEYGATE_REDIS_POOL_SIZE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub redis_pool_size: u32,
     /// Longest wait for a Redis connection, and for one reply, in milliseconds.
     #[arg(long, env = "KEYGATE_REDIS_TIMEOUT_MS", default_value_t = 1_000)]
@@ -160,10 +160,10 @@ pub struct ServeArgs {
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
     /// HTTP worker threads (default: one per CPU).
-    #[arg(long, env = "KEYGATE_WORKERS")]
+    #[arg(long, env = "KEYGATE_WORKERS", value_parser = positive_usize)]
     pub workers: Option<usize>,
     /// Largest number of open database connections.
-    #[arg(long, env = "KEYGATE_DB_POOL_SIZE", default_value_t = 8)]
+    #[arg(long, env = "KEYGATE_DB_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub db_pool_size: u32,
     /// How long to wait for a database connection, in milliseconds.
     #[arg(long, env = "KEYGATE_DB_CONNECT_TIMEOUT_MS", default_value_t = 5_000)]
@@ -192,6 +192,15 @@ pub struct ServeArgs {
     /// Root key to create at first start instead of a random one.
     #[arg(long, env = "KEYGATE_ROOT_KEY", hide_env_values = true)]
     pub root_key: Option<String>,
+}
+
+/// A count of at least 1 (0 workers or connections would be a server that cannot serve).
+fn positive_usize(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// No secret in a `Debug` output: URLs redacted, the root key left out.

@@ -14,7 +14,8 @@ fn main() -> std::process::ExitCode {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     let msg = urls.iter().fold(format!("{e:#}"), |msg, url| redact_in(&msg, url));
-                    eprintln!("keygate: {msg}");
+                    // One line (libpq's messages span several).
+                    eprintln!("keygate: {}", msg.split_whitespace().collect::<Vec<_>>().join(" "));
                     std::process::ExitCode::FAILURE
                 }
             }

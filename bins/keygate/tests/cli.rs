@@ -106,6 +106,11 @@ fn admin_subcommands_print_exact_json() {
         &["workspaces", "create", "--name"],
         &["keys", "create", "--workspace", "default", "--bogus"],
         &["--workers", "many"],
+        &["serve", "--workers", "0"],
+        &["serve", "--db-pool-size", "0"],
+        &["serve", "--redis-pool-size", "0"],
+        &["serve", "--max-connections", "0"],
+        &["serve", "--body-timeout-ms", "0"],
     ] {
         let msg = fail(&db, args);
         assert!(msg.starts_with("keygate: ") && !msg.contains("Usage"), "{args:?}: {msg}");
@@ -322,4 +327,26 @@ fn an_ignored_keygate_root_key_is_reported() {
     assert!(!lines.iter().any(|l| l.contains("is ignored")), "{lines:?}");
     let (_server, lines) = serve(&db, free_port(), Some("kg_root_chosen_too_late_0123456789"));
     assert!(lines.iter().any(|l| l.contains("KEYGATE_ROOT_KEY is ignored")), "{lines:?}");
+}
+
+#[test]
+fn an_unreachable_database_is_one_line_and_exit_status_1_within_the_connect_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .env("DATABASE_URL", format!("postgres://postgres@127.0.0.1:{port}/test"))
+        .env("KEYGATE_LISTEN", "127.0.0.1:0")
+        .env("KEYGATE_DB_CONNECT_TIMEOUT_MS", "1000")
+        .env("RUST_LOG", "info")
+        .env_remove("KEYGATE_ROOT_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("opening the database") && stderr.contains(&format!("127.0.0.1:{port}")),
+        "{stderr}"
+    );
 }

@@ -153,6 +153,9 @@ impl SqlStore {
             .min_idle(Some(0))
             .connection_timeout(settings.connect_timeout)
             .test_on_check_out(false)
+            // A failed connection attempt is reported once, by the caller that waited for it
+            // (its error carries the last attempt's reason), not logged again per retry.
+            .error_handler(Box::new(r2d2::NopErrorHandler))
             .build(manager)
             .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
         let store = Self { pool, backend };
