@@ -26,11 +26,13 @@ pub struct WindowState {
 }
 
 impl WindowState {
-    /// Whether `now_ms` lies outside this state's window `[start, start + duration)`,
-    /// i.e. `floor(now / duration) != start / duration`.
+    /// Whether this state's window `[start, start + duration)` has ended at `now_ms`.
+    /// A `now_ms` before the window's start (the clock stepped back, e.g. by NTP) counts
+    /// in this window: failing closed, since starting a new window there would admit up
+    /// to twice the limit once the clock is back where it was.
     #[inline]
     pub fn is_expired(&self, duration: u64, now_ms: u64) -> bool {
-        now_ms < self.start || now_ms - self.start >= duration
+        now_ms.saturating_sub(self.start) >= duration
     }
 }
 
@@ -167,7 +169,11 @@ mod tests {
 
     /// The contract's formula, with window indexes and divisions, as a reference.
     fn reference(prev: Option<(u64, u64)>, req: LimitRequest, now: u64) -> (u64, Decision) {
-        let window = now / req.duration;
+        // A time before the budget's window counts in that window (fail closed).
+        let window = match prev {
+            Some((w, _)) if now / req.duration < w => w,
+            _ => now / req.duration,
+        };
         let used = match prev {
             Some((w, u)) if w == window => u,
             _ => 0,
@@ -203,11 +209,45 @@ mod tests {
                         let (used, expected) = reference(theirs, req, t);
                         assert_eq!(d, expected, "d={duration} l={limit} c={cost} t={t}");
                         assert_eq!(s.used, used);
-                        assert_eq!(s.start, (t / duration) * duration);
+                        assert_eq!(s.start, d.reset - duration);
                         ours = Some(s);
-                        theirs = Some((t / duration, used));
+                        theirs = Some((s.start / duration, used));
                     }
                 }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any sequence of requests at any times, the clock stepping back included: no
+        /// window admits more than its limit, a denial or a cost of 0 changes nothing, and
+        /// `remaining` is what is left.
+        #[test]
+        fn no_window_admits_more_than_its_limit(
+            limit in 1u64..6,
+            duration in proptest::sample::select(vec![1_000u64, 1_500, 60_000]),
+            steps in proptest::collection::vec((0u64..4, -3_000i64..5_000), 1..60),
+        ) {
+            let mut state: Option<WindowState> = None;
+            let mut now: u64 = 1_700_000_000_000;
+            let mut admitted: std::collections::HashMap<u64, u64> = Default::default();
+            for (cost, step) in steps {
+                now = now.saturating_add_signed(step);
+                let (next, d) = decide(state, LimitRequest { limit, duration, cost }, now);
+                let before = state.filter(|s| !s.is_expired(duration, now)).map_or(0, |s| s.used);
+                if d.success {
+                    *admitted.entry(d.reset).or_default() += cost;
+                    proptest::prop_assert_eq!(next.used, before + cost);
+                } else {
+                    proptest::prop_assert_eq!(next.used, before, "a denial deducts nothing");
+                }
+                proptest::prop_assert_eq!(d.remaining, limit - next.used);
+                proptest::prop_assert_eq!(d.reset, next.start + duration);
+                proptest::prop_assert!(now < d.reset, "the answer's window has not ended");
+                state = Some(next);
+            }
+            for (reset, total) in admitted {
+                proptest::prop_assert!(total <= limit, "window ending {} admitted {} > {}", reset, total, limit);
             }
         }
     }
