@@ -496,14 +496,15 @@ impl<S: RbacStore> RbacService<S> {
     /// caller should call [`Self::refresh_root_key`] off the request path.
     pub fn authenticate_cached(&self, token: &str) -> Option<Cached<Result<Arc<Principal>, RbacError>>> {
         let digest = secret_digest(token);
-        self.auth.lookup(&digest, self.clock.now_ms(), |p| self.check_principal(p.clone()))
+        self.auth.lookup(&digest, self.clock.monotonic_ms(), |p| self.check_principal(p.clone()))
     }
 
     /// Verifies a root key: cache first, then the store (one read per key at a time).
     pub fn authenticate(&self, token: &str) -> Result<Arc<Principal>, RbacError> {
         let digest = secret_digest(token);
         // This caller loads on a miss: it never takes an entry's refresh (see TtlCache::peek).
-        let cached = || self.auth.peek(&digest, self.clock.now_ms(), |p| self.check_principal(p.clone()));
+        let cached =
+            || self.auth.peek(&digest, self.clock.monotonic_ms(), |p| self.check_principal(p.clone()));
         if let Some(answer) = cached() {
             return answer;
         }
@@ -525,7 +526,7 @@ impl<S: RbacStore> RbacService<S> {
     /// The root key from the store, into the cache. An expired key is 403 and not cached.
     fn load_root_key(&self, digest: &cache::Digest) -> Result<Option<Arc<Principal>>, RbacError> {
         let generation = self.auth.generation();
-        let now = self.clock.now_ms();
+        let (now, age_origin) = (self.clock.now_ms(), self.clock.monotonic_ms());
         let hash = digest_hex(digest);
         let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
         if found.as_ref().is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64)) {
@@ -533,7 +534,7 @@ impl<S: RbacStore> RbacService<S> {
             return Err(RbacError::Forbidden("the root key has expired".into()));
         }
         let principal = found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
-        self.auth.put(*digest, principal.clone(), now, generation);
+        self.auth.put(*digest, principal.clone(), age_origin, generation);
         Ok(principal)
     }
 
@@ -1038,9 +1039,8 @@ impl<S: RbacStore> RbacService<S> {
         &self,
         namespace_id: &str,
         identifier: &str,
-        now_ms: u64,
     ) -> Option<Cached<(Option<Effective>, u64)>> {
-        self.overrides.find(namespace_id, identifier, now_ms)
+        self.overrides.find(namespace_id, identifier, self.clock.monotonic_ms())
     }
 
     /// The namespace's overrides, read under `epoch` or a later one: from the cache when a
@@ -1053,7 +1053,7 @@ impl<S: RbacStore> RbacService<S> {
         let _loading = self.overrides.load_lock(namespace_id);
         let cached = self
             .overrides
-            .peek(namespace_id, self.clock.now_ms(), |(set, at)| (*at >= epoch).then(|| set.clone()));
+            .peek(namespace_id, self.clock.monotonic_ms(), |(set, at)| (*at >= epoch).then(|| set.clone()));
         match cached.flatten() {
             Some(set) => Ok(set),
             None => self.read_overrides(namespace_id, epoch),
@@ -1069,7 +1069,7 @@ impl<S: RbacStore> RbacService<S> {
 
     fn read_overrides(&self, namespace_id: &str, epoch: u64) -> Result<Arc<OverrideSet>, RbacError> {
         let generation = self.overrides.generation();
-        let now = self.clock.now_ms();
+        let now = self.clock.monotonic_ms();
         let set = Arc::new(OverrideSet::new(self.store.read(|tx| Ok(tx.overrides(namespace_id)?))?));
         self.overrides.put(namespace_id.into(), (set.clone(), epoch), now, generation);
         Ok(set)

@@ -540,3 +540,19 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
     let scoped = VerifyScope { workspace_id: None, api_id: Some("api_a") };
     assert_eq!(f.svc.verify_key(plain.expose(), &scoped, None).expect("verify").code, VerifyCode::NotFound);
 }
+
+#[test]
+fn cache_lifetimes_are_measured_on_the_monotonic_clock() {
+    use keygate_domain::Clock;
+    let c = Counted::new();
+    let (_, token) = c.cached_root_key();
+    c.reads();
+    // The wall clock steps back an hour (NTP): the entry is neither "from the future"
+    // (a miss, a store read per request) nor kept longer than its lifetime.
+    c.clock.set(c.clock.now_ms() - 3_600_000);
+    c.svc.authenticate(&token).expect("auth");
+    assert_eq!(c.reads(), 0, "still cached");
+    c.clock.advance(keygate_rbac::AUTH_CACHE_TTL_MS);
+    c.svc.authenticate(&token).expect("auth");
+    assert_eq!(c.reads(), 1, "expired after its lifetime of monotonic time");
+}

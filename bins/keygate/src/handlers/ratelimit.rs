@@ -155,13 +155,13 @@ pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpRespon
         // A shared store waits on the network: off the event loop.
         let (st, identifier) = (state.clone(), v.identifier.into_owned());
         blocking(move || {
-            let overrides = overrides_for(&st, &namespace_id, &identifier, now)?;
+            let overrides = overrides_for(&st, &namespace_id, &identifier)?;
             decide(&st, &namespace_id, &identifier, v.request, now, overrides)
         })
         .await?
     } else {
         // The in-process store never finds overrides stale: only the cache miss may block.
-        let overrides = match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
+        let overrides = match state.rbac.override_cached(&namespace_id, &v.identifier) {
             Some(hit) => {
                 if hit.refresh {
                     let (st, ns) = (state.clone(), namespace_id.clone());
@@ -171,7 +171,7 @@ pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpRespon
             }
             None => {
                 let _turn = state.loads.enter(namespace_id.as_str()).await;
-                match state.rbac.override_cached(&namespace_id, &v.identifier, now) {
+                match state.rbac.override_cached(&namespace_id, &v.identifier) {
                     Some(hit) => hit.value,
                     None => {
                         let (st, ns, identifier) =
@@ -196,9 +196,8 @@ fn overrides_for(
     state: &AppState,
     namespace_id: &str,
     identifier: &str,
-    now: u64,
 ) -> Result<(Option<Effective>, u64), ApiError> {
-    match state.rbac.override_cached(namespace_id, identifier, now) {
+    match state.rbac.override_cached(namespace_id, identifier) {
         Some(hit) => {
             if hit.refresh
                 && let Err(e) = refresh_overrides(state, namespace_id)
