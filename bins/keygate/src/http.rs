@@ -234,7 +234,13 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
     let mut body = Body::default();
     loop {
         match payload.next().now_or_never() {
-            Some(Some(chunk)) => body.push(chunk)?,
+            Some(Some(chunk)) => {
+                body.push(chunk)?;
+                // All the declared bytes are here: the end-of-body mark need not be awaited.
+                if declared.is_some_and(|n| n == body.len() as u64) {
+                    return Ok(body.finish());
+                }
+            }
             Some(None) => return Ok(body.finish()),
             None => break,
         }
@@ -274,8 +280,7 @@ struct Body {
 impl Body {
     fn push(&mut self, chunk: Result<web::Bytes, actix_web::error::PayloadError>) -> Result<(), ApiError> {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("could not read the body: {e}")))?;
-        let len = self.more.as_ref().map_or(self.first.len(), |m| m.len());
-        if len + chunk.len() > MAX_BODY_BYTES {
+        if self.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large());
         }
         match self.more.as_mut() {
@@ -289,6 +294,10 @@ impl Body {
             }
         }
         Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.more.as_ref().map_or(self.first.len(), |m| m.len())
     }
 
     fn finish(self) -> web::Bytes {
