@@ -4,7 +4,7 @@
 use crate::config::{Command, KeysCmd, RootKeysCmd, WorkspacesCmd};
 use keygate_domain::{SystemClock, redact_in};
 use keygate_rbac::RbacService;
-use keygate_store::{PoolSettings, SqlStore};
+use keygate_store::{Backend, PoolSettings, SqlStore};
 use serde_json::json;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,6 +23,19 @@ pub fn run(database_url: &str, command: Command) -> ExitCode {
 }
 
 fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::Value> {
+    // Only `workspaces create` may start a new SQLite database: any other command run in
+    // the wrong directory would otherwise create an empty `keygate.db` and report that
+    // nothing is there.
+    let creates = matches!(command, Command::Workspaces(WorkspacesCmd::Create { .. }));
+    if let Ok(Backend::Sqlite(path)) = Backend::from_url(database_url)
+        && !creates
+        && !std::path::Path::new(&path).exists()
+    {
+        anyhow::bail!(
+            "no database at {path}: run where the server's database is, or pass --database-url \
+             (or DATABASE_URL)"
+        );
+    }
     let store = SqlStore::open(database_url, PoolSettings { max_size: 2, ..PoolSettings::default() })?;
     let rbac = RbacService::new(store, Arc::new(SystemClock));
     Ok(match command {
@@ -30,6 +43,14 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
         Command::Workspaces(WorkspacesCmd::Create { name }) => {
             let ws = rbac.create_workspace(&name)?;
             json!({ "id": ws.id, "name": ws.name })
+        }
+        Command::Workspaces(WorkspacesCmd::List) => {
+            let list: Vec<_> = rbac
+                .list_workspaces()?
+                .into_iter()
+                .map(|w| json!({ "id": w.id, "name": w.name, "createdAt": w.created_at }))
+                .collect();
+            json!({ "workspaces": list })
         }
         Command::RootKeys(RootKeysCmd::Create { workspace, permissions }) => {
             let (rk, secret) = rbac.create_root_key(&workspace, &permissions)?;
@@ -51,6 +72,21 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
             let ws = rbac.find_workspace(&workspace)?;
             let (key, secret) = rbac.create_key(&ws.id, name)?;
             json!({ "keyId": key.id, "key": secret.expose() })
+        }
+        Command::Keys(KeysCmd::List { workspace }) => {
+            let list: Vec<_> = rbac
+                .list_keys(&workspace)?
+                .into_iter()
+                .map(|k| {
+                    json!({ "keyId": k.id, "start": k.start, "name": k.name, "apiId": k.api_id,
+                            "enabled": k.enabled, "expires": k.expires, "createdAt": k.created_at })
+                })
+                .collect();
+            json!({ "keys": list })
+        }
+        Command::Keys(KeysCmd::Delete { id }) => {
+            rbac.delete_key_admin(&id)?;
+            json!({ "keyId": id, "deleted": true })
         }
     })
 }

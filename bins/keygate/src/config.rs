@@ -98,18 +98,21 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum WorkspacesCmd {
-    /// Create a workspace.
+    /// Create a workspace (the only command that creates a missing SQLite database).
     Create {
+        /// The workspace's name (unique).
         #[arg(long)]
         name: String,
     },
+    /// List the workspaces.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum RootKeysCmd {
     /// Create a root key (printed once).
     Create {
-        /// Workspace id or name.
+        /// The workspace, by id or name.
         #[arg(long)]
         workspace: String,
         /// A permission the root key holds; repeat for several (zero allowed).
@@ -118,11 +121,13 @@ pub enum RootKeysCmd {
     },
     /// List the root keys of a workspace (never their secrets).
     List {
+        /// The workspace, by id or name.
         #[arg(long)]
         workspace: String,
     },
     /// Revoke a root key.
     Revoke {
+        /// The root key's id (rk_...).
         #[arg(long)]
         id: String,
     },
@@ -132,10 +137,24 @@ pub enum RootKeysCmd {
 pub enum KeysCmd {
     /// Create a key (printed once).
     Create {
+        /// The workspace, by id or name.
         #[arg(long)]
         workspace: String,
+        /// The key's name.
         #[arg(long)]
         name: Option<String>,
+    },
+    /// List the keys of a workspace (never their secrets).
+    List {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+    },
+    /// Delete a key for good, with its links to permissions and roles.
+    Delete {
+        /// The key's id (key_...).
+        #[arg(long)]
+        id: String,
     },
 }
 

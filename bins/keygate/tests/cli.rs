@@ -350,3 +350,65 @@ fn an_unreachable_database_is_one_line_and_exit_status_1_within_the_connect_time
         "{stderr}"
     );
 }
+
+#[test]
+fn list_and_delete_commands_and_no_database_created_by_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.db");
+    let db = format!("sqlite://{}", path.display());
+    // Run where there is no database: nothing is created, and the message says what to do.
+    for args in [
+        &["workspaces", "list"][..],
+        &["root-keys", "list", "--workspace", "default"],
+        &["keys", "create", "--workspace", "default"],
+        &["keys", "list", "--workspace", "default"],
+        &["keys", "delete", "--id", "key_x"],
+    ] {
+        let msg = fail(&db, args);
+        assert!(msg.contains("no database at") && msg.contains("--database-url"), "{args:?}: {msg}");
+        assert!(!path.exists(), "{args:?} created the database");
+    }
+    let ws = ok(&db, &["workspaces", "create", "--name", "acme"]);
+    ok(&db, &["workspaces", "create", "--name", "beta"]);
+    let list = ok(&db, &["workspaces", "list"]);
+    let names: Vec<&str> =
+        list["workspaces"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["acme", "beta"]);
+    assert_eq!(list["workspaces"][0]["id"], ws["id"]);
+
+    let a = ok(&db, &["keys", "create", "--workspace", "acme", "--name", "first"]);
+    let b = ok(&db, &["keys", "create", "--workspace", "acme"]);
+    let keys = ok(&db, &["keys", "list", "--workspace", "acme"]);
+    let listed = keys["keys"].as_array().unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!((&listed[0]["keyId"], &listed[0]["name"]), (&a["keyId"], &Value::from("first")));
+    assert!(!keys.to_string().contains(a["key"].as_str().unwrap()), "never a secret");
+    assert!(a["key"].as_str().unwrap().starts_with(listed[0]["start"].as_str().unwrap()));
+    assert_eq!(ok(&db, &["keys", "list", "--workspace", "beta"])["keys"], serde_json::json!([]));
+
+    let deleted = ok(&db, &["keys", "delete", "--id", a["keyId"].as_str().unwrap()]);
+    assert_eq!(deleted, serde_json::json!({"keyId": a["keyId"], "deleted": true}));
+    let keys = ok(&db, &["keys", "list", "--workspace", "acme"]);
+    assert_eq!(keys["keys"].as_array().unwrap().len(), 1);
+    assert_eq!(keys["keys"][0]["keyId"], b["keyId"]);
+    assert!(fail(&db, &["keys", "delete", "--id", a["keyId"].as_str().unwrap()]).contains("not found"));
+    assert!(fail(&db, &["keys", "delete", "--id", "nope"]).contains("not found"));
+}
+
+#[test]
+fn every_flag_has_help() {
+    for sub in [
+        &["workspaces", "create"][..],
+        &["root-keys", "list"],
+        &["root-keys", "revoke"],
+        &["keys", "create"],
+        &["keys", "delete"],
+    ] {
+        let out = Command::new(BIN).args(sub).arg("--help").output().unwrap();
+        let help = String::from_utf8(out.stdout).unwrap();
+        for line in help.lines().filter(|l| l.trim_start().starts_with("--") && !l.contains("--help")) {
+            let (flag, text) = line.trim().split_once("  ").unwrap_or((line, ""));
+            assert!(!text.trim().is_empty(), "{sub:?}: {flag} has no help text:\n{help}");
+        }
+    }
+}

@@ -1376,6 +1376,30 @@ impl<S: RbacStore> RbacService<S> {
         })
     }
 
+    /// Every workspace, oldest first (the admin CLI).
+    pub fn list_workspaces(&self) -> Result<Vec<Workspace>, RbacError> {
+        self.store.read(|tx| Ok(tx.list_workspaces()?))
+    }
+
+    /// The keys of a workspace given by id or name, oldest first (the admin CLI).
+    pub fn list_keys(&self, workspace: &str) -> Result<Vec<Key>, RbacError> {
+        let ws = self.find_workspace(workspace)?;
+        self.store.read(|tx| Ok(tx.list_keys(&ws.id)?))
+    }
+
+    /// Deletes a key by id, whatever its workspace (the admin CLI), as `keys.deleteKey`
+    /// does (its links go too; audited with the actor `admin-cli`).
+    pub fn delete_key_admin(&self, key_id: &str) -> Result<(), RbacError> {
+        validate_key_id("id", key_id)?;
+        let not_found = || RbacError::NotFound(format!("key {key_id} not found"));
+        if !has_prefix(key_id, IdPrefix::Key) {
+            return Err(not_found());
+        }
+        let key = self.store.read(|tx| Ok(tx.find_key(key_id)?))?.ok_or_else(not_found)?;
+        let admin = Principal::new("admin-cli".into(), key.workspace_id, ["*".to_string()]);
+        self.delete_key(&admin, key_id)
+    }
+
     /// A workspace by id or name.
     pub fn find_workspace(&self, id_or_name: &str) -> Result<Workspace, RbacError> {
         self.store

@@ -37,6 +37,8 @@ pub trait RbacTx {
     fn insert_workspace(&mut self, ws: &Workspace) -> R<()>;
     /// By id, else by name.
     fn find_workspace(&mut self, id_or_name: &str) -> R<Option<Workspace>>;
+    /// Every workspace, oldest first.
+    fn list_workspaces(&mut self) -> R<Vec<Workspace>>;
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()>;
     /// A root key that is not revoked.
     fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>>;
@@ -47,6 +49,10 @@ pub trait RbacTx {
     // Keys.
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
+    /// A key by id, whatever its workspace (the admin CLI).
+    fn find_key(&mut self, key_id: &str) -> R<Option<Key>>;
+    /// The keys of a workspace, oldest first.
+    fn list_keys(&mut self, workspace_id: &str) -> R<Vec<Key>>;
     /// Inserts a permission or role unless its name is taken; whether it was inserted.
     fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool>;
     fn get_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<Option<Entity>>;

@@ -243,6 +243,15 @@ impl RbacTx for DieselTx<'_> {
         Ok(found.map(|(id, name, created_at)| Workspace { id, name, created_at }))
     }
 
+    fn list_workspaces(&mut self) -> R<Vec<Workspace>> {
+        let rows: Vec<(String, String, i64)> = workspaces::table
+            .order((workspaces::created_at, workspaces::id))
+            .select((workspaces::id, workspaces::name, workspaces::created_at))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(|(id, name, created_at)| Workspace { id, name, created_at }).collect())
+    }
+
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()> {
         let permissions =
             serde_json::to_string(&key.permissions).map_err(|e| StorageError::Internal(e.to_string()))?;
@@ -320,6 +329,26 @@ impl RbacTx for DieselTx<'_> {
             .optional()
             .map_err(db_err)?;
         Ok(row.map(key_from_row))
+    }
+
+    fn find_key(&mut self, key_id: &str) -> R<Option<Key>> {
+        let row: Option<KeyRow> = keys::table
+            .filter(keys::id.eq(key_id))
+            .select(KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(key_from_row))
+    }
+
+    fn list_keys(&mut self, workspace_id: &str) -> R<Vec<Key>> {
+        let rows: Vec<KeyRow> = keys::table
+            .filter(keys::workspace_id.eq(workspace_id))
+            .order((keys::created_at, keys::id))
+            .select(KEY_COLUMNS)
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(key_from_row).collect())
     }
 
     fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool> {
