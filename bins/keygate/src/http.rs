@@ -229,13 +229,13 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
     }
     // The whole body within the limit: a client that stalls or trickles it is answered
     // 408 and closed, so it cannot hold the connection (and a file descriptor) for good.
-    let limit = req.app_data::<web::Data<AppState>>().map_or(DEFAULT_BODY_TIMEOUT, |s| s.limits.body_timeout);
     let read =
-        ReadBody { payload: &mut payload, body: Body::default(), declared, limit, polls: 0, deadline: None };
+        ReadBody { req, payload: &mut payload, body: Body::default(), declared, polls: 0, deadline: None };
     match read.await {
         Ok(body) => Ok(body),
         Err(Some(e)) => Err(e),
         Err(None) => {
+            let limit = body_time_limit(req);
             let mut e = ApiError::new(
                 ErrorCode::RequestTimeout,
                 format!("the body did not arrive within {} ms", limit.as_millis()),
@@ -256,10 +256,10 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
 /// also the case of a client that sent the head alone and stalled (the second poll
 /// happens whether or not anything was fed; tests/hostile.rs checks both cases).
 struct ReadBody<'a> {
+    req: &'a HttpRequest,
     payload: &'a mut web::Payload,
     body: Body,
     declared: Option<u64>,
-    limit: std::time::Duration,
     polls: u8,
     deadline: Option<std::pin::Pin<Box<actix_web::rt::time::Sleep>>>,
 }
@@ -291,13 +291,19 @@ impl std::future::Future for ReadBody<'_> {
         if this.polls == 1 {
             return Poll::Pending;
         }
-        let limit = this.limit;
-        let deadline = this.deadline.get_or_insert_with(|| Box::pin(actix_web::rt::time::sleep(limit)));
+        let req = this.req;
+        let deadline =
+            this.deadline.get_or_insert_with(|| Box::pin(actix_web::rt::time::sleep(body_time_limit(req))));
         match deadline.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(None)),
             Poll::Pending => Poll::Pending,
         }
     }
+}
+
+/// The configured body time limit (looked up only for a body that is still arriving).
+fn body_time_limit(req: &HttpRequest) -> std::time::Duration {
+    req.app_data::<web::Data<AppState>>().map_or(DEFAULT_BODY_TIMEOUT, |s| s.limits.body_timeout)
 }
 
 /// Used when no app state is registered (never in the server).
