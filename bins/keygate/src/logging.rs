@@ -74,11 +74,23 @@ impl ThrottledLogger {
     }
 
     /// Installs env_logger (configured from `RUST_LOG`, else `default_filter`) behind the
-    /// throttle as the process's logger.
+    /// throttle as the process's logger. A `RUST_LOG` that is not valid is reported on
+    /// stderr and replaced by the default (env_logger alone would drop the bad parts and
+    /// could end up logging nothing at all, silently).
     pub fn install(default_filter: &str) {
-        let inner =
-            env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
-                .build();
+        let spec = match std::env::var("RUST_LOG") {
+            Ok(spec) => match check_spec(&spec) {
+                Ok(()) => spec,
+                Err(why) => {
+                    eprintln!(
+                        "keygate: RUST_LOG={spec:?} is not valid ({why}); logging with {default_filter:?} instead"
+                    );
+                    default_filter.to_string()
+                }
+            },
+            Err(_) => default_filter.to_string(),
+        };
+        let inner = env_logger::Builder::new().parse_filters(&spec).build();
         let max = inner.filter();
         if log::set_boxed_logger(Box::new(Self::new(inner))).is_ok() {
             log::set_max_level(max);
@@ -95,6 +107,39 @@ impl ThrottledLogger {
         targets.insert(target.to_string(), t.clone());
         t
     }
+}
+
+/// Checks an env_logger filter spec (`directive,directive[/regex]`, each directive `level`,
+/// `target` or `target=level`).
+pub fn check_spec(spec: &str) -> Result<(), String> {
+    let directives = spec.split('/').next().unwrap_or_default();
+    let level = |l: &str| {
+        l.trim()
+            .parse::<log::LevelFilter>()
+            .map(drop)
+            .map_err(|_| format!("{:?} is not a level: use off, error, warn, info, debug or trace", l.trim()))
+    };
+    let target = |t: &str| {
+        let ok =
+            !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-'));
+        if ok { Ok(()) } else { Err(format!("{t:?} is not a module path")) }
+    };
+    let mut any = false;
+    for d in directives.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        any = true;
+        match d.split_once('=') {
+            Some((t, l)) => {
+                target(t.trim())?;
+                level(l)?;
+            }
+            None => {
+                if level(d).is_err() {
+                    target(d)?;
+                }
+            }
+        }
+    }
+    if any { Ok(()) } else { Err("it names no level".into()) }
 }
 
 fn now_ms() -> u64 {
@@ -141,6 +186,18 @@ impl Log for ThrottledLogger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_specs_are_checked() {
+        for ok in
+            ["info", "info,actix_server=warn", "keygate=debug", "keygate::server", "warn,my-crate=trace/foo"]
+        {
+            assert_eq!(check_spec(ok), Ok(()), "{ok}");
+        }
+        for bad in ["keygate=verbose", "blah blah", "", " , ", "info,=x", "keygate=loud"] {
+            assert!(check_spec(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_throttle_admits_its_lines_per_window_then_counts() {

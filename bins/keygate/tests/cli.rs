@@ -412,3 +412,20 @@ fn every_flag_has_help() {
         }
     }
 }
+
+#[test]
+fn an_invalid_rust_log_is_reported_and_the_default_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let mut cmd = Command::new(BIN);
+    cmd.env("DATABASE_URL", &db)
+        .env("KEYGATE_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("KEYGATE_WORKERS", "1")
+        .env("RUST_LOG", "blah blah")
+        .env_remove("KEYGATE_ROOT_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let (_server, lines) = start(cmd);
+    assert!(lines.iter().any(|l| l.contains("RUST_LOG=\"blah blah\" is not valid")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("keygate listening on")), "the default level logs: {lines:?}");
+}
