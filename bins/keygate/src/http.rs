@@ -499,6 +499,38 @@ fn strip_position(msg: &str) -> String {
 mod tests {
     use super::*;
 
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Sample<'a> {
+        key_id: String,
+        #[serde(borrow)]
+        identifier: Option<std::borrow::Cow<'a, str>>,
+        limit: Option<Number>,
+        permissions: Option<Vec<serde_json::Value>>,
+    }
+
+    proptest::proptest! {
+        /// Any byte string: a 400 (with a message) or a parsed request, never a panic.
+        #[test]
+        fn the_body_parser_never_panics(body in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            if let Err(e) = parse_json::<Sample<'_>>(&body) {
+                proptest::prop_assert_eq!(e.code, ErrorCode::BadRequest);
+                proptest::prop_assert!(!e.message.is_empty());
+            }
+        }
+
+        /// Near-valid JSON bodies (the shapes a fuzzer reaches): the same.
+        #[test]
+        fn near_valid_bodies_never_panic(
+            body in proptest::string::string_regex(r#"\{("(keyId|identifier|limit|permissions)":( *"[a-z\\u0\\]{0,8}"|-?[0-9.e]{1,6}|\[[^\]]{0,6}\]|null|true|\{\}),?){0,4}\}?"#).unwrap(),
+        ) {
+            if let Err(e) = parse_json::<Sample<'_>>(body.as_bytes()) {
+                proptest::prop_assert_eq!(e.code, ErrorCode::BadRequest);
+            }
+        }
+    }
+
     #[test]
     fn bearer_token_is_read_from_the_authorization_header() {
         use actix_web::test::TestRequest;

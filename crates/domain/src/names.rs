@@ -100,4 +100,27 @@ mod tests {
         assert!(validate_key_id("keyId", "").is_err());
         assert!(validate_key_id("keyId", &"k".repeat(256)).is_err());
     }
+
+    proptest::proptest! {
+        /// The validators against their definitions, on random strings drawn to hit the
+        /// edges (lengths around 255, the allowed alphabet, controls, NUL, non-ASCII).
+        #[test]
+        fn validators_accept_exactly_their_definitions(
+            name in proptest::string::string_regex("[a-zA-Z0-9._:*\\-]{0,3}|[a-z.]{250,260}|[\\x00-\\x7f\u{e9}\u{1f600}]{0,20}|[\u{80}-\u{9f}a]{1,4}").unwrap(),
+        ) {
+            let chars = name.chars().count();
+            let permission_ok = (1..=255).contains(&chars)
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:*".contains(c));
+            proptest::prop_assert_eq!(validate_permission_name("p", &name).is_ok(), permission_ok, "{:?}", name);
+            let role_ok = (1..=255).contains(&chars) && !name.chars().any(char::is_control);
+            proptest::prop_assert_eq!(validate_role_name("p", &name).is_ok(), role_ok, "{:?}", name);
+            let namespace_ok = (1..=512).contains(&chars) && !name.contains('\0');
+            proptest::prop_assert_eq!(validate_namespace_name("p", &name).is_ok(), namespace_ok, "{:?}", name);
+            proptest::prop_assert_eq!(validate_key_id("p", &name).is_ok(), (1..=255).contains(&chars));
+            // Every refusal names the field.
+            if let Err(e) = validate_permission_name("permissions.3.name", &name) {
+                proptest::prop_assert!(e.to_string().starts_with("permissions.3.name: "));
+            }
+        }
+    }
 }
