@@ -98,7 +98,7 @@ pub struct NewKey {
     pub prefix: Option<String>,
     /// A JSON object as text.
     pub meta: Option<String>,
-    /// Unix ms after which the key is expired; must be in the future.
+    /// Unix ms from which the key is expired (a past value: expired from the start).
     pub expires: Option<i64>,
     pub enabled: bool,
     pub permissions: Vec<String>,

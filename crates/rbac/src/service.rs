@@ -733,10 +733,8 @@ impl<S: RbacStore> RbacService<S> {
             let msg = format!("must be at most {MAX_KEY_META_BYTES} bytes when serialized");
             return Err(ValidationError::new("meta", msg).into());
         }
-        let now = self.now();
-        if new.expires.is_some_and(|e| e <= now) {
-            return Err(ValidationError::new("expires", "must be in the future (Unix ms)").into());
-        }
+        // A past `expires` is accepted (as in Unkey's v2 API, over the same data): the key
+        // then verifies EXPIRED.
         let by_name = |names: &[String], create: bool| -> Vec<EntityRef> {
             let entry = |n: &String| EntityRef {
                 name: Some(n.clone()),

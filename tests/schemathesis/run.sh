@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# schemathesis (pinned in requirements.txt) against the running server's /openapi.json,
+# with every check, on PostgreSQL (a database of its own, dropped afterwards): the
+# document must describe exactly what the server accepts and refuses (issue 16). Exits
+# non-zero on any failure. Needs python3 and a PostgreSQL at 127.0.0.1:5432.
+#   bash tests/schemathesis/run.sh                 # 40 examples per operation
+#   EXAMPLES=200 SEED=7 bash tests/schemathesis/run.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+root=$(cd ../.. && pwd)
+
+cargo build -q -p keygate --manifest-path "$root/Cargo.toml"
+bin="$root/target/debug/keygate"
+[ -x .venv/bin/schemathesis ] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+
+db="keygate_st_$$"
+pg() { psql -h 127.0.0.1 -U postgres -d test -qAtc "$1"; }
+pg "CREATE DATABASE $db"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+root_key="kg_root_schemathesis_$(date +%s)_${RANDOM}"
+work=$(mktemp -d)
+DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" KEYGATE_LISTEN="127.0.0.1:$port" KEYGATE_WORKERS=2 \
+  KEYGATE_ROOT_KEY="$root_key" RUST_LOG=error "$bin" 2>"$work/server.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; pg "DROP DATABASE IF EXISTS $db" || true; rm -rf "$work"' EXIT
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$port/v1/liveness" >/dev/null && break
+  sleep 0.1
+done
+
+SCHEMATHESIS_HOOKS=hooks PYTHONPATH=. .venv/bin/schemathesis run "http://127.0.0.1:$port/openapi.json" \
+  -H "Authorization: Bearer $root_key" --checks all -n "${EXAMPLES:-40}" --seed "${SEED:-1}" \
+  --workers 2 --no-shrink
