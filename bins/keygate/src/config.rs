@@ -41,7 +41,33 @@ impl Cli {
     {
         use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
         let mut cmd = Self::command();
-        let matches = cmd.try_get_matches_from_mut(args)?;
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let matches = match cmd.try_get_matches_from_mut(args.clone()) {
+            Ok(m) => m,
+            // `keygate keys`: name the subcommands instead of printing the group's help.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                        | clap::error::ErrorKind::MissingSubcommand
+                ) =>
+            {
+                let group =
+                    args.iter().skip(1).filter_map(|a| a.to_str()).find(|a| cmd.find_subcommand(a).is_some());
+                let subs = group.and_then(|g| cmd.find_subcommand(g)).map(|g| {
+                    let names = g.get_subcommands().map(clap::Command::get_name).filter(|&n| n != "help");
+                    names.collect::<Vec<_>>().join(", ")
+                });
+                return Err(match (group, subs) {
+                    (Some(g), Some(subs)) => cmd.error(
+                        clap::error::ErrorKind::MissingSubcommand,
+                        format!("`keygate {g}` needs a subcommand: {subs}"),
+                    ),
+                    _ => e,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(sub) = matches.subcommand_name() {
             let server_flags = ServeArgs::augment_args(clap::Command::new("serve"));
             for arg in server_flags.get_arguments() {

@@ -429,3 +429,17 @@ fn an_invalid_rust_log_is_reported_and_the_default_used() {
     assert!(lines.iter().any(|l| l.contains("RUST_LOG=\"blah blah\" is not valid")), "{lines:?}");
     assert!(lines.iter().any(|l| l.contains("keygate listening on")), "the default level logs: {lines:?}");
 }
+
+#[test]
+fn a_command_group_without_its_subcommand_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    for (group, subs) in [
+        ("keys", "create, list, delete"),
+        ("root-keys", "create, list, revoke"),
+        ("workspaces", "create, list"),
+    ] {
+        let msg = fail(&db, &[group]);
+        assert!(msg.contains(&format!("`keygate {group}` needs a subcommand: {subs}")), "{msg}");
+    }
+}
