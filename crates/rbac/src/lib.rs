@@ -9,6 +9,7 @@ mod cache;
 mod error;
 mod model;
 mod overrides;
+mod perms;
 mod service;
 pub mod store;
 

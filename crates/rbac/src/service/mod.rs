@@ -1,0 +1,183 @@
+//! The RBAC service, one file per resource: [`auth`] (root keys), [`keys`] (keys and their
+//! links, verification), [`entities`] (permissions and roles), [`overrides`] and
+//! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces, root keys), and
+//! [`links`], what the link operations share. This file holds the service itself.
+
+mod admin;
+mod auth;
+mod entities;
+mod keys;
+mod links;
+mod namespaces;
+mod overrides;
+
+use links::*;
+
+use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
+pub use crate::perms::*;
+use crate::store::{EntityKind, RbacStore, RbacTx};
+use crate::{
+    AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
+    Verification, VerifyCode, VerifyScope, Workspace,
+};
+use crate::{
+    Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,
+    is_pattern, validate_pattern,
+};
+use keygate_domain::{
+    Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
+    new_id, random_token, secret_digest, sort_by_name, validate_key_id, validate_permission_name,
+    validate_role_name, validate_root_key_secret,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// How long a verified root key is trusted without asking the store again (contract §2).
+pub const AUTH_CACHE_TTL_MS: u64 = 10_000;
+
+/// The most entries one `setPermissions`/`addRoles` call may carry.
+pub const MAX_REFS_PER_CALL: usize = 1_000;
+/// Longest description of a permission or role.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// Longest `prefix` of `keys.createKey`.
+pub const MAX_KEY_PREFIX_CHARS: usize = 8;
+/// Largest serialized `meta` of a key.
+pub const MAX_KEY_META_BYTES: usize = 64 * 1024;
+/// How long an instance uses a namespace's overrides before reading them again. A change
+/// made through this instance applies at once; through another one, within this time.
+pub const OVERRIDE_CACHE_TTL_MS: u64 = 1_000;
+/// The most overrides one namespace may hold.
+pub const MAX_OVERRIDES_PER_NAMESPACE: usize = 1_000;
+
+/// Told after a namespace's rate-limit overrides changed (committed). The server passes
+/// it on to a shared rate-limit store, so that every instance reloads them on its next
+/// request (contract §6), not only this one.
+pub trait OverridesListener: Send + Sync + std::fmt::Debug {
+    fn overrides_changed(&self, namespace_id: &str);
+}
+
+/// The RBAC service: authentication, authorization and the key/permission/role/namespace
+/// operations, over any [`RbacStore`].
+#[derive(Debug)]
+pub struct RbacService<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    auth: AuthCache,
+    namespaces: NamespaceCache,
+    overrides: OverrideCache,
+    overrides_listener: Option<Arc<dyn OverridesListener>>,
+}
+
+impl<S: RbacStore> RbacService<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            clock,
+            auth: AuthCache::for_root_keys(AUTH_CACHE_TTL_MS),
+            namespaces: NamespaceCache::default(),
+            overrides: OverrideCache::new(OVERRIDE_CACHE_TTL_MS),
+            overrides_listener: None,
+        }
+    }
+
+    /// Registers the one [`OverridesListener`].
+    pub fn with_overrides_listener(mut self, listener: Arc<dyn OverridesListener>) -> Self {
+        self.overrides_listener = Some(listener);
+        self
+    }
+
+    /// A namespace's overrides changed: drop this instance's copy, tell the listener.
+    fn overrides_changed(&self, namespace_id: &str) {
+        self.overrides.evict(namespace_id);
+        if let Some(l) = &self.overrides_listener {
+            l.overrides_changed(namespace_id);
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms() as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(rules: &LinkRules, refs: &[EntityRef]) -> Result<RefPlan, String> {
+        plan_refs(rules, refs, 0).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn entries_need_an_id_or_a_name() {
+        let err = plan(&PERMISSION_RULES, &[EntityRef::by_name("a"), EntityRef::default()]).unwrap_err();
+        assert_eq!(err, "permissions.1: an entry needs an id or a name");
+        let err = plan(&ROLE_RULES, &[EntityRef { create: Some(true), ..EntityRef::default() }]).unwrap_err();
+        assert_eq!(err, "roles.0: an entry needs an id or a name");
+    }
+
+    #[test]
+    fn duplicates_merge_and_create_defaults_differ_by_kind() {
+        let refs = [
+            EntityRef::by_name("a"),
+            EntityRef::by_name("a"),
+            EntityRef::by_id("perm_1"),
+            EntityRef::by_id("perm_1"),
+        ];
+        let p = plan(&PERMISSION_RULES, &refs).unwrap();
+        assert_eq!(p.ids.len(), 1);
+        assert_eq!(p.names.get("a"), Some(&true), "permissions are created by default");
+        let p = plan(&ROLE_RULES, &[EntityRef::by_name("r")]).unwrap();
+        assert_eq!(p.names.get("r"), Some(&false), "roles are not");
+        // Absent and true are the same effective flag for permissions: merged.
+        assert!(
+            plan(&PERMISSION_RULES, &[EntityRef::by_name("a"), EntityRef::by_name("a").with_create(true)])
+                .is_ok()
+        );
+        let err =
+            plan(&PERMISSION_RULES, &[EntityRef::by_name("a"), EntityRef::by_name("a").with_create(false)])
+                .unwrap_err();
+        assert!(err.starts_with("permissions.1: "), "{err}");
+    }
+
+    #[test]
+    fn names_are_validated_at_the_field_they_came_from() {
+        let slug = EntityRef { name: Some("bad name".into()), name_field: "slug", ..EntityRef::default() };
+        assert!(plan(&PERMISSION_RULES, &[slug]).unwrap_err().starts_with("permissions.0.slug: "));
+        assert!(
+            plan(&ROLE_RULES, &[EntityRef::by_name("bad\u{7}")]).unwrap_err().starts_with("roles.0.name: ")
+        );
+        assert!(
+            plan(&PERMISSION_RULES, &[EntityRef::by_id("")]).unwrap_err().starts_with("permissions.0.id: ")
+        );
+        let both = EntityRef { id: Some("perm_1".into()), name: Some("a".into()), ..EntityRef::by_name("a") };
+        let p = plan(&PERMISSION_RULES, &[both]).unwrap();
+        assert_eq!(p.pairs, vec![("permissions.0".to_string(), "perm_1".to_string(), "a".to_string())]);
+        assert!(p.names.is_empty(), "an entry with an id is resolved by id");
+    }
+
+    #[test]
+    fn entry_counts_are_bounded() {
+        assert_eq!(plan_refs(&ROLE_RULES, &[], 1).unwrap_err().to_string(), "roles: needs at least 1 entry");
+        let many: Vec<EntityRef> =
+            (0..=MAX_REFS_PER_CALL).map(|i| EntityRef::by_name(format!("p{i}"))).collect();
+        assert_eq!(plan(&PERMISSION_RULES, &many).unwrap_err(), "permissions: at most 1000 entries");
+    }
+
+    #[test]
+    fn principals_hold_star_or_the_exact_string() {
+        let p = Principal::new("rk".into(), "ws".into(), ["rbac.*.create_role".to_string()]);
+        assert!(p.holds("rbac.*.create_role"));
+        assert!(!p.holds("rbac.x.create_role"), "`*` inside a permission is not a pattern");
+        assert!(!p.holds("rbac.*.create_permission"));
+        let all = Principal::new("rk".into(), "ws".into(), ["*".to_string()]);
+        assert!(all.holds("anything.at.all"));
+    }
+}
