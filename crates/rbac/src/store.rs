@@ -30,29 +30,58 @@ impl EntityKind {
 
 type R<T> = Result<T, StorageError>;
 
-/// Operations inside one transaction (or on one connection, for reads).
-pub trait RbacTx {
-    // Workspaces and root keys.
+/// Workspaces.
+pub trait WorkspaceTx {
     fn count_workspaces(&mut self) -> R<i64>;
     fn insert_workspace(&mut self, ws: &Workspace) -> R<()>;
     /// By id, else by name.
     fn find_workspace(&mut self, id_or_name: &str) -> R<Option<Workspace>>;
     /// Every workspace, oldest first.
     fn list_workspaces(&mut self) -> R<Vec<Workspace>>;
+}
+
+/// Root keys: stored by hash, never in clear.
+pub trait RootKeyTx {
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()>;
     /// A root key that is not revoked.
     fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>>;
     fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>>;
     /// Marks a root key revoked; false when there is no such (unrevoked) key.
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
+}
 
-    // Keys.
+/// Keys and their links to permissions and roles.
+pub trait KeyTx {
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
     /// A key by id, whatever its workspace (the admin CLI).
     fn find_key(&mut self, key_id: &str) -> R<Option<Key>>;
     /// The keys of a workspace, oldest first.
     fn list_keys(&mut self, workspace_id: &str) -> R<Vec<Key>>;
+    /// The key whose secret hashes to `hash`, in any workspace (keys.verifyKey).
+    fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>>;
+    /// Deletes the key of the workspace (its links go with it); whether it existed.
+    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool>;
+    /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction
+    /// already holds the database write lock); false when the key does not exist in the
+    /// workspace. Must be the first statement of a transaction that changes a key's links,
+    /// so that concurrent changes of one key serialize.
+    fn lock_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool>;
+    /// The entities directly linked to a key.
+    fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>>;
+    fn link_key_entities(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        key_id: &str,
+        ids: &[String],
+        now: i64,
+    ) -> R<()>;
+    fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()>;
+}
+
+/// Permissions and roles, and the permissions of a role.
+pub trait EntityTx {
     /// Inserts a permission or role unless its name is taken; whether it was inserted.
     fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool>;
     fn get_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<Option<Entity>>;
@@ -66,19 +95,8 @@ pub trait RbacTx {
     fn unlink_role_permissions(&mut self, role_id: &str, ids: &[String]) -> R<()>;
     /// The permissions attached to a role, with descriptions.
     fn permissions_of_role(&mut self, role_id: &str) -> R<Vec<Entity>>;
-    /// The key whose secret hashes to `hash`, in any workspace (keys.verifyKey).
-    fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>>;
     /// The permissions attached to any of these roles, each once.
-    fn role_permissions(&mut self, role_ids: &[String]) -> R<Vec<Named>>;
-    /// Deletes the key of the workspace (its links go with it); whether it existed.
-    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool>;
-    /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction
-    /// already holds the database write lock); false when the key does not exist in the
-    /// workspace. Must be the first statement of a transaction that changes a key's links,
-    /// so that concurrent changes of one key serialize.
-    fn lock_key(&mut self, workspace_id: &str, key_id: &str, now: i64) -> R<bool>;
-
-    // Permissions and roles.
+    fn permission_names_of_roles(&mut self, role_ids: &[String]) -> R<Vec<Named>>;
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>>;
     fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>>;
     /// Inserts each entity whose name does not exist yet, in one statement; returns the
@@ -93,19 +111,10 @@ pub trait RbacTx {
         entities: &[Named],
         now: i64,
     ) -> R<Vec<(Named, bool)>>;
-    /// The entities directly linked to a key.
-    fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>>;
-    fn link_key_entities(
-        &mut self,
-        kind: EntityKind,
-        workspace_id: &str,
-        key_id: &str,
-        ids: &[String],
-        now: i64,
-    ) -> R<()>;
-    fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()>;
+}
 
-    // Rate-limit namespaces.
+/// Rate-limit namespaces and their overrides.
+pub trait NamespaceTx {
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
     fn namespace_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Named>>;
     /// Locks the namespace's row until the transaction ends (override writes serialize).
@@ -116,10 +125,17 @@ pub trait RbacTx {
     fn upsert_override(&mut self, workspace_id: &str, o: &Override, now: i64) -> R<Override>;
     fn delete_override(&mut self, namespace_id: &str, identifier: &str) -> R<Option<String>>;
     fn insert_namespace_if_absent(&mut self, workspace_id: &str, ns: &Named, now: i64) -> R<(Named, bool)>;
+}
 
-    // Audit.
+/// The audit log.
+pub trait AuditTx {
     fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()>;
 }
+
+/// Everything a transaction offers: what the service's closures receive.
+pub trait RbacTx: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx {}
+
+impl<T: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx> RbacTx for T {}
 
 /// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
 pub trait RbacStore: Send + Sync + std::fmt::Debug {

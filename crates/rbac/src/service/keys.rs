@@ -97,7 +97,7 @@ impl<S: RbacStore> RbacService<S> {
         let ws = p.workspace_id.as_str();
         self.store.transaction(|tx| {
             let now = self.now();
-            if !owner.lock(tx, ws, now)? {
+            if !owner.lock(tx, ws)? {
                 return Err(RbacError::NotFound(format!("{} {} not found", owner.noun(), owner.value())));
             }
             let resolved = resolve_links(tx, ws, rules, &plan)?;
@@ -306,7 +306,11 @@ impl<S: RbacStore> RbacService<S> {
             let permissions: Vec<String> = tx
                 .key_entities(EntityKind::Permission, &key.id)?
                 .into_iter()
-                .chain(if role_ids.is_empty() { Vec::new() } else { tx.role_permissions(&role_ids)? })
+                .chain(if role_ids.is_empty() {
+                    Vec::new()
+                } else {
+                    tx.permission_names_of_roles(&role_ids)?
+                })
                 .map(|p| p.name)
                 .collect::<BTreeSet<String>>()
                 .into_iter()

@@ -80,9 +80,9 @@ impl Owner<'_> {
 
     /// Whether it exists in the workspace; locks it for the rest of the transaction, so
     /// that concurrent changes of its links serialize.
-    pub(super) fn lock(self, tx: &mut dyn RbacTx, ws: &str, now: i64) -> Result<bool, RbacError> {
+    pub(super) fn lock(self, tx: &mut dyn RbacTx, ws: &str) -> Result<bool, RbacError> {
         Ok(match self {
-            Owner::Key(id) => has_prefix(id, IdPrefix::Key) && tx.lock_key(ws, id, now)?,
+            Owner::Key(id) => has_prefix(id, IdPrefix::Key) && tx.lock_key(ws, id)?,
             Owner::Role(id) => has_prefix(id, IdPrefix::Role) && tx.lock_role(ws, id)?,
         })
     }
@@ -90,7 +90,7 @@ impl Owner<'_> {
     pub(super) fn current(self, tx: &mut dyn RbacTx, kind: EntityKind) -> Result<Vec<Named>, RbacError> {
         Ok(match self {
             Owner::Key(id) => tx.key_entities(kind, id)?,
-            Owner::Role(id) => tx.role_permissions(&[id.to_string()])?,
+            Owner::Role(id) => tx.permission_names_of_roles(&[id.to_string()])?,
         })
     }
 

@@ -1,0 +1,131 @@
+//! Keys and their links to permissions and roles.
+
+use super::*;
+
+impl KeyTx for DieselTx<'_> {
+    fn insert_key(&mut self, key: &Key, hash: &str) -> R<()> {
+        diesel::insert_into(keys::table)
+            .values((
+                keys::id.eq(&key.id),
+                keys::workspace_id.eq(&key.workspace_id),
+                keys::hash.eq(hash),
+                keys::prefix.eq(&key.start),
+                keys::name.eq(&key.name),
+                keys::meta.eq(&key.meta),
+                keys::enabled.eq(key.enabled),
+                keys::expires.eq(key.expires),
+                keys::created_at.eq(key.created_at),
+                keys::updated_at.eq(key.created_at),
+                keys::api_id.eq(&key.api_id),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {
+        let row: Option<KeyRow> = keys::table
+            .filter(keys::id.eq(key_id))
+            .filter(keys::workspace_id.eq(workspace_id))
+            .select(KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(key_from_row))
+    }
+
+    fn find_key(&mut self, key_id: &str) -> R<Option<Key>> {
+        let row: Option<KeyRow> = keys::table
+            .filter(keys::id.eq(key_id))
+            .select(KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(key_from_row))
+    }
+
+    fn list_keys(&mut self, workspace_id: &str) -> R<Vec<Key>> {
+        let rows: Vec<KeyRow> = keys::table
+            .filter(keys::workspace_id.eq(workspace_id))
+            .order((keys::created_at, keys::id))
+            .select(KEY_COLUMNS)
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(key_from_row).collect())
+    }
+
+    fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>> {
+        let row: Option<KeyRow> = keys::table
+            .filter(keys::hash.eq(hash))
+            .select(KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(key_from_row))
+    }
+
+    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool> {
+        // Link rows go by ON DELETE CASCADE.
+        diesel::delete(keys::table.filter(keys::id.eq(key_id)).filter(keys::workspace_id.eq(workspace_id)))
+            .execute(self.conn)
+            .map(|n| n > 0)
+            .map_err(db_err)
+    }
+
+    fn lock_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool> {
+        let query = keys::table
+            .filter(keys::id.eq(key_id))
+            .filter(keys::workspace_id.eq(workspace_id))
+            .select(keys::id);
+        Ok(lock_first!(self.conn, query)?.is_some())
+    }
+
+    fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>> {
+        by_kind!(kind, ent, link, link_col, {
+            let rows: Vec<(String, String)> = link::table
+                .inner_join(ent::table)
+                .filter(link::key_id.eq(key_id))
+                .select((ent::id, ent::name))
+                .load(self.conn)
+                .map_err(db_err)?;
+            Ok(rows.into_iter().map(named).collect())
+        })
+    }
+
+    fn link_key_entities(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        key_id: &str,
+        ids: &[String],
+        now: i64,
+    ) -> R<()> {
+        by_kind!(kind, ent, link, link_col, {
+            for chunk in ids.chunks(BATCH_ROWS) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|id| {
+                        (
+                            link::key_id.eq(key_id),
+                            link_col.eq(id),
+                            link::workspace_id.eq(workspace_id),
+                            link::created_at.eq(now),
+                        )
+                    })
+                    .collect();
+                on_each_backend!(self.conn, c => diesel::insert_into(link::table).values(&rows).execute(c))
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()> {
+        by_kind!(kind, ent, link, link_col, {
+            diesel::delete(link::table.filter(link::key_id.eq(key_id)).filter(link_col.eq_any(ids)))
+                .execute(self.conn)
+                .map(drop)
+                .map_err(db_err)
+        })
+    }
+}

@@ -1,0 +1,235 @@
+//! The diesel implementation of the RBAC store's transaction traits, one file per
+//! resource (the traits of `keygate_rbac::store`): what they share is here.
+
+use crate::pool::DbConn;
+use crate::schema::*;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use keygate_domain::{IdPrefix, Named, new_id};
+use keygate_rbac::store::{AuditTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
+use keygate_rbac::{AuditEvent, Entity, EntityKind, Key, Override, RootKey, StorageError, Workspace};
+use std::collections::{HashMap, HashSet};
+
+/// Maps a diesel error onto the service's storage error (the one place that does).
+pub(crate) fn db_err(e: DieselError) -> StorageError {
+    match &e {
+        DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => {
+            StorageError::Conflict(info.message().to_string())
+        }
+        DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        )
+        | DieselError::BrokenTransactionManager => StorageError::Unavailable(e.to_string()),
+        DieselError::DatabaseError(_, info)
+            if {
+                let m = info.message();
+                m.contains("database is locked")
+                    || m.contains("statement timeout")
+                    || m.contains("canceling statement")
+                    || m.contains("terminating connection")
+                    || m.contains("server closed the connection")
+                    || m.contains("deadlock detected")
+                    || m.contains("could not connect")
+                    || m.contains("Connection refused")
+            } =>
+        {
+            StorageError::Unavailable(e.to_string())
+        }
+        _ => StorageError::Internal(e.to_string()),
+    }
+}
+
+type R<T> = Result<T, StorageError>;
+
+/// Rows per multi-row insert: 1,000 rows of at most 8 columns stay well under SQLite's
+/// (32,766) and PostgreSQL's (65,535) bind-parameter limits.
+const BATCH_ROWS: usize = 1_000;
+
+/// Runs `$body` with `$c` bound to the inner connection of either backend. For the few
+/// statements diesel cannot build for the `MultiConnection` enum (multi-row inserts,
+/// `ON CONFLICT`, `RETURNING`): the same code is compiled once per backend.
+macro_rules! on_each_backend {
+    ($conn:expr, $c:ident => $body:expr) => {
+        match &mut *$conn {
+            DbConn::Pg($c) => $body,
+            DbConn::Sqlite($c) => $body,
+        }
+    };
+}
+
+/// [`RbacTx`] over one diesel connection (inside a transaction when the store began one).
+pub(crate) struct DieselTx<'c> {
+    conn: &'c mut DbConn,
+}
+
+impl<'c> DieselTx<'c> {
+    pub(crate) fn new(conn: &'c mut DbConn) -> Self {
+        Self { conn }
+    }
+}
+
+/// Runs `$body` with `$ent` bound to the entity table module of `$kind`, `$link` to its
+/// key-link table module and `$link_col` to the link table's entity column.
+macro_rules! by_kind {
+    ($kind:expr, $ent:ident, $link:ident, $link_col:ident, $body:block) => {
+        match $kind {
+            EntityKind::Permission => {
+                #[allow(unused_imports)]
+                use keys_permissions as $link;
+                #[allow(unused_imports)]
+                use keys_permissions::permission_id as $link_col;
+                #[allow(unused_imports)]
+                use permissions as $ent;
+                $body
+            }
+            EntityKind::Role => {
+                #[allow(unused_imports)]
+                use keys_roles as $link;
+                #[allow(unused_imports)]
+                use keys_roles::role_id as $link_col;
+                #[allow(unused_imports)]
+                use roles as $ent;
+                $body
+            }
+        }
+    };
+}
+
+/// The first id a one-column select finds, locking its row until the transaction ends:
+/// `FOR NO KEY UPDATE` on PostgreSQL (a row lock without a new row version, so the FK checks
+/// of link rows inserted next do not lock a tuple this transaction wrote); on SQLite the
+/// transaction began with BEGIN IMMEDIATE and already holds the write lock.
+macro_rules! lock_first {
+    ($conn:expr, $query:expr) => {
+        match &mut *$conn {
+            DbConn::Pg(c) => $query.for_no_key_update().first::<String>(c).optional(),
+            DbConn::Sqlite(c) => $query.first::<String>(c).optional(),
+        }
+        .map_err(db_err)
+    };
+}
+
+fn entity((id, name, description): (String, String, Option<String>)) -> Entity {
+    Entity { id, name, description }
+}
+
+fn named((id, name): (String, String)) -> Named {
+    Named { id, name }
+}
+
+type KeyRow =
+    (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64, Option<String>);
+
+/// The columns of a [`Key`], in [`KeyRow`] order.
+const KEY_COLUMNS: (
+    keys::id,
+    keys::workspace_id,
+    keys::prefix,
+    keys::name,
+    keys::meta,
+    keys::enabled,
+    keys::expires,
+    keys::created_at,
+    keys::api_id,
+) = (
+    keys::id,
+    keys::workspace_id,
+    keys::prefix,
+    keys::name,
+    keys::meta,
+    keys::enabled,
+    keys::expires,
+    keys::created_at,
+    keys::api_id,
+);
+
+fn key_from_row((id, workspace_id, start, name, meta, enabled, expires, created_at, api_id): KeyRow) -> Key {
+    Key { id, workspace_id, api_id, start, name, meta, enabled, expires, created_at }
+}
+
+type RootKeyRow = (String, String, String, String, i64, Option<i64>);
+
+fn root_key(row: RootKeyRow) -> R<RootKey> {
+    let (id, workspace_id, prefix, permissions, created_at, expires_at) = row;
+    let permissions: Vec<String> = serde_json::from_str(&permissions)
+        .map_err(|e| StorageError::Internal(format!("root key {id}: bad permissions column: {e}")))?;
+    Ok(RootKey { id, workspace_id, prefix, permissions, created_at, expires_at })
+}
+
+const ROOT_KEY_COLUMNS: (
+    root_keys::id,
+    root_keys::workspace_id,
+    root_keys::prefix,
+    root_keys::permissions,
+    root_keys::created_at,
+    root_keys::expires_at,
+) = (
+    root_keys::id,
+    root_keys::workspace_id,
+    root_keys::prefix,
+    root_keys::permissions,
+    root_keys::created_at,
+    root_keys::expires_at,
+);
+
+/// The column an entity lookup matches on.
+#[derive(Debug, Clone, Copy)]
+enum Column {
+    Id,
+    Name,
+}
+
+impl DieselTx<'_> {
+    /// The entities of a workspace whose id (or name) is one of `values`.
+    fn entities_matching(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        by: Column,
+        values: &[String],
+    ) -> R<Vec<Named>> {
+        // On PostgreSQL the rows found are locked FOR KEY SHARE until the transaction ends:
+        // a concurrent delete of a permission or role this call is about to link waits for
+        // it (and then takes the new links with it) instead of making the link insert fail
+        // its foreign key. SQLite transactions are serialized already.
+        by_kind!(kind, ent, link, link_col, {
+            let in_ws = ent::table.filter(ent::workspace_id.eq(workspace_id)).select((ent::id, ent::name));
+            let rows: Vec<(String, String)> = match (&mut *self.conn, by) {
+                (DbConn::Pg(c), Column::Id) => in_ws.filter(ent::id.eq_any(values)).for_key_share().load(c),
+                (DbConn::Pg(c), Column::Name) => {
+                    in_ws.filter(ent::name.eq_any(values)).for_key_share().load(c)
+                }
+                (DbConn::Sqlite(c), Column::Id) => in_ws.filter(ent::id.eq_any(values)).load(c),
+                (DbConn::Sqlite(c), Column::Name) => in_ws.filter(ent::name.eq_any(values)).load(c),
+            }
+            .map_err(db_err)?;
+            Ok(rows.into_iter().map(named).collect())
+        })
+    }
+
+    /// Inserts inside a savepoint; a unique violation rolls back only the savepoint, so
+    /// the enclosing transaction stays usable (PostgreSQL aborts it otherwise).
+    fn insert_in_savepoint(&mut self, insert: impl FnOnce(&mut DbConn) -> QueryResult<usize>) -> R<bool> {
+        match self.conn.transaction(insert) {
+            Ok(_) => Ok(true),
+            Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(false),
+            Err(e) => Err(db_err(e)),
+        }
+    }
+}
+
+// One file per resource, named as in the other layers. The modules take a `_tx` suffix
+// because `keys`, `root_keys` and `workspaces` already name the schema's tables here.
+#[path = "audit.rs"]
+mod audit_tx;
+#[path = "entities.rs"]
+mod entities_tx;
+#[path = "keys.rs"]
+mod keys_tx;
+#[path = "namespaces.rs"]
+mod namespaces_tx;
+#[path = "root_keys.rs"]
+mod root_keys_tx;
+#[path = "workspaces.rs"]
+mod workspaces_tx;

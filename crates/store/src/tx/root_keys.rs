@@ -1,0 +1,53 @@
+//! Root keys (stored by hash).
+
+use super::*;
+
+impl RootKeyTx for DieselTx<'_> {
+    fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()> {
+        let permissions =
+            serde_json::to_string(&key.permissions).map_err(|e| StorageError::Internal(e.to_string()))?;
+        diesel::insert_into(root_keys::table)
+            .values((
+                root_keys::id.eq(&key.id),
+                root_keys::workspace_id.eq(&key.workspace_id),
+                root_keys::hash.eq(hash),
+                root_keys::prefix.eq(&key.prefix),
+                root_keys::permissions.eq(permissions),
+                root_keys::created_at.eq(key.created_at),
+                root_keys::expires_at.eq(key.expires_at),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>> {
+        let row: Option<RootKeyRow> = root_keys::table
+            .filter(root_keys::hash.eq(hash))
+            .filter(root_keys::revoked_at.is_null())
+            .select(ROOT_KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        row.map(root_key).transpose()
+    }
+
+    fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>> {
+        let rows: Vec<RootKeyRow> = root_keys::table
+            .filter(root_keys::workspace_id.eq(workspace_id))
+            .filter(root_keys::revoked_at.is_null())
+            .order((root_keys::created_at, root_keys::id))
+            .select(ROOT_KEY_COLUMNS)
+            .load(self.conn)
+            .map_err(db_err)?;
+        rows.into_iter().map(root_key).collect()
+    }
+
+    fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool> {
+        diesel::update(root_keys::table.filter(root_keys::id.eq(id)).filter(root_keys::revoked_at.is_null()))
+            .set(root_keys::revoked_at.eq(now))
+            .execute(self.conn)
+            .map(|n| n > 0)
+            .map_err(db_err)
+    }
+}
