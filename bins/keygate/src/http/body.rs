@@ -1,190 +1,18 @@
-//! Request plumbing shared by every handler: the request id, authentication, the JSON
-//! body reader and the bridge to blocking (diesel) work. Handlers call these in the
-//! contract's order: authenticate (401) before the body is read (413/415/400).
+//! Bodies and queries: the contract's checks (413, 415, 400 with dot paths), the time
+//! limit on a body, NUL refused in every string.
 
-use crate::error::{ApiError, REQUEST_ID};
+use crate::error::ApiError;
 use crate::server::AppState;
-use actix_web::body::BoxBody;
-use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header;
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
-use futures_util::future::{FutureExt, Map, Ready, ready};
-use keygate_domain::{ErrorCode, IdPrefix, MAX_SAFE_INTEGER, ValidationError, new_id};
-use keygate_rbac::Principal;
+use keygate_domain::{ErrorCode, MAX_SAFE_INTEGER, ValidationError};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Number;
-use std::sync::Arc;
 
 /// Largest accepted request body (contract §1: over 1 MiB is 413).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
-
-/// Middleware: gives every response an `Unkey-Request-Id`; an error response is rendered
-/// (again) with that id and the configured docs base, so header and body agree.
-///
-/// A concrete `Transform` whose future is a `Map` over the inner future with a plain `fn`:
-/// no allocation per request (the generic `from_fn` middleware boxes a future each time).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestId;
-
-impl<S> Transform<S, ServiceRequest> for RequestId
-where
-    S: Service<ServiceRequest, Response = ServiceResponse<BoxBody>, Error = actix_web::Error>,
-{
-    type Response = ServiceResponse<BoxBody>;
-    type Error = actix_web::Error;
-    type Transform = RequestIdService<S>;
-    type InitError = ();
-    type Future = Ready<Result<Self::Transform, Self::InitError>>;
-
-    fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(RequestIdService { service }))
-    }
-}
-
-#[derive(Debug)]
-pub struct RequestIdService<S> {
-    service: S,
-}
-
-type Finish = fn(
-    Result<ServiceResponse<BoxBody>, actix_web::Error>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error>;
-
-impl<S> Service<ServiceRequest> for RequestIdService<S>
-where
-    S: Service<ServiceRequest, Response = ServiceResponse<BoxBody>, Error = actix_web::Error>,
-{
-    type Response = ServiceResponse<BoxBody>;
-    type Error = actix_web::Error;
-    type Future = Map<S::Future, Finish>;
-
-    forward_ready!(service);
-
-    fn call(&self, req: ServiceRequest) -> Self::Future {
-        self.service.call(req).map(finish as Finish)
-    }
-}
-
-/// Every handler's body is a `BoxBody`, so is the rendered error's: the response is passed
-/// on as it is, without an `EitherBody` around it.
-fn finish(
-    res: Result<ServiceResponse<BoxBody>, actix_web::Error>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let mut res = res?;
-    if let Some(err) = res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
-        let state = res.request().app_data::<web::Data<AppState>>().cloned();
-        let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
-        let rendered = err.render(&new_id(IdPrefix::Request), docs_base);
-        return Ok(res.into_response(rendered));
-    }
-    // A handler whose body carries the id (keys.verifyKey) has set the header already.
-    if !res.headers().contains_key(&REQUEST_ID)
-        && let Ok(v) = HeaderValue::try_from(new_id(IdPrefix::Request))
-    {
-        res.headers_mut().insert(REQUEST_ID, v);
-    }
-    Ok(res)
-}
-
-/// Runs blocking work (diesel) off the async workers.
-pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
-where
-    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
-    T: Send + 'static,
-{
-    web::block(f).await.map_err(ApiError::internal)?
-}
-
-/// The bearer token of the `Authorization` header, or 401.
-fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
-    let value = req.headers().get(header::AUTHORIZATION).ok_or_else(|| {
-        ApiError::unauthorized("the Authorization header is missing; send Authorization: Bearer <root key>")
-    })?;
-    // Bytes first (every request passes here): the scheme and the spaces are ASCII, and
-    // only the token needs to be text, ASCII like every root key.
-    let value = value.as_bytes().trim_ascii();
-    let (scheme, token) = match value.iter().position(|&b| b == b' ') {
-        Some(at) => (&value[..at], value[at + 1..].trim_ascii()),
-        None => (value, &[][..]),
-    };
-    if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
-        return Err(ApiError::unauthorized("the Authorization header must be Bearer <root key>"));
-    }
-    match std::str::from_utf8(token) {
-        Ok(token) if token.is_ascii() => Ok(token),
-        _ => Err(ApiError::unauthorized("the Authorization header is not valid text")),
-    }
-}
-
-/// Runs blocking work (a cache refresh) on the blocking pool without waiting for it; a
-/// failure is logged (the entry it meant to renew expires as usual, and the request that
-/// then misses reports the outage).
-pub fn in_background<F>(what: &'static str, f: F)
-where
-    F: FnOnce() -> Result<(), ApiError> + Send + 'static,
-{
-    // Dropping the handle detaches the task; it still runs.
-    drop(actix_web::rt::task::spawn_blocking(move || {
-        if let Err(e) = f() {
-            log::warn!("{what} failed: {}", e.message);
-        }
-    }));
-}
-
-/// One cache load per key at a time, on the async side: requests that miss together wait
-/// here as futures for the one that reads the store, then find its answer in the cache.
-/// (Each would otherwise take a blocking-pool thread of its own to wait in: after an idle
-/// spell, a burst of 40k req/s grew the process from 7 to 71 threads in one load's time,
-/// all on the worker's core.) Keys fall into 64 stripes.
-#[derive(Debug)]
-pub struct LoadGates {
-    gates: Box<[futures_util::lock::Mutex<()>]>,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-impl Default for LoadGates {
-    fn default() -> Self {
-        Self {
-            gates: (0..64).map(|_| futures_util::lock::Mutex::new(())).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
-        }
-    }
-}
-
-impl LoadGates {
-    pub async fn enter<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-    ) -> futures_util::lock::MutexGuard<'_, ()> {
-        use std::hash::BuildHasher;
-        let i = self.hasher.hash_one(key) as usize % self.gates.len();
-        self.gates[i].lock().await
-    }
-}
-
-/// Authenticates the root key: from the cache inline (renewing it in the background once
-/// it is past half its lifetime), else from the store off-thread, one load per key.
-pub async fn authenticate(
-    req: &HttpRequest,
-    state: &web::Data<AppState>,
-) -> Result<Arc<Principal>, ApiError> {
-    let token = bearer(req)?;
-    if let Some(hit) = state.rbac.authenticate_cached(token) {
-        if hit.refresh {
-            let (state, token) = (state.clone(), token.to_string());
-            in_background("root key refresh", move || Ok(state.rbac.refresh_root_key(&token)?));
-        }
-        return hit.value.map_err(ApiError::from);
-    }
-    let _turn = state.loads.enter(token).await;
-    if let Some(hit) = state.rbac.authenticate_cached(token) {
-        return hit.value.map_err(ApiError::from);
-    }
-    let (state, token) = (state.clone(), token.to_string());
-    blocking(move || state.rbac.authenticate(&token).map_err(ApiError::from)).await
-}
 
 /// Checks the content type (415), reads at most [`MAX_BODY_BYTES`] (413) and parses the
 /// JSON into `T` (400 with a `"<dot.path>: <what is wrong>"` message).
@@ -529,46 +357,6 @@ mod tests {
                 proptest::prop_assert_eq!(e.code, ErrorCode::BadRequest);
             }
         }
-    }
-
-    #[test]
-    fn bearer_token_is_read_from_the_authorization_header() {
-        use actix_web::test::TestRequest;
-        let token = |value: &[u8]| {
-            let v = HeaderValue::from_bytes(value).expect("a header value");
-            let req = TestRequest::default().insert_header((header::AUTHORIZATION, v)).to_http_request();
-            bearer(&req).map(str::to_string).map_err(|e| e.to_string())
-        };
-        for (value, expected) in [
-            (&b"Bearer kg_root_abc"[..], "kg_root_abc"),
-            (b"bearer kg_root_abc", "kg_root_abc"),
-            (b"BEARER  kg_root_abc ", "kg_root_abc"),
-            (b" Bearer kg_root_abc", "kg_root_abc"),
-        ] {
-            assert_eq!(token(value).as_deref(), Ok(expected), "{value:?}");
-        }
-        for bad in [&b"Bearer"[..], b"Bearer ", b"Bearer\tkg", b"Basic abc", b"Token x", b"Bearerx y", b""] {
-            assert!(token(bad).unwrap_err().contains("must be Bearer"), "{bad:?}");
-        }
-        for not_text in [&b"Bearer kg_\x80\xff"[..], "Bearer kg_é".as_bytes()] {
-            assert!(token(not_text).unwrap_err().contains("not valid text"), "{not_text:?}");
-        }
-        let none = TestRequest::default().to_http_request();
-        assert!(bearer(&none).map_err(|e| e.to_string()).unwrap_err().contains("missing"));
-    }
-
-    #[test]
-    fn a_load_gate_lets_one_caller_per_key_through_at_a_time() {
-        let gates = LoadGates::default();
-        let first = gates.enter("kg_root_a").now_or_never().expect("a free gate opens at once");
-        assert!(gates.enter("kg_root_a").now_or_never().is_none(), "the same key waits");
-        // Another key opens unless it shares the stripe: find one that does not.
-        let other =
-            (0..1000).map(|i| format!("rlns_{i}")).find_map(|k| gates.enter(k.as_str()).now_or_never());
-        assert!(other.is_some(), "other keys are not held up by this one");
-        drop(other);
-        drop(first);
-        assert!(gates.enter("kg_root_a").now_or_never().is_some(), "open again once the loader is done");
     }
 
     #[derive(Debug, serde::Deserialize)]
