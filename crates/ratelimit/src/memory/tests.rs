@@ -1,0 +1,274 @@
+//! Tests of the in-process store (memory.rs).
+
+use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn ns(name: &str) -> Arc<String> {
+    Arc::new(name.to_string())
+}
+
+fn key<'a>(ns: &'a Arc<String>, id: &'a str) -> BudgetKey<'a> {
+    BudgetKey { namespace_id: ns, identifier: id, duration: 1_000 }
+}
+
+/// How many full slots a lookup of `key` reads (compares) before it finds it.
+fn entries_read(s: &MemoryStore, key: &BudgetKey<'_>) -> usize {
+    let hash = key_hash(&s.hasher, key.identifier.as_bytes());
+    let query = Query::new(key.identifier, hash);
+    let mut reads = 0;
+    let shard = s.shard(hash).lock();
+    let class = &shard.classes[shard.position(&s.hasher, key).expect("class")];
+    let found = class.table.find(hash, |e| {
+        reads += 1;
+        e.id.matches(&query, &class.arena)
+    });
+    assert!(found.is_some());
+    reads
+}
+
+#[test]
+fn lookups_read_as_few_slots_as_linear_probing_predicts() {
+    // 50k budgets in 64 shards of 1024 slots: load 0.76, for which linear probing with
+    // independent hash bits reads (1 + 1/(1 - 0.76)) / 2 = 2.6 slots per successful
+    // lookup. If the shard index took bits the table uses for the first slot, entries
+    // of a shard would start in a fraction of its slots and clusters would run long.
+    let s = MemoryStore::new();
+    let n = ns("n");
+    let ids: Vec<String> = (0..50_000).map(|i| format!("user_{i}")).collect();
+    for id in &ids {
+        s.check(key(&n, id), R, 0);
+    }
+    let reads: usize = ids.iter().map(|id| entries_read(&s, &key(&n, id))).sum();
+    let per_lookup = reads as f64 / ids.len() as f64;
+    assert!(per_lookup < 3.0, "{per_lookup} slots read per lookup");
+}
+
+#[test]
+fn entries_are_half_a_cache_line() {
+    assert_eq!(std::mem::size_of::<Ident>(), 16);
+    assert_eq!((std::mem::size_of::<Entry>(), std::mem::align_of::<Entry>()), (32, 32));
+    // A slot holding an entry (or nothing, or a tombstone) is no larger.
+    assert_eq!(crate::table::slot_size::<Entry>(), 32);
+}
+
+#[test]
+fn inline_identifiers_keep_every_byte() {
+    for n in 0..=INLINE {
+        let id: String = (0..n).map(|i| char::from(b'a' + i as u8)).collect();
+        let Query::Inline { len, words } = Query::new(&id, 0) else { panic!("{n} bytes inline") };
+        let inline = Inline::from_words(len, words);
+        assert_eq!(&inline.bytes[..n], id.as_bytes());
+        assert!(inline.bytes[n..].iter().all(|&b| b == 0), "{n}");
+        assert_eq!(inline.words(), words);
+        assert_eq!(Ident::Inline(inline).bytes(&Arena::default()), id.as_bytes());
+        // Changing any one byte changes the words.
+        for j in 0..n {
+            let mut other = id.clone().into_bytes();
+            other[j] = b'Z';
+            let other = String::from_utf8(other).expect("ascii");
+            let Query::Inline { words: w, .. } = Query::new(&other, 0) else { panic!() };
+            assert_ne!(w, words, "{id} vs {other}");
+        }
+    }
+}
+
+#[test]
+fn identifiers_inline_and_on_the_heap_never_match_each_other() {
+    let s = MemoryStore::with_shards(1);
+    let n = ns("n");
+    // Lengths around the inline limit, and identifiers that share a prefix or differ
+    // only in trailing zero bytes (the inline padding).
+    let ids: Vec<String> = (0..=40)
+        .flat_map(|len| ["a".repeat(len), format!("{}\0", "a".repeat(len)), format!("{}b", "a".repeat(len))])
+        .collect();
+    for (i, id) in ids.iter().enumerate() {
+        let d = s.check(key(&n, id), LimitRequest { limit: 1_000, duration: 1_000, cost: i as u64 + 1 }, 0);
+        assert!(d.success, "{id:?}");
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let d = s.check(key(&n, id), LimitRequest { limit: 1_000, duration: 1_000, cost: 0 }, 0);
+        assert_eq!(d.remaining, 1_000 - (i as u64 + 1), "{id:?}");
+    }
+    assert_eq!(s.stats().entries, ids.len());
+}
+
+/// Random calls against a model that keeps every state in a map: same decisions,
+/// through inline and heap identifiers, many classes per shard (the index path),
+/// window rollovers, sweeps, table growth and slab reuse.
+#[test]
+fn matches_a_reference_model() {
+    use std::collections::HashMap;
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rand = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let s = MemoryStore::with_shards(2);
+    let namespaces = [ns("a"), ns("b"), ns("a"), ns("rlns_long_namespace_name")];
+    let ids: Vec<String> = (0..300).map(|i| format!("{}{i}", "x".repeat(i % 41))).collect();
+    let mut model: HashMap<(String, String, u64), WindowState> = HashMap::new();
+    let mut now = 1_000_000u64;
+    for step in 0..200_000 {
+        now += rand(40);
+        if step % 5_000 == 0 {
+            RateLimitStore::sweep(&s, now);
+        }
+        let namespace = &namespaces[rand(4) as usize];
+        let id = &ids[rand(300) as usize];
+        let duration =
+            if rand(10) == 0 { 1_000 + rand(20) * 1_000 } else { [1_000, 3_000][rand(2) as usize] };
+        let req = LimitRequest { limit: 1 + rand(6), duration, cost: rand(3) };
+        let k = (namespace.to_string(), id.clone(), duration);
+        let (state, expected) = decide(model.get(&k).copied(), req, now);
+        model.insert(k, state);
+        let got = s.check(BudgetKey { namespace_id: namespace, identifier: id, duration }, req, now);
+        assert_eq!(got, expected, "step {step}: {namespace} {id} {duration}");
+    }
+}
+
+#[test]
+fn long_identifiers_survive_arena_compaction_and_the_arena_stays_bounded() {
+    let s = MemoryStore::with_shards(1);
+    let n = ns("n");
+    let req = LimitRequest { limit: 10, duration: 1_000, cost: 1 };
+    // 25 bytes each: `kept` are used in every window (their entries are reused in
+    // place), `once` are new in every window and left to end.
+    let kept: Vec<String> = (0..100).map(|i| format!("user_{i:08}@example.com")).collect();
+    for w in 0..30u64 {
+        let now = w * 1_000;
+        let once: Vec<String> = (0..100).map(|i| format!("w{w:04}_user_{i:08}@x.com")).collect();
+        for id in kept.iter().chain(&once) {
+            s.check(key(&n, id), req, now + 500);
+        }
+        // Ends the previous window's `once` entries: their bytes become garbage, and
+        // the sweep compacts the arena once that is over half of it.
+        RateLimitStore::sweep(&s, now + 600);
+        {
+            let shard = s.shards[0].lock();
+            let arena = &shard.classes[0].arena;
+            assert_eq!(arena.used, 200 * 25);
+            assert!(arena.bytes.len() <= (2 * arena.used).max(MIN_ARENA_COMPACT), "window {w}");
+        }
+        // Every budget kept its count through the compactions.
+        for id in kept.iter().chain(&once) {
+            assert_eq!(s.check(key(&n, id), req, now + 700).remaining, 8, "window {w} {id}");
+        }
+    }
+}
+
+#[test]
+fn classes_left_empty_are_dropped_by_a_sweep() {
+    let s = MemoryStore::with_shards(1);
+    let n = ns("n");
+    for duration in (1..=50).map(|d| d * 1_000) {
+        let k = BudgetKey { duration, ..key(&n, "x") };
+        s.check(k, LimitRequest { duration, ..R }, 0);
+    }
+    assert_eq!(s.shards[0].lock().classes.len(), 50);
+    // At 10 s every window of at most 10 s has ended.
+    RateLimitStore::sweep(&s, 10_000);
+    assert_eq!(s.shards[0].lock().classes.len(), 40);
+    assert_eq!(s.stats().entries, 40);
+}
+
+#[test]
+fn equal_namespace_strings_in_different_allocations_share_a_budget() {
+    let s = MemoryStore::with_shards(1);
+    let (a, b) = (ns("rlns_same"), ns("rlns_same"));
+    assert!(!Arc::ptr_eq(&a, &b));
+    s.check(key(&a, "x"), R, 0);
+    s.check(key(&b, "x"), R, 0);
+    assert_eq!(s.check(key(&a, "x"), R, 0).remaining, 0);
+    assert_eq!(s.stats().entries, 1);
+    // Long identifiers (on the heap) work the same.
+    let long = "i".repeat(300);
+    s.check(key(&a, &long), R, 0);
+    assert_eq!(s.check(key(&b, &long), R, 0).remaining, 1);
+}
+
+const R: LimitRequest = LimitRequest { limit: 3, duration: 1_000, cost: 1 };
+
+#[test]
+fn budgets_are_separate_per_namespace_identifier_and_duration() {
+    let s = MemoryStore::with_shards(4);
+    let (ns1, ns2) = (ns("ns1"), ns("ns2"));
+    for _ in 0..3 {
+        assert!(s.check(key(&ns1, "a"), R, 0).success);
+    }
+    assert!(!s.check(key(&ns1, "a"), R, 0).success);
+    assert!(s.check(key(&ns2, "a"), R, 0).success);
+    assert!(s.check(key(&ns1, "b"), R, 0).success);
+    let other_duration = BudgetKey { duration: 2_000, ..key(&ns1, "a") };
+    assert!(s.check(other_duration, LimitRequest { duration: 2_000, ..R }, 0).success);
+    assert_eq!(s.stats().entries, 4);
+}
+
+#[test]
+fn cost_zero_and_denials_on_unknown_budgets_store_nothing() {
+    let s = MemoryStore::new();
+    let n = ns("n");
+    let d = s.check(key(&n, "x"), LimitRequest { cost: 0, ..R }, 0);
+    assert!(d.success && d.remaining == 3);
+    let d = s.check(key(&n, "y"), LimitRequest { cost: 4, ..R }, 0);
+    assert!(!d.success);
+    assert_eq!(s.stats().entries, 0);
+}
+
+#[test]
+fn sweep_drops_only_ended_windows() {
+    let s = MemoryStore::with_shards(2);
+    let n = ns("n");
+    s.check(key(&n, "old"), R, 500);
+    s.check(BudgetKey { duration: 60_000, ..key(&n, "long") }, LimitRequest { duration: 60_000, ..R }, 500);
+    RateLimitStore::sweep(&s, 1_000);
+    assert_eq!(s.stats().entries, 1);
+    // The surviving budget kept its count.
+    let d = s.check(
+        BudgetKey { duration: 60_000, ..key(&n, "long") },
+        LimitRequest { duration: 60_000, ..R },
+        1_000,
+    );
+    assert_eq!(d.remaining, 1);
+}
+
+#[test]
+fn store_does_not_grow_without_bound() {
+    let s = MemoryStore::with_shards(1);
+    let n = ns("n");
+    // 100 windows of 5_000 distinct identifiers each; only the last window is live.
+    for w in 0..100u64 {
+        for i in 0..5_000u32 {
+            s.check(key(&n, &i.to_string()), R, w * 1_000);
+        }
+    }
+    let n = s.stats().entries;
+    assert!(n <= 2 * 5_000 + MIN_SWEEP_LEN, "entries {n}");
+}
+
+#[test]
+fn exact_under_contention() {
+    let s = Arc::new(MemoryStore::with_shards(8));
+    let n = ns("n");
+    let passed = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (s, passed, n) = (s.clone(), passed.clone(), n.clone());
+            std::thread::spawn(move || {
+                for _ in 0..1_000 {
+                    let req = LimitRequest { limit: 1_000, duration: 60_000, cost: 1 };
+                    if s.check(BudgetKey { namespace_id: &n, identifier: "hot", duration: 60_000 }, req, 5)
+                        .success
+                    {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    assert_eq!(passed.load(Ordering::Relaxed), 1_000);
+}
