@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ratelimits.limit over HTTP: the in-process store against the Redis store, alternating
-# rounds in one run (docs/performance.md section 5). Needs wrk, taskset and a Redis at
+# rounds in one run (docs/performance.md section 6). Needs wrk, taskset and a Redis at
 # REDIS_URL (default redis://127.0.0.1:6379). Each keygate: one worker pinned to CPU 0;
 # wrk on CPU 1; Redis wherever it runs.
 cd "$(dirname "$0")/../../.."
