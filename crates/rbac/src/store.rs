@@ -151,6 +151,16 @@ pub trait RbacStore: Send + Sync + std::fmt::Debug {
         self.transaction(f)
     }
 
+    /// Several reads that must agree with each other (one consistent snapshot, no write
+    /// lock): a key with its permissions and roles, as `keys.verifyKey` and
+    /// `keys.getKey` answer them.
+    fn snapshot<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        self.transaction(f)
+    }
+
     /// A short name for logs and liveness ("sqlite", "postgres").
     fn kind(&self) -> &'static str;
 

@@ -215,18 +215,17 @@ impl SqlStore {
     }
 }
 
-impl RbacStore for SqlStore {
-    fn transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+impl SqlStore {
+    /// Runs `f` in a transaction begun with `sqlite_begin` / `pg_begin`: committed when `f`
+    /// succeeds, rolled back when it fails.
+    fn run_in<T, F>(&self, sqlite_begin: &str, pg_begin: &str, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
     {
         let mut conn = self.conn()?;
-        // SQLite: BEGIN IMMEDIATE takes the write lock up front, so concurrent writers wait
-        // (busy_timeout) instead of failing on a lock upgrade. PostgreSQL: a plain BEGIN;
-        // writers serialize on the rows they lock.
         let begun = match &mut *conn {
-            DbConn::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE"),
-            DbConn::Pg(c) => AnsiTransactionManager::begin_transaction(c),
+            DbConn::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, sqlite_begin),
+            DbConn::Pg(c) => AnsiTransactionManager::begin_transaction_sql(c, pg_begin),
         };
         begun.map_err(db_err)?;
         let result = f(&mut DieselTx::new(&mut conn));
@@ -245,6 +244,27 @@ impl RbacStore for SqlStore {
                 Err(e)
             }
         }
+    }
+}
+
+impl RbacStore for SqlStore {
+    fn transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        // SQLite: BEGIN IMMEDIATE takes the write lock up front, so concurrent writers wait
+        // (busy_timeout) instead of failing on a lock upgrade. PostgreSQL: a plain BEGIN;
+        // writers serialize on the rows they lock.
+        self.run_in("BEGIN IMMEDIATE", "BEGIN", f)
+    }
+
+    fn snapshot<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        // SQLite (WAL): a deferred transaction reads one snapshot and takes no write lock.
+        // PostgreSQL: every statement sees the snapshot of the first.
+        self.run_in("BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", f)
     }
 
     fn read<T, F>(&self, f: F) -> Result<T, RbacError>

@@ -155,7 +155,7 @@ impl<S: RbacStore> RbacService<S> {
         if !has_prefix(key_id, IdPrefix::Key) {
             return Err(not_found());
         }
-        self.store.read(|tx| {
+        self.store.snapshot(|tx| {
             let key = tx.get_key(&p.workspace_id, key_id)?.ok_or_else(not_found)?;
             let mut permissions = tx.key_entities(EntityKind::Permission, key_id)?;
             let mut roles = tx.key_entities(EntityKind::Role, key_id)?;
@@ -296,7 +296,7 @@ impl<S: RbacStore> RbacService<S> {
         }
         let hash = digest_hex(&secret_digest(secret));
         let now = self.now();
-        self.store.read(|tx| {
+        self.store.snapshot(|tx| {
             let Some(key) = tx.key_by_hash(&hash)?.filter(|k| scope.admits(k)) else {
                 return Ok(not_found);
             };
