@@ -7,6 +7,7 @@ use keygate_domain::{ErrorCode, IdPrefix, ValidationError, new_id};
 use keygate_ratelimit::StoreError;
 use keygate_rbac::RbacError;
 use std::fmt;
+use std::sync::Arc;
 
 pub const REQUEST_ID_HEADER: &str = "unkey-request-id";
 /// The same name, built at compile time: looking a `&str` up in a header map parses it into
@@ -26,11 +27,14 @@ pub struct ApiError {
     pub headers: Vec<(&'static str, String)>,
     /// Close the connection after this answer (a body that did not arrive in time).
     pub close: bool,
+    /// What went wrong inside (500, 503): logged with the request's id by the request-id
+    /// middleware, never shown to the caller.
+    pub detail: Option<Arc<str>>,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), headers: Vec::new(), close: false }
+        Self { code, message: message.into(), headers: Vec::new(), close: false, detail: None }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -41,18 +45,30 @@ impl ApiError {
         Self::new(ErrorCode::Unauthorized, message)
     }
 
-    /// A bug: the details go to the log, never to the caller.
+    /// A bug: the details go to the log (with the request's id), never to the caller.
     pub fn internal(detail: impl fmt::Display) -> Self {
-        log::error!("internal error: {detail}");
-        Self::new(ErrorCode::InternalServerError, "internal error; see the server log")
+        let mut e = Self::new(ErrorCode::InternalServerError, "internal error; see the server log");
+        e.detail = Some(detail.to_string().into());
+        e
     }
 
+    /// A store did not answer: the details go to the log (with the request's id).
     pub fn unavailable(detail: impl fmt::Display) -> Self {
-        log::warn!("storage unavailable: {detail}");
-        Self::new(
+        let mut e = Self::new(
             ErrorCode::ServiceUnavailable,
             "storage is unavailable; the request had no effect, retry later",
-        )
+        );
+        e.detail = Some(detail.to_string().into());
+        e
+    }
+
+    /// Logs what went wrong inside, if anything, under the request's id.
+    pub fn log_detail(&self, request_id: &str) {
+        match (&self.detail, self.code) {
+            (Some(d), ErrorCode::InternalServerError) => log::error!("{request_id}: internal error: {d}"),
+            (Some(d), _) => log::warn!("{request_id}: storage unavailable: {d}"),
+            (None, _) => {}
+        }
     }
 
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {

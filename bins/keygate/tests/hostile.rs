@@ -188,6 +188,13 @@ fn no_secret_reaches_the_output_on_any_failure_path() {
         r#"{"identifier":"a","limit":1,"duration":1000}"#,
     );
     assert!(res.starts_with("HTTP/1.1 503"), "{res}");
+    // The log line of the outage carries the id the client was given.
+    let id = res
+        .lines()
+        .find_map(|l| l.split_once(": ").filter(|(k, _)| k.eq_ignore_ascii_case("unkey-request-id")))
+        .map(|(_, v)| v.trim().to_string())
+        .expect("a request id header");
+    assert!(p.wait_for(&format!("{id}: storage unavailable"), Duration::from_secs(10)), "{}", p.output(true));
     // Malformed root keys reach the authentication path and its logs.
     for token in ["kg_root_hostile_test_root_key_0002", "SECRETPW_1", "x\u{1}y"] {
         let res = post(port, "/v1/keys.getKey", token, r#"{"keyId":"key_x"}"#);

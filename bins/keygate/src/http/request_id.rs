@@ -6,14 +6,16 @@ use actix_web::body::BoxBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::header::HeaderValue;
 use actix_web::web;
-use futures_util::future::{FutureExt, Map, Ready, ready};
+use futures_util::future::{Ready, ready};
 use keygate_domain::{IdPrefix, new_id};
 
-/// Middleware: gives every response an `Unkey-Request-Id`; an error response is rendered
-/// (again) with that id and the configured docs base, so header and body agree.
+/// Middleware: gives every request an id when it arrives, and its response the
+/// `Unkey-Request-Id` header; an error response is rendered (again) with that id and the
+/// configured docs base, so header and body agree, and its inside detail (500, 503) is
+/// logged under the same id, so an operator finds the log line of the id a client reports.
 ///
-/// A concrete `Transform` whose future is a `Map` over the inner future with a plain `fn`:
-/// no allocation per request (the generic `from_fn` middleware boxes a future each time).
+/// A concrete `Transform` whose future wraps the inner one: no allocation per request (the
+/// generic `from_fn` middleware boxes a future each time).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestId;
 
@@ -37,22 +39,45 @@ pub struct RequestIdService<S> {
     service: S,
 }
 
-type Finish = fn(
-    Result<ServiceResponse<BoxBody>, actix_web::Error>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error>;
-
 impl<S> Service<ServiceRequest> for RequestIdService<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<BoxBody>, Error = actix_web::Error>,
 {
     type Response = ServiceResponse<BoxBody>;
     type Error = actix_web::Error;
-    type Future = Map<S::Future, Finish>;
+    type Future = WithRequestId<S::Future>;
 
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        self.service.call(req).map(finish as Finish)
+        WithRequestId { id: Some(new_id(IdPrefix::Request)), inner: self.service.call(req) }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The inner service's future and the id its request was given on arrival.
+    #[derive(Debug)]
+    pub struct WithRequestId<F> {
+        #[pin]
+        inner: F,
+        id: Option<String>,
+    }
+}
+
+impl<F> std::future::Future for WithRequestId<F>
+where
+    F: std::future::Future<Output = Result<ServiceResponse<BoxBody>, actix_web::Error>>,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let res = std::task::ready!(this.inner.poll(cx));
+        let id = this.id.take().unwrap_or_else(|| new_id(IdPrefix::Request));
+        std::task::Poll::Ready(finish(res, id))
     }
 }
 
@@ -60,17 +85,19 @@ where
 /// on as it is, without an `EitherBody` around it.
 fn finish(
     res: Result<ServiceResponse<BoxBody>, actix_web::Error>,
+    id: String,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let mut res = res?;
     if let Some(err) = res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
+        err.log_detail(&id);
         let state = res.request().app_data::<web::Data<AppState>>().cloned();
         let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
-        let rendered = err.render(&new_id(IdPrefix::Request), docs_base);
+        let rendered = err.render(&id, docs_base);
         return Ok(res.into_response(rendered));
     }
     // A handler whose body carries the id (keys.verifyKey) has set the header already.
     if !res.headers().contains_key(&REQUEST_ID)
-        && let Ok(v) = HeaderValue::try_from(new_id(IdPrefix::Request))
+        && let Ok(v) = HeaderValue::try_from(id)
     {
         res.headers_mut().insert(REQUEST_ID, v);
     }
