@@ -1,4 +1,4 @@
-//! The in-process store: a fixed number of shards, each behind a spin lock. A shard holds one
+//! The in-process store: a fixed number of shards, each behind a `parking_lot` lock. A shard holds one
 //! [`LineTable`] (open addressing, entries in the slots) per budget class, i.e. per
 //! `(namespace, duration)` with budgets in the shard, so that entries need not hold either.
 //! The key's hash is computed once per call and picks both the shard (from its middle bits)
@@ -35,38 +35,16 @@
 
 use crate::table::LineTable;
 use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
-use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::Arc;
 
 const MIN_SWEEP_LEN: usize = 1024;
 
-/// How a waiter waits for a shard: it spins, and yields its CPU every 64th spin so that a
-/// preempted lock holder gets to run. Critical sections are short: a probe and a few
-/// comparisons; the longest is the sweep of one shard (microseconds).
-#[derive(Debug)]
-struct SpinThenYield;
-
-impl spin::RelaxStrategy for SpinThenYield {
-    fn relax() {
-        thread_local!(static SPINS: Cell<u32> = const { Cell::new(0) });
-        let n = SPINS.with(|c| {
-            let n = c.get().wrapping_add(1);
-            c.set(n);
-            n
-        });
-        if n.is_multiple_of(64) {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// A shard's lock: a spin lock, whose release is a plain store, so an uncontended
-/// decision costs one atomic read-modify-write where `parking_lot` (and `std`) need two
-/// (their release is an atomic exchange, to find parked waiters): ~3 ns of ~20.
-type Mutex<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
+/// A shard's lock: `parking_lot`'s, adaptive (it spins briefly, then parks), so a holder
+/// that is preempted (the sweeper, or a thread descheduled on an oversubscribed machine)
+/// does not leave the other threads spinning. Critical sections are short: a probe and a
+/// few comparisons; the longest is the sweep of one shard (microseconds).
+type Mutex<T> = parking_lot::Mutex<T>;
 
 /// Where in the hash the shard index is taken from (see [`MemoryStore::shard`]).
 const SHARD_BITS_AT: u32 = 32;
