@@ -14,6 +14,8 @@ mod http;
 pub mod logging;
 pub mod routes;
 pub mod server;
+mod state;
 
 pub use config::{Cli, Command, HttpLimits, ServeArgs, ServerConfig};
-pub use server::{AppState, RunningServer, start};
+pub use server::{RunningServer, start};
+pub use state::AppState;

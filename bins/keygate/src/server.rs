@@ -4,6 +4,8 @@ use crate::config::{HttpLimits, ServerConfig};
 use crate::connections::{self, Connections};
 use crate::http;
 use crate::routes;
+pub use crate::state::AppState;
+use crate::state::LoadGates;
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
@@ -14,21 +16,6 @@ use keygate_store::{RedisStore, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// Shared by every worker.
-#[derive(Debug)]
-pub struct AppState {
-    pub rbac: RbacService<SqlStore>,
-    pub limiter: Arc<dyn RateLimitStore>,
-    pub clock: Arc<dyn Clock>,
-    pub docs_base: String,
-    /// One store read per root key, namespace or overrides at a time (`ratelimits.limit`'s misses).
-    pub loads: http::LoadGates,
-    /// Time limits and the connection cap (the body reader applies `body_timeout`).
-    pub limits: HttpLimits,
-    /// Open client connections.
-    pub connections: Arc<Connections>,
-}
 
 /// A started server.
 pub struct RunningServer {
@@ -87,7 +74,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         limiter,
         clock: clock.clone(),
         docs_base,
-        loads: http::LoadGates::default(),
+        loads: LoadGates::default(),
         limits,
         connections: connections.clone(),
     });

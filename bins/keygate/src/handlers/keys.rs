@@ -4,7 +4,7 @@
 use crate::error::ApiError;
 use crate::error::REQUEST_ID_HEADER;
 use crate::http::{authenticate, blocking, integer, read_json, read_query};
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::Named;
 use keygate_domain::{

@@ -2,7 +2,7 @@
 
 use crate::error::ApiError;
 use crate::http::{authenticate, blocking, integer, read_json, read_query};
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_rbac::{NamespaceRef, Override};
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 use super::keys::{LinkBody, PermissionRef, link_call};
 use crate::error::ApiError;
 use crate::http::{authenticate, blocking, read_json, read_query};
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_rbac::{Entity, EntityKind, EntityRef, RbacService, RoleView};
 use serde::{Deserialize, Serialize};

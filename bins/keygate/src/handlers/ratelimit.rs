@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use crate::http::{authenticate, blocking, in_background, integer, parse_json, read_body};
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};

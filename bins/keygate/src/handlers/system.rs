@@ -2,7 +2,7 @@
 
 use crate::error::ApiError;
 use crate::http::blocking;
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::ErrorCode;
 use keygate_rbac::RbacStore;

@@ -2,7 +2,7 @@
 
 use super::blocking::{blocking, in_background};
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{HttpRequest, web};
 use keygate_rbac::Principal;

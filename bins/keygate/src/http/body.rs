@@ -2,7 +2,7 @@
 //! limit on a body, NUL refused in every string.
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;

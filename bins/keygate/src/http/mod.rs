@@ -9,6 +9,6 @@ mod body;
 mod request_id;
 
 pub(crate) use auth::authenticate;
-pub(crate) use blocking::{LoadGates, blocking, in_background};
+pub(crate) use blocking::{blocking, in_background};
 pub(crate) use body::{integer, parse_json, read_body, read_json, read_query};
 pub(crate) use request_id::RequestId;
