@@ -7,6 +7,7 @@
 //! -> `Internal`), so no caller above this crate sees diesel.
 
 mod backend;
+mod conn;
 mod pool;
 mod redis_limiter;
 pub mod schema;
@@ -15,5 +16,6 @@ pub mod testing;
 mod tx;
 
 pub use backend::{Backend, BackendError};
-pub use pool::{DbConn, PoolSettings, SqlStore, StoreOpenError};
+pub use conn::DbConn;
+pub use pool::{PoolSettings, SqlStore, StoreOpenError};
 pub use redis_limiter::{BACKOFF, EXPIRY_SLACK_MS, RedisOpenError, RedisSettings, RedisStore};

@@ -1,4 +1,5 @@
 use crate::backend::{Backend, BackendError};
+use crate::conn::DbConn;
 use crate::tx::{DieselTx, db_err};
 use diesel::connection::{AnsiTransactionManager, CacheSize, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
@@ -13,22 +14,6 @@ const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrati
 /// Key of the PostgreSQL advisory lock held while migrating, so that several instances
 /// starting at once migrate one after the other.
 const MIGRATION_LOCK_KEY: i64 = 0x6b65_7967_6174_6501;
-
-/// One connection to either backend.
-#[derive(diesel::MultiConnection)]
-pub enum DbConn {
-    Pg(PgConnection),
-    Sqlite(SqliteConnection),
-}
-
-impl std::fmt::Debug for DbConn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DbConn::Pg(_) => "DbConn::Pg",
-            DbConn::Sqlite(_) => "DbConn::Sqlite",
-        })
-    }
-}
 
 /// Pool and connection settings.
 #[derive(Debug, Clone)]

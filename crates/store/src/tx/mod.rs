@@ -1,7 +1,7 @@
 //! The diesel implementation of the RBAC store's transaction traits, one file per
 //! resource (the traits of `keygate_rbac::store`): what they share is here.
 
-use crate::pool::DbConn;
+use crate::conn::DbConn;
 use crate::schema::*;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
