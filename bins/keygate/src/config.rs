@@ -218,14 +218,14 @@ pub struct ServeArgs {
     pub db_statement_timeout_ms: u64,
     /// Longest wait for a request's head (request line and headers), in milliseconds; then
     /// 408 and the connection is closed.
-    #[arg(long, env = "KEYGATE_HEADER_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "KEYGATE_HEADER_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub header_timeout_ms: u64,
     /// Longest wait for a request's whole body, in milliseconds from the handler starting to
     /// read it; then 408 REQUEST_TIMEOUT and the connection is closed.
-    #[arg(long, env = "KEYGATE_BODY_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "KEYGATE_BODY_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub body_timeout_ms: u64,
     /// How long an idle keep-alive connection stays open, in milliseconds.
-    #[arg(long, env = "KEYGATE_KEEP_ALIVE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "KEYGATE_KEEP_ALIVE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub keep_alive_ms: u64,
     /// Most client connections open at once, over all workers (also bounded by the open-file
     /// limit); further connections wait in the listen backlog.

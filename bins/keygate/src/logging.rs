@@ -8,7 +8,6 @@
 use log::{Level, Log, Metadata, Record};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lines of one target (module) let through per window.
@@ -64,13 +63,11 @@ pub fn suppressed_note(n: u64) -> String {
 pub struct ThrottledLogger {
     inner: env_logger::Logger,
     targets: Mutex<HashMap<String, std::sync::Arc<Throttle>>>,
-    /// Lines suppressed in all, for tests and diagnostics.
-    suppressed: AtomicU64,
 }
 
 impl ThrottledLogger {
     pub fn new(inner: env_logger::Logger) -> Self {
-        Self { inner, targets: Mutex::new(HashMap::new()), suppressed: AtomicU64::new(0) }
+        Self { inner, targets: Mutex::new(HashMap::new()) }
     }
 
     /// Installs env_logger (configured from `RUST_LOG`, else `default_filter`) behind the
@@ -161,9 +158,7 @@ impl Log for ThrottledLogger {
             return self.inner.log(record);
         }
         match self.throttle(record.target()).admit(now_ms()) {
-            None => {
-                self.suppressed.fetch_add(1, Ordering::Relaxed);
-            }
+            None => {}
             Some(0) => self.inner.log(record),
             Some(n) => self.inner.log(
                 &Record::builder()

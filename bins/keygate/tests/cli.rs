@@ -111,6 +111,10 @@ fn admin_subcommands_print_exact_json() {
         &["serve", "--redis-pool-size", "0"],
         &["serve", "--max-connections", "0"],
         &["serve", "--body-timeout-ms", "0"],
+        // A deadline past any clock's range would overflow inside the HTTP layer: at most a day.
+        &["serve", "--header-timeout-ms", "18446744073709551615"],
+        &["serve", "--body-timeout-ms", "86400001"],
+        &["serve", "--keep-alive-ms", "99999999999"],
     ] {
         let msg = fail(&db, args);
         assert!(msg.starts_with("keygate: ") && !msg.contains("Usage"), "{args:?}: {msg}");
