@@ -1,11 +1,10 @@
 //! The `keys.*` endpoints: create, get, delete and verify a key; set, add and remove its
 //! permissions and roles.
 
-use crate::error::ApiError;
-use crate::error::REQUEST_ID_HEADER;
-use crate::http::{authenticate, blocking, integer, read_json, read_query};
-use crate::state::AppState;
-use actix_web::{HttpRequest, HttpResponse, web};
+use super::empty;
+use crate::error::{ApiError, REQUEST_ID_HEADER};
+use crate::http::{Authed, Json, QueryOrJson, integer};
+use actix_web::HttpResponse;
 use keygate_domain::Named;
 use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
@@ -17,10 +16,11 @@ use keygate_store::SqlStore;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
+use std::sync::Arc;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PermissionsBody {
+pub(crate) struct PermissionsBody {
     key_id: String,
     permissions: Vec<PermissionRef>,
 }
@@ -47,14 +47,14 @@ impl From<PermissionRef> for EntityRef {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RolesBody {
+pub(crate) struct RolesBody {
     key_id: String,
     roles: Vec<RoleRef>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(expecting = "an object with an id or a name")]
-struct RoleRef {
+pub(crate) struct RoleRef {
     id: Option<String>,
     name: Option<String>,
     create: Option<bool>,
@@ -66,13 +66,12 @@ impl From<RoleRef> for EntityRef {
     }
 }
 
-/// A service operation on a key's links: setPermissions, addRoles and the like.
 /// A service operation on the links of a key or role: setPermissions, addRoles and the like.
 pub(crate) type LinkOp =
     fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
 
 /// A request body naming an owner (key or role) and listing references.
-pub(crate) trait LinkBody: DeserializeOwned {
+pub(crate) trait LinkBody: DeserializeOwned + Send + 'static {
     /// (the owner's id, the references)
     fn into_parts(self) -> (String, Vec<EntityRef>);
 }
@@ -89,87 +88,56 @@ impl LinkBody for RolesBody {
     }
 }
 
-/// Authenticates, reads a `B` and runs `op` on its owner and references.
-pub(crate) async fn link_call<B: LinkBody>(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-    op: LinkOp,
-) -> Result<Vec<Named>, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let (owner, refs) = read_json::<B>(&req, payload).await?.into_parts();
-    blocking(move || Ok(op(&state.rbac, &principal, &owner, &refs)?)).await
+/// Runs `op` on the owner and references of the call's body.
+pub(crate) async fn link<B: LinkBody>(call: Authed<Json<B>>, op: LinkOp) -> Result<Vec<Named>, ApiError> {
+    call.run(move |rbac, principal, Json(body)| {
+        let (owner, refs) = body.into_parts();
+        op(rbac, principal, &owner, &refs)
+    })
+    .await
 }
 
 /// `keys.setPermissions`: every permission now attached, sorted by name.
-pub async fn set_permissions(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let attached = link_call::<PermissionsBody>(req, payload, state, RbacService::set_permissions).await?;
-    Ok(HttpResponse::Ok().json(attached))
+pub async fn set_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(link(call, RbacService::set_permissions).await?))
 }
 
 /// `keys.addPermissions`: every permission now attached, sorted by name.
-pub async fn add_permissions(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let attached = link_call::<PermissionsBody>(req, payload, state, RbacService::add_permissions).await?;
-    Ok(HttpResponse::Ok().json(attached))
+pub async fn add_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(link(call, RbacService::add_permissions).await?))
 }
 
 /// `keys.removePermissions`: `{}` (Unkey's shape).
-pub async fn remove_permissions(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    link_call::<PermissionsBody>(req, payload, state, RbacService::remove_permissions).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+pub async fn remove_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
+    link(call, RbacService::remove_permissions).await?;
+    Ok(empty())
 }
 
 /// `keys.addRoles`: every role now attached, sorted by name.
-pub async fn add_roles(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let attached = link_call::<RolesBody>(req, payload, state, RbacService::add_roles).await?;
-    Ok(HttpResponse::Ok().json(attached))
+pub async fn add_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(link(call, RbacService::add_roles).await?))
 }
 
 /// `keys.setRoles`: every role now attached, sorted by name.
-pub async fn set_roles(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let attached = link_call::<RolesBody>(req, payload, state, RbacService::set_roles).await?;
-    Ok(HttpResponse::Ok().json(attached))
+pub async fn set_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(link(call, RbacService::set_roles).await?))
 }
 
 /// `keys.removeRoles`: `{}` (Unkey's shape).
-pub async fn remove_roles(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    link_call::<RolesBody>(req, payload, state, RbacService::remove_roles).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+pub async fn remove_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
+    link(call, RbacService::remove_roles).await?;
+    Ok(empty())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct GetKeyBody {
+pub(crate) struct GetKeyBody {
     key_id: String,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct KeyResponse {
+pub(crate) struct KeyResponse {
     id: String,
     workspace_id: String,
     /// The `apiId` label given at creation (null when none was given).
@@ -204,27 +172,17 @@ impl From<KeyView> for KeyResponse {
 }
 
 /// `GET /v1/keys.getKey?keyId=...` (or POST with `{"keyId"}`).
-pub async fn get_key(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let key_id = if req.method() == actix_web::http::Method::GET {
-        read_query::<GetKeyBody>(&req)?.key_id
-    } else {
-        read_json::<GetKeyBody>(&req, payload).await?.key_id
-    };
-    let view = blocking(move || Ok(state.rbac.get_key(&principal, &key_id)?)).await?;
+pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
+    let view = call.run(|rbac, principal, QueryOrJson(q)| rbac.get_key(principal, &q.key_id)).await?;
     Ok(HttpResponse::Ok().json(KeyResponse::from(view)))
 }
 
 /// `keys.createKey`. Unkey's other fields (`byteLength`, `ownerId`, `externalId`,
 /// `remaining`, `refill`, `ratelimit`, `environment`) are accepted and ignored, like every
 /// unknown field.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct CreateKeyBody {
+pub(crate) struct CreateKeyBody {
     api_id: Option<String>,
     name: Option<String>,
     prefix: Option<String>,
@@ -237,18 +195,13 @@ struct CreateKeyBody {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct CreatedKey {
+pub(crate) struct CreatedKey {
     key_id: String,
     key: String,
 }
 
-pub async fn create_key(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: CreateKeyBody = read_json(&req, payload).await?;
+pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpResponse, ApiError> {
+    let body = std::mem::take(&mut call.input.0);
     let expires = match &body.expires {
         // Bounded by 2^53 - 1, so the conversion cannot fail.
         Some(n) => Some(i64::try_from(integer("expires", n, 0)?).unwrap_or(i64::MAX)),
@@ -264,13 +217,13 @@ pub async fn create_key(
         permissions: body.permissions.unwrap_or_default(),
         roles: body.roles.unwrap_or_default(),
     };
-    let (key, secret) = blocking(move || Ok(state.rbac.create_key_as(&principal, new)?)).await?;
+    let (key, secret) = call.run(|rbac, principal, _| rbac.create_key_as(principal, new)).await?;
     Ok(HttpResponse::Ok().json(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct DeleteKeyBody {
+pub(crate) struct DeleteKeyBody {
     key_id: String,
     /// Unkey's soft/hard delete switch: keygate always deletes for good.
     #[allow(dead_code)]
@@ -278,15 +231,9 @@ struct DeleteKeyBody {
 }
 
 /// `keys.deleteKey`: `{}` on success.
-pub async fn delete_key(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: DeleteKeyBody = read_json(&req, payload).await?;
-    blocking(move || Ok(state.rbac.delete_key(&principal, &body.key_id)?)).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpResponse, ApiError> {
+    call.run(|rbac, principal, Json(body)| rbac.delete_key(principal, &body.key_id)).await?;
+    Ok(empty())
 }
 
 /// The most names and `and`/`or` nodes one verification query may hold.
@@ -294,7 +241,7 @@ const MAX_QUERY_NODES: usize = 1_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct VerifyKeyBody {
+pub(crate) struct VerifyKeyBody {
     key: String,
     /// Only keys created with this `apiId` verify (others: `NOT_FOUND`).
     api_id: Option<String>,
@@ -302,7 +249,7 @@ struct VerifyKeyBody {
 }
 
 #[derive(Debug, Deserialize)]
-struct AuthorizationBody {
+pub(crate) struct AuthorizationBody {
     permissions: Option<Value>,
 }
 
@@ -345,7 +292,7 @@ fn permission_query(path: &str, v: &Value, nodes: &mut usize) -> Result<Permissi
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct VerifyKeyResponse {
+pub(crate) struct VerifyKeyResponse {
     /// Unkey's verifyKey body carries the request id (unkey-py requires it); equal to the
     /// `Unkey-Request-Id` header.
     request_id: String,
@@ -393,30 +340,25 @@ impl VerifyKeyResponse {
 /// carries one (it must then be valid: 401 otherwise), only keys of its workspace are
 /// found, and when the body names an `apiId`, only keys carrying it (docs/api.md, tenancy).
 pub async fn verify_key(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
+    mut call: Authed<Json<VerifyKeyBody>, Option<Arc<Principal>>>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = match req.headers().contains_key(actix_web::http::header::AUTHORIZATION) {
-        true => Some(authenticate(&req, &state).await?),
-        false => None,
-    };
-    let body: VerifyKeyBody = read_json(&req, payload).await?;
+    let body = &mut call.input.0;
     if let Some(api_id) = &body.api_id {
         check_len("apiId", api_id, MAX_NAME_CHARS)?;
     }
-    let query = match body.authorization.and_then(|a| a.permissions) {
+    let query = match body.authorization.take().and_then(|a| a.permissions) {
         Some(v) => Some(permission_query("authorization.permissions", &v, &mut 0)?),
         None => None,
     };
-    let verification = blocking(move || {
-        let scope = VerifyScope {
-            workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
-            api_id: body.api_id.as_deref(),
-        };
-        Ok(state.rbac.verify_key(&body.key, &scope, query.as_ref())?)
-    })
-    .await?;
+    let verification = call
+        .run(move |rbac, caller, Json(body)| {
+            let scope = VerifyScope {
+                workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
+                api_id: body.api_id.as_deref(),
+            };
+            rbac.verify_key(&body.key, &scope, query.as_ref())
+        })
+        .await?;
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))

@@ -1,5 +1,13 @@
+//! One file per resource of the API: each handler extracts ([`crate::http::Authed`]),
+//! calls the service and maps the answer.
+
 pub mod keys;
 pub mod overrides;
 pub mod permissions;
 pub mod ratelimit;
 pub mod system;
+
+/// `{}`: the answer of an operation that returns nothing (Unkey's shape).
+fn empty() -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok().content_type(actix_web::http::header::ContentType::json()).body("{}")
+}

@@ -1,16 +1,16 @@
 //! `ratelimits.setOverride`, `getOverride`, `listOverrides`, `deleteOverride`.
 
+use super::empty;
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, integer, read_json, read_query};
-use crate::state::AppState;
-use actix_web::{HttpRequest, HttpResponse, web};
+use crate::http::{Authed, Json, Query, integer};
+use actix_web::HttpResponse;
 use keygate_rbac::{NamespaceRef, Override};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SetOverrideBody {
+pub(crate) struct SetOverrideBody {
     namespace_id: Option<String>,
     namespace_name: Option<String>,
     identifier: String,
@@ -22,7 +22,7 @@ struct SetOverrideBody {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct OverrideRefBody {
+pub(crate) struct OverrideRefBody {
     namespace_id: Option<String>,
     namespace_name: Option<String>,
     identifier: Option<String>,
@@ -33,13 +33,13 @@ impl OverrideRefBody {
         NamespaceRef { id: self.namespace_id.clone(), name: self.namespace_name.clone() }
     }
 
-    fn identifier(self) -> Result<String, ApiError> {
-        self.identifier.ok_or_else(|| ApiError::bad_request("identifier: is required"))
+    fn identifier(&self) -> Result<String, ApiError> {
+        self.identifier.clone().ok_or_else(|| ApiError::bad_request("identifier: is required"))
     }
 }
 
 #[derive(Debug, Serialize)]
-struct OverrideResponse {
+pub(crate) struct OverrideResponse {
     id: String,
     identifier: String,
     limit: u64,
@@ -61,55 +61,44 @@ impl From<Override> for OverrideResponse {
 }
 
 /// `ratelimits.setOverride`: `{"overrideId"}`; creates or updates.
-pub async fn set_override(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: SetOverrideBody = read_json(&req, payload).await?;
+pub async fn set_override(call: Authed<Json<SetOverrideBody>>) -> Result<HttpResponse, ApiError> {
+    let body = &call.input.0;
     let limit = integer("limit", &body.limit, 1)?;
     let duration = integer("duration", &body.duration, 1_000)?;
-    let ns = NamespaceRef { id: body.namespace_id, name: body.namespace_name };
     let is_async = body.is_async.unwrap_or(false);
-    let stored = blocking(move || {
-        Ok(state.rbac.set_override(&principal, &ns, &body.identifier, limit, duration, is_async)?)
-    })
-    .await?;
+    let stored = call
+        .run(move |rbac, principal, Json(body)| {
+            let ns = NamespaceRef { id: body.namespace_id, name: body.namespace_name };
+            rbac.set_override(principal, &ns, &body.identifier, limit, duration, is_async)
+        })
+        .await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "overrideId": stored.id })))
 }
 
 /// `GET ratelimits.getOverride?namespaceId|namespaceName=...&identifier=...`
-pub async fn get_override(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let q = read_query::<OverrideRefBody>(&req)?;
-    let ns = q.namespace();
-    let identifier = q.identifier()?;
-    let found = blocking(move || Ok(state.rbac.get_override(&principal, &ns, &identifier)?)).await?;
+pub async fn get_override(call: Authed<Query<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
+    let identifier = call.input.0.identifier()?;
+    let found = call
+        .run(move |rbac, principal, Query(q)| rbac.get_override(principal, &q.namespace(), &identifier))
+        .await?;
     Ok(HttpResponse::Ok().json(OverrideResponse::from(found)))
 }
 
 /// `GET ratelimits.listOverrides?namespaceId|namespaceName=...`: every override, oldest
 /// first, in one page (`cursor` and `limit` are accepted and ignored: at most 1000 exist).
-pub async fn list_overrides(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let ns = read_query::<OverrideRefBody>(&req)?.namespace();
-    let all = blocking(move || Ok(state.rbac.list_overrides(&principal, &ns)?)).await?;
+pub async fn list_overrides(call: Authed<Query<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
+    let all = call.run(|rbac, principal, Query(q)| rbac.list_overrides(principal, &q.namespace())).await?;
     let total = all.len();
     let overrides: Vec<OverrideResponse> = all.into_iter().map(Into::into).collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "overrides": overrides, "total": total })))
 }
 
 /// `ratelimits.deleteOverride`: `{}`.
-pub async fn delete_override(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: OverrideRefBody = read_json(&req, payload).await?;
-    let ns = body.namespace();
-    let identifier = body.identifier()?;
-    blocking(move || Ok(state.rbac.delete_override(&principal, &ns, &identifier)?)).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+pub async fn delete_override(call: Authed<Json<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
+    let identifier = call.input.0.identifier()?;
+    call.run(move |rbac, principal, Json(body)| {
+        rbac.delete_override(principal, &body.namespace(), &identifier)
+    })
+    .await?;
+    Ok(empty())
 }

@@ -1,22 +1,22 @@
 //! The `permissions.*` endpoints: create, get, list and delete permissions and roles, and
 //! change a role's permissions.
 
-use super::keys::{LinkBody, PermissionRef, link_call};
+use super::empty;
+use super::keys::{LinkBody, PermissionRef, link};
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, read_json, read_query};
-use crate::state::AppState;
-use actix_web::{HttpRequest, HttpResponse, web};
+use crate::http::{Authed, Json, Query};
+use actix_web::HttpResponse;
 use keygate_rbac::{Entity, EntityKind, EntityRef, RbacService, RoleView};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
-struct CreateBody {
+pub(crate) struct CreateBody {
     name: String,
     description: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
-struct EntityResponse {
+pub(crate) struct EntityResponse {
     id: String,
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -30,7 +30,7 @@ impl From<Entity> for EntityResponse {
 }
 
 #[derive(Debug, Serialize)]
-struct RoleResponse {
+pub(crate) struct RoleResponse {
     #[serde(flatten)]
     role: EntityResponse,
     permissions: Vec<EntityResponse>,
@@ -42,127 +42,96 @@ impl From<RoleView> for RoleResponse {
     }
 }
 
-async fn create(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-    kind: EntityKind,
-) -> Result<String, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: CreateBody = read_json(&req, payload).await?;
-    let created =
-        blocking(move || Ok(state.rbac.create_entity(&principal, kind, &body.name, body.description)?))
-            .await?;
+async fn create(call: Authed<Json<CreateBody>>, kind: EntityKind) -> Result<String, ApiError> {
+    let created = call
+        .run(move |rbac, principal, Json(body)| {
+            rbac.create_entity(principal, kind, &body.name, body.description)
+        })
+        .await?;
     Ok(created.id)
 }
 
 /// `permissions.createPermission`: `{"permissionId"}`.
-pub async fn create_permission(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let id = create(req, payload, state, EntityKind::Permission).await?;
+pub async fn create_permission(call: Authed<Json<CreateBody>>) -> Result<HttpResponse, ApiError> {
+    let id = create(call, EntityKind::Permission).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "permissionId": id })))
 }
 
 /// `permissions.createRole`: `{"roleId"}`.
-pub async fn create_role(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let id = create(req, payload, state, EntityKind::Role).await?;
+pub async fn create_role(call: Authed<Json<CreateBody>>) -> Result<HttpResponse, ApiError> {
+    let id = create(call, EntityKind::Role).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "roleId": id })))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PermissionIdQuery {
+pub(crate) struct PermissionIdQuery {
     permission_id: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RoleIdQuery {
+pub(crate) struct RoleIdQuery {
     role_id: String,
 }
 
 /// `GET permissions.getPermission?permissionId=...`
-pub async fn get_permission(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let id = read_query::<PermissionIdQuery>(&req)?.permission_id;
-    let found = blocking(move || Ok(state.rbac.get_entity(&principal, EntityKind::Permission, &id)?)).await?;
+pub async fn get_permission(call: Authed<Query<PermissionIdQuery>>) -> Result<HttpResponse, ApiError> {
+    let found = call
+        .run(|rbac, principal, Query(q)| rbac.get_entity(principal, EntityKind::Permission, &q.permission_id))
+        .await?;
     Ok(HttpResponse::Ok().json(EntityResponse::from(found)))
 }
 
 /// `GET permissions.getRole?roleId=...`: the role with its permissions.
-pub async fn get_role(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let id = read_query::<RoleIdQuery>(&req)?.role_id;
-    let found = blocking(move || Ok(state.rbac.get_role(&principal, &id)?)).await?;
+pub async fn get_role(call: Authed<Query<RoleIdQuery>>) -> Result<HttpResponse, ApiError> {
+    let found = call.run(|rbac, principal, Query(q)| rbac.get_role(principal, &q.role_id)).await?;
     Ok(HttpResponse::Ok().json(RoleResponse::from(found)))
 }
 
 /// `GET permissions.listPermissions`: every permission of the workspace, sorted by name.
-pub async fn list_permissions(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let all = blocking(move || Ok(state.rbac.list_entities(&principal, EntityKind::Permission)?)).await?;
+pub async fn list_permissions(call: Authed<()>) -> Result<HttpResponse, ApiError> {
+    let all = call.run(|rbac, principal, ()| rbac.list_entities(principal, EntityKind::Permission)).await?;
     Ok(HttpResponse::Ok().json(all.into_iter().map(EntityResponse::from).collect::<Vec<_>>()))
 }
 
 /// `GET permissions.listRoles`: every role with its permissions, sorted by name.
-pub async fn list_roles(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let all = blocking(move || Ok(state.rbac.list_roles(&principal)?)).await?;
+pub async fn list_roles(call: Authed<()>) -> Result<HttpResponse, ApiError> {
+    let all = call.run(|rbac, principal, ()| rbac.list_roles(principal)).await?;
     Ok(HttpResponse::Ok().json(all.into_iter().map(RoleResponse::from).collect::<Vec<_>>()))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct DeletePermissionBody {
+pub(crate) struct DeletePermissionBody {
     permission_id: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct DeleteRoleBody {
+pub(crate) struct DeleteRoleBody {
     role_id: String,
 }
 
 /// `permissions.deletePermission`: `{}`; detached from every key and role.
-pub async fn delete_permission(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: DeletePermissionBody = read_json(&req, payload).await?;
-    blocking(move || {
-        Ok(state.rbac.delete_entity(&principal, EntityKind::Permission, &body.permission_id)?)
+pub async fn delete_permission(call: Authed<Json<DeletePermissionBody>>) -> Result<HttpResponse, ApiError> {
+    call.run(|rbac, principal, Json(body)| {
+        rbac.delete_entity(principal, EntityKind::Permission, &body.permission_id)
     })
     .await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+    Ok(empty())
 }
 
 /// `permissions.deleteRole`: `{}`; detached from every key.
-pub async fn delete_role(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let principal = authenticate(&req, &state).await?;
-    let body: DeleteRoleBody = read_json(&req, payload).await?;
-    blocking(move || Ok(state.rbac.delete_entity(&principal, EntityKind::Role, &body.role_id)?)).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+pub async fn delete_role(call: Authed<Json<DeleteRoleBody>>) -> Result<HttpResponse, ApiError> {
+    call.run(|rbac, principal, Json(body)| rbac.delete_entity(principal, EntityKind::Role, &body.role_id))
+        .await?;
+    Ok(empty())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RolePermissionsBody {
+pub(crate) struct RolePermissionsBody {
     role_id: String,
     permissions: Vec<PermissionRef>,
 }
@@ -175,32 +144,20 @@ impl LinkBody for RolePermissionsBody {
 
 /// `permissions.addPermissionsToRole`: every permission of the role, sorted by name.
 pub async fn add_permissions_to_role(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
+    call: Authed<Json<RolePermissionsBody>>,
 ) -> Result<HttpResponse, ApiError> {
-    let all =
-        link_call::<RolePermissionsBody>(req, payload, state, RbacService::add_role_permissions).await?;
-    Ok(HttpResponse::Ok().json(all))
+    Ok(HttpResponse::Ok().json(link(call, RbacService::add_role_permissions).await?))
 }
 
 /// `permissions.setRolePermissions`: every permission of the role, sorted by name.
-pub async fn set_role_permissions(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let all =
-        link_call::<RolePermissionsBody>(req, payload, state, RbacService::set_role_permissions).await?;
-    Ok(HttpResponse::Ok().json(all))
+pub async fn set_role_permissions(call: Authed<Json<RolePermissionsBody>>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(link(call, RbacService::set_role_permissions).await?))
 }
 
 /// `permissions.removePermissionsFromRole`: `{}`.
 pub async fn remove_permissions_from_role(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<AppState>,
+    call: Authed<Json<RolePermissionsBody>>,
 ) -> Result<HttpResponse, ApiError> {
-    link_call::<RolePermissionsBody>(req, payload, state, RbacService::remove_role_permissions).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({})))
+    link(call, RbacService::remove_role_permissions).await?;
+    Ok(empty())
 }

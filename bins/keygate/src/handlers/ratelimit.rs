@@ -2,10 +2,10 @@
 //! thread hop; only a namespace or root key not seen before goes to the store.
 
 use crate::error::ApiError;
-use crate::http::{authenticate, blocking, in_background, integer, parse_json, read_body};
+use crate::http::{Authed, JsonBytes, blocking, in_background, integer, parse_json};
 use crate::state::AppState;
+use actix_web::HttpResponse;
 use actix_web::http::header::ContentType;
-use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
 use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest};
 use keygate_rbac::Effective;
@@ -122,14 +122,9 @@ fn limit_response(d: &Decision) -> String {
     out
 }
 
-pub async fn limit(req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
-    // The state by reference from the request, not as a third extractor: one future and one
-    // reference count fewer on every call.
-    let state = req
-        .app_data::<web::Data<AppState>>()
-        .ok_or_else(|| ApiError::internal("the application state is missing"))?;
-    let principal = authenticate(&req, state).await?;
-    let bytes = read_body(&req, payload).await?;
+pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
+    let Authed { principal, input: JsonBytes(bytes), state } = call;
+    let state = &state;
     let body: LimitBody<'_> = parse_json(&bytes)?;
     let v = body.validate()?;
     let namespace_id = match state.rbac.namespace_cached(&principal, &v.namespace) {

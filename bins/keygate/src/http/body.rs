@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
@@ -14,15 +15,10 @@ use serde_json::Number;
 /// Largest accepted request body (contract §1: over 1 MiB is 413).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
-/// Checks the content type (415), reads at most [`MAX_BODY_BYTES`] (413) and parses the
-/// JSON into `T` (400 with a `"<dot.path>: <what is wrong>"` message).
-pub async fn read_json<T: DeserializeOwned>(req: &HttpRequest, payload: web::Payload) -> Result<T, ApiError> {
-    parse_json(&read_body(req, payload).await?)
-}
-
-/// The checks and reading of [`read_json`], without parsing: for handlers that borrow
-/// strings from the body. A body that arrives in one chunk is not copied.
-pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
+/// Checks the size (413) and the content type (415) and reads at most [`MAX_BODY_BYTES`]
+/// (413) within the body time limit (408); [`parse_json`] then reads the JSON. A body that
+/// arrives in one chunk is not copied.
+pub async fn read_body(req: &HttpRequest, mut payload: Payload) -> Result<web::Bytes, ApiError> {
     // The contract's order: size (413), then media type (415), then the content (400).
     let declared = req
         .headers()
@@ -85,7 +81,7 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
 /// happens whether or not anything was fed; tests/hostile.rs checks both cases).
 struct ReadBody<'a> {
     req: &'a HttpRequest,
-    payload: &'a mut web::Payload,
+    payload: &'a mut Payload,
     body: Body,
     declared: Option<u64>,
     polls: u8,

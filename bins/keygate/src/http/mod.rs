@@ -1,14 +1,15 @@
-//! Request plumbing shared by every handler: the request id ([`request_id`]),
-//! authentication ([`auth`]), the JSON body and query readers ([`body`]) and the bridge to
-//! blocking (diesel) work ([`blocking`]). Handlers call these in the contract's order:
-//! authenticate (401) before the body is read (413/415/400).
+//! Request plumbing shared by every handler: the request id middleware ([`request_id`]),
+//! the [`Authed`] extractor ([`extract`]: authentication ([`auth`]) and then the JSON body
+//! or query ([`body`]), in the contract's order: 401 before 413/415/400) and the bridge to
+//! blocking (diesel) work ([`blocking`]).
 
 mod auth;
 mod blocking;
 mod body;
+mod extract;
 mod request_id;
 
-pub(crate) use auth::authenticate;
 pub(crate) use blocking::{blocking, in_background};
-pub(crate) use body::{integer, parse_json, read_body, read_json, read_query};
+pub(crate) use body::{integer, parse_json};
+pub(crate) use extract::{Authed, Json, JsonBytes, Query, QueryOrJson};
 pub(crate) use request_id::RequestId;
