@@ -19,12 +19,30 @@ pub enum BackendError {
     Empty,
     #[error("in-memory SQLite cannot be shared by a connection pool; use a file path")]
     InMemory,
+    /// The URL names a backend whose cargo feature this build of `keygate-store` left out.
+    #[error(
+        "DATABASE_URL names {0}, which this build does not include (keygate-store's cargo feature `{0}`)"
+    )]
+    NotBuilt(&'static str),
 }
 
 impl Backend {
     /// `postgres://`/`postgresql://` -> PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or a plain
     /// path -> SQLite; any other scheme is an error naming the accepted forms.
     pub fn from_url(url: &str) -> Result<Self, BackendError> {
+        Self::parse(url)?.built(cfg!(feature = "sqlite"), cfg!(feature = "postgres"))
+    }
+
+    /// This backend if its feature is built, else [`BackendError::NotBuilt`].
+    fn built(self, sqlite: bool, postgres: bool) -> Result<Self, BackendError> {
+        match self {
+            Backend::Sqlite(_) if !sqlite => Err(BackendError::NotBuilt("sqlite")),
+            Backend::Postgres(_) if !postgres => Err(BackendError::NotBuilt("postgres")),
+            built => Ok(built),
+        }
+    }
+
+    fn parse(url: &str) -> Result<Self, BackendError> {
         let url = url.trim();
         if url.is_empty() {
             return Err(BackendError::Empty);
@@ -68,6 +86,18 @@ impl Backend {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_backend_left_out_of_the_build_is_named() {
+        let pg = Backend::parse("postgres://h/db").unwrap();
+        let lite = Backend::parse("k.db").unwrap();
+        assert_eq!(pg.clone().built(true, false), Err(BackendError::NotBuilt("postgres")));
+        assert_eq!(lite.clone().built(false, true), Err(BackendError::NotBuilt("sqlite")));
+        assert_eq!(pg.clone().built(false, true), Ok(pg));
+        assert_eq!(lite.clone().built(true, false), Ok(lite));
+        let msg = BackendError::NotBuilt("postgres").to_string();
+        assert!(msg.contains("cargo feature `postgres`"), "{msg}");
+    }
+
     use super::*;
 
     #[test]

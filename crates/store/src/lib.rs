@@ -1,6 +1,9 @@
 //! keygate storage: the diesel schema, embedded migrations, an r2d2 pool over SQLite or
 //! PostgreSQL (one `MultiConnection`), and the implementation of the RBAC storage traits;
-//! the Redis rate-limit store ([`RedisStore`]), which implements `keygate-ratelimit`'s trait.
+//! the Redis rate-limit store (`RedisStore`), which implements `keygate-ratelimit`'s trait.
+//!
+//! Cargo features: `sqlite` (default), `postgres` and `redis`, one per backend, so that a
+//! service embedding the crate compiles only what it uses (docs/embedding.md).
 //!
 //! Error policy: every diesel/r2d2 error is turned into a [`keygate_rbac::StorageError`]
 //! here (unreachable/timeout -> `Unavailable`, unique violation -> `Conflict`, anything else
@@ -9,6 +12,7 @@
 mod backend;
 mod conn;
 mod pool;
+#[cfg(feature = "redis")]
 mod redis_limiter;
 pub mod schema;
 #[cfg(feature = "testing")]
@@ -18,4 +22,5 @@ mod tx;
 pub use backend::{Backend, BackendError};
 pub use conn::DbConn;
 pub use pool::{PoolSettings, SqlStore, StoreOpenError};
+#[cfg(feature = "redis")]
 pub use redis_limiter::{BACKOFF, EXPIRY_SLACK_MS, RedisOpenError, RedisSettings, RedisStore};

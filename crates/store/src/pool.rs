@@ -1,18 +1,21 @@
 use crate::backend::{Backend, BackendError};
 use crate::conn::DbConn;
 use crate::tx::{DieselTx, db_err};
-use diesel::connection::{AnsiTransactionManager, CacheSize, SimpleConnection, TransactionManager};
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection, R2D2Connection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
 use std::time::Duration;
 
+#[cfg(feature = "sqlite")]
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
+#[cfg(feature = "postgres")]
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/postgres");
 
 /// Key of the PostgreSQL advisory lock held while migrating, so that several instances
 /// starting at once migrate one after the other.
+#[cfg(feature = "postgres")]
 const MIGRATION_LOCK_KEY: i64 = 0x6b65_7967_6174_6501;
 
 /// Pool and connection settings.
@@ -60,8 +63,10 @@ impl ManageConnection for Manager {
     fn connect(&self) -> Result<DbConn, r2d2::Error> {
         let timeout_ms = self.settings.statement_timeout.as_millis();
         match &self.backend {
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(path) => {
-                let mut c = SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
+                let mut c =
+                    diesel::SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
                 c.batch_execute(&format!(
                     "PRAGMA busy_timeout = {timeout_ms}; PRAGMA journal_mode = WAL; \
                      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;"
@@ -69,10 +74,13 @@ impl ManageConnection for Manager {
                 .map_err(r2d2::Error::QueryError)?;
                 Ok(DbConn::Sqlite(c))
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres(url) => {
-                let mut c =
-                    PgConnection::establish(&with_connect_timeout(url, self.settings.connect_timeout))
-                        .map_err(r2d2::Error::ConnectionError)?;
+                let mut c = diesel::PgConnection::establish(&with_connect_timeout(
+                    url,
+                    self.settings.connect_timeout,
+                ))
+                .map_err(r2d2::Error::ConnectionError)?;
                 c.batch_execute(&format!("SET statement_timeout = {timeout_ms}"))
                     .map_err(r2d2::Error::QueryError)?;
                 // No client-side prepared-statement cache: a cached statement gets a generic
@@ -81,15 +89,23 @@ impl ManageConnection for Manager {
                 // of 0.1 ms at 10k permissions). Unnamed statements are planned with their
                 // real parameters. (`plan_cache_mode = force_custom_plan` would do the same
                 // but also re-plan every foreign-key check, which costs more.)
-                c.set_prepared_statement_cache_size(CacheSize::Disabled);
+                c.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
                 Ok(DbConn::Pg(c))
             }
+            // Refused by `Backend::from_url` before a pool is built.
+            #[allow(unreachable_patterns)]
+            other => Err(r2d2::Error::ConnectionError(diesel::ConnectionError::BadConnection(format!(
+                "this build has no {} backend",
+                other.kind()
+            )))),
         }
     }
 
     fn is_valid(&self, conn: &mut DbConn) -> Result<(), r2d2::Error> {
         match conn {
+            #[cfg(feature = "postgres")]
             DbConn::Pg(c) => c.ping(),
+            #[cfg(feature = "sqlite")]
             DbConn::Sqlite(c) => c.ping(),
         }
         .map_err(r2d2::Error::QueryError)
@@ -100,13 +116,16 @@ impl ManageConnection for Manager {
     fn has_broken(&self, conn: &mut DbConn) -> bool {
         std::thread::panicking()
             || match conn {
+                #[cfg(feature = "postgres")]
                 DbConn::Pg(c) => c.is_broken(),
+                #[cfg(feature = "sqlite")]
                 DbConn::Sqlite(c) => c.is_broken(),
             }
     }
 }
 
 /// Adds `connect_timeout` (seconds) to a libpq URL unless it names one.
+#[cfg(feature = "postgres")]
 fn with_connect_timeout(url: &str, timeout: Duration) -> String {
     if url.contains("connect_timeout=") {
         return url.to_string();
@@ -161,6 +180,7 @@ impl SqlStore {
         let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
         let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
         match &mut *conn {
+            #[cfg(feature = "sqlite")]
             DbConn::Sqlite(c) => {
                 // Under the write lock: instances starting together migrate one at a time,
                 // and each sees what the previous one did.
@@ -171,6 +191,7 @@ impl SqlStore {
                 })
                 .map_err(|e| fail(&e))?;
             }
+            #[cfg(feature = "postgres")]
             DbConn::Pg(c) => {
                 c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
                     .map_err(|e| fail(&e))?;
@@ -188,7 +209,9 @@ impl SqlStore {
         let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
         let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
         match &mut *conn {
+            #[cfg(feature = "sqlite")]
             DbConn::Sqlite(c) => c.revert_all_migrations(SQLITE_MIGRATIONS).map(|_| ()).map_err(|e| fail(&e)),
+            #[cfg(feature = "postgres")]
             DbConn::Pg(c) => c.revert_all_migrations(POSTGRES_MIGRATIONS).map(|_| ()).map_err(|e| fail(&e)),
         }
     }
@@ -207,17 +230,25 @@ impl SqlStore {
     where
         F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
     {
+        // Each begin is read only when its backend's feature is built.
+        let _ = (sqlite_begin, pg_begin);
         let mut conn = self.conn()?;
         let begun = match &mut *conn {
+            #[cfg(feature = "sqlite")]
             DbConn::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, sqlite_begin),
+            #[cfg(feature = "postgres")]
             DbConn::Pg(c) => AnsiTransactionManager::begin_transaction_sql(c, pg_begin),
         };
         begun.map_err(db_err)?;
         let result = f(&mut DieselTx::new(&mut conn));
         let end = match (&mut *conn, result.is_ok()) {
+            #[cfg(feature = "sqlite")]
             (DbConn::Sqlite(c), true) => AnsiTransactionManager::commit_transaction(c),
+            #[cfg(feature = "postgres")]
             (DbConn::Pg(c), true) => AnsiTransactionManager::commit_transaction(c),
+            #[cfg(feature = "sqlite")]
             (DbConn::Sqlite(c), false) => AnsiTransactionManager::rollback_transaction(c),
+            #[cfg(feature = "postgres")]
             (DbConn::Pg(c), false) => AnsiTransactionManager::rollback_transaction(c),
         };
         match (result, end) {

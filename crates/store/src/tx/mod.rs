@@ -52,7 +52,9 @@ const BATCH_ROWS: usize = 1_000;
 macro_rules! on_each_backend {
     ($conn:expr, $c:ident => $body:expr) => {
         match &mut *$conn {
+            #[cfg(feature = "postgres")]
             DbConn::Pg($c) => $body,
+            #[cfg(feature = "sqlite")]
             DbConn::Sqlite($c) => $body,
         }
     };
@@ -103,7 +105,9 @@ macro_rules! by_kind {
 macro_rules! lock_first {
     ($conn:expr, $query:expr) => {
         match &mut *$conn {
+            #[cfg(feature = "postgres")]
             DbConn::Pg(c) => $query.for_no_key_update().first::<String>(c).optional(),
+            #[cfg(feature = "sqlite")]
             DbConn::Sqlite(c) => $query.first::<String>(c).optional(),
         }
         .map_err(db_err)
@@ -196,11 +200,15 @@ impl DieselTx<'_> {
         by_kind!(kind, ent, link, link_col, {
             let in_ws = ent::table.filter(ent::workspace_id.eq(workspace_id)).select((ent::id, ent::name));
             let rows: Vec<(String, String)> = match (&mut *self.conn, by) {
+                #[cfg(feature = "postgres")]
                 (DbConn::Pg(c), Column::Id) => in_ws.filter(ent::id.eq_any(values)).for_key_share().load(c),
+                #[cfg(feature = "postgres")]
                 (DbConn::Pg(c), Column::Name) => {
                     in_ws.filter(ent::name.eq_any(values)).for_key_share().load(c)
                 }
+                #[cfg(feature = "sqlite")]
                 (DbConn::Sqlite(c), Column::Id) => in_ws.filter(ent::id.eq_any(values)).load(c),
+                #[cfg(feature = "sqlite")]
                 (DbConn::Sqlite(c), Column::Name) => in_ws.filter(ent::name.eq_any(values)).load(c),
             }
             .map_err(db_err)?;
