@@ -14,8 +14,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorCode, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_token};
 pub use names::{
-    MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_key_id,
-    validate_namespace_name, validate_permission_name, validate_role_name,
+    MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len,
+    validate_display_name, validate_key_id, validate_namespace_name, validate_permission_name,
 };
 pub use redact::{redact_in, redact_url};
 pub use secret::{

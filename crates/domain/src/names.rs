@@ -35,8 +35,9 @@ pub fn validate_permission_name(path: &str, name: &str) -> Result<(), Validation
     Ok(())
 }
 
-/// Role names: 1-255 characters, no control characters.
-pub fn validate_role_name(path: &str, name: &str) -> Result<(), ValidationError> {
+/// Names people read (roles, keys, workspaces): 1-255 characters, no control characters.
+/// (Permission names are narrower: [`validate_permission_name`].)
+pub fn validate_display_name(path: &str, name: &str) -> Result<(), ValidationError> {
     check_len(path, name, MAX_NAME_CHARS)?;
     if name.chars().any(char::is_control) {
         return Err(ValidationError::new(path, "must not contain control characters"));
@@ -78,11 +79,11 @@ mod tests {
 
     #[test]
     fn role_names_count_characters_not_bytes() {
-        assert!(validate_role_name("r", &"é".repeat(255)).is_ok());
-        assert!(validate_role_name("r", &"é".repeat(256)).is_err());
-        assert!(validate_role_name("r", "admin team").is_ok());
-        assert!(validate_role_name("r", "bad\nname").is_err());
-        assert!(validate_role_name("r", "").is_err());
+        assert!(validate_display_name("r", &"é".repeat(255)).is_ok());
+        assert!(validate_display_name("r", &"é".repeat(256)).is_err());
+        assert!(validate_display_name("r", "admin team").is_ok());
+        assert!(validate_display_name("r", "bad\nname").is_err());
+        assert!(validate_display_name("r", "").is_err());
     }
 
     #[test]
@@ -113,7 +114,7 @@ mod tests {
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:*".contains(c));
             proptest::prop_assert_eq!(validate_permission_name("p", &name).is_ok(), permission_ok, "{:?}", name);
             let role_ok = (1..=255).contains(&chars) && !name.chars().any(char::is_control);
-            proptest::prop_assert_eq!(validate_role_name("p", &name).is_ok(), role_ok, "{:?}", name);
+            proptest::prop_assert_eq!(validate_display_name("p", &name).is_ok(), role_ok, "{:?}", name);
             let namespace_ok = (1..=512).contains(&chars) && !name.contains('\0');
             proptest::prop_assert_eq!(validate_namespace_name("p", &name).is_ok(), namespace_ok, "{:?}", name);
             proptest::prop_assert_eq!(validate_key_id("p", &name).is_ok(), (1..=255).contains(&chars));

@@ -30,7 +30,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     pub fn create_workspace(&self, name: &str) -> Result<Workspace, RbacError> {
-        validate_role_name("name", name)?;
+        validate_display_name("name", name)?;
         if has_prefix(name, IdPrefix::Workspace) {
             return Err(ValidationError::new("name", "must not look like a workspace id (ws_...)").into());
         }

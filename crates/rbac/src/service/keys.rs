@@ -169,7 +169,7 @@ impl<S: RbacStore> RbacService<S> {
     /// its secret (shown once).
     pub fn create_key(&self, workspace_id: &str, name: Option<String>) -> Result<(Key, Secret), RbacError> {
         if let Some(n) = &name {
-            validate_role_name("name", n)?;
+            validate_display_name("name", n)?;
         }
         let (key, secret) = self.new_key(workspace_id, NewKey { name, ..NewKey::default() });
         self.store.transaction(|tx| Ok(tx.insert_key(&key, &secret.hash())?))?;
@@ -184,7 +184,7 @@ impl<S: RbacStore> RbacService<S> {
             check_len("apiId", api_id, MAX_NAME_CHARS)?;
         }
         if let Some(n) = &new.name {
-            validate_role_name("name", n)?;
+            validate_display_name("name", n)?;
         }
         if let Some(prefix) = &new.prefix {
             check_len("prefix", prefix, MAX_KEY_PREFIX_CHARS)?;

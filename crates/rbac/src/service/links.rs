@@ -39,7 +39,7 @@ pub(super) const ROLE_RULES: LinkRules = LinkRules {
     read_permission: PERM_READ_ROLE,
     delete_permission: PERM_DELETE_ROLE,
     create_by_default: false,
-    validate_name: validate_role_name,
+    validate_name: validate_display_name,
 };
 
 /// Permissions attached to a role (rather than to a key).

@@ -26,8 +26,8 @@ use crate::{
 };
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
-    new_id, random_token, secret_digest, sort_by_name, validate_key_id, validate_permission_name,
-    validate_role_name, validate_root_key_secret,
+    new_id, random_token, secret_digest, sort_by_name, validate_display_name, validate_key_id,
+    validate_permission_name, validate_root_key_secret,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
