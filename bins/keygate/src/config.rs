@@ -204,6 +204,10 @@ pub struct ServeArgs {
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
+    /// Cache verifications (keys.verifyKey), each used only while nothing it depends on has
+    /// changed: on or off (off: every verification reads the database).
+    #[arg(long, env = "KEYGATE_VERIFY_CACHE", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub verify_cache: bool,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "KEYGATE_WORKERS", value_parser = positive_usize)]
     pub workers: Option<usize>,
@@ -294,6 +298,7 @@ impl ServeArgs {
                 key_prefix: self.redis_key_prefix,
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
+            verify_cache: self.verify_cache,
             workers: self.workers,
             pool: PoolSettings {
                 max_size: self.db_pool_size,
@@ -332,6 +337,8 @@ pub struct ServerConfig {
     pub redis: RedisSettings,
     /// Pass rate-limit requests when the rate-limit store is unreachable (contract §5.12).
     pub ratelimit_fail_open: bool,
+    /// Cache verifications (`KEYGATE_VERIFY_CACHE`).
+    pub verify_cache: bool,
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,

@@ -11,7 +11,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock, redact_in, redact_url, validate_root_key_secret};
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
-use keygate_rbac::{OverridesListener, RbacService};
+use keygate_rbac::{CounterSource, OverridesListener, RbacService};
 use keygate_store::{RedisStore, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
@@ -51,10 +51,23 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         anyhow::anyhow!("opening the database {:?}: {}", redact_url(url), redact_in(&e.to_string(), url))
     })?;
     let db_desc = format!("{} {}", store.backend().kind(), store.backend().display_location());
-    let (limiter, limiter_desc) = rate_limit_store(&config)?;
+    let (limiter, redis, limiter_desc) = rate_limit_store(&config)?;
+    let counters = match (&redis, store.backend().kind()) {
+        (Some(redis), _) => CounterSource::Shared(redis.clone()),
+        (None, "sqlite") => CounterSource::Local(Default::default()),
+        (None, _) => CounterSource::Store,
+    };
     let rbac = RbacService::new(store, clock.clone())
-        .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())));
+        .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
+        .with_counter_source(counters)
+        .with_verify_cache(config.verify_cache);
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
+    // Local counters: where the database stands now, before anything is cached. Shared:
+    // trusted once this first reconciliation succeeds (the database's are read until then).
+    rbac.poll_changes().context("reading the change counters")?;
+    if let Err(e) = rbac.reconcile_shared_counters() {
+        log::warn!("change counters: the shared store is not reachable yet, reading the database's: {e}");
+    }
 
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
@@ -96,6 +109,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         server = server.disable_signals();
     }
     let server = server.shutdown_timeout(5).run();
+    spawn_counter_upkeep(Arc::downgrade(&state.clone().into_inner()));
     log::info!("keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
     Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state })
 }
@@ -117,25 +131,29 @@ impl OverridesListener for OverridesToLimiter {
     }
 }
 
+/// The rate-limit store, the Redis store behind it if any (it also holds the change
+/// counters), and a description for the startup line.
+type RateLimitStores = (Arc<dyn RateLimitStore>, Option<Arc<RedisStore>>, String);
+
 /// The rate-limit store the configuration selects, and its description for the startup
 /// line: Redis when `REDIS_URL` is set (not contacted here: keygate starts while Redis is
 /// down and answers 503 until it is back, or passes requests when failing open).
-fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<(Arc<dyn RateLimitStore>, String)> {
+fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<RateLimitStores> {
     let Some(url) = &config.redis_url else {
-        return Ok((Arc::new(MemoryStore::new()), "memory (in-process)".into()));
+        return Ok((Arc::new(MemoryStore::new()), None, "memory (in-process)".into()));
     };
-    let redis = RedisStore::open(url, config.redis.clone())?;
+    let redis = Arc::new(RedisStore::open(url, config.redis.clone())?);
     let mut desc = format!("redis {}", redis.display_location());
     if let Err(e) = redis.ping() {
         log::warn!("the rate-limit store is not reachable yet: {e}");
     }
     let store: Arc<dyn RateLimitStore> = if config.ratelimit_fail_open {
         desc.push_str(", failing open");
-        Arc::new(FailOpen(redis))
+        Arc::new(FailOpen(redis.clone()))
     } else {
-        Arc::new(redis)
+        redis.clone()
     };
-    Ok((store, desc))
+    Ok((store, Some(redis), desc))
 }
 
 /// First start: creates workspace `default` and a root key holding `*`, printed once.
@@ -181,6 +199,38 @@ fn spawn_sweeper(store: Weak<dyn RateLimitStore>, clock: Arc<dyn Clock>) {
     });
     if let Err(e) = spawned {
         log::warn!("could not start the rate-limit sweeper: {e}");
+    }
+}
+
+/// How often the database's change counters are polled for writes made by other processes
+/// (local counters; the documented bound is twice this).
+const COUNTER_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often recent counter changes are published to the shared store again, and how far
+/// back (shared counters: closes the gap a writer leaves that committed but did not publish).
+const COUNTER_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Keeps the change counters current: polls the database (local counters) or republishes
+/// recent changes (shared counters); stops when the server's state is dropped.
+fn spawn_counter_upkeep(state: Weak<AppState>) {
+    let spawned = std::thread::Builder::new().name("keygate-counters".into()).spawn(move || {
+        let mut since_reconcile = Duration::ZERO;
+        loop {
+            std::thread::sleep(COUNTER_POLL_INTERVAL);
+            since_reconcile += COUNTER_POLL_INTERVAL;
+            let Some(state) = state.upgrade() else { return };
+            if let Err(e) = state.rbac.poll_changes() {
+                log::warn!("change counters: polling the database failed: {e}");
+            }
+            if since_reconcile >= COUNTER_RECONCILE_INTERVAL {
+                since_reconcile = Duration::ZERO;
+                if let Err(e) = state.rbac.reconcile_shared_counters() {
+                    log::warn!("change counters: publishing recent changes failed: {e}");
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("could not start the change-counter upkeep: {e}");
     }
 }
 

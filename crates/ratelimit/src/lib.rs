@@ -122,6 +122,41 @@ pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
     fn sweep(&self, _now_ms: u64) {}
 }
 
+/// A shared store is a store (one Redis connection pool serves the limiter and, in the
+/// server, the change counters).
+impl<S: RateLimitStore + ?Sized> RateLimitStore for std::sync::Arc<S> {
+    fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
+        (**self).limit(key, req, now_ms)
+    }
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn limit_if_current(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: u64,
+    ) -> Result<Checked, StoreError> {
+        (**self).limit_if_current(key, req, now_ms, overrides_epoch)
+    }
+    fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
+        (**self).overrides_epoch(namespace_id)
+    }
+    fn bump_overrides_epoch(&self, namespace_id: &str) -> Result<(), StoreError> {
+        (**self).bump_overrides_epoch(namespace_id)
+    }
+    fn is_remote(&self) -> bool {
+        (**self).is_remote()
+    }
+    fn ping(&self) -> Result<(), StoreError> {
+        (**self).ping()
+    }
+    fn sweep(&self, now_ms: u64) {
+        (**self).sweep(now_ms)
+    }
+}
+
 /// A store that answers every request as passed ([`fail_open_decision`]) when the store it
 /// wraps is unavailable, and logs each such answer (contract §5.12, opt-in).
 #[derive(Debug)]

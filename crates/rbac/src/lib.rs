@@ -6,6 +6,7 @@
 //! call go through one [`RbacStore::transaction`], so a failed call changes nothing.
 
 mod cache;
+pub mod counters;
 mod error;
 mod model;
 mod overrides;
@@ -14,6 +15,7 @@ mod service;
 pub mod store;
 
 pub use cache::Cached;
+pub use counters::{CounterSource, LocalCounters, Scope, SharedCounters};
 pub use error::{RbacError, StorageError};
 pub use model::*;
 pub use overrides::{
@@ -21,7 +23,7 @@ pub use overrides::{
     validate_pattern,
 };
 pub use service::{
-    AUTH_CACHE_TTL_MS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_OVERRIDES_PER_NAMESPACE,
-    OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
+    AUTH_CACHE_TTL_MS, MAX_CACHED_KEYS, MAX_CACHED_UNKNOWN_KEYS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS,
+    MAX_OVERRIDES_PER_NAMESPACE, OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

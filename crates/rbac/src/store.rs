@@ -132,10 +132,25 @@ pub trait AuditTx {
     fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()>;
 }
 
-/// Everything a transaction offers: what the service's closures receive.
-pub trait RbacTx: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx {}
+/// Change counters (`crate::counters`), by name.
+pub trait CounterTx {
+    /// Adds one to each named counter (an absent one becomes 1) in this transaction, under
+    /// one new sequence number; returns the new values, in order.
+    fn bump_counters(&mut self, names: &[String], now: i64) -> R<Vec<u64>>;
+    /// The counters' values (0 for an absent one), in order.
+    fn counters(&mut self, names: &[String]) -> R<Vec<u64>>;
+    /// The highest sequence number written (0 when none).
+    fn counters_seq(&mut self) -> R<i64>;
+    /// The counters written under a sequence number above `seq`, with the highest one seen.
+    fn counters_since(&mut self, seq: i64) -> R<(Vec<(String, u64)>, i64)>;
+    /// The counters changed at or after `at` (Unix ms).
+    fn counters_changed_since(&mut self, at: i64) -> R<Vec<(String, u64)>>;
+}
 
-impl<T: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx> RbacTx for T {}
+/// Everything a transaction offers: what the service's closures receive.
+pub trait RbacTx: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx {}
+
+impl<T: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx> RbacTx for T {}
 
 /// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
 pub trait RbacStore: Send + Sync + std::fmt::Debug {

@@ -13,6 +13,8 @@ mod backend;
 mod conn;
 mod pool;
 #[cfg(feature = "redis")]
+mod redis_counters;
+#[cfg(feature = "redis")]
 mod redis_limiter;
 pub mod schema;
 #[cfg(feature = "testing")]

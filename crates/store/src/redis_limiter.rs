@@ -202,6 +202,10 @@ impl RedisStore {
         &self.location
     }
 
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn key(&self, key: &BudgetKey<'_>, start: u64) -> Vec<u8> {
         let mut k =
             Vec::with_capacity(self.prefix.len() + key.namespace_id.len() + key.identifier.len() + 48);
@@ -216,7 +220,7 @@ impl RedisStore {
         k
     }
 
-    fn with_conn<T>(
+    pub(crate) fn with_conn<T>(
         &self,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {

@@ -137,3 +137,13 @@ diesel::allow_tables_to_appear_in_same_query!(
     ratelimit_namespaces,
     audit_events,
 );
+
+diesel::table! {
+    /// Change counters (see `keygate_rbac::counters`).
+    change_counters (scope) {
+        scope -> Text,
+        value -> BigInt,
+        seq -> BigInt,
+        changed_at -> BigInt,
+    }
+}

@@ -335,6 +335,15 @@ impl VerifyKeyResponse {
     }
 }
 
+/// Which keys a verification may find: the caller's workspace (when it sent a root key) and
+/// the body's `apiId`.
+fn scope<'a>(caller: &'a Option<Arc<Principal>>, body: &'a VerifyKeyBody) -> VerifyScope<'a> {
+    VerifyScope {
+        workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
+        api_id: body.api_id.as_deref(),
+    }
+}
+
 /// `keys.verifyKey`: the key's secret is in the body. Always 200 for a well-formed
 /// request: `valid` and `code` carry the answer. The root key is optional; when the call
 /// carries one (it must then be valid: 401 otherwise), only keys of its workspace are
@@ -350,15 +359,21 @@ pub async fn verify_key(
         Some(v) => Some(permission_query("authorization.permissions", &v, &mut 0)?),
         None => None,
     };
-    let verification = call
-        .run(move |rbac, caller, Json(body)| {
-            let scope = VerifyScope {
-                workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
-                api_id: body.api_id.as_deref(),
-            };
-            rbac.verify_key(&body.key, &scope, query.as_ref())
-        })
-        .await?;
+    // A current cached answer needs no I/O: inline; else off the async workers.
+    let cached = call.state.rbac.verify_key_cached(
+        &call.input.0.key,
+        &scope(&call.principal, &call.input.0),
+        query.as_ref(),
+    );
+    let verification = match cached {
+        Some(v) => v,
+        None => {
+            call.run(move |rbac, caller, Json(body)| {
+                rbac.verify_key(&body.key, &scope(caller, &body), query.as_ref())
+            })
+            .await?
+        }
+    };
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))

@@ -9,7 +9,8 @@ impl<S: RbacStore> RbacService<S> {
         &self,
         secret: Option<Secret>,
     ) -> Result<Option<(Workspace, RootKey, Secret)>, RbacError> {
-        let result = self.store.transaction(|tx| {
+        let result = self.write(|tx, changes| {
+            changes.touch(Scope::RootKeysCreated);
             if tx.count_workspaces()? > 0 {
                 return Ok(None);
             }
@@ -111,7 +112,10 @@ impl<S: RbacStore> RbacService<S> {
             }
         }
         let ws = self.find_workspace(workspace)?;
-        self.store.transaction(|tx| self.insert_root_key(tx, &ws.id, perms, None))
+        self.write(|tx, changes| {
+            changes.touch(Scope::RootKeysCreated);
+            self.insert_root_key(tx, &ws.id, perms, None)
+        })
     }
 
     pub fn list_root_keys(&self, workspace: &str) -> Result<Vec<RootKey>, RbacError> {
@@ -122,7 +126,10 @@ impl<S: RbacStore> RbacService<S> {
     /// Revokes a root key; this instance rejects it at once.
     pub fn revoke_root_key(&self, id: &str) -> Result<(), RbacError> {
         let now = self.now();
-        let revoked = self.store.transaction(|tx| Ok(tx.revoke_root_key(id, now)?))?;
+        let revoked = self.write(|tx, changes| {
+            changes.touch(Scope::RootKey(id));
+            Ok(tx.revoke_root_key(id, now)?)
+        })?;
         self.auth.evict_root_key(id);
         if revoked { Ok(()) } else { Err(RbacError::NotFound(format!("root key {id} not found"))) }
     }

@@ -99,7 +99,8 @@ impl<S: RbacStore> RbacService<S> {
             return Err(RbacError::missing(&[rules.delete_permission]));
         }
         let ws = p.workspace_id.as_str();
-        self.store.transaction(|tx| {
+        self.write(|tx, changes| {
+            changes.touch(Scope::Workspace(ws));
             if !has_prefix(id, rules.id_prefix) || !tx.delete_entity(kind, ws, id)? {
                 return Err(RbacError::NotFound(format!("{} {id} not found", kind.noun())));
             }

@@ -95,8 +95,9 @@ impl<S: RbacStore> RbacService<S> {
             return Err(RbacError::missing(&[required]));
         }
         let ws = p.workspace_id.as_str();
-        self.store.transaction(|tx| {
+        self.write(|tx, changes| {
             let now = self.now();
+            changes.touch(owner.counter(ws));
             if !owner.lock(tx, ws)? {
                 return Err(RbacError::NotFound(format!("{} {} not found", owner.noun(), owner.value())));
             }
@@ -172,7 +173,10 @@ impl<S: RbacStore> RbacService<S> {
             validate_display_name("name", n)?;
         }
         let (key, secret) = self.new_key(workspace_id, NewKey { name, ..NewKey::default() });
-        self.store.transaction(|tx| Ok(tx.insert_key(&key, &secret.hash())?))?;
+        self.write(|tx, changes| {
+            changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
+            Ok(tx.insert_key(&key, &secret.hash())?)
+        })?;
         Ok((key, secret))
     }
 
@@ -228,7 +232,8 @@ impl<S: RbacStore> RbacService<S> {
 
         let ws = p.workspace_id.as_str();
         let (key, secret) = self.new_key(ws, new);
-        self.store.transaction(|tx| {
+        self.write(|tx, changes| {
+            changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
             let permissions = resolve_links(tx, ws, &PERMISSION_RULES, &permission_plan)?;
             let roles = resolve_links(tx, ws, &ROLE_RULES, &role_plan)?;
             permissions.authorize_creation(p)?;
@@ -271,71 +276,6 @@ impl<S: RbacStore> RbacService<S> {
         (key, secret)
     }
 
-    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
-    /// `query` is given, holds the permissions it asks for (directly or through its roles).
-    /// Needs no root key: the secret is the credential. Reads the store on every call, so a
-    /// change (setPermissions, deleteKey) is visible to the next verification.
-    ///
-    /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
-    /// exactly as a key that does not exist (a gateway of one tenant never sees another
-    /// tenant's keys as valid).
-    pub fn verify_key(
-        &self,
-        secret: &str,
-        scope: &VerifyScope<'_>,
-        query: Option<&PermissionQuery>,
-    ) -> Result<Verification, RbacError> {
-        let not_found = Verification {
-            code: VerifyCode::NotFound,
-            key: None,
-            permissions: Vec::new(),
-            roles: Vec::new(),
-        };
-        if secret.is_empty() {
-            return Ok(not_found);
-        }
-        let hash = digest_hex(&secret_digest(secret));
-        let now = self.now();
-        self.store.snapshot(|tx| {
-            let Some(key) = tx.key_by_hash(&hash)?.filter(|k| scope.admits(k)) else {
-                return Ok(not_found);
-            };
-            let mut roles = tx.key_entities(EntityKind::Role, &key.id)?;
-            let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
-            // Direct and through roles, each once; a BTreeSet's order is byte order.
-            let permissions: Vec<String> = tx
-                .key_entities(EntityKind::Permission, &key.id)?
-                .into_iter()
-                .chain(if role_ids.is_empty() {
-                    Vec::new()
-                } else {
-                    tx.permission_names_of_roles(&role_ids)?
-                })
-                .map(|p| p.name)
-                .collect::<BTreeSet<String>>()
-                .into_iter()
-                .collect();
-            sort_by_name(&mut roles);
-            let code = if !key.enabled {
-                VerifyCode::Disabled
-            } else if key.expires.is_some_and(|e| e <= now) {
-                VerifyCode::Expired
-            } else if query
-                .is_some_and(|q| !q.satisfied_by(&permissions.iter().map(String::as_str).collect()))
-            {
-                VerifyCode::InsufficientPermissions
-            } else {
-                VerifyCode::Valid
-            };
-            Ok(Verification {
-                code,
-                key: Some(key),
-                permissions,
-                roles: roles.into_iter().map(|r| r.name).collect(),
-            })
-        })
-    }
-
     /// `keys.deleteKey`: deletes the key and its links to permissions and roles.
     pub fn delete_key(&self, p: &Principal, key_id: &str) -> Result<(), RbacError> {
         validate_key_id("keyId", key_id)?;
@@ -343,7 +283,8 @@ impl<S: RbacStore> RbacService<S> {
             return Err(RbacError::missing(&[PERM_DELETE_KEY]));
         }
         let ws = p.workspace_id.as_str();
-        self.store.transaction(|tx| {
+        self.write(|tx, changes| {
+            changes.touch(Scope::Key(key_id));
             if !has_prefix(key_id, IdPrefix::Key) || !tx.delete_key(ws, key_id)? {
                 return Err(RbacError::NotFound(format!("key {key_id} not found")));
             }

@@ -72,6 +72,15 @@ impl Owner<'_> {
         }
     }
 
+    /// The change counter its links' changes bump: the key's own, or for a role (whose
+    /// permissions reach every key holding it) the workspace's.
+    pub(super) fn counter<'a>(&'a self, ws: &'a str) -> crate::counters::Scope<'a> {
+        match self {
+            Owner::Key(id) => crate::counters::Scope::Key(id),
+            Owner::Role(_) => crate::counters::Scope::Workspace(ws),
+        }
+    }
+
     pub(super) fn value(&self) -> &str {
         match self {
             Owner::Key(id) | Owner::Role(id) => id,

@@ -10,10 +10,14 @@ mod keys;
 mod links;
 mod namespaces;
 mod overrides;
+mod verify;
 
 use links::*;
+use verify::VerifyCache;
+pub use verify::{MAX_CACHED_KEYS, MAX_CACHED_UNKNOWN_KEYS};
 
 use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
+use crate::counters::{Scope, creation_shard};
 pub use crate::perms::*;
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
@@ -66,9 +70,14 @@ pub struct RbacService<S> {
     namespaces: NamespaceCache,
     overrides: OverrideCache,
     overrides_listener: Option<Arc<dyn OverridesListener>>,
+    /// Where the change counters are read (`crate::counters`).
+    counters: crate::counters::CounterSource,
+    verify_cache: VerifyCache,
 }
 
 impl<S: RbacStore> RbacService<S> {
+    /// A service with the verification cache on and change counters in memory (right for
+    /// one process, or several on one SQLite file with [`Self::poll_changes`] running).
     pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
         Self {
             store,
@@ -77,7 +86,22 @@ impl<S: RbacStore> RbacService<S> {
             namespaces: NamespaceCache::default(),
             overrides: OverrideCache::new(OVERRIDE_CACHE_TTL_MS),
             overrides_listener: None,
+            counters: crate::counters::CounterSource::Local(Default::default()),
+            verify_cache: VerifyCache::new(true),
         }
+    }
+
+    /// Where verifications read the change counters: `Store` or `Shared` when several
+    /// instances share a PostgreSQL database.
+    pub fn with_counter_source(mut self, source: crate::counters::CounterSource) -> Self {
+        self.counters = source;
+        self
+    }
+
+    /// Turns the verification cache off (every verification reads the store) or on.
+    pub fn with_verify_cache(mut self, enabled: bool) -> Self {
+        self.verify_cache = VerifyCache::new(enabled);
+        self
     }
 
     /// Registers the one [`OverridesListener`].

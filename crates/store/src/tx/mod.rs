@@ -6,7 +6,7 @@ use crate::schema::*;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
-use keygate_rbac::store::{AuditTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
+use keygate_rbac::store::{AuditTx, CounterTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
 use keygate_rbac::{AuditEvent, Entity, EntityKind, Key, Override, RootKey, StorageError, Workspace};
 use std::collections::{HashMap, HashSet};
 
@@ -231,6 +231,8 @@ impl DieselTx<'_> {
 // because `keys`, `root_keys` and `workspaces` already name the schema's tables here.
 #[path = "audit.rs"]
 mod audit_tx;
+#[path = "counters.rs"]
+mod counters_tx;
 #[path = "entities.rs"]
 mod entities_tx;
 #[path = "keys.rs"]

@@ -1,0 +1,189 @@
+//! Change counters: how a cached verification knows it is still current (issue 18).
+//!
+//! Every write that can change what a verification answers bumps a counter in its own
+//! database transaction ([`crate::store::CounterTx`]): one per key for one key's changes,
+//! one per workspace for changes that reach many keys (a role's permissions, a deleted
+//! permission or role), and one per shard of key hashes for key creation (so that a cached
+//! "not found" ends when the key appears). A cached answer is tagged with the counters read
+//! *before* it was loaded, and used only while they are unchanged: a write that commits
+//! after that read bumps a counter the next check sees, whichever side of the load it
+//! committed on.
+//!
+//! Where the current values are read ([`CounterSource`]):
+//! - `Local`: a fixed array of counter slots in memory, bumped after each commit made
+//!   through this process, and by a poll of the database's counters for commits made by
+//!   other processes (the admin CLI on the same SQLite file). A check is a few atomic loads.
+//!   Two scopes may share a slot: that only causes a needless reload.
+//! - `Store`: the database's counters, one indexed read per check (PostgreSQL without
+//!   Redis: several instances share nothing else).
+//! - `Shared`: a shared store (Redis) holding the database's values, pushed there by the
+//!   writer after its commit and before it answers; when it cannot be reached, the
+//!   database's counters are read instead.
+
+use crate::StorageError;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Shards of key hashes for the key-creation counter: a creation ends the cached "not
+/// found" answers of one shard only.
+pub const CREATION_SHARDS: u8 = 64;
+
+/// What a counter counts changes of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope<'a> {
+    /// One key: its links, its deletion.
+    Key(&'a str),
+    /// Everything in a workspace that reaches many keys: a role's permissions, a deleted
+    /// permission or role.
+    Workspace(&'a str),
+    /// Keys created whose hash falls in this shard ([`creation_shard`]).
+    KeysCreated(u8),
+    /// One root key: its revocation.
+    RootKey(&'a str),
+    /// Root keys created.
+    RootKeysCreated,
+}
+
+impl Scope<'_> {
+    /// The counter's name in the database and in a shared store.
+    pub fn name(&self) -> String {
+        match self {
+            Scope::Key(id) => format!("key:{id}"),
+            Scope::Workspace(id) => format!("ws:{id}"),
+            Scope::KeysCreated(shard) => format!("created:{shard}"),
+            Scope::RootKey(id) => format!("rk:{id}"),
+            Scope::RootKeysCreated => "rk-created".to_string(),
+        }
+    }
+}
+
+/// The creation shard of a key's SHA-256 digest.
+pub fn creation_shard(digest: &[u8; 32]) -> u8 {
+    digest[0] % CREATION_SHARDS
+}
+
+/// The counters a cached answer was loaded under: where they were read, and their values
+/// (at most two scopes per answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tag {
+    /// [`SOURCE_LOCAL`], [`SOURCE_STORE`], or the shared store's epoch (a random number
+    /// it holds; a new one after it lost its data).
+    pub source: u64,
+    pub values: [u64; 2],
+}
+
+pub const SOURCE_LOCAL: u64 = 0;
+pub const SOURCE_STORE: u64 = 1;
+
+/// A shared store of counters (Redis), implemented outside this crate.
+pub trait SharedCounters: Send + Sync + fmt::Debug {
+    /// The values of the named counters (0 for an absent one) and the store's epoch, in one
+    /// round trip.
+    fn read(&self, names: &[String]) -> Result<(u64, Vec<u64>), StorageError>;
+    /// Raises each named counter to at least its value (never lowers one).
+    fn publish(&self, changes: &[(String, u64)]) -> Result<(), StorageError>;
+}
+
+/// Where the current counters are read; see the module docs.
+#[derive(Debug)]
+pub enum CounterSource {
+    Local(LocalCounters),
+    Store,
+    Shared(std::sync::Arc<dyn SharedCounters>),
+}
+
+/// Counter slots in memory: scopes hash to one of a fixed number of slots.
+pub struct LocalCounters {
+    slots: Box<[AtomicU64]>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl fmt::Debug for LocalCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LocalCounters({} slots)", self.slots.len())
+    }
+}
+
+/// 64k slots (512 KiB): few scopes share one.
+const LOCAL_SLOTS: usize = 1 << 16;
+
+impl Default for LocalCounters {
+    fn default() -> Self {
+        Self {
+            slots: (0..LOCAL_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            hasher: foldhash::fast::FixedState::with_seed(0x6b67_636f_756e_7473),
+        }
+    }
+}
+
+impl LocalCounters {
+    fn slot(&self, scope: &Scope<'_>) -> &AtomicU64 {
+        &self.slots[self.hasher.hash_one(scope) as usize % self.slots.len()]
+    }
+
+    /// A slot's value by the counter's name (as the database's poll reports it).
+    fn slot_by_name(&self, name: &str) -> Option<&AtomicU64> {
+        let (kind, rest) = name.split_once(':').unwrap_or((name, ""));
+        let scope = match kind {
+            "key" => Scope::Key(rest),
+            "ws" => Scope::Workspace(rest),
+            "created" => Scope::KeysCreated(rest.parse().ok()?),
+            "rk" => Scope::RootKey(rest),
+            "rk-created" => Scope::RootKeysCreated,
+            _ => return None,
+        };
+        Some(self.slot(&scope))
+    }
+
+    pub fn read(&self, scopes: &[Scope<'_>]) -> Tag {
+        let mut values = [0; 2];
+        for (v, s) in values.iter_mut().zip(scopes) {
+            *v = self.slot(s).load(Ordering::Acquire);
+        }
+        Tag { source: SOURCE_LOCAL, values }
+    }
+
+    /// After a commit that bumped `scopes`.
+    pub fn bump(&self, scopes: &[Scope<'_>]) {
+        for s in scopes {
+            self.slot(s).fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Counters another process bumped (by name, as the database lists them).
+    pub fn bump_names<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            if let Some(slot) = self.slot_by_name(name) {
+                slot.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bump_changes_the_tag_of_its_scope_and_names_map_to_the_same_slot() {
+        let c = LocalCounters::default();
+        let scopes = [Scope::Key("key_1"), Scope::Workspace("ws_1")];
+        let before = c.read(&scopes);
+        c.bump(&[Scope::Key("key_1")]);
+        let after = c.read(&scopes);
+        assert_ne!(before, after);
+        assert_eq!(before.values[1], after.values[1]);
+        for s in [
+            Scope::Key("k"),
+            Scope::Workspace("w"),
+            Scope::KeysCreated(7),
+            Scope::RootKey("r"),
+            Scope::RootKeysCreated,
+        ] {
+            let before = c.read(&[s]);
+            c.bump_names([s.name().as_str()]);
+            assert_ne!(c.read(&[s]), before, "{s:?}");
+        }
+    }
+}

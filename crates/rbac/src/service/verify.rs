@@ -1,0 +1,384 @@
+//! `keys.verifyKey`, answered from a cache of key snapshots, each used only while the
+//! change counters it was loaded under are current ([`crate::counters`]); and the counters'
+//! upkeep: bumping them with each write, publishing them after its commit, noticing the
+//! writes of other processes.
+
+use super::*;
+use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+/// Bound on cached keys (keys that exist: their number is the store's, not the caller's).
+pub const MAX_CACHED_KEYS: u64 = 1_000_000;
+/// Bound on cached "no such key" answers, apart from the keys: random secrets fill only
+/// this cache, so they never evict a real key's entry, and each costs at most one store
+/// read until key creation in its shard ends it.
+pub const MAX_CACHED_UNKNOWN_KEYS: u64 = 100_000;
+
+/// What a verification needs of a key, as the store held it under a tag.
+#[derive(Debug)]
+pub(crate) struct KeySnapshot {
+    key: Key,
+    /// Direct and through roles, each once, in byte order.
+    permissions: Vec<String>,
+    /// Role names, sorted by name.
+    roles: Vec<String>,
+}
+
+/// A cached answer: the key (or none) and the counters it was loaded under.
+#[derive(Debug)]
+pub(crate) struct VerifyEntry {
+    tag: Tag,
+    snapshot: Option<KeySnapshot>,
+}
+
+impl VerifyEntry {
+    /// The scopes whose counters decide whether this entry is current.
+    fn scopes<'a>(&'a self, digest: &cache::Digest) -> ([Scope<'a>; 2], usize) {
+        match &self.snapshot {
+            Some(s) => ([Scope::Key(&s.key.id), Scope::Workspace(&s.key.workspace_id)], 2),
+            None => {
+                let shard = Scope::KeysCreated(creation_shard(digest));
+                ([shard, shard], 1)
+            }
+        }
+    }
+}
+
+/// The verification cache: keys and unknown secrets bounded apart (moka: TinyLFU
+/// admission, so a burst of one-off secrets does not push out what is used often either).
+pub(crate) struct VerifyCache {
+    enabled: bool,
+    found: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
+    unknown: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
+    /// Local counters: the last database sequence number applied (-1: not read yet).
+    polled_seq: AtomicI64,
+    /// Shared counters: whether the shared store holds every change the database does, as
+    /// far as this instance knows. False from start until a reconciliation succeeds, and
+    /// again after any call to the shared store failed; meanwhile the database's counters
+    /// are read.
+    shared_current: AtomicBool,
+    /// Verifications that read the store (a miss, a stale entry, or the cache off).
+    loads: std::sync::atomic::AtomicU64,
+    /// Shared counters: the time (ms) the last successful reconciliation started; the next
+    /// one publishes what changed since then (less [`RECONCILE_MARGIN_MS`]).
+    reconciled_at: AtomicI64,
+}
+
+/// How far before the last successful reconciliation the next one reaches back: covers
+/// clock differences between instances and transactions that committed late.
+pub const RECONCILE_MARGIN_MS: i64 = 10_000;
+
+impl std::fmt::Debug for VerifyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VerifyCache(enabled: {}, keys: {})", self.enabled, self.found.entry_count())
+    }
+}
+
+impl VerifyCache {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            found: moka::sync::Cache::new(MAX_CACHED_KEYS),
+            unknown: moka::sync::Cache::new(MAX_CACHED_UNKNOWN_KEYS),
+            polled_seq: AtomicI64::new(-1),
+            shared_current: AtomicBool::new(false),
+            loads: Default::default(),
+            reconciled_at: AtomicI64::new(-1),
+        }
+    }
+
+    fn get(&self, digest: &cache::Digest) -> Option<Arc<VerifyEntry>> {
+        self.found.get(digest).or_else(|| self.unknown.get(digest))
+    }
+
+    fn put(&self, digest: cache::Digest, entry: Arc<VerifyEntry>) {
+        match entry.snapshot {
+            Some(_) => {
+                self.unknown.invalidate(&digest);
+                self.found.insert(digest, entry);
+            }
+            None => {
+                self.found.invalidate(&digest);
+                self.unknown.insert(digest, entry);
+            }
+        }
+    }
+}
+
+/// The counters one write bumps: collected while it runs, bumped in its transaction as its
+/// last step, published after its commit ([`RbacService::write`]).
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    names: Vec<String>,
+    values: Vec<u64>,
+}
+
+impl Changes {
+    pub(super) fn touch(&mut self, scope: Scope<'_>) {
+        let name = scope.name();
+        if !self.names.contains(&name) {
+            self.names.push(name);
+        }
+    }
+}
+
+impl<S: RbacStore> RbacService<S> {
+    /// Runs a write transaction; the counters it touched are bumped inside it and published
+    /// after its commit, before the caller answers.
+    pub(super) fn write<T>(
+        &self,
+        f: impl FnOnce(&mut dyn RbacTx, &mut Changes) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        let mut changes = Changes::default();
+        let out = self.store.transaction(|tx| {
+            let out = f(tx, &mut changes)?;
+            if !changes.names.is_empty() {
+                changes.values = tx.bump_counters(&changes.names, self.now())?;
+            }
+            Ok(out)
+        })?;
+        self.publish(&changes);
+        Ok(out)
+    }
+
+    /// After a commit: the counters' new values to where verifications read them.
+    fn publish(&self, changes: &Changes) {
+        if changes.names.is_empty() {
+            return;
+        }
+        match &self.counters {
+            CounterSource::Local(local) => local.bump_names(changes.names.iter().map(String::as_str)),
+            CounterSource::Store => {}
+            CounterSource::Shared(shared) => {
+                let pairs: Vec<(String, u64)> =
+                    changes.names.iter().cloned().zip(changes.values.iter().copied()).collect();
+                // The database holds them; reconcile_shared_counters brings them over later,
+                // and until then this instance reads the database's counters.
+                if let Err(e) = shared.publish(&pairs) {
+                    self.verify_cache.shared_current.store(false, Ordering::Release);
+                    log::warn!("change counters not published to the shared store (reconciled later): {e}");
+                }
+            }
+        }
+    }
+
+    /// The current values of `scopes` (at most two), from the configured source.
+    fn read_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
+        match &self.counters {
+            CounterSource::Local(local) => Ok(local.read(scopes)),
+            CounterSource::Store => self.store_counters(scopes),
+            CounterSource::Shared(_) if !self.verify_cache.shared_current.load(Ordering::Acquire) => {
+                self.store_counters(scopes)
+            }
+            CounterSource::Shared(shared) => {
+                let names: Vec<String> = scopes.iter().map(Scope::name).collect();
+                match shared.read(&names) {
+                    Ok((epoch, values)) => Ok(Tag { source: epoch, values: first_two(&values) }),
+                    Err(e) => {
+                        self.verify_cache.shared_current.store(false, Ordering::Release);
+                        log::warn!(
+                            "change counters: the shared store did not answer, reading the database's: {e}"
+                        );
+                        self.store_counters(scopes)
+                    }
+                }
+            }
+        }
+    }
+
+    fn store_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
+        let names: Vec<String> = scopes.iter().map(Scope::name).collect();
+        let values = self.store.read(|tx| Ok(tx.counters(&names)?))?;
+        Ok(Tag { source: SOURCE_STORE, values: first_two(&values) })
+    }
+
+    /// Answers from the cache alone when that needs no I/O (local counters, a current
+    /// entry): `None` means ask [`Self::verify_key`] off the request path.
+    pub fn verify_key_cached(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+    ) -> Option<Verification> {
+        let CounterSource::Local(local) = &self.counters else { return None };
+        if !self.verify_cache.enabled || secret.is_empty() {
+            return None;
+        }
+        let digest = secret_digest(secret);
+        let entry = self.verify_cache.get(&digest)?;
+        let (scopes, n) = entry.scopes(&digest);
+        if local.read(&scopes[..n]) != entry.tag {
+            return None;
+        }
+        Some(answer(&entry, scope, query, self.now()))
+    }
+
+    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
+    /// `query` is given, holds the permissions it asks for (directly or through its roles).
+    /// Needs no root key: the secret is the credential. A cached answer is used only while
+    /// the change counters it was loaded under are current, so a change (setPermissions,
+    /// deleteKey, ...) applies to the next verification.
+    ///
+    /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
+    /// exactly as a key that does not exist (a gateway of one tenant never sees another
+    /// tenant's keys as valid).
+    pub fn verify_key(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+    ) -> Result<Verification, RbacError> {
+        if secret.is_empty() {
+            return Ok(not_found());
+        }
+        let digest = secret_digest(secret);
+        if !self.verify_cache.enabled {
+            self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
+            let hash = digest_hex(&digest);
+            let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
+            let entry = VerifyEntry { tag: Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot };
+            return Ok(answer(&entry, scope, query, self.now()));
+        }
+        if let Some(entry) = self.verify_cache.get(&digest) {
+            let (scopes, n) = entry.scopes(&digest);
+            if self.read_counters(&scopes[..n])? == entry.tag {
+                return Ok(answer(&entry, scope, query, self.now()));
+            }
+        }
+        let entry = self.load_verify_entry(&digest)?;
+        Ok(answer(&entry, scope, query, self.now()))
+    }
+
+    /// Loads a key's snapshot into the cache, tagged with counters read before the load.
+    /// A key's id and workspace never change, so the first read finds which counters
+    /// apply; the snapshot is read after them.
+    fn load_verify_entry(&self, digest: &cache::Digest) -> Result<Arc<VerifyEntry>, RbacError> {
+        self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
+        let hash = digest_hex(digest);
+        let created = self.read_counters(&[Scope::KeysCreated(creation_shard(digest))])?;
+        let found = self.store.read(|tx| Ok(tx.key_by_hash(&hash)?))?;
+        let entry = match found {
+            None => VerifyEntry { tag: created, snapshot: None },
+            Some(key) => {
+                let tag = self.read_counters(&[Scope::Key(&key.id), Scope::Workspace(&key.workspace_id)])?;
+                match self.store.snapshot(|tx| load_snapshot(tx, &hash))? {
+                    Some(snapshot) => VerifyEntry { tag, snapshot: Some(snapshot) },
+                    // Deleted meanwhile: keys do not come back, so "not found" stays true.
+                    None => VerifyEntry { tag: created, snapshot: None },
+                }
+            }
+        };
+        let entry = Arc::new(entry);
+        self.verify_cache.put(*digest, entry.clone());
+        Ok(entry)
+    }
+
+    /// How many verifications read the store so far (the others were answered from the
+    /// cache).
+    pub fn verify_loads(&self) -> u64 {
+        self.verify_cache.loads.load(Ordering::Relaxed)
+    }
+
+    /// Local counters: applies the counters other processes bumped since the last call
+    /// (the admin CLI writing the same SQLite file). The server calls it once before it
+    /// serves (which only notes where the database stands) and then every 50 ms.
+    pub fn poll_changes(&self) -> Result<usize, RbacError> {
+        let CounterSource::Local(local) = &self.counters else { return Ok(0) };
+        let since = self.verify_cache.polled_seq.load(Ordering::Acquire);
+        if since < 0 {
+            let seq = self.store.read(|tx| Ok(tx.counters_seq()?))?;
+            self.verify_cache.polled_seq.store(seq, Ordering::Release);
+            return Ok(0);
+        }
+        let (changed, last) = self.store.read(|tx| Ok(tx.counters_since(since)?))?;
+        local.bump_names(changed.iter().map(|(name, _)| name.as_str()));
+        self.verify_cache.polled_seq.store(last, Ordering::Release);
+        Ok(changed.len())
+    }
+
+    /// Shared counters: publishes again the counters the database changed since the last
+    /// successful run (less [`RECONCILE_MARGIN_MS`]; the first run reaches back that
+    /// margin), so that a writer that committed but could not publish (it died, or the
+    /// shared store was unreachable) leaves other instances stale only until this runs.
+    /// After it succeeds this instance trusts the shared store again; after it fails, the
+    /// database's counters are read.
+    pub fn reconcile_shared_counters(&self) -> Result<usize, RbacError> {
+        let CounterSource::Shared(shared) = &self.counters else { return Ok(0) };
+        let started = self.now();
+        let last = self.verify_cache.reconciled_at.load(Ordering::Acquire);
+        let since = if last < 0 { started } else { last }.saturating_sub(RECONCILE_MARGIN_MS);
+        let published = self
+            .store
+            .read(|tx| Ok(tx.counters_changed_since(since)?))
+            .and_then(|changed| match changed.is_empty() {
+                true => Ok(0),
+                false => shared.publish(&changed).map(|()| changed.len()).map_err(RbacError::Storage),
+            })
+            // Reachable at all (the epoch is read, and set when Redis lost its data)?
+            .and_then(|n| shared.read(&[]).map(|_| n).map_err(RbacError::Storage));
+        match published {
+            Ok(n) => {
+                self.verify_cache.reconciled_at.store(started, Ordering::Release);
+                self.verify_cache.shared_current.store(true, Ordering::Release);
+                Ok(n)
+            }
+            Err(e) => {
+                self.verify_cache.shared_current.store(false, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn first_two(values: &[u64]) -> [u64; 2] {
+    [values.first().copied().unwrap_or(0), values.get(1).copied().unwrap_or(0)]
+}
+
+fn not_found() -> Verification {
+    Verification { code: VerifyCode::NotFound, key: None, permissions: Vec::new(), roles: Vec::new() }
+}
+
+/// The key whose secret hashes to `hash`, with its permissions (direct and through roles)
+/// and roles, in one snapshot.
+fn load_snapshot(tx: &mut dyn RbacTx, hash: &str) -> Result<Option<KeySnapshot>, RbacError> {
+    let Some(key) = tx.key_by_hash(hash)? else { return Ok(None) };
+    let mut roles = tx.key_entities(EntityKind::Role, &key.id)?;
+    let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
+    // Direct and through roles, each once; a BTreeSet's order is byte order.
+    let permissions: Vec<String> = tx
+        .key_entities(EntityKind::Permission, &key.id)?
+        .into_iter()
+        .chain(if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? })
+        .map(|p| p.name)
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .collect();
+    sort_by_name(&mut roles);
+    Ok(Some(KeySnapshot { key, permissions, roles: roles.into_iter().map(|r| r.name).collect() }))
+}
+
+/// The verification of a snapshot at `now`, within `scope`, against `query`.
+fn answer(
+    entry: &VerifyEntry,
+    scope: &VerifyScope<'_>,
+    query: Option<&PermissionQuery>,
+    now: i64,
+) -> Verification {
+    let Some(s) = entry.snapshot.as_ref().filter(|s| scope.admits(&s.key)) else { return not_found() };
+    let holds = |p: &str| s.permissions.binary_search_by(|held| held.as_str().cmp(p)).is_ok();
+    let code = if !s.key.enabled {
+        VerifyCode::Disabled
+    } else if s.key.expires.is_some_and(|e| e <= now) {
+        VerifyCode::Expired
+    } else if query.is_some_and(|q| !q.satisfied_by(&holds)) {
+        VerifyCode::InsufficientPermissions
+    } else {
+        VerifyCode::Valid
+    };
+    Verification {
+        code,
+        key: Some(s.key.clone()),
+        permissions: s.permissions.clone(),
+        roles: s.roles.clone(),
+    }
+}

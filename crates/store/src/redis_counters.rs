@@ -1,0 +1,75 @@
+//! Change counters in Redis (`keygate_rbac::SharedCounters`): the database's counter values,
+//! published by each writer after its commit, read by every instance in one round trip.
+//!
+//! Keys: `<prefix>{cc}:<counter name>` and `<prefix>{cc}:epoch` (one hash slot, so one
+//! script reads them all). The epoch is a random number the first reader sets when it finds
+//! none: after Redis lost its data (a restart without persistence) it differs, so no answer
+//! cached under the old values can match again. Within one epoch a counter only rises
+//! (publishing never lowers one), so a changed counter never reads as the value an answer was
+//! tagged with. Counters have no expiry: Redis must not evict them (`noeviction`, or a
+//! `volatile-*` policy, which evicts only keys with an expiry).
+
+use crate::RedisStore;
+use keygate_rbac::{SharedCounters, StorageError};
+
+/// Reads the epoch (setting `ARGV[1]` when there is none) and the counters of `KEYS[2..]`.
+const READ: &str = r"
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  redis.call('SET', KEYS[1], ARGV[1])
+  epoch = ARGV[1]
+end
+local out = {epoch}
+for i = 2, #KEYS do
+  out[i] = redis.call('GET', KEYS[i]) or '0'
+end
+return out
+";
+
+/// Raises each counter of `KEYS` to its value in `ARGV`, never lowering one.
+const PUBLISH: &str = r"
+for i = 1, #KEYS do
+  local current = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tonumber(ARGV[i]) > current then
+    redis.call('SET', KEYS[i], ARGV[i])
+  end
+end
+return #KEYS
+";
+
+impl RedisStore {
+    fn counter_key(&self, name: &str) -> String {
+        format!("{}{{cc}}:{name}", self.prefix())
+    }
+}
+
+fn unavailable(e: keygate_ratelimit::StoreError) -> StorageError {
+    StorageError::Unavailable(e.to_string())
+}
+
+impl SharedCounters for RedisStore {
+    fn read(&self, names: &[String]) -> Result<(u64, Vec<u64>), StorageError> {
+        let script = redis::Script::new(READ);
+        // Never 0 or 1 (the tags of local and database counters).
+        let fresh_epoch = rand::random::<u64>() | 2;
+        let mut invocation = script.key(self.counter_key("epoch"));
+        for n in names {
+            invocation.key(self.counter_key(n));
+        }
+        invocation.arg(fresh_epoch);
+        let out: Vec<u64> = self.with_conn(|c| invocation.invoke(c)).map_err(unavailable)?;
+        match out.split_first() {
+            Some((epoch, values)) if values.len() == names.len() => Ok((*epoch, values.to_vec())),
+            _ => Err(StorageError::Unavailable("Redis: unexpected counters answer".into())),
+        }
+    }
+
+    fn publish(&self, changes: &[(String, u64)]) -> Result<(), StorageError> {
+        let script = redis::Script::new(PUBLISH);
+        let mut invocation = script.prepare_invoke();
+        for (name, value) in changes {
+            invocation.key(self.counter_key(name)).arg(*value);
+        }
+        self.with_conn(|c| invocation.invoke::<u64>(c)).map(drop).map_err(unavailable)
+    }
+}

@@ -1,0 +1,89 @@
+//! The verification cache at the service level (issue 18): its bounds, and the change
+//! counters of writes made by another process on the same database.
+#![allow(clippy::unwrap_used)]
+
+use keygate_domain::{ManualClock, secret_digest};
+use keygate_rbac::counters::{Scope, creation_shard};
+use keygate_rbac::{RbacService, RbacStore, VerifyCode, VerifyScope};
+use keygate_store::testing::TestDb;
+use keygate_store::{PoolSettings, SqlStore};
+use std::sync::Arc;
+
+fn service(db: &TestDb) -> RbacService<SqlStore> {
+    let store = SqlStore::open(&db.url, PoolSettings::default()).unwrap();
+    RbacService::new(store, Arc::new(ManualClock::new(1_800_000_000_000)))
+}
+
+const ANY: VerifyScope<'static> = VerifyScope { workspace_id: None, api_id: None };
+
+fn code(rbac: &RbacService<SqlStore>, secret: &str) -> VerifyCode {
+    rbac.verify_key(secret, &ANY, None).unwrap().code
+}
+
+#[test]
+fn random_unknown_keys_do_not_evict_valid_keys() {
+    let db = TestDb::fresh();
+    let rbac = service(&db);
+    let ws = rbac.create_workspace("w").unwrap();
+    let secrets: Vec<String> =
+        (0..1_000).map(|_| rbac.create_key(&ws.id, None).unwrap().1.expose().to_string()).collect();
+    for s in &secrets {
+        assert_eq!(code(&rbac, s), VerifyCode::Valid);
+    }
+    // 100k distinct unknown secrets, each verified once, the valid keys used between them.
+    for i in 0..100_000 {
+        assert_eq!(code(&rbac, &format!("kg_unknown_{i:08}")), VerifyCode::NotFound);
+        if i % 100 == 0 {
+            assert_eq!(code(&rbac, &secrets[(i / 100) % secrets.len()]), VerifyCode::Valid);
+        }
+    }
+    let before = rbac.verify_loads();
+    for s in &secrets {
+        assert_eq!(code(&rbac, s), VerifyCode::Valid);
+    }
+    let loads = rbac.verify_loads() - before;
+    assert!(loads * 100 <= secrets.len() as u64, "{loads} of {} valid keys were read again", secrets.len());
+}
+
+#[test]
+fn writes_of_another_process_apply_after_a_poll() {
+    let db = TestDb::fresh();
+    // `server` caches; `cli` writes the same database, as the admin CLI does.
+    let (server, cli) = (service(&db), service(&db));
+    server.poll_changes().unwrap();
+    let ws = cli.create_workspace("w").unwrap();
+    let (key, secret) = cli.create_key(&ws.id, None).unwrap();
+    let secret = secret.expose().to_string();
+    assert_eq!(code(&server, &secret), VerifyCode::Valid);
+    assert_eq!(code(&server, &secret), VerifyCode::Valid);
+    let loads = server.verify_loads();
+    assert_eq!(code(&server, &secret), VerifyCode::Valid);
+    assert_eq!(server.verify_loads(), loads, "answered from the cache");
+
+    cli.delete_key_admin(&key.id).unwrap();
+    assert!(server.poll_changes().unwrap() >= 1);
+    assert_eq!(code(&server, &secret), VerifyCode::NotFound);
+
+    // A cached "not found" ends when a key is created in its shard.
+    let unknown = "kg_not_yet_0123456789abcdef";
+    assert_eq!(code(&server, unknown), VerifyCode::NotFound);
+    let loads = server.verify_loads();
+    assert_eq!(code(&server, unknown), VerifyCode::NotFound);
+    assert_eq!(server.verify_loads(), loads, "answered from the cache");
+    let shard = Scope::KeysCreated(creation_shard(&secret_digest(unknown))).name();
+    cli.store().transaction(|tx| Ok(tx.bump_counters(&[shard.clone()], 0)?)).unwrap();
+    server.poll_changes().unwrap();
+    assert_eq!(code(&server, unknown), VerifyCode::NotFound);
+    assert_eq!(server.verify_loads(), loads + 1, "read again after a creation in its shard");
+}
+
+#[test]
+fn creating_a_key_bumps_its_creation_shard() {
+    let db = TestDb::fresh();
+    let rbac = service(&db);
+    let ws = rbac.create_workspace("w").unwrap();
+    let (_, secret) = rbac.create_key(&ws.id, None).unwrap();
+    let shard = Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))).name();
+    let value = rbac.store().read(|tx| Ok(tx.counters(&[shard.clone()])?)).unwrap();
+    assert_eq!(value, vec![1]);
+}

@@ -1,0 +1,220 @@
+//! keys.verifyKey's cache (issue 18): every change applies to the next verification, on
+//! the instance that made it and on every other one.
+#![allow(clippy::unwrap_used)]
+
+use keygate_store::testing::TestDb;
+use keygate_tests::TestServer;
+use keygate_tests::proxy::CuttableProxy;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const VERIFY: &str = "/v1/keys.verifyKey";
+
+/// The verification of `secret` (asking for `query` when given): (code, permissions, roles).
+fn verify(s: &TestServer, secret: &str, query: Option<&str>) -> (String, Vec<String>, Vec<String>) {
+    let mut body = json!({"key": secret});
+    if let Some(q) = query {
+        body["authorization"] = json!({"permissions": q});
+    }
+    let r = s.request(s.client.post(s.url(VERIFY)).json(&body));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap().to_string()).collect()).unwrap_or_default()
+    };
+    (r.json["code"].as_str().unwrap().to_string(), names(&r.json["permissions"]), names(&r.json["roles"]))
+}
+
+fn ok(s: &TestServer, path: &str, body: Value) -> Value {
+    let r = s.post(path, &body);
+    assert_eq!(r.status, 200, "{path}: {}", r.text);
+    r.json
+}
+
+fn create_key(s: &TestServer, body: Value) -> (String, String) {
+    let r = ok(s, "/v1/keys.createKey", body);
+    (r["keyId"].as_str().unwrap().to_string(), r["key"].as_str().unwrap().to_string())
+}
+
+fn role(s: &TestServer, name: &str) -> String {
+    ok(s, "/v1/permissions.createRole", json!({"name": name}))["roleId"].as_str().unwrap().to_string()
+}
+
+fn permission_id(s: &TestServer, name: &str) -> String {
+    let r = s.request(s.client.get(s.url("/v1/permissions.listPermissions")).bearer_auth(&s.root_key));
+    let all = r.json.as_array().unwrap().clone();
+    all.iter().find(|p| p["name"] == name).unwrap()["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_change_applies_to_the_next_verification() {
+    let s = TestServer::start();
+    let editor = role(&s, "editor");
+    ok(
+        &s,
+        "/v1/permissions.addPermissionsToRole",
+        json!({"roleId": editor, "permissions": [{"name": "r.one"}]}),
+    );
+    let (key, secret) = create_key(&s, json!({"permissions": ["k.one"], "roles": ["editor"]}));
+    let strings = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let perms = |s: &TestServer| verify(s, &secret, None).1;
+    // Warm: the second answer comes from the cache.
+    for _ in 0..2 {
+        assert_eq!(
+            verify(&s, &secret, None),
+            ("VALID".into(), strings(&["k.one", "r.one"]), strings(&["editor"]))
+        );
+    }
+
+    // A key's own permissions.
+    ok(&s, "/v1/keys.addPermissions", json!({"keyId": key, "permissions": [{"name": "k.two"}]}));
+    assert_eq!(verify(&s, &secret, Some("k.two")).0, "VALID");
+    ok(&s, "/v1/keys.removePermissions", json!({"keyId": key, "permissions": [{"name": "k.two"}]}));
+    assert_eq!(verify(&s, &secret, Some("k.two")).0, "INSUFFICIENT_PERMISSIONS");
+    ok(&s, "/v1/keys.setPermissions", json!({"keyId": key, "permissions": [{"name": "k.three"}]}));
+    assert_eq!(perms(&s), strings(&["k.three", "r.one"]));
+
+    // A role's permissions reach the key through it.
+    ok(
+        &s,
+        "/v1/permissions.addPermissionsToRole",
+        json!({"roleId": editor, "permissions": [{"name": "r.two"}]}),
+    );
+    assert_eq!(perms(&s), strings(&["k.three", "r.one", "r.two"]));
+    ok(
+        &s,
+        "/v1/permissions.setRolePermissions",
+        json!({"roleId": editor, "permissions": [{"name": "r.three"}]}),
+    );
+    assert_eq!(perms(&s), strings(&["k.three", "r.three"]));
+    ok(
+        &s,
+        "/v1/permissions.removePermissionsFromRole",
+        json!({"roleId": editor, "permissions": [{"name": "r.three"}]}),
+    );
+    assert_eq!(perms(&s), strings(&["k.three"]));
+
+    // The key's roles.
+    let admin = role(&s, "admin");
+    ok(
+        &s,
+        "/v1/permissions.addPermissionsToRole",
+        json!({"roleId": admin, "permissions": [{"name": "a.one"}]}),
+    );
+    ok(&s, "/v1/keys.addRoles", json!({"keyId": key, "roles": [{"name": "admin"}]}));
+    assert_eq!(
+        verify(&s, &secret, None),
+        ("VALID".into(), strings(&["a.one", "k.three"]), strings(&["admin", "editor"]))
+    );
+    ok(&s, "/v1/keys.setRoles", json!({"keyId": key, "roles": [{"name": "editor"}]}));
+    assert_eq!(verify(&s, &secret, None).2, strings(&["editor"]));
+    ok(&s, "/v1/keys.removeRoles", json!({"keyId": key, "roles": [{"name": "editor"}]}));
+    assert_eq!(verify(&s, &secret, None).2, Vec::<String>::new());
+
+    // Deleting a permission or a role takes it from every key.
+    ok(&s, "/v1/permissions.deletePermission", json!({"permissionId": permission_id(&s, "k.three")}));
+    assert_eq!(perms(&s), Vec::<String>::new());
+    ok(&s, "/v1/keys.addRoles", json!({"keyId": key, "roles": [{"name": "admin"}]}));
+    assert_eq!(perms(&s), strings(&["a.one"]));
+    ok(&s, "/v1/permissions.deleteRole", json!({"roleId": admin}));
+    assert_eq!(verify(&s, &secret, None), ("VALID".into(), vec![], vec![]));
+
+    // Deleting the key.
+    ok(&s, "/v1/keys.deleteKey", json!({"keyId": key}));
+    assert_eq!(verify(&s, &secret, None).0, "NOT_FOUND");
+    assert_eq!(verify(&s, &secret, None).0, "NOT_FOUND");
+}
+
+#[test]
+fn expiry_is_checked_when_the_cached_answer_is_read() {
+    let s = TestServer::start();
+    let expires = keygate_domain::Clock::now_ms(&s.clock) + 1_000;
+    let (_, secret) = create_key(&s, json!({"expires": expires}));
+    assert_eq!(verify(&s, &secret, None).0, "VALID");
+    assert_eq!(verify(&s, &secret, None).0, "VALID");
+    s.clock.advance(1_000);
+    assert_eq!(verify(&s, &secret, None).0, "EXPIRED");
+    let (_, disabled) = create_key(&s, json!({"enabled": false}));
+    assert_eq!(verify(&s, &disabled, None).0, "DISABLED");
+}
+
+#[test]
+fn the_cache_can_be_turned_off() {
+    let db = Arc::new(TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.verify_cache = false;
+    let s = TestServer::start_with(config, db);
+    let (key, secret) = create_key(&s, json!({"permissions": ["p"]}));
+    assert_eq!(verify(&s, &secret, Some("p")).0, "VALID");
+    ok(&s, "/v1/keys.setPermissions", json!({"keyId": key, "permissions": []}));
+    assert_eq!(verify(&s, &secret, Some("p")).0, "INSUFFICIENT_PERMISSIONS");
+}
+
+/// The Redis the scale-out tests use; they need PostgreSQL too.
+fn scale_out() -> String {
+    let pg = std::env::var(keygate_store::testing::POSTGRES_ENV).ok();
+    let redis = keygate_store::testing::redis_url();
+    assert!(pg.is_some(), "set {} (PostgreSQL) for this test", keygate_store::testing::POSTGRES_ENV);
+    redis.expect("set KEYGATE_TEST_REDIS_URL (Redis) for this test")
+}
+
+/// Write through A, verify through B right after A answered: never stale.
+fn write_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
+    let (key, secret) = create_key(a, json!({"permissions": ["p.0"]}));
+    assert_eq!(verify(b, &secret, Some("p.0")).0, "VALID");
+    for i in 1..=rounds {
+        ok(a, "/v1/keys.setPermissions", json!({"keyId": key, "permissions": [{"name": format!("p.{i}")}]}));
+        let (code, perms, _) = verify(b, &secret, Some(&format!("p.{i}")));
+        assert_eq!((code.as_str(), perms), ("VALID", vec![format!("p.{i}")]), "round {i}");
+    }
+    ok(a, "/v1/keys.deleteKey", json!({"keyId": key}));
+    assert_eq!(verify(b, &secret, None).0, "NOT_FOUND");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+fn a_change_through_one_instance_applies_to_the_next_verification_on_another() {
+    scale_out();
+    let db = Arc::new(TestDb::fresh());
+    let (a, b) = (TestServer::start_on(db.clone()), TestServer::start_on(db));
+    write_on_a_verify_on_b(&a, &b, 100);
+    write_on_a_verify_on_b(&b, &a, 20);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+fn verifications_stay_current_while_redis_is_down_and_after_it_returns() {
+    let url = scale_out();
+    let target = {
+        use std::net::ToSocketAddrs;
+        let host = url.trim_start_matches("redis://").split('/').next().unwrap();
+        host.rsplit('@').next().unwrap().to_socket_addrs().unwrap().next().unwrap()
+    };
+    let proxy = CuttableProxy::start(target).unwrap();
+    let db = Arc::new(TestDb::fresh());
+    let on_proxy = |db: &Arc<TestDb>| {
+        let mut config = TestServer::config(&db.url);
+        config.redis_url = Some(format!("redis://{}", proxy.addr));
+        config.redis.connect_timeout = Duration::from_millis(300);
+        config.redis.io_timeout = Duration::from_millis(300);
+        TestServer::start_with(config, db.clone())
+    };
+    let (a, b) = (on_proxy(&db), on_proxy(&db));
+    write_on_a_verify_on_b(&a, &b, 10);
+
+    // Redis goes away: the database's counters answer.
+    proxy.cut();
+    write_on_a_verify_on_b(&a, &b, 10);
+
+    // Redis returns: once each instance has reconciled (1 s), they read it again, and what
+    // changed meanwhile is there.
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.state.rbac.reconcile_shared_counters().is_err()
+        || b.state.rbac.reconcile_shared_counters().is_err()
+    {
+        assert!(Instant::now() < deadline, "Redis did not come back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    write_on_a_verify_on_b(&a, &b, 20);
+}
