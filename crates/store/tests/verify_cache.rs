@@ -71,7 +71,7 @@ fn writes_of_another_process_apply_after_a_poll() {
     assert_eq!(code(&server, unknown), VerifyCode::NotFound);
     assert_eq!(server.verify_loads(), loads, "answered from the cache");
     let shard = Scope::KeysCreated(creation_shard(&secret_digest(unknown))).name();
-    cli.store().transaction(|tx| Ok(tx.bump_counters(&[shard.clone()], 0)?)).unwrap();
+    cli.store().transaction(|tx| Ok(tx.bump_counters(std::slice::from_ref(&shard), 0)?)).unwrap();
     server.poll_changes().unwrap();
     assert_eq!(code(&server, unknown), VerifyCode::NotFound);
     assert_eq!(server.verify_loads(), loads + 1, "read again after a creation in its shard");
@@ -84,6 +84,6 @@ fn creating_a_key_bumps_its_creation_shard() {
     let ws = rbac.create_workspace("w").unwrap();
     let (_, secret) = rbac.create_key(&ws.id, None).unwrap();
     let shard = Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))).name();
-    let value = rbac.store().read(|tx| Ok(tx.counters(&[shard.clone()])?)).unwrap();
+    let value = rbac.store().read(|tx| Ok(tx.counters(std::slice::from_ref(&shard))?)).unwrap();
     assert_eq!(value, vec![1]);
 }
