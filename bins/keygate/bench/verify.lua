@@ -1,16 +1,21 @@
--- wrk script: POST /v1/keys.verifyKey for one key with a one-permission query.
--- KEY comes from the environment (a key holding documents.read; see docs/performance.md).
-local key = os.getenv("KEY") or "none"
-local body = string.format('{"key":"%s","authorization":{"permissions":{"and":["documents.read"]}}}', key)
-local req
+-- wrk script: POST /v1/keys.verifyKey over the keys in KEYS_FILE (one secret per line, each
+-- holding documents.read), in rotation, with a one-permission query (verify-limit.sh checks
+-- that the keys verify VALID before it measures).
+local requests = {}
+local n = 0
 
-function init()
-  -- Built here, not at load time: wrk sets the Host header only once the script is loaded.
-  req = wrk.format("POST", "/v1/keys.verifyKey", { ["Content-Type"] = "application/json" }, body)
+function init(args)
+  for key in io.lines(os.getenv("KEYS_FILE")) do
+    n = n + 1
+    local body = string.format('{"key":"%s","authorization":{"permissions":{"and":["documents.read"]}}}', key)
+    requests[n] = wrk.format("POST", "/v1/keys.verifyKey", { ["Content-Type"] = "application/json" }, body)
+  end
 end
 
+local i = 0
 function request()
-  return req
+  i = (i % n) + 1
+  return requests[i]
 end
 
 function done(summary, latency, requests)

@@ -145,6 +145,8 @@ pub trait CounterTx {
     fn counters_since(&mut self, seq: i64) -> R<(Vec<(String, u64)>, i64)>;
     /// The counters changed at or after `at` (Unix ms).
     fn counters_changed_since(&mut self, at: i64) -> R<Vec<(String, u64)>>;
+    /// The root keys' counters (`rk:<id>` and `rk-created`): one per revoked root key.
+    fn root_key_counters(&mut self) -> R<Vec<(String, u64)>>;
 }
 
 /// Everything a transaction offers: what the service's closures receive.

@@ -57,6 +57,9 @@ pub(crate) struct VerifyCache {
     /// again after any call to the shared store failed; meanwhile the database's counters
     /// are read.
     shared_current: AtomicBool,
+    /// Store and shared counters: the root keys' counters as the last poll found them
+    /// (`None`: not polled yet).
+    root_keys_seen: parking_lot::Mutex<Option<HashMap<String, u64>>>,
     /// Verifications that read the store (a miss, a stale entry, or the cache off).
     loads: std::sync::atomic::AtomicU64,
     /// Shared counters: the time (ms) the last successful reconciliation started; the next
@@ -83,6 +86,7 @@ impl VerifyCache {
             polled_seq: AtomicI64::new(-1),
             shared_current: AtomicBool::new(false),
             loads: Default::default(),
+            root_keys_seen: parking_lot::Mutex::new(None),
             reconciled_at: AtomicI64::new(-1),
         }
     }
@@ -279,20 +283,48 @@ impl<S: RbacStore> RbacService<S> {
         self.verify_cache.loads.load(Ordering::Relaxed)
     }
 
-    /// Local counters: applies the counters other processes bumped since the last call
-    /// (the admin CLI writing the same SQLite file). The server calls it once before it
-    /// serves (which only notes where the database stands) and then every 50 ms.
+    /// Notices the writes of other processes: with local counters, every counter bumped
+    /// since the last call (the admin CLI writing the same SQLite file); with any source, the
+    /// root keys revoked (or created) elsewhere, whose cached authentications it drops. The
+    /// server calls it once before it serves (which only notes where the database stands)
+    /// and then every 50 ms. Returns how many counters changed.
     pub fn poll_changes(&self) -> Result<usize, RbacError> {
-        let CounterSource::Local(local) = &self.counters else { return Ok(0) };
-        let since = self.verify_cache.polled_seq.load(Ordering::Acquire);
-        if since < 0 {
-            let seq = self.store.read(|tx| Ok(tx.counters_seq()?))?;
-            self.verify_cache.polled_seq.store(seq, Ordering::Release);
-            return Ok(0);
+        let changed = match &self.counters {
+            CounterSource::Local(local) => {
+                let since = self.verify_cache.polled_seq.load(Ordering::Acquire);
+                if since < 0 {
+                    let seq = self.store.read(|tx| Ok(tx.counters_seq()?))?;
+                    self.verify_cache.polled_seq.store(seq, Ordering::Release);
+                    return Ok(0);
+                }
+                let (changed, last) = self.store.read(|tx| Ok(tx.counters_since(since)?))?;
+                local.bump_names(changed.iter().map(|(name, _)| name.as_str()));
+                self.verify_cache.polled_seq.store(last, Ordering::Release);
+                changed
+            }
+            CounterSource::Store | CounterSource::Shared(_) => {
+                let now: HashMap<String, u64> =
+                    self.store.read(|tx| Ok(tx.root_key_counters()?))?.into_iter().collect();
+                let mut seen = self.verify_cache.root_keys_seen.lock();
+                let changed = match seen.as_ref() {
+                    None => Vec::new(),
+                    Some(before) => now
+                        .iter()
+                        .filter(|(n, v)| before.get(*n) != Some(v))
+                        .map(|(n, v)| (n.clone(), *v))
+                        .collect(),
+                };
+                *seen = Some(now);
+                changed
+            }
+        };
+        for (name, _) in &changed {
+            if let Some(id) = name.strip_prefix("rk:") {
+                self.auth.evict_root_key(id);
+            } else if name == "rk-created" {
+                self.auth.evict_where(Option::is_none);
+            }
         }
-        let (changed, last) = self.store.read(|tx| Ok(tx.counters_since(since)?))?;
-        local.bump_names(changed.iter().map(|(name, _)| name.as_str()));
-        self.verify_cache.polled_seq.store(last, Ordering::Release);
         Ok(changed.len())
     }
 

@@ -54,6 +54,17 @@ impl CounterTx for DieselTx<'_> {
         Ok((rows.into_iter().map(|(n, v, _)| (n, v.max(0) as u64)).collect(), last))
     }
 
+    fn root_key_counters(&mut self) -> R<Vec<(String, u64)>> {
+        use change_counters as cc;
+        // "rk:<id>" and "rk-created": the primary key's range of names starting "rk".
+        let rows: Vec<(String, i64)> = cc::table
+            .filter(cc::scope.ge("rk").and(cc::scope.lt("rl")))
+            .select((cc::scope, cc::value))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(|(n, v)| (n, v.max(0) as u64)).collect())
+    }
+
     fn counters_changed_since(&mut self, at: i64) -> R<Vec<(String, u64)>> {
         use change_counters as cc;
         let rows: Vec<(String, i64)> = cc::table
