@@ -292,3 +292,12 @@ pub fn set_body(key: &str, permissions: Value) -> Value {
 pub fn roles_body(key: &str, roles: Value) -> Value {
     json!({ "keyId": key, "roles": roles })
 }
+
+/// The socket address a `redis://[user:password@]host:port[/db]` URL points at (to put a
+/// proxy in front of it).
+pub fn redis_addr(url: &str) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let host = url.trim_start_matches("redis://").split('/').next().unwrap_or_default();
+    let host = host.rsplit('@').next().unwrap_or_default();
+    host.to_socket_addrs().ok().and_then(|mut a| a.next()).unwrap_or_else(|| panic!("no address in {url}"))
+}

@@ -107,13 +107,7 @@ fn unreachable_redis_with_fail_open_passes_every_request() {
 #[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
 fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
     let url = test_redis();
-    let target = {
-        use std::net::ToSocketAddrs;
-        let host = url.trim_start_matches("redis://").split('/').next().unwrap();
-        let host = host.rsplit('@').next().unwrap();
-        host.to_socket_addrs().unwrap().next().unwrap()
-    };
-    let proxy = CuttableProxy::start(target).unwrap();
+    let proxy = CuttableProxy::start(keygate_tests::redis_addr(&url)).unwrap();
     let s = on_redis(Arc::new(TestDb::fresh()), &format!("redis://{}", proxy.addr), false);
     let body = json!({"identifier": "u", "limit": 5, "duration": 60_000});
     assert_eq!(s.limit(body.clone()).json["remaining"], 4);

@@ -185,12 +185,7 @@ fn a_change_through_one_instance_applies_to_the_next_verification_on_another() {
 #[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
 fn verifications_stay_current_while_redis_is_down_and_after_it_returns() {
     let url = scale_out();
-    let target = {
-        use std::net::ToSocketAddrs;
-        let host = url.trim_start_matches("redis://").split('/').next().unwrap();
-        host.rsplit('@').next().unwrap().to_socket_addrs().unwrap().next().unwrap()
-    };
-    let proxy = CuttableProxy::start(target).unwrap();
+    let proxy = CuttableProxy::start(keygate_tests::redis_addr(&url)).unwrap();
     let db = Arc::new(TestDb::fresh());
     let on_proxy = |db: &Arc<TestDb>| {
         let mut config = TestServer::config(&db.url);
