@@ -23,7 +23,7 @@ pub use overrides::{
     validate_pattern,
 };
 pub use service::{
-    AUTH_CACHE_TTL_MS, MAX_CACHED_KEYS, MAX_CACHED_UNKNOWN_KEYS, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS,
-    MAX_OVERRIDES_PER_NAMESPACE, OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
+    AUTH_CACHE_TTL_MS, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_KEY_META_BYTES,
+    MAX_KEY_PREFIX_CHARS, MAX_OVERRIDES_PER_NAMESPACE, OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -14,7 +14,7 @@ mod verify;
 
 use links::*;
 use verify::VerifyCache;
-pub use verify::{MAX_CACHED_KEYS, MAX_CACHED_UNKNOWN_KEYS};
+pub use verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
 
 use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
 use crate::counters::{Scope, creation_shard};

@@ -7,8 +7,10 @@ use super::*;
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-/// Bound on cached keys (keys that exist: their number is the store's, not the caller's).
-pub const MAX_CACHED_KEYS: u64 = 1_000_000;
+/// Bound on the cached keys' snapshots, in bytes (approximate: strings and their headers):
+/// about a million keys of a few permissions each. Keys that exist only: their number is
+/// the store's, not the caller's.
+pub const MAX_CACHED_KEY_BYTES: u64 = 256 << 20;
 /// Bound on cached "no such key" answers, apart from the keys: random secrets fill only
 /// this cache, so they never evict a real key's entry, and each costs at most one store
 /// read until key creation in its shard ends it.
@@ -32,6 +34,24 @@ pub(crate) struct VerifyEntry {
 }
 
 impl VerifyEntry {
+    /// Roughly the bytes it holds, for the cache's bound.
+    fn weight(&self) -> u32 {
+        let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
+        let size = 128
+            + self.snapshot.as_ref().map_or(0, |s| {
+                let k = &s.key;
+                k.id.len()
+                    + k.workspace_id.len()
+                    + k.start.len()
+                    + k.api_id.as_ref().map_or(0, String::len)
+                    + k.name.as_ref().map_or(0, String::len)
+                    + k.meta.as_ref().map_or(0, String::len)
+                    + strings(&s.permissions)
+                    + strings(&s.roles)
+            });
+        u32::try_from(size).unwrap_or(u32::MAX)
+    }
+
     /// The scopes whose counters decide whether this entry is current.
     fn scopes<'a>(&'a self, digest: &cache::Digest) -> ([Scope<'a>; 2], usize) {
         match &self.snapshot {
@@ -81,7 +101,10 @@ impl VerifyCache {
     pub(crate) fn new(enabled: bool) -> Self {
         Self {
             enabled,
-            found: moka::sync::Cache::new(MAX_CACHED_KEYS),
+            found: moka::sync::Cache::builder()
+                .max_capacity(MAX_CACHED_KEY_BYTES)
+                .weigher(|_, entry: &Arc<VerifyEntry>| entry.weight())
+                .build(),
             unknown: moka::sync::Cache::new(MAX_CACHED_UNKNOWN_KEYS),
             polled_seq: AtomicI64::new(-1),
             shared_current: AtomicBool::new(false),
