@@ -182,3 +182,28 @@ fn a_stale_overrides_epoch_decides_nothing() {
         Checked::Decided(_)
     ));
 }
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn change_counters_only_rise_and_a_lost_epoch_is_a_new_one() {
+    use keygate_rbac::SharedCounters;
+    let prefix = redis_test_prefix();
+    let redis = store(&prefix);
+    let names = ["key:a".to_string(), "ws:w".to_string()];
+    let (epoch, values) = redis.read(&names).unwrap();
+    assert!(epoch >= 2, "never the local or database tag");
+    assert_eq!(values, vec![0, 0], "absent counters read 0");
+    redis.publish(&[("key:a".into(), 5), ("ws:w".into(), 2)]).unwrap();
+    assert_eq!(redis.read(&names).unwrap(), (epoch, vec![5, 2]));
+    redis.publish(&[("key:a".into(), 3)]).unwrap();
+    assert_eq!(redis.read(&names).unwrap().1, vec![5, 2], "publishing never lowers a counter");
+    // Redis loses its data (a restart without persistence): a new epoch, so no answer
+    // cached under the old values can match again.
+    let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}{{cc}}:*")).query(&mut conn).unwrap();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+    let (after, values) = redis.read(&names).unwrap();
+    assert_ne!(after, epoch);
+    assert_eq!(values, vec![0, 0]);
+}
