@@ -13,7 +13,7 @@ use crate::RedisStore;
 use keygate_rbac::{SharedCounters, StorageError};
 
 /// Reads the epoch (setting `ARGV[1]` when there is none) and the counters of `KEYS[2..]`.
-const READ: &str = r"
+pub(crate) const READ: &str = r"
 local epoch = redis.call('GET', KEYS[1])
 if not epoch then
   redis.call('SET', KEYS[1], ARGV[1])
@@ -27,7 +27,7 @@ return out
 ";
 
 /// Raises each counter of `KEYS` to its value in `ARGV`, never lowering one.
-const PUBLISH: &str = r"
+pub(crate) const PUBLISH: &str = r"
 for i = 1, #KEYS do
   local current = tonumber(redis.call('GET', KEYS[i]) or '0')
   if tonumber(ARGV[i]) > current then
@@ -49,7 +49,7 @@ fn unavailable(e: keygate_ratelimit::StoreError) -> StorageError {
 
 impl SharedCounters for RedisStore {
     fn read(&self, names: &[String]) -> Result<(u64, Vec<u64>), StorageError> {
-        let script = redis::Script::new(READ);
+        let script = &self.counter_scripts().0;
         // Never 0 or 1 (the tags of local and database counters).
         let fresh_epoch = rand::random::<u64>() | 2;
         let mut invocation = script.key(self.counter_key("epoch"));
@@ -65,7 +65,7 @@ impl SharedCounters for RedisStore {
     }
 
     fn publish(&self, changes: &[(String, u64)]) -> Result<(), StorageError> {
-        let script = redis::Script::new(PUBLISH);
+        let script = &self.counter_scripts().1;
         let mut invocation = script.prepare_invoke();
         for (name, value) in changes {
             invocation.key(self.counter_key(name)).arg(*value);

@@ -158,6 +158,8 @@ impl r2d2::HandleError<redis::RedisError> for QuietErrors {
 pub struct RedisStore {
     pool: r2d2::Pool<Manager>,
     script: redis::Script,
+    /// The change counters' read and publish scripts (`redis_counters.rs`).
+    counter_scripts: (redis::Script, redis::Script),
     prefix: String,
     location: String,
     /// Until when calls fail fast (see [`BACKOFF`]).
@@ -191,6 +193,10 @@ impl RedisStore {
         Ok(Self {
             pool,
             script: redis::Script::new(DECIDE),
+            counter_scripts: (
+                redis::Script::new(crate::redis_counters::READ),
+                redis::Script::new(crate::redis_counters::PUBLISH),
+            ),
             prefix: settings.key_prefix,
             location,
             down_until: Mutex::new(None),
@@ -204,6 +210,10 @@ impl RedisStore {
 
     pub(crate) fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    pub(crate) fn counter_scripts(&self) -> &(redis::Script, redis::Script) {
+        &self.counter_scripts
     }
 
     fn key(&self, key: &BudgetKey<'_>, start: u64) -> Vec<u8> {
