@@ -213,3 +213,38 @@ fn verifications_stay_current_while_redis_is_down_and_after_it_returns() {
     }
     write_on_a_verify_on_b(&a, &b, 20);
 }
+
+/// A root key revoked through A is refused by B at B's very next request (every endpoint
+/// but the rate-limit hot path, which sees it at B's next 50 ms poll).
+fn revoked_on_a_refused_by_b_next(redis: bool) {
+    let db = Arc::new(TestDb::fresh());
+    let start = |db: &Arc<TestDb>| {
+        let mut config = TestServer::config(&db.url);
+        if !redis {
+            config.redis_url = None;
+        }
+        TestServer::start_with(config, db.clone())
+    };
+    let (a, b) = (start(&db), start(&db));
+    let (_, secret) = create_key(&a, json!({}));
+    for round in 0..20 {
+        let (rk, root) = a.state.rbac.create_root_key("default", &["*".to_string()]).unwrap();
+        let root = root.expose().to_string();
+        let list = || b.request(b.client.get(b.url("/v1/permissions.listPermissions")).bearer_auth(&root));
+        let verify_as =
+            || b.request(b.client.post(b.url(VERIFY)).bearer_auth(&root).json(&json!({"key": secret})));
+        assert_eq!(list().status, 200, "round {round}");
+        assert_eq!(verify_as().status, 200, "round {round}");
+        a.state.rbac.revoke_root_key(&rk.id).unwrap();
+        list().assert_error(401, "UNAUTHORIZED");
+        verify_as().assert_error(401, "UNAUTHORIZED");
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+fn a_root_key_revoked_on_one_instance_is_refused_by_another_at_its_next_request() {
+    scale_out();
+    revoked_on_a_refused_by_b_next(true);
+    revoked_on_a_refused_by_b_next(false);
+}

@@ -27,6 +27,8 @@ pub struct Principal {
     permissions: foldhash::HashSet<String>,
     /// Whether `permissions` holds `*` (asked on every request: kept, not looked up).
     wildcard: bool,
+    /// The root key's change counter when it was loaded (`None`: not loaded from a store).
+    tag: Option<crate::counters::Tag>,
 }
 
 impl Principal {
@@ -37,7 +39,17 @@ impl Principal {
     ) -> Self {
         let permissions: foldhash::HashSet<String> = permissions.into_iter().collect();
         let wildcard = permissions.contains("*");
-        Self { root_key_id, workspace_id, permissions, wildcard }
+        Self { root_key_id, workspace_id, permissions, wildcard, tag: None }
+    }
+
+    /// The principal as loaded under the root key's change counter `tag`.
+    pub(crate) fn loaded_under(mut self, tag: crate::counters::Tag) -> Self {
+        self.tag = Some(tag);
+        self
+    }
+
+    pub(crate) fn tag(&self) -> Option<crate::counters::Tag> {
+        self.tag
     }
 
     /// `*` or exactly `permission`; strings are compared literally.

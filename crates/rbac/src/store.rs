@@ -46,6 +46,8 @@ pub trait RootKeyTx {
     /// A root key that is not revoked.
     fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>>;
     fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>>;
+    /// Whether the root key exists and is not revoked.
+    fn root_key_active(&mut self, id: &str) -> R<bool>;
     /// Marks a root key revoked; false when there is no such (unrevoked) key.
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
 }

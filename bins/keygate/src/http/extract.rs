@@ -31,7 +31,7 @@ pub struct Authed<I, P = Arc<Principal>> {
 impl<I, P> Authed<I, P>
 where
     I: Send + 'static,
-    P: Send + 'static,
+    P: Caller + Send,
 {
     /// Runs a service operation with the caller and the input off the async workers (the
     /// store is blocking I/O); its error is answered through the one error mapping.
@@ -42,7 +42,14 @@ where
         T: Send + 'static,
     {
         let Self { principal, input, state } = self;
-        blocking(move || op(&state.rbac, &principal, input).map_err(Into::into)).await
+        blocking(move || {
+            // A root key revoked through another instance is refused at this request.
+            if let Some(p) = principal.principal() {
+                state.rbac.ensure_root_key_current(p)?;
+            }
+            op(&state.rbac, &principal, input).map_err(Into::into)
+        })
+        .await
     }
 }
 
@@ -74,10 +81,17 @@ pub trait Caller: Sized + 'static {
         req: &HttpRequest,
         state: &web::Data<AppState>,
     ) -> impl Future<Output = Result<Self, ApiError>>;
+
+    /// The root key that called, if any.
+    fn principal(&self) -> Option<&Principal>;
 }
 
 /// A root key is required (401 without a valid one).
 impl Caller for Arc<Principal> {
+    fn principal(&self) -> Option<&Principal> {
+        Some(self)
+    }
+
     async fn authenticate(req: &HttpRequest, state: &web::Data<AppState>) -> Result<Self, ApiError> {
         authenticate(req, state).await
     }
@@ -85,6 +99,10 @@ impl Caller for Arc<Principal> {
 
 /// A root key is optional (`keys.verifyKey`); one that is sent must be valid (401).
 impl Caller for Option<Arc<Principal>> {
+    fn principal(&self) -> Option<&Principal> {
+        self.as_deref()
+    }
+
     async fn authenticate(req: &HttpRequest, state: &web::Data<AppState>) -> Result<Self, ApiError> {
         match req.headers().contains_key(actix_web::http::header::AUTHORIZATION) {
             true => Ok(Some(authenticate(req, state).await?)),

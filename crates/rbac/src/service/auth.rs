@@ -31,6 +31,31 @@ impl<S: RbacStore> RbacService<S> {
         self.check_principal(self.load_root_key(&digest)?)
     }
 
+    /// Whether the root key behind `p` is still valid, for every request but the rate-limit
+    /// hot path: with counters in memory the cache is exact already (own revocations evict
+    /// at once, other processes' within the 50 ms poll); with counters in the database or
+    /// Redis, the root key's counter is read (one indexed read, or one round trip) and
+    /// compared with the one it was loaded under. When they differ the store says whether
+    /// the key is still active, and the cached entry is dropped so that the next request
+    /// loads it under the current counter. Runs on the blocking pool.
+    pub fn ensure_root_key_current(&self, p: &Principal) -> Result<(), RbacError> {
+        let (crate::counters::CounterSource::Store | crate::counters::CounterSource::Shared(_)) =
+            &self.counters
+        else {
+            return Ok(());
+        };
+        let Some(tag) = p.tag() else { return Ok(()) };
+        let id = p.root_key_id.as_str();
+        if self.read_counters(&[Scope::RootKey(id)])? == tag {
+            return Ok(());
+        }
+        self.auth.evict_root_key(id);
+        match self.store.read(|tx| Ok(tx.root_key_active(id)?))? {
+            true => Ok(()),
+            false => self.check_principal(None).map(drop),
+        }
+    }
+
     /// Reads a cached root key again (revoked or changed since?), for
     /// [`Self::authenticate_cached`]'s `refresh`.
     pub fn refresh_root_key(&self, token: &str) -> Result<(), RbacError> {
@@ -44,12 +69,28 @@ impl<S: RbacStore> RbacService<S> {
         let generation = self.auth.generation();
         let (now, age_origin) = (self.clock.now_ms(), self.clock.monotonic_ms());
         let hash = digest_hex(digest);
-        let found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
+        let mut found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
         if found.as_ref().is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64)) {
             self.auth.evict(digest);
             return Err(RbacError::Forbidden("the root key has expired".into()));
         }
-        let principal = found.map(|rk| Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)));
+        // The root key's counter, read after the key (its id is needed) and before the
+        // key is read again: a revocation committed around the first read is either seen
+        // by the second or bumps the counter past the tag.
+        let mut tag = None;
+        if let Some(rk) = &found {
+            tag = Some(self.read_counters(&[Scope::RootKey(&rk.id)])?);
+            if !self.store.read(|tx| Ok(tx.root_key_active(&rk.id)?))? {
+                found = None;
+            }
+        }
+        let principal = found.map(|rk| {
+            let p = Principal::new(rk.id, rk.workspace_id, rk.permissions);
+            Arc::new(match tag {
+                Some(tag) => p.loaded_under(tag),
+                None => p,
+            })
+        });
         self.auth.put(*digest, principal.clone(), age_origin, generation);
         Ok(principal)
     }

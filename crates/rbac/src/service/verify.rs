@@ -190,7 +190,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// The current values of `scopes` (at most two), from the configured source.
-    fn read_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
+    pub(super) fn read_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
         match &self.counters {
             CounterSource::Local(local) => Ok(local.read(scopes)),
             CounterSource::Store => self.store_counters(scopes),

@@ -32,6 +32,17 @@ impl RootKeyTx for DieselTx<'_> {
         row.map(root_key).transpose()
     }
 
+    fn root_key_active(&mut self, id: &str) -> R<bool> {
+        let found: Option<String> = root_keys::table
+            .filter(root_keys::id.eq(id))
+            .filter(root_keys::revoked_at.is_null())
+            .select(root_keys::id)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(found.is_some())
+    }
+
     fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>> {
         let rows: Vec<RootKeyRow> = root_keys::table
             .filter(root_keys::workspace_id.eq(workspace_id))
