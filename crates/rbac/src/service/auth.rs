@@ -74,11 +74,14 @@ impl<S: RbacStore> RbacService<S> {
             self.auth.evict(digest);
             return Err(RbacError::Forbidden("the root key has expired".into()));
         }
-        // The root key's counter, read after the key (its id is needed) and before the
-        // key is read again: a revocation committed around the first read is either seen
-        // by the second or bumps the counter past the tag.
+        // With counters in the database or Redis (checked per request by
+        // `ensure_root_key_current`): the root key's counter, read after the key (its id is
+        // needed) and before the key is read again, so a revocation committed around the
+        // first read is either seen by the second or bumps the counter past the tag. With
+        // counters in memory the poll's evictions keep the cache exact: no tag.
         let mut tag = None;
-        if let Some(rk) = &found {
+        let checked = !matches!(self.counters, crate::counters::CounterSource::Local(_));
+        if let Some(rk) = found.as_ref().filter(|_| checked) {
             tag = Some(self.read_counters(&[Scope::RootKey(&rk.id)])?);
             if !self.store.read(|tx| Ok(tx.root_key_active(&rk.id)?))? {
                 found = None;
