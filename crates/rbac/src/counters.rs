@@ -144,14 +144,7 @@ impl LocalCounters {
         Tag { source: SOURCE_LOCAL, values }
     }
 
-    /// After a commit that bumped `scopes`.
-    pub fn bump(&self, scopes: &[Scope<'_>]) {
-        for s in scopes {
-            self.slot(s).fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    /// Counters another process bumped (by name, as the database lists them).
+    /// Counters bumped (by name, as the database and the service's writes name them).
     pub fn bump_names<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
         for name in names {
             if let Some(slot) = self.slot_by_name(name) {
@@ -170,7 +163,7 @@ mod tests {
         let c = LocalCounters::default();
         let scopes = [Scope::Key("key_1"), Scope::Workspace("ws_1")];
         let before = c.read(&scopes);
-        c.bump(&[Scope::Key("key_1")]);
+        c.bump_names(["key:key_1"]);
         let after = c.read(&scopes);
         assert_ne!(before, after);
         assert_eq!(before.values[1], after.values[1]);
