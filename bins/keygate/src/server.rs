@@ -75,7 +75,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
         .max(1);
-    let pools = u64::from(config.pool.max_size) + u64::from(config.redis.max_size);
+    // Database and Redis pools, and each worker's asynchronous Redis connection.
+    let redis_conns = if redis.is_some() { u64::from(config.redis.max_size) + workers as u64 } else { 0 };
+    let pools = u64::from(config.pool.max_size) + redis_conns;
     let (cap, lowered) = connections::effective_cap(config.http.max_connections, pools);
     if let Some(why) = lowered {
         log::warn!("{why}");
@@ -85,6 +87,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let state = web::Data::new(AppState {
         rbac,
         limiter,
+        redis,
+        fail_open: config.ratelimit_fail_open,
         clock: clock.clone(),
         docs_base,
         loads: LoadGates::default(),

@@ -8,7 +8,7 @@ use crate::connections::Connections;
 use keygate_domain::Clock;
 use keygate_ratelimit::RateLimitStore;
 use keygate_rbac::RbacService;
-use keygate_store::SqlStore;
+use keygate_store::{RedisStore, SqlStore};
 use std::sync::Arc;
 
 /// Shared by every worker.
@@ -16,6 +16,11 @@ use std::sync::Arc;
 pub struct AppState {
     pub rbac: RbacService<SqlStore>,
     pub limiter: Arc<dyn RateLimitStore>,
+    /// The Redis store when `REDIS_URL` is set: `ratelimits.limit` decides through its
+    /// batched asynchronous path (`limiter` wraps the same store, for everything else).
+    pub redis: Option<Arc<RedisStore>>,
+    /// Pass requests when the shared store is unreachable (contract §5.12).
+    pub fail_open: bool,
     pub clock: Arc<dyn Clock>,
     pub docs_base: String,
     /// One store read per root key, namespace or overrides at a time (`ratelimits.limit`'s misses).

@@ -162,20 +162,20 @@ impl<S: RateLimitStore + ?Sized> RateLimitStore for std::sync::Arc<S> {
 #[derive(Debug)]
 pub struct FailOpen<S>(pub S);
 
-impl<S> FailOpen<S> {
-    fn pass(key: BudgetKey<'_>, req: LimitRequest, now_ms: u64, e: StoreError) -> Decision {
-        log::warn!(
-            "rate-limit store unavailable, failing open (namespace {}, identifier {:?}): {e}",
-            key.namespace_id,
-            key.identifier
-        );
-        fail_open_decision(req, now_ms)
-    }
+/// The answer when the store is unavailable and the operator chose to fail open: a pass
+/// ([`fail_open_decision`]), logged with why.
+pub fn pass_failing_open(key: BudgetKey<'_>, req: LimitRequest, now_ms: u64, e: &StoreError) -> Decision {
+    log::warn!(
+        "rate-limit store unavailable, failing open (namespace {}, identifier {:?}): {e}",
+        key.namespace_id,
+        key.identifier
+    );
+    fail_open_decision(req, now_ms)
 }
 
 impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
     fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
-        Ok(self.0.limit(key, req, now_ms).unwrap_or_else(|e| Self::pass(key, req, now_ms, e)))
+        Ok(self.0.limit(key, req, now_ms).unwrap_or_else(|e| pass_failing_open(key, req, now_ms, &e)))
     }
 
     fn limit_if_current(
@@ -188,7 +188,7 @@ impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
         Ok(self
             .0
             .limit_if_current(key, req, now_ms, overrides_epoch)
-            .unwrap_or_else(|e| Checked::Decided(Self::pass(key, req, now_ms, e))))
+            .unwrap_or_else(|e| Checked::Decided(pass_failing_open(key, req, now_ms, &e))))
     }
 
     /// Unknown while the store is down: 0; once it is back, the first decision finds the

@@ -13,16 +13,14 @@ mod backend;
 mod conn;
 mod pool;
 #[cfg(feature = "redis")]
-mod redis_counters;
-#[cfg(feature = "redis")]
-mod redis_limiter;
+mod redis;
 pub mod schema;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tx;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{BACKOFF, BatchStats, EXPIRY_SLACK_MS, RedisOpenError, RedisSettings, RedisStore};
 pub use backend::{Backend, BackendError};
 pub use conn::DbConn;
 pub use pool::{PoolSettings, SqlStore, StoreOpenError};
-#[cfg(feature = "redis")]
-pub use redis_limiter::{BACKOFF, EXPIRY_SLACK_MS, RedisOpenError, RedisSettings, RedisStore};

@@ -2,7 +2,7 @@
 //! sets it and makes sure Redis is up).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use keygate_ratelimit::{BudgetKey, Decision, LimitRequest, MemoryStore, RateLimitStore};
+use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, MemoryStore, RateLimitStore};
 use keygate_store::testing::{REDIS_ENV, redis_test_prefix, redis_url};
 use keygate_store::{BACKOFF, EXPIRY_SLACK_MS, RedisSettings, RedisStore};
 use std::sync::Arc;
@@ -110,7 +110,7 @@ fn a_window_key_expires_after_its_window_plus_slack() {
     let now = NOW + 12_345;
     s.limit(key(&ns, "u", 60_000), LimitRequest { limit: 5, duration: 60_000, cost: 1 }, now).unwrap();
     let start = now - now % 60_000;
-    let k = format!("{prefix}rlns_ttl:60000:{start}:u");
+    let k = format!("{prefix}{{rlns_ttl:60000:u}}:{start}");
     let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
     let used: u64 = redis::cmd("GET").arg(&k).query(&mut conn).unwrap();
     assert_eq!(used, 1);
@@ -157,7 +157,6 @@ fn a_malformed_url_is_refused_at_open() {
 #[test]
 #[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
 fn a_stale_overrides_epoch_decides_nothing() {
-    use keygate_ratelimit::Checked;
     let prefix = redis_test_prefix();
     let a = store(&prefix);
     let b = store(&prefix);
@@ -206,4 +205,142 @@ fn change_counters_only_rise_and_a_lost_epoch_is_a_new_one() {
     let (after, values) = redis.read(&names).unwrap();
     assert_ne!(after, epoch);
     assert_eq!(values, vec![0, 0]);
+}
+
+/// A runtime for the batched path (the server's workers are current-thread runtimes).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn batched_decisions_answer_what_the_in_process_store_answers_in_arrival_order() {
+    let redis = store(&redis_test_prefix());
+    let memory = MemoryStore::new();
+    let ns = Arc::new("rlns_batch".to_string());
+    let ids = ["a", "b:c", "b", "ünï", "x}:1", "{y}"];
+    let mut seed = 11u64;
+    let mut now = NOW;
+    // One runtime for the store: a thread's connection lives on the runtime it was made on
+    // (in the server, the worker's, for the life of the process).
+    let rt = runtime();
+    rt.block_on(async {
+        for round in 0..200 {
+            // A burst of decisions asked together, several on the same budget: they are
+            // queued in this order and must be decided in it.
+            let burst: Vec<_> = (0..1 + splitmix(&mut seed) % 40)
+                .map(|_| {
+                    let r = splitmix(&mut seed);
+                    let id = ids[(r % ids.len() as u64) as usize];
+                    let duration = [1_000, 5_000][(r >> 8) as usize % 2];
+                    let limit = 1 + (r >> 16) % 12;
+                    let cost = [0, 1, 1, 1, 2, 3, 13][(r >> 24) as usize % 7];
+                    (id, LimitRequest { limit, duration, cost })
+                })
+                .collect();
+            now += splitmix(&mut seed) % 700;
+            let asked = burst
+                .iter()
+                .map(|(id, req)| redis.limit_batched(key(&ns, id, req.duration), *req, now, None));
+            let got = futures_util::future::join_all(asked).await;
+            for (i, ((id, req), got)) in burst.iter().zip(got).enumerate() {
+                let expected = memory.limit(key(&ns, id, req.duration), *req, now).unwrap();
+                assert_eq!(got.unwrap(), Checked::Decided(expected), "round {round} #{i}: {id} {req:?}");
+            }
+        }
+    });
+    let stats = redis.batch_stats();
+    assert!(stats.script_calls < stats.decisions / 2, "bursts go to Redis in batches: {stats:?}");
+    // The blocking path and the batched path share the budgets.
+    let req = LimitRequest { limit: 3, duration: 60_000, cost: 1 };
+    let other = Arc::new("rlns_batch_both".to_string());
+    assert!(redis.limit(key(&other, "u", 60_000), req, NOW).unwrap().success);
+    let d = rt.block_on(redis.limit_batched(key(&other, "u", 60_000), req, NOW, None)).unwrap();
+    assert!(matches!(d, Checked::Decided(d) if d.success && d.remaining == 1));
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn batched_decisions_are_exact_across_instances_and_threads() {
+    let prefix = redis_test_prefix();
+    let (a, b) = (Arc::new(store(&prefix)), Arc::new(store(&prefix)));
+    let ns = Arc::new("rlns_batch_conc".to_string());
+    let req = LimitRequest { limit: 1_000, duration: 60_000, cost: 1 };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let passed: u64 = rt.block_on(async {
+        let tasks: Vec<_> = (0..3_000)
+            .map(|i| {
+                let (store, ns) = (if i % 2 == 0 { a.clone() } else { b.clone() }, ns.clone());
+                tokio::spawn(async move {
+                    let d = store.limit_batched(key(&ns, "hot", 60_000), req, NOW, Some(0)).await.unwrap();
+                    matches!(d, Checked::Decided(d) if d.success) as u64
+                })
+            })
+            .collect();
+        let mut passed = 0;
+        for t in tasks {
+            passed += t.await.unwrap();
+        }
+        passed
+    });
+    assert_eq!(passed, 1_000);
+    let d = a.limit(key(&ns, "hot", 60_000), LimitRequest { cost: 0, ..req }, NOW).unwrap();
+    assert_eq!((d.success, d.remaining), (false, 0));
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_stale_overrides_epoch_decides_nothing_in_a_batch_either() {
+    let prefix = redis_test_prefix();
+    let a = store(&prefix);
+    let ns = Arc::new("rlns_batch_epoch".to_string());
+    let req = LimitRequest { limit: 5, duration: 60_000, cost: 1 };
+    a.bump_overrides_epoch(&ns).unwrap();
+    runtime().block_on(async {
+        // One batch: the first decision under the current epoch, the second under an old
+        // one, the third without a check.
+        let (x, y, z) = tokio::join!(
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(1)),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0)),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, None),
+        );
+        assert!(matches!(x.unwrap(), Checked::Decided(d) if d.remaining == 4));
+        assert_eq!(y.unwrap(), Checked::StaleOverrides, "nothing deducted");
+        assert!(matches!(z.unwrap(), Checked::Decided(d) if d.remaining == 3));
+    });
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_flushed_script_is_sent_again_on_both_paths() {
+    let prefix = redis_test_prefix();
+    let s = store(&prefix);
+    let ns = Arc::new("rlns_flush".to_string());
+    let req = LimitRequest { limit: 5, duration: 60_000, cost: 1 };
+    let rt = runtime();
+    assert!(rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None)).is_ok());
+    let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
+    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut conn).unwrap();
+    let d = rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None)).unwrap();
+    assert!(matches!(d, Checked::Decided(d) if d.remaining == 3));
+    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut conn).unwrap();
+    assert_eq!(s.limit(key(&ns, "u", 60_000), req, NOW).unwrap().remaining, 2);
+}
+
+#[test]
+fn unreachable_redis_fails_batched_decisions_within_the_timeouts() {
+    let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..RedisSettings::default() };
+    let s = RedisStore::open("redis://127.0.0.1:1/0", settings).unwrap();
+    let ns = Arc::new("rlns_down".to_string());
+    let req = LimitRequest { limit: 1, duration: 1_000, cost: 1 };
+    runtime().block_on(async {
+        let started = Instant::now();
+        let err = s.limit_batched(key(&ns, "u", 1_000), req, NOW, None).await.unwrap_err();
+        assert_eq!(err.code(), keygate_domain::ErrorCode::ServiceUnavailable, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        // Within the back-off (shared with the blocking path) the next ones fail at once.
+        let again = s.limit_batched(key(&ns, "u", 1_000), req, NOW, None).await.unwrap_err();
+        assert!(again.to_string().contains("retrying shortly"), "{again}");
+        assert!(s.ping().unwrap_err().to_string().contains("retrying shortly"));
+    });
 }

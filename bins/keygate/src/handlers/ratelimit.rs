@@ -4,11 +4,12 @@
 use crate::error::ApiError;
 use crate::http::{Authed, JsonBytes, blocking, in_background, integer, parse_json};
 use crate::state::AppState;
-use actix_web::HttpResponse;
 use actix_web::http::header::ContentType;
+use actix_web::{HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
-use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest};
+use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, pass_failing_open};
 use keygate_rbac::Effective;
+use keygate_store::RedisStore;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
@@ -146,62 +147,76 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
     // budget (contract §5.8 allows an async answer from local state; keygate does not use
     // that allowance, so its bound on over-admission is zero).
     let _ = v.is_async;
-    let d = if state.limiter.is_remote() {
-        // A shared store waits on the network: off the event loop.
-        let (st, identifier) = (state.clone(), v.identifier.into_owned());
-        blocking(move || {
-            let overrides = overrides_for(&st, &namespace_id, &identifier)?;
-            decide(&st, &namespace_id, &identifier, v.request, now, overrides)
-        })
-        .await?
-    } else {
-        // The in-process store never finds overrides stale: only the cache miss may block.
-        let overrides = match state.rbac.override_cached(&namespace_id, &v.identifier) {
-            Some(hit) => {
-                if hit.refresh {
-                    let (st, ns) = (state.clone(), namespace_id.clone());
-                    in_background("overrides refresh", move || refresh_overrides(&st, &ns));
-                }
-                hit.value
-            }
-            None => {
-                let _turn = state.loads.enter(namespace_id.as_str()).await;
-                match state.rbac.override_cached(&namespace_id, &v.identifier) {
-                    Some(hit) => hit.value,
-                    None => {
-                        let (st, ns, identifier) =
-                            (state.clone(), namespace_id.clone(), v.identifier.to_string());
-                        blocking(move || load_overrides(&st, &ns, &identifier)).await?
-                    }
-                }
-            }
-        };
-        decide(state, &namespace_id, &v.identifier, v.request, now, overrides)?
+    let overrides = cached_overrides(state, &namespace_id, &v.identifier).await?;
+    let d = match &state.redis {
+        Some(redis) => {
+            decide_in_redis(state, redis, &namespace_id, &v.identifier, v.request, now, overrides).await?
+        }
+        None => {
+            // The in-process store: inline, it never finds overrides stale.
+            let req = with_override(v.request, overrides.0);
+            let key =
+                BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };
+            state.limiter.limit(key, req, now)?
+        }
     };
     Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
+}
+
+/// The override for `identifier` and the overrides epoch it was read under: from the
+/// cache (a due refresh runs in the background), else read once per namespace at a time.
+async fn cached_overrides(
+    state: &web::Data<AppState>,
+    namespace_id: &Arc<String>,
+    identifier: &str,
+) -> Result<(Option<Effective>, u64), ApiError> {
+    if let Some(hit) = state.rbac.override_cached(namespace_id, identifier) {
+        if hit.refresh {
+            let (st, ns) = (state.clone(), namespace_id.clone());
+            in_background("overrides refresh", move || refresh_overrides(&st, &ns));
+        }
+        return Ok(hit.value);
+    }
+    let _turn = state.loads.enter(namespace_id.as_str()).await;
+    if let Some(hit) = state.rbac.override_cached(namespace_id, identifier) {
+        return Ok(hit.value);
+    }
+    let (st, ns, identifier) = (state.clone(), namespace_id.clone(), identifier.to_string());
+    blocking(move || load_overrides(&st, &ns, &identifier)).await
 }
 
 /// How often a decision is retried when the namespace's overrides keep changing under it.
 const STALE_OVERRIDES_RETRIES: usize = 3;
 
-/// The override for `identifier` and the overrides epoch it was read under: from the
-/// cache, else from the database (blocking I/O; this runs off the event loop, so a due
-/// refresh is done here too).
-fn overrides_for(
-    state: &AppState,
-    namespace_id: &str,
+/// The decision in Redis, batched with this worker's other decisions, under the namespace's
+/// overrides: when Redis finds them changed since they were read (another instance changed
+/// them), they are read again and the decision asked again. When Redis cannot be reached:
+/// 503, or a pass when failing open (contract §5.12).
+async fn decide_in_redis(
+    state: &web::Data<AppState>,
+    redis: &RedisStore,
+    namespace_id: &Arc<String>,
     identifier: &str,
-) -> Result<(Option<Effective>, u64), ApiError> {
-    match state.rbac.override_cached(namespace_id, identifier) {
-        Some(hit) => {
-            if hit.refresh
-                && let Err(e) = refresh_overrides(state, namespace_id)
-            {
-                log::warn!("overrides refresh failed: {}", e.message);
+    request: LimitRequest,
+    now: u64,
+    mut overrides: (Option<Effective>, u64),
+) -> Result<Decision, ApiError> {
+    let mut stale = 0;
+    loop {
+        let req = with_override(request, overrides.0);
+        let key = BudgetKey { namespace_id, identifier, duration: req.duration };
+        // Overrides changing faster than they can be read: decide with the latest read.
+        let epoch = (stale < STALE_OVERRIDES_RETRIES).then_some(overrides.1);
+        match redis.limit_batched(key, req, now, epoch).await {
+            Ok(Checked::Decided(d)) => return Ok(d),
+            Ok(Checked::StaleOverrides) => {
+                stale += 1;
+                let (st, ns, id) = (state.clone(), namespace_id.clone(), identifier.to_string());
+                overrides = blocking(move || load_overrides(&st, &ns, &id)).await?;
             }
-            Ok(hit.value)
+            Err(e) if state.fail_open => return Ok(pass_failing_open(key, req, now, &e)),
+            Err(e) => return Err(e.into()),
         }
-        None => load_overrides(state, namespace_id, identifier),
     }
 }
 
@@ -231,32 +246,6 @@ fn with_override(mut request: LimitRequest, found: Option<Effective>) -> LimitRe
         request.duration = o.duration;
     }
     request
-}
-
-/// The decision under the namespace's overrides. When a shared store finds them changed
-/// since they were read (another instance changed them), they are read again (blocking
-/// I/O; only remote stores, which run off the event loop, answer stale) and the decision
-/// is asked again.
-fn decide(
-    state: &AppState,
-    namespace_id: &Arc<String>,
-    identifier: &str,
-    request: LimitRequest,
-    now: u64,
-    mut overrides: (Option<Effective>, u64),
-) -> Result<Decision, ApiError> {
-    for _ in 0..STALE_OVERRIDES_RETRIES {
-        let req = with_override(request, overrides.0);
-        let key = BudgetKey { namespace_id, identifier, duration: req.duration };
-        match state.limiter.limit_if_current(key, req, now, overrides.1)? {
-            Checked::Decided(d) => return Ok(d),
-            Checked::StaleOverrides => overrides = load_overrides(state, namespace_id, identifier)?,
-        }
-    }
-    // Overrides changing faster than they can be read: decide with the latest read.
-    let req = with_override(request, overrides.0);
-    let key = BudgetKey { namespace_id, identifier, duration: req.duration };
-    Ok(state.limiter.limit(key, req, now)?)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! tagged with. Counters have no expiry: Redis must not evict them (`noeviction`, or a
 //! `volatile-*` policy, which evicts only keys with an expiry).
 
-use crate::RedisStore;
+use super::RedisStore;
 use keygate_rbac::{SharedCounters, StorageError};
 
 /// Reads the epoch (setting `ARGV[1]` when there is none) and the counters of `KEYS[2..]`.
@@ -39,7 +39,7 @@ return #KEYS
 
 impl RedisStore {
     fn counter_key(&self, name: &str) -> String {
-        format!("{}{{cc}}:{name}", self.prefix())
+        format!("{}{{cc}}:{name}", self.prefix)
     }
 }
 
@@ -49,7 +49,7 @@ fn unavailable(e: keygate_ratelimit::StoreError) -> StorageError {
 
 impl SharedCounters for RedisStore {
     fn read(&self, names: &[String]) -> Result<(u64, Vec<u64>), StorageError> {
-        let script = &self.counter_scripts().0;
+        let script = &self.counter_scripts.0;
         // Never 0 or 1 (the tags of local and database counters).
         let fresh_epoch = rand::random::<u64>() | 2;
         let mut invocation = script.key(self.counter_key("epoch"));
@@ -57,7 +57,7 @@ impl SharedCounters for RedisStore {
             invocation.key(self.counter_key(n));
         }
         invocation.arg(fresh_epoch);
-        let out: Vec<u64> = self.with_conn(|c| invocation.invoke(c)).map_err(unavailable)?;
+        let out: Vec<u64> = self.pool.with_conn(|c| invocation.invoke(c)).map_err(unavailable)?;
         match out.split_first() {
             Some((epoch, values)) if values.len() == names.len() => Ok((*epoch, values.to_vec())),
             _ => Err(StorageError::Unavailable("Redis: unexpected counters answer".into())),
@@ -65,11 +65,11 @@ impl SharedCounters for RedisStore {
     }
 
     fn publish(&self, changes: &[(String, u64)]) -> Result<(), StorageError> {
-        let script = &self.counter_scripts().1;
+        let script = &self.counter_scripts.1;
         let mut invocation = script.prepare_invoke();
         for (name, value) in changes {
             invocation.key(self.counter_key(name)).arg(*value);
         }
-        self.with_conn(|c| invocation.invoke::<u64>(c)).map(drop).map_err(unavailable)
+        self.pool.with_conn(|c| invocation.invoke::<u64>(c)).map(drop).map_err(unavailable)
     }
 }

@@ -1,0 +1,206 @@
+//! Decisions in batches, on the caller's runtime, without a timer.
+//!
+//! Each thread that asks (each server worker) has a lane: its own multiplexed connection and
+//! a queue. A decision that finds fewer than [`MAX_IN_FLIGHT`] script calls in flight on its
+//! lane is sent at once, alone: at low load a batch holds one request and latency does not
+//! grow. Decisions that arrive while calls are in flight wait in the queue; when a call's
+//! answer comes back, everything queued by then (up to [`MAX_BATCH`]) goes in the next one.
+//! The batch size follows the load: one round trip carries as many decisions as arrived
+//! during the previous one.
+//!
+//! Every decision still runs atomically in Redis, in its lane's arrival order (one
+//! connection, answered in order), before its answer is given: exact across any number of
+//! instances. A queue longer than [`MAX_QUEUED`] (Redis far slower than the load) answers
+//! unavailable at once rather than holding requests and memory without bound.
+//!
+//! A failed call (connect, timeout, an error reply) answers every decision of its batch
+//! unavailable and drops the lane's connection; the next batch connects again (after the
+//! shared [`Outage`] backoff when the connect failed).
+
+use super::conn::Outage;
+use super::{Answer, Call, RedisSettings, answers, is_no_script, script_command};
+use keygate_ratelimit::StoreError;
+use parking_lot::Mutex;
+use redis::aio::MultiplexedConnection;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use thread_local::ThreadLocal;
+use tokio::sync::oneshot;
+
+/// Most decisions in one script call (bounds how long Redis runs one script: ~100 µs).
+pub(super) const MAX_BATCH: usize = 256;
+/// Most script calls in flight per lane: one being answered while the next is sent.
+pub(super) const MAX_IN_FLIGHT: usize = 2;
+/// Most decisions waiting in one lane's queue.
+pub(super) const MAX_QUEUED: usize = 16 * 1024;
+
+pub(super) struct Batcher {
+    lanes: ThreadLocal<Arc<Lane>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: redis::Client,
+    config: redis::AsyncConnectionConfig,
+    connect_timeout: Duration,
+    script: redis::Script,
+    outage: Arc<Outage>,
+    stats: [AtomicU64; 2],
+}
+
+/// How many script calls the batched path made, and how many decisions they carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchStats {
+    pub script_calls: u64,
+    pub decisions: u64,
+}
+
+#[derive(Default)]
+struct Lane {
+    state: Mutex<LaneState>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    queue: Vec<Job>,
+    in_flight: usize,
+    conn: Option<MultiplexedConnection>,
+}
+
+struct Job {
+    call: Call,
+    reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+impl Batcher {
+    pub(super) fn new(
+        client: redis::Client,
+        settings: &RedisSettings,
+        outage: Arc<Outage>,
+        script: redis::Script,
+    ) -> Self {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.io_timeout));
+        let shared = Shared {
+            client,
+            config,
+            connect_timeout: settings.connect_timeout,
+            script,
+            outage,
+            stats: Default::default(),
+        };
+        Self { lanes: ThreadLocal::new(), shared: Arc::new(shared) }
+    }
+
+    pub(super) fn stats(&self) -> BatchStats {
+        let [calls, decisions] = &self.shared.stats;
+        BatchStats {
+            script_calls: calls.load(Ordering::Relaxed),
+            decisions: decisions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Queues `call` on this thread's lane, starts a script call if fewer than
+    /// [`MAX_IN_FLIGHT`] are running, and waits for the answer. Needs a tokio runtime.
+    pub(super) async fn decide(&self, call: Call) -> Result<Answer, StoreError> {
+        let lane = self.lanes.get_or(Arc::default);
+        let (reply, answer) = oneshot::channel();
+        let start = {
+            let mut st = lane.state.lock();
+            if st.queue.len() >= MAX_QUEUED {
+                return Err(StoreError::Unavailable("Redis: too many decisions waiting".into()));
+            }
+            st.queue.push(Job { call, reply });
+            (st.in_flight < MAX_IN_FLIGHT).then(|| {
+                st.in_flight += 1;
+                take_batch(&mut st.queue, Vec::new())
+            })
+        };
+        if let Some(batch) = start {
+            tokio::spawn(drive(lane.clone(), self.shared.clone(), batch));
+        }
+        answer.await.unwrap_or_else(|_| Err(StoreError::Unavailable("Redis: decision dropped".into())))
+    }
+}
+
+/// The next batch: the queue's first [`MAX_BATCH`] jobs. `spare` (empty) becomes the queue
+/// when the whole queue is taken, so the two buffers keep their capacity.
+fn take_batch(queue: &mut Vec<Job>, mut spare: Vec<Job>) -> Vec<Job> {
+    if queue.len() <= MAX_BATCH {
+        std::mem::swap(queue, &mut spare);
+        spare
+    } else {
+        spare.extend(queue.drain(..MAX_BATCH));
+        spare
+    }
+}
+
+/// Sends `batch`, then whatever queued meanwhile, until the queue is empty.
+async fn drive(lane: Arc<Lane>, shared: Arc<Shared>, mut batch: Vec<Job>) {
+    loop {
+        shared.send(&lane, &mut batch).await;
+        let mut st = lane.state.lock();
+        if st.queue.is_empty() {
+            st.in_flight -= 1;
+            return;
+        }
+        batch = take_batch(&mut st.queue, batch);
+    }
+}
+
+impl Shared {
+    /// Decides `batch` in one script call and answers each job; leaves `batch` empty.
+    async fn send(&self, lane: &Lane, batch: &mut Vec<Job>) {
+        let reply = self.call(lane, batch).await;
+        let answered = reply.and_then(|reply| {
+            let answers = answers(&reply, batch.len())?;
+            for (job, answer) in batch.drain(..).zip(answers) {
+                let _ = job.reply.send(Ok(answer));
+            }
+            Ok(())
+        });
+        if let Err(StoreError::Unavailable(why)) = answered {
+            for job in batch.drain(..) {
+                let _ = job.reply.send(Err(StoreError::Unavailable(why.clone())));
+            }
+        }
+    }
+
+    async fn call(&self, lane: &Lane, batch: &[Job]) -> Result<Vec<u64>, StoreError> {
+        self.outage.check()?;
+        let existing = lane.state.lock().conn.clone();
+        let mut conn = match existing {
+            Some(c) => c,
+            None => {
+                let c = self.connect().await.inspect_err(|_| self.outage.down())?;
+                self.outage.up();
+                lane.state.lock().conn = Some(c.clone());
+                c
+            }
+        };
+        self.stats[0].fetch_add(1, Ordering::Relaxed);
+        self.stats[1].fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let calls = batch.iter().map(|j| &j.call);
+        let reply = match script_command(&self.script, false, calls.clone()).query_async(&mut conn).await {
+            Err(e) if is_no_script(&e) => {
+                script_command(&self.script, true, calls).query_async(&mut conn).await
+            }
+            other => other,
+        };
+        reply.map_err(|e| {
+            lane.state.lock().conn = None;
+            StoreError::Unavailable(format!("Redis: {e}"))
+        })
+    }
+
+    async fn connect(&self) -> Result<MultiplexedConnection, StoreError> {
+        let connecting = self.client.get_multiplexed_async_connection_with_config(&self.config);
+        match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("Redis: {e}"))),
+            Err(_) => Err(StoreError::Unavailable("Redis: connect timed out".into())),
+        }
+    }
+}

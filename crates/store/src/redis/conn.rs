@@ -1,0 +1,133 @@
+//! The blocking side: an r2d2 pool of synchronous connections, and the outage mark that
+//! both sides share (after a failed connect, calls fail fast for [`BACKOFF`]).
+
+use super::{BACKOFF, RedisSettings};
+use keygate_ratelimit::StoreError;
+use parking_lot::Mutex;
+use redis::ConnectionLike as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Until when calls fail fast because a connect failed (see [`BACKOFF`]).
+#[derive(Debug, Default)]
+pub(super) struct Outage {
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl Outage {
+    /// `Err` while Redis is known to be down. Once the period is over, one caller per period
+    /// probes (it is let through and the mark pushed back); the others keep failing fast.
+    pub(super) fn check(&self) -> Result<(), StoreError> {
+        let mut down = self.down_until.lock();
+        match *down {
+            Some(until) if Instant::now() < until => {
+                Err(StoreError::Unavailable("Redis: unreachable (retrying shortly)".into()))
+            }
+            Some(_) => {
+                *down = Some(Instant::now() + BACKOFF);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A connect failed.
+    pub(super) fn down(&self) {
+        *self.down_until.lock() = Some(Instant::now() + BACKOFF);
+    }
+
+    /// A connect succeeded.
+    pub(super) fn up(&self) {
+        let mut down = self.down_until.lock();
+        if down.is_some() {
+            *down = None;
+        }
+    }
+}
+
+/// A pooled connection; `broken` once a command on it failed, so the pool drops it.
+pub(super) struct Conn {
+    inner: redis::Connection,
+    broken: bool,
+}
+
+#[derive(Debug)]
+struct Manager {
+    client: redis::Client,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<Conn, redis::RedisError> {
+        let inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        inner.set_read_timeout(Some(self.io_timeout))?;
+        inner.set_write_timeout(Some(self.io_timeout))?;
+        Ok(Conn { inner, broken: false })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query::<()>(&mut conn.inner)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || !conn.inner.is_open()
+    }
+}
+
+/// r2d2 logs every failed connection attempt at `error`, several per second while Redis is
+/// down; each failed call is already reported once (the 503's warning, or fail-open's).
+#[derive(Debug)]
+struct QuietErrors;
+
+impl r2d2::HandleError<redis::RedisError> for QuietErrors {
+    fn handle_error(&self, e: redis::RedisError) {
+        log::debug!("Redis connection attempt failed: {e}");
+    }
+}
+
+/// The blocking connections.
+pub(super) struct Pool {
+    pool: r2d2::Pool<Manager>,
+    outage: Arc<Outage>,
+}
+
+impl Pool {
+    /// Built lazily: no connection is made here.
+    pub(super) fn new(client: redis::Client, settings: &RedisSettings, outage: Arc<Outage>) -> Self {
+        let manager =
+            Manager { client, connect_timeout: settings.connect_timeout, io_timeout: settings.io_timeout };
+        let pool = r2d2::Pool::builder()
+            .max_size(settings.max_size.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(settings.connect_timeout)
+            // A PING per checkout: these connections are off the hot path (decisions take
+            // the batched path), and after an outage the idle ones are dead; without the
+            // check, the first use of each would fail (a liveness probe saying "down" after
+            // Redis is back). A connection whose command fails is marked broken as well.
+            .test_on_check_out(true)
+            .error_handler(Box::new(QuietErrors))
+            .build_unchecked(manager);
+        Self { pool, outage }
+    }
+
+    /// Runs `f` on a pooled connection; a failure of `f` drops the connection.
+    pub(super) fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        self.outage.check()?;
+        let mut conn = self.pool.get().map_err(|e| {
+            self.outage.down();
+            StoreError::Unavailable(format!("Redis: {e}"))
+        })?;
+        self.outage.up();
+        f(&mut conn.inner).map_err(|e| {
+            conn.broken = true;
+            StoreError::Unavailable(format!("Redis: {e}"))
+        })
+    }
+}

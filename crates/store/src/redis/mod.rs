@@ -1,0 +1,358 @@
+//! The shared rate-limit store: window counters in Redis, so that any number of keygate
+//! instances draw on one budget per `(namespace, identifier, duration)` (contract §5.7, §7).
+//!
+//! # The decision, in Redis
+//! A Lua script ([`decide.lua`](self::DECIDE)) runs decisions inside Redis, atomically (Redis
+//! runs one script at a time), so the number of tokens passed in a window never exceeds
+//! `limit` whatever the number of instances and connections. It is
+//! [`keygate_ratelimit::decide`] restated over one counter (a test checks the two agree on
+//! random sequences), applied to each request of a batch in order:
+//!
+//! ```text
+//! used = GET key or 0
+//! cost = 0:                 answer (used < limit, used)
+//! cost <= limit - used:     used = INCRBY key cost; PEXPIRE key ttl; answer (true, used)
+//! otherwise:                answer (false, used)          (a denial deducts nothing)
+//! ```
+//!
+//! Before that, when the caller names the overrides epoch it loaded the namespace's
+//! overrides under, the script compares it with `<prefix>ov:<namespace id>` (0 when absent;
+//! INCR'd by every override change after its commit) and answers "stale" without deciding
+//! when they differ: an override changed on one instance applies to the next request on
+//! every instance.
+//!
+//! Lua numbers are doubles, exact up to 2^53; every operand is at most 2^53 - 1 (the
+//! contract's bounds) and the comparison subtracts rather than adds, so nothing rounds.
+//!
+//! # Two ways in
+//! * [`RedisStore::limit_batched`] (the server's hot path, `batch.rs`): asynchronous, on the
+//!   caller's runtime; decisions that arrive while earlier ones are in flight go to Redis
+//!   together, in one script call, in arrival order.
+//! * [`RateLimitStore`] (synchronous, `conn.rs`): an r2d2 pool of blocking connections, for
+//!   callers without a runtime and for everything that is not a decision (the overrides
+//!   epoch, liveness, the change counters of `counters.rs`).
+//!
+//! # Keys
+//! `<prefix>{<namespace id>:<duration>:<identifier>}:<window start>`: the window is part of
+//! the key, so a new window starts from zero without any reset. The braces are a Redis
+//! Cluster hash tag: every window of one budget lives in one slot. Keys are unambiguous:
+//! namespace ids have no `:`, and the key ends with `}:` and the window's digits, so the
+//! identifier is what lies between (a `}` or `:` inside it included). A key lives until its
+//! window has ended plus [`EXPIRY_SLACK_MS`]: memory in Redis is one small string key per
+//! budget used in the current window.
+//!
+//! "now" is the caller's clock (each instance's): instances must keep their clocks in sync
+//! (NTP), as with any fixed window; an instance whose clock is off by `s` counts a request
+//! in the neighbouring window during `s` around each window edge.
+//!
+//! # Failures
+//! A connection that fails or times out is dropped, never reused (its reply stream may be
+//! out of step); the call answers [`StoreError::Unavailable`] and had no effect that the
+//! caller is told of. Waits are bounded: a connection takes at most `connect_timeout`, a
+//! command at most `io_timeout`. Connections are made lazily: keygate starts while Redis is
+//! down and answers 503 until it is back. After a call could not get a connection, calls
+//! fail at once for [`BACKOFF`] instead of each waiting `connect_timeout` (one call per
+//! period waits and probes), so an outage costs fast 503s, or fast passes when failing
+//! open, rather than a second of latency per request.
+
+mod batch;
+mod conn;
+mod counters;
+
+pub use batch::BatchStats;
+use batch::Batcher;
+use conn::{Outage, Pool};
+use keygate_domain::{redact_in, redact_url};
+use keygate_ratelimit::{
+    BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a window's key outlives the window (clock skew between instances).
+pub const EXPIRY_SLACK_MS: u64 = 60_000;
+
+/// How long calls fail fast after one found Redis unreachable.
+pub const BACKOFF: Duration = Duration::from_millis(500);
+
+/// The decision script: `KEYS[2i-1]`, `KEYS[2i]` are request i's budget key and overrides
+/// epoch key; `ARGV[4i-3..4i]` its expected epoch (`''`: no check), limit, cost and key TTL.
+/// Answers `{answer, used}` per request: 1 passed, 0 denied, 2 stale overrides.
+const DECIDE: &str = include_str!("decide.lua");
+
+/// Settings of the Redis connections.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// Largest number of open blocking connections (the pool that serves everything but the
+    /// decisions; each server worker has one asynchronous connection of its own besides).
+    pub max_size: u32,
+    /// Longest wait for a connection (pool checkout or connect).
+    pub connect_timeout: Duration,
+    /// Longest wait for one command's reply.
+    pub io_timeout: Duration,
+    /// Put before every key (budgets, and `ov:<namespace id>` for the overrides epochs), so
+    /// that several deployments can share one Redis.
+    pub key_prefix: String,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            max_size: 32,
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            key_prefix: "keygate:rl:".into(),
+        }
+    }
+}
+
+/// The URL could not be used (bad syntax, unsupported scheme). Reachability is not checked
+/// at open.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid Redis URL {url}: {reason}")]
+pub struct RedisOpenError {
+    url: String,
+    reason: String,
+}
+
+/// The Redis rate-limit store.
+pub struct RedisStore {
+    pool: Pool,
+    batcher: Batcher,
+    script: redis::Script,
+    /// The change counters' read and publish scripts (`counters.rs`).
+    counter_scripts: (redis::Script, redis::Script),
+    prefix: String,
+    location: String,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("location", &self.location).finish_non_exhaustive()
+    }
+}
+
+/// One decision as the script takes it.
+#[derive(Debug)]
+pub(crate) struct Call {
+    key: Vec<u8>,
+    epoch_key: String,
+    /// The overrides epoch the caller decided under; `None`: no check.
+    epoch: Option<u64>,
+    limit: u64,
+    cost: u64,
+    /// How long the key is kept (ms): until its window ends, plus [`EXPIRY_SLACK_MS`].
+    ttl: u64,
+}
+
+/// What the script answered for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Decided: passed or not, and the window's count after the decision.
+    Decided {
+        success: bool,
+        used: u64,
+    },
+    Stale,
+}
+
+/// The script call deciding `calls` in order: `EVALSHA`, or `EVAL` with the source after
+/// Redis answered that it does not have the script (a restart, `SCRIPT FLUSH`).
+fn script_command<'a>(
+    script: &redis::Script,
+    eval: bool,
+    calls: impl Iterator<Item = &'a Call> + Clone,
+) -> redis::Cmd {
+    let mut cmd = if eval { redis::cmd("EVAL") } else { redis::cmd("EVALSHA") };
+    if eval {
+        cmd.arg(DECIDE);
+    } else {
+        cmd.arg(script.get_hash());
+    }
+    cmd.arg(2 * calls.clone().count());
+    for c in calls.clone() {
+        cmd.arg(c.key.as_slice()).arg(c.epoch_key.as_str());
+    }
+    for c in calls {
+        match c.epoch {
+            Some(e) => cmd.arg(e),
+            None => cmd.arg(""),
+        };
+        cmd.arg(c.limit).arg(c.cost).arg(c.ttl);
+    }
+    cmd
+}
+
+/// The script's flat reply, two numbers per call.
+fn answers(reply: &[u64], calls: usize) -> Result<impl Iterator<Item = Answer> + '_, StoreError> {
+    if reply.len() != 2 * calls {
+        return Err(StoreError::Unavailable("Redis: unexpected script answer".into()));
+    }
+    Ok(reply.chunks_exact(2).map(|pair| match pair[0] {
+        2 => Answer::Stale,
+        a => Answer::Decided { success: a == 1, used: pair[1] },
+    }))
+}
+
+fn is_no_script(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+fn invalid(url: &str, location: &str, e: &redis::RedisError) -> RedisOpenError {
+    RedisOpenError { url: location.to_string(), reason: redact_in(&e.to_string(), url) }
+}
+
+impl RedisStore {
+    /// A store for `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`, or
+    /// `redis+unix:///path`). Connects lazily.
+    pub fn open(url: &str, settings: RedisSettings) -> Result<Self, RedisOpenError> {
+        let location = redact_url(url);
+        let client = redis::Client::open(url).map_err(|e| invalid(url, &location, &e))?;
+        let outage = Arc::new(Outage::default());
+        let script = redis::Script::new(DECIDE);
+        Ok(Self {
+            pool: Pool::new(client.clone(), &settings, outage.clone()),
+            batcher: Batcher::new(client, &settings, outage, script.clone()),
+            script,
+            counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
+            prefix: settings.key_prefix,
+            location,
+        })
+    }
+
+    /// The URL without credentials, for logs.
+    pub fn display_location(&self) -> &str {
+        &self.location
+    }
+
+    fn key(&self, key: &BudgetKey<'_>, start: u64) -> Vec<u8> {
+        let mut k =
+            Vec::with_capacity(self.prefix.len() + key.namespace_id.len() + key.identifier.len() + 48);
+        k.extend_from_slice(self.prefix.as_bytes());
+        k.push(b'{');
+        k.extend_from_slice(key.namespace_id.as_bytes());
+        k.push(b':');
+        k.extend_from_slice(itoa::Buffer::new().format(key.duration).as_bytes());
+        k.push(b':');
+        k.extend_from_slice(key.identifier.as_bytes());
+        k.extend_from_slice(b"}:");
+        k.extend_from_slice(itoa::Buffer::new().format(start).as_bytes());
+        k
+    }
+
+    fn epoch_key(&self, namespace_id: &str) -> String {
+        format!("{}ov:{namespace_id}", self.prefix)
+    }
+}
+
+impl RedisStore {
+    /// The script call for one decision, and the end of its window.
+    fn call(&self, key: &BudgetKey<'_>, req: LimitRequest, now_ms: u64, epoch: Option<u64>) -> (Call, u64) {
+        let duration = req.duration.max(1);
+        let start = window_start(now_ms, duration);
+        let reset = start.saturating_add(duration);
+        let call = Call {
+            key: self.key(key, start),
+            epoch_key: self.epoch_key(key.namespace_id),
+            epoch,
+            limit: req.limit,
+            cost: req.cost,
+            ttl: reset - now_ms + EXPIRY_SLACK_MS,
+        };
+        (call, reset)
+    }
+
+    /// The decision, sent to Redis together with the other decisions this thread asks for
+    /// while earlier ones are in flight (see `batch.rs`). Runs on the caller's tokio
+    /// runtime. `overrides_epoch`: as in [`RateLimitStore::limit_if_current`]; `None`
+    /// decides without that check.
+    pub async fn limit_batched(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: Option<u64>,
+    ) -> Result<Checked, StoreError> {
+        let (call, reset) = self.call(&key, req, now_ms, overrides_epoch);
+        let answer = self.batcher.decide(call).await?;
+        Ok(checked(req, reset, answer))
+    }
+
+    /// The batched path's script calls and decisions so far.
+    pub fn batch_stats(&self) -> BatchStats {
+        self.batcher.stats()
+    }
+
+    /// The decision on a blocking connection of the pool.
+    fn limit_blocking(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: Option<u64>,
+    ) -> Result<Checked, StoreError> {
+        let (call, reset) = self.call(&key, req, now_ms, overrides_epoch);
+        let calls = std::slice::from_ref(&call);
+        let reply: Vec<u64> =
+            self.pool.with_conn(|c| match script_command(&self.script, false, calls.iter()).query(c) {
+                Err(e) if is_no_script(&e) => script_command(&self.script, true, calls.iter()).query(c),
+                other => other,
+            })?;
+        let answer = answers(&reply, 1)?.next().unwrap_or(Answer::Stale);
+        Ok(checked(req, reset, answer))
+    }
+}
+
+fn checked(req: LimitRequest, reset: u64, answer: Answer) -> Checked {
+    match answer {
+        Answer::Stale => Checked::StaleOverrides,
+        Answer::Decided { success, used } => Checked::Decided(Decision {
+            success,
+            limit: req.limit,
+            remaining: req.limit.saturating_sub(used),
+            reset,
+        }),
+    }
+}
+
+impl RateLimitStore for RedisStore {
+    fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
+        match self.limit_blocking(key, req, now_ms, None)? {
+            Checked::Decided(d) => Ok(d),
+            Checked::StaleOverrides => Err(StoreError::Unavailable("Redis: unexpected script answer".into())),
+        }
+    }
+
+    fn limit_if_current(
+        &self,
+        key: BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        overrides_epoch: u64,
+    ) -> Result<Checked, StoreError> {
+        self.limit_blocking(key, req, now_ms, Some(overrides_epoch))
+    }
+
+    fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
+        let k = self.epoch_key(namespace_id);
+        let epoch: Option<u64> = self.pool.with_conn(|c| redis::cmd("GET").arg(k).query(c))?;
+        Ok(epoch.unwrap_or(0))
+    }
+
+    fn bump_overrides_epoch(&self, namespace_id: &str) -> Result<(), StoreError> {
+        let k = self.epoch_key(namespace_id);
+        self.pool.with_conn(|c| redis::cmd("INCR").arg(k).query::<u64>(c)).map(drop)
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        self.pool.with_conn(|c| redis::cmd("PING").query::<()>(c))
+    }
+}
