@@ -1,13 +1,15 @@
 -- wrk script: POST /v1/ratelimits.limit with 10,000 rotating identifiers.
--- ROOT_KEY comes from the environment (the bare baseline ignores it).
+-- ROOT_KEY comes from the environment (the bare baseline ignores it); LIMIT (default
+-- 1e9: every request passes) sets the limit, e.g. LIMIT=5 for a load of denials.
 local root_key = os.getenv("ROOT_KEY") or "none"
+local limit = os.getenv("LIMIT") or "1000000000"
 local requests = {}
 local n = 10000
 
 function init(args)
   for i = 1, n do
     local body = string.format(
-      '{"namespace":"bench","identifier":"user_%06d@example.com","limit":1000000000,"duration":60000,"cost":1}', i)
+      '{"namespace":"bench","identifier":"user_%06d@example.com","limit":%s,"duration":60000,"cost":1}', i, limit)
     requests[i] = wrk.format("POST", "/v1/ratelimits.limit", {
       ["Content-Type"] = "application/json",
       ["Authorization"] = "Bearer " .. root_key,

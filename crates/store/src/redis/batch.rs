@@ -45,6 +45,7 @@ struct Shared {
     config: redis::AsyncConnectionConfig,
     connect_timeout: Duration,
     script: redis::Script,
+    prefix: String,
     outage: Arc<Outage>,
     stats: [AtomicU64; 2],
 }
@@ -88,6 +89,7 @@ impl Batcher {
             config,
             connect_timeout: settings.connect_timeout,
             script,
+            prefix: settings.key_prefix.clone(),
             outage,
             stats: Default::default(),
         };
@@ -182,13 +184,14 @@ impl Shared {
         };
         self.stats[0].fetch_add(1, Ordering::Relaxed);
         self.stats[1].fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let calls = batch.iter().map(|j| &j.call);
-        let reply = match script_command(&self.script, false, calls.clone()).query_async(&mut conn).await {
-            Err(e) if is_no_script(&e) => {
-                script_command(&self.script, true, calls).query_async(&mut conn).await
-            }
-            other => other,
-        };
+        let calls: Vec<&Call> = batch.iter().map(|j| &j.call).collect();
+        let reply =
+            match script_command(&self.script, false, &self.prefix, &calls).query_async(&mut conn).await {
+                Err(e) if is_no_script(&e) => {
+                    script_command(&self.script, true, &self.prefix, &calls).query_async(&mut conn).await
+                }
+                other => other,
+            };
         reply.map_err(|e| {
             lane.state.lock().conn = None;
             StoreError::Unavailable(format!("Redis: {e}"))

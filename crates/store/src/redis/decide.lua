@@ -1,36 +1,45 @@
--- keygate's rate-limit decisions (see mod.rs): for request i, KEYS[2i-1] is the budget's
--- window key and KEYS[2i] the namespace's overrides epoch key; ARGV[4i-3..4i] are the
--- epoch the caller expects ('' for no check), the limit, the cost and the key's TTL (ms).
--- Answers {answer, used} per request, in order: 1 passed, 0 denied, 2 stale overrides.
+-- keygate's rate-limit decisions (see mod.rs), in order, for a batch of n requests that
+-- checks m overrides epochs:
+--   KEYS[1..n]       each request's window key; KEYS[n+1..n+m] the epoch keys to check
+--   ARGV[1]          n
+--   ARGV[4i-2..4i+1] request i: its epoch check (0: none, j: the j-th), limit, cost, key TTL (ms)
+--   ARGV[4n+1+j]     the value the j-th epoch must have (0 when the key is absent)
+-- Answers {answer, used} per request: 1 passed, 0 denied, 2 stale overrides (nothing done).
+--
+-- A charge adds first and takes back on a denial (nobody sees the difference: a script
+-- runs alone), so a passing request costs one command. A key never holds 0: the only
+-- charge that finds no key (INCRBY answers the cost) creates it, and sets its expiry
+-- then; taking back such a charge deletes the key. Counts reach at most 2^53 - 1 plus one
+-- cost, below 2^54: a double (a Lua number) that rounds such a count keeps it above any
+-- limit, and the counts answered are Redis's own integers, each at most a limit.
+local n = tonumber(ARGV[1])
+local current = {}
+for j = 1, #KEYS - n do
+  current[j] = (redis.call('GET', KEYS[n + j]) or '0') == ARGV[4 * n + 1 + j]
+end
 local out = {}
-local epochs = {}
-for i = 1, #KEYS / 2 do
-  local key, a = KEYS[2 * i - 1], 4 * (i - 1)
-  local expected = ARGV[a + 1]
-  local stale = false
-  if expected ~= '' then
-    local ek = KEYS[2 * i]
-    local epoch = epochs[ek]
-    if epoch == nil then
-      epoch = redis.call('GET', ek) or '0'
-      epochs[ek] = epoch
-    end
-    stale = epoch ~= expected
-  end
-  if stale then
+for i = 1, n do
+  local key, a = KEYS[i], 4 * i - 3
+  local check = tonumber(ARGV[a + 1])
+  local cost = ARGV[a + 3]
+  if check > 0 and not current[check] then
     out[2 * i - 1], out[2 * i] = 2, 0
-  else
+  elseif cost == '0' then
     local used = tonumber(redis.call('GET', key) or '0')
-    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    if cost == 0 then
-      out[2 * i - 1], out[2 * i] = (used < limit) and 1 or 0, used
-    elseif cost <= limit - used then
-      -- The cost as sent: a Lua number would be formatted with 14 digits.
-      used = redis.call('INCRBY', key, ARGV[a + 3])
-      redis.call('PEXPIRE', key, ARGV[a + 4])
+    out[2 * i - 1], out[2 * i] = (used < tonumber(ARGV[a + 2])) and 1 or 0, used
+  else
+    local used = redis.call('INCRBY', key, cost)
+    local created = used == tonumber(cost)
+    if used <= tonumber(ARGV[a + 2]) then
+      if created then
+        redis.call('PEXPIRE', key, ARGV[a + 4])
+      end
       out[2 * i - 1], out[2 * i] = 1, used
+    elseif created then
+      redis.call('DEL', key)
+      out[2 * i - 1], out[2 * i] = 0, 0
     else
-      out[2 * i - 1], out[2 * i] = 0, used
+      out[2 * i - 1], out[2 * i] = 0, redis.call('DECRBY', key, cost)
     end
   end
 end

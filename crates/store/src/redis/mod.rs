@@ -136,7 +136,7 @@ impl std::fmt::Debug for RedisStore {
 #[derive(Debug)]
 pub(crate) struct Call {
     key: Vec<u8>,
-    epoch_key: String,
+    namespace_id: Arc<String>,
     /// The overrides epoch the caller decided under; `None`: no check.
     epoch: Option<u64>,
     limit: u64,
@@ -156,29 +156,48 @@ pub(crate) enum Answer {
     Stale,
 }
 
-/// The script call deciding `calls` in order: `EVALSHA`, or `EVAL` with the source after
-/// Redis answered that it does not have the script (a restart, `SCRIPT FLUSH`).
-fn script_command<'a>(
-    script: &redis::Script,
-    eval: bool,
-    calls: impl Iterator<Item = &'a Call> + Clone,
-) -> redis::Cmd {
-    let mut cmd = if eval { redis::cmd("EVAL") } else { redis::cmd("EVALSHA") };
+/// The script call deciding `calls` in order (see `decide.lua` for the layout): `EVALSHA`,
+/// or `EVAL` with the source after Redis answered that it does not have the script (a
+/// restart, `SCRIPT FLUSH`). The overrides epochs to check are listed once per batch: most
+/// batches name one or two namespaces.
+fn script_command(script: &redis::Script, eval: bool, prefix: &str, calls: &[&Call]) -> redis::Cmd {
+    let mut checks: Vec<(&str, u64)> = Vec::new();
+    let mut refs = Vec::with_capacity(calls.len());
+    for c in calls {
+        refs.push(c.epoch.map_or(0, |epoch| {
+            let check = (c.namespace_id.as_str(), epoch);
+            match checks.iter().position(|x| *x == check) {
+                Some(i) => i + 1,
+                None => {
+                    checks.push(check);
+                    checks.len()
+                }
+            }
+        }));
+    }
+    let mut cmd = redis::Cmd::with_capacity(
+        3 + 5 * calls.len() + 2 * checks.len(),
+        calls.iter().map(|c| c.key.len() + 40).sum::<usize>() + checks.len() * (prefix.len() + 48),
+    );
+    cmd.arg(if eval { "EVAL" } else { "EVALSHA" });
     if eval {
         cmd.arg(DECIDE);
     } else {
         cmd.arg(script.get_hash());
     }
-    cmd.arg(2 * calls.clone().count());
-    for c in calls.clone() {
-        cmd.arg(c.key.as_slice()).arg(c.epoch_key.as_str());
-    }
+    cmd.arg(calls.len() + checks.len());
     for c in calls {
-        match c.epoch {
-            Some(e) => cmd.arg(e),
-            None => cmd.arg(""),
-        };
-        cmd.arg(c.limit).arg(c.cost).arg(c.ttl);
+        cmd.arg(c.key.as_slice());
+    }
+    for (namespace_id, _) in &checks {
+        cmd.arg(epoch_key(prefix, namespace_id));
+    }
+    cmd.arg(calls.len());
+    for (c, r) in calls.iter().zip(refs) {
+        cmd.arg(r).arg(c.limit).arg(c.cost).arg(c.ttl);
+    }
+    for (_, epoch) in &checks {
+        cmd.arg(*epoch);
     }
     cmd
 }
@@ -239,10 +258,11 @@ impl RedisStore {
         k.extend_from_slice(itoa::Buffer::new().format(start).as_bytes());
         k
     }
+}
 
-    fn epoch_key(&self, namespace_id: &str) -> String {
-        format!("{}ov:{namespace_id}", self.prefix)
-    }
+/// `<prefix>ov:<namespace id>`: the namespace's overrides epoch.
+fn epoch_key(prefix: &str, namespace_id: &str) -> String {
+    format!("{prefix}ov:{namespace_id}")
 }
 
 impl RedisStore {
@@ -253,7 +273,7 @@ impl RedisStore {
         let reset = start.saturating_add(duration);
         let call = Call {
             key: self.key(key, start),
-            epoch_key: self.epoch_key(key.namespace_id),
+            namespace_id: key.namespace_id.clone(),
             epoch,
             limit: req.limit,
             cost: req.cost,
@@ -292,12 +312,15 @@ impl RedisStore {
         overrides_epoch: Option<u64>,
     ) -> Result<Checked, StoreError> {
         let (call, reset) = self.call(&key, req, now_ms, overrides_epoch);
-        let calls = std::slice::from_ref(&call);
-        let reply: Vec<u64> =
-            self.pool.with_conn(|c| match script_command(&self.script, false, calls.iter()).query(c) {
-                Err(e) if is_no_script(&e) => script_command(&self.script, true, calls.iter()).query(c),
+        let calls = [&call];
+        let reply: Vec<u64> = self.pool.with_conn(|c| {
+            match script_command(&self.script, false, &self.prefix, &calls).query(c) {
+                Err(e) if is_no_script(&e) => {
+                    script_command(&self.script, true, &self.prefix, &calls).query(c)
+                }
                 other => other,
-            })?;
+            }
+        })?;
         let answer = answers(&reply, 1)?.next().unwrap_or(Answer::Stale);
         Ok(checked(req, reset, answer))
     }
@@ -334,13 +357,13 @@ impl RateLimitStore for RedisStore {
     }
 
     fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
-        let k = self.epoch_key(namespace_id);
+        let k = epoch_key(&self.prefix, namespace_id);
         let epoch: Option<u64> = self.pool.with_conn(|c| redis::cmd("GET").arg(k).query(c))?;
         Ok(epoch.unwrap_or(0))
     }
 
     fn bump_overrides_epoch(&self, namespace_id: &str) -> Result<(), StoreError> {
-        let k = self.epoch_key(namespace_id);
+        let k = epoch_key(&self.prefix, namespace_id);
         self.pool.with_conn(|c| redis::cmd("INCR").arg(k).query::<u64>(c)).map(drop)
     }
 
