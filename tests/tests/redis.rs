@@ -138,7 +138,25 @@ fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
 #[test]
 #[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
 fn an_override_changed_on_one_instance_applies_to_the_next_request_on_every_instance() {
-    let (a, b) = two_instances_on_redis();
+    override_change_reaches_other_instances(false);
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn with_local_denials_an_override_change_reaches_a_locally_denied_budget_within_one_epoch_poll() {
+    override_change_reaches_other_instances(true);
+}
+
+fn override_change_reaches_other_instances(local_denials: bool) {
+    let url = test_redis();
+    let db = Arc::new(TestDb::fresh());
+    let start = |db: Arc<TestDb>| {
+        let mut config = TestServer::config(&db.url);
+        config.redis_url = Some(url.clone());
+        config.redis.local_denials = local_denials;
+        TestServer::start_with(config, db)
+    };
+    let (a, b) = (start(db.clone()), start(db));
     let call = json!({"identifier": "vip", "namespace": "api", "limit": 100, "duration": 60_000});
     // B reads the namespace's (empty) overrides into its cache.
     assert_eq!(b.limit(call.clone()).json["limit"], 100);
@@ -152,9 +170,21 @@ fn an_override_changed_on_one_instance_applies_to_the_next_request_on_every_inst
     // Limit 3, two calls under the override so far (the first call before it counted in
     // the same budget: same identifier and duration): this one is denied.
     assert_eq!(b.limit(call.clone()).json["success"], false);
+    assert_eq!(b.limit(call.clone()).json["success"], false, "denied again (locally, when on)");
 
     let del = json!({"namespaceName": "api", "identifier": "vip"});
     assert_eq!(a.post("/v1/ratelimits.deleteOverride", &del).status, 200);
-    let r = b.limit(call);
+    let deleted = Instant::now();
+    let mut r = b.limit(call.clone());
+    if local_denials {
+        // B denies this exhausted budget locally until its epoch poll (every 50 ms)
+        // confirms the change; never longer than MAX_EPOCH_AGE.
+        while r.json["success"] == false && deleted.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(5));
+            r = b.limit(call.clone());
+        }
+        let took = deleted.elapsed();
+        assert!(took <= keygate_store::MAX_EPOCH_AGE + Duration::from_millis(100), "took {took:?}");
+    }
     assert_eq!((r.json["limit"].clone(), r.json["success"].clone()), (json!(100), json!(true)));
 }

@@ -201,6 +201,10 @@ pub struct ServeArgs {
     /// Put before every rate-limit key in Redis (deployments sharing one Redis).
     #[arg(long, env = "KEYGATE_REDIS_KEY_PREFIX", default_value = "keygate:rl:")]
     pub redis_key_prefix: String,
+    /// Redis mode: deny locally what Redis would deny (a budget it reported exhausted in
+    /// the current window), without a round trip: on or off.
+    #[arg(long, env = "KEYGATE_REDIS_LOCAL_DENIALS", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub redis_local_denials: bool,
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
@@ -296,6 +300,7 @@ impl ServeArgs {
                 connect_timeout: Duration::from_millis(self.redis_timeout_ms),
                 io_timeout: Duration::from_millis(self.redis_timeout_ms),
                 key_prefix: self.redis_key_prefix,
+                local_denials: self.redis_local_denials,
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,

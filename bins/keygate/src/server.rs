@@ -214,7 +214,8 @@ const COUNTER_POLL_INTERVAL: Duration = Duration::from_millis(50);
 const COUNTER_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Keeps the change counters current: polls the database (local counters) or republishes
-/// recent changes (shared counters); stops when the server's state is dropped.
+/// recent changes (shared counters); with Redis, also confirms the overrides epochs that
+/// local denials rely on. Stops when the server's state is dropped.
 fn spawn_counter_upkeep(state: Weak<AppState>) {
     let spawned = std::thread::Builder::new().name("keygate-counters".into()).spawn(move || {
         let mut since_reconcile = Duration::ZERO;
@@ -224,6 +225,11 @@ fn spawn_counter_upkeep(state: Weak<AppState>) {
             let Some(state) = state.upgrade() else { return };
             if let Err(e) = state.rbac.poll_changes() {
                 log::warn!("change counters: polling the database failed: {e}");
+            }
+            if let Some(redis) = &state.redis
+                && let Err(e) = redis.poll_overrides_epochs()
+            {
+                log::debug!("local denials: reading the overrides epochs failed (they pause): {e}");
             }
             if since_reconcile >= COUNTER_RECONCILE_INTERVAL {
                 since_reconcile = Duration::ZERO;

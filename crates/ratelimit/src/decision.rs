@@ -54,6 +54,29 @@ pub fn fail_open_decision(req: LimitRequest, now_ms: u64) -> Decision {
     }
 }
 
+/// A denial decided from a count known to be at most the budget's real one (a shared
+/// store's earlier answer: within a window a count only grows): `Some` only when the real
+/// count would deny too, i.e. never a denial that the store would pass. `remaining` is
+/// from the known count, so it may be above the store's.
+#[inline]
+pub fn deny_from_known(known: WindowState, req: LimitRequest, now_ms: u64) -> Option<Decision> {
+    let duration = req.duration.max(1);
+    if known.is_expired(duration, now_ms) {
+        return None;
+    }
+    let denied = if req.cost == 0 {
+        known.used >= req.limit
+    } else {
+        known.used.checked_add(req.cost).is_none_or(|after| after > req.limit)
+    };
+    denied.then(|| Decision {
+        success: false,
+        limit: req.limit,
+        remaining: req.limit.saturating_sub(known.used),
+        reset: known.start.saturating_add(duration),
+    })
+}
+
 /// The decision, as a pure function. `state` is what the store holds for the budget (or
 /// `None`); the returned state is what it must hold afterwards.
 #[inline]
@@ -249,6 +272,38 @@ mod tests {
             for (reset, total) in admitted {
                 proptest::prop_assert!(total <= limit, "window ending {} admitted {} > {}", reset, total, limit);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A denial from a known count (at most the real one, same window) is always a
+        /// denial the real count gives too; and with the real count known it is exactly
+        /// the decision's denial.
+        #[test]
+        fn a_denial_from_a_known_count_is_never_a_pass_of_the_real_one(
+            limit in 1u64..20,
+            cost in 0u64..25,
+            real in 0u64..25,
+            behind in 0u64..25,
+            at in 0u64..3_000,
+        ) {
+            let req = LimitRequest { limit, duration: D, cost };
+            let now = 1_000_000 + at;
+            let start = window_start(1_000_000, D);
+            let real_state = WindowState { start, used: real };
+            let known = WindowState { start, used: real.saturating_sub(behind) };
+            let (_, truth) = decide(Some(real_state), req, now);
+            if let Some(d) = deny_from_known(known, req, now) {
+                proptest::prop_assert!(!truth.success);
+                proptest::prop_assert_eq!((d.limit, d.reset), (truth.limit, truth.reset));
+            }
+            let exact = deny_from_known(real_state, req, now);
+            proptest::prop_assert_eq!(exact.is_some(), !truth.success);
+            if let Some(d) = exact {
+                proptest::prop_assert_eq!(d, truth);
+            }
+            // An ended window tells nothing.
+            proptest::prop_assert!(deny_from_known(known, req, start + D).is_none());
         }
     }
 }

@@ -30,7 +30,9 @@ mod decision;
 mod memory;
 mod table;
 
-pub use decision::{Decision, LimitRequest, WindowState, decide, fail_open_decision, window_start};
+pub use decision::{
+    Decision, LimitRequest, WindowState, decide, deny_from_known, fail_open_decision, window_start,
+};
 pub use memory::{MemoryStore, MemoryStoreStats};
 
 use keygate_domain::ErrorCode;

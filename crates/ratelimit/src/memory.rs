@@ -461,6 +461,44 @@ impl MemoryStore {
 
     /// The decision; infallible for the in-process store.
     pub fn check(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Decision {
+        self.update(key, now_ms, |state| decide(state, req, now_ms))
+    }
+
+    /// Records what a shared store reported for a budget: `used` tokens in the window
+    /// starting at `start`. Within a window a count only grows, so the larger report is
+    /// kept; a later window replaces an earlier one. (The Redis store keeps the counts of
+    /// exhausted budgets this way, to deny without a round trip: see
+    /// [`crate::deny_from_known`].)
+    pub fn observe(&self, key: BudgetKey<'_>, start: u64, used: u64) {
+        self.update(key, start, |state| {
+            let next = match state {
+                Some(s) if s.start > start || (s.start == start && s.used >= used) => s,
+                _ => WindowState { start, used },
+            };
+            (next, ())
+        });
+    }
+
+    /// The budget's state, if its window has not ended at `now_ms`.
+    pub fn known(&self, key: BudgetKey<'_>, now_ms: u64) -> Option<WindowState> {
+        let hash = key_hash(&self.hasher, key.identifier.as_bytes());
+        let query = Query::new(key.identifier, hash);
+        let shard = self.shard(hash).lock();
+        let class = &shard.classes[shard.position(&self.hasher, &key)?];
+        let entry = class.table.find(hash, |e| e.id.matches(&query, &class.arena))?;
+        (!entry.state.is_expired(key.duration.max(1), now_ms)).then_some(entry.state)
+    }
+
+    /// Replaces the budget's state by what `f` makes of it (`None`: no entry) under its
+    /// shard's lock. A new state with nothing used is not stored for a budget that has no
+    /// entry (an untouched budget needs none).
+    #[inline]
+    fn update<R>(
+        &self,
+        key: BudgetKey<'_>,
+        now_ms: u64,
+        f: impl FnOnce(Option<WindowState>) -> (WindowState, R),
+    ) -> R {
         let hash = key_hash(&self.hasher, key.identifier.as_bytes());
         let query = Query::new(key.identifier, hash);
         let mut guard = self.shard(hash).lock();
@@ -468,15 +506,15 @@ impl MemoryStore {
         if let Some(i) = shard.position(&self.hasher, &key) {
             let class = &mut shard.classes[i];
             if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.arena)) {
-                let (state, decision) = decide(Some(entry.state), req, now_ms);
+                let (state, out) = f(Some(entry.state));
                 entry.state = state;
-                return decision;
+                return out;
             }
         }
-        let (state, decision) = decide(None, req, now_ms);
+        let (state, out) = f(None);
         if state.used == 0 {
             // Nothing consumed (cost 0, or denied): an untouched budget needs no entry.
-            return decision;
+            return out;
         }
         if shard.len >= shard.sweep_at_len {
             shard.sweep(&self.hasher, now_ms);
@@ -488,7 +526,7 @@ impl MemoryStore {
             // in practice (that is 256 GiB across the 64 shards).
             log::error!("rate-limit store: no room for identifiers in one shard; budget not recorded");
         }
-        decision
+        out
     }
 }
 

@@ -98,7 +98,7 @@ impl<T> LineTable<T> {
         }
     }
 
-    #[cfg(test)]
+    #[inline]
     pub fn find(&self, hash: u64, eq: impl FnMut(&T) -> bool) -> Option<&T> {
         match &self.slots[self.position(hash, eq)?].0 {
             State::Full(v) => Some(v),

@@ -20,7 +20,9 @@ pub mod testing;
 mod tx;
 
 #[cfg(feature = "redis")]
-pub use self::redis::{BACKOFF, BatchStats, EXPIRY_SLACK_MS, RedisOpenError, RedisSettings, RedisStore};
+pub use self::redis::{
+    BACKOFF, BatchStats, EXPIRY_SLACK_MS, MAX_EPOCH_AGE, RedisOpenError, RedisSettings, RedisStore,
+};
 pub use backend::{Backend, BackendError};
 pub use conn::DbConn;
 pub use pool::{PoolSettings, SqlStore, StoreOpenError};

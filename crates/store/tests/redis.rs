@@ -344,3 +344,65 @@ fn unreachable_redis_fails_batched_decisions_within_the_timeouts() {
         assert!(s.ping().unwrap_err().to_string().contains("retrying shortly"));
     });
 }
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn local_denials_never_deny_what_redis_would_pass() {
+    let url = redis_url().unwrap_or_else(|| panic!("{REDIS_ENV} must be set"));
+    let open = |local_denials: bool| {
+        let settings =
+            RedisSettings { key_prefix: redis_test_prefix(), local_denials, ..RedisSettings::default() };
+        RedisStore::open(&url, settings).unwrap()
+    };
+    let (cached, plain) = (open(true), open(false));
+    let ns = Arc::new("rlns_denials".to_string());
+    let ids = ["a", "b", "c", "d"];
+    let mut seed = 5u64;
+    let mut now = NOW;
+    let rt = runtime();
+    rt.block_on(async {
+        for round in 0..300 {
+            let burst: Vec<_> = (0..1 + splitmix(&mut seed) % 8)
+                .map(|_| {
+                    let r = splitmix(&mut seed);
+                    let id = ids[(r % ids.len() as u64) as usize];
+                    let duration = [1_000, 3_000][(r >> 8) as usize % 2];
+                    // Limits change between calls (the count is kept), so a budget known
+                    // exhausted under one limit may have room under a higher one.
+                    let limit = [2, 3, 5, 8][(r >> 16) as usize % 4];
+                    let cost = [0, 1, 1, 1, 2, 4][(r >> 24) as usize % 6];
+                    (id, LimitRequest { limit, duration, cost })
+                })
+                .collect();
+            now += splitmix(&mut seed) % 150;
+            let mut answers = Vec::new();
+            for s in [&cached, &plain] {
+                let asks = burst
+                    .iter()
+                    .map(|(id, req)| s.limit_batched(key(&ns, id, req.duration), *req, now, Some(0)));
+                answers.push(futures_util::future::join_all(asks).await);
+            }
+            let without = answers.pop().unwrap();
+            let with_cache = answers.pop().unwrap();
+            for (i, (got, expected)) in with_cache.into_iter().zip(without).enumerate() {
+                let (Checked::Decided(got), Checked::Decided(expected)) = (got.unwrap(), expected.unwrap())
+                else {
+                    panic!("no stale overrides here")
+                };
+                let what = format!("round {round} #{i}: {:?}", burst[i]);
+                assert_eq!(
+                    (got.success, got.limit, got.reset),
+                    (expected.success, expected.limit, expected.reset),
+                    "{what}"
+                );
+                if got.success {
+                    assert_eq!(got.remaining, expected.remaining, "{what}");
+                } else {
+                    assert!(got.remaining >= expected.remaining, "{what}");
+                }
+            }
+        }
+    });
+    let (c, p) = (cached.batch_stats().decisions, plain.batch_stats().decisions);
+    assert!(c < p * 3 / 4, "most denials were answered locally: {c} decisions sent against {p}");
+}

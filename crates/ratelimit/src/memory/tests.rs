@@ -274,3 +274,20 @@ fn exact_under_contention() {
     }
     assert_eq!(passed.load(Ordering::Relaxed), 1_000);
 }
+
+#[test]
+fn observed_counts_only_grow_within_a_window_and_a_later_window_replaces_them() {
+    let s = MemoryStore::new();
+    let n = ns("n");
+    let k = key(&n, "u");
+    assert_eq!(s.known(k, 5_500), None);
+    s.observe(k, 5_000, 3);
+    assert_eq!(s.known(k, 5_500), Some(WindowState { start: 5_000, used: 3 }));
+    s.observe(k, 5_000, 2);
+    assert_eq!(s.known(k, 5_600).map(|w| w.used), Some(3), "an older, smaller report is ignored");
+    s.observe(k, 4_000, 9);
+    assert_eq!(s.known(k, 5_600).map(|w| w.used), Some(3), "a report of an earlier window is ignored");
+    s.observe(k, 6_000, 1);
+    assert_eq!(s.known(k, 6_100), Some(WindowState { start: 6_000, used: 1 }));
+    assert_eq!(s.known(k, 7_000), None, "an ended window is not known");
+}

@@ -58,10 +58,13 @@
 mod batch;
 mod conn;
 mod counters;
+mod denials;
 
 pub use batch::BatchStats;
 use batch::Batcher;
 use conn::{Outage, Pool};
+use denials::Denials;
+pub use denials::MAX_EPOCH_AGE;
 use keygate_domain::{redact_in, redact_url};
 use keygate_ratelimit::{
     BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
@@ -93,6 +96,8 @@ pub struct RedisSettings {
     /// Put before every key (budgets, and `ov:<namespace id>` for the overrides epochs), so
     /// that several deployments can share one Redis.
     pub key_prefix: String,
+    /// Deny without a round trip what Redis would deny (see `denials.rs`).
+    pub local_denials: bool,
 }
 
 impl Default for RedisSettings {
@@ -102,6 +107,7 @@ impl Default for RedisSettings {
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
             key_prefix: "keygate:rl:".into(),
+            local_denials: true,
         }
     }
 }
@@ -119,6 +125,8 @@ pub struct RedisOpenError {
 pub struct RedisStore {
     pool: Pool,
     batcher: Batcher,
+    /// `None` when local denials are off.
+    denials: Option<Denials>,
     script: redis::Script,
     /// The change counters' read and publish scripts (`counters.rs`).
     counter_scripts: (redis::Script, redis::Script),
@@ -232,6 +240,7 @@ impl RedisStore {
         Ok(Self {
             pool: Pool::new(client.clone(), &settings, outage.clone()),
             batcher: Batcher::new(client, &settings, outage, script.clone()),
+            denials: settings.local_denials.then(Denials::default),
             script,
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
             prefix: settings.key_prefix,
@@ -266,7 +275,7 @@ fn epoch_key(prefix: &str, namespace_id: &str) -> String {
 }
 
 impl RedisStore {
-    /// The script call for one decision, and the end of its window.
+    /// The script call for one decision, and the start of its window.
     fn call(&self, key: &BudgetKey<'_>, req: LimitRequest, now_ms: u64, epoch: Option<u64>) -> (Call, u64) {
         let duration = req.duration.max(1);
         let start = window_start(now_ms, duration);
@@ -279,7 +288,7 @@ impl RedisStore {
             cost: req.cost,
             ttl: reset - now_ms + EXPIRY_SLACK_MS,
         };
-        (call, reset)
+        (call, start)
     }
 
     /// The decision, sent to Redis together with the other decisions this thread asks for
@@ -293,9 +302,15 @@ impl RedisStore {
         now_ms: u64,
         overrides_epoch: Option<u64>,
     ) -> Result<Checked, StoreError> {
-        let (call, reset) = self.call(&key, req, now_ms, overrides_epoch);
+        if let Some(d) = self.denials.as_ref().and_then(|c| c.deny(key, req, now_ms, overrides_epoch)) {
+            return Ok(Checked::Decided(d));
+        }
+        let (call, start) = self.call(&key, req, now_ms, overrides_epoch);
         let answer = self.batcher.decide(call).await?;
-        Ok(checked(req, reset, answer))
+        if let Some(denials) = &self.denials {
+            denials.record(key, start, req, overrides_epoch, answer);
+        }
+        Ok(checked(req, start, answer))
     }
 
     /// The batched path's script calls and decisions so far.
@@ -311,7 +326,7 @@ impl RedisStore {
         now_ms: u64,
         overrides_epoch: Option<u64>,
     ) -> Result<Checked, StoreError> {
-        let (call, reset) = self.call(&key, req, now_ms, overrides_epoch);
+        let (call, start) = self.call(&key, req, now_ms, overrides_epoch);
         let calls = [&call];
         let reply: Vec<u64> = self.pool.with_conn(|c| {
             match script_command(&self.script, false, &self.prefix, &calls).query(c) {
@@ -322,18 +337,18 @@ impl RedisStore {
             }
         })?;
         let answer = answers(&reply, 1)?.next().unwrap_or(Answer::Stale);
-        Ok(checked(req, reset, answer))
+        Ok(checked(req, start, answer))
     }
 }
 
-fn checked(req: LimitRequest, reset: u64, answer: Answer) -> Checked {
+fn checked(req: LimitRequest, start: u64, answer: Answer) -> Checked {
     match answer {
         Answer::Stale => Checked::StaleOverrides,
         Answer::Decided { success, used } => Checked::Decided(Decision {
             success,
             limit: req.limit,
             remaining: req.limit.saturating_sub(used),
-            reset,
+            reset: start.saturating_add(req.duration.max(1)),
         }),
     }
 }
@@ -377,5 +392,12 @@ impl RateLimitStore for RedisStore {
 
     fn ping(&self) -> Result<(), StoreError> {
         self.pool.with_conn(|c| redis::cmd("PING").query::<()>(c))
+    }
+
+    /// Drops the local denials of ended windows (Redis expires its keys itself).
+    fn sweep(&self, now_ms: u64) {
+        if let Some(denials) = &self.denials {
+            denials.sweep(now_ms);
+        }
     }
 }
