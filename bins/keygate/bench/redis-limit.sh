@@ -5,8 +5,10 @@
 #   bash bins/keygate/bench/redis-limit.sh
 #   ROUNDS=5 DURATION=10s RATE=20000 bash bins/keygate/bench/redis-limit.sh
 #
-# A private Redis (redis-server on REDIS_PORT, no persistence) and the load generator
-# share CPU 1; each server under test runs with one worker pinned to CPU 0:
+# A private Redis (redis-server on REDIS_PORT, no persistence) and each server under test
+# (one worker) are pinned to CPU 0, the load generator to CPU 1: the work one decision
+# costs, in the server and in Redis, is measured on one core, and the load generator's
+# core stays free (with Redis beside it, the load generator is what saturates).
 #   keygate-redis   keygate with REDIS_URL (SQLite for keys)
 #   naive           examples/naive_redis.rs: one EVALSHA per request, multiplexed connection
 #   keygate-memory  keygate on the in-process store
@@ -33,7 +35,7 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-taskset -c 1 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" &
+taskset -c 0 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" &
 pids+=($!)
 redis_url=redis://127.0.0.1:$REDIS_PORT
 declare -A port=([keygate-redis]=18191 [naive]=18192 [keygate-memory]=18193)
