@@ -169,18 +169,18 @@ pub(crate) enum Answer {
 /// restart, `SCRIPT FLUSH`). The overrides epochs to check are listed once per batch: most
 /// batches name one or two namespaces.
 fn script_command(script: &redis::Script, eval: bool, prefix: &str, calls: &[&Call]) -> redis::Cmd {
+    // Each distinct (namespace, epoch) once, numbered from 1 in order of appearance; a map
+    // so that a batch spanning many namespaces stays linear.
     let mut checks: Vec<(&str, u64)> = Vec::new();
+    let mut numbered: std::collections::HashMap<(&str, u64), usize> = std::collections::HashMap::new();
     let mut refs = Vec::with_capacity(calls.len());
     for c in calls {
         refs.push(c.epoch.map_or(0, |epoch| {
             let check = (c.namespace_id.as_str(), epoch);
-            match checks.iter().position(|x| *x == check) {
-                Some(i) => i + 1,
-                None => {
-                    checks.push(check);
-                    checks.len()
-                }
-            }
+            *numbered.entry(check).or_insert_with(|| {
+                checks.push(check);
+                checks.len()
+            })
         }));
     }
     let mut cmd = redis::Cmd::with_capacity(
