@@ -51,12 +51,18 @@ fn two_instances_on_one_database_keep_every_rule() {
     assert_eq!(b.key_roles(&key2).len(), 11);
 }
 
-/// Two instances on one database; a root key that B has cached (one ratelimits.limit call)
-/// and that A has just revoked. Returns A, B, the key's secret and a limit body.
+/// Two instances on one database, without Redis (with Redis, the decision script refuses a
+/// revoked root key at once: verify_cache.rs); a root key that B has cached (one
+/// ratelimits.limit call) and that A has just revoked. Returns A, B, the key's secret and a
+/// limit body.
 fn revoked_on_a_cached_on_b() -> (TestServer, TestServer, String, serde_json::Value) {
     let db = Arc::new(TestDb::fresh());
-    let a = TestServer::start_on(db.clone());
-    let b = TestServer::start_on(db.clone());
+    let without_redis = || {
+        let mut config = TestServer::config(&db.url);
+        config.redis_url = None;
+        TestServer::start_with(config, db.clone())
+    };
+    let (a, b) = (without_redis(), without_redis());
     let perms = ["ratelimit.*.limit".to_string(), "ratelimit.*.create_namespace".to_string()];
     let (rk, secret) = a.state.rbac.create_root_key("default", &perms).unwrap();
     let body = json!({"identifier": "x", "limit": 100, "duration": 60_000});

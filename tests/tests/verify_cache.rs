@@ -214,8 +214,9 @@ fn verifications_stay_current_while_redis_is_down_and_after_it_returns() {
     write_on_a_verify_on_b(&a, &b, 20);
 }
 
-/// A root key revoked through A is refused by B at B's very next request (every endpoint
-/// but the rate-limit hot path, which sees it at B's next 50 ms poll).
+/// A root key revoked through A is refused by B at B's very next request: every endpoint,
+/// and with Redis the rate-limit hot path too (its decision script checks the root key's
+/// counter); without Redis that path sees it at B's next 50 ms poll.
 fn revoked_on_a_refused_by_b_next(redis: bool) {
     let db = Arc::new(TestDb::fresh());
     let start = |db: &Arc<TestDb>| {
@@ -233,9 +234,17 @@ fn revoked_on_a_refused_by_b_next(redis: bool) {
         let list = || b.request(b.client.get(b.url("/v1/permissions.listPermissions")).bearer_auth(&root));
         let verify_as =
             || b.request(b.client.post(b.url(VERIFY)).bearer_auth(&root).json(&json!({"key": secret})));
+        let limit_as = || {
+            let body = json!({"identifier": format!("u{round}"), "limit": 1000, "duration": 60_000});
+            b.request(b.client.post(b.url("/v1/ratelimits.limit")).bearer_auth(&root).json(&body))
+        };
         assert_eq!(list().status, 200, "round {round}");
         assert_eq!(verify_as().status, 200, "round {round}");
+        assert_eq!(limit_as().status, 200, "round {round}");
         a.state.rbac.revoke_root_key(&rk.id).unwrap();
+        if redis {
+            limit_as().assert_error(401, "UNAUTHORIZED");
+        }
         list().assert_error(401, "UNAUTHORIZED");
         verify_as().assert_error(401, "UNAUTHORIZED");
     }

@@ -72,6 +72,10 @@ pub enum Checked {
     /// The namespace's overrides changed since the caller loaded them: nothing was decided
     /// or deducted; reload them (and their epoch) and ask again.
     StaleOverrides,
+    /// A change counter the caller named (the Redis store's counter guard, see
+    /// `keygate_store::RedisStore::limit_batched`) changed since the caller read it: nothing
+    /// was decided or deducted; check what it guards and ask again.
+    StaleCounter,
 }
 
 /// Where window states live. `limit` must apply [`decide`] atomically per budget.

@@ -48,7 +48,9 @@ impl Principal {
         self
     }
 
-    pub(crate) fn tag(&self) -> Option<crate::counters::Tag> {
+    /// The root key's change counter as it was loaded under (`None` with counters in
+    /// memory, where the cache is kept exact by evictions instead).
+    pub fn tag(&self) -> Option<crate::counters::Tag> {
         self.tag
     }
 

@@ -21,7 +21,8 @@ mod tx;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{
-    BACKOFF, BatchStats, EXPIRY_SLACK_MS, MAX_EPOCH_AGE, RedisOpenError, RedisSettings, RedisStore,
+    BACKOFF, BatchStats, CounterGuard, EXPIRY_SLACK_MS, MAX_EPOCH_AGE, RedisOpenError, RedisSettings,
+    RedisStore,
 };
 pub use backend::{Backend, BackendError};
 pub use conn::DbConn;

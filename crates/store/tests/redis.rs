@@ -4,7 +4,7 @@
 
 use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, MemoryStore, RateLimitStore};
 use keygate_store::testing::{REDIS_ENV, redis_test_prefix, redis_url};
-use keygate_store::{BACKOFF, EXPIRY_SLACK_MS, RedisSettings, RedisStore};
+use keygate_store::{BACKOFF, CounterGuard, EXPIRY_SLACK_MS, RedisSettings, RedisStore};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -241,7 +241,7 @@ fn batched_decisions_answer_what_the_in_process_store_answers_in_arrival_order()
             now += splitmix(&mut seed) % 700;
             let asked = burst
                 .iter()
-                .map(|(id, req)| redis.limit_batched(key(&ns, id, req.duration), *req, now, None));
+                .map(|(id, req)| redis.limit_batched(key(&ns, id, req.duration), *req, now, None, None));
             let got = futures_util::future::join_all(asked).await;
             for (i, ((id, req), got)) in burst.iter().zip(got).enumerate() {
                 let expected = memory.limit(key(&ns, id, req.duration), *req, now).unwrap();
@@ -255,7 +255,7 @@ fn batched_decisions_answer_what_the_in_process_store_answers_in_arrival_order()
     let req = LimitRequest { limit: 3, duration: 60_000, cost: 1 };
     let other = Arc::new("rlns_batch_both".to_string());
     assert!(redis.limit(key(&other, "u", 60_000), req, NOW).unwrap().success);
-    let d = rt.block_on(redis.limit_batched(key(&other, "u", 60_000), req, NOW, None)).unwrap();
+    let d = rt.block_on(redis.limit_batched(key(&other, "u", 60_000), req, NOW, None, None)).unwrap();
     assert!(matches!(d, Checked::Decided(d) if d.success && d.remaining == 1));
 }
 
@@ -272,7 +272,8 @@ fn batched_decisions_are_exact_across_instances_and_threads() {
             .map(|i| {
                 let (store, ns) = (if i % 2 == 0 { a.clone() } else { b.clone() }, ns.clone());
                 tokio::spawn(async move {
-                    let d = store.limit_batched(key(&ns, "hot", 60_000), req, NOW, Some(0)).await.unwrap();
+                    let d =
+                        store.limit_batched(key(&ns, "hot", 60_000), req, NOW, Some(0), None).await.unwrap();
                     matches!(d, Checked::Decided(d) if d.success) as u64
                 })
             })
@@ -300,13 +301,43 @@ fn a_stale_overrides_epoch_decides_nothing_in_a_batch_either() {
         // One batch: the first decision under the current epoch, the second under an old
         // one, the third without a check.
         let (x, y, z) = tokio::join!(
-            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(1)),
-            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0)),
-            a.limit_batched(key(&ns, "u", 60_000), req, NOW, None),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(1), None),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0), None),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, None, None),
         );
         assert!(matches!(x.unwrap(), Checked::Decided(d) if d.remaining == 4));
         assert_eq!(y.unwrap(), Checked::StaleOverrides, "nothing deducted");
         assert!(matches!(z.unwrap(), Checked::Decided(d) if d.remaining == 3));
+    });
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_changed_counter_guard_decides_nothing() {
+    use keygate_rbac::SharedCounters as _;
+    let prefix = redis_test_prefix();
+    let a = store(&prefix);
+    let ns = Arc::new("rlns_guard".to_string());
+    let req = LimitRequest { limit: 5, duration: 60_000, cost: 1 };
+    let (epoch, values) = a.read(&["rk:r1".to_string()]).unwrap();
+    assert_eq!(values, [0]);
+    let guard = |epoch, value| Some(CounterGuard { name: "rk:r1", epoch, value });
+    let rt = runtime();
+    let d = rt.block_on(a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0), guard(epoch, 0)));
+    assert!(matches!(d.unwrap(), Checked::Decided(d) if d.remaining == 4));
+    // A revocation through another instance publishes the counter's new value.
+    a.publish(&[("rk:r1".to_string(), 1)]).unwrap();
+    rt.block_on(async {
+        let (stale, other_epoch, both, current) = tokio::join!(
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0), guard(epoch, 0)),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0), guard(epoch ^ 4, 1)),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(7), guard(epoch, 0)),
+            a.limit_batched(key(&ns, "u", 60_000), req, NOW, Some(0), guard(epoch, 1)),
+        );
+        assert_eq!(stale.unwrap(), Checked::StaleCounter, "nothing deducted");
+        assert_eq!(other_epoch.unwrap(), Checked::StaleCounter, "counters from before a data loss");
+        assert_eq!(both.unwrap(), Checked::StaleCounter, "the root key is checked first");
+        assert!(matches!(current.unwrap(), Checked::Decided(d) if d.remaining == 3));
     });
 }
 
@@ -318,10 +349,10 @@ fn a_flushed_script_is_sent_again_on_both_paths() {
     let ns = Arc::new("rlns_flush".to_string());
     let req = LimitRequest { limit: 5, duration: 60_000, cost: 1 };
     let rt = runtime();
-    assert!(rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None)).is_ok());
+    assert!(rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None, None)).is_ok());
     let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
     redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut conn).unwrap();
-    let d = rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None)).unwrap();
+    let d = rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None, None)).unwrap();
     assert!(matches!(d, Checked::Decided(d) if d.remaining == 3));
     redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut conn).unwrap();
     assert_eq!(s.limit(key(&ns, "u", 60_000), req, NOW).unwrap().remaining, 2);
@@ -335,11 +366,11 @@ fn unreachable_redis_fails_batched_decisions_within_the_timeouts() {
     let req = LimitRequest { limit: 1, duration: 1_000, cost: 1 };
     runtime().block_on(async {
         let started = Instant::now();
-        let err = s.limit_batched(key(&ns, "u", 1_000), req, NOW, None).await.unwrap_err();
+        let err = s.limit_batched(key(&ns, "u", 1_000), req, NOW, None, None).await.unwrap_err();
         assert_eq!(err.code(), keygate_domain::ErrorCode::ServiceUnavailable, "{err}");
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
         // Within the back-off (shared with the blocking path) the next ones fail at once.
-        let again = s.limit_batched(key(&ns, "u", 1_000), req, NOW, None).await.unwrap_err();
+        let again = s.limit_batched(key(&ns, "u", 1_000), req, NOW, None, None).await.unwrap_err();
         assert!(again.to_string().contains("retrying shortly"), "{again}");
         assert!(s.ping().unwrap_err().to_string().contains("retrying shortly"));
     });
@@ -379,7 +410,7 @@ fn local_denials_never_deny_what_redis_would_pass() {
             for s in [&cached, &plain] {
                 let asks = burst
                     .iter()
-                    .map(|(id, req)| s.limit_batched(key(&ns, id, req.duration), *req, now, Some(0)));
+                    .map(|(id, req)| s.limit_batched(key(&ns, id, req.duration), *req, now, Some(0), None));
                 answers.push(futures_util::future::join_all(asks).await);
             }
             let without = answers.pop().unwrap();

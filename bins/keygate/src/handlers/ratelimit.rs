@@ -8,8 +8,9 @@ use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
 use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, pass_failing_open};
-use keygate_rbac::Effective;
-use keygate_store::RedisStore;
+use keygate_rbac::counters::SOURCE_STORE;
+use keygate_rbac::{Effective, Principal, Scope};
+use keygate_store::{CounterGuard, RedisStore};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
@@ -150,7 +151,8 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
     let overrides = cached_overrides(state, &namespace_id, &v.identifier).await?;
     let d = match &state.redis {
         Some(redis) => {
-            decide_in_redis(state, redis, &namespace_id, &v.identifier, v.request, now, overrides).await?
+            let at = Budget { namespace_id: &namespace_id, identifier: &v.identifier, now };
+            decide_in_redis(state, redis, &principal, at, v.request, overrides).await?
         }
         None => {
             // The in-process store: inline, it never finds overrides stale.
@@ -188,36 +190,68 @@ async fn cached_overrides(
 /// How often a decision is retried when the namespace's overrides keep changing under it.
 const STALE_OVERRIDES_RETRIES: usize = 3;
 
+/// Which budget a decision is for, and when.
+#[derive(Debug, Clone, Copy)]
+struct Budget<'a> {
+    namespace_id: &'a Arc<String>,
+    identifier: &'a str,
+    now: u64,
+}
+
 /// The decision in Redis, batched with this worker's other decisions, under the namespace's
-/// overrides: when Redis finds them changed since they were read (another instance changed
-/// them), they are read again and the decision asked again. When Redis cannot be reached:
-/// 503, or a pass when failing open (contract §5.12).
+/// overrides and the caller's root key:
+/// - when Redis finds the overrides changed since they were read (another instance changed
+///   them), they are read again and the decision asked again;
+/// - when it finds the root key's change counter changed (a revocation through another
+///   instance), the root key is checked against the database (401 when revoked) and the
+///   decision asked again without that guard.
+///
+/// When Redis cannot be reached: 503, or a pass when failing open (contract §5.12).
 async fn decide_in_redis(
     state: &web::Data<AppState>,
     redis: &RedisStore,
-    namespace_id: &Arc<String>,
-    identifier: &str,
+    principal: &Arc<Principal>,
+    at: Budget<'_>,
     request: LimitRequest,
-    now: u64,
     mut overrides: (Option<Effective>, u64),
 ) -> Result<Decision, ApiError> {
+    let counter = Scope::RootKey(&principal.root_key_id).name();
+    let mut guard = match principal.tag() {
+        Some(tag) if tag.source > SOURCE_STORE => Some(tag),
+        // Loaded while Redis's counters could not be read: checked against the database's.
+        Some(_) => return_if_revoked(state, principal).await.map(|()| None)?,
+        None => None,
+    };
     let mut stale = 0;
     loop {
         let req = with_override(request, overrides.0);
-        let key = BudgetKey { namespace_id, identifier, duration: req.duration };
+        let key =
+            BudgetKey { namespace_id: at.namespace_id, identifier: at.identifier, duration: req.duration };
         // Overrides changing faster than they can be read: decide with the latest read.
         let epoch = (stale < STALE_OVERRIDES_RETRIES).then_some(overrides.1);
-        match redis.limit_batched(key, req, now, epoch).await {
+        let counter_guard =
+            guard.map(|tag| CounterGuard { name: &counter, epoch: tag.source, value: tag.values[0] });
+        match redis.limit_batched(key, req, at.now, epoch, counter_guard).await {
             Ok(Checked::Decided(d)) => return Ok(d),
             Ok(Checked::StaleOverrides) => {
                 stale += 1;
-                let (st, ns, id) = (state.clone(), namespace_id.clone(), identifier.to_string());
+                let (st, ns, id) = (state.clone(), at.namespace_id.clone(), at.identifier.to_string());
                 overrides = blocking(move || load_overrides(&st, &ns, &id)).await?;
             }
-            Err(e) if state.fail_open => return Ok(pass_failing_open(key, req, now, &e)),
+            Ok(Checked::StaleCounter) => {
+                return_if_revoked(state, principal).await?;
+                guard = None;
+            }
+            Err(e) if state.fail_open => return Ok(pass_failing_open(key, req, at.now, &e)),
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// 401 when the root key was revoked (by the database, off the async workers).
+async fn return_if_revoked(state: &web::Data<AppState>, principal: &Arc<Principal>) -> Result<(), ApiError> {
+    let (state, principal) = (state.clone(), principal.clone());
+    blocking(move || Ok(state.rbac.ensure_root_key_current(&principal)?)).await
 }
 
 /// Reads the namespace's overrides again into the cache (blocking I/O), under the epoch

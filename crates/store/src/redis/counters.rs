@@ -38,9 +38,14 @@ return #KEYS
 ";
 
 impl RedisStore {
-    fn counter_key(&self, name: &str) -> String {
+    pub(super) fn counter_key(&self, name: &str) -> String {
         format!("{}{{cc}}:{name}", self.prefix)
     }
+}
+
+/// The change counters' epoch key.
+pub(super) fn epoch_key(prefix: &str) -> String {
+    format!("{prefix}{{cc}}:epoch")
 }
 
 fn unavailable(e: keygate_ratelimit::StoreError) -> StorageError {
@@ -52,7 +57,7 @@ impl SharedCounters for RedisStore {
         let script = &self.counter_scripts.0;
         // Never 0 or 1 (the tags of local and database counters).
         let fresh_epoch = rand::random::<u64>() | 2;
-        let mut invocation = script.key(self.counter_key("epoch"));
+        let mut invocation = script.key(epoch_key(&self.prefix));
         for n in names {
             invocation.key(self.counter_key(n));
         }

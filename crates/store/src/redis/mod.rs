@@ -19,7 +19,10 @@
 //! overrides under, the script compares it with `<prefix>ov:<namespace id>` (0 when absent;
 //! INCR'd by every override change after its commit) and answers "stale" without deciding
 //! when they differ: an override changed on one instance applies to the next request on
-//! every instance.
+//! every instance. Likewise for a [`CounterGuard`] (the server's: the caller's root key's
+//! change counter, see `counters.rs`): when the counter or the counters' epoch differs from
+//! what the caller read, the script answers "stale counter" without deciding, so a root key
+//! revoked through one instance is refused at the next request on every instance.
 //!
 //! Lua numbers are doubles, exact up to 2^53; every operand is at most 2^53 - 1 (the
 //! contract's bounds) and the comparison subtracts rather than adds, so nothing rounds.
@@ -147,10 +150,33 @@ pub(crate) struct Call {
     namespace_id: Arc<String>,
     /// The overrides epoch the caller decided under; `None`: no check.
     epoch: Option<u64>,
+    /// A change counter that must still hold the caller's value.
+    guard: Option<Guard>,
     limit: u64,
     cost: u64,
     /// How long the key is kept (ms): until its window ends, plus [`EXPIRY_SLACK_MS`].
     ttl: u64,
+}
+
+/// A change counter a decision is made under: its key, and the counters' epoch and the
+/// counter's value the caller read.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    key: String,
+    epoch: u64,
+    value: u64,
+}
+
+/// A change counter that must be unchanged for a decision to be made: the name
+/// (`keygate_rbac::Scope::name`), and the counters' epoch and its value as the caller read
+/// them (a `keygate_rbac::Tag`'s `source` and value). The server guards each decision with
+/// the caller's root key, so that a revocation through any instance applies to the next
+/// request.
+#[derive(Debug, Clone, Copy)]
+pub struct CounterGuard<'a> {
+    pub name: &'a str,
+    pub epoch: u64,
+    pub value: u64,
 }
 
 /// What the script answered for one call.
@@ -162,30 +188,48 @@ pub(crate) enum Answer {
         used: u64,
     },
     Stale,
+    StaleCounter,
+}
+
+/// A key that must still hold a value for a decision to be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum CheckKey<'a> {
+    /// A namespace's overrides epoch (by namespace id).
+    Overrides(&'a str),
+    /// A change counter (its whole key).
+    Counter(&'a str),
+    /// The change counters' epoch.
+    CounterEpoch,
 }
 
 /// The script call deciding `calls` in order (see `decide.lua` for the layout): `EVALSHA`,
 /// or `EVAL` with the source after Redis answered that it does not have the script (a
-/// restart, `SCRIPT FLUSH`). The overrides epochs to check are listed once per batch: most
-/// batches name one or two namespaces.
-fn script_command(script: &redis::Script, eval: bool, prefix: &str, calls: &[&Call]) -> redis::Cmd {
-    // Each distinct (namespace, epoch) once, numbered from 1 in order of appearance; a map
-    // so that a batch spanning many namespaces stays linear.
-    let mut checks: Vec<(&str, u64)> = Vec::new();
-    let mut numbered: std::collections::HashMap<(&str, u64), usize> = std::collections::HashMap::new();
+/// restart, `SCRIPT FLUSH`). Each check (key and value) is listed once per batch: most
+/// batches name one or two namespaces and a few root keys.
+fn script_command<'a>(script: &redis::Script, eval: bool, prefix: &str, calls: &[&'a Call]) -> redis::Cmd {
+    // Each distinct check once, numbered from 1 in order of appearance; a map so that a
+    // batch spanning many namespaces stays linear.
+    let mut checks: Vec<(CheckKey<'a>, u64)> = Vec::new();
+    let mut numbered: std::collections::HashMap<(CheckKey<'a>, u64), usize> =
+        std::collections::HashMap::new();
     let mut refs = Vec::with_capacity(calls.len());
     for c in calls {
-        refs.push(c.epoch.map_or(0, |epoch| {
-            let check = (c.namespace_id.as_str(), epoch);
-            *numbered.entry(check).or_insert_with(|| {
-                checks.push(check);
-                checks.len()
+        let mut number = |check: Option<(CheckKey<'a>, u64)>| {
+            check.map_or(0, |check| {
+                *numbered.entry(check).or_insert_with(|| {
+                    checks.push(check);
+                    checks.len()
+                })
             })
-        }));
+        };
+        let overrides = number(c.epoch.map(|e| (CheckKey::Overrides(c.namespace_id.as_str()), e)));
+        let counter = number(c.guard.as_ref().map(|g| (CheckKey::Counter(g.key.as_str()), g.value)));
+        let epoch = number(c.guard.as_ref().map(|g| (CheckKey::CounterEpoch, g.epoch)));
+        refs.push([overrides, counter, epoch]);
     }
     let mut cmd = redis::Cmd::with_capacity(
-        3 + 5 * calls.len() + 2 * checks.len(),
-        calls.iter().map(|c| c.key.len() + 40).sum::<usize>() + checks.len() * (prefix.len() + 48),
+        3 + 7 * calls.len() + 2 * checks.len(),
+        calls.iter().map(|c| c.key.len() + 48).sum::<usize>() + checks.len() * (prefix.len() + 64),
     );
     cmd.arg(if eval { "EVAL" } else { "EVALSHA" });
     if eval {
@@ -197,15 +241,19 @@ fn script_command(script: &redis::Script, eval: bool, prefix: &str, calls: &[&Ca
     for c in calls {
         cmd.arg(c.key.as_slice());
     }
-    for (namespace_id, _) in &checks {
-        cmd.arg(epoch_key(prefix, namespace_id));
+    for (key, _) in &checks {
+        match key {
+            CheckKey::Overrides(namespace_id) => cmd.arg(epoch_key(prefix, namespace_id)),
+            CheckKey::Counter(key) => cmd.arg(*key),
+            CheckKey::CounterEpoch => cmd.arg(counters::epoch_key(prefix)),
+        };
     }
     cmd.arg(calls.len());
-    for (c, r) in calls.iter().zip(refs) {
-        cmd.arg(r).arg(c.limit).arg(c.cost).arg(c.ttl);
+    for (c, [overrides, counter, epoch]) in calls.iter().zip(refs) {
+        cmd.arg(overrides).arg(counter).arg(epoch).arg(c.limit).arg(c.cost).arg(c.ttl);
     }
-    for (_, epoch) in &checks {
-        cmd.arg(*epoch);
+    for (_, value) in &checks {
+        cmd.arg(*value);
     }
     cmd
 }
@@ -217,6 +265,7 @@ fn answers(reply: &[u64], calls: usize) -> Result<impl Iterator<Item = Answer> +
     }
     Ok(reply.chunks_exact(2).map(|pair| match pair[0] {
         2 => Answer::Stale,
+        3 => Answer::StaleCounter,
         a => Answer::Decided { success: a == 1, used: pair[1] },
     }))
 }
@@ -276,7 +325,14 @@ fn epoch_key(prefix: &str, namespace_id: &str) -> String {
 
 impl RedisStore {
     /// The script call for one decision, and the start of its window.
-    fn call(&self, key: &BudgetKey<'_>, req: LimitRequest, now_ms: u64, epoch: Option<u64>) -> (Call, u64) {
+    fn call(
+        &self,
+        key: &BudgetKey<'_>,
+        req: LimitRequest,
+        now_ms: u64,
+        epoch: Option<u64>,
+        guard: Option<CounterGuard<'_>>,
+    ) -> (Call, u64) {
         let duration = req.duration.max(1);
         let start = window_start(now_ms, duration);
         let reset = start.saturating_add(duration);
@@ -284,6 +340,7 @@ impl RedisStore {
             key: self.key(key, start),
             namespace_id: key.namespace_id.clone(),
             epoch,
+            guard: guard.map(|g| Guard { key: self.counter_key(g.name), epoch: g.epoch, value: g.value }),
             limit: req.limit,
             cost: req.cost,
             ttl: reset - now_ms + EXPIRY_SLACK_MS,
@@ -294,18 +351,21 @@ impl RedisStore {
     /// The decision, sent to Redis together with the other decisions this thread asks for
     /// while earlier ones are in flight (see `batch.rs`). Runs on the caller's tokio
     /// runtime. `overrides_epoch`: as in [`RateLimitStore::limit_if_current`]; `None`
-    /// decides without that check.
+    /// decides without that check. `guard`: a change counter that must still hold the
+    /// caller's value, checked in the same atomic step ([`Checked::StaleCounter`] when it
+    /// does not); a local denial (see `denials.rs`) does not check it, as it grants nothing.
     pub async fn limit_batched(
         &self,
         key: BudgetKey<'_>,
         req: LimitRequest,
         now_ms: u64,
         overrides_epoch: Option<u64>,
+        guard: Option<CounterGuard<'_>>,
     ) -> Result<Checked, StoreError> {
         if let Some(d) = self.denials.as_ref().and_then(|c| c.deny(key, req, now_ms, overrides_epoch)) {
             return Ok(Checked::Decided(d));
         }
-        let (call, start) = self.call(&key, req, now_ms, overrides_epoch);
+        let (call, start) = self.call(&key, req, now_ms, overrides_epoch, guard);
         let answer = self.batcher.decide(call).await?;
         if let Some(denials) = &self.denials {
             denials.record(key, start, req, overrides_epoch, answer);
@@ -326,7 +386,7 @@ impl RedisStore {
         now_ms: u64,
         overrides_epoch: Option<u64>,
     ) -> Result<Checked, StoreError> {
-        let (call, start) = self.call(&key, req, now_ms, overrides_epoch);
+        let (call, start) = self.call(&key, req, now_ms, overrides_epoch, None);
         let calls = [&call];
         let reply: Vec<u64> = self.pool.with_conn(|c| {
             match script_command(&self.script, false, &self.prefix, &calls).query(c) {
@@ -344,6 +404,7 @@ impl RedisStore {
 fn checked(req: LimitRequest, start: u64, answer: Answer) -> Checked {
     match answer {
         Answer::Stale => Checked::StaleOverrides,
+        Answer::StaleCounter => Checked::StaleCounter,
         Answer::Decided { success, used } => Checked::Decided(Decision {
             success,
             limit: req.limit,
@@ -357,7 +418,9 @@ impl RateLimitStore for RedisStore {
     fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
         match self.limit_blocking(key, req, now_ms, None)? {
             Checked::Decided(d) => Ok(d),
-            Checked::StaleOverrides => Err(StoreError::Unavailable("Redis: unexpected script answer".into())),
+            Checked::StaleOverrides | Checked::StaleCounter => {
+                Err(StoreError::Unavailable("Redis: unexpected script answer".into()))
+            }
         }
     }
 
