@@ -1,15 +1,18 @@
 -- wrk script: POST /v1/ratelimits.limit with 10,000 rotating identifiers.
 -- ROOT_KEY comes from the environment (the bare baseline ignores it); LIMIT (default
--- 1e9: every request passes) sets the limit, e.g. LIMIT=5 for a load of denials.
+-- 1e9: every request passes) sets the limit, e.g. LIMIT=5 for a load of denials; ASYNC=true
+-- sends `"async": true`.
 local root_key = os.getenv("ROOT_KEY") or "none"
 local limit = os.getenv("LIMIT") or "1000000000"
+local async = os.getenv("ASYNC") or "false"
 local requests = {}
 local n = 10000
 
 function init(args)
   for i = 1, n do
     local body = string.format(
-      '{"namespace":"bench","identifier":"user_%06d@example.com","limit":%s,"duration":60000,"cost":1}', i, limit)
+      '{"namespace":"bench","identifier":"user_%06d@example.com","limit":%s,"duration":60000,"cost":1,"async":%s}',
+      i, limit, async)
     requests[i] = wrk.format("POST", "/v1/ratelimits.limit", {
       ["Content-Type"] = "application/json",
       ["Authorization"] = "Bearer " .. root_key,

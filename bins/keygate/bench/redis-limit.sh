@@ -13,8 +13,9 @@
 #   naive           examples/naive_redis.rs: one EVALSHA per request, multiplexed connection
 #   keygate-memory  keygate on the in-process store
 # Phases: 1. saturated (wrk -c64, 10k identifiers, a limit that always passes): the
-# throughput ratios; 2. a load of denials (limit 5): Redis mode against the in-process
-# store; 3. open loop at RATE req/s: keygate-redis's latency (p99).
+# throughput ratios; 2. `async: true` (same load): Redis mode against the in-process store;
+# 3. a load of denials (limit 5): Redis mode against the in-process store; 4. open loop at
+# RATE req/s: keygate-redis's latency (p99).
 # Needs: wrk, taskset, redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -51,8 +52,8 @@ for p in "${port[@]}"; do
   for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$p/" && break; sleep 0.1; done
 done
 
-run() { # name [LIMIT]
-  LIMIT=${2:-1000000000} taskset -c 1 wrk -t1 -c64 -d"$DURATION" -s bins/keygate/bench/limit.lua \
+run() { # name [LIMIT [ASYNC]]
+  LIMIT=${2:-1000000000} ASYNC=${3:-false} taskset -c 1 wrk -t1 -c64 -d"$DURATION" -s bins/keygate/bench/limit.lua \
     "http://127.0.0.1:${port[$1]}" | grep '^RESULT' | sed "s/^RESULT/$1/"
 }
 for s in "${!port[@]}"; do # warm-up: namespaces, caches, the 10k budgets
@@ -75,6 +76,12 @@ for r in $(seq 1 "$ROUNDS"); do
 done | tee "$work/saturated"
 ratios "$work/saturated" keygate-redis naive
 ratios "$work/saturated" keygate-redis keygate-memory
+
+echo "== async: true, same load as the saturated phase"
+for r in $(seq 1 "$ROUNDS"); do
+  for s in keygate-redis keygate-memory; do run "$s" 1000000000 true | sed "s/^$s/$s round=$r/"; done
+done | tee "$work/async"
+ratios "$work/async" keygate-redis keygate-memory
 
 echo "== denials: limit 5 (after the first 5 requests of each identifier, every answer is a denial)"
 for r in $(seq 1 "$ROUNDS"); do

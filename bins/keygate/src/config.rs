@@ -205,6 +205,11 @@ pub struct ServeArgs {
     /// the current window), without a round trip: on or off.
     #[arg(long, env = "KEYGATE_REDIS_LOCAL_DENIALS", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub redis_local_denials: bool,
+    /// Redis mode: how often the tokens that `async: true` requests passed from local state
+    /// are sent to Redis, in milliseconds (1 to 1000); the bound on what several instances
+    /// may over-admit grows with it (docs/api.md).
+    #[arg(long, env = "KEYGATE_REDIS_ASYNC_SYNC_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub redis_async_sync_ms: u64,
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
@@ -301,6 +306,8 @@ impl ServeArgs {
                 io_timeout: Duration::from_millis(self.redis_timeout_ms),
                 key_prefix: self.redis_key_prefix,
                 local_denials: self.redis_local_denials,
+                async_sync_interval: Duration::from_millis(self.redis_async_sync_ms),
+                ..RedisSettings::default()
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,

@@ -12,7 +12,7 @@ use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock, redact_in, redact_url, validate_root_key_secret};
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::{CounterSource, OverridesListener, RbacService};
-use keygate_store::{RedisStore, SqlStore};
+use keygate_store::{RedisSettings, RedisStore, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -71,12 +71,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
 
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
-    let workers = config
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
-        .max(1);
-    // Database and Redis pools, and each worker's asynchronous Redis connection.
-    let redis_conns = if redis.is_some() { u64::from(config.redis.max_size) + workers as u64 } else { 0 };
+    let workers = worker_count(&config);
+    // Database and Redis pools, and each worker's two asynchronous Redis connections.
+    let redis_conns = if redis.is_some() { u64::from(config.redis.max_size) + 2 * workers as u64 } else { 0 };
     let pools = u64::from(config.pool.max_size) + redis_conns;
     let (cap, lowered) = connections::effective_cap(config.http.max_connections, pools);
     if let Some(why) = lowered {
@@ -137,6 +134,14 @@ impl OverridesListener for OverridesToLimiter {
 
 /// The rate-limit store, the Redis store behind it if any (it also holds the change
 /// counters), and a description for the startup line.
+/// The HTTP workers: as configured, or one per CPU.
+fn worker_count(config: &ServerConfig) -> usize {
+    config
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+        .max(1)
+}
+
 type RateLimitStores = (Arc<dyn RateLimitStore>, Option<Arc<RedisStore>>, String);
 
 /// The rate-limit store the configuration selects, and its description for the startup
@@ -146,7 +151,9 @@ fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<RateLimitStores> {
     let Some(url) = &config.redis_url else {
         return Ok((Arc::new(MemoryStore::new()), None, "memory (in-process)".into()));
     };
-    let redis = Arc::new(RedisStore::open(url, config.redis.clone())?);
+    // Two lanes (asynchronous connection and queue, one script call in flight) per worker.
+    let settings = RedisSettings { lanes: 2 * worker_count(config), ..config.redis.clone() };
+    let redis = Arc::new(RedisStore::open(url, settings)?);
     let mut desc = format!("redis {}", redis.display_location());
     if let Err(e) = redis.ping() {
         log::warn!("the rate-limit store is not reachable yet: {e}");

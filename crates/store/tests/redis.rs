@@ -437,3 +437,115 @@ fn local_denials_never_deny_what_redis_would_pass() {
     let (c, p) = (cached.batch_stats().decisions, plain.batch_stats().decisions);
     assert!(c < p * 3 / 4, "most denials were answered locally: {c} decisions sent against {p}");
 }
+
+/// A decision as `ratelimits.limit` makes it: `async: true` from local state when the store
+/// knows the window, else (and for sync requests) in Redis.
+async fn decide_as_server(
+    s: &RedisStore,
+    key: BudgetKey<'_>,
+    req: LimitRequest,
+    now: u64,
+    is_async: bool,
+) -> Decision {
+    if let Some(d) = is_async.then(|| s.limit_async(key, req, now)).flatten() {
+        return d;
+    }
+    match s.limit_batched(key, req, now, None, None).await.unwrap() {
+        Checked::Decided(d) => d,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn on_one_instance_async_and_sync_requests_answer_what_the_in_process_store_answers() {
+    let settings = RedisSettings {
+        key_prefix: redis_test_prefix(),
+        async_sync_interval: Duration::from_millis(2),
+        ..RedisSettings::default()
+    };
+    let redis = RedisStore::open(&redis_url().unwrap(), settings).unwrap();
+    let memory = MemoryStore::new();
+    let ns = Arc::new("rlns_async_parity".to_string());
+    let ids = ["a", "b", "c"];
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut seed = 11u64;
+    let mut now = NOW;
+    let mut local = 0;
+    for step in 0..3_000 {
+        let r = splitmix(&mut seed);
+        let id = ids[(r % 3) as usize];
+        let req = LimitRequest {
+            limit: 1 + (r >> 8) % 40,
+            duration: 1_000,
+            cost: [0, 1, 1, 2, 5][(r >> 16) as usize % 5],
+        };
+        // Mostly async; windows roll over now and then.
+        let is_async = !(r >> 24).is_multiple_of(4);
+        now += (r >> 32) % 3;
+        let expected = memory.limit(key(&ns, id, 1_000), req, now).unwrap();
+        let before = redis.batch_stats().decisions;
+        let got = rt.block_on(decide_as_server(&redis, key(&ns, id, 1_000), req, now, is_async));
+        local += u64::from(redis.batch_stats().decisions == before);
+        assert_eq!(got, expected, "step {step}: {id} {req:?} async {is_async}");
+        if (r >> 40).is_multiple_of(50) {
+            // Now and then let the background flush run between requests.
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    assert!(local > 1_000, "async requests are answered locally: {local} of 3000");
+    // Every token passed locally has reached Redis: a sync read agrees with the in-process
+    // store (the windows of the last moment).
+    std::thread::sleep(Duration::from_millis(50));
+    for id in ids {
+        let req = LimitRequest { limit: 1_000, duration: 1_000, cost: 0 };
+        let expected = memory.limit(key(&ns, id, 1_000), req, now).unwrap();
+        assert_eq!(
+            rt.block_on(decide_as_server(&redis, key(&ns, id, 1_000), req, now, false)),
+            expected,
+            "{id}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn tokens_passed_locally_reach_the_other_instances_within_a_sync_interval() {
+    let prefix = redis_test_prefix();
+    let open = || {
+        let interval = Duration::from_millis(20);
+        let settings = RedisSettings {
+            key_prefix: prefix.clone(),
+            async_sync_interval: interval,
+            ..RedisSettings::default()
+        };
+        RedisStore::open(&redis_url().unwrap(), settings).unwrap()
+    };
+    let (a, b) = (open(), open());
+    let ns = Arc::new("rlns_async_spread".to_string());
+    let req = LimitRequest { limit: 10, duration: 60_000, cost: 1 };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // B learns the window (its first request goes to Redis), then A passes 9 locally.
+        assert!(decide_as_server(&b, key(&ns, "u", 60_000), req, NOW, true).await.success);
+        for _ in 0..9 {
+            assert!(decide_as_server(&a, key(&ns, "u", 60_000), req, NOW, true).await.success);
+        }
+        assert_eq!(
+            a.limit_async(key(&ns, "u", 60_000), req, NOW),
+            Some(Decision { success: false, limit: 10, remaining: 0, reset: NOW + 60_000 }),
+            "A counts B's token (its first answer) and its own"
+        );
+        // A's flush has run (20 ms); B still believes 9 are left, as it has had no answer
+        // since: it passes one more, and its own flush's answer brings A's tokens.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let d = decide_as_server(&b, key(&ns, "u", 60_000), req, NOW, true).await;
+        assert!(d.success, "B over-admits at most what it passes before its next answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let d = decide_as_server(&b, key(&ns, "u", 60_000), req, NOW, true).await;
+        assert_eq!((d.success, d.remaining), (false, 0), "B's flush answer brought A's tokens");
+    });
+    // Redis holds every token passed: 1 + 9 + 1.
+    let d = b.limit(key(&ns, "u", 60_000), LimitRequest { cost: 0, limit: 100, ..req }, NOW).unwrap();
+    assert_eq!(d.remaining, 100 - 11);
+}

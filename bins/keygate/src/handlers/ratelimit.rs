@@ -144,18 +144,25 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
         }
     };
     let now = state.clock.now_ms();
-    // `async` takes the same path as a synchronous call: both are exact and draw on the same
-    // budget (contract §5.8 allows an async answer from local state; keygate does not use
-    // that allowance, so its bound on over-admission is zero).
-    let _ = v.is_async;
     let overrides = cached_overrides(state, &namespace_id, &v.identifier).await?;
     let d = match &state.redis {
         Some(redis) => {
-            let at = Budget { namespace_id: &namespace_id, identifier: &v.identifier, now };
-            decide_in_redis(state, redis, &principal, at, v.request, overrides).await?
+            // `async: true` (§5.8): from this instance's state when it knows the budget's
+            // window (the store's `deferred.rs`; the over-admission bound is in api.md).
+            let req = with_override(v.request, overrides.0);
+            let key =
+                BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };
+            match v.is_async.then(|| redis.limit_async(key, req, now)).flatten() {
+                Some(d) => d,
+                None => {
+                    let at = Budget { namespace_id: &namespace_id, identifier: &v.identifier, now };
+                    decide_in_redis(state, redis, &principal, at, v.request, overrides).await?
+                }
+            }
         }
         None => {
-            // The in-process store: inline, it never finds overrides stale.
+            // The in-process store: inline, it never finds overrides stale; `async` changes
+            // nothing (one instance: exact either way).
             let req = with_override(v.request, overrides.0);
             let key =
                 BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };

@@ -1,9 +1,12 @@
 //! Decisions in batches, on the caller's runtime, without a timer.
 //!
-//! Each thread that asks (each server worker) has a lane: its own multiplexed connection and
-//! a queue. A decision that finds fewer than [`MAX_IN_FLIGHT`] script calls in flight on its
-//! lane is sent at once, alone: at low load a batch holds one request and latency does not
-//! grow. Decisions that arrive while calls are in flight wait in the queue; when a call's
+//! Decisions go to lanes by their budget window's key: each lane has its own multiplexed
+//! connection and a queue, and every call on one window goes through the same lane. A lane
+//! has one script call in flight at a time, so its calls reach Redis in the order they were
+//! queued, whichever thread queued them (each is numbered in that order; the async state of
+//! `deferred.rs` relies on it); the server has two lanes per worker, so two calls per worker
+//! are in flight. A decision that finds its lane idle is sent at once, alone: at low load a
+//! batch holds one request and latency does not grow. Decisions that arrive while calls are in flight wait in the queue; when a call's
 //! answer comes back, everything queued by then (up to [`MAX_BATCH`]) goes in the next one.
 //! The batch size follows the load: one round trip carries as many decisions as arrived
 //! during the previous one.
@@ -18,25 +21,27 @@
 //! shared [`Outage`] backoff when the connect failed).
 
 use super::conn::Outage;
+use super::deferred::Deferred;
 use super::{Answer, Call, RedisSettings, answers, is_no_script, script_command};
 use keygate_ratelimit::StoreError;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use thread_local::ThreadLocal;
 use tokio::sync::oneshot;
 
 /// Most decisions in one script call (bounds how long Redis runs one script: ~100 µs).
 pub(super) const MAX_BATCH: usize = 256;
-/// Most script calls in flight per lane: one being answered while the next is sent.
-pub(super) const MAX_IN_FLIGHT: usize = 2;
+/// Most script calls in flight per lane: one, so that a lane's calls run in queue order.
+pub(super) const MAX_IN_FLIGHT: usize = 1;
 /// Most decisions waiting in one lane's queue.
 pub(super) const MAX_QUEUED: usize = 16 * 1024;
 
 pub(super) struct Batcher {
-    lanes: ThreadLocal<Arc<Lane>>,
+    lanes: Box<[Arc<Lane>]>,
+    hasher: std::collections::hash_map::RandomState,
     shared: Arc<Shared>,
 }
 
@@ -47,6 +52,7 @@ struct Shared {
     script: redis::Script,
     prefix: String,
     outage: Arc<Outage>,
+    deferred: Arc<Deferred>,
     stats: [AtomicU64; 2],
 }
 
@@ -67,12 +73,18 @@ struct LaneState {
     queue: Vec<Job>,
     in_flight: usize,
     conn: Option<MultiplexedConnection>,
+    /// The number of the last call queued (calls are numbered from 1, in queue order).
+    seq: u64,
 }
 
 struct Job {
     call: Call,
+    seq: u64,
     reply: oneshot::Sender<Result<Answer, StoreError>>,
 }
+
+/// An answer to come.
+pub(super) type Pending = oneshot::Receiver<Result<Answer, StoreError>>;
 
 impl Batcher {
     pub(super) fn new(
@@ -80,6 +92,7 @@ impl Batcher {
         settings: &RedisSettings,
         outage: Arc<Outage>,
         script: redis::Script,
+        deferred: Arc<Deferred>,
     ) -> Self {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
@@ -91,9 +104,11 @@ impl Batcher {
             script,
             prefix: settings.key_prefix.clone(),
             outage,
+            deferred,
             stats: Default::default(),
         };
-        Self { lanes: ThreadLocal::new(), shared: Arc::new(shared) }
+        let lanes = (0..settings.lanes.max(1)).map(|_| Arc::default()).collect();
+        Self { lanes, hasher: Default::default(), shared: Arc::new(shared) }
     }
 
     pub(super) fn stats(&self) -> BatchStats {
@@ -104,26 +119,30 @@ impl Batcher {
         }
     }
 
-    /// Queues `call` on this thread's lane, starts a script call if fewer than
-    /// [`MAX_IN_FLIGHT`] are running, and waits for the answer. Needs a tokio runtime.
-    pub(super) async fn decide(&self, call: Call) -> Result<Answer, StoreError> {
-        let lane = self.lanes.get_or(Arc::default);
+    /// Queues `call` on its window's lane and starts a script call if fewer than
+    /// [`MAX_IN_FLIGHT`] are running: its number on its lane, and its answer to come. Needs
+    /// a tokio runtime.
+    pub(super) fn enqueue(&self, call: Call) -> Result<(u64, Pending), StoreError> {
+        let lane = &self.lanes[self.hasher.hash_one(call.key.as_slice()) as usize % self.lanes.len()];
         let (reply, answer) = oneshot::channel();
-        let start = {
+        let (seq, start) = {
             let mut st = lane.state.lock();
             if st.queue.len() >= MAX_QUEUED {
                 return Err(StoreError::Unavailable("Redis: too many decisions waiting".into()));
             }
-            st.queue.push(Job { call, reply });
-            (st.in_flight < MAX_IN_FLIGHT).then(|| {
+            st.seq += 1;
+            let seq = st.seq;
+            st.queue.push(Job { call, seq, reply });
+            let start = (st.in_flight < MAX_IN_FLIGHT).then(|| {
                 st.in_flight += 1;
                 take_batch(&mut st.queue, Vec::new())
-            })
+            });
+            (seq, start)
         };
         if let Some(batch) = start {
             tokio::spawn(drive(lane.clone(), self.shared.clone(), batch));
         }
-        answer.await.unwrap_or_else(|_| Err(StoreError::Unavailable("Redis: decision dropped".into())))
+        Ok((seq, answer))
     }
 }
 
@@ -159,12 +178,14 @@ impl Shared {
         let answered = reply.and_then(|reply| {
             let answers = answers(&reply, batch.len())?;
             for (job, answer) in batch.drain(..).zip(answers) {
+                self.deferred.observe(&job.call, job.seq, Some(answer));
                 let _ = job.reply.send(Ok(answer));
             }
             Ok(())
         });
         if let Err(StoreError::Unavailable(why)) = answered {
             for job in batch.drain(..) {
+                self.deferred.observe(&job.call, job.seq, None);
                 let _ = job.reply.send(Err(StoreError::Unavailable(why.clone())));
             }
         }

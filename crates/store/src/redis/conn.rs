@@ -31,6 +31,11 @@ impl Outage {
         }
     }
 
+    /// Whether a connect failed and none has succeeded since.
+    pub(super) fn is_down(&self) -> bool {
+        self.down_until.lock().is_some()
+    }
+
     /// A connect failed.
     pub(super) fn down(&self) {
         *self.down_until.lock() = Some(Instant::now() + BACKOFF);

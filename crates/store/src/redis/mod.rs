@@ -61,11 +61,13 @@
 mod batch;
 mod conn;
 mod counters;
+mod deferred;
 mod denials;
 
 pub use batch::BatchStats;
 use batch::Batcher;
 use conn::{Outage, Pool};
+use deferred::{Deferred, Local};
 use denials::Denials;
 pub use denials::MAX_EPOCH_AGE;
 use keygate_domain::{redact_in, redact_url};
@@ -101,6 +103,13 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Deny without a round trip what Redis would deny (see `denials.rs`).
     pub local_denials: bool,
+    /// Lanes of the batched path (one asynchronous connection, queue and script call in
+    /// flight each; a budget window's calls all take one lane). The server uses two per
+    /// worker.
+    pub lanes: usize,
+    /// How often the tokens that `async: true` requests passed locally are sent to Redis
+    /// (`deferred.rs`: the bound on over-admission grows with it).
+    pub async_sync_interval: Duration,
 }
 
 impl Default for RedisSettings {
@@ -111,6 +120,8 @@ impl Default for RedisSettings {
             io_timeout: Duration::from_secs(1),
             key_prefix: "keygate:rl:".into(),
             local_denials: true,
+            lanes: 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+            async_sync_interval: Duration::from_millis(10),
         }
     }
 }
@@ -127,7 +138,11 @@ pub struct RedisOpenError {
 /// The Redis rate-limit store.
 pub struct RedisStore {
     pool: Pool,
-    batcher: Batcher,
+    batcher: Arc<Batcher>,
+    outage: Arc<Outage>,
+    /// The windows `async: true` requests decide locally.
+    deferred: Arc<Deferred>,
+    async_sync_interval: Duration,
     /// `None` when local denials are off.
     denials: Option<Denials>,
     script: redis::Script,
@@ -156,6 +171,21 @@ pub(crate) struct Call {
     cost: u64,
     /// How long the key is kept (ms): until its window ends, plus [`EXPIRY_SLACK_MS`].
     ttl: u64,
+    /// An unconditional add of tokens passed by async requests (`deferred.rs`).
+    flush: bool,
+    /// A sync decision counted as in flight on its window's async state.
+    deferred: bool,
+}
+
+/// A limit no count reaches: a flush's add always passes.
+const FLUSH_LIMIT: u64 = 1 << 62;
+
+impl Call {
+    /// Adds `tokens` to the window `key` (tokens async requests passed).
+    fn flush(key: Vec<u8>, namespace_id: Arc<String>, tokens: u64, ttl: u64) -> Self {
+        let (epoch, guard, limit, cost, flush, deferred) = (None, None, FLUSH_LIMIT, tokens, true, false);
+        Self { key, namespace_id, epoch, guard, limit, cost, ttl, flush, deferred }
+    }
 }
 
 /// A change counter a decision is made under: its key, and the counters' epoch and the
@@ -286,9 +316,19 @@ impl RedisStore {
         let client = redis::Client::open(url).map_err(|e| invalid(url, &location, &e))?;
         let outage = Arc::new(Outage::default());
         let script = redis::Script::new(DECIDE);
+        let deferred = Arc::new(Deferred::default());
         Ok(Self {
             pool: Pool::new(client.clone(), &settings, outage.clone()),
-            batcher: Batcher::new(client, &settings, outage, script.clone()),
+            batcher: Arc::new(Batcher::new(
+                client,
+                &settings,
+                outage.clone(),
+                script.clone(),
+                deferred.clone(),
+            )),
+            outage,
+            deferred,
+            async_sync_interval: settings.async_sync_interval,
             denials: settings.local_denials.then(Denials::default),
             script,
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
@@ -344,6 +384,8 @@ impl RedisStore {
             limit: req.limit,
             cost: req.cost,
             ttl: reset - now_ms + EXPIRY_SLACK_MS,
+            flush: false,
+            deferred: false,
         };
         (call, start)
     }
@@ -366,11 +408,57 @@ impl RedisStore {
             return Ok(Checked::Decided(d));
         }
         let (call, start) = self.call(&key, req, now_ms, overrides_epoch, guard);
-        let answer = self.batcher.decide(call).await?;
+        let answer = self.queue_sync(call)?;
+        let answer = answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("Redis: decision dropped".into())))?;
         if let Some(denials) = &self.denials {
             denials.record(key, start, req, overrides_epoch, answer);
         }
         Ok(checked(req, start, answer))
+    }
+
+    /// Queues a sync decision. When async requests keep state for its window, the window's
+    /// pending tokens are queued first (so Redis decides with them counted) and the decision
+    /// is counted as in flight there, both under the window's lock (see `deferred.rs`).
+    fn queue_sync(&self, mut call: Call) -> Result<batch::Pending, StoreError> {
+        let Some(mut shard) = self.deferred.before_sync(&call.key) else {
+            return Ok(self.batcher.enqueue(call)?.1);
+        };
+        if let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &call.key) {
+            let flush = Call::flush(call.key.clone(), call.namespace_id.clone(), tokens, ttl);
+            match self.batcher.enqueue(flush) {
+                Ok((seq, _)) => Deferred::flush_queued(&mut shard, &call.key, seq, tokens),
+                Err(_) => self.deferred.flush_refused(&mut shard, &call.key, tokens),
+            }
+        }
+        call.deferred = true;
+        let key = call.key.clone();
+        let (_, answer) = self.batcher.enqueue(call)?;
+        Deferred::sync_queued(&mut shard, &key);
+        Ok(answer)
+    }
+
+    /// An `async: true` decision (contract §5.8) from this instance's state, at once, when
+    /// it knows the window (see `deferred.rs`); the tokens it passes are sent to Redis in
+    /// the background, every `async_sync_interval`. `None`: ask Redis as for a sync
+    /// decision ([`Self::limit_batched`]; the answer then teaches this state the window),
+    /// as when Redis is unreachable. Needs a tokio runtime.
+    pub fn limit_async(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Option<Decision> {
+        if self.outage.is_down() {
+            return None;
+        }
+        let start = window_start(now_ms, req.duration.max(1));
+        match self.deferred.decide(&self.key(&key, start), start, req, now_ms) {
+            Local::AskRedis => None,
+            Local::Decided { decision, flush } => {
+                if flush && !self.deferred.flushing.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                    let (batcher, deferred) = (self.batcher.clone(), self.deferred.clone());
+                    tokio::spawn(deferred::flush_loop(batcher, deferred, self.async_sync_interval));
+                }
+                Some(decision)
+            }
+        }
     }
 
     /// The batched path's script calls and decisions so far.
@@ -462,5 +550,6 @@ impl RateLimitStore for RedisStore {
         if let Some(denials) = &self.denials {
             denials.sweep(now_ms);
         }
+        self.deferred.sweep(now_ms);
     }
 }

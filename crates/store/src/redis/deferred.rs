@@ -1,0 +1,281 @@
+//! `async: true` (contract §5.8): decisions answered from local state at once, reconciled
+//! with Redis in the background.
+//!
+//! # What is kept
+//! For each budget window an async request has touched, this instance keeps:
+//! - `redis`: the count Redis answered for the newest of this instance's calls on that
+//!   window (calls are numbered in the order they reach Redis: one budget, one lane, one
+//!   connection, see `batch.rs`);
+//! - `sent`: the tokens admitted here and sent (a flush) but not in that answer;
+//! - `pending`: the tokens admitted here and not sent yet;
+//! - how many synchronous decisions on it are in flight.
+//!
+//! `redis + sent + pending` is what this instance knows to be used. An async request is
+//! decided on it by [`keygate_ratelimit::decide`] (the one decision rule), and a passing one
+//! adds its cost to `pending`. A flush, every sync interval while anything is pending, sends
+//! the pending tokens of every window as an unconditional add, many in one script call
+//! (`decide.lua` with a limit no count reaches).
+//!
+//! # Exact on one instance
+//! With one instance every token is counted here, so the view is the true count and an
+//! async answer is what a sync one would be. To keep that when sync and async requests mix:
+//! - a sync decision on a window with pending tokens sends them first, on the same
+//!   connection, so Redis decides it with them counted;
+//! - while a sync decision on a window is in flight (its cost may or may not be charged),
+//!   async requests on that window wait for Redis like sync ones;
+//! - a window this instance has no answer for yet (the first request, or the first after a
+//!   window rolled over) is decided in Redis, which tells the count.
+//!
+//! # Several instances: the bound on over-admission
+//! Each instance counts the others' tokens only once they reach Redis and an answer on that
+//! window brings them back. An instance that admits tokens flushes within the sync interval
+//! `T` and has the answer after one round trip `r`, so its view misses at most what the
+//! other instances admitted during the last `T + r` and had not flushed yet (their own
+//! `T + r`). With `N` instances, each receiving async requests for one budget at up to `ρ`
+//! tokens per millisecond, the tokens passed in a window exceed `limit` by at most
+//! `(N - 1) · min(limit, 2 · ρ · (T + r))`; never by more than `(N - 1) · limit` (no instance
+//! passes more than `limit` itself, since its view counts all its own tokens). With `N = 1`
+//! the bound is zero. `docs/api.md` states it, and a three-instance test measures it.
+//!
+//! # Failures
+//! While Redis is unreachable (the shared outage mark), async requests go the sync way (503,
+//! or the fail-open pass). A flush that fails puts its tokens back into `pending`: they
+//! are sent by a later flush. Windows are dropped by the sweep once ended.
+
+use super::batch::Batcher;
+use super::{Answer, Call};
+use keygate_ratelimit::{Decision, LimitRequest, WindowState, decide};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Shards of the windows' map (one lock each).
+const SHARDS: usize = 64;
+
+/// One shard of the windows, by their Redis key.
+pub(super) type Shard = HashMap<Box<[u8]>, Window>;
+
+/// The windows async requests have touched.
+#[derive(Debug)]
+pub(super) struct Deferred {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::collections::hash_map::RandomState,
+    /// How many windows are kept (0: a sync decision skips the lookup).
+    windows: AtomicUsize,
+    /// Windows with pending tokens, for the next flush.
+    dirty: Mutex<Vec<Box<[u8]>>>,
+    /// Whether a flush task is running.
+    pub(super) flushing: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Window {
+    /// The call number of the newest answer in `redis` (0: none yet).
+    redis_seq: u64,
+    redis: u64,
+    /// Flushes in flight: call number and tokens.
+    sent: Vec<(u64, u64)>,
+    pending: u64,
+    syncs_in_flight: u32,
+    /// The window's end (ms since the epoch), for the sweep.
+    reset: u64,
+    /// How long Redis keeps the window's key (as of the latest async request), for a flush.
+    ttl: u64,
+}
+
+impl Window {
+    /// What this instance knows to be used.
+    fn used(&self) -> u64 {
+        let unanswered: u64 = self.sent.iter().filter(|(seq, _)| *seq > self.redis_seq).map(|(_, n)| n).sum();
+        self.redis.saturating_add(unanswered).saturating_add(self.pending)
+    }
+
+    fn answered(&mut self, seq: u64, used: u64) {
+        if seq > self.redis_seq {
+            (self.redis_seq, self.redis) = (seq, used);
+        }
+    }
+}
+
+/// What [`Deferred::decide`] found.
+#[derive(Debug)]
+pub(super) enum Local {
+    /// Decided here; `flush`: the caller must make sure a flush runs.
+    Decided { decision: Decision, flush: bool },
+    /// Ask Redis (as a sync decision would).
+    AskRedis,
+}
+
+impl Default for Deferred {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: Default::default(),
+            windows: AtomicUsize::new(0),
+            dirty: Mutex::default(),
+            flushing: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Deferred {
+    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    /// An async request on the window `key` (which starts at `start`).
+    pub(super) fn decide(&self, key: &[u8], start: u64, req: LimitRequest, now_ms: u64) -> Local {
+        let mut shard = self.shard(key).lock();
+        let window = match shard.get_mut(key) {
+            Some(w) => w,
+            None => {
+                self.windows.fetch_add(1, Ordering::Relaxed);
+                let reset = start.saturating_add(req.duration.max(1));
+                shard.entry(key.into()).or_insert(Window { reset, ..Window::default() })
+            }
+        };
+        if window.redis_seq == 0 || window.syncs_in_flight > 0 {
+            return Local::AskRedis;
+        }
+        let used = window.used();
+        let (after, decision) = decide(Some(WindowState { start, used }), req, now_ms);
+        let charged = after.used.saturating_sub(used);
+        let flush = charged > 0 && window.pending == 0;
+        window.pending += charged;
+        window.ttl = window.reset.saturating_sub(now_ms) + super::EXPIRY_SLACK_MS;
+        drop(shard);
+        if flush {
+            self.dirty.lock().push(key.into());
+        }
+        Local::Decided { decision, flush }
+    }
+
+    /// Before a sync decision on `key` is queued: `None` when this instance keeps no async
+    /// state for the window (nothing to do). Otherwise the window's pending tokens (to send
+    /// first, as a flush) and the window's lock, under which the caller queues both calls
+    /// and then calls [`Self::sync_queued`].
+    pub(super) fn before_sync(&self, key: &[u8]) -> Option<parking_lot::MutexGuard<'_, Shard>> {
+        if self.windows.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let shard = self.shard(key).lock();
+        shard.contains_key(key).then_some(shard)
+    }
+
+    /// Takes a window's pending tokens for a flush (`None`: none, or no such window).
+    pub(super) fn take_pending(shard: &mut Shard, key: &[u8]) -> Option<(u64, u64)> {
+        let window = shard.get_mut(key)?;
+        if window.pending == 0 {
+            return None;
+        }
+        Some((std::mem::take(&mut window.pending), window.ttl))
+    }
+
+    /// A flush of `tokens` on `key` could not be queued: they stay pending.
+    pub(super) fn flush_refused(&self, shard: &mut Shard, key: &[u8], tokens: u64) {
+        if let Some(w) = shard.get_mut(key) {
+            w.pending += tokens;
+            self.dirty.lock().push(key.into());
+        }
+    }
+
+    /// A flush of `tokens` on `key` was queued as call `seq`.
+    pub(super) fn flush_queued(shard: &mut Shard, key: &[u8], seq: u64, tokens: u64) {
+        if let Some(w) = shard.get_mut(key) {
+            w.sent.push((seq, tokens));
+        }
+    }
+
+    /// A sync decision on `key` was queued.
+    pub(super) fn sync_queued(shard: &mut Shard, key: &[u8]) {
+        if let Some(w) = shard.get_mut(key) {
+            w.syncs_in_flight += 1;
+        }
+    }
+
+    /// The windows with pending tokens, taken for a flush.
+    pub(super) fn take_dirty(&self) -> Vec<Box<[u8]>> {
+        std::mem::take(&mut *self.dirty.lock())
+    }
+
+    pub(super) fn shard_of(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Shard> {
+        self.shard(key).lock()
+    }
+
+    /// Redis answered call `call` (numbered `seq`), or it failed; the batcher calls this in
+    /// the order its calls were sent, before answering them.
+    pub(super) fn observe(&self, call: &Call, seq: u64, answer: Option<Answer>) {
+        if self.windows.load(Ordering::Relaxed) == 0 || !(call.flush || call.deferred) {
+            return;
+        }
+        let mut shard = self.shard(&call.key).lock();
+        let Some(window) = shard.get_mut(call.key.as_slice()) else { return };
+        if call.flush {
+            window.sent.retain(|(s, _)| *s != seq);
+            if answer.is_none() {
+                // Not sent: the next flush takes the tokens again.
+                let first = window.pending == 0;
+                window.pending += call.cost;
+                drop(shard);
+                if first {
+                    self.dirty.lock().push(call.key.as_slice().into());
+                }
+                return;
+            }
+        } else {
+            window.syncs_in_flight = window.syncs_in_flight.saturating_sub(1);
+        }
+        if let Some(Answer::Decided { used, .. }) = answer {
+            window.answered(seq, used);
+        }
+    }
+
+    /// Drops the windows that ended by `now_ms`.
+    pub(super) fn sweep(&self, now_ms: u64) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let before = shard.len();
+            shard.retain(|_, w| w.reset > now_ms || w.syncs_in_flight > 0 || !w.sent.is_empty());
+            self.windows.fetch_sub(before - shard.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends the pending tokens every `interval` until none are left; the flag
+/// [`Deferred::flushing`] is set by whoever spawned it.
+pub(super) async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Duration) {
+    let empty = Arc::new(String::new());
+    loop {
+        tokio::time::sleep(interval).await;
+        let keys = deferred.take_dirty();
+        if keys.is_empty() {
+            deferred.flushing.store(false, Ordering::Release);
+            // A window that became dirty after the take and before the flag was cleared
+            // found a flush running and spawned none: this one goes on.
+            if deferred.dirty.lock().is_empty() || deferred.flushing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        let mut answers = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut shard = deferred.shard_of(&key);
+            let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &key) else { continue };
+            let call = Call::flush(key.to_vec(), empty.clone(), tokens, ttl);
+            match batcher.enqueue(call) {
+                Ok((seq, answer)) => {
+                    Deferred::flush_queued(&mut shard, &key, seq, tokens);
+                    answers.push(answer);
+                }
+                Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
+            }
+        }
+        // The batcher has applied each answer (Deferred::observe) before sending it.
+        for answer in answers {
+            let _ = answer.await;
+        }
+    }
+}
