@@ -91,6 +91,7 @@ impl TestServer {
         // The shared rate-limit store when the run selects it (`.ci/run` does, with
         // PostgreSQL): every HTTP test then runs on the scale-out configuration.
         config.redis_url = keygate_store::testing::redis_url();
+        config.redis.cluster = config.redis_url.is_some() && keygate_store::testing::redis_cluster();
         config.handle_signals = false;
         config
     }

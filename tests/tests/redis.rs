@@ -136,6 +136,61 @@ fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
 }
 
 #[test]
+#[ignore = "needs redis-server: starts a private three-node Redis Cluster on 127.0.0.1:7011-7013 (.ci/redis-cluster.sh); run with --include-ignored (.ci/run does)"]
+fn a_redis_cluster_that_stops_answering_gives_503_and_recovers_with_the_counts_kept() {
+    // A cluster of its own: its nodes are paused, which other tests must not see.
+    let urls = keygate_store::testing::local_redis_cluster(7010);
+    let db = Arc::new(TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.redis_url = Some(urls.clone());
+    config.redis.cluster = true;
+    config.redis.connect_timeout = Duration::from_millis(500);
+    config.redis.io_timeout = Duration::from_millis(500);
+    let s = TestServer::start_with(config, db);
+    let identifier = format!("u{}", rand_suffix());
+    let body = json!({"identifier": identifier, "limit": 5, "duration": 60_000});
+    assert_eq!(s.limit(body.clone()).json["remaining"], 4);
+    assert_eq!(s.limit(body.clone()).json["remaining"], 3);
+
+    // Every node stops answering its clients for 3 s (the cluster itself stays whole).
+    let paused_at = Instant::now();
+    for url in urls.split(',') {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd("CLIENT").arg("PAUSE").arg(3_000).arg("ALL").query::<()>(&mut conn).unwrap();
+    }
+    let mut during = 0;
+    while paused_at.elapsed() < Duration::from_millis(2_000) {
+        let asked = Instant::now();
+        s.limit(body.clone()).assert_error(503, "SERVICE_UNAVAILABLE");
+        assert!(asked.elapsed() < Duration::from_millis(1_500), "answered within the timeouts");
+        during += 1;
+    }
+    assert!(during >= 2);
+
+    let mut answer = None;
+    for _ in 0..40 {
+        let r = s.limit(body.clone());
+        if r.status == 200 {
+            answer = Some(r.json);
+            break;
+        }
+        r.assert_error(503, "SERVICE_UNAVAILABLE");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let answer = answer.expect("the service recovers by itself once the cluster answers again");
+    assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
+    assert_eq!(liveness(&s)["status"], "ok");
+}
+
+/// A few random hex digits, so that reruns against the same cluster use fresh budgets.
+fn rand_suffix() -> String {
+    format!(
+        "{:08x}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+    )
+}
+
+#[test]
 #[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
 fn an_override_changed_on_one_instance_applies_to_the_next_request_on_every_instance() {
     override_change_reaches_other_instances(false);

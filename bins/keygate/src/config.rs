@@ -210,6 +210,10 @@ pub struct ServeArgs {
     /// may over-admit grows with it (docs/api.md).
     #[arg(long, env = "KEYGATE_REDIS_ASYNC_SYNC_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub redis_async_sync_ms: u64,
+    /// REDIS_URL names the seed nodes of a Redis Cluster (one or more URLs separated by
+    /// commas): on or off.
+    #[arg(long, env = "KEYGATE_REDIS_CLUSTER", default_value = "off", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub redis_cluster: bool,
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
@@ -307,6 +311,7 @@ impl ServeArgs {
                 key_prefix: self.redis_key_prefix,
                 local_denials: self.redis_local_denials,
                 async_sync_interval: Duration::from_millis(self.redis_async_sync_ms),
+                cluster: self.redis_cluster,
                 ..RedisSettings::default()
             },
             ratelimit_fail_open: self.ratelimit_fail_open,

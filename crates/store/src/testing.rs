@@ -80,3 +80,35 @@ pub fn redis_url() -> Option<String> {
 pub fn redis_test_prefix() -> String {
     format!("keygate:test:{:016x}:", rand::rng().random::<u64>())
 }
+
+pub const REDIS_CLUSTER_ENV: &str = "KEYGATE_TEST_REDIS_CLUSTER";
+
+/// Whether the tests' Redis (`KEYGATE_TEST_REDIS_URL`, then the seed nodes separated by
+/// commas) is a Redis Cluster: `KEYGATE_TEST_REDIS_CLUSTER=1` (`.ci/run` runs the Redis
+/// tests once on a single server, once on the local cluster of [`local_redis_cluster`]
+/// with base port 7000). When it is, that cluster is started first if it is not up.
+pub fn redis_cluster() -> bool {
+    let on = std::env::var(REDIS_CLUSTER_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "on"));
+    if on {
+        local_redis_cluster(7000);
+    }
+    on
+}
+
+/// A local three-node Redis Cluster on `127.0.0.1:base+1..base+3`, started (and created)
+/// when it is not up, by `.ci/redis-cluster.sh` (a few milliseconds when it is); its seed
+/// URLs separated by commas. Panics, with the reason, when it cannot be started.
+pub fn local_redis_cluster(base: u16) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/redis-cluster.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg(base.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "the local Redis Cluster (base port {base}) could not be started: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (1..=3).map(|i| format!("redis://127.0.0.1:{}", base + i)).collect::<Vec<_>>().join(",")
+}

@@ -16,10 +16,26 @@ const NOW: u64 = 1_800_000_000_000;
 fn store(prefix: &str) -> RedisStore {
     let url =
         redis_url().unwrap_or_else(|| panic!("{REDIS_ENV} must be set for this (ignored by default) test"));
-    let settings = RedisSettings { key_prefix: prefix.to_string(), ..RedisSettings::default() };
+    let settings = RedisSettings { key_prefix: prefix.to_string(), ..settings() };
     let s = RedisStore::open(&url, settings).unwrap();
     s.ping().unwrap_or_else(|e| panic!("{REDIS_ENV}={url}: {e}"));
     s
+}
+
+/// A plain connection to the test Redis (or cluster), to look at or disturb its state.
+fn raw_conn() -> Box<dyn redis::ConnectionLike> {
+    let url = redis_url().unwrap();
+    if keygate_store::testing::redis_cluster() {
+        let nodes: Vec<&str> = url.split(',').collect();
+        Box::new(redis::cluster::ClusterClient::new(nodes).unwrap().get_connection().unwrap())
+    } else {
+        Box::new(redis::Client::open(url).unwrap().get_connection().unwrap())
+    }
+}
+
+/// The default settings, on the test cluster when the run uses one.
+fn settings() -> RedisSettings {
+    RedisSettings { cluster: keygate_store::testing::redis_cluster(), ..RedisSettings::default() }
 }
 
 fn key<'a>(ns: &'a Arc<String>, id: &'a str, duration: u64) -> BudgetKey<'a> {
@@ -111,23 +127,23 @@ fn a_window_key_expires_after_its_window_plus_slack() {
     s.limit(key(&ns, "u", 60_000), LimitRequest { limit: 5, duration: 60_000, cost: 1 }, now).unwrap();
     let start = now - now % 60_000;
     let k = format!("{prefix}{{rlns_ttl:60000:u}}:{start}");
-    let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
-    let used: u64 = redis::cmd("GET").arg(&k).query(&mut conn).unwrap();
+    let mut conn = raw_conn();
+    let used: u64 = redis::cmd("GET").arg(&k).query(&mut *conn).unwrap();
     assert_eq!(used, 1);
-    let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut *conn).unwrap();
     let expected = (start + 60_000 - now + EXPIRY_SLACK_MS) as i64;
     assert!(ttl > expected - 5_000 && ttl <= expected, "pttl {ttl}, expected ~{expected}");
     // A denial or a cost-0 call writes nothing: no key for a budget never charged.
     s.limit(key(&ns, "v", 60_000), LimitRequest { limit: 1, duration: 60_000, cost: 2 }, now).unwrap();
     s.limit(key(&ns, "w", 60_000), LimitRequest { limit: 1, duration: 60_000, cost: 0 }, now).unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(&mut conn).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(&mut *conn).unwrap();
     assert_eq!(keys, vec![k]);
 }
 
 #[test]
 fn unreachable_redis_is_unavailable_within_the_timeouts() {
     // Port 1 on loopback: nothing listens, connections are refused at once.
-    let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..RedisSettings::default() };
+    let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..settings() };
     let s = RedisStore::open("redis://:secret@127.0.0.1:1/0", settings).unwrap();
     assert_eq!(s.display_location(), "redis://***@127.0.0.1:1/0");
     let ns = Arc::new("rlns_down".to_string());
@@ -198,10 +214,10 @@ fn change_counters_only_rise_and_a_lost_epoch_is_a_new_one() {
     assert_eq!(redis.read(&names).unwrap().1, vec![5, 2], "publishing never lowers a counter");
     // Redis loses its data (a restart without persistence): a new epoch, so no answer
     // cached under the old values can match again.
-    let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}{{cc}}:*")).query(&mut conn).unwrap();
+    let mut conn = raw_conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}{{cc}}:*")).query(&mut *conn).unwrap();
     assert_eq!(keys.len(), 3, "{keys:?}");
-    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut *conn).unwrap();
     let (after, values) = redis.read(&names).unwrap();
     assert_ne!(after, epoch);
     assert_eq!(values, vec![0, 0]);
@@ -350,17 +366,17 @@ fn a_flushed_script_is_sent_again_on_both_paths() {
     let req = LimitRequest { limit: 5, duration: 60_000, cost: 1 };
     let rt = runtime();
     assert!(rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None, None)).is_ok());
-    let mut conn = redis::Client::open(redis_url().unwrap()).unwrap().get_connection().unwrap();
-    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut conn).unwrap();
+    let mut conn = raw_conn();
+    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut *conn).unwrap();
     let d = rt.block_on(s.limit_batched(key(&ns, "u", 60_000), req, NOW, None, None)).unwrap();
     assert!(matches!(d, Checked::Decided(d) if d.remaining == 3));
-    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut conn).unwrap();
+    redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut *conn).unwrap();
     assert_eq!(s.limit(key(&ns, "u", 60_000), req, NOW).unwrap().remaining, 2);
 }
 
 #[test]
 fn unreachable_redis_fails_batched_decisions_within_the_timeouts() {
-    let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..RedisSettings::default() };
+    let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..settings() };
     let s = RedisStore::open("redis://127.0.0.1:1/0", settings).unwrap();
     let ns = Arc::new("rlns_down".to_string());
     let req = LimitRequest { limit: 1, duration: 1_000, cost: 1 };
@@ -381,8 +397,7 @@ fn unreachable_redis_fails_batched_decisions_within_the_timeouts() {
 fn local_denials_never_deny_what_redis_would_pass() {
     let url = redis_url().unwrap_or_else(|| panic!("{REDIS_ENV} must be set"));
     let open = |local_denials: bool| {
-        let settings =
-            RedisSettings { key_prefix: redis_test_prefix(), local_denials, ..RedisSettings::default() };
+        let settings = RedisSettings { key_prefix: redis_test_prefix(), local_denials, ..settings() };
         RedisStore::open(&url, settings).unwrap()
     };
     let (cached, plain) = (open(true), open(false));
@@ -462,7 +477,7 @@ fn on_one_instance_async_and_sync_requests_answer_what_the_in_process_store_answ
     let settings = RedisSettings {
         key_prefix: redis_test_prefix(),
         async_sync_interval: Duration::from_millis(2),
-        ..RedisSettings::default()
+        ..settings()
     };
     let redis = RedisStore::open(&redis_url().unwrap(), settings).unwrap();
     let memory = MemoryStore::new();
@@ -514,11 +529,8 @@ fn tokens_passed_locally_reach_the_other_instances_within_a_sync_interval() {
     let prefix = redis_test_prefix();
     let open = || {
         let interval = Duration::from_millis(20);
-        let settings = RedisSettings {
-            key_prefix: prefix.clone(),
-            async_sync_interval: interval,
-            ..RedisSettings::default()
-        };
+        let settings =
+            RedisSettings { key_prefix: prefix.clone(), async_sync_interval: interval, ..settings() };
         RedisStore::open(&redis_url().unwrap(), settings).unwrap()
     };
     let (a, b) = (open(), open());

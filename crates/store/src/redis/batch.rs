@@ -20,12 +20,11 @@
 //! unavailable and drops the lane's connection; the next batch connects again (after the
 //! shared [`Outage`] backoff when the connect failed).
 
-use super::conn::Outage;
+use super::conn::{Outage, Target};
 use super::deferred::Deferred;
-use super::{Answer, Call, RedisSettings, answers, is_no_script, script_command};
+use super::{Answer, Call, Checks, RedisSettings, answers, decide_separately, run_script};
 use keygate_ratelimit::StoreError;
 use parking_lot::Mutex;
-use redis::aio::MultiplexedConnection;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +45,7 @@ pub(super) struct Batcher {
 }
 
 struct Shared {
-    client: redis::Client,
+    target: Target,
     config: redis::AsyncConnectionConfig,
     connect_timeout: Duration,
     script: redis::Script,
@@ -72,7 +71,7 @@ struct Lane {
 struct LaneState {
     queue: Vec<Job>,
     in_flight: usize,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<AsyncConn>,
     /// The number of the last call queued (calls are numbered from 1, in queue order).
     seq: u64,
 }
@@ -88,7 +87,7 @@ pub(super) type Pending = oneshot::Receiver<Result<Answer, StoreError>>;
 
 impl Batcher {
     pub(super) fn new(
-        client: redis::Client,
+        target: Target,
         settings: &RedisSettings,
         outage: Arc<Outage>,
         script: redis::Script,
@@ -98,7 +97,7 @@ impl Batcher {
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.io_timeout));
         let shared = Shared {
-            client,
+            target,
             config,
             connect_timeout: settings.connect_timeout,
             script,
@@ -206,25 +205,91 @@ impl Shared {
         self.stats[0].fetch_add(1, Ordering::Relaxed);
         self.stats[1].fetch_add(batch.len() as u64, Ordering::Relaxed);
         let calls: Vec<&Call> = batch.iter().map(|j| &j.call).collect();
-        let reply =
-            match script_command(&self.script, false, &self.prefix, &calls).query_async(&mut conn).await {
-                Err(e) if is_no_script(&e) => {
-                    script_command(&self.script, true, &self.prefix, &calls).query_async(&mut conn).await
-                }
-                other => other,
-            };
+        let reply = match &conn {
+            AsyncConn::Single(_) => run_script(&mut conn, &self.script, &self.prefix, &calls, true).await,
+            AsyncConn::Cluster(_) => self.decide_on_cluster(&mut conn, &calls).await,
+        };
         reply.map_err(|e| {
             lane.state.lock().conn = None;
             StoreError::Unavailable(format!("Redis: {e}"))
         })
     }
 
-    async fn connect(&self) -> Result<MultiplexedConnection, StoreError> {
-        let connecting = self.client.get_multiplexed_async_connection_with_config(&self.config);
+    /// On a Redis Cluster a script's keys must share a slot: the batch's checks (overrides
+    /// epochs and change counters, all in the `{cc}` slot) are read first, in one `MGET`;
+    /// then the calls whose checks hold are decided with one script call per slot, sent
+    /// together. Reading the checks before deciding still applies a change to the next
+    /// request: a change answered before this batch was queued is in what the `MGET` reads.
+    async fn decide_on_cluster(&self, conn: &mut AsyncConn, calls: &[&Call]) -> redis::RedisResult<Vec<u64>> {
+        let checks = Checks::of(calls);
+        let values: Vec<Option<u64>> = match checks.keys(&self.prefix) {
+            keys if keys.is_empty() => Vec::new(),
+            keys => redis::cmd("MGET").arg(keys).query_async(conn).await?,
+        };
+        let (mut reply, groups) = decide_separately(calls, &checks, &values);
+        let runs = groups.iter().map(|group| {
+            let mut conn = conn.clone();
+            let group: Vec<&Call> = group.iter().map(|&i| calls[i]).collect();
+            async move { run_script(&mut conn, &self.script, &self.prefix, &group, false).await }
+        });
+        for (group, answers) in groups.iter().zip(futures_util::future::join_all(runs).await) {
+            for (&i, pair) in group.iter().zip(answers?.chunks_exact(2)) {
+                reply[2 * i..2 * i + 2].copy_from_slice(pair);
+            }
+        }
+        Ok(reply)
+    }
+
+    async fn connect(&self) -> Result<AsyncConn, StoreError> {
+        let connecting = async {
+            match &self.target {
+                Target::Single(client) => client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+                    .map(AsyncConn::Single),
+                Target::Cluster(client) => client.get_async_connection().await.map(AsyncConn::Cluster),
+            }
+        };
         match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) => Err(StoreError::Unavailable(format!("Redis: {e}"))),
             Err(_) => Err(StoreError::Unavailable("Redis: connect timed out".into())),
+        }
+    }
+}
+
+/// An asynchronous connection to one server, or to the cluster (it routes each command to
+/// the node of its keys' slot).
+#[derive(Clone)]
+pub(super) enum AsyncConn {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for AsyncConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
         }
     }
 }

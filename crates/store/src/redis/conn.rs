@@ -1,5 +1,6 @@
 //! The blocking side: an r2d2 pool of synchronous connections, and the outage mark that
-//! both sides share (after a failed connect, calls fail fast for [`BACKOFF`]).
+//! both sides share (after a failed connect, calls fail fast for [`BACKOFF`]); the Redis
+//! deployment, one server or a Cluster, that both sides connect to ([`Target`]).
 
 use super::{BACKOFF, RedisSettings};
 use keygate_ratelimit::StoreError;
@@ -50,17 +51,73 @@ impl Outage {
     }
 }
 
+/// Where Redis is: one server, or a Redis Cluster (its seed nodes).
+#[derive(Clone)]
+pub(super) enum Target {
+    Single(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+impl Target {
+    /// `urls`: one URL, or with `cluster` one or more seed nodes separated by commas.
+    pub(super) fn open(urls: &str, cluster: bool, settings: &RedisSettings) -> redis::RedisResult<Self> {
+        if !cluster {
+            return redis::Client::open(urls).map(Self::Single);
+        }
+        let nodes: Vec<&str> = urls.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+        redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(settings.connect_timeout)
+            .response_timeout(settings.io_timeout)
+            // A moved slot or a failover is retried once; an unreachable cluster fails
+            // within the timeouts rather than after a long series of retries.
+            .retries(1)
+            .build()
+            .map(|c| Self::Cluster(Box::new(c)))
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
+/// A blocking connection to one server or to the cluster.
+enum SyncConn {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl SyncConn {
+    fn as_dyn(&mut self) -> &mut dyn redis::ConnectionLike {
+        match self {
+            Self::Single(c) => c,
+            Self::Cluster(c) => &mut **c,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Self::Single(c) => c.is_open(),
+            Self::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
 /// A pooled connection; `broken` once a command on it failed, so the pool drops it.
 pub(super) struct Conn {
-    inner: redis::Connection,
+    inner: SyncConn,
     broken: bool,
 }
 
-#[derive(Debug)]
 struct Manager {
-    client: redis::Client,
+    target: Target,
     connect_timeout: Duration,
     io_timeout: Duration,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").field("cluster", &self.target.is_cluster()).finish_non_exhaustive()
+    }
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -68,14 +125,25 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<Conn, redis::RedisError> {
-        let inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
-        inner.set_read_timeout(Some(self.io_timeout))?;
-        inner.set_write_timeout(Some(self.io_timeout))?;
+        let inner = match &self.target {
+            Target::Single(client) => {
+                let c = client.get_connection_with_timeout(self.connect_timeout)?;
+                c.set_read_timeout(Some(self.io_timeout))?;
+                c.set_write_timeout(Some(self.io_timeout))?;
+                SyncConn::Single(c)
+            }
+            Target::Cluster(client) => {
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(self.connect_timeout)
+                    .set_response_timeout(self.io_timeout);
+                SyncConn::Cluster(Box::new(client.get_connection_with_config(config)?))
+            }
+        };
         Ok(Conn { inner, broken: false })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").query::<()>(&mut conn.inner)
+        redis::cmd("PING").query::<()>(conn.inner.as_dyn())
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
@@ -102,9 +170,9 @@ pub(super) struct Pool {
 
 impl Pool {
     /// Built lazily: no connection is made here.
-    pub(super) fn new(client: redis::Client, settings: &RedisSettings, outage: Arc<Outage>) -> Self {
+    pub(super) fn new(target: Target, settings: &RedisSettings, outage: Arc<Outage>) -> Self {
         let manager =
-            Manager { client, connect_timeout: settings.connect_timeout, io_timeout: settings.io_timeout };
+            Manager { target, connect_timeout: settings.connect_timeout, io_timeout: settings.io_timeout };
         let pool = r2d2::Pool::builder()
             .max_size(settings.max_size.max(1))
             .min_idle(Some(0))
@@ -122,7 +190,7 @@ impl Pool {
     /// Runs `f` on a pooled connection; a failure of `f` drops the connection.
     pub(super) fn with_conn<T>(
         &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         self.outage.check()?;
         let mut conn = self.pool.get().map_err(|e| {
@@ -130,7 +198,7 @@ impl Pool {
             StoreError::Unavailable(format!("Redis: {e}"))
         })?;
         self.outage.up();
-        f(&mut conn.inner).map_err(|e| {
+        f(conn.inner.as_dyn()).map_err(|e| {
             conn.broken = true;
             StoreError::Unavailable(format!("Redis: {e}"))
         })

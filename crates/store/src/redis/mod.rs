@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Before that, when the caller names the overrides epoch it loaded the namespace's
-//! overrides under, the script compares it with `<prefix>ov:<namespace id>` (0 when absent;
+//! overrides under, the script compares it with `<prefix>{cc}:ov:<namespace id>` (0 when absent;
 //! INCR'd by every override change after its commit) and answers "stale" without deciding
 //! when they differ: an override changed on one instance applies to the next request on
 //! every instance. Likewise for a [`CounterGuard`] (the server's: the caller's root key's
@@ -66,7 +66,7 @@ mod denials;
 
 pub use batch::BatchStats;
 use batch::Batcher;
-use conn::{Outage, Pool};
+use conn::{Outage, Pool, Target};
 use deferred::{Deferred, Local};
 use denials::Denials;
 pub use denials::MAX_EPOCH_AGE;
@@ -98,7 +98,8 @@ pub struct RedisSettings {
     pub connect_timeout: Duration,
     /// Longest wait for one command's reply.
     pub io_timeout: Duration,
-    /// Put before every key (budgets, and `ov:<namespace id>` for the overrides epochs), so
+    /// Put before every key (budgets, `{cc}:ov:<namespace id>` for the overrides epochs and
+    /// `{cc}:<counter>` for the change counters), so
     /// that several deployments can share one Redis.
     pub key_prefix: String,
     /// Deny without a round trip what Redis would deny (see `denials.rs`).
@@ -110,6 +111,8 @@ pub struct RedisSettings {
     /// How often the tokens that `async: true` requests passed locally are sent to Redis
     /// (`deferred.rs`: the bound on over-admission grows with it).
     pub async_sync_interval: Duration,
+    /// The URL names the seed nodes of a Redis Cluster (one or more, separated by commas).
+    pub cluster: bool,
 }
 
 impl Default for RedisSettings {
@@ -122,6 +125,7 @@ impl Default for RedisSettings {
             local_denials: true,
             lanes: 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             async_sync_interval: Duration::from_millis(10),
+            cluster: false,
         }
     }
 }
@@ -137,6 +141,8 @@ pub struct RedisOpenError {
 
 /// The Redis rate-limit store.
 pub struct RedisStore {
+    /// On a Redis Cluster (the checks are read before the decisions, see `batch.rs`).
+    cluster: bool,
     pool: Pool,
     batcher: Arc<Batcher>,
     outage: Arc<Outage>,
@@ -232,34 +238,95 @@ enum CheckKey<'a> {
     CounterEpoch,
 }
 
-/// The script call deciding `calls` in order (see `decide.lua` for the layout): `EVALSHA`,
-/// or `EVAL` with the source after Redis answered that it does not have the script (a
-/// restart, `SCRIPT FLUSH`). Each check (key and value) is listed once per batch: most
-/// batches name one or two namespaces and a few root keys.
-fn script_command<'a>(script: &redis::Script, eval: bool, prefix: &str, calls: &[&'a Call]) -> redis::Cmd {
-    // Each distinct check once, numbered from 1 in order of appearance; a map so that a
-    // batch spanning many namespaces stays linear.
-    let mut checks: Vec<(CheckKey<'a>, u64)> = Vec::new();
-    let mut numbered: std::collections::HashMap<(CheckKey<'a>, u64), usize> =
-        std::collections::HashMap::new();
-    let mut refs = Vec::with_capacity(calls.len());
-    for c in calls {
-        let mut number = |check: Option<(CheckKey<'a>, u64)>| {
-            check.map_or(0, |check| {
-                *numbered.entry(check).or_insert_with(|| {
-                    checks.push(check);
-                    checks.len()
+/// The checks a batch names (key and value, each once, numbered from 1 in order of
+/// appearance) and each call's references to them: overrides, counter, counters' epoch (0:
+/// none). A map keeps a batch spanning many namespaces linear.
+pub(crate) struct Checks<'a> {
+    list: Vec<(CheckKey<'a>, u64)>,
+    refs: Vec<[usize; 3]>,
+}
+
+impl<'a> Checks<'a> {
+    pub(crate) fn of(calls: &[&'a Call]) -> Self {
+        let mut list: Vec<(CheckKey<'a>, u64)> = Vec::new();
+        let mut numbered: std::collections::HashMap<(CheckKey<'a>, u64), usize> =
+            std::collections::HashMap::new();
+        let mut refs = Vec::with_capacity(calls.len());
+        for c in calls {
+            let mut number = |check: Option<(CheckKey<'a>, u64)>| {
+                check.map_or(0, |check| {
+                    *numbered.entry(check).or_insert_with(|| {
+                        list.push(check);
+                        list.len()
+                    })
                 })
-            })
-        };
-        let overrides = number(c.epoch.map(|e| (CheckKey::Overrides(c.namespace_id.as_str()), e)));
-        let counter = number(c.guard.as_ref().map(|g| (CheckKey::Counter(g.key.as_str()), g.value)));
-        let epoch = number(c.guard.as_ref().map(|g| (CheckKey::CounterEpoch, g.epoch)));
-        refs.push([overrides, counter, epoch]);
+            };
+            let overrides = number(c.epoch.map(|e| (CheckKey::Overrides(c.namespace_id.as_str()), e)));
+            let counter = number(c.guard.as_ref().map(|g| (CheckKey::Counter(g.key.as_str()), g.value)));
+            let epoch = number(c.guard.as_ref().map(|g| (CheckKey::CounterEpoch, g.epoch)));
+            refs.push([overrides, counter, epoch]);
+        }
+        Self { list, refs }
     }
+
+    /// The checks' keys, in their order (all in the `{cc}` slot).
+    pub(crate) fn keys(&self, prefix: &str) -> Vec<String> {
+        self.list
+            .iter()
+            .map(|(key, _)| match key {
+                CheckKey::Overrides(namespace_id) => epoch_key(prefix, namespace_id),
+                CheckKey::Counter(key) => (*key).to_string(),
+                CheckKey::CounterEpoch => counters::epoch_key(prefix),
+            })
+            .collect()
+    }
+}
+
+/// The checks of `calls` made outside the script (a Redis Cluster), from `values` (what
+/// the checks' keys hold, in [`Checks::keys`] order): the flat reply with the answers of
+/// the calls whose checks failed (3 stale counter first, then 2 stale overrides, as the
+/// script), and the calls left to decide grouped by their key's cluster slot.
+pub(crate) fn decide_separately(
+    calls: &[&Call],
+    checks: &Checks<'_>,
+    values: &[Option<u64>],
+) -> (Vec<u64>, Vec<Vec<usize>>) {
+    let current =
+        |r: usize| r == 0 || values.get(r - 1).is_some_and(|v| v.unwrap_or(0) == checks.list[r - 1].1);
+    let mut reply = vec![0; 2 * calls.len()];
+    let mut groups: std::collections::HashMap<redis::cluster_routing::Slot, Vec<usize>> =
+        std::collections::HashMap::new();
+    for (i, [overrides, counter, epoch]) in checks.refs.iter().copied().enumerate() {
+        if !(current(counter) && current(epoch)) {
+            reply[2 * i] = 3;
+        } else if !current(overrides) {
+            reply[2 * i] = 2;
+        } else {
+            groups.entry(redis::cluster_routing::Slot::for_key(&calls[i].key)).or_default().push(i);
+        }
+    }
+    (reply, groups.into_values().collect())
+}
+
+/// The script call deciding `calls` in order (see `decide.lua` for the layout), with their
+/// checks when `with_checks` (else none: the caller made them): `EVALSHA`, or `EVAL` with
+/// the source after Redis answered that it does not have the script (a restart, `SCRIPT
+/// FLUSH`).
+fn script_command(
+    script: &redis::Script,
+    eval: bool,
+    prefix: &str,
+    calls: &[&Call],
+    with_checks: bool,
+) -> redis::Cmd {
+    let checks = if with_checks {
+        Checks::of(calls)
+    } else {
+        Checks { list: Vec::new(), refs: vec![[0; 3]; calls.len()] }
+    };
     let mut cmd = redis::Cmd::with_capacity(
-        3 + 7 * calls.len() + 2 * checks.len(),
-        calls.iter().map(|c| c.key.len() + 48).sum::<usize>() + checks.len() * (prefix.len() + 64),
+        3 + 7 * calls.len() + 2 * checks.list.len(),
+        calls.iter().map(|c| c.key.len() + 48).sum::<usize>() + checks.list.len() * (prefix.len() + 64),
     );
     cmd.arg(if eval { "EVAL" } else { "EVALSHA" });
     if eval {
@@ -267,25 +334,37 @@ fn script_command<'a>(script: &redis::Script, eval: bool, prefix: &str, calls: &
     } else {
         cmd.arg(script.get_hash());
     }
-    cmd.arg(calls.len() + checks.len());
+    cmd.arg(calls.len() + checks.list.len());
     for c in calls {
         cmd.arg(c.key.as_slice());
     }
-    for (key, _) in &checks {
-        match key {
-            CheckKey::Overrides(namespace_id) => cmd.arg(epoch_key(prefix, namespace_id)),
-            CheckKey::Counter(key) => cmd.arg(*key),
-            CheckKey::CounterEpoch => cmd.arg(counters::epoch_key(prefix)),
-        };
+    for key in checks.keys(prefix) {
+        cmd.arg(key);
     }
     cmd.arg(calls.len());
-    for (c, [overrides, counter, epoch]) in calls.iter().zip(refs) {
-        cmd.arg(overrides).arg(counter).arg(epoch).arg(c.limit).arg(c.cost).arg(c.ttl);
+    for (c, [overrides, counter, epoch]) in calls.iter().zip(&checks.refs) {
+        cmd.arg(*overrides).arg(*counter).arg(*epoch).arg(c.limit).arg(c.cost).arg(c.ttl);
     }
-    for (_, value) in &checks {
+    for (_, value) in &checks.list {
         cmd.arg(*value);
     }
     cmd
+}
+
+/// Runs the decision script for `calls` on `conn` (see [`script_command`]).
+pub(crate) async fn run_script(
+    conn: &mut impl redis::aio::ConnectionLike,
+    script: &redis::Script,
+    prefix: &str,
+    calls: &[&Call],
+    with_checks: bool,
+) -> redis::RedisResult<Vec<u64>> {
+    match script_command(script, false, prefix, calls, with_checks).query_async(conn).await {
+        Err(e) if is_no_script(&e) => {
+            script_command(script, true, prefix, calls, with_checks).query_async(conn).await
+        }
+        other => other,
+    }
 }
 
 /// The script's flat reply, two numbers per call.
@@ -310,17 +389,20 @@ fn invalid(url: &str, location: &str, e: &redis::RedisError) -> RedisOpenError {
 
 impl RedisStore {
     /// A store for `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`, or
-    /// `redis+unix:///path`). Connects lazily.
+    /// `redis+unix:///path`; with [`RedisSettings::cluster`], the seed nodes of a Redis
+    /// Cluster separated by commas). Connects lazily.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, RedisOpenError> {
-        let location = redact_url(url);
-        let client = redis::Client::open(url).map_err(|e| invalid(url, &location, &e))?;
+        let location = url.split(',').map(|u| redact_url(u.trim())).collect::<Vec<_>>().join(",");
+        let target =
+            Target::open(url, settings.cluster, &settings).map_err(|e| invalid(url, &location, &e))?;
         let outage = Arc::new(Outage::default());
         let script = redis::Script::new(DECIDE);
         let deferred = Arc::new(Deferred::default());
         Ok(Self {
-            pool: Pool::new(client.clone(), &settings, outage.clone()),
+            cluster: target.is_cluster(),
+            pool: Pool::new(target.clone(), &settings, outage.clone()),
             batcher: Arc::new(Batcher::new(
-                client,
+                target,
                 &settings,
                 outage.clone(),
                 script.clone(),
@@ -358,9 +440,10 @@ impl RedisStore {
     }
 }
 
-/// `<prefix>ov:<namespace id>`: the namespace's overrides epoch.
+/// `<prefix>{cc}:ov:<namespace id>`: the namespace's overrides epoch, in the change
+/// counters' slot (a Redis Cluster reads a batch's checks from one slot, see `batch.rs`).
 fn epoch_key(prefix: &str, namespace_id: &str) -> String {
-    format!("{prefix}ov:{namespace_id}")
+    format!("{prefix}{{cc}}:ov:{namespace_id}")
 }
 
 impl RedisStore {
@@ -476,12 +559,32 @@ impl RedisStore {
     ) -> Result<Checked, StoreError> {
         let (call, start) = self.call(&key, req, now_ms, overrides_epoch, None);
         let calls = [&call];
+        let script = |c: &mut dyn redis::ConnectionLike, with_checks| match script_command(
+            &self.script,
+            false,
+            &self.prefix,
+            &calls,
+            with_checks,
+        )
+        .query(c)
+        {
+            Err(e) if is_no_script(&e) => {
+                script_command(&self.script, true, &self.prefix, &calls, with_checks).query(c)
+            }
+            other => other,
+        };
         let reply: Vec<u64> = self.pool.with_conn(|c| {
-            match script_command(&self.script, false, &self.prefix, &calls).query(c) {
-                Err(e) if is_no_script(&e) => {
-                    script_command(&self.script, true, &self.prefix, &calls).query(c)
-                }
-                other => other,
+            if !self.cluster {
+                return script(c, true);
+            }
+            // A cluster: the check first, then the decision in the budget's slot.
+            let checks = Checks::of(&calls);
+            let keys = checks.keys(&self.prefix);
+            let values: Vec<Option<u64>> =
+                if keys.is_empty() { Vec::new() } else { redis::cmd("MGET").arg(keys).query(c)? };
+            match decide_separately(&calls, &checks, &values) {
+                (reply, groups) if groups.is_empty() => Ok(reply),
+                _ => script(c, false),
             }
         })?;
         let answer = answers(&reply, 1)?.next().unwrap_or(Answer::Stale);
