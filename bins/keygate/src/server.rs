@@ -72,8 +72,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
     let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
     let workers = worker_count(&config);
-    // Database and Redis pools, and each worker's two asynchronous Redis connections.
-    let redis_conns = if redis.is_some() { u64::from(config.redis.max_size) + 2 * workers as u64 } else { 0 };
+    // Database and Redis pools, and each worker's asynchronous Redis connection.
+    let redis_conns = if redis.is_some() { u64::from(config.redis.max_size) + workers as u64 } else { 0 };
     let pools = u64::from(config.pool.max_size) + redis_conns;
     let (cap, lowered) = connections::effective_cap(config.http.max_connections, pools);
     if let Some(why) = lowered {
@@ -151,8 +151,8 @@ fn rate_limit_store(config: &ServerConfig) -> anyhow::Result<RateLimitStores> {
     let Some(url) = &config.redis_url else {
         return Ok((Arc::new(MemoryStore::new()), None, "memory (in-process)".into()));
     };
-    // Two lanes (asynchronous connection and queue, one script call in flight) per worker.
-    let settings = RedisSettings { lanes: 2 * worker_count(config), ..config.redis.clone() };
+    // One lane (asynchronous connection, queue, one script call in flight) per worker.
+    let settings = RedisSettings { lanes: worker_count(config), ..config.redis.clone() };
     let redis = Arc::new(RedisStore::open(url, settings)?);
     let mut desc = format!("redis {}", redis.display_location());
     if let Err(e) = redis.ping() {

@@ -4,8 +4,10 @@
 //! connection and a queue, and every call on one window goes through the same lane. A lane
 //! has one script call in flight at a time, so its calls reach Redis in the order they were
 //! queued, whichever thread queued them (each is numbered in that order; the async state of
-//! `deferred.rs` relies on it); the server has two lanes per worker, so two calls per worker
-//! are in flight. A decision that finds its lane idle is sent at once, alone: at low load a
+//! `deferred.rs` relies on it); the server has one lane per worker. One call in flight
+//! costs no throughput where Redis and the server share the CPUs (either is busy while the
+//! other waits), and it makes batches as large as they can be, so the work per decision in
+//! both is the least. A decision that finds its lane idle is sent at once, alone: at low load a
 //! batch holds one request and latency does not grow. Decisions that arrive while calls are in flight wait in the queue; when a call's
 //! answer comes back, everything queued by then (up to [`MAX_BATCH`]) goes in the next one.
 //! The batch size follows the load: one round trip carries as many decisions as arrived
@@ -40,7 +42,7 @@ pub(super) const MAX_QUEUED: usize = 16 * 1024;
 
 pub(super) struct Batcher {
     lanes: Box<[Arc<Lane>]>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
     shared: Arc<Shared>,
 }
 
@@ -79,7 +81,9 @@ struct LaneState {
 struct Job {
     call: Call,
     seq: u64,
-    reply: oneshot::Sender<Result<Answer, StoreError>>,
+    /// `None`: nobody waits for the answer (a flush of async tokens: `deferred.rs` learns
+    /// it through [`Deferred::observe`]).
+    reply: Option<oneshot::Sender<Result<Answer, StoreError>>>,
 }
 
 /// An answer to come.
@@ -122,8 +126,17 @@ impl Batcher {
     /// [`MAX_IN_FLIGHT`] are running: its number on its lane, and its answer to come. Needs
     /// a tokio runtime.
     pub(super) fn enqueue(&self, call: Call) -> Result<(u64, Pending), StoreError> {
-        let lane = &self.lanes[self.hasher.hash_one(call.key.as_slice()) as usize % self.lanes.len()];
         let (reply, answer) = oneshot::channel();
+        Ok((self.push(call, Some(reply))?, answer))
+    }
+
+    /// Queues `call` as [`Self::enqueue`] does, for nobody to wait on: its number.
+    pub(super) fn enqueue_unanswered(&self, call: Call) -> Result<u64, StoreError> {
+        self.push(call, None)
+    }
+
+    fn push(&self, call: Call, reply: Option<oneshot::Sender<Result<Answer, StoreError>>>) -> Result<u64, StoreError> {
+        let lane = &self.lanes[self.hasher.hash_one(call.key.as_slice()) as usize % self.lanes.len()];
         let (seq, start) = {
             let mut st = lane.state.lock();
             if st.queue.len() >= MAX_QUEUED {
@@ -141,7 +154,7 @@ impl Batcher {
         if let Some(batch) = start {
             tokio::spawn(drive(lane.clone(), self.shared.clone(), batch));
         }
-        Ok((seq, answer))
+        Ok(seq)
     }
 }
 
@@ -178,14 +191,18 @@ impl Shared {
             let answers = answers(&reply, batch.len())?;
             for (job, answer) in batch.drain(..).zip(answers) {
                 self.deferred.observe(&job.call, job.seq, Some(answer));
-                let _ = job.reply.send(Ok(answer));
+                if let Some(reply) = job.reply {
+                    let _ = reply.send(Ok(answer));
+                }
             }
             Ok(())
         });
         if let Err(StoreError::Unavailable(why)) = answered {
             for job in batch.drain(..) {
                 self.deferred.observe(&job.call, job.seq, None);
-                let _ = job.reply.send(Err(StoreError::Unavailable(why.clone())));
+                if let Some(reply) = job.reply {
+                    let _ = reply.send(Err(StoreError::Unavailable(why.clone())));
+                }
             }
         }
     }

@@ -62,7 +62,7 @@ pub(super) type Shard = HashMap<Box<[u8]>, Window>;
 #[derive(Debug)]
 pub(super) struct Deferred {
     shards: Box<[Mutex<Shard>]>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
     /// How many windows are kept (0: a sync decision skips the lookup).
     windows: AtomicUsize,
     /// Windows with pending tokens, for the next flush.
@@ -260,22 +260,16 @@ pub(super) async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, i
             }
             continue;
         }
-        let mut answers = Vec::with_capacity(keys.len());
+        // Nobody waits for these answers: the batcher applies each (Deferred::observe),
+        // and puts the tokens of a failed call back into `pending`.
         for key in keys {
             let mut shard = deferred.shard_of(&key);
             let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &key) else { continue };
             let call = Call::flush(key.to_vec(), empty.clone(), tokens, ttl);
-            match batcher.enqueue(call) {
-                Ok((seq, answer)) => {
-                    Deferred::flush_queued(&mut shard, &key, seq, tokens);
-                    answers.push(answer);
-                }
+            match batcher.enqueue_unanswered(call) {
+                Ok(seq) => Deferred::flush_queued(&mut shard, &key, seq, tokens),
                 Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
             }
-        }
-        // The batcher has applied each answer (Deferred::observe) before sending it.
-        for answer in answers {
-            let _ = answer.await;
         }
     }
 }

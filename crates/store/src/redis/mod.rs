@@ -105,7 +105,7 @@ pub struct RedisSettings {
     /// Deny without a round trip what Redis would deny (see `denials.rs`).
     pub local_denials: bool,
     /// Lanes of the batched path (one asynchronous connection, queue and script call in
-    /// flight each; a budget window's calls all take one lane). The server uses two per
+    /// flight each; a budget window's calls all take one lane). The server uses one per
     /// worker.
     pub lanes: usize,
     /// How often the tokens that `async: true` requests passed locally are sent to Redis
@@ -123,7 +123,7 @@ impl Default for RedisSettings {
             io_timeout: Duration::from_secs(1),
             key_prefix: "keygate:rl:".into(),
             local_denials: true,
-            lanes: 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+            lanes: std::thread::available_parallelism().map_or(1, |n| n.get()),
             async_sync_interval: Duration::from_millis(10),
             cluster: false,
         }
@@ -510,8 +510,8 @@ impl RedisStore {
         };
         if let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &call.key) {
             let flush = Call::flush(call.key.clone(), call.namespace_id.clone(), tokens, ttl);
-            match self.batcher.enqueue(flush) {
-                Ok((seq, _)) => Deferred::flush_queued(&mut shard, &call.key, seq, tokens),
+            match self.batcher.enqueue_unanswered(flush) {
+                Ok(seq) => Deferred::flush_queued(&mut shard, &call.key, seq, tokens),
                 Err(_) => self.deferred.flush_refused(&mut shard, &call.key, tokens),
             }
         }
