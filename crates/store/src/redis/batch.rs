@@ -35,6 +35,8 @@ use tokio::sync::oneshot;
 
 /// Most decisions in one script call (bounds how long Redis runs one script: ~100 µs).
 pub(super) const MAX_BATCH: usize = 256;
+// `decide.lua` packs a decision's three check numbers in 10 bits each.
+const _: () = assert!(3 * MAX_BATCH < 1024);
 /// Most script calls in flight per lane: one, so that a lane's calls run in queue order.
 pub(super) const MAX_IN_FLIGHT: usize = 1;
 /// Most decisions waiting in one lane's queue.
@@ -135,7 +137,11 @@ impl Batcher {
         self.push(call, None)
     }
 
-    fn push(&self, call: Call, reply: Option<oneshot::Sender<Result<Answer, StoreError>>>) -> Result<u64, StoreError> {
+    fn push(
+        &self,
+        call: Call,
+        reply: Option<oneshot::Sender<Result<Answer, StoreError>>>,
+    ) -> Result<u64, StoreError> {
         let lane = &self.lanes[self.hasher.hash_one(call.key.as_slice()) as usize % self.lanes.len()];
         let (seq, start) = {
             let mut st = lane.state.lock();

@@ -177,19 +177,16 @@ pub(crate) struct Call {
     cost: u64,
     /// How long the key is kept (ms): until its window ends, plus [`EXPIRY_SLACK_MS`].
     ttl: u64,
-    /// An unconditional add of tokens passed by async requests (`deferred.rs`).
+    /// An unconditional add of `cost` tokens that async requests passed (`deferred.rs`).
     flush: bool,
     /// A sync decision counted as in flight on its window's async state.
     deferred: bool,
 }
 
-/// A limit no count reaches: a flush's add always passes.
-const FLUSH_LIMIT: u64 = 1 << 62;
-
 impl Call {
     /// Adds `tokens` to the window `key` (tokens async requests passed).
     fn flush(key: Vec<u8>, namespace_id: Arc<String>, tokens: u64, ttl: u64) -> Self {
-        let (epoch, guard, limit, cost, flush, deferred) = (None, None, FLUSH_LIMIT, tokens, true, false);
+        let (epoch, guard, limit, cost, flush, deferred) = (None, None, 0, tokens, true, false);
         Self { key, namespace_id, epoch, guard, limit, cost, ttl, flush, deferred }
     }
 }
@@ -308,25 +305,25 @@ pub(crate) fn decide_separately(
     (reply, groups.into_values().collect())
 }
 
-/// The script call deciding `calls` in order (see `decide.lua` for the layout), with their
-/// checks when `with_checks` (else none: the caller made them): `EVALSHA`, or `EVAL` with
-/// the source after Redis answered that it does not have the script (a restart, `SCRIPT
-/// FLUSH`).
+/// The script call running a batch (see `decide.lua` for the layout): `flushes` (calls
+/// with [`Call::flush`]), then `decisions` in order, with the decisions' checks when
+/// `with_checks` (else none: the caller made them): `EVALSHA`, or `EVAL` with the source
+/// after Redis answered that it does not have the script (a restart, `SCRIPT FLUSH`).
 fn script_command(
     script: &redis::Script,
     eval: bool,
     prefix: &str,
-    calls: &[&Call],
+    (flushes, decisions): (&[&Call], &[&Call]),
     with_checks: bool,
 ) -> redis::Cmd {
-    let checks = if with_checks {
-        Checks::of(calls)
-    } else {
-        Checks { list: Vec::new(), refs: vec![[0; 3]; calls.len()] }
+    let checks = match with_checks {
+        true => Checks::of(decisions),
+        false => Checks { list: Vec::new(), refs: vec![[0; 3]; decisions.len()] },
     };
+    let calls = flushes.iter().chain(decisions);
     let mut cmd = redis::Cmd::with_capacity(
-        3 + 7 * calls.len() + 2 * checks.list.len(),
-        calls.iter().map(|c| c.key.len() + 48).sum::<usize>() + checks.list.len() * (prefix.len() + 64),
+        4 + 3 * flushes.len() + 5 * decisions.len() + 2 * checks.list.len(),
+        calls.clone().map(|c| c.key.len() + 48).sum::<usize>() + checks.list.len() * (prefix.len() + 64),
     );
     cmd.arg(if eval { "EVAL" } else { "EVALSHA" });
     if eval {
@@ -334,16 +331,19 @@ fn script_command(
     } else {
         cmd.arg(script.get_hash());
     }
-    cmd.arg(calls.len() + checks.list.len());
+    cmd.arg(flushes.len() + decisions.len() + checks.list.len());
     for c in calls {
         cmd.arg(c.key.as_slice());
     }
     for key in checks.keys(prefix) {
         cmd.arg(key);
     }
-    cmd.arg(calls.len());
-    for (c, [overrides, counter, epoch]) in calls.iter().zip(&checks.refs) {
-        cmd.arg(*overrides).arg(*counter).arg(*epoch).arg(c.limit).arg(c.cost).arg(c.ttl);
+    cmd.arg(flushes.len()).arg(decisions.len());
+    for c in flushes {
+        cmd.arg(c.cost).arg(c.ttl);
+    }
+    for (c, [overrides, counter, epoch]) in decisions.iter().zip(&checks.refs) {
+        cmd.arg(overrides + (counter << 10) + (epoch << 20)).arg(c.limit).arg(c.cost).arg(c.ttl);
     }
     for (_, value) in &checks.list {
         cmd.arg(*value);
@@ -351,7 +351,10 @@ fn script_command(
     cmd
 }
 
-/// Runs the decision script for `calls` on `conn` (see [`script_command`]).
+/// Runs a batch of `calls` (in queue order) on `conn` in one script call (see
+/// [`script_command`]); the reply in `calls`' order, two numbers per call. The flushes go
+/// first: a batch never holds a flush queued after a decision on the same window
+/// (`deferred.rs`), so each window keeps its order.
 pub(crate) async fn run_script(
     conn: &mut impl redis::aio::ConnectionLike,
     script: &redis::Script,
@@ -359,12 +362,35 @@ pub(crate) async fn run_script(
     calls: &[&Call],
     with_checks: bool,
 ) -> redis::RedisResult<Vec<u64>> {
-    match script_command(script, false, prefix, calls, with_checks).query_async(conn).await {
-        Err(e) if is_no_script(&e) => {
-            script_command(script, true, prefix, calls, with_checks).query_async(conn).await
-        }
-        other => other,
+    let (flushes, decisions): (Vec<&Call>, Vec<&Call>) = match calls.iter().any(|c| c.flush) {
+        true => calls.iter().partition(|c| c.flush),
+        false => (Vec::new(), calls.to_vec()),
+    };
+    let parts = (flushes.as_slice(), decisions.as_slice());
+    let reply: Vec<u64> =
+        match script_command(script, false, prefix, parts, with_checks).query_async(conn).await {
+            Err(e) if is_no_script(&e) => {
+                script_command(script, true, prefix, parts, with_checks).query_async(conn).await?
+            }
+            other => other?,
+        };
+    Ok(in_call_order(calls, reply))
+}
+
+/// The reply of a batch split into flushes then decisions, put back in `calls`' order.
+fn in_call_order(calls: &[&Call], reply: Vec<u64>) -> Vec<u64> {
+    let flushes = calls.iter().filter(|c| c.flush).count();
+    if flushes == 0 || reply.len() != 2 * calls.len() {
+        return reply;
     }
+    let (mut f, mut d) = (0, flushes);
+    let mut ordered = Vec::with_capacity(reply.len());
+    for c in calls {
+        let at = if c.flush { &mut f } else { &mut d };
+        ordered.extend_from_slice(&reply[2 * *at..2 * *at + 2]);
+        *at += 1;
+    }
+    ordered
 }
 
 /// The script's flat reply, two numbers per call.
@@ -559,17 +585,18 @@ impl RedisStore {
     ) -> Result<Checked, StoreError> {
         let (call, start) = self.call(&key, req, now_ms, overrides_epoch, None);
         let calls = [&call];
+        let parts = (&[][..], &calls[..]);
         let script = |c: &mut dyn redis::ConnectionLike, with_checks| match script_command(
             &self.script,
             false,
             &self.prefix,
-            &calls,
+            parts,
             with_checks,
         )
         .query(c)
         {
             Err(e) if is_no_script(&e) => {
-                script_command(&self.script, true, &self.prefix, &calls, with_checks).query(c)
+                script_command(&self.script, true, &self.prefix, parts, with_checks).query(c)
             }
             other => other,
         };
