@@ -29,6 +29,9 @@ pub struct Principal {
     wildcard: bool,
     /// The root key's change counter when it was loaded (`None`: not loaded from a store).
     tag: Option<crate::counters::Tag>,
+    /// That counter's name (`Scope::RootKey(id).name()`), kept: checked on every decision
+    /// in Redis mode.
+    counter: String,
 }
 
 impl Principal {
@@ -39,7 +42,8 @@ impl Principal {
     ) -> Self {
         let permissions: foldhash::HashSet<String> = permissions.into_iter().collect();
         let wildcard = permissions.contains("*");
-        Self { root_key_id, workspace_id, permissions, wildcard, tag: None }
+        let counter = crate::counters::Scope::RootKey(&root_key_id).name();
+        Self { root_key_id, workspace_id, permissions, wildcard, tag: None, counter }
     }
 
     /// The principal as loaded under the root key's change counter `tag`.
@@ -52,6 +56,11 @@ impl Principal {
     /// memory, where the cache is kept exact by evictions instead).
     pub fn tag(&self) -> Option<crate::counters::Tag> {
         self.tag
+    }
+
+    /// The name of the root key's change counter ([`crate::counters::Scope::RootKey`]).
+    pub fn counter_name(&self) -> &str {
+        &self.counter
     }
 
     /// `*` or exactly `permission`; strings are compared literally.

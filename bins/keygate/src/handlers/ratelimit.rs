@@ -9,7 +9,7 @@ use actix_web::{HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
 use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, pass_failing_open};
 use keygate_rbac::counters::SOURCE_STORE;
-use keygate_rbac::{Effective, Principal, Scope};
+use keygate_rbac::{Effective, Principal};
 use keygate_store::{CounterGuard, RedisStore};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
@@ -222,7 +222,6 @@ async fn decide_in_redis(
     request: LimitRequest,
     mut overrides: (Option<Effective>, u64),
 ) -> Result<Decision, ApiError> {
-    let counter = Scope::RootKey(&principal.root_key_id).name();
     let mut guard = match principal.tag() {
         Some(tag) if tag.source > SOURCE_STORE => Some(tag),
         // Loaded while Redis's counters could not be read: checked against the database's.
@@ -236,8 +235,11 @@ async fn decide_in_redis(
             BudgetKey { namespace_id: at.namespace_id, identifier: at.identifier, duration: req.duration };
         // Overrides changing faster than they can be read: decide with the latest read.
         let epoch = (stale < STALE_OVERRIDES_RETRIES).then_some(overrides.1);
-        let counter_guard =
-            guard.map(|tag| CounterGuard { name: &counter, epoch: tag.source, value: tag.values[0] });
+        let counter_guard = guard.map(|tag| CounterGuard {
+            name: principal.counter_name(),
+            epoch: tag.source,
+            value: tag.values[0],
+        });
         match redis.limit_batched(key, req, at.now, epoch, counter_guard).await {
             Ok(Checked::Decided(d)) => return Ok(d),
             Ok(Checked::StaleOverrides) => {

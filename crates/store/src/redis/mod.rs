@@ -246,8 +246,7 @@ pub(crate) struct Checks<'a> {
 impl<'a> Checks<'a> {
     pub(crate) fn of(calls: &[&'a Call]) -> Self {
         let mut list: Vec<(CheckKey<'a>, u64)> = Vec::new();
-        let mut numbered: std::collections::HashMap<(CheckKey<'a>, u64), usize> =
-            std::collections::HashMap::new();
+        let mut numbered: foldhash::HashMap<(CheckKey<'a>, u64), usize> = foldhash::HashMap::default();
         let mut refs = Vec::with_capacity(calls.len());
         for c in calls {
             let mut number = |check: Option<(CheckKey<'a>, u64)>| {
@@ -291,8 +290,8 @@ pub(crate) fn decide_separately(
     let current =
         |r: usize| r == 0 || values.get(r - 1).is_some_and(|v| v.unwrap_or(0) == checks.list[r - 1].1);
     let mut reply = vec![0; 2 * calls.len()];
-    let mut groups: std::collections::HashMap<redis::cluster_routing::Slot, Vec<usize>> =
-        std::collections::HashMap::new();
+    let mut groups: foldhash::HashMap<redis::cluster_routing::Slot, Vec<usize>> =
+        foldhash::HashMap::default();
     for (i, [overrides, counter, epoch]) in checks.refs.iter().copied().enumerate() {
         if !(current(counter) && current(epoch)) {
             reply[2 * i] = 3;
