@@ -120,17 +120,7 @@ fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
     assert_eq!(liveness(&s)["services"]["ratelimit"]["status"], "unavailable");
 
     proxy.restore();
-    let mut answer = None;
-    for _ in 0..40 {
-        let r = s.limit(body.clone());
-        if r.status == 200 {
-            answer = Some(r.json);
-            break;
-        }
-        r.assert_error(503, "SERVICE_UNAVAILABLE");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    let answer = answer.expect("the service recovers by itself once Redis is back");
+    let answer = first_answer_after_an_outage(&s, &body);
     assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
     assert_eq!(liveness(&s)["status"], "ok");
 }
@@ -244,19 +234,23 @@ fn a_redis_cluster_that_stops_answering_gives_503_and_recovers_with_the_counts_k
     }
     assert!(during >= 2);
 
-    let mut answer = None;
+    let answer = first_answer_after_an_outage(&s, &body);
+    assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
+    assert_eq!(liveness(&s)["status"], "ok");
+}
+
+/// Sends `body` until it is answered 200 (each answer until then a 503), within 10 s: the
+/// service recovers by itself once Redis is back. The 200's JSON.
+fn first_answer_after_an_outage(s: &TestServer, body: &serde_json::Value) -> serde_json::Value {
     for _ in 0..40 {
         let r = s.limit(body.clone());
         if r.status == 200 {
-            answer = Some(r.json);
-            break;
+            return r.json;
         }
         r.assert_error(503, "SERVICE_UNAVAILABLE");
         std::thread::sleep(Duration::from_millis(250));
     }
-    let answer = answer.expect("the service recovers by itself once the cluster answers again");
-    assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
-    assert_eq!(liveness(&s)["status"], "ok");
+    panic!("the service did not recover within 10 s of Redis coming back");
 }
 
 /// A few random hex digits, so that reruns against the same cluster use fresh budgets.
@@ -381,7 +375,7 @@ fn three_instances_in_async_mode_over_admit_within_the_documented_bound() {
     // (here the slowest request of the run, which bounds it along with any stall).
     let rho = 2.0 * 1_000.0 / (run.elapsed_us as f64 / 1_000.0);
     let r_ms = run.slowest_us as f64 / 1_000.0;
-    let bound = 2.0 * (2.0 * rho * (10.0 + r_ms)).min(1_000.0);
+    let bound = keygate_store::async_overshoot_bound(3, 1_000, rho, 10.0, r_ms);
     let over = run.passed.saturating_sub(1_000);
     eprintln!(
         "async, 3 instances, limit 1000: {} passed in {} ms (over-admitted {over}; bound {bound:.0}, r {r_ms:.1} ms)",

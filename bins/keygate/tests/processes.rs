@@ -136,8 +136,8 @@ fn three_processes_in_async_mode_over_admit_within_the_documented_bound() {
     // default), r a round trip (here the slowest request of the run, which bounds it along
     // with any stall).
     let rho = 2.0 * 1_000.0 / run.elapsed.as_secs_f64() / 1_000.0;
-    let r_ms = run.slowest.as_secs_f64() * 1_000.0;
-    let bound = 2.0 * (2.0 * rho * (10.0 + r_ms)).min(1_000.0);
+    let bound =
+        keygate_store::async_overshoot_bound(3, 1_000, rho, 10.0, run.slowest.as_secs_f64() * 1_000.0);
     let over = run.passed.saturating_sub(1_000);
     eprintln!(
         "three processes, async: {} passed in {:?} (over {over}, bound {bound:.0})",

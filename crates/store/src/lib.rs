@@ -22,7 +22,7 @@ mod tx;
 #[cfg(feature = "redis")]
 pub use self::redis::{
     BACKOFF, BatchStats, CounterGuard, EXPIRY_SLACK_MS, MAX_EPOCH_AGE, RedisOpenError, RedisSettings,
-    RedisStore,
+    RedisStore, async_overshoot_bound,
 };
 pub use backend::{Backend, BackendError};
 pub use conn::DbConn;

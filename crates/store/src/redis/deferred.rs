@@ -244,6 +244,22 @@ impl Deferred {
     }
 }
 
+/// The bound on over-admission by `async: true` requests (see the module docs): how many
+/// tokens a window may pass over `limit` with `instances` instances, each passing async
+/// requests for the budget at up to `rate_per_ms` tokens per millisecond, sync interval
+/// `sync_interval_ms` and Redis round trip `round_trip_ms`:
+/// `(N - 1) · min(limit, 2 · ρ · (T + r))`.
+pub fn async_overshoot_bound(
+    instances: u64,
+    limit: u64,
+    rate_per_ms: f64,
+    sync_interval_ms: f64,
+    round_trip_ms: f64,
+) -> f64 {
+    let per_instance = (2.0 * rate_per_ms * (sync_interval_ms + round_trip_ms)).min(limit as f64);
+    instances.saturating_sub(1) as f64 * per_instance
+}
+
 /// Sends the pending tokens every `interval` until none are left; the flag
 /// [`Deferred::flushing`] is set by whoever spawned it.
 pub(super) async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Duration) {
@@ -271,5 +287,19 @@ pub(super) async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, i
                 Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overshoot_bound_is_zero_on_one_instance_and_at_most_a_limit_per_other_instance() {
+        assert_eq!(async_overshoot_bound(1, 1_000, 50.0, 10.0, 1.0), 0.0);
+        // 2 tokens/ms for 10 + 1 ms: 44 tokens per other instance.
+        assert_eq!(async_overshoot_bound(3, 1_000, 2.0, 10.0, 1.0), 88.0);
+        assert_eq!(async_overshoot_bound(3, 10, 2.0, 10.0, 1.0), 20.0, "capped at the limit");
+        assert_eq!(async_overshoot_bound(0, 10, 2.0, 10.0, 1.0), 0.0);
     }
 }
