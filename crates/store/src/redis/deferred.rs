@@ -42,15 +42,12 @@
 //! or the fail-open pass). A flush that fails puts its tokens back into `pending`: they
 //! are sent by a later flush. Windows are dropped by the sweep once ended.
 
-use super::batch::Batcher;
 use super::{Answer, Call};
 use keygate_ratelimit::{Decision, LimitRequest, WindowState, decide};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 /// Shards of the windows' map (one lock each).
 const SHARDS: usize = 64;
@@ -201,6 +198,14 @@ impl Deferred {
         std::mem::take(&mut *self.dirty.lock())
     }
 
+    /// A flush found nothing to send: clears [`Self::flushing`], unless a window became
+    /// dirty meanwhile (whoever dirtied it found a flush running and started none) and
+    /// this flush takes it on. Whether to go on.
+    pub(super) fn flush_goes_on(&self) -> bool {
+        self.flushing.store(false, Ordering::Release);
+        !self.dirty.lock().is_empty() && !self.flushing.swap(true, Ordering::AcqRel)
+    }
+
     pub(super) fn shard_of(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Shard> {
         self.shard(key).lock()
     }
@@ -258,36 +263,6 @@ pub fn async_overshoot_bound(
 ) -> f64 {
     let per_instance = (2.0 * rate_per_ms * (sync_interval_ms + round_trip_ms)).min(limit as f64);
     instances.saturating_sub(1) as f64 * per_instance
-}
-
-/// Sends the pending tokens every `interval` until none are left; the flag
-/// [`Deferred::flushing`] is set by whoever spawned it.
-pub(super) async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Duration) {
-    let empty = Arc::new(String::new());
-    loop {
-        tokio::time::sleep(interval).await;
-        let keys = deferred.take_dirty();
-        if keys.is_empty() {
-            deferred.flushing.store(false, Ordering::Release);
-            // A window that became dirty after the take and before the flag was cleared
-            // found a flush running and spawned none: this one goes on.
-            if deferred.dirty.lock().is_empty() || deferred.flushing.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            continue;
-        }
-        // Nobody waits for these answers: the batcher applies each (Deferred::observe),
-        // and puts the tokens of a failed call back into `pending`.
-        for key in keys {
-            let mut shard = deferred.shard_of(&key);
-            let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &key) else { continue };
-            let call = Call::flush(key.to_vec(), empty.clone(), tokens, ttl);
-            match batcher.enqueue_unanswered(call) {
-                Ok(seq) => Deferred::flush_queued(&mut shard, &key, seq, tokens),
-                Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -377,7 +377,7 @@ impl RedisStore {
             Local::Decided { decision, flush } => {
                 if flush && !self.deferred.flushing.swap(true, std::sync::atomic::Ordering::AcqRel) {
                     let (batcher, deferred) = (self.batcher.clone(), self.deferred.clone());
-                    tokio::spawn(deferred::flush_loop(batcher, deferred, self.async_sync_interval));
+                    tokio::spawn(flush_loop(batcher, deferred, self.async_sync_interval));
                 }
                 Some(decision)
             }
@@ -430,6 +430,33 @@ impl RedisStore {
         })?;
         let answer = answers(&reply, 1)?.next().unwrap_or(Answer::Stale);
         Ok(checked(req, start, answer))
+    }
+}
+
+/// Sends the tokens async requests passed (`deferred.rs`) every `interval` until none are
+/// left; [`Deferred::flushing`] is set by whoever spawned it. Nobody waits for these
+/// answers: the batcher applies each (`Deferred::observe`), and puts the tokens of a failed
+/// call back into `pending`.
+async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Duration) {
+    let empty = Arc::new(String::new());
+    loop {
+        tokio::time::sleep(interval).await;
+        let keys = deferred.take_dirty();
+        if keys.is_empty() {
+            match deferred.flush_goes_on() {
+                true => continue,
+                false => return,
+            }
+        }
+        for key in keys {
+            let mut shard = deferred.shard_of(&key);
+            let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &key) else { continue };
+            let call = Call::flush(key.to_vec(), empty.clone(), tokens, ttl);
+            match batcher.enqueue_unanswered(call) {
+                Ok(seq) => Deferred::flush_queued(&mut shard, &key, seq, tokens),
+                Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
+            }
+        }
     }
 }
 
