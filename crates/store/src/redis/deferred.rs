@@ -24,7 +24,10 @@
 //! - while a sync decision on a window is in flight (its cost may or may not be charged),
 //!   async requests on that window wait for Redis like sync ones;
 //! - a window this instance has no answer for yet (the first request, or the first after a
-//!   window rolled over) is decided in Redis, which tells the count.
+//!   window rolled over) is decided in Redis, which tells the count;
+//! - every sync decision is queued under its window's lock here, so one that was queued
+//!   before this instance started keeping the window comes before the answer it learns
+//!   the window from (and so is counted in it).
 //!
 //! # Several instances: the bound on over-admission
 //! Each instance counts the others' tokens only once they reach Redis and an answer on that
@@ -60,7 +63,7 @@ pub(super) type Shard = HashMap<Box<[u8]>, Window>;
 pub(super) struct Deferred {
     shards: Box<[Mutex<Shard>]>,
     hasher: foldhash::fast::RandomState,
-    /// How many windows are kept (0: a sync decision skips the lookup).
+    /// How many windows are kept (0: an answer skips the lookup).
     windows: AtomicUsize,
     /// Windows with pending tokens, for the next flush.
     dirty: Mutex<Vec<Box<[u8]>>>,
@@ -150,18 +153,6 @@ impl Deferred {
         Local::Decided { decision, flush }
     }
 
-    /// Before a sync decision on `key` is queued: `None` when this instance keeps no async
-    /// state for the window (nothing to do). Otherwise the window's pending tokens (to send
-    /// first, as a flush) and the window's lock, under which the caller queues both calls
-    /// and then calls [`Self::sync_queued`].
-    pub(super) fn before_sync(&self, key: &[u8]) -> Option<parking_lot::MutexGuard<'_, Shard>> {
-        if self.windows.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let shard = self.shard(key).lock();
-        shard.contains_key(key).then_some(shard)
-    }
-
     /// Takes a window's pending tokens for a flush (`None`: none, or no such window).
     pub(super) fn take_pending(shard: &mut Shard, key: &[u8]) -> Option<(u64, u64)> {
         let window = shard.get_mut(key)?;
@@ -221,7 +212,9 @@ impl Deferred {
         if call.flush {
             window.sent.retain(|(s, _)| *s != seq);
             if answer.is_none() {
-                // Not sent: the next flush takes the tokens again.
+                // The next flush sends the tokens again. (A call whose reply was lost may
+                // have counted: sending again can count them twice, which denies more,
+                // never fewer.)
                 let first = window.pending == 0;
                 window.pending += call.cost;
                 drop(shard);

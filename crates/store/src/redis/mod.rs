@@ -341,13 +341,17 @@ impl RedisStore {
         Ok(checked(req, start, answer))
     }
 
-    /// Queues a sync decision. When async requests keep state for its window, the window's
-    /// pending tokens are queued first (so Redis decides with them counted) and the decision
-    /// is counted as in flight there, both under the window's lock (see `deferred.rs`).
+    /// Queues a sync decision, under its window's lock in the async state (`deferred.rs`)
+    /// whether or not that state knows the window: an async request that starts tracking
+    /// the window meanwhile takes the lock after this call is queued, so the first answer
+    /// it learns the window from comes after this decision. When the state knows the
+    /// window, its pending tokens are queued first (so Redis decides with them counted) and
+    /// the decision is counted as in flight there.
     fn queue_sync(&self, mut call: Call) -> Result<batch::Pending, StoreError> {
-        let Some(mut shard) = self.deferred.before_sync(&call.key) else {
+        let mut shard = self.deferred.shard_of(&call.key);
+        if !shard.contains_key(call.key.as_slice()) {
             return Ok(self.batcher.enqueue(call)?.1);
-        };
+        }
         if let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &call.key) {
             let flush = Call::flush(call.key.clone(), call.namespace_id.clone(), tokens, ttl);
             match self.batcher.enqueue_unanswered(flush) {
