@@ -11,6 +11,7 @@ mod error;
 mod model;
 mod overrides;
 mod perms;
+mod query;
 mod service;
 pub mod store;
 
@@ -21,6 +22,9 @@ pub use model::*;
 pub use overrides::{
     Effective, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override, OverrideSet, is_pattern,
     validate_pattern,
+};
+pub use query::{
+    MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
 };
 pub use service::{
     AUTH_CACHE_TTL_MS, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_KEY_META_BYTES,

@@ -10,7 +10,8 @@ use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
 };
 use keygate_rbac::{
-    EntityRef, KeyView, NewKey, PermissionQuery, Principal, RbacError, RbacService, Verification, VerifyScope,
+    EntityRef, KeyView, MAX_QUERY_NODES, NewKey, PermissionQuery, Principal, RbacError, RbacService,
+    Verification, VerifyScope,
 };
 use keygate_store::SqlStore;
 use serde::de::DeserializeOwned;
@@ -237,8 +238,6 @@ pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpRespons
 }
 
 /// The most names and `and`/`or` nodes one verification query may hold.
-const MAX_QUERY_NODES: usize = 1_000;
-
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct VerifyKeyBody {
@@ -253,7 +252,9 @@ pub(crate) struct AuthorizationBody {
     permissions: Option<Value>,
 }
 
-/// `Query = string | {"and": [Query, ...]} | {"or": [Query, ...]}`.
+/// `Query = string | {"and": [Query, ...]} | {"or": [Query, ...]}`: v1's object form of a
+/// [`PermissionQuery`] (v2's string form: `keygate_rbac::parse_permission_query`; both are
+/// bounded by [`MAX_QUERY_NODES`] and evaluated alike).
 fn permission_query(path: &str, v: &Value, nodes: &mut usize) -> Result<PermissionQuery, ValidationError> {
     *nodes += 1;
     if *nodes > MAX_QUERY_NODES {
