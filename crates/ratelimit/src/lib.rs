@@ -33,7 +33,7 @@ mod table;
 pub use decision::{
     Decision, LimitRequest, WindowState, decide, deny_from_known, fail_open_decision, window_start,
 };
-pub use memory::{MemoryStore, MemoryStoreStats};
+pub use memory::{AllOrNothing, MemoryStore, MemoryStoreStats};
 
 use keygate_domain::ErrorCode;
 use std::sync::Arc;

@@ -446,10 +446,14 @@ impl MemoryStore {
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
         // Bits 32.. pick the shard. Inside a shard the table uses the low bits (the first
         // slot probed): the shard index must not take those, or every entry of a shard
         // would start its probe in the same few slots and clusters would grow long.
-        &self.shards[(hash >> SHARD_BITS_AT) as usize & self.mask]
+        (hash >> SHARD_BITS_AT) as usize & self.mask
     }
 
     pub fn stats(&self) -> MemoryStoreStats {
@@ -482,11 +486,15 @@ impl MemoryStore {
     /// The budget's state, if its window has not ended at `now_ms`.
     pub fn known(&self, key: BudgetKey<'_>, now_ms: u64) -> Option<WindowState> {
         let hash = key_hash(&self.hasher, key.identifier.as_bytes());
+        let state = self.read_in(&self.shard(hash).lock(), &key, hash)?;
+        (!state.is_expired(key.duration.max(1), now_ms)).then_some(state)
+    }
+
+    /// The budget's stored state (ended or not) in its shard, locked by the caller.
+    fn read_in(&self, shard: &Shard, key: &BudgetKey<'_>, hash: u64) -> Option<WindowState> {
         let query = Query::new(key.identifier, hash);
-        let shard = self.shard(hash).lock();
-        let class = &shard.classes[shard.position(&self.hasher, &key)?];
-        let entry = class.table.find(hash, |e| e.id.matches(&query, &class.arena))?;
-        (!entry.state.is_expired(key.duration.max(1), now_ms)).then_some(entry.state)
+        let class = &shard.classes[shard.position(&self.hasher, key)?];
+        class.table.find(hash, |e| e.id.matches(&query, &class.arena)).map(|e| e.state)
     }
 
     /// Replaces the budget's state by what `f` makes of it (`None`: no entry) under its
@@ -500,9 +508,21 @@ impl MemoryStore {
         f: impl FnOnce(Option<WindowState>) -> (WindowState, R),
     ) -> R {
         let hash = key_hash(&self.hasher, key.identifier.as_bytes());
-        let query = Query::new(key.identifier, hash);
         let mut guard = self.shard(hash).lock();
-        let shard = &mut *guard;
+        self.update_in(&mut guard, key, hash, now_ms, f)
+    }
+
+    /// [`Self::update`] in the budget's shard, locked by the caller (`hash`: the key's).
+    #[inline(always)]
+    fn update_in<R>(
+        &self,
+        shard: &mut Shard,
+        key: BudgetKey<'_>,
+        hash: u64,
+        now_ms: u64,
+        f: impl FnOnce(Option<WindowState>) -> (WindowState, R),
+    ) -> R {
+        let query = Query::new(key.identifier, hash);
         if let Some(i) = shard.position(&self.hasher, &key) {
             let class = &mut shard.classes[i];
             if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.arena)) {
@@ -546,5 +566,8 @@ impl RateLimitStore for MemoryStore {
     }
 }
 
+mod multi;
 #[cfg(test)]
 mod tests;
+
+pub use multi::AllOrNothing;
