@@ -128,7 +128,16 @@ fn no_secret_reaches_the_output_on_any_failure_path() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
     let pg_port = closed_port();
-    let secrets = ["SECRETPW_1", "SECRETPW_2", "SECRETPW_3", "SECRETRD_1", "SECRETRD_2", "SHORTROOT_1"];
+    let secrets = [
+        "SECRETPW_1",
+        "SECRETPW_2",
+        "SECRETPW_3",
+        "SECRETRD_1",
+        "SECRETRD_2",
+        "SECRETRD_3",
+        "SECRETRD_4",
+        "SHORTROOT_1",
+    ];
 
     // The database: unreachable PostgreSQL with a password in the URL (both forms), an
     // unsupported scheme; the server and an admin command alike.
@@ -173,6 +182,15 @@ fn no_secret_reaches_the_output_on_any_failure_path() {
     let mut p = Proc::spawn(cmd);
     let out = p.output(false);
     assert!(out.contains("redis") || out.contains("Redis"), "{out}");
+    assert_clean(&out, &secrets);
+
+    // A Redis Cluster's seed list, each node with its password, none reachable.
+    let mut cmd = server(&sqlite, free_port());
+    let seeds = format!("redis://:SECRETRD_3@127.0.0.1:{},redis://u:SECRETRD_4@[not-a-host/", closed_port());
+    cmd.env("REDIS_URL", seeds).env("KEYGATE_REDIS_CLUSTER", "on").env("RUST_LOG", "debug");
+    let mut p = Proc::spawn(cmd);
+    let out = p.output(false);
+    assert!(out.contains("Redis") || out.contains("redis"), "{out}");
     assert_clean(&out, &secrets);
 
     let port = free_port();

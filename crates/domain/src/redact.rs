@@ -12,8 +12,23 @@ const SECRET_PARAMS: [&str; 4] = ["password", "pass", "sslpassword", "passfile"]
 /// `scheme://user:password@host` URL (user too: it is often half of the secret), and the
 /// value of any `password=`-like parameter in a query string or a libpq keyword string
 /// (`host=db password=... dbname=k`). Anything else is kept, so the result still tells an
-/// operator which server was meant.
+/// operator which server was meant. A list of URLs separated by commas (a Redis Cluster's
+/// seed nodes) has each URL redacted.
 pub fn redact_url(url: &str) -> String {
+    match url_list(url) {
+        Some(urls) => urls.iter().map(|u| redact_one(u)).collect::<Vec<_>>().join(","),
+        None => redact_one(url),
+    }
+}
+
+/// The URLs of a comma-separated list of two or more `scheme://` URLs; `None` for anything
+/// else (a comma inside one URL's query stays part of it).
+fn url_list(text: &str) -> Option<Vec<&str>> {
+    let parts: Vec<&str> = text.split(',').collect();
+    (parts.len() > 1 && parts.iter().all(|p| p.trim_start().contains("://"))).then_some(parts)
+}
+
+fn redact_one(url: &str) -> String {
     let mut out = match url.find("://") {
         Some(scheme_end) => {
             let after = scheme_end + 3;
@@ -37,7 +52,8 @@ pub fn redact_url(url: &str) -> String {
 /// the URL, which [`redact_url`] cannot see into.
 pub fn redact_in(text: &str, url: &str) -> String {
     let mut out = text.replace(url, &redact_url(url));
-    for secret in credentials(url) {
+    let urls = url_list(url).unwrap_or_else(|| vec![url]);
+    for secret in urls.iter().flat_map(|u| credentials(u)) {
         if secret.len() >= 3 {
             out = out.replace(&secret, MASK);
         }
@@ -124,6 +140,18 @@ mod tests {
         );
         assert_eq!(redact_url("sqlite://keygate.db"), "sqlite://keygate.db");
         assert_eq!(redact_url("./k@1.db"), "./k@1.db");
+    }
+
+    #[test]
+    fn each_url_of_a_seed_list_is_masked() {
+        let list = "redis://:PW1@n1:7000,redis://u:PW2@n2:7000, rediss://:PW3@n3:7000/0";
+        let clean = redact_url(list);
+        assert_eq!(clean, "redis://***@n1:7000,redis://***@n2:7000, rediss://***@n3:7000/0");
+        let msg = format!("cannot connect to {list}: auth PW2 and PW3 failed");
+        let clean = redact_in(&msg, list);
+        assert!(!["PW1", "PW2", "PW3"].iter().any(|p| clean.contains(p)), "{clean}");
+        // A comma inside one URL is not a list.
+        assert_eq!(redact_url("postgres://u:PW@h/db?options=a,b"), "postgres://***@h/db?options=a,b");
     }
 
     #[test]

@@ -232,7 +232,7 @@ impl RedisStore {
     /// `redis+unix:///path`; with [`RedisSettings::cluster`], the seed nodes of a Redis
     /// Cluster separated by commas). Connects lazily.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, RedisOpenError> {
-        let location = url.split(',').map(|u| redact_url(u.trim())).collect::<Vec<_>>().join(",");
+        let location = redact_url(url);
         let target =
             Target::open(url, settings.cluster, &settings).map_err(|e| invalid(url, &location, &e))?;
         let outage = Arc::new(Outage::default());
