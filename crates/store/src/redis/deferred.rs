@@ -69,6 +69,8 @@ pub(super) struct Deferred {
     dirty: Mutex<Vec<Box<[u8]>>>,
     /// Whether a flush task is running.
     pub(super) flushing: AtomicBool,
+    /// Flush calls queued and not answered yet (see [`Self::take_dirty`]).
+    unanswered: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -117,6 +119,7 @@ impl Default for Deferred {
             windows: AtomicUsize::new(0),
             dirty: Mutex::default(),
             flushing: AtomicBool::new(false),
+            unanswered: AtomicUsize::new(0),
         }
     }
 }
@@ -171,7 +174,8 @@ impl Deferred {
     }
 
     /// A flush of `tokens` on `key` was queued as call `seq`.
-    pub(super) fn flush_queued(shard: &mut Shard, key: &[u8], seq: u64, tokens: u64) {
+    pub(super) fn flush_queued(&self, shard: &mut Shard, key: &[u8], seq: u64, tokens: u64) {
+        self.unanswered.fetch_add(1, Ordering::Relaxed);
         if let Some(w) = shard.get_mut(key) {
             w.sent.push((seq, tokens));
         }
@@ -184,9 +188,15 @@ impl Deferred {
         }
     }
 
-    /// The windows with pending tokens, taken for a flush.
-    pub(super) fn take_dirty(&self) -> Vec<Box<[u8]>> {
-        std::mem::take(&mut *self.dirty.lock())
+    /// Windows with pending tokens, taken for a flush: the oldest first, so many that at
+    /// most `most` flush calls are unanswered at once (the rest wait for a later flush).
+    pub(super) fn take_dirty(&self, most: usize) -> Vec<Box<[u8]>> {
+        let most = most.saturating_sub(self.unanswered.load(Ordering::Relaxed));
+        let mut dirty = self.dirty.lock();
+        match dirty.len() <= most {
+            true => std::mem::take(&mut *dirty),
+            false => dirty.drain(..most).collect(),
+        }
     }
 
     /// A flush found nothing to send: clears [`Self::flushing`], unless a window became
@@ -204,6 +214,9 @@ impl Deferred {
     /// Redis answered call `call` (numbered `seq`), or it failed; the batcher calls this in
     /// the order its calls were sent, before answering them.
     pub(super) fn observe(&self, call: &Call, seq: u64, answer: Option<Answer>) {
+        if call.flush {
+            self.unanswered.fetch_sub(1, Ordering::Relaxed);
+        }
         if self.windows.load(Ordering::Relaxed) == 0 || !(call.flush || call.deferred) {
             return;
         }
@@ -261,6 +274,20 @@ pub fn async_overshoot_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flush_takes_no_more_than_its_share_of_unanswered_calls() {
+        let d = Deferred::default();
+        d.dirty.lock().extend((0..10u32).map(|i| i.to_be_bytes().to_vec().into_boxed_slice()));
+        assert_eq!(d.take_dirty(4).len(), 4, "at most the share");
+        d.unanswered.store(3, Ordering::Relaxed);
+        assert_eq!(d.take_dirty(4).len(), 1, "less what is still unanswered");
+        d.unanswered.store(9, Ordering::Relaxed);
+        assert!(d.take_dirty(4).is_empty());
+        d.unanswered.store(0, Ordering::Relaxed);
+        assert_eq!(d.take_dirty(100).len(), 5, "the rest, oldest first");
+        assert!(d.dirty.lock().is_empty());
+    }
 
     #[test]
     fn the_overshoot_bound_is_zero_on_one_instance_and_at_most_a_limit_per_other_instance() {

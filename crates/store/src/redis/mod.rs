@@ -355,7 +355,7 @@ impl RedisStore {
         if let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &call.key) {
             let flush = Call::flush(call.key.clone(), call.namespace_id.clone(), tokens, ttl);
             match self.batcher.enqueue_unanswered(flush) {
-                Ok(seq) => Deferred::flush_queued(&mut shard, &call.key, seq, tokens),
+                Ok(seq) => self.deferred.flush_queued(&mut shard, &call.key, seq, tokens),
                 Err(_) => self.deferred.flush_refused(&mut shard, &call.key, tokens),
             }
         }
@@ -437,6 +437,11 @@ impl RedisStore {
     }
 }
 
+/// Most flush calls unanswered at once: a share of the lanes' queues (16k each), so that a
+/// burst of async windows (one tenant's, say) or a slow Redis never fills the queues that
+/// sync decisions wait in; the rest wait for a later flush.
+const MAX_FLUSH: usize = 4 * 1024;
+
 /// Sends the tokens async requests passed (`deferred.rs`) every `interval` until none are
 /// left; [`Deferred::flushing`] is set by whoever spawned it. Nobody waits for these
 /// answers: the batcher applies each (`Deferred::observe`), and puts the tokens of a failed
@@ -445,7 +450,7 @@ async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Du
     let empty = Arc::new(String::new());
     loop {
         tokio::time::sleep(interval).await;
-        let keys = deferred.take_dirty();
+        let keys = deferred.take_dirty(MAX_FLUSH);
         if keys.is_empty() {
             match deferred.flush_goes_on() {
                 true => continue,
@@ -457,7 +462,7 @@ async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Du
             let Some((tokens, ttl)) = Deferred::take_pending(&mut shard, &key) else { continue };
             let call = Call::flush(key.to_vec(), empty.clone(), tokens, ttl);
             match batcher.enqueue_unanswered(call) {
-                Ok(seq) => Deferred::flush_queued(&mut shard, &key, seq, tokens),
+                Ok(seq) => deferred.flush_queued(&mut shard, &key, seq, tokens),
                 Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
             }
         }
