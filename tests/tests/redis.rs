@@ -13,12 +13,18 @@ use std::time::{Duration, Instant};
 
 /// A server whose rate-limit store is the Redis at `url`.
 fn on_redis(db: Arc<TestDb>, url: &str, fail_open: bool) -> TestServer {
+    let mut config = config_on_redis(&db, url);
+    config.ratelimit_fail_open = fail_open;
+    TestServer::start_with(config, db)
+}
+
+/// The configuration of a server on `db` and the Redis at `url`, with 500 ms timeouts.
+fn config_on_redis(db: &TestDb, url: &str) -> keygate::ServerConfig {
     let mut config = TestServer::config(&db.url);
     config.redis_url = Some(url.to_string());
     config.redis.connect_timeout = Duration::from_millis(500);
     config.redis.io_timeout = Duration::from_millis(500);
-    config.ratelimit_fail_open = fail_open;
-    TestServer::start_with(config, db)
+    config
 }
 
 /// The test Redis, or `None` (and a note) when the run does not use one.
@@ -196,13 +202,9 @@ fn redis_cluster_paused_under_load_answers_200_or_503_within_the_timeouts_and_re
 /// A server on a private cluster (`127.0.0.1:base+1..base+3`, one per test: its nodes are
 /// paused, which other tests must not see), with 500 ms timeouts.
 fn on_private_cluster(base: u16) -> TestServer {
-    let urls = keygate_store::testing::local_redis_cluster(base);
     let db = Arc::new(TestDb::fresh());
-    let mut config = TestServer::config(&db.url);
-    config.redis_url = Some(urls);
+    let mut config = config_on_redis(&db, &keygate_store::testing::local_redis_cluster(base));
     config.redis.cluster = true;
-    config.redis.connect_timeout = Duration::from_millis(500);
-    config.redis.io_timeout = Duration::from_millis(500);
     TestServer::start_with(config, db)
 }
 

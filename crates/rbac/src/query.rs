@@ -135,24 +135,29 @@ impl Parser {
 
     /// `expr = term ("OR" term)*`
     fn expr(&mut self, depth: usize) -> Result<PermissionQuery, QuerySyntaxError> {
-        let mut any = vec![self.term(depth)?];
-        while self.peek().1 == Token::Or {
-            self.next += 1;
-            self.count()?;
-            any.push(self.term(depth)?);
-        }
-        Ok(if any.len() == 1 { any.remove(0) } else { PermissionQuery::Or(any) })
+        self.joined(depth, &Token::Or, PermissionQuery::Or, Self::term)
     }
 
     /// `term = atom ("AND" atom)*`
     fn term(&mut self, depth: usize) -> Result<PermissionQuery, QuerySyntaxError> {
-        let mut all = vec![self.atom(depth)?];
-        while self.peek().1 == Token::And {
+        self.joined(depth, &Token::And, PermissionQuery::And, Self::atom)
+    }
+
+    /// `part (op part)*`: one part as it is, several joined by `join`.
+    fn joined(
+        &mut self,
+        depth: usize,
+        op: &Token,
+        join: fn(Vec<PermissionQuery>) -> PermissionQuery,
+        part: fn(&mut Self, usize) -> Result<PermissionQuery, QuerySyntaxError>,
+    ) -> Result<PermissionQuery, QuerySyntaxError> {
+        let mut parts = vec![part(self, depth)?];
+        while self.peek().1 == *op {
             self.next += 1;
             self.count()?;
-            all.push(self.atom(depth)?);
+            parts.push(part(self, depth)?);
         }
-        Ok(if all.len() == 1 { all.remove(0) } else { PermissionQuery::And(all) })
+        Ok(if parts.len() == 1 { parts.remove(0) } else { join(parts) })
     }
 
     /// `atom = PERMISSION | "(" expr ")"`
