@@ -14,13 +14,16 @@ pub enum ErrorCode {
     RequestTimeout,
     PayloadTooLarge,
     UnsupportedMediaType,
+    /// A request the API understands but keygate cannot carry out by design (v2:
+    /// `recoverable` or `decrypt` keys: keys are stored hashed).
+    PreconditionFailed,
     TooManyRequests,
     InternalServerError,
     ServiceUnavailable,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::BadRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
@@ -31,6 +34,7 @@ impl ErrorCode {
         ErrorCode::RequestTimeout,
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
+        ErrorCode::PreconditionFailed,
         ErrorCode::TooManyRequests,
         ErrorCode::InternalServerError,
         ErrorCode::ServiceUnavailable,
@@ -48,6 +52,7 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            ErrorCode::PreconditionFailed => "PRECONDITION_FAILED",
             ErrorCode::TooManyRequests => "TOO_MANY_REQUESTS",
             ErrorCode::InternalServerError => "INTERNAL_SERVER_ERROR",
             ErrorCode::ServiceUnavailable => "SERVICE_UNAVAILABLE",
@@ -66,6 +71,7 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => 408,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::PreconditionFailed => 412,
             ErrorCode::TooManyRequests => 429,
             ErrorCode::InternalServerError => 500,
             ErrorCode::ServiceUnavailable => 503,

@@ -77,6 +77,18 @@ pub fn random_token(prefix: &str) -> String {
     random_string(prefix, 43)
 }
 
+/// A secret token in Unkey v2's form: the base58 encoding of `bytes` random bytes, after
+/// `<prefix>_` when a prefix is given.
+pub fn random_base58_token(prefix: Option<&str>, bytes: usize) -> String {
+    let mut raw = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut raw);
+    let body = bs58::encode(&raw).into_string();
+    match prefix {
+        Some(p) => format!("{p}_{body}"),
+        None => body,
+    }
+}
+
 /// Whether `id` could be an id of this kind: `<prefix>_` followed by ASCII letters and
 /// digits only. Anything else (a wrong prefix, other characters, a NUL that PostgreSQL
 /// text cannot even hold) cannot exist, so callers answer "not found" without a lookup.

@@ -55,15 +55,23 @@ pub enum StoreError {
     /// The shared store could not be reached; the request had no effect.
     #[error("rate-limit store unavailable: {0}")]
     Unavailable(String),
+    /// A request this store cannot carry out atomically (a multi-budget decision whose
+    /// budgets live on several nodes of a Redis Cluster); nothing was decided.
+    #[error("{0}")]
+    CannotAtomically(String),
 }
 
 impl StoreError {
     pub fn code(&self) -> ErrorCode {
         match self {
             StoreError::Unavailable(_) => ErrorCode::ServiceUnavailable,
+            StoreError::CannotAtomically(_) => ErrorCode::BadRequest,
         }
     }
 }
+
+/// One entry of [`RateLimitStore::limit_all`].
+pub type Entry<'a> = (BudgetKey<'a>, LimitRequest);
 
 /// The answer of [`RateLimitStore::limit_if_current`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +109,18 @@ pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
         self.limit(key, req, now_ms).map(Checked::Decided)
     }
 
+    /// Decides `entries` in order, each on top of the earlier ones (two entries on one
+    /// budget add up), all-or-nothing: if every entry fits, all are consumed, else nothing
+    /// anywhere (v2's `ratelimit.multiLimit`), in one atomic step. `epochs` are the
+    /// overrides epochs (namespace id, epoch) the entries' overrides were read under, as in
+    /// [`Self::limit_if_current`]: `None` when one changed (nothing decided).
+    fn limit_all(
+        &self,
+        entries: &[Entry<'_>],
+        epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<AllOrNothing>, StoreError>;
+
     /// The namespace's overrides epoch: a number that changes whenever its overrides do.
     /// Read it *before* reading the overrides.
     fn overrides_epoch(&self, _namespace_id: &str) -> Result<u64, StoreError> {
@@ -136,6 +156,14 @@ impl<S: RateLimitStore + ?Sized> RateLimitStore for std::sync::Arc<S> {
     }
     fn kind(&self) -> &'static str {
         (**self).kind()
+    }
+    fn limit_all(
+        &self,
+        entries: &[Entry<'_>],
+        epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<AllOrNothing>, StoreError> {
+        (**self).limit_all(entries, epochs, now_ms)
     }
     fn limit_if_current(
         &self,
@@ -197,6 +225,22 @@ impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
             .unwrap_or_else(|e| Checked::Decided(pass_failing_open(key, req, now_ms, &e))))
     }
 
+    /// Every entry passes, failing open, while the store is down.
+    fn limit_all(
+        &self,
+        entries: &[Entry<'_>],
+        epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<AllOrNothing>, StoreError> {
+        match self.0.limit_all(entries, epochs, now_ms) {
+            Err(e @ StoreError::Unavailable(_)) => {
+                let decisions = entries.iter().map(|(k, r)| pass_failing_open(*k, *r, now_ms, &e)).collect();
+                Ok(Some(AllOrNothing { passed: true, decisions }))
+            }
+            other => other,
+        }
+    }
+
     /// Unknown while the store is down: 0; once it is back, the first decision finds the
     /// real epoch differs and the overrides are reloaded.
     fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
@@ -237,6 +281,14 @@ mod tests {
         }
         fn kind(&self) -> &'static str {
             "down"
+        }
+        fn limit_all(
+            &self,
+            _: &[Entry<'_>],
+            _: &[(&str, u64)],
+            _: u64,
+        ) -> Result<Option<AllOrNothing>, StoreError> {
+            Err(StoreError::Unavailable("connection refused".into()))
         }
         fn ping(&self) -> Result<(), StoreError> {
             Err(StoreError::Unavailable("connection refused".into()))

@@ -559,6 +559,16 @@ impl RateLimitStore for MemoryStore {
         "memory"
     }
 
+    /// Under the shards' locks; one instance's store: overrides are never stale here.
+    fn limit_all(
+        &self,
+        entries: &[crate::Entry<'_>],
+        _epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<AllOrNothing>, StoreError> {
+        Ok(Some(MemoryStore::limit_all(self, entries, now_ms)))
+    }
+
     fn sweep(&self, now_ms: u64) {
         for shard in self.shards.iter() {
             shard.lock().sweep(&self.hasher, now_ms);

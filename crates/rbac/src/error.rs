@@ -28,10 +28,12 @@ pub enum RbacError {
     Forbidden(String),
     #[error("{0}")]
     InsufficientPermissions(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
+    /// What was missing, and the message.
+    #[error("{1}")]
+    NotFound(Resource, String),
+    /// What already exists, and the message.
+    #[error("{1}")]
+    Conflict(Resource, String),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -43,10 +45,23 @@ impl RbacError {
             RbacError::Unauthorized(_) => ErrorCode::Unauthorized,
             RbacError::Forbidden(_) => ErrorCode::Forbidden,
             RbacError::InsufficientPermissions(_) => ErrorCode::InsufficientPermissions,
-            RbacError::NotFound(_) => ErrorCode::NotFound,
-            RbacError::Conflict(_) | RbacError::Storage(StorageError::Conflict(_)) => ErrorCode::Conflict,
+            RbacError::NotFound(..) => ErrorCode::NotFound,
+            RbacError::Conflict(..) | RbacError::Storage(StorageError::Conflict(_)) => ErrorCode::Conflict,
             RbacError::Storage(StorageError::Unavailable(_)) => ErrorCode::ServiceUnavailable,
             RbacError::Storage(StorageError::Internal(_)) => ErrorCode::InternalServerError,
+        }
+    }
+
+    /// `resource id-or-name not found`.
+    pub fn not_found(resource: Resource, what: &str) -> Self {
+        RbacError::NotFound(resource, format!("{} {what} not found", resource.noun()))
+    }
+
+    /// The kind of object a not-found or conflict error is about.
+    pub fn resource(&self) -> Option<Resource> {
+        match self {
+            RbacError::NotFound(r, _) | RbacError::Conflict(r, _) => Some(*r),
+            _ => None,
         }
     }
 
@@ -57,5 +72,46 @@ impl RbacError {
             if missing.len() == 1 { "" } else { "s" },
             missing.join(", ")
         ))
+    }
+}
+
+/// The kinds of object an operation can find missing or taken (v2's error types name them:
+/// `unkey/data/<code>_not_found`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resource {
+    Key,
+    Permission,
+    Role,
+    Namespace,
+    Override,
+    Workspace,
+    RootKey,
+}
+
+impl Resource {
+    /// The word in messages ("key key_123 not found").
+    pub const fn noun(self) -> &'static str {
+        match self {
+            Resource::Key => "key",
+            Resource::Permission => "permission",
+            Resource::Role => "role",
+            Resource::Namespace => "namespace",
+            Resource::Override => "override",
+            Resource::Workspace => "workspace",
+            Resource::RootKey => "root key",
+        }
+    }
+
+    /// The stable code of the kind (Unkey's names): `ratelimit_namespace`, `key`, ...
+    pub const fn code(self) -> &'static str {
+        match self {
+            Resource::Key => "key",
+            Resource::Permission => "permission",
+            Resource::Role => "role",
+            Resource::Namespace => "ratelimit_namespace",
+            Resource::Override => "ratelimit_override",
+            Resource::Workspace => "workspace",
+            Resource::RootKey => "root_key",
+        }
     }
 }

@@ -17,17 +17,19 @@ pub mod store;
 
 pub use cache::Cached;
 pub use counters::{CounterSource, LocalCounters, Scope, SharedCounters};
-pub use error::{RbacError, StorageError};
+pub use error::{RbacError, Resource, StorageError};
 pub use model::*;
 pub use overrides::{
     Effective, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override, OverrideSet, is_pattern,
     validate_pattern,
 };
+pub use perms::ApiAccess;
 pub use query::{
     MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
 };
 pub use service::{
-    AUTH_CACHE_TTL_MS, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_KEY_META_BYTES,
-    MAX_KEY_PREFIX_CHARS, MAX_OVERRIDES_PER_NAMESPACE, OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
+    AUTH_CACHE_TTL_MS, LinkMode, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_KEY_META_BYTES,
+    MAX_KEY_PREFIX_CHARS, MAX_OVERRIDES_PER_NAMESPACE, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS,
+    OVERRIDE_CACHE_TTL_MS, OverridesListener, RbacService,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -97,6 +97,8 @@ pub struct VerifyScope<'a> {
     pub workspace_id: Option<&'a str>,
     /// The `apiId` the call names, if it names one: the key must carry exactly this label.
     pub api_id: Option<&'a str>,
+    /// The root key's reach (v2: `api.<apiId>.verify_key`), if it is narrowed.
+    pub access: Option<&'a crate::ApiAccess>,
 }
 
 impl VerifyScope<'_> {
@@ -104,6 +106,7 @@ impl VerifyScope<'_> {
     pub fn admits(&self, key: &Key) -> bool {
         self.workspace_id.is_none_or(|ws| key.workspace_id == ws)
             && self.api_id.is_none_or(|api| key.api_id.as_deref() == Some(api))
+            && self.access.is_none_or(|a| a.admits(key.api_id.as_deref()))
     }
 }
 
@@ -125,6 +128,10 @@ pub struct NewKey {
     pub enabled: bool,
     pub permissions: Vec<String>,
     pub roles: Vec<String>,
+    /// v2: the secret is the base58 of this many random bytes (after `<prefix>_` when a
+    /// prefix is given), `start` the prefix and separator plus 4 characters; v2's roles
+    /// may be ids. `None`: v1's form (`kg_` and 43 base-62 characters).
+    pub byte_length: Option<usize>,
 }
 
 impl Default for NewKey {
@@ -138,8 +145,65 @@ impl Default for NewKey {
             enabled: true,
             permissions: Vec::new(),
             roles: Vec::new(),
+            byte_length: None,
         }
     }
+}
+
+/// A key as v2 shows it: the key, the slugs of its permissions (direct and through its
+/// roles, each once) and its roles' names, both sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySummary {
+    pub key: Key,
+    pub permissions: Vec<String>,
+    pub roles: Vec<String>,
+}
+
+/// One page of a list (v2's cursor pagination): its items and, when more follow, the sort
+/// key of its last item, after which the next page starts. Keyset pages: a walk visits
+/// every item that exists for the whole walk exactly once, whatever is added meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+impl<T> Page<T> {
+    /// The page of `items` (sorted by `key`, bytes ascending, keys unique) that starts
+    /// after `after` and holds at most `limit` items.
+    pub fn of(items: Vec<T>, key: impl Fn(&T) -> &str, after: Option<&str>, limit: usize) -> Self {
+        let mut rest: Vec<T> =
+            items.into_iter().filter(|i| after.is_none_or(|a| key(i).as_bytes() > a.as_bytes())).collect();
+        let more = rest.len() > limit;
+        rest.truncate(limit);
+        let next = if more { rest.last().map(|i| key(i).to_string()) } else { None };
+        Self { items: rest, next }
+    }
+
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page { items: self.items.into_iter().map(f).collect(), next: self.next }
+    }
+}
+
+/// How v2 names a key: by id (`getKey`) or by its secret (`whoami`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyLookup<'a> {
+    Id(&'a str),
+    Secret(&'a str),
+}
+
+/// What `permissions.createPermission` / `createRole` ask for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewEntity {
+    /// The unique name (a permission's slug).
+    pub name: String,
+    /// The request field that holds it (`name`; v2's permissions: `slug`), for error paths.
+    pub name_field: &'static str,
+    pub description: Option<String>,
+    /// A permission's display name (v2).
+    pub title: Option<String>,
+    /// A role's permissions, by name; missing ones are created.
+    pub permissions: Vec<String>,
 }
 
 /// A rate-limit namespace named by id or by name (the override endpoints); at least one.
@@ -173,8 +237,18 @@ impl NamespaceRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entity {
     pub id: String,
+    /// The unique name: a permission's slug (v1's `name`), a role's name.
     pub name: String,
     pub description: Option<String>,
+    /// A permission's display name (v2's `name`; the slug when absent). Roles: none.
+    pub title: Option<String>,
+}
+
+impl Entity {
+    /// The display name: the title, else the name.
+    pub fn display_name(&self) -> &str {
+        self.title.as_deref().unwrap_or(&self.name)
+    }
 }
 
 /// A role with the permissions attached to it, sorted by name.
@@ -258,6 +332,9 @@ pub struct EntityRef {
     pub create: Option<bool>,
     /// The request field the name came from (`name` or `slug`), for error paths.
     pub name_field: &'static str,
+    /// The name may also be an id (v2's plain strings): matched as a name first, then as
+    /// an id of the workspace, and only then created (when `create`) or missing.
+    pub or_id: bool,
 }
 
 impl EntityRef {
@@ -266,6 +343,16 @@ impl EntityRef {
     }
     pub fn by_name(name: impl Into<String>) -> Self {
         Self { name: Some(name.into()), name_field: "name", ..Self::default() }
+    }
+    /// An entry of a list of plain strings (v2, `createKey`): its name is the string, which
+    /// may also be an id when `or_id` is set on it.
+    pub fn listed(name: String, create: bool) -> Self {
+        Self { name: Some(name), create: Some(create), ..Self::default() }
+    }
+    /// The same entry, which may also name an id (v2).
+    pub fn or_id(mut self) -> Self {
+        self.or_id = true;
+        self
     }
     pub fn with_create(mut self, create: bool) -> Self {
         self.create = Some(create);

@@ -53,11 +53,12 @@ pub struct Override {
     pub seq: i64,
 }
 
-/// The limit and duration an override sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The limit and duration an override sets, and its id (v2 answers it).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Effective {
     pub limit: u64,
     pub duration: u64,
+    pub id: std::sync::Arc<str>,
 }
 
 /// The overrides of one namespace, ready for lookups.
@@ -73,7 +74,7 @@ impl OverrideSet {
         let mut exact = HashMap::new();
         let mut patterns = Vec::new();
         for o in overrides {
-            let e = Effective { limit: o.limit, duration: o.duration };
+            let e = Effective { limit: o.limit, duration: o.duration, id: o.id.into() };
             if is_pattern(&o.identifier) {
                 patterns.push((literal_len(&o.identifier), o.seq, Pattern::new(&o.identifier), e));
             } else {
@@ -95,7 +96,7 @@ impl OverrideSet {
 
     /// The override of exactly `identifier`: one hash lookup.
     pub fn find_exact(&self, identifier: &str) -> Option<Effective> {
-        self.exact.get(identifier).copied()
+        self.exact.get(identifier).cloned()
     }
 
     /// The override that applies to `identifier`, if any.
@@ -105,7 +106,7 @@ impl OverrideSet {
 
     /// The most specific pattern that matches `identifier`.
     pub fn find_pattern(&self, identifier: &str) -> Option<Effective> {
-        self.patterns.iter().find(|(p, _)| p.matches(identifier)).map(|(_, e)| *e)
+        self.patterns.iter().find(|(p, _)| p.matches(identifier)).map(|(_, e)| e.clone())
     }
 
     /// As [`Self::find_pattern`], also counting the identifier bytes that the matching
@@ -114,7 +115,7 @@ impl OverrideSet {
     pub fn find_pattern_counting(&self, identifier: &str) -> (Option<Effective>, usize) {
         let mut work = 0;
         let found = self.patterns.iter().find(|(p, _)| p.matches_counting(identifier, &mut work));
-        (found.map(|(_, e)| *e), work)
+        (found.map(|(_, e)| e.clone()), work)
     }
 }
 

@@ -15,6 +15,53 @@ pub const PERM_DELETE_ROLE: &str = "rbac.*.delete_role";
 pub const PERM_CREATE_ROLE: &str = "rbac.*.create_role";
 pub const PERM_READ_KEY: &str = "api.*.read_key";
 pub const PERM_CREATE_KEY: &str = "api.*.create_key";
-pub const PERM_DELETE_KEY: &str = "api.*.delete_key";
 pub const PERM_LIMIT: &str = "ratelimit.*.limit";
 pub const PERM_CREATE_NAMESPACE: &str = "ratelimit.*.create_namespace";
+pub const PERM_UPDATE_KEY: &str = "api.*.update_key";
+
+/// Which keys a root key may act on for a key action (`read_key`, `update_key`, ...):
+/// `api.*.<action>` (or `*`) reaches every key, `api.<apiId>.<action>` the keys labelled
+/// with that `apiId` (API-v2.md §1.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiAccess {
+    All,
+    /// The `apiId`s named by the root key's scoped permissions (not empty).
+    Only(Vec<String>),
+}
+
+impl ApiAccess {
+    /// The access `p` holds for `action`; `None` when it holds no form of it (403 before
+    /// anything is looked up).
+    pub fn of(p: &crate::Principal, action: &str) -> Option<Self> {
+        if p.holds(&format!("api.*.{action}")) {
+            return Some(ApiAccess::All);
+        }
+        let suffix = format!(".{action}");
+        let ids: Vec<String> = p
+            .permissions()
+            .filter_map(|x| x.strip_prefix("api.")?.strip_suffix(suffix.as_str()))
+            .filter(|id| !id.is_empty() && *id != "*")
+            .map(str::to_owned)
+            .collect();
+        (!ids.is_empty()).then_some(ApiAccess::Only(ids))
+    }
+
+    /// Whether a key labelled `api_id` is reachable.
+    pub fn admits(&self, api_id: Option<&str>) -> bool {
+        match self {
+            ApiAccess::All => true,
+            ApiAccess::Only(ids) => api_id.is_some_and(|a| ids.iter().any(|i| i == a)),
+        }
+    }
+
+    /// The 403 for `action` on a key labelled `api_id` (or for any key when `None`).
+    pub fn denied(action: &str, api_id: Option<&str>) -> crate::RbacError {
+        let any = format!("api.*.{action}");
+        match api_id {
+            Some(id) => crate::RbacError::InsufficientPermissions(format!(
+                "the root key lacks the permission {any} (or api.{id}.{action})"
+            )),
+            None => crate::RbacError::missing(&[any.as_str()]),
+        }
+    }
+}

@@ -20,6 +20,12 @@ impl EntityKind {
             EntityKind::Role => "role",
         }
     }
+    pub const fn resource(self) -> crate::Resource {
+        match self {
+            EntityKind::Permission => crate::Resource::Permission,
+            EntityKind::Role => crate::Resource::Role,
+        }
+    }
     pub const fn plural(self) -> &'static str {
         match self {
             EntityKind::Permission => "permissions",
@@ -101,6 +107,8 @@ pub trait EntityTx {
     fn permission_names_of_roles(&mut self, role_ids: &[String]) -> R<Vec<Named>>;
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>>;
     fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>>;
+    /// The entities with these ids in the workspace, with descriptions and titles.
+    fn entities_in_detail(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Entity>>;
     /// Inserts each entity whose name does not exist yet, in one statement; returns the
     /// stored entity for every name (the existing row when another transaction created it
     /// meanwhile) and whether this call created it. Safe against concurrent creation of the

@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
 
     // Is this key valid, and may it read documents? Scoped to the workspace.
     let query = PermissionQuery::Permission("documents.read".into());
-    let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: None };
+    let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None };
     let verification = rbac.verify_key(secret.expose(), &scope, Some(&query))?;
     assert_eq!(verification.code, VerifyCode::Valid);
     println!("key {} verifies {:?} with {:?}", key.id, verification.code, verification.permissions);

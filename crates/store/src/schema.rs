@@ -44,6 +44,7 @@ diesel::table! {
         name -> Text,
         description -> Nullable<Text>,
         created_at -> BigInt,
+        title -> Nullable<Text>,
     }
 }
 
@@ -54,6 +55,7 @@ diesel::table! {
         name -> Text,
         description -> Nullable<Text>,
         created_at -> BigInt,
+        title -> Nullable<Text>,
     }
 }
 

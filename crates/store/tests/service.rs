@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use keygate_domain::{ErrorCode, ManualClock, Named};
-use keygate_rbac::{EntityRef, Principal, RbacService, RbacStore, VerifyScope};
+use keygate_rbac::{EntityRef, NewEntity, Principal, RbacService, RbacStore, VerifyScope};
 use keygate_store::testing::TestDb;
 use keygate_store::{PoolSettings, SqlStore};
 use std::sync::Arc;
@@ -316,8 +316,27 @@ fn verify_key_reads_the_key_and_its_effective_permissions() {
 fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
     use keygate_rbac::{EntityKind, VerifyCode};
     let f = fixture();
-    let role = f.svc.create_entity(&f.admin, EntityKind::Role, "editor", Some("edits".into())).expect("role");
-    let dup = f.svc.create_entity(&f.admin, EntityKind::Role, "editor", None).expect_err("taken");
+    let role = f
+        .svc
+        .create_entity(
+            &f.admin,
+            EntityKind::Role,
+            NewEntity {
+                name: "editor".into(),
+                name_field: "name",
+                description: Some("edits".into()),
+                ..NewEntity::default()
+            },
+        )
+        .expect("role");
+    let dup = f
+        .svc
+        .create_entity(
+            &f.admin,
+            EntityKind::Role,
+            NewEntity { name: "editor".into(), name_field: "name", ..NewEntity::default() },
+        )
+        .expect_err("taken");
     assert_eq!(dup.code(), ErrorCode::Conflict);
     let attached = f
         .svc
@@ -524,12 +543,21 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
     let code = |scope: VerifyScope<'_>| f.svc.verify_key(secret.expose(), &scope, None).expect("verify").code;
     let ws = f.ws.as_str();
     assert_eq!(code(VerifyScope::default()), VerifyCode::Valid);
-    assert_eq!(code(VerifyScope { workspace_id: Some(ws), api_id: Some("api_a") }), VerifyCode::Valid);
-    assert_eq!(code(VerifyScope { workspace_id: None, api_id: Some("api_b") }), VerifyCode::NotFound);
-    assert_eq!(code(VerifyScope { workspace_id: Some("ws_other"), api_id: None }), VerifyCode::NotFound);
+    assert_eq!(
+        code(VerifyScope { workspace_id: Some(ws), api_id: Some("api_a"), access: None }),
+        VerifyCode::Valid
+    );
+    assert_eq!(
+        code(VerifyScope { workspace_id: None, api_id: Some("api_b"), access: None }),
+        VerifyCode::NotFound
+    );
+    assert_eq!(
+        code(VerifyScope { workspace_id: Some("ws_other"), api_id: None, access: None }),
+        VerifyCode::NotFound
+    );
     let v = f.svc.verify_key(
         secret.expose(),
-        &VerifyScope { workspace_id: Some("ws_other"), api_id: None },
+        &VerifyScope { workspace_id: Some("ws_other"), api_id: None, access: None },
         None,
     );
     let v = v.expect("verify");
@@ -537,7 +565,7 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
     assert_eq!(f.svc.get_key(&f.admin, &key.id).expect("get").key.api_id.as_deref(), Some("api_a"));
     // A key created without an apiId is not found by a call that names one.
     let (_, plain) = f.svc.create_key_as(&f.admin, new(None)).expect("create");
-    let scoped = VerifyScope { workspace_id: None, api_id: Some("api_a") };
+    let scoped = VerifyScope { workspace_id: None, api_id: Some("api_a"), access: None };
     assert_eq!(f.svc.verify_key(plain.expose(), &scoped, None).expect("verify").code, VerifyCode::NotFound);
 }
 

@@ -37,7 +37,10 @@ impl<S: RbacStore> RbacService<S> {
         }
         self.store.transaction(|tx| {
             if tx.find_workspace(name)?.is_some() {
-                return Err(RbacError::Conflict(format!("workspace {name} already exists")));
+                return Err(RbacError::Conflict(
+                    Resource::Workspace,
+                    format!("workspace {name} already exists"),
+                ));
             }
             let ws = Workspace { id: new_id(IdPrefix::Workspace), name: name.into(), created_at: self.now() };
             tx.insert_workspace(&ws)?;
@@ -60,7 +63,7 @@ impl<S: RbacStore> RbacService<S> {
     /// does (its links go too; audited with the actor `admin-cli`).
     pub fn delete_key_admin(&self, key_id: &str) -> Result<(), RbacError> {
         validate_key_id("id", key_id)?;
-        let not_found = || RbacError::NotFound(format!("key {key_id} not found"));
+        let not_found = || RbacError::not_found(Resource::Key, key_id);
         if !has_prefix(key_id, IdPrefix::Key) {
             return Err(not_found());
         }
@@ -73,7 +76,7 @@ impl<S: RbacStore> RbacService<S> {
     pub fn find_workspace(&self, id_or_name: &str) -> Result<Workspace, RbacError> {
         self.store
             .read(|tx| Ok(tx.find_workspace(id_or_name)?))?
-            .ok_or_else(|| RbacError::NotFound(format!("workspace {id_or_name} not found")))
+            .ok_or_else(|| RbacError::not_found(Resource::Workspace, id_or_name))
     }
 
     pub(super) fn insert_root_key(
@@ -131,6 +134,6 @@ impl<S: RbacStore> RbacService<S> {
             Ok(tx.revoke_root_key(id, now)?)
         })?;
         self.auth.evict_root_key(id);
-        if revoked { Ok(()) } else { Err(RbacError::NotFound(format!("root key {id} not found"))) }
+        if revoked { Ok(()) } else { Err(RbacError::not_found(Resource::RootKey, id)) }
     }
 }

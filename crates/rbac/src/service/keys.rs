@@ -71,37 +71,82 @@ impl<S: RbacStore> RbacService<S> {
         p: &Principal,
         key_id: &str,
         refs: &[EntityRef],
-        rules: &LinkRules,
+        rules: &'static LinkRules,
         mode: LinkMode,
         min_entries: usize,
     ) -> Result<Vec<Named>, RbacError> {
         validate_key_id("keyId", key_id)?;
-        self.change_links_of(p, Owner::Key(key_id), refs, rules, mode, min_entries)
+        let call = LinkCall { rules, mode, refs, min_entries, v2: false };
+        self.change_links_of(p, Owner::Key(key_id), call, |_, links| Ok(links))
     }
 
-    pub(super) fn change_links_of(
+    /// v2's key calls (API-v2.md §3): `refs` are plain strings, each a slug (a role's name)
+    /// or an id; unknown permission slugs are created, roles never. The root key needs
+    /// `update_key` for the key's `apiId` besides the rbac permissions, both of them for a
+    /// `Replace`. Answers every permission or role now on the key, in detail.
+    pub fn change_key_links(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        kind: EntityKind,
+        mode: LinkMode,
+        refs: &[String],
+    ) -> Result<Vec<RoleView>, RbacError> {
+        validate_key_id("keyId", key_id)?;
+        let create = kind == EntityKind::Permission && mode != LinkMode::Remove;
+        let refs: Vec<EntityRef> =
+            refs.iter().map(|r| EntityRef::listed(r.clone(), create).or_id()).collect();
+        let min_entries = if mode == LinkMode::Replace { 0 } else { 1 };
+        let call = LinkCall { rules: rules_of(kind), mode, refs: &refs, min_entries, v2: true };
+        let ws = p.workspace_id.clone();
+        self.change_links_of(p, Owner::Key(key_id), call, |tx, links| describe(tx, kind, &ws, links))
+    }
+
+    /// Changes the links of a key or role: validates, authorizes, resolves, then writes
+    /// them with their audit events in one transaction; `finish` reads the answer in it.
+    pub(super) fn change_links_of<T>(
         &self,
         p: &Principal,
         owner: Owner<'_>,
-        refs: &[EntityRef],
-        rules: &LinkRules,
-        mode: LinkMode,
-        min_entries: usize,
-    ) -> Result<Vec<Named>, RbacError> {
+        call: LinkCall<'_>,
+        finish: impl FnOnce(&mut dyn RbacTx, Vec<Named>) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        let LinkCall { rules, mode, refs, min_entries, v2 } = call;
         check_len(owner.id_field(), owner.value(), MAX_NAME_CHARS)?;
         let plan = plan_refs(rules, refs, min_entries)?;
-        let required = mode.required(rules);
-        if !p.holds(required) {
-            return Err(RbacError::missing(&[required]));
+        // The permissions the call always needs (v2: a key's `update_key` in some form).
+        let key_access = match (v2, owner) {
+            (true, Owner::Key(_)) => Some(ApiAccess::of(p, "update_key")),
+            _ => None,
+        };
+        let mut missing: Vec<&str> = Vec::new();
+        if key_access.as_ref().is_some_and(Option::is_none) {
+            missing.push(PERM_UPDATE_KEY);
+        }
+        let mut needed = vec![mode.required(rules)];
+        if v2 && mode == LinkMode::Replace {
+            needed.push(rules.unlink_permission);
+        }
+        missing.extend(needed.into_iter().filter(|n| !p.holds(n)));
+        if !missing.is_empty() {
+            return Err(RbacError::missing(&missing));
         }
         let ws = p.workspace_id.as_str();
         self.write(|tx, changes| {
             let now = self.now();
             changes.touch(owner.counter(ws));
-            if !owner.lock(tx, ws)? {
-                return Err(RbacError::NotFound(format!("{} {} not found", owner.noun(), owner.value())));
-            }
+            let Some(owner_id) = owner.lock(tx, ws)? else {
+                return Err(RbacError::not_found(owner.resource(), owner.value()));
+            };
+            let owner = owner.with_id(&owner_id);
             let resolved = resolve_links(tx, ws, rules, &plan)?;
+            // The permissions that depend on what was resolved.
+            if let (Some(Some(access)), Owner::Key(id)) = (&key_access, owner) {
+                let key = tx.get_key(ws, id)?.ok_or_else(|| RbacError::not_found(Resource::Key, id))?;
+                if !access.admits(key.api_id.as_deref()) {
+                    return Err(ApiAccess::denied("update_key", key.api_id.as_deref()));
+                }
+            }
             resolved.authorize_creation(p)?;
             // Every check passed: write.
             let mut events = Vec::new();
@@ -109,41 +154,8 @@ impl<S: RbacStore> RbacService<S> {
             if !events.is_empty() {
                 tx.insert_audit_events(&events)?;
             }
-            Ok(result)
+            finish(tx, result)
         })
-    }
-
-    /// `permissions.addPermissionsToRole`: attaches `refs` (at least one; missing names are
-    /// created, as for keys) to the role; returns all its permissions.
-    pub fn add_role_permissions(
-        &self,
-        p: &Principal,
-        role_id: &str,
-        refs: &[EntityRef],
-    ) -> Result<Vec<Named>, RbacError> {
-        self.change_links_of(p, Owner::Role(role_id), refs, &ROLE_PERMISSION_RULES, LinkMode::Add, 1)
-    }
-
-    /// `permissions.setRolePermissions`: the role's permissions become exactly `refs`.
-    pub fn set_role_permissions(
-        &self,
-        p: &Principal,
-        role_id: &str,
-        refs: &[EntityRef],
-    ) -> Result<Vec<Named>, RbacError> {
-        self.change_links_of(p, Owner::Role(role_id), refs, &ROLE_PERMISSION_RULES, LinkMode::Replace, 0)
-    }
-
-    /// `permissions.removePermissionsFromRole`: detaches `refs` (each must exist); returns the
-    /// permissions still attached.
-    pub fn remove_role_permissions(
-        &self,
-        p: &Principal,
-        role_id: &str,
-        refs: &[EntityRef],
-    ) -> Result<Vec<Named>, RbacError> {
-        let refs = never_create(refs);
-        self.change_links_of(p, Owner::Role(role_id), &refs, &ROLE_PERMISSION_RULES, LinkMode::Remove, 1)
     }
 
     /// `keys.getKey`: the key with its direct permissions and its roles, sorted by name.
@@ -152,7 +164,7 @@ impl<S: RbacStore> RbacService<S> {
         if !p.holds(PERM_READ_KEY) {
             return Err(RbacError::missing(&[PERM_READ_KEY]));
         }
-        let not_found = || RbacError::NotFound(format!("key {key_id} not found"));
+        let not_found = || RbacError::not_found(Resource::Key, key_id);
         if !has_prefix(key_id, IdPrefix::Key) {
             return Err(not_found());
         }
@@ -191,7 +203,8 @@ impl<S: RbacStore> RbacService<S> {
             validate_display_name("name", n)?;
         }
         if let Some(prefix) = &new.prefix {
-            check_len("prefix", prefix, MAX_KEY_PREFIX_CHARS)?;
+            let max = if new.byte_length.is_some() { MAX_V2_KEY_PREFIX_CHARS } else { MAX_KEY_PREFIX_CHARS };
+            check_len("prefix", prefix, max)?;
             if !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(ValidationError::new("prefix", "use only A-Z a-z 0-9 and _").into());
             }
@@ -202,13 +215,11 @@ impl<S: RbacStore> RbacService<S> {
         }
         // A past `expires` is accepted (as in Unkey's v2 API, over the same data): the key
         // then verifies EXPIRED.
+        // v2 (`byte_length` set): a role may be named by its id too.
+        let v2 = new.byte_length.is_some();
         let by_name = |names: &[String], create: bool| -> Vec<EntityRef> {
-            let entry = |n: &String| EntityRef {
-                name: Some(n.clone()),
-                create: Some(create),
-                name_field: "",
-                id: None,
-            };
+            let entry =
+                |n: &String| EntityRef { or_id: v2 && !create, ..EntityRef::listed(n.clone(), create) };
             names.iter().map(entry).collect()
         };
         let permission_plan = plan_refs(&PERMISSION_RULES, &by_name(&new.permissions, true), 0)?;
@@ -261,12 +272,24 @@ impl<S: RbacStore> RbacService<S> {
 
     /// A new key's row and secret (not stored).
     pub(super) fn new_key(&self, workspace_id: &str, new: NewKey) -> (Key, Secret) {
-        let secret = Secret::new(random_token(new.prefix.as_deref().unwrap_or("kg")));
+        let (secret, start) = match new.byte_length {
+            None => {
+                let secret = Secret::new(random_token(new.prefix.as_deref().unwrap_or("kg")));
+                let start = secret.visible_prefix();
+                (secret, start)
+            }
+            Some(bytes) => {
+                let secret = Secret::new(random_base58_token(new.prefix.as_deref(), bytes));
+                let shown = new.prefix.as_ref().map_or(0, |p| p.len() + 1) + 4;
+                let start = secret.expose().chars().take(shown).collect();
+                (secret, start)
+            }
+        };
         let key = Key {
             id: new_id(IdPrefix::Key),
             workspace_id: workspace_id.to_string(),
             api_id: new.api_id,
-            start: secret.visible_prefix(),
+            start,
             name: new.name,
             meta: new.meta,
             enabled: new.enabled,
@@ -276,17 +299,24 @@ impl<S: RbacStore> RbacService<S> {
         (key, secret)
     }
 
-    /// `keys.deleteKey`: deletes the key and its links to permissions and roles.
+    /// `keys.deleteKey`: deletes the key and its links to permissions and roles. The root
+    /// key needs `api.*.delete_key`, or `api.<apiId>.delete_key` for the key's `apiId`.
     pub fn delete_key(&self, p: &Principal, key_id: &str) -> Result<(), RbacError> {
         validate_key_id("keyId", key_id)?;
-        if !p.holds(PERM_DELETE_KEY) {
-            return Err(RbacError::missing(&[PERM_DELETE_KEY]));
-        }
+        let access = ApiAccess::of(p, "delete_key").ok_or_else(|| ApiAccess::denied("delete_key", None))?;
         let ws = p.workspace_id.as_str();
         self.write(|tx, changes| {
             changes.touch(Scope::Key(key_id));
+            let not_found = || RbacError::not_found(Resource::Key, key_id);
+            if access != ApiAccess::All {
+                let key = has_prefix(key_id, IdPrefix::Key).then(|| tx.get_key(ws, key_id)).transpose()?;
+                let key = key.flatten().ok_or_else(not_found)?;
+                if !access.admits(key.api_id.as_deref()) {
+                    return Err(ApiAccess::denied("delete_key", key.api_id.as_deref()));
+                }
+            }
             if !has_prefix(key_id, IdPrefix::Key) || !tx.delete_key(ws, key_id)? {
-                return Err(RbacError::NotFound(format!("key {key_id} not found")));
+                return Err(not_found());
             }
             tx.insert_audit_events(&[AuditEvent {
                 workspace_id: ws.to_string(),
@@ -299,6 +329,47 @@ impl<S: RbacStore> RbacService<S> {
                 at: self.now(),
             }])?;
             Ok(())
+        })
+    }
+
+    /// v2's `keys.getKey` / `keys.whoami`: a key of the caller's workspace with the slugs of
+    /// its effective permissions and its roles' names. The root key needs `api.*.read_key`,
+    /// or `api.<apiId>.read_key` for the key's `apiId`.
+    pub fn key_summary(&self, p: &Principal, lookup: KeyLookup<'_>) -> Result<KeySummary, RbacError> {
+        match lookup {
+            KeyLookup::Id(id) => validate_key_id("keyId", id)?,
+            KeyLookup::Secret(secret) => check_len("key", secret, MAX_VERIFY_KEY_CHARS)?,
+        }
+        let access = ApiAccess::of(p, "read_key").ok_or_else(|| ApiAccess::denied("read_key", None))?;
+        let ws = p.workspace_id.as_str();
+        let not_found = || match lookup {
+            KeyLookup::Id(id) => RbacError::not_found(Resource::Key, id),
+            KeyLookup::Secret(_) => RbacError::NotFound(Resource::Key, "the key was not found".into()),
+        };
+        self.store.snapshot(|tx| {
+            let key = match lookup {
+                KeyLookup::Id(id) if has_prefix(id, IdPrefix::Key) => tx.get_key(ws, id)?,
+                KeyLookup::Id(_) => None,
+                KeyLookup::Secret(secret) => {
+                    tx.key_by_hash(&hash_secret(secret))?.filter(|k| k.workspace_id == ws)
+                }
+            };
+            let key = key.ok_or_else(not_found)?;
+            if !access.admits(key.api_id.as_deref()) {
+                return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
+            }
+            let direct = tx.key_entities(EntityKind::Permission, &key.id)?;
+            let roles = tx.key_entities(EntityKind::Role, &key.id)?;
+            let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
+            let inherited =
+                if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? };
+            let permissions: BTreeSet<String> = direct.into_iter().chain(inherited).map(|n| n.name).collect();
+            let roles: BTreeSet<String> = roles.into_iter().map(|r| r.name).collect();
+            Ok(KeySummary {
+                key,
+                permissions: permissions.into_iter().collect(),
+                roles: roles.into_iter().collect(),
+            })
         })
     }
 }

@@ -54,6 +54,9 @@ pub(super) const ROLE_PERMISSION_RULES: LinkRules = LinkRules {
 pub(super) enum Owner<'a> {
     Key(&'a str),
     Role(&'a str),
+    /// A role named by its name or, failing that, its id (v2's `role`), until
+    /// [`Owner::lock`] finds which.
+    RoleByRef(&'a str),
 }
 
 impl Owner<'_> {
@@ -62,13 +65,14 @@ impl Owner<'_> {
         match self {
             Owner::Key(_) => "keyId",
             Owner::Role(_) => "roleId",
+            Owner::RoleByRef(_) => "role",
         }
     }
 
-    pub(super) fn noun(self) -> &'static str {
+    pub(super) fn resource(self) -> Resource {
         match self {
-            Owner::Key(_) => "key",
-            Owner::Role(_) => "role",
+            Owner::Key(_) => Resource::Key,
+            Owner::Role(_) | Owner::RoleByRef(_) => Resource::Role,
         }
     }
 
@@ -77,29 +81,44 @@ impl Owner<'_> {
     pub(super) fn counter<'a>(&'a self, ws: &'a str) -> crate::counters::Scope<'a> {
         match self {
             Owner::Key(id) => crate::counters::Scope::Key(id),
-            Owner::Role(_) => crate::counters::Scope::Workspace(ws),
+            Owner::Role(_) | Owner::RoleByRef(_) => crate::counters::Scope::Workspace(ws),
         }
     }
 
     pub(super) fn value(&self) -> &str {
         match self {
-            Owner::Key(id) | Owner::Role(id) => id,
+            Owner::Key(id) | Owner::Role(id) | Owner::RoleByRef(id) => id,
         }
     }
 
-    /// Whether it exists in the workspace; locks it for the rest of the transaction, so
-    /// that concurrent changes of its links serialize.
-    pub(super) fn lock(self, tx: &mut dyn RbacTx, ws: &str) -> Result<bool, RbacError> {
+    /// Its id when it exists in the workspace; locks it for the rest of the transaction,
+    /// so that concurrent changes of its links serialize.
+    pub(super) fn lock(self, tx: &mut dyn RbacTx, ws: &str) -> Result<Option<String>, RbacError> {
+        let found = |ok: bool, id: &str| ok.then(|| id.to_string());
         Ok(match self {
-            Owner::Key(id) => has_prefix(id, IdPrefix::Key) && tx.lock_key(ws, id)?,
-            Owner::Role(id) => has_prefix(id, IdPrefix::Role) && tx.lock_role(ws, id)?,
+            Owner::Key(id) => found(has_prefix(id, IdPrefix::Key) && tx.lock_key(ws, id)?, id),
+            Owner::Role(id) => found(has_prefix(id, IdPrefix::Role) && tx.lock_role(ws, id)?, id),
+            Owner::RoleByRef(r) => {
+                match tx.entities_by_names(EntityKind::Role, ws, &[r.to_string()])?.pop() {
+                    Some(role) => found(tx.lock_role(ws, &role.id)?, &role.id),
+                    None => found(has_prefix(r, IdPrefix::Role) && tx.lock_role(ws, r)?, r),
+                }
+            }
         })
+    }
+
+    /// The owner with its id as [`Owner::lock`] found it.
+    pub(super) fn with_id(self, id: &str) -> Owner<'_> {
+        match self {
+            Owner::Key(_) => Owner::Key(id),
+            Owner::Role(_) | Owner::RoleByRef(_) => Owner::Role(id),
+        }
     }
 
     pub(super) fn current(self, tx: &mut dyn RbacTx, kind: EntityKind) -> Result<Vec<Named>, RbacError> {
         Ok(match self {
             Owner::Key(id) => tx.key_entities(kind, id)?,
-            Owner::Role(id) => tx.permission_names_of_roles(&[id.to_string()])?,
+            Owner::Role(id) | Owner::RoleByRef(id) => tx.permission_names_of_roles(&[id.to_string()])?,
         })
     }
 
@@ -113,7 +132,7 @@ impl Owner<'_> {
     ) -> Result<(), RbacError> {
         match self {
             Owner::Key(id) => tx.link_key_entities(kind, ws, id, ids, now)?,
-            Owner::Role(id) => tx.link_role_permissions(ws, id, ids, now)?,
+            Owner::Role(id) | Owner::RoleByRef(id) => tx.link_role_permissions(ws, id, ids, now)?,
         }
         Ok(())
     }
@@ -126,7 +145,7 @@ impl Owner<'_> {
     ) -> Result<(), RbacError> {
         match self {
             Owner::Key(id) => tx.unlink_key_entities(kind, id, ids)?,
-            Owner::Role(id) => tx.unlink_role_permissions(id, ids)?,
+            Owner::Role(id) | Owner::RoleByRef(id) => tx.unlink_role_permissions(id, ids)?,
         }
         Ok(())
     }
@@ -136,7 +155,7 @@ impl Owner<'_> {
         match (self, kind) {
             (Owner::Key(_), EntityKind::Permission) => ("key.attach_permission", "key.detach_permission"),
             (Owner::Key(_), EntityKind::Role) => ("key.attach_role", "key.detach_role"),
-            (Owner::Role(_), _) => ("role.attach_permission", "role.detach_permission"),
+            (Owner::Role(_) | Owner::RoleByRef(_), _) => ("role.attach_permission", "role.detach_permission"),
         }
     }
 }
@@ -148,8 +167,45 @@ pub(super) fn rules_of(kind: EntityKind) -> &'static LinkRules {
     }
 }
 
+/// A change of an owner's links, as one API call asks for it.
+pub(super) struct LinkCall<'a> {
+    pub(super) rules: &'static LinkRules,
+    pub(super) mode: LinkMode,
+    pub(super) refs: &'a [EntityRef],
+    pub(super) min_entries: usize,
+    /// v2's root-key permissions (API-v2.md §1.2): a `Replace` needs the unlink
+    /// permission too, and a key's links `update_key` for the key's `apiId`.
+    pub(super) v2: bool,
+}
+
+/// Links in detail, read in the transaction that wrote them: each entity with its
+/// description and display name and, for a role, its permissions (v2's answers).
+pub(super) fn describe(
+    tx: &mut dyn RbacTx,
+    kind: EntityKind,
+    ws: &str,
+    links: Vec<Named>,
+) -> Result<Vec<RoleView>, RbacError> {
+    let ids: Vec<String> = links.iter().map(|l| l.id.clone()).collect();
+    let mut found: HashMap<String, Entity> =
+        tx.entities_in_detail(kind, ws, &ids)?.into_iter().map(|e| (e.id.clone(), e)).collect();
+    links
+        .into_iter()
+        .filter_map(|l| found.remove(&l.id))
+        .map(|e| {
+            let mut permissions = match kind {
+                EntityKind::Role => tx.permissions_of_role(&e.id)?,
+                EntityKind::Permission => Vec::new(),
+            };
+            permissions.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+            Ok(RoleView { role: e, permissions })
+        })
+        .collect()
+}
+
+/// How a call changes an owner's links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LinkMode {
+pub enum LinkMode {
     /// The key ends with exactly the listed entities.
     Replace,
     /// The listed entities are attached; the others stay.
@@ -176,6 +232,9 @@ pub(super) struct RefPlan {
     pub(super) names: BTreeMap<String, bool>,
     /// Entries that gave both: (path, id, name); they must agree.
     pub(super) pairs: Vec<(String, String, String)>,
+    /// Names that may also be ids (v2's plain strings), tried as ids when no entity has
+    /// the name.
+    pub(super) or_id: BTreeSet<String>,
 }
 
 pub(super) fn plan_refs(
@@ -219,6 +278,9 @@ pub(super) fn plan_refs(
                     ));
                 }
                 plan.names.insert(name.clone(), create);
+                if r.or_id {
+                    plan.or_id.insert(name.clone());
+                }
             }
         }
     }
@@ -289,7 +351,7 @@ pub(super) fn resolve_links<'r>(
         tx.entities_by_ids(kind, ws, &wanted)?.into_iter().map(|e| (e.id.clone(), e)).collect()
     };
     if let Some(missing) = plan.ids.iter().find(|id| !by_id.contains_key(*id)) {
-        return Err(RbacError::NotFound(format!("{noun} {missing} not found")));
+        return Err(RbacError::not_found(kind.resource(), missing));
     }
     for (path, id, name) in &plan.pairs {
         let actual = &by_id[id].name;
@@ -305,16 +367,33 @@ pub(super) fn resolve_links<'r>(
     } else {
         tx.entities_by_names(kind, ws, &names)?.into_iter().map(|e| (e.name.clone(), e)).collect()
     };
+    // Names no entity has that may be ids (v2): the entities with those ids.
+    let maybe_ids: Vec<String> = plan
+        .or_id
+        .iter()
+        .filter(|n| !by_name.contains_key(*n) && has_prefix(n, rules.id_prefix))
+        .cloned()
+        .collect();
+    let by_fallback_id: HashMap<String, Named> = if maybe_ids.is_empty() {
+        HashMap::new()
+    } else {
+        tx.entities_by_ids(kind, ws, &maybe_ids)?.into_iter().map(|e| (e.id.clone(), e)).collect()
+    };
     let mut to_create = Vec::new();
     for (name, &create) in &plan.names {
-        if !by_name.contains_key(name) {
+        if !by_name.contains_key(name) && !by_fallback_id.contains_key(name) {
             if !create {
-                return Err(RbacError::NotFound(format!("{noun} {name} not found")));
+                return Err(RbacError::not_found(kind.resource(), name));
             }
             to_create.push(name.clone());
         }
     }
-    let existing = by_id.into_values().chain(by_name.into_values()).map(|e| (e.id.clone(), e)).collect();
+    let existing = by_id
+        .into_values()
+        .chain(by_name.into_values())
+        .chain(by_fallback_id.into_values())
+        .map(|e| (e.id.clone(), e))
+        .collect();
     Ok(ResolvedLinks { rules, existing, to_create })
 }
 
@@ -342,11 +421,11 @@ pub(super) fn write_links(
         resource_id: id.to_string(),
         key_id: match owner {
             Owner::Key(key_id) => Some(key_id.to_string()),
-            Owner::Role(_) => None,
+            Owner::Role(_) | Owner::RoleByRef(_) => None,
         },
         role_id: match owner {
             Owner::Key(_) => None,
-            Owner::Role(role_id) => Some(role_id.to_string()),
+            Owner::Role(role_id) | Owner::RoleByRef(role_id) => Some(role_id.to_string()),
         },
         at: now,
     };

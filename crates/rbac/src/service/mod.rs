@@ -12,6 +12,7 @@ mod namespaces;
 mod overrides;
 mod verify;
 
+pub use links::LinkMode;
 use links::*;
 use verify::VerifyCache;
 pub use verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
@@ -21,8 +22,9 @@ use crate::counters::{Scope, creation_shard};
 pub use crate::perms::*;
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
-    AuditEvent, Entity, Key, KeyView, NewKey, PermissionQuery, Principal, RbacError, RoleView, RootKey,
-    Verification, VerifyCode, VerifyScope, Workspace,
+    ApiAccess, AuditEvent, Entity, Key, KeyLookup, KeySummary, KeyView, NewEntity, NewKey, Page,
+    PermissionQuery, Principal, RbacError, Resource, RoleView, RootKey, Verification, VerifyCode,
+    VerifyScope, Workspace,
 };
 use crate::{
     Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,
@@ -30,8 +32,8 @@ use crate::{
 };
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
-    new_id, random_token, secret_digest, sort_by_name, validate_display_name, validate_key_id,
-    validate_permission_name, validate_root_key_secret,
+    hash_secret, new_id, random_base58_token, random_token, secret_digest, sort_by_name,
+    validate_display_name, validate_key_id, validate_permission_name, validate_root_key_secret,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -45,6 +47,10 @@ pub const MAX_REFS_PER_CALL: usize = 1_000;
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 /// Longest `prefix` of `keys.createKey`.
 pub const MAX_KEY_PREFIX_CHARS: usize = 8;
+/// Longest `prefix` of v2's `keys.createKey`.
+pub const MAX_V2_KEY_PREFIX_CHARS: usize = 16;
+/// Longest key secret a verification or `whoami` takes.
+pub const MAX_VERIFY_KEY_CHARS: usize = 512;
 /// Largest serialized `meta` of a key.
 pub const MAX_KEY_META_BYTES: usize = 64 * 1024;
 /// How long an instance uses a namespace's overrides before reading them again. A change

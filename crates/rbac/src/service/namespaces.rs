@@ -41,7 +41,49 @@ impl<S: RbacStore> RbacService<S> {
         Some(self.check_limit_in(p, all, name, id))
     }
 
-    /// The namespace id for `name`, creating the namespace when the caller may.
+    /// The namespace named `name`, else (v2's `namespace` takes both) the one with that id.
+    fn find_namespace(&self, ws: &str, name: &str) -> Result<Option<Named>, RbacError> {
+        self.store.read(|tx| match tx.namespace_by_name(ws, name)? {
+            None if has_prefix(name, IdPrefix::Namespace) => Ok(tx.namespace_by_id(ws, name)?),
+            found => Ok(found),
+        })
+    }
+
+    /// 403 unless the caller may create the missing namespace `name`.
+    fn may_create_namespace(p: &Principal, all: bool, name: &str) -> Result<(), RbacError> {
+        if !p.holds(PERM_CREATE_NAMESPACE) {
+            return Err(RbacError::InsufficientPermissions(format!(
+                "namespace {name} does not exist; the root key needs {PERM_CREATE_NAMESPACE} to create it"
+            )));
+        }
+        if !all {
+            return Err(RbacError::missing(&[PERM_LIMIT]));
+        }
+        Ok(())
+    }
+
+    /// The namespace ids of several names at once (v2's `multiLimit`): every permission is
+    /// checked before any missing namespace is created, so a 403 creates none.
+    pub fn resolve_namespaces(&self, p: &Principal, names: &[&str]) -> Result<Vec<Arc<String>>, RbacError> {
+        let all = self.check_limit_any(p)?;
+        let ws = p.workspace_id.as_str();
+        for (i, name) in names.iter().enumerate() {
+            keygate_domain::validate_namespace_name(&format!("{i}.namespace"), name)?;
+        }
+        for name in names {
+            match self.namespaces.get(ws, name) {
+                Some(id) => drop(self.check_limit_in(p, all, name, id)?),
+                None => match self.find_namespace(ws, name)? {
+                    Some(ns) => drop(self.check_limit_in(p, all, name, Arc::new(ns.id))?),
+                    None => Self::may_create_namespace(p, all, name)?,
+                },
+            }
+        }
+        names.iter().map(|name| self.resolve_namespace(p, name)).collect()
+    }
+
+    /// The namespace id for `name` (or for the id of an existing namespace), creating the
+    /// namespace when the caller may.
     pub fn resolve_namespace(&self, p: &Principal, name: &str) -> Result<Arc<String>, RbacError> {
         keygate_domain::validate_namespace_name("namespace", name)?;
         let all = self.check_limit_any(p)?;
@@ -49,18 +91,10 @@ impl<S: RbacStore> RbacService<S> {
         if let Some(id) = self.namespaces.get(ws, name) {
             return self.check_limit_in(p, all, name, id);
         }
-        let found = self.store.read(|tx| Ok(tx.namespace_by_name(ws, name)?))?;
-        let ns = match found {
+        let ns = match self.find_namespace(ws, name)? {
             Some(ns) => ns,
             None => {
-                if !p.holds(PERM_CREATE_NAMESPACE) {
-                    return Err(RbacError::InsufficientPermissions(format!(
-                        "namespace {name} does not exist; the root key needs {PERM_CREATE_NAMESPACE} to create it"
-                    )));
-                }
-                if !all {
-                    return Err(RbacError::missing(&[PERM_LIMIT]));
-                }
+                Self::may_create_namespace(p, all, name)?;
                 self.store.transaction(|tx| {
                     let fresh = Named::new(new_id(IdPrefix::Namespace), name);
                     let (ns, created) = tx.insert_namespace_if_absent(ws, &fresh, self.now())?;

@@ -65,7 +65,7 @@ impl<S: RbacStore> RbacService<S> {
             (Some(id), name) => {
                 let found =
                     if has_prefix(id, IdPrefix::Namespace) { tx.namespace_by_id(ws, id)? } else { None };
-                let found = found.ok_or_else(|| RbacError::NotFound(format!("namespace {id} not found")))?;
+                let found = found.ok_or_else(|| RbacError::not_found(Resource::Namespace, id))?;
                 if let Some(name) = name
                     && *name != found.name
                 {
@@ -76,9 +76,14 @@ impl<S: RbacStore> RbacService<S> {
                 }
                 found
             }
-            (None, Some(name)) => tx
-                .namespace_by_name(ws, name)?
-                .ok_or_else(|| RbacError::NotFound(format!("namespace {name} not found")))?,
+            // A name, else (v2's `namespace` takes both) the id of a namespace.
+            (None, Some(name)) => match tx.namespace_by_name(ws, name)? {
+                Some(found) => found,
+                None if has_prefix(name, IdPrefix::Namespace) => tx
+                    .namespace_by_id(ws, name)?
+                    .ok_or_else(|| RbacError::not_found(Resource::Namespace, name))?,
+                None => return Err(RbacError::not_found(Resource::Namespace, name)),
+            },
             (None, None) => {
                 // validate() refuses this case; the same 400 if a caller skipped it.
                 ns.validate()?;
@@ -184,7 +189,7 @@ impl<S: RbacStore> RbacService<S> {
             tx.overrides(&namespace.id)?
                 .into_iter()
                 .find(|o| o.identifier == identifier)
-                .ok_or_else(|| RbacError::NotFound(format!("override {identifier} not found")))
+                .ok_or_else(|| RbacError::not_found(Resource::Override, identifier))
         })
     }
 
@@ -196,6 +201,19 @@ impl<S: RbacStore> RbacService<S> {
             let namespace = self.override_namespace(tx, p, ns, "read_override")?;
             Ok(tx.overrides(&namespace.id)?)
         })
+    }
+
+    /// v2's `listOverrides`: a page of the namespace's overrides, by identifier.
+    pub fn list_overrides_page(
+        &self,
+        p: &Principal,
+        ns: &NamespaceRef,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Override>, RbacError> {
+        let mut all = self.list_overrides(p, ns)?;
+        all.sort_by(|a, b| a.identifier.as_bytes().cmp(b.identifier.as_bytes()));
+        Ok(Page::of(all, |o| o.identifier.as_str(), after, limit))
     }
 
     /// `ratelimits.deleteOverride`: deletes the override of exactly `identifier`.
@@ -212,7 +230,7 @@ impl<S: RbacStore> RbacService<S> {
             let namespace = self.override_namespace(tx, p, ns, "delete_override")?;
             tx.lock_namespace(&namespace.id)?;
             let Some(id) = tx.delete_override(&namespace.id, identifier)? else {
-                return Err(RbacError::NotFound(format!("override {identifier} not found")));
+                return Err(RbacError::not_found(Resource::Override, identifier));
             };
             let now = self.now();
             tx.insert_audit_events(&[Self::workspace_event(

@@ -63,6 +63,7 @@ mod conn;
 mod counters;
 mod deferred;
 mod denials;
+mod multi;
 mod script;
 
 pub use batch::BatchStats;
@@ -500,6 +501,15 @@ impl RateLimitStore for RedisStore {
         overrides_epoch: u64,
     ) -> Result<Checked, StoreError> {
         self.limit_blocking(key, req, now_ms, Some(overrides_epoch))
+    }
+
+    fn limit_all(
+        &self,
+        entries: &[keygate_ratelimit::Entry<'_>],
+        epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<keygate_ratelimit::AllOrNothing>, StoreError> {
+        self.limit_all_blocking(entries, epochs, now_ms)
     }
 
     fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {

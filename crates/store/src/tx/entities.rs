@@ -10,6 +10,7 @@ impl EntityTx for DieselTx<'_> {
                 ent::workspace_id.eq(workspace_id),
                 ent::name.eq(&e.name),
                 ent::description.eq(&e.description),
+                ent::title.eq(&e.title),
                 ent::created_at.eq(now),
             );
             // A taken name (even by a concurrent transaction, after it commits) inserts nothing.
@@ -23,10 +24,10 @@ impl EntityTx for DieselTx<'_> {
 
     fn get_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<Option<Entity>> {
         by_kind!(kind, ent, link, link_col, {
-            let row: Option<(String, String, Option<String>)> = ent::table
+            let row: Option<EntityRow> = ent::table
                 .filter(ent::id.eq(id))
                 .filter(ent::workspace_id.eq(workspace_id))
-                .select((ent::id, ent::name, ent::description))
+                .select((ent::id, ent::name, ent::description, ent::title))
                 .first(self.conn)
                 .optional()
                 .map_err(db_err)?;
@@ -36,9 +37,9 @@ impl EntityTx for DieselTx<'_> {
 
     fn list_entities(&mut self, kind: EntityKind, workspace_id: &str) -> R<Vec<Entity>> {
         by_kind!(kind, ent, link, link_col, {
-            let rows: Vec<(String, String, Option<String>)> = ent::table
+            let rows: Vec<EntityRow> = ent::table
                 .filter(ent::workspace_id.eq(workspace_id))
-                .select((ent::id, ent::name, ent::description))
+                .select((ent::id, ent::name, ent::description, ent::title))
                 .load(self.conn)
                 .map_err(db_err)?;
             Ok(rows.into_iter().map(entity).collect())
@@ -100,10 +101,10 @@ impl EntityTx for DieselTx<'_> {
     }
 
     fn permissions_of_role(&mut self, role_id: &str) -> R<Vec<Entity>> {
-        let rows: Vec<(String, String, Option<String>)> = roles_permissions::table
+        let rows: Vec<EntityRow> = roles_permissions::table
             .inner_join(permissions::table)
             .filter(roles_permissions::role_id.eq(role_id))
-            .select((permissions::id, permissions::name, permissions::description))
+            .select((permissions::id, permissions::name, permissions::description, permissions::title))
             .load(self.conn)
             .map_err(db_err)?;
         Ok(rows.into_iter().map(entity).collect())
@@ -126,6 +127,22 @@ impl EntityTx for DieselTx<'_> {
 
     fn entities_by_ids(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Named>> {
         self.entities_matching(kind, workspace_id, Column::Id, ids)
+    }
+
+    fn entities_in_detail(&mut self, kind: EntityKind, workspace_id: &str, ids: &[String]) -> R<Vec<Entity>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(BATCH_ROWS) {
+            by_kind!(kind, ent, link, link_col, {
+                let rows: Vec<EntityRow> = ent::table
+                    .filter(ent::workspace_id.eq(workspace_id))
+                    .filter(ent::id.eq_any(chunk))
+                    .select((ent::id, ent::name, ent::description, ent::title))
+                    .load(self.conn)
+                    .map_err(db_err)?;
+                out.extend(rows.into_iter().map(entity));
+            });
+        }
+        Ok(out)
     }
 
     fn entities_by_names(&mut self, kind: EntityKind, workspace_id: &str, names: &[String]) -> R<Vec<Named>> {

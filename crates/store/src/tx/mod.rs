@@ -114,8 +114,10 @@ macro_rules! lock_first {
     };
 }
 
-fn entity((id, name, description): (String, String, Option<String>)) -> Entity {
-    Entity { id, name, description }
+type EntityRow = (String, String, Option<String>, Option<String>);
+
+fn entity((id, name, description, title): EntityRow) -> Entity {
+    Entity { id, name, description, title }
 }
 
 fn named((id, name): (String, String)) -> Named {

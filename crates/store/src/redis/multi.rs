@@ -1,0 +1,91 @@
+//! All-or-nothing decisions over several budgets (v2's `ratelimit.multiLimit`): one
+//! script call (`multi.lua`) that decides every entry and writes only if all fit, so the
+//! call is atomic against every other decision on those budgets, on any instance.
+
+use super::{EXPIRY_SLACK_MS, RedisStore, epoch_key};
+use keygate_ratelimit::{AllOrNothing, Decision, Entry, StoreError, window_start};
+
+/// The script (its layout is at its top).
+pub(super) const MULTI: &str = include_str!("multi.lua");
+
+impl RedisStore {
+    /// [`keygate_ratelimit::RateLimitStore::limit_all`] on a blocking connection. On a
+    /// Redis Cluster the budgets' keys must share one slot (a script runs on one node):
+    /// otherwise nothing is decided ([`StoreError::CannotAtomically`]); the epochs are
+    /// then read first, apart.
+    pub(super) fn limit_all_blocking(
+        &self,
+        entries: &[Entry<'_>],
+        epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<AllOrNothing>, StoreError> {
+        let windows: Vec<(Vec<u8>, u64)> = entries
+            .iter()
+            .map(|(key, req)| {
+                let start = window_start(now_ms, req.duration.max(1));
+                (self.key(key, start), start)
+            })
+            .collect();
+        if self.cluster {
+            let slot = |k: &[u8]| redis::cluster_routing::Slot::for_key(k);
+            if windows.windows(2).any(|w| slot(&w[0].0) != slot(&w[1].0)) {
+                return Err(StoreError::CannotAtomically(
+                    "on a Redis Cluster, the budgets of one multiLimit call must share a slot; \
+                     these do not (send them as separate calls)"
+                        .into(),
+                ));
+            }
+        }
+        let epoch_keys: Vec<String> = epochs.iter().map(|(ns, _)| epoch_key(&self.prefix, ns)).collect();
+        let script = redis::Script::new(MULTI);
+        let reply: Vec<i64> = self.pool.with_conn(|c| {
+            let mut call = script.prepare_invoke();
+            for (key, _) in &windows {
+                call.key(key.as_slice());
+            }
+            if self.cluster {
+                // The epochs live in another slot: read apart, just before.
+                if !epoch_keys.is_empty() {
+                    let values: Vec<Option<u64>> = redis::cmd("MGET").arg(&epoch_keys).query(c)?;
+                    if values.iter().zip(epochs).any(|(v, (_, e))| v.unwrap_or(0) != *e) {
+                        return Ok(vec![-1]);
+                    }
+                }
+            } else {
+                for key in &epoch_keys {
+                    call.key(key);
+                }
+            }
+            call.arg(entries.len());
+            for ((_, req), (_, start)) in entries.iter().zip(&windows) {
+                let reset = start.saturating_add(req.duration.max(1));
+                call.arg(req.limit).arg(req.cost).arg(reset.saturating_sub(now_ms) + EXPIRY_SLACK_MS);
+            }
+            if !self.cluster {
+                for (_, epoch) in epochs {
+                    call.arg(*epoch);
+                }
+            }
+            call.invoke(c)
+        })?;
+        if reply.first() == Some(&-1) {
+            return Ok(None);
+        }
+        if reply.len() != 2 * entries.len() {
+            return Err(StoreError::Unavailable(format!("Redis: {} numbers answered", reply.len())));
+        }
+        let decisions: Vec<Decision> = entries
+            .iter()
+            .zip(&windows)
+            .zip(reply.chunks(2))
+            .map(|(((_, req), (_, start)), pair)| Decision {
+                success: pair[0] == 1,
+                limit: req.limit,
+                remaining: req.limit.saturating_sub(u64::try_from(pair[1]).unwrap_or(0)),
+                reset: start.saturating_add(req.duration.max(1)),
+            })
+            .collect();
+        let passed = decisions.iter().all(|d| d.success);
+        Ok(Some(AllOrNothing { passed, decisions }))
+    }
+}

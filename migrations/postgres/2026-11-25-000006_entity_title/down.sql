@@ -1,0 +1,2 @@
+ALTER TABLE roles DROP COLUMN title;
+ALTER TABLE permissions DROP COLUMN title;
