@@ -49,6 +49,37 @@ impl Resp {
         err["message"].as_str().unwrap().to_string()
     }
 
+    /// Asserts a v2 problem response (API-v2.md §1.1) whose `type` ends with `kind`;
+    /// returns its `detail`.
+    pub fn assert_problem(&self, status: u16, kind: &str) -> String {
+        assert_eq!(self.status, status, "status of {}", self.text);
+        let err = &self.json["error"];
+        let obj = err.as_object().unwrap_or_else(|| panic!("error object in {}", self.text));
+        assert_eq!(err["status"], status, "status field of {}", self.text);
+        assert!(err["title"].is_string() && err["detail"].is_string(), "{}", self.text);
+        let ty = err["type"].as_str().unwrap_or_default();
+        assert!(ty.ends_with(&format!("/errors/{kind}")), "type {ty} ends with {kind}");
+        let allowed = ["title", "detail", "status", "type", "errors"];
+        assert!(obj.keys().all(|k| allowed.contains(&k.as_str())), "only the problem fields: {}", self.text);
+        assert_eq!(
+            obj.contains_key("errors"),
+            matches!(status, 400 | 413),
+            "errors on 400/413: {}",
+            self.text
+        );
+        assert_eq!(self.json["meta"]["requestId"].as_str(), self.header("unkey-request-id"));
+        assert_eq!(self.json.as_object().unwrap().len(), 2, "meta and error only: {}", self.text);
+        err["detail"].as_str().unwrap().to_string()
+    }
+
+    /// The `data` of a v2 success, after checking the envelope.
+    pub fn data(&self) -> &Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert_eq!(self.json["meta"]["requestId"].as_str(), self.header("unkey-request-id"), "{}", self.text);
+        assert!(self.header("content-type").is_some_and(|c| c.starts_with("application/json")));
+        &self.json["data"]
+    }
+
     pub fn names(&self) -> Vec<String> {
         assert_eq!(self.status, 200, "{}", self.text);
         self.json.as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_string()).collect()
@@ -260,6 +291,16 @@ impl TestServer {
         }
         let sql = format!("SELECT COUNT(*) AS n FROM {table} WHERE {condition}");
         self.state.rbac.store().with_conn(|c| diesel::sql_query(sql).get_result::<C>(c)).unwrap().n
+    }
+
+    /// POST `/v2/<op>` as the bootstrap root key.
+    pub fn v2(&self, op: &str, body: &Value) -> Resp {
+        self.post(&format!("/v2/{op}"), body)
+    }
+
+    /// POST `/v2/<op>` as `token`.
+    pub fn v2_as(&self, token: &str, op: &str, body: &Value) -> Resp {
+        self.post_as(token, &format!("/v2/{op}"), body)
     }
 
     /// `ratelimits.limit` as the bootstrap root key.

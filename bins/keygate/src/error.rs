@@ -30,11 +30,36 @@ pub struct ApiError {
     /// What went wrong inside (500, 503): logged with the request's id by the request-id
     /// middleware, never shown to the caller.
     pub detail: Option<Arc<str>>,
+    /// The v2 problem type's last three segments when the code alone does not say it
+    /// (`unkey/data/key_not_found`); see [`ApiError::problem_type`].
+    pub problem: Option<&'static str>,
+    /// The request field at fault (a dot path: `permissions.2.name`), for v2's `errors`.
+    pub field: Option<String>,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), headers: Vec::new(), close: false, detail: None }
+        Self {
+            code,
+            message: message.into(),
+            headers: Vec::new(),
+            close: false,
+            detail: None,
+            problem: None,
+            field: None,
+        }
+    }
+
+    /// The same error with the v2 problem type `problem` (see [`problems`]).
+    pub fn with_problem(mut self, problem: &'static str) -> Self {
+        self.problem = Some(problem);
+        self
+    }
+
+    /// The same error located at the request field `path` (a dot path).
+    pub fn at_field(mut self, path: impl Into<String>) -> Self {
+        self.field = Some(path.into());
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -85,16 +110,21 @@ impl fmt::Display for ApiError {
 
 impl From<ValidationError> for ApiError {
     fn from(e: ValidationError) -> Self {
-        Self::bad_request(e.to_string())
+        let field = (!e.path.is_empty()).then(|| e.path.clone());
+        Self { field, ..Self::bad_request(e.to_string()) }
     }
 }
 
 impl From<RbacError> for ApiError {
     fn from(e: RbacError) -> Self {
-        match e.code() {
-            ErrorCode::InternalServerError => Self::internal(e),
-            ErrorCode::ServiceUnavailable => Self::unavailable(e),
-            code => Self::new(code, e.to_string()),
+        match (e.code(), e) {
+            (ErrorCode::InternalServerError, e) => Self::internal(e),
+            (ErrorCode::ServiceUnavailable, e) => Self::unavailable(e),
+            (_, RbacError::Invalid(v)) => v.into(),
+            (code, e) => {
+                let problem = e.resource().map(|r| problems::of_resource(code, r));
+                Self { problem: problem.flatten(), ..Self::new(code, e.to_string()) }
+            }
         }
     }
 }
@@ -104,6 +134,55 @@ impl From<StoreError> for ApiError {
         match e.code() {
             ErrorCode::ServiceUnavailable => Self::unavailable(e),
             code => Self::new(code, e.to_string()),
+        }
+    }
+}
+
+/// The v2 problem types (API-v2.md §1.1): the last three segments of `type`, where the
+/// code alone does not give them.
+pub mod problems {
+    use keygate_domain::ErrorCode;
+    use keygate_rbac::Resource;
+
+    pub const BODY_UNREADABLE: &str = "user/bad_request/request_body_unreadable";
+    pub const AUTH_MISSING: &str = "unkey/authentication/missing";
+    pub const AUTH_MALFORMED: &str = "unkey/authentication/malformed";
+    pub const QUERY_SYNTAX: &str = "user/bad_request/permissions_query_syntax_error";
+    pub const NOT_SUPPORTED: &str = "keygate/application/not_supported";
+
+    /// The type of a 404 or 409 about `r`.
+    pub fn of_resource(code: ErrorCode, r: Resource) -> Option<&'static str> {
+        Some(match (code, r) {
+            (ErrorCode::NotFound, Resource::Key) => "unkey/data/key_not_found",
+            (ErrorCode::NotFound, Resource::Permission) => "unkey/data/permission_not_found",
+            (ErrorCode::NotFound, Resource::Role) => "unkey/data/role_not_found",
+            (ErrorCode::NotFound, Resource::Namespace) => "unkey/data/ratelimit_namespace_not_found",
+            (ErrorCode::NotFound, Resource::Override) => "unkey/data/ratelimit_override_not_found",
+            (ErrorCode::NotFound, Resource::Workspace) => "unkey/data/workspace_not_found",
+            (ErrorCode::NotFound, Resource::RootKey) => "unkey/data/root_key_not_found",
+            (ErrorCode::Conflict, Resource::Permission) => "unkey/data/permission_already_exists",
+            (ErrorCode::Conflict, Resource::Role) => "unkey/data/role_already_exists",
+            _ => return None,
+        })
+    }
+
+    /// The type that goes with the code when nothing more precise was set.
+    pub const fn of_code(code: ErrorCode) -> &'static str {
+        match code {
+            ErrorCode::BadRequest => "unkey/application/invalid_input",
+            ErrorCode::Unauthorized => "unkey/authentication/key_not_found",
+            ErrorCode::Forbidden => "unkey/authorization/forbidden",
+            ErrorCode::InsufficientPermissions => "unkey/authorization/insufficient_permissions",
+            ErrorCode::NotFound => NOT_SUPPORTED,
+            ErrorCode::MethodNotAllowed => "keygate/application/method_not_allowed",
+            ErrorCode::Conflict => "unkey/data/conflict",
+            ErrorCode::RequestTimeout => "user/bad_request/request_timeout",
+            ErrorCode::PayloadTooLarge => "user/bad_request/request_body_too_large",
+            ErrorCode::UnsupportedMediaType => "keygate/application/unsupported_media_type",
+            ErrorCode::PreconditionFailed => "unkey/application/precondition_failed",
+            ErrorCode::TooManyRequests => "user/too_many_requests/workspace_rate_limited",
+            ErrorCode::InternalServerError => "unkey/application/unexpected_error",
+            ErrorCode::ServiceUnavailable => "unkey/application/service_unavailable",
         }
     }
 }
@@ -128,6 +207,52 @@ impl ResponseError for ApiError {
 }
 
 impl ApiError {
+    /// v2's problem type: `<system>/<category>/<code>`.
+    pub fn problem_type(&self) -> &'static str {
+        self.problem.unwrap_or(problems::of_code(self.code))
+    }
+
+    /// v2's status: the code's, but 400 for a missing or malformed `Authorization` header
+    /// (v1: 401).
+    pub fn v2_status(&self) -> StatusCode {
+        match self.problem {
+            Some(problems::AUTH_MISSING | problems::AUTH_MALFORMED) => StatusCode::BAD_REQUEST,
+            _ => self.status_code(),
+        }
+    }
+
+    /// The v2 response (API-v2.md §1.1): `{meta:{requestId}, error:{title, detail, status,
+    /// type, errors?}}`, as `application/problem+json` when the client accepts it.
+    pub fn render_v2(&self, request_id: &str, docs_base: &str, problem_json: bool) -> HttpResponse {
+        let status = self.v2_status();
+        let mut error = serde_json::json!({
+            "title": title(self.code, status),
+            "detail": self.message,
+            "status": status.as_u16(),
+            "type": format!("{docs_base}/errors/{}", self.problem_type()),
+        });
+        if matches!(status.as_u16(), 400 | 413) {
+            let errors = match &self.field {
+                Some(path) => serde_json::json!([{ "location": location(path), "message": self.message }]),
+                None => serde_json::json!([]),
+            };
+            error["errors"] = errors;
+        }
+        let body = serde_json::json!({ "meta": { "requestId": request_id }, "error": error });
+        let mut res = HttpResponse::build(status);
+        res.insert_header((REQUEST_ID_HEADER, request_id));
+        if self.close {
+            res.force_close();
+        }
+        for (name, value) in &self.headers {
+            if let (Ok(n), Ok(v)) = (HeaderName::try_from(*name), HeaderValue::try_from(value.as_str())) {
+                res.insert_header((n, v));
+            }
+        }
+        let content_type = if problem_json { "application/problem+json" } else { "application/json" };
+        res.content_type(content_type).body(body.to_string())
+    }
+
     /// The response: status, the contract's JSON body, `Unkey-Request-Id`, and the
     /// headers that go with the code.
     pub fn render(&self, request_id: &str, docs_base: &str) -> HttpResponse {
@@ -152,6 +277,36 @@ impl ApiError {
         }
         res.json(body)
     }
+}
+
+/// v2's `title` of a status (`Insufficient Permissions` for a 403 about permissions).
+fn title(code: ErrorCode, status: StatusCode) -> &'static str {
+    match (code, status.as_u16()) {
+        (ErrorCode::InsufficientPermissions, _) => "Insufficient Permissions",
+        (_, 409) => "Conflicting Resource",
+        (_, 413) => "Request Entity Too Large",
+        (_, s) => StatusCode::from_u16(s).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error"),
+    }
+}
+
+/// v2's `location` of a field: `body` and its JSON path (`permissions.2.name` ->
+/// `body.permissions[2].name`).
+fn location(dot_path: &str) -> String {
+    let mut out = String::from("body");
+    if dot_path == "body" {
+        return out;
+    }
+    for part in dot_path.split('.') {
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            out.push('[');
+            out.push_str(part);
+            out.push(']');
+        } else {
+            out.push('.');
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{keys, overrides, permissions, ratelimit, system};
+use crate::handlers::{keys, overrides, permissions, ratelimit, system, v2};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
@@ -24,6 +24,8 @@ macro_rules! route_table {
 route_table! {
     "/v1/ratelimits.limit" ["POST"] => ratelimit::limit,
     "/v1/keys.verifyKey" ["POST"] => keys::verify_key,
+    "/v2/ratelimit.limit" ["POST"] => v2::ratelimit::limit,
+    "/v2/keys.verifyKey" ["POST"] => v2::keys::verify_key,
     "/v1/ratelimits.setOverride" ["POST"] => overrides::set_override,
     "/v1/ratelimits.getOverride" ["GET"] => overrides::get_override,
     "/v1/ratelimits.listOverrides" ["GET"] => overrides::list_overrides,
@@ -49,6 +51,31 @@ route_table! {
     "/v1/permissions.setRolePermissions" ["POST"] => permissions::set_role_permissions,
     "/v1/permissions.removePermissionsFromRole" ["POST"] => permissions::remove_permissions_from_role,
     "/v1/liveness" ["GET"] => system::liveness,
+    "/v2/ratelimit.multiLimit" ["POST"] => v2::ratelimit::multi_limit,
+    "/v2/ratelimit.setOverride" ["POST"] => v2::overrides::set_override,
+    "/v2/ratelimit.getOverride" ["POST"] => v2::overrides::get_override,
+    "/v2/ratelimit.listOverrides" ["POST"] => v2::overrides::list_overrides,
+    "/v2/ratelimit.deleteOverride" ["POST"] => v2::overrides::delete_override,
+    "/v2/keys.createKey" ["POST"] => v2::keys::create_key,
+    "/v2/keys.getKey" ["POST"] => v2::keys::get_key,
+    "/v2/keys.whoami" ["POST"] => v2::keys::whoami,
+    "/v2/keys.deleteKey" ["POST"] => v2::keys::delete_key,
+    "/v2/keys.setPermissions" ["POST"] => v2::keys::set_permissions,
+    "/v2/keys.addPermissions" ["POST"] => v2::keys::add_permissions,
+    "/v2/keys.removePermissions" ["POST"] => v2::keys::remove_permissions,
+    "/v2/keys.setRoles" ["POST"] => v2::keys::set_roles,
+    "/v2/keys.addRoles" ["POST"] => v2::keys::add_roles,
+    "/v2/keys.removeRoles" ["POST"] => v2::keys::remove_roles,
+    "/v2/permissions.createPermission" ["POST"] => v2::permissions::create_permission,
+    "/v2/permissions.getPermission" ["POST"] => v2::permissions::get_permission,
+    "/v2/permissions.listPermissions" ["POST"] => v2::permissions::list_permissions,
+    "/v2/permissions.deletePermission" ["POST"] => v2::permissions::delete_permission,
+    "/v2/permissions.createRole" ["POST"] => v2::permissions::create_role,
+    "/v2/permissions.getRole" ["POST"] => v2::permissions::get_role,
+    "/v2/permissions.listRoles" ["POST"] => v2::permissions::list_roles,
+    "/v2/permissions.deleteRole" ["POST"] => v2::permissions::delete_role,
+    "/v2/permissions.setRolePermissions" ["POST"] => v2::permissions::set_role_permissions,
+    "/v2/liveness" ["GET"] => v2::liveness,
     "/docs/errors" ["GET"] => system::error_docs,
     "/openapi.json" ["GET"] => system::openapi,
 }

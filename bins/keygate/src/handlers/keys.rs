@@ -42,7 +42,7 @@ impl From<PermissionRef> for EntityRef {
             (Some(slug), _) => (Some(slug), "slug"),
             (None, name) => (name, "name"),
         };
-        EntityRef { id: r.id, name, create: r.create, name_field }
+        EntityRef { id: r.id, name, create: r.create, name_field, or_id: false }
     }
 }
 
@@ -63,7 +63,7 @@ pub(crate) struct RoleRef {
 
 impl From<RoleRef> for EntityRef {
     fn from(r: RoleRef) -> Self {
-        EntityRef { id: r.id, name: r.name, create: r.create, name_field: "name" }
+        EntityRef { id: r.id, name: r.name, create: r.create, name_field: "name", or_id: false }
     }
 }
 
@@ -217,6 +217,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         enabled: body.enabled.unwrap_or(true),
         permissions: body.permissions.unwrap_or_default(),
         roles: body.roles.unwrap_or_default(),
+        byte_length: None,
     };
     let (key, secret) = call.run(|rbac, principal, _| rbac.create_key_as(principal, new)).await?;
     Ok(HttpResponse::Ok().json(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
@@ -342,6 +343,7 @@ fn scope<'a>(caller: &'a Option<Arc<Principal>>, body: &'a VerifyKeyBody) -> Ver
     VerifyScope {
         workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
         api_id: body.api_id.as_deref(),
+        access: None,
     }
 }
 

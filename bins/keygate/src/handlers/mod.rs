@@ -6,6 +6,7 @@ pub mod overrides;
 pub mod permissions;
 pub mod ratelimit;
 pub mod system;
+pub mod v2;
 
 /// `{}`: the answer of an operation that returns nothing (Unkey's shape).
 fn empty() -> actix_web::HttpResponse {

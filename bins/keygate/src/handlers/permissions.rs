@@ -6,7 +6,7 @@ use super::keys::{LinkBody, PermissionRef, link};
 use crate::error::ApiError;
 use crate::http::{Authed, Json, Query};
 use actix_web::HttpResponse;
-use keygate_rbac::{Entity, EntityKind, EntityRef, RbacService, RoleView};
+use keygate_rbac::{Entity, EntityKind, EntityRef, NewEntity, RbacService, RoleView};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
@@ -45,7 +45,13 @@ impl From<RoleView> for RoleResponse {
 async fn create(call: Authed<Json<CreateBody>>, kind: EntityKind) -> Result<String, ApiError> {
     let created = call
         .run(move |rbac, principal, Json(body)| {
-            rbac.create_entity(principal, kind, &body.name, body.description)
+            let new = NewEntity {
+                name: body.name,
+                name_field: "name",
+                description: body.description,
+                ..NewEntity::default()
+            };
+            rbac.create_entity(principal, kind, new)
         })
         .await?;
     Ok(created.id)

@@ -126,14 +126,25 @@ fn limit_response(d: &Decision) -> String {
 
 pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
     let Authed { principal, input: JsonBytes(bytes), state } = call;
-    let state = &state;
     let body: LimitBody<'_> = parse_json(&bytes)?;
     let v = body.validate()?;
-    let namespace_id = match state.rbac.namespace_cached(&principal, &v.namespace) {
+    let (d, _) = decide(&state, &principal, &v).await?;
+    Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
+}
+
+/// One decision for a validated request, v1's or v2's: the namespace (a name, or the id
+/// of an existing namespace) resolved from the cache or the store, the override that
+/// applies, then the decision in the rate-limit store. Answers the override applied too.
+pub(crate) async fn decide(
+    state: &web::Data<AppState>,
+    principal: &Arc<Principal>,
+    v: &ValidLimit<'_>,
+) -> Result<(Decision, Option<Effective>), ApiError> {
+    let namespace_id = match state.rbac.namespace_cached(principal, &v.namespace) {
         Some(found) => found?,
         None => {
             let _turn = state.loads.enter(&*v.namespace).await;
-            match state.rbac.namespace_cached(&principal, &v.namespace) {
+            match state.rbac.namespace_cached(principal, &v.namespace) {
                 Some(found) => found?,
                 None => {
                     let (state, principal, name) =
@@ -149,32 +160,32 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
         Some(redis) => {
             // `async: true` (§5.8): from this instance's state when it knows the budget's
             // window (the store's `deferred.rs`; the over-admission bound is in api.md).
-            let req = with_override(v.request, overrides.0);
+            let req = with_override(v.request, overrides.0.as_ref());
             let key =
                 BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };
             match v.is_async.then(|| redis.limit_async(key, req, now)).flatten() {
-                Some(d) => d,
+                Some(d) => (d, overrides.0),
                 None => {
                     let at = Budget { namespace_id: &namespace_id, identifier: &v.identifier, now };
-                    decide_in_redis(state, redis, &principal, at, v.request, overrides).await?
+                    decide_in_redis(state, redis, principal, at, v.request, overrides).await?
                 }
             }
         }
         None => {
             // The in-process store: inline, it never finds overrides stale; `async` changes
             // nothing (one instance: exact either way).
-            let req = with_override(v.request, overrides.0);
+            let req = with_override(v.request, overrides.0.as_ref());
             let key =
                 BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };
-            state.limiter.limit(key, req, now)?
+            (state.limiter.limit(key, req, now)?, overrides.0)
         }
     };
-    Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
+    Ok(d)
 }
 
 /// The override for `identifier` and the overrides epoch it was read under: from the
 /// cache (a due refresh runs in the background), else read once per namespace at a time.
-async fn cached_overrides(
+pub(crate) async fn cached_overrides(
     state: &web::Data<AppState>,
     namespace_id: &Arc<String>,
     identifier: &str,
@@ -195,7 +206,7 @@ async fn cached_overrides(
 }
 
 /// How often a decision is retried when the namespace's overrides keep changing under it.
-const STALE_OVERRIDES_RETRIES: usize = 3;
+pub(crate) const STALE_OVERRIDES_RETRIES: usize = 3;
 
 /// Which budget a decision is for, and when.
 #[derive(Debug, Clone, Copy)]
@@ -221,7 +232,7 @@ async fn decide_in_redis(
     at: Budget<'_>,
     request: LimitRequest,
     mut overrides: (Option<Effective>, u64),
-) -> Result<Decision, ApiError> {
+) -> Result<(Decision, Option<Effective>), ApiError> {
     let mut guard = match principal.tag() {
         Some(tag) if tag.source > SOURCE_STORE => Some(tag),
         // Loaded while Redis's counters could not be read: checked against the database's.
@@ -230,7 +241,7 @@ async fn decide_in_redis(
     };
     let mut stale = 0;
     loop {
-        let req = with_override(request, overrides.0);
+        let req = with_override(request, overrides.0.as_ref());
         let key =
             BudgetKey { namespace_id: at.namespace_id, identifier: at.identifier, duration: req.duration };
         // Overrides changing faster than they can be read: decide with the latest read.
@@ -241,7 +252,7 @@ async fn decide_in_redis(
             value: tag.values[0],
         });
         match redis.limit_batched(key, req, at.now, epoch, counter_guard).await {
-            Ok(Checked::Decided(d)) => return Ok(d),
+            Ok(Checked::Decided(d)) => return Ok((d, overrides.0)),
             Ok(Checked::StaleOverrides) => {
                 stale += 1;
                 let (st, ns, id) = (state.clone(), at.namespace_id.clone(), at.identifier.to_string());
@@ -251,7 +262,7 @@ async fn decide_in_redis(
                 return_if_revoked(state, principal).await?;
                 guard = None;
             }
-            Err(e) if state.fail_open => return Ok(pass_failing_open(key, req, at.now, &e)),
+            Err(e) if state.fail_open => return Ok((pass_failing_open(key, req, at.now, &e), overrides.0)),
             Err(e) => return Err(e.into()),
         }
     }
@@ -273,7 +284,7 @@ fn refresh_overrides(state: &AppState, namespace_id: &str) -> Result<(), ApiErro
 /// Reads the namespace's overrides into the cache (blocking I/O). The epoch is read first:
 /// a change committed after that read bumps it after its commit, so the pair is never
 /// newer-epoch-with-older-overrides.
-fn load_overrides(
+pub(crate) fn load_overrides(
     state: &AppState,
     namespace_id: &str,
     identifier: &str,
@@ -283,7 +294,7 @@ fn load_overrides(
 }
 
 /// The request with the override (if any) replacing its limit and duration (§5.6).
-fn with_override(mut request: LimitRequest, found: Option<Effective>) -> LimitRequest {
+pub(crate) fn with_override(mut request: LimitRequest, found: Option<&Effective>) -> LimitRequest {
     if let Some(o) = found {
         request.limit = o.limit;
         request.duration = o.duration;

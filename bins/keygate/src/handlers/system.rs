@@ -50,7 +50,15 @@ pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(include_str!("../../../../docs/openapi.json"))
 }
 
+/// Any path not served: 404 (for a `/v2` path, v2's `not_supported`, API-v2.md §8).
 pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    if crate::http::is_v2(req.path()) {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("{} {} is not supported by keygate", req.method(), req.path()),
+        )
+        .with_problem(crate::error::problems::NOT_SUPPORTED));
+    }
     Err(ApiError::new(ErrorCode::NotFound, format!("no route {} {}", req.method(), req.path())))
 }
 

@@ -1,7 +1,7 @@
 //! Authentication: the bearer root key, from the cache inline or the store off-thread.
 
 use super::blocking::{blocking, in_background};
-use crate::error::ApiError;
+use crate::error::{ApiError, problems};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{HttpRequest, web};
@@ -12,6 +12,7 @@ use std::sync::Arc;
 fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
     let value = req.headers().get(header::AUTHORIZATION).ok_or_else(|| {
         ApiError::unauthorized("the Authorization header is missing; send Authorization: Bearer <root key>")
+            .with_problem(problems::AUTH_MISSING)
     })?;
     // Bytes first (every request passes here): the scheme and the spaces are ASCII, and
     // only the token needs to be text, ASCII like every root key.
@@ -21,11 +22,13 @@ fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
         None => (value, &[][..]),
     };
     if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
-        return Err(ApiError::unauthorized("the Authorization header must be Bearer <root key>"));
+        return Err(ApiError::unauthorized("the Authorization header must be Bearer <root key>")
+            .with_problem(problems::AUTH_MALFORMED));
     }
     match std::str::from_utf8(token) {
         Ok(token) if token.is_ascii() => Ok(token),
-        _ => Err(ApiError::unauthorized("the Authorization header is not valid text")),
+        _ => Err(ApiError::unauthorized("the Authorization header is not valid text")
+            .with_problem(problems::AUTH_MALFORMED)),
     }
 }
 

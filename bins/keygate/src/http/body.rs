@@ -1,7 +1,7 @@
 //! Bodies and queries: the contract's checks (413, 415, 400 with dot paths), the time
 //! limit on a body, NUL refused in every string.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, problems};
 use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::header;
@@ -218,16 +218,21 @@ pub(crate) fn integer(path: &str, n: &Number, min: u64) -> Result<u64, Validatio
 
 /// Parses a JSON body into `T`, locating errors by dot path.
 pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    parse_json_as(body, b'{')
+}
+
+/// Parses a JSON body that must be an object (`open` = `{`) or an array (`[`) into `T`.
+pub fn parse_json_as<'a, T: Deserialize<'a>>(body: &'a [u8], open: u8) -> Result<T, ApiError> {
+    let unreadable = |msg: &str| ApiError::bad_request(msg).with_problem(problems::BODY_UNREADABLE);
+    let shape = if open == b'[' { "a JSON array" } else { "a JSON object" };
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        None => {
-            return Err(ApiError::bad_request("the body is empty; a JSON object is expected"));
-        }
-        // serde would read a struct from an array too; every body here is an object.
-        Some(b'{') => {}
+        None => return Err(unreadable(&format!("the body is empty; {shape} is expected"))),
+        // serde would read a struct from an array too; the shape is checked first.
+        Some(&b) if b == open => {}
         Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() => {
-            return Err(ApiError::bad_request("malformed JSON: the body is not valid JSON"));
+            return Err(unreadable("malformed JSON: the body is not valid JSON"));
         }
-        Some(_) => return Err(ApiError::bad_request("body: must be a JSON object")),
+        Some(_) => return Err(ApiError::bad_request(format!("body: must be {shape}")).at_field("body")),
     }
     // The fast path parses plainly; only a failure is parsed again with path tracking, to
     // say where the problem is.
@@ -237,7 +242,8 @@ pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError>
     if has_nul_escape(body)
         && let Some(path) = nul_path(body)
     {
-        return Err(ApiError::bad_request(format!("{path}: must not contain NUL (\\u0000) characters")));
+        let msg = format!("{path}: must not contain NUL (\\u0000) characters");
+        return Err(ApiError::bad_request(msg).at_field(path));
     }
     Ok(value)
 }
@@ -281,20 +287,21 @@ fn nul_path(body: &[u8]) -> Option<String> {
 fn locate_error<'a, T: Deserialize<'a>>(body: &'a [u8]) -> ApiError {
     let de = &mut serde_json::Deserializer::from_slice(body);
     let Err(e) = serde_path_to_error::deserialize::<_, T>(de) else {
-        return ApiError::bad_request("malformed JSON");
+        return ApiError::bad_request("malformed JSON").with_problem(problems::BODY_UNREADABLE);
     };
     let path = dot_path(e.path());
     let inner = e.into_inner();
     if inner.is_syntax() || inner.is_eof() {
-        return ApiError::bad_request(format!("malformed JSON: {inner}"));
+        return ApiError::bad_request(format!("malformed JSON: {inner}"))
+            .with_problem(problems::BODY_UNREADABLE);
     }
     let text = strip_position(&inner.to_string());
     if let Some(field) = text.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
         let full = if path.is_empty() { field.to_string() } else { format!("{path}.{field}") };
-        return ApiError::bad_request(format!("{full}: is required"));
+        return ApiError::bad_request(format!("{full}: is required")).at_field(full);
     }
     let path = if path.is_empty() { "body".to_string() } else { path };
-    ApiError::bad_request(format!("{path}: {text}"))
+    ApiError::bad_request(format!("{path}: {text}")).at_field(path)
 }
 
 fn dot_path(path: &serde_path_to_error::Path) -> String {

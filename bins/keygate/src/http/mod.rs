@@ -10,6 +10,6 @@ mod extract;
 mod request_id;
 
 pub(crate) use blocking::{blocking, in_background};
-pub(crate) use body::{integer, parse_json};
+pub(crate) use body::{integer, parse_json, parse_json_as};
 pub(crate) use extract::{Authed, Json, JsonBytes, Query, QueryOrJson};
-pub(crate) use request_id::RequestId;
+pub(crate) use request_id::{RequestId, is_v2};

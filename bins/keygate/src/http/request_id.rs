@@ -92,7 +92,10 @@ fn finish(
         err.log_detail(&id);
         let state = res.request().app_data::<web::Data<AppState>>().cloned();
         let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
-        let rendered = err.render(&id, docs_base);
+        let rendered = match is_v2(res.request().path()) {
+            true => err.render_v2(&id, docs_base, accepts_problem_json(res.request())),
+            false => err.render(&id, docs_base),
+        };
         return Ok(res.into_response(rendered));
     }
     // A handler whose body carries the id (keys.verifyKey) has set the header already.
@@ -102,4 +105,20 @@ fn finish(
         res.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(res)
+}
+
+/// Whether a path belongs to the v2 API (its errors are v2 problem bodies).
+pub fn is_v2(path: &str) -> bool {
+    path == "/v2" || path.starts_with("/v2/")
+}
+
+/// Whether the client's `Accept` lists `application/problem+json`, `application/*` or
+/// `*/*` (API-v2.md §1.1): v2 errors are then `application/problem+json`.
+fn accepts_problem_json(req: &actix_web::HttpRequest) -> bool {
+    req.headers().get_all(actix_web::http::header::ACCEPT).any(|v| {
+        v.to_str().unwrap_or_default().split(',').any(|item| {
+            let media = item.split(';').next().unwrap_or_default().trim();
+            ["application/problem+json", "application/*", "*/*"].iter().any(|m| media.eq_ignore_ascii_case(m))
+        })
+    })
 }

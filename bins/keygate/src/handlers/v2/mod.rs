@@ -1,0 +1,127 @@
+//! The v2 API (API-v2.md): a second set of thin handlers over the same services,
+//! extractors and error mapping as v1, one file per resource. What differs is the wire:
+//! the `{meta, data}` envelope written here, the problem-style errors (rendered from the
+//! same `ApiError` by the request-id middleware for every `/v2` path), plain-string
+//! references and cursor pagination.
+
+pub mod keys;
+pub mod overrides;
+pub mod permissions;
+pub mod ratelimit;
+
+use crate::error::{ApiError, REQUEST_ID_HEADER, problems};
+use actix_web::HttpResponse;
+use keygate_domain::{IdPrefix, ValidationError, check_len, new_id};
+use keygate_rbac::Page;
+use serde::Serialize;
+use serde_json::{Number, Value};
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta<'a> {
+    request_id: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Pagination<'a> {
+    has_more: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a, T> {
+    meta: Meta<'a>,
+    data: T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pagination: Option<Pagination<'a>>,
+}
+
+fn respond<T: Serialize>(data: T, pagination: Option<Pagination<'_>>) -> HttpResponse {
+    let id = new_id(IdPrefix::Request);
+    let body = Envelope { meta: Meta { request_id: &id }, data, pagination };
+    HttpResponse::Ok().insert_header((REQUEST_ID_HEADER, id.as_str())).json(body)
+}
+
+/// `GET /v2/liveness`: no authentication; 200 while the process serves.
+pub async fn liveness() -> HttpResponse {
+    ok(serde_json::json!({ "message": "OK" }))
+}
+
+/// 200 `{"meta":{"requestId"},"data":...}` with the same id in `Unkey-Request-Id`.
+pub(crate) fn ok<T: Serialize>(data: T) -> HttpResponse {
+    respond(data, None)
+}
+
+/// `"data":{}`: an operation that answers nothing.
+pub(crate) fn ok_empty() -> HttpResponse {
+    ok(serde_json::json!({}))
+}
+
+/// A page of a list: the items, and `pagination` with the cursor of the next page.
+pub(crate) fn ok_page<T, U: Serialize>(page: Page<T>, item: impl FnMut(T) -> U) -> HttpResponse {
+    let cursor = page.next.as_deref().map(encode_cursor);
+    let items: Vec<U> = page.items.into_iter().map(item).collect();
+    respond(items, Some(Pagination { has_more: cursor.is_some(), cursor: cursor.as_deref() }))
+}
+
+/// Cursors are the sort key of the last item given, after a version tag: opaque to
+/// clients, at most 1024 characters (keys are at most 512).
+const CURSOR_TAG: &str = "kgc1:";
+
+fn encode_cursor(after: &str) -> String {
+    format!("{CURSOR_TAG}{after}")
+}
+
+/// The sort key a `cursor` continues after (400 when it is not one of ours).
+pub(crate) fn decode_cursor(cursor: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(c) = cursor else { return Ok(None) };
+    let bad = || ApiError::from(ValidationError::new("cursor", "is not a cursor this API gave"));
+    check_len("cursor", c, 1024)?;
+    match c.strip_prefix(CURSOR_TAG) {
+        Some(after) if !after.is_empty() => Ok(Some(after.to_string())),
+        _ => Err(bad()),
+    }
+}
+
+/// `limit` of a list operation: 1–100, `default` when absent.
+pub(crate) fn page_limit(limit: &Option<Number>, default: u64) -> Result<usize, ApiError> {
+    let n = match limit {
+        Some(n) => crate::http::integer("limit", n, 1)?,
+        None => default,
+    };
+    if n > 100 {
+        return Err(ValidationError::new("limit", "must be <= 100").into());
+    }
+    Ok(n as usize)
+}
+
+/// 400 `not_supported` for a field of a feature keygate lacks, when it is given (not
+/// absent or null).
+pub(crate) fn unsupported(fields: &[(&str, &Option<Value>)]) -> Result<(), ApiError> {
+    match fields.iter().find(|(_, v)| v.as_ref().is_some_and(|v| !v.is_null())) {
+        Some((name, _)) => Err(ApiError::bad_request(format!(
+            "{name}: keygate does not support this feature (API-v2.md); leave the field out"
+        ))
+        .with_problem(problems::NOT_SUPPORTED)
+        .at_field(*name)),
+        None => Ok(()),
+    }
+}
+
+/// `1 <= chars <= max` for an optional string.
+pub(crate) fn check_opt_len(path: &str, value: &Option<String>, max: usize) -> Result<(), ApiError> {
+    match value {
+        Some(v) => Ok(check_len(path, v, max)?),
+        None => Ok(()),
+    }
+}
+
+/// At most `max` entries in a list.
+pub(crate) fn check_count<T>(path: &str, list: &[T], max: usize) -> Result<(), ApiError> {
+    if list.len() > max {
+        return Err(ValidationError::new(path, format!("at most {max} entries")).into());
+    }
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! Every v2 route (API-v2.md §1): unknown paths, methods, authentication and the
+//! permission each one needs, in the order of §1, with v2's problem bodies.
+#![allow(clippy::unwrap_used)]
+
+use keygate::routes::ROUTES;
+use keygate_tests::TestServer;
+use serde_json::{Value, json};
+
+/// The permissions a root key needs for each authenticated v2 route (all of them; the
+/// test takes each away in turn), and a body that otherwise succeeds. Earlier cases set
+/// up what later ones use: the route table's order.
+fn needs(path: &str, key: &str, spare: &str) -> Option<(&'static [&'static str], Value)> {
+    const UPDATE: &str = "api.*.update_key";
+    Some(match path {
+        "/v2/ratelimit.limit" => (
+            &["ratelimit.*.limit"][..],
+            json!({"namespace": "n", "identifier": "i", "limit": 1, "duration": 1000}),
+        ),
+        "/v2/keys.verifyKey" => (&["api.*.verify_key"][..], json!({"key": "unknown"})),
+        "/v2/ratelimit.multiLimit" => (
+            &["ratelimit.*.limit"][..],
+            json!([{"namespace": "n", "identifier": "j", "limit": 1, "duration": 1000}]),
+        ),
+        "/v2/ratelimit.setOverride" => (
+            &["ratelimit.*.set_override"][..],
+            json!({"namespace": "n", "identifier": "x", "limit": 1, "duration": 1000}),
+        ),
+        "/v2/ratelimit.getOverride" => {
+            (&["ratelimit.*.read_override"][..], json!({"namespace": "n", "identifier": "x"}))
+        }
+        "/v2/ratelimit.listOverrides" => (&["ratelimit.*.read_override"][..], json!({"namespace": "n"})),
+        "/v2/ratelimit.deleteOverride" => {
+            (&["ratelimit.*.delete_override"][..], json!({"namespace": "n", "identifier": "x"}))
+        }
+        "/v2/keys.createKey" => (&["api.*.create_key"][..], json!({"apiId": "api_1"})),
+        "/v2/keys.getKey" => (&["api.*.read_key"][..], json!({"keyId": key})),
+        "/v2/keys.whoami" => (&["api.*.read_key"][..], json!({"key": "unknown-secret"})),
+        "/v2/keys.deleteKey" => (&["api.*.delete_key"][..], json!({"keyId": spare})),
+        "/v2/keys.setPermissions" => (
+            &[UPDATE, "rbac.*.add_permission_to_key", "rbac.*.remove_permission_from_key"][..],
+            json!({"keyId": key, "permissions": ["p"]}),
+        ),
+        "/v2/keys.addPermissions" => {
+            (&[UPDATE, "rbac.*.add_permission_to_key"][..], json!({"keyId": key, "permissions": ["p"]}))
+        }
+        "/v2/keys.removePermissions" => {
+            (&[UPDATE, "rbac.*.remove_permission_from_key"][..], json!({"keyId": key, "permissions": ["p"]}))
+        }
+        "/v2/keys.setRoles" => (
+            &[UPDATE, "rbac.*.add_role_to_key", "rbac.*.remove_role_from_key"][..],
+            json!({"keyId": key, "roles": ["r"]}),
+        ),
+        "/v2/keys.addRoles" => {
+            (&[UPDATE, "rbac.*.add_role_to_key"][..], json!({"keyId": key, "roles": ["r"]}))
+        }
+        "/v2/keys.removeRoles" => {
+            (&[UPDATE, "rbac.*.remove_role_from_key"][..], json!({"keyId": key, "roles": ["r"]}))
+        }
+        "/v2/permissions.createPermission" => {
+            (&["rbac.*.create_permission"][..], json!({"name": "P", "slug": "p.new"}))
+        }
+        "/v2/permissions.getPermission" => (&["rbac.*.read_permission"][..], json!({"permission": "p"})),
+        "/v2/permissions.listPermissions" => (&["rbac.*.read_permission"][..], json!({})),
+        "/v2/permissions.deletePermission" => {
+            (&["rbac.*.delete_permission"][..], json!({"permission": "p.new"}))
+        }
+        "/v2/permissions.createRole" => (&["rbac.*.create_role"][..], json!({"name": "role.new"})),
+        "/v2/permissions.getRole" => (&["rbac.*.read_role"][..], json!({"role": "r"})),
+        "/v2/permissions.listRoles" => (&["rbac.*.read_role"][..], json!({})),
+        "/v2/permissions.deleteRole" => (&["rbac.*.delete_role"][..], json!({"role": "role.new"})),
+        "/v2/permissions.setRolePermissions" => (
+            &["rbac.*.add_permission_to_role", "rbac.*.remove_permission_from_role"][..],
+            json!({"role": "r", "permissions": ["p"]}),
+        ),
+        _ => return None,
+    })
+}
+
+#[test]
+fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
+    let s = TestServer::start();
+    let (key, spare) = (s.create_key(), s.create_key());
+    s.v2("permissions.createRole", &json!({"name": "r"})).data();
+    s.v2("permissions.createPermission", &json!({"name": "p", "slug": "p"})).data();
+    let all: Vec<&str> = ROUTES
+        .iter()
+        .filter_map(|(p, _)| needs(p, &key, &spare))
+        .flat_map(|(perms, _)| perms.iter().copied())
+        .chain(["ratelimit.*.create_namespace", "rbac.*.create_permission"])
+        .collect();
+    let mut checked = 0;
+    for (path, allowed) in ROUTES.iter().filter(|(p, _)| p.starts_with("/v2/")) {
+        let allow = allowed.join(", ").replace("GET", "GET, HEAD");
+        for m in ["GET", "PUT", "DELETE", "PATCH", "POST"].iter().filter(|m| !allow.contains(*m)) {
+            let r = s.request(s.client.request(m.parse().unwrap(), s.url(path)));
+            r.assert_problem(405, "keygate/application/method_not_allowed");
+            assert_eq!(r.header("allow"), Some(allow.as_str()), "{m} {path}");
+        }
+        let Some((perms, body)) = needs(path, &key, &spare) else {
+            assert_eq!(*path, "/v2/liveness", "{path} needs a case here");
+            let r = s.request(s.client.get(s.url(path)));
+            assert_eq!(r.data(), &json!({"message": "OK"}));
+            continue;
+        };
+        // Authentication before the body, whatever the body.
+        s.post_raw(path, None, "not json").assert_problem(400, "unkey/authentication/missing");
+        let basic = s.request(s.client.post(s.url(path)).header("authorization", "Basic abc").body("{}"));
+        basic.assert_problem(400, "unkey/authentication/malformed");
+        s.post_raw(path, Some("kg_unknown_root_key"), "not json")
+            .assert_problem(401, "unkey/authentication/key_not_found");
+        // Then the body, then the permissions.
+        s.post_raw(path, Some(&s.root_key), "{nope")
+            .assert_problem(400, "user/bad_request/request_body_unreadable");
+        for missing in perms.iter() {
+            let others: Vec<&str> = all.iter().copied().filter(|p| p != missing).collect();
+            let r = s.post_as(&s.root_key_with(&others), path, &body);
+            let detail = r.assert_problem(403, "unkey/authorization/insufficient_permissions");
+            assert!(detail.contains(missing), "{path}: {detail}");
+            for other in others.iter().filter(|o| !perms.contains(o)) {
+                assert!(!detail.contains(other), "{path} names only what is missing: {detail}");
+            }
+        }
+        let r = s.post_as(&s.root_key_with(&all), path, &body);
+        assert!(r.status == 200 || r.status == 404, "{path}: {}", r.text);
+        if r.status == 404 {
+            assert!(matches!(*path, "/v2/keys.whoami"), "{path}: {}", r.text);
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 26, "every authenticated v2 route was checked");
+}
+
+#[test]
+fn unknown_v2_paths_are_not_supported_before_authentication() {
+    let s = TestServer::start();
+    for path in
+        ["/v2/apis.createApi", "/v2/identities.createIdentity", "/v2/keys.updateKey", "/v2", "/v2/nope"]
+    {
+        let r = s.post_raw(path, None, "x");
+        let detail = r.assert_problem(404, "keygate/application/not_supported");
+        assert!(detail.contains(path), "{detail}");
+    }
+}
+
+#[test]
+fn errors_are_problem_json_when_the_client_accepts_it() {
+    let s = TestServer::start();
+    // (The test client sends `Accept: */*` when told nothing, as curl does.)
+    let send = |accept: &str| {
+        let req = s.client.post(s.url("/v2/keys.getKey")).header("content-type", "application/json");
+        s.request(req.header("accept", accept).body("{}"))
+    };
+    for (accept, expected) in [
+        ("application/json", "application/json"),
+        ("text/html", "application/json"),
+        ("application/problem+json", "application/problem+json"),
+        ("text/html, application/*;q=0.8", "application/problem+json"),
+        ("*/*", "application/problem+json"),
+    ] {
+        let r = send(accept);
+        r.assert_problem(400, "unkey/authentication/missing");
+        assert_eq!(r.header("content-type"), Some(expected), "{accept:?}");
+    }
+}
