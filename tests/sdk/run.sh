@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Drives Unkey's published v1 SDKs (npm @unkey/api 0.38, @unkey/ratelimit 0.5, PyPI
-# unkey-py 0.10; versions pinned in package-lock.json and requirements.txt) against the
-# real keygate binary on the embedded default, and validates its /openapi.json with
-# openapi-spec-validator. Exits non-zero on any incompatibility.
+# unkey-py 0.10; versions pinned in package-lock.json and requirements.txt) and v2 SDKs
+# (npm @unkey/api 2.5.1, @unkey/ratelimit 2.1.4, PyPI unkey.py 3.2.2; pinned in v2/)
+# against the real keygate binary on the embedded default, and validates its
+# /openapi.json with openapi-spec-validator. Exits non-zero on any incompatibility.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../.. && pwd)
 
 cargo build -q -p keygate --manifest-path "$root/Cargo.toml"
 bin="$root/target/debug/keygate"
-npm ci --silent --no-audit --no-fund 2>&1 | grep -v 'Unknown user config' || true
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+for dir in . v2; do
+  (cd "$dir" && npm ci --silent --no-audit --no-fund 2>&1 | grep -v 'Unknown user config' || true)
+  [ -x "$dir/.venv/bin/python" ] || python3 -m venv "$dir/.venv"
+  "$dir/.venv/bin/pip" install -q --disable-pip-version-check -r "$dir/requirements.txt"
+done
 
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -30,3 +33,4 @@ export KEYGATE_KEY_ID
 
 node ts_sdk.mjs
 .venv/bin/python py_sdk.py
+(cd v2 && node ts_sdk.mjs && .venv/bin/python py_sdk.py)

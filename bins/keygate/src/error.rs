@@ -131,9 +131,12 @@ impl From<RbacError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        match e.code() {
-            ErrorCode::ServiceUnavailable => Self::unavailable(e),
-            code => Self::new(code, e.to_string()),
+        match e {
+            StoreError::Unavailable(_) => Self::unavailable(e),
+            // A multiLimit across a Redis Cluster's slots: a limit of this deployment.
+            StoreError::CannotAtomically(_) => {
+                Self::new(e.code(), e.to_string()).with_problem(problems::NOT_SUPPORTED)
+            }
         }
     }
 }

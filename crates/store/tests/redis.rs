@@ -561,3 +561,76 @@ fn tokens_passed_locally_reach_the_other_instances_within_a_sync_interval() {
     let d = b.limit(key(&ns, "u", 60_000), LimitRequest { cost: 0, limit: 100, ..req }, NOW).unwrap();
     assert_eq!(d.remaining, 100 - 11);
 }
+
+/// `limit_all` (v2's multiLimit) on one call's entries, as `(identifier, limit, cost)`.
+fn limit_all_of(
+    s: &dyn RateLimitStore,
+    ns: &Arc<String>,
+    entries: &[(&str, u64, u64)],
+    now: u64,
+) -> Result<Option<keygate_ratelimit::AllOrNothing>, keygate_ratelimit::StoreError> {
+    let all: Vec<_> = entries
+        .iter()
+        .map(|&(id, limit, cost)| (key(ns, id, 60_000), LimitRequest { limit, duration: 60_000, cost }))
+        .collect();
+    s.limit_all(&all, &[], now)
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn all_or_nothing_answers_what_the_in_process_store_answers() {
+    let redis = store(&redis_test_prefix());
+    let memory = MemoryStore::new();
+    let ns = Arc::new("rlns_multi".to_string());
+    // On a cluster every entry of a call must share a slot: one budget there.
+    let ids: &[&str] = if keygate_store::testing::redis_cluster() { &["a"] } else { &["a", "b", "ü"] };
+    let mut seed = 11u64;
+    let mut now = NOW;
+    for step in 0..500 {
+        let r = splitmix(&mut seed);
+        let n = 1 + (r % 4) as usize;
+        let entries: Vec<(&str, u64, u64)> = (0..n)
+            .map(|_| {
+                let x = splitmix(&mut seed);
+                (
+                    ids[(x % ids.len() as u64) as usize],
+                    1 + (x >> 8) % 9,
+                    [0, 1, 1, 2, 4][(x >> 16) as usize % 5],
+                )
+            })
+            .collect();
+        now += (r >> 32) % 2_000;
+        let expected = limit_all_of(&memory, &ns, &entries, now).unwrap().unwrap();
+        let got = limit_all_of(&redis, &ns, &entries, now).unwrap().unwrap();
+        assert_eq!(got, expected, "step {step}: {entries:?} at {now}");
+    }
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn all_or_nothing_checks_the_overrides_epochs_and_on_a_cluster_needs_one_slot() {
+    let redis = store(&redis_test_prefix());
+    let ns = Arc::new("rlns_multi_epoch".to_string());
+    let entry = [(key(&ns, "a", 60_000), LimitRequest { limit: 5, duration: 60_000, cost: 1 })];
+    let epoch = redis.overrides_epoch(&ns).unwrap();
+    assert!(redis.limit_all(&entry, &[(&ns, epoch)], NOW).unwrap().is_some());
+    redis.bump_overrides_epoch(&ns).unwrap();
+    assert_eq!(redis.limit_all(&entry, &[(&ns, epoch)], NOW).unwrap(), None, "a stale epoch decides nothing");
+    let now_used = |id: &str| {
+        redis.limit(key(&ns, id, 60_000), LimitRequest { limit: 5, duration: 60_000, cost: 0 }, NOW)
+    };
+    assert_eq!(now_used("a").unwrap().remaining, 4, "nothing was consumed by the stale call");
+    // Budgets in several slots: exact on one server; refused on a cluster, consuming nothing.
+    let spread: Vec<String> = (0..8).map(|i| format!("spread{i}")).collect();
+    let entries: Vec<(&str, u64, u64)> = spread.iter().map(|id| (id.as_str(), 5, 1)).collect();
+    match limit_all_of(&redis, &ns, &entries, NOW) {
+        Ok(Some(out)) => assert!(!keygate_store::testing::redis_cluster() && out.passed),
+        Err(keygate_ratelimit::StoreError::CannotAtomically(msg)) => {
+            assert!(keygate_store::testing::redis_cluster(), "{msg}");
+            for id in &spread {
+                assert_eq!(now_used(id).unwrap().remaining, 5, "{id}: nothing consumed");
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+}

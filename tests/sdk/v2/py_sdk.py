@@ -1,0 +1,134 @@
+"""unkey.py 3.2.2 (Unkey's v2 Python SDK) against keygate: every operation keygate serves,
+their typed errors included. Exits non-zero on any mismatch."""
+
+import os
+import time
+
+from unkey.py import Unkey, errors
+from unkey.py.utils import BackoffStrategy, RetryConfig
+
+server_url = os.environ["KEYGATE_URL"]
+root_key = os.environ["KEYGATE_ROOT_KEY"]
+no_retry = RetryConfig("backoff", BackoffStrategy(1, 1, 1, 1), False)
+run = f"py{int(time.time() * 1000)}"
+
+
+def client(key):
+    return Unkey(root_key=key, server_url=server_url, retry_config=no_retry)
+
+
+unkey = client(root_key)
+
+
+def rejects(call, cls, kind, **kwargs):
+    """Calls `call`, expecting the typed error `cls` whose problem type ends with `kind`."""
+    try:
+        call(**kwargs)
+    except cls as e:
+        assert e.data.error.type.endswith(kind), e.data.error.type
+        assert e.data.meta.request_id.startswith("req_")
+        return e
+    raise AssertionError(f"expected {cls.__name__}")
+
+
+def rejects_with_status(call, status, kind, **kwargs):
+    """A status the SDK has no typed error for (412 on createKey and getKey)."""
+    try:
+        call(**kwargs)
+    except errors.APIError as e:
+        assert e.status_code == status, e
+        assert kind in e.body, e.body
+        return e
+    raise AssertionError(f"expected status {status}")
+
+
+# Permissions and roles.
+perm = unkey.permissions.create_permission(name="Read docs", slug=f"{run}.read", description="d")
+assert perm.data.permission_id.startswith("perm_"), perm
+got = unkey.permissions.get_permission(permission=perm.data.permission_id)
+assert (got.data.name, got.data.slug, got.data.description) == ("Read docs", f"{run}.read", "d"), got
+rejects(unkey.permissions.create_permission, errors.ConflictErrorResponse, "permission_already_exists", name="x", slug=f"{run}.read")
+role = unkey.permissions.create_role(name=f"{run}-editor", description="edits", permissions=[f"{run}.write"])
+got_role = unkey.permissions.get_role(role=f"{run}-editor")
+assert got_role.data.id == role.data.role_id
+assert [p.slug for p in got_role.data.permissions] == [f"{run}.write"]
+set_role = unkey.permissions.set_role_permissions(request={"role": role.data.role_id, "permissions": [f"{run}.read", f"{run}.write"]})
+assert [p.slug for p in set_role.data] == [f"{run}.read", f"{run}.write"], set_role
+rejects(unkey.permissions.get_permission, errors.NotFoundErrorResponse, "permission_not_found", permission=f"{run}.ghost")
+for i in range(5):
+    unkey.permissions.create_permission(name=f"P{i}", slug=f"{run}.page.{i}")
+slugs = []
+page = unkey.permissions.list_permissions(limit=2)
+while page is not None:
+    slugs += [p.slug for p in page.result.data]
+    page = page.next()
+assert len(set(slugs)) == len(slugs), slugs
+assert all(f"{run}.page.{i}" in slugs for i in range(5)), slugs
+roles = []
+page = unkey.permissions.list_roles(limit=1)
+while page is not None:
+    roles += [r.name for r in page.result.data]
+    page = page.next()
+assert f"{run}-editor" in roles, roles
+
+# Keys.
+created = unkey.keys.create_key(api_id="api_sdk_py", prefix="pyv2", name="py-key", meta={"plan": "pro"},
+                                permissions=[f"{run}.direct"], roles=[f"{run}-editor"])
+key_id, key = created.data.key_id, created.data.key
+assert key_id.startswith("key_") and key.startswith("pyv2_"), created
+k = unkey.keys.get_key(key_id=key_id).data
+assert k.start == key[: len("pyv2_") + 4] and k.meta == {"plan": "pro"}, k
+assert k.permissions == [f"{run}.direct", f"{run}.read", f"{run}.write"], k.permissions
+assert k.roles == [f"{run}-editor"], k.roles
+assert unkey.keys.whoami(key=key).data.key_id == key_id
+v = unkey.keys.verify_key(key=key, permissions=f"{run}.read and ({run}.write or nope)").data
+assert (v.valid, v.code, v.key_id) == (True, "VALID", key_id), v
+assert unkey.keys.verify_key(key=key, permissions="nope").data.code == "INSUFFICIENT_PERMISSIONS"
+assert unkey.keys.verify_key(key="pyv2_unknown").data.code == "NOT_FOUND"
+e = rejects(unkey.keys.verify_key, errors.BadRequestErrorResponse, "permissions_query_syntax_error", key=key, permissions="(a")
+assert e.data.error.errors[0].location == "body.permissions", e.data.error.errors
+disabled = unkey.keys.create_key(api_id="api_sdk_py", enabled=False).data.key
+assert unkey.keys.verify_key(key=disabled).data.code == "DISABLED"
+expired = unkey.keys.create_key(api_id="api_sdk_py", expires=int(time.time() * 1000) - 1000).data.key
+assert unkey.keys.verify_key(key=expired).data.code == "EXPIRED"
+
+added = unkey.keys.add_permissions(key_id=key_id, permissions=[f"{run}.extra"])
+assert [p.slug for p in added.data] == [f"{run}.direct", f"{run}.extra"], added
+assert [p.slug for p in unkey.keys.remove_permissions(key_id=key_id, permissions=[f"{run}.extra"]).data] == [f"{run}.direct"]
+assert [p.slug for p in unkey.keys.set_permissions(key_id=key_id, permissions=[f"{run}.only"]).data] == [f"{run}.only"]
+viewer = unkey.permissions.create_role(name=f"{run}-viewer")
+assert [r.name for r in unkey.keys.add_roles(key_id=key_id, roles=[viewer.data.role_id]).data] == [f"{run}-editor", f"{run}-viewer"]
+assert [r.name for r in unkey.keys.remove_roles(key_id=key_id, roles=[f"{run}-editor"]).data] == [f"{run}-viewer"]
+assert unkey.keys.set_roles(key_id=key_id, roles=[]).data == []
+rejects(unkey.keys.add_roles, errors.NotFoundErrorResponse, "role_not_found", key_id=key_id, roles=[f"{run}-ghost"])
+rejects(unkey.keys.get_key, errors.NotFoundErrorResponse, "key_not_found", key_id="key_missing")
+rejects(unkey.keys.create_key, errors.BadRequestErrorResponse, "invalid_input", api_id="x")
+rejects_with_status(unkey.keys.create_key, 412, "precondition_failed", api_id="api_sdk_py", recoverable=True)
+unkey.keys.delete_key(key_id=key_id)
+assert unkey.keys.verify_key(key=key).data.code == "NOT_FOUND"
+rejects(client("kg_root_unknown_000000000000").keys.get_key, errors.UnauthorizedErrorResponse, "key_not_found", key_id="key_x")
+
+# Rate limits.
+ns = f"{run}-api"
+first = unkey.ratelimit.limit(namespace=ns, identifier="u1", limit=2, duration=60000).data
+assert (first.success, first.limit, first.remaining) == (True, 2, 1), first
+override = unkey.ratelimit.set_override(namespace=ns, identifier="vip*", limit=50, duration=60000)
+hit = unkey.ratelimit.limit(namespace=ns, identifier="vip1", limit=2, duration=60000).data
+assert (hit.limit, hit.override_id) == (50, override.data.override_id), hit
+assert unkey.ratelimit.get_override(namespace=ns, identifier="vip*").data.limit == 50
+listed = []
+page = unkey.ratelimit.list_overrides(namespace=ns)
+while page is not None:
+    listed += [o.identifier for o in page.result.data]
+    page = page.next()
+assert listed == ["vip*"], listed
+unkey.ratelimit.delete_override(namespace=ns, identifier="vip*")
+rejects(unkey.ratelimit.get_override, errors.NotFoundErrorResponse, "ratelimit_override_not_found", namespace=ns, identifier="vip*")
+multi = unkey.ratelimit.multi_limit(request=[
+    {"namespace": ns, "identifier": "u1", "limit": 2, "duration": 60000},
+    {"namespace": ns, "identifier": "u1", "limit": 2, "duration": 60000},
+]).data
+assert (multi.passed, [c.passed for c in multi.limits]) == (False, [True, False]), multi
+assert multi.limits[0].remaining == 1, "nothing consumed"
+
+print("v2 Python SDK: ok")

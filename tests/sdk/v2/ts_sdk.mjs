@@ -1,0 +1,154 @@
+// @unkey/api 2.5.1 and @unkey/ratelimit 2.1.4 (Unkey's v2 SDKs) against keygate: every
+// operation keygate serves, their typed errors included. Exits non-zero on any mismatch.
+import assert from "node:assert/strict";
+import { Unkey } from "@unkey/api";
+import * as errors from "@unkey/api/models/errors";
+import { Ratelimit, Overrides } from "@unkey/ratelimit";
+
+const { KEYGATE_URL: serverURL, KEYGATE_ROOT_KEY: rootKey } = process.env;
+const unkey = new Unkey({ rootKey, serverURL, retryConfig: { strategy: "none" } });
+const run = `ts${Date.now()}`;
+const show = (x) => JSON.stringify(x);
+
+// A typed error of `cls` whose problem type ends with `kind`.
+async function rejects(promise, cls, kind) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof cls, `${cls.name} expected, got ${e?.constructor?.name}: ${e?.message}`);
+    const type = e.data$?.error?.type ?? "";
+    assert.ok(type.endsWith(kind), `type ${type} ends with ${kind}`);
+    assert.ok(e.data$.meta.requestId.startsWith("req_"));
+    return e;
+  }
+  assert.fail(`expected ${cls.name}`);
+}
+
+// A status the SDK has no typed error for (412 on createKey and getKey): its generic
+// APIError, carrying the problem body.
+async function rejectsWithStatus(promise, status, kind) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof errors.APIError, `APIError expected, got ${e?.constructor?.name}: ${e?.message}`);
+    assert.equal(e.statusCode, status, e.message);
+    assert.ok(JSON.parse(e.body).error.type.endsWith(kind), e.body);
+    return e;
+  }
+  assert.fail(`expected status ${status}`);
+}
+
+// Permissions and roles.
+const perm = await unkey.permissions.createPermission({ name: "Read docs", slug: `${run}.read`, description: "d" });
+assert.ok(perm.data.permissionId.startsWith("perm_"), show(perm));
+assert.ok(perm.meta.requestId.startsWith("req_"));
+const gotPerm = await unkey.permissions.getPermission({ permission: `${run}.read` });
+assert.deepEqual(gotPerm.data, { id: perm.data.permissionId, name: "Read docs", slug: `${run}.read`, description: "d" });
+await rejects(unkey.permissions.createPermission({ name: "x", slug: `${run}.read` }), errors.ConflictErrorResponse, "permission_already_exists");
+const role = await unkey.permissions.createRole({ name: `${run}-editor`, description: "edits", permissions: [`${run}.write`] });
+const gotRole = await unkey.permissions.getRole({ role: role.data.roleId });
+assert.equal(gotRole.data.name, `${run}-editor`);
+assert.deepEqual(gotRole.data.permissions.map((p) => p.slug), [`${run}.write`]);
+const setRole = await unkey.permissions.setRolePermissions({ roleId: `${run}-editor`, permissions: [`${run}.write`, `${run}.read`] });
+assert.deepEqual(setRole.data.map((p) => p.slug), [`${run}.read`, `${run}.write`], show(setRole));
+await rejects(unkey.permissions.getRole({ role: `${run}-ghost` }), errors.NotFoundErrorResponse, "role_not_found");
+
+// Lists, a page at a time through the SDK's iterator.
+for (let i = 0; i < 5; i++) {
+  await unkey.permissions.createPermission({ name: `P${i}`, slug: `${run}.page.${i}` });
+}
+const slugs = [];
+for await (const page of await unkey.permissions.listPermissions({ limit: 2 })) {
+  slugs.push(...page.result.data.map((p) => p.slug));
+}
+assert.equal(new Set(slugs).size, slugs.length, "no permission twice");
+for (let i = 0; i < 5; i++) assert.ok(slugs.includes(`${run}.page.${i}`), show(slugs));
+const roleNames = [];
+for await (const page of await unkey.permissions.listRoles({ limit: 1 })) {
+  roleNames.push(...page.result.data.map((r) => r.name));
+}
+assert.ok(roleNames.includes(`${run}-editor`), show(roleNames));
+
+// Keys.
+const created = await unkey.keys.createKey({
+  apiId: "api_sdk_v2", prefix: "tsv2", name: "ts-key", meta: { plan: "pro" }, permissions: [`${run}.direct`],
+  roles: [`${run}-editor`], byteLength: 24,
+});
+const { keyId, key } = created.data;
+assert.ok(keyId.startsWith("key_") && key.startsWith("tsv2_"), show(created));
+const got = await unkey.keys.getKey({ keyId });
+assert.equal(got.data.start, key.slice(0, "tsv2_".length + 4));
+assert.deepEqual(got.data.permissions, [`${run}.direct`, `${run}.read`, `${run}.write`]);
+assert.deepEqual(got.data.roles, [`${run}-editor`]);
+assert.deepEqual(got.data.meta, { plan: "pro" });
+const me = await unkey.keys.whoami({ key });
+assert.equal(me.data.keyId, keyId);
+const valid = await unkey.keys.verifyKey({ key, permissions: `${run}.read AND (${run}.write OR nope)` });
+assert.deepEqual([valid.data.valid, valid.data.code, valid.data.keyId], [true, "VALID", keyId], show(valid));
+const insufficient = await unkey.keys.verifyKey({ key, permissions: "nope" });
+assert.equal(insufficient.data.code, "INSUFFICIENT_PERMISSIONS");
+const unknown = await unkey.keys.verifyKey({ key: "tsv2_unknown" });
+assert.deepEqual([unknown.data.valid, unknown.data.code], [false, "NOT_FOUND"]);
+const bad = await rejects(unkey.keys.verifyKey({ key, permissions: "a AND" }), errors.BadRequestErrorResponse, "permissions_query_syntax_error");
+assert.equal(bad.data$.error.errors[0].location, "body.permissions");
+const disabled = await unkey.keys.createKey({ apiId: "api_sdk_v2", enabled: false });
+assert.equal((await unkey.keys.verifyKey({ key: disabled.data.key })).data.code, "DISABLED");
+const expired = await unkey.keys.createKey({ apiId: "api_sdk_v2", expires: Date.now() - 1000 });
+assert.equal((await unkey.keys.verifyKey({ key: expired.data.key })).data.code, "EXPIRED");
+
+const added = await unkey.keys.addPermissions({ keyId, permissions: [`${run}.extra`] });
+assert.deepEqual(added.data.map((p) => p.slug), [`${run}.direct`, `${run}.extra`], show(added));
+const removed = await unkey.keys.removePermissions({ keyId, permissions: [`${run}.extra`] });
+assert.deepEqual(removed.data.map((p) => p.slug), [`${run}.direct`]);
+const set = await unkey.keys.setPermissions({ keyId, permissions: [`${run}.only`] });
+assert.deepEqual(set.data.map((p) => p.slug), [`${run}.only`]);
+const viewer = await unkey.permissions.createRole({ name: `${run}-viewer` });
+const roles = await unkey.keys.addRoles({ keyId, roles: [viewer.data.roleId] });
+assert.deepEqual(roles.data.map((r) => r.name), [`${run}-editor`, `${run}-viewer`], show(roles));
+assert.deepEqual((await unkey.keys.removeRoles({ keyId, roles: [`${run}-editor`] })).data.map((r) => r.name), [`${run}-viewer`]);
+assert.deepEqual((await unkey.keys.setRoles({ keyId, roles: [] })).data, []);
+await rejects(unkey.keys.addRoles({ keyId, roles: [`${run}-ghost`] }), errors.NotFoundErrorResponse, "role_not_found");
+await rejects(unkey.keys.getKey({ keyId: "key_missing" }), errors.NotFoundErrorResponse, "key_not_found");
+await rejects(unkey.keys.createKey({ apiId: "x" }), errors.BadRequestErrorResponse, "invalid_input");
+await rejectsWithStatus(unkey.keys.createKey({ apiId: "api_sdk_v2", recoverable: true }), 412, "precondition_failed");
+await rejectsWithStatus(unkey.keys.getKey({ keyId, decrypt: true }), 412, "precondition_failed");
+assert.deepEqual((await unkey.keys.deleteKey({ keyId })).data, {});
+assert.equal((await unkey.keys.verifyKey({ key })).data.code, "NOT_FOUND");
+
+// Permissions and authentication errors.
+const stranger = new Unkey({ rootKey: "kg_root_unknown_000000000000", serverURL, retryConfig: { strategy: "none" } });
+await rejects(stranger.keys.getKey({ keyId: "key_x" }), errors.UnauthorizedErrorResponse, "key_not_found");
+const noAuth = new Unkey({ rootKey: "", serverURL, retryConfig: { strategy: "none" } });
+await rejects(noAuth.keys.getKey({ keyId: "key_x" }), errors.BadRequestErrorResponse, "authentication/missing");
+
+// Rate limits: limit, multiLimit, overrides.
+const ns = `${run}-api`;
+const first = await unkey.ratelimit.limit({ namespace: ns, identifier: "u1", limit: 2, duration: 60000 });
+assert.deepEqual([first.data.success, first.data.limit, first.data.remaining], [true, 2, 1], show(first));
+const override = await unkey.ratelimit.setOverride({ namespace: ns, identifier: "vip*", limit: 50, duration: 60000 });
+const withOverride = await unkey.ratelimit.limit({ namespace: ns, identifier: "vip1", limit: 2, duration: 60000 });
+assert.deepEqual([withOverride.data.limit, withOverride.data.overrideId], [50, override.data.overrideId]);
+assert.equal((await unkey.ratelimit.getOverride({ namespace: ns, identifier: "vip*" })).data.limit, 50);
+const listed = [];
+for await (const page of await unkey.ratelimit.listOverrides({ namespace: ns })) {
+  listed.push(...page.result.data.map((o) => o.identifier));
+}
+assert.deepEqual(listed, ["vip*"]);
+assert.deepEqual((await unkey.ratelimit.deleteOverride({ namespace: ns, identifier: "vip*" })).data, {});
+await rejects(unkey.ratelimit.getOverride({ namespace: ns, identifier: "vip*" }), errors.NotFoundErrorResponse, "ratelimit_override_not_found");
+const multi = await unkey.ratelimit.multiLimit([
+  { namespace: ns, identifier: "u1", limit: 2, duration: 60000 },
+  { namespace: ns, identifier: "u1", limit: 2, duration: 60000 },
+]);
+assert.deepEqual([multi.data.passed, multi.data.limits.map((l) => l.passed)], [false, [true, false]], show(multi));
+assert.equal(multi.data.limits[0].remaining, 1, "nothing consumed");
+
+const limiter = new Ratelimit({ rootKey, baseUrl: serverURL, namespace: `${run}-rl`, limit: 2, duration: "60s" });
+const results = [];
+for (let i = 0; i < 3; i++) results.push((await limiter.limit("user")).success);
+assert.deepEqual(results, [true, true, false]);
+const overrides = new Overrides({ rootKey, baseUrl: serverURL });
+await overrides.setOverride({ namespace: `${run}-rl`, identifier: "vip", limit: 10, duration: 60000 });
+assert.equal((await overrides.getOverride({ namespace: `${run}-rl`, identifier: "vip" })).data.limit, 10);
+
+console.log("v2 TypeScript SDKs: ok");
