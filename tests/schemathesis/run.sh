@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# schemathesis (pinned in requirements.txt) against the running server's /openapi.json,
+# schemathesis (pinned in requirements.txt) against the running server's /openapi.json and
+# /openapi-v2.json,
 # with every check, on PostgreSQL (a database of its own, dropped afterwards): the
 # document must describe exactly what the server accepts and refuses (issue 16). Exits
 # non-zero on any failure. Needs python3 and a PostgreSQL at 127.0.0.1:5432.
@@ -33,6 +34,15 @@ done
 # hypothesis calls to describe strategies) is not thread-safe (cpython gh-106905: a
 # spurious "AST constructor recursion depth mismatch" failed a CI run). One worker takes
 # about as long here.
-SCHEMATHESIS_HOOKS=hooks PYTHONPATH=. .venv/bin/schemathesis run "http://127.0.0.1:$port/openapi.json" \
-  -H "Authorization: Bearer $root_key" --checks all -n "${EXAMPLES:-40}" --seed "${SEED:-1}" \
-  --workers 1 --no-shrink
+# Both documents: v1's /openapi.json and v2's /openapi-v2.json (DOCS narrows it). v2 answers
+# a missing Authorization header with 400 (API-v2.md §1.1, as Unkey v2 does), which two
+# checks take for a 401 that did not come: those two are left out for v2 alone (the HTTP
+# tests check that 400 on every v2 route, tests/tests/v2_routes.rs).
+for doc in ${DOCS:-openapi.json openapi-v2.json}; do
+  echo "== schemathesis: /$doc"
+  exclude=()
+  [ "$doc" = openapi-v2.json ] && exclude=(--exclude-checks ignored_auth,missing_required_header)
+  SCHEMATHESIS_HOOKS=hooks PYTHONPATH=. .venv/bin/schemathesis run "http://127.0.0.1:$port/$doc" \
+    -H "Authorization: Bearer $root_key" --checks all "${exclude[@]}" -n "${EXAMPLES:-40}" --seed "${SEED:-1}" \
+    --workers 1 --no-shrink
+done

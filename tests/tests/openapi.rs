@@ -1,4 +1,5 @@
-//! `GET /openapi.json` (contract §6) describes exactly the routes the server has.
+//! `GET /openapi.json` (contract §6) and `GET /openapi-v2.json` describe exactly the routes
+//! the server has.
 #![allow(clippy::unwrap_used)]
 
 use keygate::routes::ROUTES;
@@ -21,10 +22,11 @@ fn refs(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-#[test]
-fn the_document_lists_every_api_route_with_its_methods_and_nothing_else() {
+/// Checks one OpenAPI document: it lists exactly the served routes under `prefix`, with
+/// their methods; every operation has an id and a 200; every `$ref` resolves.
+fn check_document(path: &str, prefix: &str) {
     let s = TestServer::start();
-    let r = s.request(s.client.get(s.url("/openapi.json")));
+    let r = s.request(s.client.get(s.url(path)));
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").unwrap().starts_with("application/json"));
     assert!(r.header("unkey-request-id").is_some());
@@ -32,9 +34,9 @@ fn the_document_lists_every_api_route_with_its_methods_and_nothing_else() {
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
 
-    let api: Vec<_> = ROUTES.iter().filter(|(p, _)| p.starts_with("/v1/")).collect();
+    let api: Vec<_> = ROUTES.iter().filter(|(p, _)| p.starts_with(prefix)).collect();
     for (path, methods) in &api {
-        let ops = paths.get(*path).unwrap_or_else(|| panic!("{path} is missing from /openapi.json"));
+        let ops = paths.get(*path).unwrap_or_else(|| panic!("{path} is missing from the document"));
         let documented: BTreeSet<String> = ops.as_object().unwrap().keys().cloned().collect();
         let served: BTreeSet<String> = methods.iter().map(|m| m.to_lowercase()).collect();
         assert_eq!(documented, served, "methods of {path}");
@@ -58,4 +60,14 @@ fn the_document_lists_every_api_route_with_its_methods_and_nothing_else() {
         let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("unexpected $ref {r}"));
         assert!(doc["components"]["schemas"][name].is_object(), "$ref {r} has no schema");
     }
+}
+
+#[test]
+fn the_document_lists_every_api_route_with_its_methods_and_nothing_else() {
+    check_document("/openapi.json", "/v1/");
+}
+
+#[test]
+fn the_v2_document_lists_every_v2_route_with_its_methods_and_nothing_else() {
+    check_document("/openapi-v2.json", "/v2/");
 }

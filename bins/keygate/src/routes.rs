@@ -78,6 +78,7 @@ route_table! {
     "/v2/liveness" ["GET"] => v2::liveness,
     "/docs/errors" ["GET"] => system::error_docs,
     "/openapi.json" ["GET"] => system::openapi,
+    "/openapi-v2.json" ["GET"] => system::openapi_v2,
 }
 
 /// The methods a path answers: its [`ROUTES`] methods, and `HEAD` wherever there is `GET`

@@ -226,8 +226,8 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DeleteKeyBody {
-    key_id: String,
-    /// Unkey's soft/hard delete switch: keygate always deletes for good.
+    pub(crate) key_id: String,
+    /// Unkey's soft/hard delete switch: keygate always deletes for good (v1 and v2).
     #[allow(dead_code)]
     permanent: Option<bool>,
 }

@@ -50,6 +50,11 @@ pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(include_str!("../../../../docs/openapi.json"))
 }
 
+/// `GET /openapi-v2.json`: the OpenAPI 3.1 document of the v2 API (docs/openapi-v2.json).
+pub async fn openapi_v2() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(include_str!("../../../../docs/openapi-v2.json"))
+}
+
 /// Any path not served: 404 (for a `/v2` path, v2's `not_supported`, API-v2.md §8).
 pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     if crate::http::is_v2(req.path()) {

@@ -233,12 +233,15 @@ impl<S: RbacStore> RbacService<S> {
         Ok(RoleView { role, permissions })
     }
 
-    /// Whether two v2 references (a name, else an id) name one existing role.
+    /// Whether two v2 references (a name, else an id) name one role: 404 when either names
+    /// none.
     pub fn same_role(&self, p: &Principal, a: &str, b: &str) -> Result<bool, RbacError> {
         self.store.read(|tx| {
-            let a = resolve_ref(tx, EntityKind::Role, &p.workspace_id, a)?;
-            let b = resolve_ref(tx, EntityKind::Role, &p.workspace_id, b)?;
-            Ok(a.is_some() && a == b)
+            let found = |tx: &mut dyn RbacTx, r: &str| {
+                resolve_ref(tx, EntityKind::Role, &p.workspace_id, r)?
+                    .ok_or_else(|| RbacError::not_found(Resource::Role, r))
+            };
+            Ok(found(tx, a)? == found(tx, b)?)
         })
     }
 

@@ -2,8 +2,9 @@
 //! remove their permissions and roles by plain strings (slug or name, or id).
 
 use super::permissions::{Permission, Role};
-use super::{check_count, check_opt_len, ok, ok_empty, unsupported};
+use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported};
 use crate::error::{ApiError, problems};
+use crate::handlers::keys::DeleteKeyBody;
 use crate::http::{Authed, Json, integer};
 use actix_web::HttpResponse;
 use keygate_domain::{ErrorCode, MAX_NAME_CHARS, ValidationError, check_len};
@@ -154,7 +155,7 @@ pub(crate) struct GetKeyBody {
 /// `keys.getKey {keyId}`: the Key object.
 pub async fn get_key(call: Authed<Json<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
-    check_len("keyId", &body.key_id, MAX_NAME_CHARS)?;
+    check_key_id(&body.key_id)?;
     if body.decrypt == Some(true) {
         return Err(precondition("decrypt", "keys are stored hashed: keygate cannot decrypt them"));
     }
@@ -174,17 +175,9 @@ pub async fn whoami(call: Authed<Json<WhoamiBody>>) -> Result<HttpResponse, ApiE
     Ok(ok(KeyObject::from(found)))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct DeleteKeyBody {
-    key_id: String,
-    /// Unkey's soft/hard switch: both delete for good here.
-    #[allow(dead_code)]
-    permanent: Option<bool>,
-}
-
 /// `keys.deleteKey {keyId, permanent?}`: `{}`.
 pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpResponse, ApiError> {
+    check_key_id(&call.input.0.key_id)?;
     call.run(|rbac, p, Json(b)| rbac.delete_key(p, &b.key_id)).await?;
     Ok(ok_empty())
 }
@@ -349,15 +342,12 @@ async fn change<B: KeyLinks>(
     kind: EntityKind,
     mode: LinkMode,
 ) -> Result<Vec<RoleView>, ApiError> {
-    call.run(move |rbac, p, Json(body)| {
-        let (key_id, refs) = body.parts();
-        let max = if kind == EntityKind::Role { MAX_ROLES } else { MAX_PERMISSIONS };
-        if refs.len() > max {
-            return Err(ValidationError::new(kind.plural(), format!("at most {max} entries")).into());
-        }
-        rbac.change_key_links(p, &key_id, kind, mode, &refs)
-    })
-    .await
+    let Authed { principal, input: Json(body), state } = call;
+    let (key_id, refs) = body.parts();
+    check_key_id(&key_id)?;
+    check_count(kind.plural(), &refs, if kind == EntityKind::Role { MAX_ROLES } else { MAX_PERMISSIONS })?;
+    let call = Authed { principal, input: (key_id, refs), state };
+    call.run(move |rbac, p, (key_id, refs)| rbac.change_key_links(p, &key_id, kind, mode, &refs)).await
 }
 
 fn permissions_answer(all: Vec<RoleView>) -> HttpResponse {

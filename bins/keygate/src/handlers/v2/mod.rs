@@ -118,6 +118,15 @@ pub(crate) fn check_opt_len(path: &str, value: &Option<String>, max: usize) -> R
     }
 }
 
+/// v2's `keyId`: 3 to 255 characters.
+pub(crate) fn check_key_id(key_id: &str) -> Result<(), ApiError> {
+    check_len("keyId", key_id, keygate_domain::MAX_NAME_CHARS)?;
+    if key_id.chars().count() < 3 {
+        return Err(ValidationError::new("keyId", "must be at least 3 characters").into());
+    }
+    Ok(())
+}
+
 /// At most `max` entries in a list.
 pub(crate) fn check_count<T>(path: &str, list: &[T], max: usize) -> Result<(), ApiError> {
     if list.len() > max {

@@ -1,7 +1,7 @@
 //! v2 `permissions.*`: permissions and roles named by slug (role: name) or id, created,
 //! read, listed a page at a time and deleted; a role's permissions replaced.
 
-use super::{check_count, check_opt_len, decode_cursor, ok, ok_empty, ok_page, page_limit};
+use super::{check_count, decode_cursor, ok, ok_empty, ok_page, page_limit};
 use crate::error::ApiError;
 use crate::http::{Authed, Json};
 use actix_web::HttpResponse;
@@ -172,7 +172,7 @@ async fn list(
     let body = &call.input.0;
     let limit = page_limit(&body.limit, 100)?;
     let after = decode_cursor(body.cursor.as_deref())?;
-    check_opt_len("search", &body.search, 256)?;
+    check_opt_len_allow_empty("search", &body.search, 256)?;
     call.run(move |rbac, p, Json(b)| rbac.list_page(p, kind, b.search.as_deref(), after.as_deref(), limit))
         .await
 }
