@@ -516,3 +516,32 @@ fn a_root_key_the_cli_revokes_is_rejected_by_a_running_server() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn root_keys_from_the_cli_carry_v2_permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let ws = ok(&db, &["workspaces", "create", "--name", "acme"]);
+    let ws_id = ws["id"].as_str().unwrap();
+    let key = ok(&db, &["keys", "create", "--workspace", ws_id]);
+    let created = ok(&db, &["root-keys", "create", "--workspace", ws_id, "--permission", "api.*.verify_key"]);
+    let verifier = created["key"].as_str().unwrap().to_string();
+    let created = ok(&db, &["root-keys", "create", "--workspace", ws_id, "--permission", "api.*.read_key"]);
+    let reader = created["key"].as_str().unwrap().to_string();
+    let port = free_port();
+    let (_server, _) = serve(&db, port, Some("kg_root_cli_v2_bootstrap_0000000000"));
+    let call = |token: &str, body: String| {
+        http(
+            port,
+            &format!(
+                "POST /v2/keys.verifyKey HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let body = format!(r#"{{"key":"{}"}}"#, key["key"].as_str().unwrap());
+    let res = call(&verifier, body.clone());
+    assert!(res.starts_with("HTTP/1.1 200") && res.contains(r#""code":"VALID""#), "{res}");
+    let res = call(&reader, body);
+    assert!(res.starts_with("HTTP/1.1 403") && res.contains("api.*.verify_key"), "{res}");
+}
