@@ -302,6 +302,20 @@ fn key_calls_need_update_key_for_the_keys_api_besides_the_rbac_permissions() {
         .assert_problem(403, "unkey/authorization/insufficient_permissions");
     assert!(d.contains("rbac.*.create_permission"), "{d}");
     assert_eq!(s.count("permissions", "name = 'brand.new'"), 0);
+    // createKey needs create_key alone to start a key with permissions and roles (and
+    // create_permission for a new slug).
+    s.v2("permissions.createRole", &json!({"name": "starter"})).data();
+    let creator = s.root_key_with(&["api.*.create_key", "rbac.*.create_permission"]);
+    let body = json!({"apiId": "api_a", "permissions": ["fresh.slug"], "roles": ["starter"]});
+    s.v2_as(&creator, "keys.createKey", &body).data();
+    let no_create = s.root_key_with(&["api.api_a.create_key"]);
+    let d = s
+        .v2_as(&no_create, "keys.createKey", &json!({"apiId": "api_a", "permissions": ["another.slug"]}))
+        .assert_problem(403, "unkey/authorization/insufficient_permissions");
+    assert!(d.contains("rbac.*.create_permission"), "{d}");
+    s.v2_as(&no_create, "keys.createKey", &json!({"apiId": "api_a", "permissions": ["fresh.slug"]})).data();
+    s.v2_as(&no_create, "keys.createKey", &json!({"apiId": "api_b"}))
+        .assert_problem(403, "unkey/authorization/insufficient_permissions");
     // Reading and deleting alike.
     let reader = s.root_key_with(&["api.api_a.read_key", "api.api_a.delete_key"]);
     s.v2_as(&reader, "keys.getKey", &json!({"keyId": a})).data();

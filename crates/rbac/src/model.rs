@@ -130,7 +130,8 @@ pub struct NewKey {
     pub roles: Vec<String>,
     /// v2: the secret is the base58 of this many random bytes (after `<prefix>_` when a
     /// prefix is given), `start` the prefix and separator plus 4 characters; v2's roles
-    /// may be ids. `None`: v1's form (`kg_` and 43 base-62 characters).
+    /// may be ids, and only `create_key` is needed to start the key with permissions and
+    /// roles. `None`: v1's form (`kg_` and 43 base-62 characters) and rules.
     pub byte_length: Option<usize>,
 }
 

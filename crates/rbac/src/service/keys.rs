@@ -231,10 +231,12 @@ impl<S: RbacStore> RbacService<S> {
         if !p.holds(PERM_CREATE_KEY) && !scoped.as_deref().is_some_and(|s| p.holds(s)) {
             missing.push(PERM_CREATE_KEY);
         }
-        if !new.permissions.is_empty() && !p.holds(PERMISSION_RULES.link_permission) {
+        // v1 also needs the link permissions for what the key starts with; v2 needs only
+        // `create_key` (and `create_permission` for a new slug, below: API-v2.md §1.2).
+        if !v2 && !new.permissions.is_empty() && !p.holds(PERMISSION_RULES.link_permission) {
             missing.push(PERMISSION_RULES.link_permission);
         }
-        if !new.roles.is_empty() && !p.holds(ROLE_RULES.link_permission) {
+        if !v2 && !new.roles.is_empty() && !p.holds(ROLE_RULES.link_permission) {
             missing.push(ROLE_RULES.link_permission);
         }
         if !missing.is_empty() {
