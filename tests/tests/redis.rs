@@ -124,11 +124,15 @@ fn a_redis_outage_answers_503_and_recovers_with_the_counts_kept() {
         s.limit(body.clone()).assert_error(503, "SERVICE_UNAVAILABLE");
     }
     assert_eq!(liveness(&s)["services"]["ratelimit"]["status"], "unavailable");
+    let ready = s.request(s.client.get(s.url("/v1/readiness")));
+    assert_eq!((ready.status, &ready.json["services"]["ratelimit"]["status"]), (503, &json!("unavailable")));
 
     proxy.restore();
     let answer = first_answer_after_an_outage(&s, &body);
     assert_eq!(answer["remaining"], 2, "the 503s deducted nothing; the earlier counts were kept");
     assert_eq!(liveness(&s)["status"], "ok");
+    let ready = s.request(s.client.get(s.url("/v1/readiness")));
+    assert_eq!(ready.status, 200, "{}", ready.text);
 }
 
 /// 16 clients send requests for one identifier (limit 500) for 3 s; `cut` runs after 0.5 s

@@ -23,6 +23,7 @@ fn needs(
             Some(("rbac.*.add_role_to_key", json!({"keyId": key, "roles": [{"name": "r", "create": true}]})))
         }
         "/v1/keys.getKey" => Some(("api.*.read_key", json!({"keyId": key}))),
+        "/v1/audit.listEvents" => Some(("audit.*.read", json!({"event": "key.create"}))),
         // Namespace "n" exists: the ratelimits.limit case, first in the table, created it.
         "/v1/ratelimits.setOverride" => Some((
             "ratelimit.*.set_override",
@@ -99,6 +100,7 @@ const ALL: &[&str] = &[
     "ratelimit.*.set_override",
     "ratelimit.*.read_override",
     "ratelimit.*.delete_override",
+    "audit.*.read",
 ];
 
 #[test]
@@ -138,7 +140,10 @@ fn every_route_checks_auth_method_and_its_permission() {
                 continue;
             }
             assert!(
-                matches!(*path, "/v1/liveness" | "/docs/errors" | "/openapi.json" | "/openapi-v2.json"),
+                matches!(
+                    *path,
+                    "/v1/liveness" | "/v1/readiness" | "/docs/errors" | "/openapi.json" | "/openapi-v2.json"
+                ),
                 "{path} needs a case here"
             );
             let get = s.request(s.client.get(s.url(path)));
@@ -191,7 +196,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 25, "every authenticated route was checked");
+    assert_eq!(checked, 26, "every authenticated route was checked");
 }
 
 #[test]
@@ -204,4 +209,13 @@ fn one_call_takes_at_most_1000_entries() {
     let entries: Vec<Value> = (0..1000).map(|i| json!({"name": format!("p{i}")})).collect();
     let r = s.post("/v1/keys.setPermissions", &json!({"keyId": key, "permissions": entries}));
     assert_eq!(r.names().len(), 1000);
+}
+
+#[test]
+fn readiness_is_200_while_every_store_answers() {
+    let s = TestServer::start();
+    let r = s.request(s.client.get(s.url("/v1/readiness")));
+    assert_eq!((r.status, &r.json["status"]), (200, &json!("ok")), "{}", r.text);
+    assert_eq!(r.json["services"]["database"]["status"], "ok");
+    assert_eq!(r.json["services"]["ratelimit"]["status"], "ok");
 }

@@ -188,6 +188,9 @@ fn postgres_outage_answers_503_and_recovers_without_restart() {
     let live = s.request(s.client.get(s.url("/v1/liveness")));
     assert_eq!(live.status, 200);
     assert_eq!(live.json["services"]["database"]["status"], "unavailable");
+    // Readiness says so: a load balancer takes the instance out.
+    let ready = s.request(s.client.get(s.url("/v1/readiness")));
+    assert_eq!((ready.status, &ready.json["services"]["database"]["status"]), (503, &json!("unavailable")));
 
     proxy.restore();
     let mut recovered = false;
@@ -201,6 +204,8 @@ fn postgres_outage_answers_503_and_recovers_without_restart() {
         std::thread::sleep(Duration::from_millis(250));
     }
     assert!(recovered, "the service recovers by itself once PostgreSQL is back");
+    let ready = s.request(s.client.get(s.url("/v1/readiness")));
+    assert_eq!((ready.status, &ready.json["status"]), (200, &json!("ok")), "{}", ready.text);
     assert_eq!(s.key_permissions(&key), ["before"], "the failed calls changed nothing");
     let r = s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "after"}])));
     assert_eq!(r.names(), ["after"]);

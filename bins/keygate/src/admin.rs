@@ -1,9 +1,9 @@
 //! Admin subcommands: work on the configured database directly and print exactly one JSON
 //! object on stdout; errors are one line on stderr and a non-zero exit.
 
-use crate::config::{Command, KeysCmd, RootKeysCmd, WorkspacesCmd};
+use crate::config::{AuditCmd, Command, KeysCmd, RootKeysCmd, WorkspacesCmd};
 use keygate_domain::{SystemClock, redact_in};
-use keygate_rbac::RbacService;
+use keygate_rbac::{AuditFilter, MAX_AUDIT_PAGE, RbacService};
 use keygate_store::{Backend, PoolSettings, SqlStore};
 use serde_json::json;
 use std::process::ExitCode;
@@ -11,6 +11,13 @@ use std::sync::Arc;
 
 pub fn run(database_url: &str, command: Command) -> ExitCode {
     match execute(database_url, command) {
+        // A list of lines (`audit list`): one JSON object each.
+        Ok(serde_json::Value::Array(lines)) => {
+            for line in lines {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
         Ok(out) => {
             println!("{out}");
             ExitCode::SUCCESS
@@ -87,6 +94,29 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
         Command::Keys(KeysCmd::Delete { id }) => {
             rbac.delete_key_admin(&id)?;
             json!({ "keyId": id, "deleted": true })
+        }
+        Command::Audit(AuditCmd::List { workspace, event, actor, resource_id, since, until, limit }) => {
+            let filter = AuditFilter { action: event, actor_id: actor, resource_id, since, until };
+            let mut lines = Vec::new();
+            let mut cursor: Option<String> = None;
+            let wanted = limit.unwrap_or(usize::MAX);
+            while lines.len() < wanted {
+                let page = rbac.list_audit_events_admin(
+                    &workspace,
+                    &filter,
+                    cursor.as_deref(),
+                    MAX_AUDIT_PAGE.min(wanted - lines.len()),
+                )?;
+                lines.extend(page.items.into_iter().map(|e| {
+                    json!({ "id": e.id, "event": e.action, "actorId": e.actor_id, "resourceType": e.resource_type,
+                            "resourceId": e.resource_id, "keyId": e.key_id, "roleId": e.role_id, "time": e.at })
+                }));
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            serde_json::Value::Array(lines)
         }
     })
 }

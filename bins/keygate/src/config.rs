@@ -120,6 +120,37 @@ pub enum Command {
     /// Manage keys.
     #[command(subcommand)]
     Keys(KeysCmd),
+    /// Read the audit log.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCmd {
+    /// A workspace's audit events, newest first, one JSON object per line.
+    List {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+        /// Only this event type (`key.create`, `role.attach_permission`, ...).
+        #[arg(long)]
+        event: Option<String>,
+        /// Only events of this actor (a root key id).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only events about this resource id.
+        #[arg(long)]
+        resource_id: Option<String>,
+        /// From this time (Unix ms, inclusive).
+        #[arg(long)]
+        since: Option<i64>,
+        /// Until this time (Unix ms, exclusive).
+        #[arg(long)]
+        until: Option<i64>,
+        /// At most this many events (all by default).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -221,6 +252,10 @@ pub struct ServeArgs {
     /// changed: on or off (off: every verification reads the database).
     #[arg(long, env = "KEYGATE_VERIFY_CACHE", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub verify_cache: bool,
+    /// Delete audit events older than this many days, in the background (at most
+    /// 5,000 a minute); 0 keeps them for good.
+    #[arg(long, env = "KEYGATE_AUDIT_RETENTION_DAYS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=36_500))]
+    pub audit_retention_days: u64,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "KEYGATE_WORKERS", value_parser = positive_usize)]
     pub workers: Option<usize>,
@@ -316,6 +351,7 @@ impl ServeArgs {
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,
+            audit_retention_days: self.audit_retention_days,
             workers: self.workers,
             pool: PoolSettings {
                 max_size: self.db_pool_size,
@@ -356,6 +392,8 @@ pub struct ServerConfig {
     pub ratelimit_fail_open: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).
     pub verify_cache: bool,
+    /// Audit events older than this many days are deleted in the background; 0: kept.
+    pub audit_retention_days: u64,
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,

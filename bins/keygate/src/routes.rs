@@ -1,6 +1,6 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{audit, keys, overrides, permissions, ratelimit, system, v2};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
@@ -50,7 +50,9 @@ route_table! {
     "/v1/permissions.addPermissionsToRole" ["POST"] => permissions::add_permissions_to_role,
     "/v1/permissions.setRolePermissions" ["POST"] => permissions::set_role_permissions,
     "/v1/permissions.removePermissionsFromRole" ["POST"] => permissions::remove_permissions_from_role,
+    "/v1/audit.listEvents" ["GET"] => audit::list_events,
     "/v1/liveness" ["GET"] => system::liveness,
+    "/v1/readiness" ["GET"] => system::readiness,
     "/v2/ratelimit.multiLimit" ["POST"] => v2::ratelimit::multi_limit,
     "/v2/ratelimit.setOverride" ["POST"] => v2::overrides::set_override,
     "/v2/ratelimit.getOverride" ["POST"] => v2::overrides::get_override,

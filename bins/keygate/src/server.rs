@@ -111,6 +111,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
     let server = server.shutdown_timeout(5).run();
     spawn_counter_upkeep(Arc::downgrade(&state.clone().into_inner()));
+    if config.audit_retention_days > 0 {
+        spawn_audit_retention(Arc::downgrade(&state.clone().into_inner()), config.audit_retention_days);
+    }
     log::info!("keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
     Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state })
 }
@@ -248,6 +251,33 @@ fn spawn_counter_upkeep(state: Weak<AppState>) {
     });
     if let Err(e) = spawned {
         log::warn!("could not start the change-counter upkeep: {e}");
+    }
+}
+
+/// How often the audit retention runs, and the most events one pass deletes (bounded work
+/// per pass: a long backlog is worked off over several passes).
+const AUDIT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+pub const AUDIT_PRUNE_PER_PASS: usize = 5_000;
+
+/// Deletes audit events older than `days`, at most [`AUDIT_PRUNE_PER_PASS`] a pass, once
+/// per [`AUDIT_RETENTION_INTERVAL`]. Stops when the server's state is dropped.
+fn spawn_audit_retention(state: Weak<AppState>, days: u64) {
+    let keep_ms = i64::try_from(days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
+    let spawned = std::thread::Builder::new().name("keygate-audit-retention".into()).spawn(move || {
+        loop {
+            let Some(state) = state.upgrade() else { return };
+            let cutoff = i64::try_from(state.clock.now_ms()).unwrap_or(i64::MAX).saturating_sub(keep_ms);
+            match state.rbac.prune_audit_events(cutoff, AUDIT_PRUNE_PER_PASS) {
+                Ok(0) => {}
+                Ok(n) => log::info!("audit retention: deleted {n} events older than {days} days"),
+                Err(e) => log::warn!("audit retention: {e}"),
+            }
+            drop(state);
+            std::thread::sleep(AUDIT_RETENTION_INTERVAL);
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("could not start the audit retention: {e}");
     }
 }
 

@@ -545,3 +545,43 @@ fn root_keys_from_the_cli_carry_v2_permissions() {
     let res = call(&reader, body);
     assert!(res.starts_with("HTTP/1.1 403") && res.contains("api.*.verify_key"), "{res}");
 }
+
+#[test]
+fn audit_list_prints_the_workspaces_events_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let root = "kg_root_cli_audit_bootstrap_000000000";
+    let port = free_port();
+    let (_server, _) = serve(&db, port, Some(root));
+    for name in ["a", "b", "c"] {
+        let body = format!(r#"{{"name":"{name}"}}"#);
+        let res = http(
+            port,
+            &format!(
+                "POST /v1/permissions.createPermission HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {root}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+    }
+    let run = |args: &[&str]| {
+        let out =
+            Command::new(BIN).args(args).env("DATABASE_URL", &db).env("RUST_LOG", "error").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines
+    };
+    let all = run(&["audit", "list", "--workspace", "default"]);
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert!(
+        all.iter()
+            .all(|e| e["event"] == "permission.create" && e["actorId"].as_str().unwrap().starts_with("rk_"))
+    );
+    assert_eq!(run(&["audit", "list", "--workspace", "default", "--limit", "2"]).len(), 2);
+    assert!(run(&["audit", "list", "--workspace", "default", "--event", "key.delete"]).is_empty());
+    fail(&db, &["audit", "list", "--workspace", "nope"]);
+}

@@ -375,6 +375,31 @@ pub struct AuditEvent {
     pub at: i64,
 }
 
+/// An audit event as read back (`audit.listEvents`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub id: String,
+    pub workspace_id: String,
+    pub actor_id: String,
+    pub action: String,
+    pub resource_type: String,
+    pub resource_id: String,
+    pub key_id: Option<String>,
+    pub role_id: Option<String>,
+    pub at: i64,
+}
+
+/// Which audit events to list; `None` fields do not narrow. `since` is inclusive, `until`
+/// exclusive (Unix ms).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    pub action: Option<String>,
+    pub actor_id: Option<String>,
+    pub resource_id: Option<String>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::PermissionQuery::{self, And, Or, Permission};

@@ -2,7 +2,9 @@
 //! with diesel for SQLite and PostgreSQL (the service is tested over that real store, in
 //! `crates/store/tests/service.rs`).
 
-use crate::{AuditEvent, Entity, Key, Override, RbacError, RootKey, StorageError, Workspace};
+use crate::{
+    AuditEvent, AuditFilter, AuditRecord, Entity, Key, Override, RbacError, RootKey, StorageError, Workspace,
+};
 use keygate_domain::Named;
 
 /// Permissions and roles share one shape (id, workspace, unique name) and one set of
@@ -140,6 +142,19 @@ pub trait NamespaceTx {
 /// The audit log.
 pub trait AuditTx {
     fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()>;
+    /// The workspace's events that match `filter`, newest first (by time, then by id,
+    /// descending), those after `after` (the time and id of the last one seen), at most
+    /// `limit`.
+    fn list_audit_events(
+        &mut self,
+        workspace_id: &str,
+        filter: &AuditFilter,
+        after: Option<(i64, &str)>,
+        limit: usize,
+    ) -> R<Vec<AuditRecord>>;
+    /// Deletes at most `max` events (of any workspace) older than `before` (Unix ms);
+    /// returns how many.
+    fn delete_audit_events_before(&mut self, before: i64, max: usize) -> R<usize>;
 }
 
 /// Change counters (`crate::counters`), by name.

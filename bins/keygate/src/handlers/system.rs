@@ -7,15 +7,31 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::ErrorCode;
 use keygate_rbac::RbacStore;
 
-/// `GET /v1/liveness`: no authentication; the state of each store.
+/// `GET /v1/liveness`: no authentication; 200 while the process serves, with the state of
+/// each store.
 pub async fn liveness(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let (_, body) = stores(&state).await?;
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// `GET /v1/readiness`: no authentication; 200 when every store this instance needs
+/// answers, else 503 (a load balancer then sends its traffic elsewhere), with the same
+/// body as liveness.
+pub async fn readiness(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let (ready, body) = stores(&state).await?;
+    let mut res = if ready { HttpResponse::Ok() } else { HttpResponse::ServiceUnavailable() };
+    Ok(res.json(body))
+}
+
+/// Whether every store answers now, and `{status, services: {database, ratelimit}}`.
+async fn stores(state: &web::Data<AppState>) -> Result<(bool, serde_json::Value), ApiError> {
     let db_kind = state.rbac.store().kind();
     let st = state.clone();
     let db = blocking(move || Ok(st.rbac.store().ping())).await?;
     let db_status = match &db {
         Ok(()) => "ok".to_string(),
         Err(e) => {
-            log::warn!("liveness: database: {e}");
+            log::warn!("health: database: {e}");
             "unavailable".to_string()
         }
     };
@@ -24,18 +40,19 @@ pub async fn liveness(state: web::Data<AppState>) -> Result<HttpResponse, ApiErr
     let rl_status = match &rl {
         Ok(()) => "ok".to_string(),
         Err(e) => {
-            log::warn!("liveness: rate-limit store: {e}");
+            log::warn!("health: rate-limit store: {e}");
             "unavailable".to_string()
         }
     };
+    let ready = db.is_ok() && rl.is_ok();
     let body = serde_json::json!({
-        "status": if db.is_ok() && rl.is_ok() { "ok" } else { "degraded" },
+        "status": if ready { "ok" } else { "degraded" },
         "services": {
             "database": { "kind": db_kind, "status": db_status },
             "ratelimit": { "kind": state.limiter.kind(), "status": rl_status },
         },
     });
-    Ok(HttpResponse::Ok().json(body))
+    Ok((ready, body))
 }
 
 /// `GET /docs/errors`: the error reference that error bodies link to.

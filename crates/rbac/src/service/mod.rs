@@ -4,6 +4,7 @@
 //! [`links`], what the link operations share. This file holds the service itself.
 
 mod admin;
+mod audit;
 mod auth;
 mod entities;
 mod keys;
@@ -12,6 +13,7 @@ mod namespaces;
 mod overrides;
 mod verify;
 
+pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use links::LinkMode;
 use links::*;
 use verify::VerifyCache;
@@ -22,9 +24,9 @@ use crate::counters::{Scope, creation_shard};
 pub use crate::perms::*;
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
-    ApiAccess, AuditEvent, Entity, Key, KeyLookup, KeySummary, KeyView, NewEntity, NewKey, Page,
-    PermissionQuery, Principal, RbacError, Resource, RoleView, RootKey, Verification, VerifyCode,
-    VerifyScope, Workspace,
+    ApiAccess, AuditEvent, AuditFilter, AuditRecord, Entity, Key, KeyLookup, KeySummary, KeyView, NewEntity,
+    NewKey, Page, PermissionQuery, Principal, RbacError, Resource, RoleView, RootKey, Verification,
+    VerifyCode, VerifyScope, Workspace,
 };
 use crate::{
     Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,

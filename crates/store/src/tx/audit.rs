@@ -26,4 +26,99 @@ impl AuditTx for DieselTx<'_> {
         }
         Ok(())
     }
+
+    fn list_audit_events(
+        &mut self,
+        workspace_id: &str,
+        filter: &AuditFilter,
+        after: Option<(i64, &str)>,
+        limit: usize,
+    ) -> R<Vec<AuditRecord>> {
+        macro_rules! query {
+            ($db:ty) => {{
+                let mut q = audit_events::table
+                    .filter(audit_events::workspace_id.eq(workspace_id))
+                    .into_boxed::<$db>();
+                if let Some(a) = &filter.action {
+                    q = q.filter(audit_events::action.eq(a));
+                }
+                if let Some(a) = &filter.actor_id {
+                    q = q.filter(audit_events::actor_id.eq(a));
+                }
+                if let Some(r) = &filter.resource_id {
+                    q = q.filter(audit_events::resource_id.eq(r));
+                }
+                if let Some(since) = filter.since {
+                    q = q.filter(audit_events::created_at.ge(since));
+                }
+                if let Some(until) = filter.until {
+                    q = q.filter(audit_events::created_at.lt(until));
+                }
+                if let Some((at, id)) = after {
+                    q = q.filter(
+                        audit_events::created_at
+                            .lt(at)
+                            .or(audit_events::created_at.eq(at).and(audit_events::id.lt(id.to_string()))),
+                    );
+                }
+                q.order((audit_events::created_at.desc(), audit_events::id.desc()))
+                    .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .select(AUDIT_COLUMNS)
+            }};
+        }
+        let rows: Vec<AuditRow> = match &mut *self.conn {
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => query!(diesel::pg::Pg).load(c),
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => query!(diesel::sqlite::Sqlite).load(c),
+        }
+        .map_err(db_err)?;
+        Ok(rows.into_iter().map(audit_record).collect())
+    }
+
+    fn delete_audit_events_before(&mut self, before: i64, max: usize) -> R<usize> {
+        let oldest: Vec<String> = audit_events::table
+            .filter(audit_events::created_at.lt(before))
+            .order(audit_events::created_at.asc())
+            .limit(i64::try_from(max).unwrap_or(i64::MAX))
+            .select(audit_events::id)
+            .load(self.conn)
+            .map_err(db_err)?;
+        let mut deleted = 0;
+        for chunk in oldest.chunks(BATCH_ROWS) {
+            deleted += diesel::delete(audit_events::table.filter(audit_events::id.eq_any(chunk)))
+                .execute(self.conn)
+                .map_err(db_err)?;
+        }
+        Ok(deleted)
+    }
+}
+
+const AUDIT_COLUMNS: (
+    audit_events::id,
+    audit_events::workspace_id,
+    audit_events::actor_id,
+    audit_events::action,
+    audit_events::resource_type,
+    audit_events::resource_id,
+    audit_events::key_id,
+    audit_events::role_id,
+    audit_events::created_at,
+) = (
+    audit_events::id,
+    audit_events::workspace_id,
+    audit_events::actor_id,
+    audit_events::action,
+    audit_events::resource_type,
+    audit_events::resource_id,
+    audit_events::key_id,
+    audit_events::role_id,
+    audit_events::created_at,
+);
+
+type AuditRow = (String, String, String, String, String, String, Option<String>, Option<String>, i64);
+
+fn audit_record(r: AuditRow) -> AuditRecord {
+    let (id, workspace_id, actor_id, action, resource_type, resource_id, key_id, role_id, at) = r;
+    AuditRecord { id, workspace_id, actor_id, action, resource_type, resource_id, key_id, role_id, at }
 }

@@ -7,7 +7,9 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
 use keygate_rbac::store::{AuditTx, CounterTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
-use keygate_rbac::{AuditEvent, Entity, EntityKind, Key, Override, RootKey, StorageError, Workspace};
+use keygate_rbac::{
+    AuditEvent, AuditFilter, AuditRecord, Entity, EntityKind, Key, Override, RootKey, StorageError, Workspace,
+};
 use std::collections::{HashMap, HashSet};
 
 /// Maps a diesel error onto the service's storage error (the one place that does).
