@@ -89,6 +89,8 @@ impl Resp {
 /// A running keygate server on a free port with a fresh database.
 pub struct TestServer {
     pub base: String,
+    /// Where `/metrics` listens when the configuration gives it its own address.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The bootstrap root key (holds `*`) of workspace `default`.
     pub root_key: String,
     pub workspace_id: String,
@@ -148,6 +150,7 @@ impl TestServer {
                             running.handle.clone(),
                             running.state.clone(),
                             running.bootstrap_root_key,
+                            running.metrics_addr,
                         );
                         tx.send(Ok(info)).unwrap();
                         let _ = running.server.await;
@@ -156,7 +159,7 @@ impl TestServer {
                 }
             })
         });
-        let (addr, handle, state, root_key) = rx.recv().unwrap().unwrap();
+        let (addr, handle, state, root_key, metrics_addr) = rx.recv().unwrap().unwrap();
         // A second server on a shared database finds it bootstrapped: use a new `*` key.
         let root_key = match root_key {
             Some(k) => k.expose().to_string(),
@@ -166,6 +169,7 @@ impl TestServer {
         let client = reqwest::blocking::Client::builder().pool_max_idle_per_host(32).build().unwrap();
         Self {
             base: format!("http://{addr}"),
+            metrics_addr,
             root_key,
             workspace_id: principal.workspace_id.clone(),
             clock,

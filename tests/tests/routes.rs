@@ -142,7 +142,12 @@ fn every_route_checks_auth_method_and_its_permission() {
             assert!(
                 matches!(
                     *path,
-                    "/v1/liveness" | "/v1/readiness" | "/docs/errors" | "/openapi.json" | "/openapi-v2.json"
+                    "/v1/liveness"
+                        | "/v1/readiness"
+                        | "/docs/errors"
+                        | "/openapi.json"
+                        | "/openapi-v2.json"
+                        | "/metrics"
                 ),
                 "{path} needs a case here"
             );

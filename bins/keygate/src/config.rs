@@ -252,6 +252,14 @@ pub struct ServeArgs {
     /// changed: on or off (off: every verification reads the database).
     #[arg(long, env = "KEYGATE_VERIFY_CACHE", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub verify_cache: bool,
+    /// `GET /metrics` (Prometheus text): `on` (no authentication: labels carry no tenant
+    /// data), `root-key` (a root key holding `metrics.read`), or `off`.
+    #[arg(long, env = "KEYGATE_METRICS", default_value = "on", value_parser = ["on", "off", "root-key"])]
+    pub metrics: String,
+    /// Serve `/metrics` on this address instead of the main listener (with
+    /// `KEYGATE_METRICS=on`, without authentication there).
+    #[arg(long, env = "KEYGATE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Delete audit events older than this many days, in the background (at most
     /// 5,000 a minute); 0 keeps them for good.
     #[arg(long, env = "KEYGATE_AUDIT_RETENTION_DAYS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=36_500))]
@@ -352,6 +360,12 @@ impl ServeArgs {
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,
             audit_retention_days: self.audit_retention_days,
+            metrics: match self.metrics.as_str() {
+                "off" => MetricsSetting::Off,
+                "root-key" => MetricsSetting::RootKey,
+                _ => MetricsSetting::On,
+            },
+            metrics_listen: self.metrics_listen,
             workers: self.workers,
             pool: PoolSettings {
                 max_size: self.db_pool_size,
@@ -369,6 +383,14 @@ impl ServeArgs {
             handle_signals: true,
         }
     }
+}
+
+/// `KEYGATE_METRICS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsSetting {
+    On,
+    RootKey,
+    Off,
 }
 
 /// Bounds on what one client connection can hold (docs/configuration.md, "Limits").
@@ -394,6 +416,10 @@ pub struct ServerConfig {
     pub verify_cache: bool,
     /// Audit events older than this many days are deleted in the background; 0: kept.
     pub audit_retention_days: u64,
+    /// `GET /metrics`: served openly, to root keys with `metrics.read`, or not at all.
+    pub metrics: MetricsSetting,
+    /// `/metrics` on its own listener instead of the main one.
+    pub metrics_listen: Option<String>,
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,

@@ -12,6 +12,7 @@ pub mod error;
 mod handlers;
 mod http;
 pub mod logging;
+pub mod metrics;
 pub mod routes;
 pub mod server;
 mod state;

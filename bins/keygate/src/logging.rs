@@ -87,7 +87,19 @@ impl ThrottledLogger {
             },
             Err(_) => default_filter.to_string(),
         };
-        let inner = env_logger::Builder::new().parse_filters(&spec).build();
+        let mut builder = env_logger::Builder::new();
+        builder.parse_filters(&spec);
+        match std::env::var("KEYGATE_LOG_FORMAT").as_deref() {
+            Ok("json") => {
+                builder.format(|buf, record| {
+                    use std::io::Write;
+                    writeln!(buf, "{}", json_line(record))
+                });
+            }
+            Ok("text") | Err(_) => {}
+            Ok(other) => eprintln!("keygate: KEYGATE_LOG_FORMAT={other:?} is not text or json; logging text"),
+        }
+        let inner = builder.build();
         let max = inner.filter();
         if log::set_boxed_logger(Box::new(Self::new(inner))).is_ok() {
             log::set_max_level(max);
@@ -103,6 +115,44 @@ impl ThrottledLogger {
         // Targets are module paths (a bounded set); the map cannot grow with input.
         targets.insert(target.to_string(), t.clone());
         t
+    }
+}
+
+/// One log record as a JSON object: `ts` (RFC 3339, UTC), `level`, `target`, `message`,
+/// and the record's key-values as fields (the access log's `request_id`, `status`, ...).
+pub fn json_line(record: &Record<'_>) -> String {
+    struct Fields(serde_json::Map<String, serde_json::Value>);
+    impl<'kvs> log::kv::VisitSource<'kvs> for Fields {
+        fn visit_pair(
+            &mut self,
+            key: log::kv::Key<'kvs>,
+            value: log::kv::Value<'kvs>,
+        ) -> Result<(), log::kv::Error> {
+            let v = if let Some(n) = value.to_u64() {
+                serde_json::Value::from(n)
+            } else if let Some(f) = value.to_f64() {
+                serde_json::Value::from(f)
+            } else {
+                serde_json::Value::from(value.to_string())
+            };
+            self.0.insert(key.to_string(), v);
+            Ok(())
+        }
+    }
+    let mut fields = Fields(serde_json::Map::new());
+    fields.0.insert("ts".into(), rfc3339(SystemTime::now()).into());
+    fields.0.insert("level".into(), record.level().as_str().into());
+    fields.0.insert("target".into(), record.target().into());
+    fields.0.insert("message".into(), record.args().to_string().into());
+    let _ = record.key_values().visit(&mut fields);
+    serde_json::Value::Object(fields.0).to_string()
+}
+
+/// `2026-11-24T10:53:19.123Z`.
+fn rfc3339(t: SystemTime) -> String {
+    match jiff::Timestamp::try_from(t) {
+        Ok(ts) => format!("{ts:.3}"),
+        Err(_) => "1970-01-01T00:00:00.000Z".to_string(),
     }
 }
 
@@ -181,6 +231,34 @@ impl Log for ThrottledLogger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_lines_carry_the_fields_and_a_utc_time() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + std::time::Duration::from_millis(1_795_305_600_123)),
+            "2026-11-22T00:00:00.123Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + std::time::Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00.000Z"
+        );
+        let kvs: &[(&str, log::kv::Value<'_>)] = &[("request_id", "req_1".into()), ("status", 200u64.into())];
+        let line = json_line(
+            &Record::builder()
+                .args(format_args!("GET /x 200"))
+                .level(Level::Info)
+                .target("keygate::access")
+                .key_values(&kvs)
+                .build(),
+        );
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            (&v["level"], &v["target"], &v["message"]),
+            (&"INFO".into(), &"keygate::access".into(), &"GET /x 200".into())
+        );
+        assert_eq!((&v["request_id"], &v["status"]), (&"req_1".into(), &200.into()));
+    }
 
     #[test]
     fn log_specs_are_checked() {

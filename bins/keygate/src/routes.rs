@@ -81,7 +81,13 @@ route_table! {
     "/docs/errors" ["GET"] => system::error_docs,
     "/openapi.json" ["GET"] => system::openapi,
     "/openapi-v2.json" ["GET"] => system::openapi_v2,
+    "/metrics" ["GET"] => system::metrics,
 }
+
+/// The route template a request matched (resource data: read back by the request-id
+/// middleware for the metrics and the access log, without matching the path again).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteName(pub &'static str);
 
 /// The methods a path answers: its [`ROUTES`] methods, and `HEAD` wherever there is `GET`
 /// (the same response without its body, as HTTP expects; health checks use it).
@@ -104,7 +110,8 @@ where
     Args: actix_web::FromRequest + 'static,
     F::Output: actix_web::Responder + 'static,
 {
-    let mut r = web::resource(path);
+    // The route's template, for metrics and the access log (`RouteName`).
+    let mut r = web::resource(path).app_data(RouteName(path));
     let served = served_methods(methods);
     for m in &served {
         // The table's literals are valid methods (the test below parses every one).

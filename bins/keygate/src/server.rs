@@ -1,11 +1,11 @@
 //! Composition: store + RBAC service + rate-limit store + actix-web.
 
-use crate::config::{HttpLimits, ServerConfig};
+use crate::config::{HttpLimits, MetricsSetting, ServerConfig};
 use crate::connections::{self, Connections};
 use crate::http;
 use crate::routes;
 pub use crate::state::AppState;
-use crate::state::LoadGates;
+use crate::state::{LoadGates, MetricsAccess};
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
@@ -25,6 +25,8 @@ pub struct RunningServer {
     /// The root key created by the first-start bootstrap, if this start created one.
     pub bootstrap_root_key: Option<Secret>,
     pub state: web::Data<AppState>,
+    /// Where `/metrics` listens when it has its own address (`KEYGATE_METRICS_LISTEN`).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for RunningServer {
@@ -81,6 +83,12 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
     let limits = HttpLimits { max_connections: cap, ..config.http };
     let connections = Connections::new(cap);
+    let metrics_access = match (config.metrics, &config.metrics_listen) {
+        (MetricsSetting::Off, _) | (_, Some(_)) => MetricsAccess::NotHere,
+        (MetricsSetting::RootKey, None) => MetricsAccess::RootKey,
+        (MetricsSetting::On, None) => MetricsAccess::Open,
+    };
+    let metrics = crate::metrics::Metrics::new(limiter.kind(), config.metrics != MetricsSetting::Off);
     let state = web::Data::new(AppState {
         rbac,
         limiter,
@@ -91,7 +99,15 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         loads: LoadGates::default(),
         limits,
         connections: connections.clone(),
+        metrics,
+        metrics_access,
     });
+    let metrics_addr = match (&config.metrics_listen, config.metrics) {
+        (Some(listen), MetricsSetting::On | MetricsSetting::RootKey) => {
+            Some(spawn_metrics_listener(listen, state.clone(), config.metrics)?)
+        }
+        _ => None,
+    };
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -114,8 +130,55 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     if config.audit_retention_days > 0 {
         spawn_audit_retention(Arc::downgrade(&state.clone().into_inner()), config.audit_retention_days);
     }
+    spawn_metrics_upkeep(Arc::downgrade(&state.clone().into_inner()));
     log::info!("keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
-    Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state })
+    if let Some(m) = metrics_addr {
+        log::info!("keygate metrics on http://{m}/metrics");
+    }
+    Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state, metrics_addr })
+}
+
+/// `/metrics` alone on its own address (`KEYGATE_METRICS_LISTEN`), one worker, run on the
+/// caller's actix system; the root-key setting applies there too.
+fn spawn_metrics_listener(
+    listen: &str,
+    state: web::Data<AppState>,
+    setting: MetricsSetting,
+) -> anyhow::Result<SocketAddr> {
+    let listener =
+        TcpListener::bind(listen).with_context(|| format!("binding the metrics address {listen}"))?;
+    let addr = listener.local_addr()?;
+    let access =
+        if setting == MetricsSetting::RootKey { MetricsAccess::RootKey } else { MetricsAccess::Open };
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(access)
+            .wrap(http::RequestId)
+            .route("/metrics", web::get().to(crate::handlers::system::metrics))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    actix_web::rt::spawn(server);
+    Ok(addr)
+}
+
+/// How often the histograms' sample buffers are drained when nobody scrapes.
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+fn spawn_metrics_upkeep(state: Weak<AppState>) {
+    let spawned = std::thread::Builder::new().name("keygate-metrics".into()).spawn(move || {
+        loop {
+            std::thread::sleep(METRICS_UPKEEP_INTERVAL);
+            let Some(state) = state.upgrade() else { return };
+            state.metrics.upkeep();
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("could not start the metrics upkeep: {e}");
+    }
 }
 
 /// Passes override changes on to the rate-limit store (a shared one bumps the namespace's

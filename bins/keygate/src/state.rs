@@ -29,6 +29,21 @@ pub struct AppState {
     pub limits: HttpLimits,
     /// Open client connections.
     pub connections: Arc<Connections>,
+    /// The metric handles and the Prometheus renderer.
+    pub metrics: crate::metrics::Metrics,
+    /// Who may read `/metrics` on the main listener.
+    pub metrics_access: MetricsAccess,
+}
+
+/// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAccess {
+    /// Anyone (labels carry no tenant data): the default.
+    Open,
+    /// A root key holding `metrics.read`.
+    RootKey,
+    /// Not served here: off, or on its own listener (`KEYGATE_METRICS_LISTEN`).
+    NotHere,
 }
 
 /// One cache load per key at a time, on the async side: requests that miss together wait

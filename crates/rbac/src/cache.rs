@@ -66,6 +66,27 @@ pub(crate) struct TtlCache<K, V> {
     generation: AtomicU64,
     load_locks: Box<[Mutex<()>]>,
     lock_hasher: foldhash::fast::RandomState,
+    /// Request-path lookups answered from the cache, and not.
+    stats: HitCounts,
+}
+
+/// Hits and misses of a cache's request-path lookups (exported as metrics).
+#[derive(Debug, Default)]
+pub(crate) struct HitCounts {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl HitCounts {
+    pub fn count(&self, hit: bool) {
+        let c = if hit { &self.hits } else { &self.misses };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (hits, misses) so far.
+    pub fn get(&self) -> (u64, u64) {
+        (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed))
+    }
 }
 
 /// The map and how many of its entries are negative.
@@ -90,7 +111,13 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
             generation: AtomicU64::new(0),
             load_locks: (0..LOAD_LOCKS).map(|_| Mutex::new(())).collect(),
             lock_hasher: foldhash::fast::RandomState::default(),
+            stats: HitCounts::default(),
         }
+    }
+
+    /// (hits, misses) of the request-path lookups so far.
+    pub fn hit_counts(&self) -> (u64, u64) {
+        self.stats.get()
     }
 
     /// `f` of a live entry's value, or `None` when there is none (load it, under
@@ -101,7 +128,9 @@ impl<K: Eq + Hash, V> TtlCache<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read(key, now, true, f)
+        let found = self.read(key, now, true, f);
+        self.stats.count(found.is_some());
+        found
     }
 
     /// As [`Self::lookup`], for a caller that is loading already: never claims the refresh.
@@ -248,17 +277,25 @@ type NamespaceIds = HashMap<Box<str>, Arc<String>>;
 #[derive(Debug)]
 pub(crate) struct NamespaceCache {
     by_workspace: RwLock<HashMap<Box<str>, NamespaceIds>>,
+    stats: HitCounts,
 }
 
 impl Default for NamespaceCache {
     fn default() -> Self {
-        Self { by_workspace: RwLock::new(HashMap::new()) }
+        Self { by_workspace: RwLock::new(HashMap::new()), stats: HitCounts::default() }
     }
 }
 
 impl NamespaceCache {
     pub fn get(&self, workspace_id: &str, name: &str) -> Option<Arc<String>> {
-        self.by_workspace.read().get(workspace_id)?.get(name).cloned()
+        let found = self.by_workspace.read().get(workspace_id).and_then(|names| names.get(name).cloned());
+        self.stats.count(found.is_some());
+        found
+    }
+
+    /// (hits, misses) of the lookups so far.
+    pub fn hit_counts(&self) -> (u64, u64) {
+        self.stats.get()
     }
 
     pub fn put(&self, workspace_id: &str, name: &str, id: Arc<String>) {

@@ -172,7 +172,13 @@ impl SqlStore {
     }
 
     fn conn(&self) -> Result<PooledConnection<Manager>, StorageError> {
-        self.pool.get().map_err(|e| StorageError::Unavailable(format!("no database connection: {e}")))
+        self.pool.get().map_err(|e| crate::tx::unavailable(format!("no database connection: {e}")))
+    }
+
+    /// The pool now: (connections open, of which idle).
+    pub fn pool_state(&self) -> (u32, u32) {
+        let state = self.pool.state();
+        (state.connections, state.idle_connections)
     }
 
     /// Runs the pending migrations of this backend's folder.

@@ -180,6 +180,7 @@ pub(crate) async fn decide(
             (state.limiter.limit(key, req, now)?, overrides.0)
         }
     };
+    state.metrics.decision(d.0.success);
     Ok(d)
 }
 

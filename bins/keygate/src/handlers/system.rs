@@ -2,7 +2,7 @@
 
 use crate::error::ApiError;
 use crate::http::blocking;
-use crate::state::AppState;
+use crate::state::{AppState, MetricsAccess};
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::ErrorCode;
 use keygate_rbac::RbacStore;
@@ -54,6 +54,29 @@ async fn stores(state: &web::Data<AppState>) -> Result<(bool, serde_json::Value)
     });
     Ok((ready, body))
 }
+
+/// `GET /metrics`: the Prometheus text format (docs/operations.md). Served as
+/// `KEYGATE_METRICS` says: to anyone, to a root key holding `metrics.read`, or not (404).
+pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    // On its own listener the access comes with that server; on the main one, the state's.
+    let access = req.app_data::<MetricsAccess>().copied().unwrap_or(state.metrics_access);
+    match access {
+        MetricsAccess::NotHere => return not_found(req).await,
+        MetricsAccess::RootKey => {
+            let principal = crate::http::authenticate(&req, &state).await?;
+            if !principal.holds(PERM_READ_METRICS) {
+                return Err(keygate_rbac::RbacError::missing(&[PERM_READ_METRICS]).into());
+            }
+        }
+        MetricsAccess::Open => {}
+    }
+    let st = state.clone();
+    let text = blocking(move || Ok(st.metrics.render(&st))).await?;
+    Ok(HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text))
+}
+
+/// The root-key permission that reads `/metrics` when `KEYGATE_METRICS=root-key`.
+pub const PERM_READ_METRICS: &str = "metrics.read";
 
 /// `GET /docs/errors`: the error reference that error bodies link to.
 pub async fn error_docs() -> HttpResponse {

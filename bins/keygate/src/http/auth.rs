@@ -38,6 +38,22 @@ pub async fn authenticate(
     req: &HttpRequest,
     state: &web::Data<AppState>,
 ) -> Result<Arc<Principal>, ApiError> {
+    let principal = authenticate_token(req, state).await?;
+    // The access log names who called (only when it is on: this costs an allocation).
+    if log::log_enabled!(target: super::request_id::ACCESS_TARGET, log::Level::Info) {
+        use actix_web::HttpMessage;
+        req.extensions_mut().insert(super::request_id::Caller {
+            workspace_id: principal.workspace_id.clone(),
+            root_key_id: principal.root_key_id.clone(),
+        });
+    }
+    Ok(principal)
+}
+
+async fn authenticate_token(
+    req: &HttpRequest,
+    state: &web::Data<AppState>,
+) -> Result<Arc<Principal>, ApiError> {
     let token = bearer(req)?;
     if let Some(hit) = state.rbac.authenticate_cached(token) {
         if hit.refresh {

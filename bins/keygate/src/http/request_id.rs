@@ -1,11 +1,12 @@
 //! The request-id middleware: every response carries `Unkey-Request-Id`, and an error body the same id.
 
 use crate::error::{ApiError, REQUEST_ID};
+use crate::routes::RouteName;
 use crate::state::AppState;
 use actix_web::body::BoxBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::header::HeaderValue;
-use actix_web::web;
+use actix_web::{HttpMessage, web};
 use futures_util::future::{Ready, ready};
 use keygate_domain::{IdPrefix, new_id};
 
@@ -50,7 +51,11 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        WithRequestId { id: Some(new_id(IdPrefix::Request)), inner: self.service.call(req) }
+        WithRequestId {
+            id: Some(new_id(IdPrefix::Request)),
+            start: std::time::Instant::now(),
+            inner: self.service.call(req),
+        }
     }
 }
 
@@ -61,6 +66,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         id: Option<String>,
+        start: std::time::Instant,
     }
 }
 
@@ -77,7 +83,11 @@ where
         let this = self.project();
         let res = std::task::ready!(this.inner.poll(cx));
         let id = this.id.take().unwrap_or_else(|| new_id(IdPrefix::Request));
-        std::task::Poll::Ready(finish(res, id))
+        let res = finish(res, id);
+        if let Ok(res) = &res {
+            observe(res, this.start.elapsed());
+        }
+        std::task::Poll::Ready(res)
     }
 }
 
@@ -105,6 +115,40 @@ fn finish(
         res.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(res)
+}
+
+/// The request's metrics and, when `keygate::access` is enabled at info, its access-log
+/// line: request id, method, route template, status, latency, and the caller's workspace
+/// and root key id when it authenticated (never a secret, never the raw path or query).
+fn observe(res: &ServiceResponse<BoxBody>, elapsed: std::time::Duration) {
+    let req = res.request();
+    let route = req.app_data::<RouteName>().map_or(crate::metrics::UNMATCHED, |r| r.0);
+    let status = res.status().as_u16();
+    if let Some(state) = req.app_data::<web::Data<AppState>>() {
+        state.metrics.request(route, status, elapsed);
+    }
+    if log::log_enabled!(target: ACCESS_TARGET, log::Level::Info) {
+        let id = res.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
+        let caller = req.extensions().get::<Caller>().cloned();
+        let (ws, rk) =
+            caller.as_ref().map_or(("-", "-"), |c| (c.workspace_id.as_str(), c.root_key_id.as_str()));
+        let method = req.method().as_str();
+        let ms = elapsed.as_secs_f64() * 1000.0;
+        log::info!(target: ACCESS_TARGET, request_id = id, method = method, route = route, status = status,
+            latency_ms = ms, workspace_id = ws, root_key_id = rk;
+            "{id} {method} {route} {status} {ms:.3}ms workspace={ws} root_key={rk}");
+    }
+}
+
+/// The access log's target: off unless enabled (`RUST_LOG=info` or
+/// `RUST_LOG=...,keygate::access=info`; docs/operations.md).
+pub const ACCESS_TARGET: &str = "keygate::access";
+
+/// Who called, as the access log shows it: set by authentication when the access log is on.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub workspace_id: String,
+    pub root_key_id: String,
 }
 
 /// Whether a path belongs to the v2 API (its errors are v2 problem bodies).

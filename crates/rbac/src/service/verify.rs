@@ -82,6 +82,8 @@ pub(crate) struct VerifyCache {
     root_keys_seen: parking_lot::Mutex<Option<HashMap<String, u64>>>,
     /// Verifications that read the store (a miss, a stale entry, or the cache off).
     loads: std::sync::atomic::AtomicU64,
+    /// Verifications answered from the cache.
+    hits: std::sync::atomic::AtomicU64,
     /// Shared counters: the time (ms) the last successful reconciliation started; the next
     /// one publishes what changed since then (less [`RECONCILE_MARGIN_MS`]).
     reconciled_at: AtomicI64,
@@ -109,6 +111,7 @@ impl VerifyCache {
             polled_seq: AtomicI64::new(-1),
             shared_current: AtomicBool::new(false),
             loads: Default::default(),
+            hits: Default::default(),
             root_keys_seen: parking_lot::Mutex::new(None),
             reconciled_at: AtomicI64::new(-1),
         }
@@ -237,7 +240,8 @@ impl<S: RbacStore> RbacService<S> {
         if local.read(&scopes[..n]) != entry.tag {
             return None;
         }
-        Some(answer(&entry, scope, query, self.now()))
+        self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+        Some(counted(answer(&entry, scope, query, self.now())))
     }
 
     /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
@@ -256,7 +260,7 @@ impl<S: RbacStore> RbacService<S> {
         query: Option<&PermissionQuery>,
     ) -> Result<Verification, RbacError> {
         if secret.is_empty() {
-            return Ok(not_found());
+            return Ok(counted(not_found()));
         }
         let digest = secret_digest(secret);
         if !self.verify_cache.enabled {
@@ -264,16 +268,17 @@ impl<S: RbacStore> RbacService<S> {
             let hash = digest_hex(&digest);
             let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
             let entry = VerifyEntry { tag: Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot };
-            return Ok(answer(&entry, scope, query, self.now()));
+            return Ok(counted(answer(&entry, scope, query, self.now())));
         }
         if let Some(entry) = self.verify_cache.get(&digest) {
             let (scopes, n) = entry.scopes(&digest);
             if self.read_counters(&scopes[..n])? == entry.tag {
-                return Ok(answer(&entry, scope, query, self.now()));
+                self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(counted(answer(&entry, scope, query, self.now())));
             }
         }
         let entry = self.load_verify_entry(&digest)?;
-        Ok(answer(&entry, scope, query, self.now()))
+        Ok(counted(answer(&entry, scope, query, self.now())))
     }
 
     /// Loads a key's snapshot into the cache, tagged with counters read before the load.
@@ -304,6 +309,22 @@ impl<S: RbacStore> RbacService<S> {
     /// cache).
     pub fn verify_loads(&self) -> u64 {
         self.verify_cache.loads.load(Ordering::Relaxed)
+    }
+
+    /// Hits and misses of each cache so far, by name: `root_keys`, `namespaces`,
+    /// `overrides` (request-path lookups) and `verifications` (answered from the cache, or
+    /// read from the store).
+    pub fn cache_hit_counts(&self) -> [(&'static str, u64, u64); 4] {
+        let (a, b) = self.auth.hit_counts();
+        let (c, d) = self.namespaces.hit_counts();
+        let (e, f) = self.overrides.hit_counts();
+        let verified = self.verify_cache.hits.load(Ordering::Relaxed);
+        [
+            ("root_keys", a, b),
+            ("namespaces", c, d),
+            ("overrides", e, f),
+            ("verifications", verified, self.verify_loads()),
+        ]
     }
 
     /// Notices the writes of other processes: with local counters, every counter bumped
@@ -436,4 +457,20 @@ fn answer(
         permissions: s.permissions.clone(),
         roles: s.roles.clone(),
     }
+}
+
+/// Counts a verification's outcome (`keygate_verifications_total{code}`); static labels, so
+/// no allocation.
+fn counted(v: Verification) -> Verification {
+    let counter = match v.code {
+        VerifyCode::Valid => metrics::counter!("keygate_verifications_total", "code" => "VALID"),
+        VerifyCode::NotFound => metrics::counter!("keygate_verifications_total", "code" => "NOT_FOUND"),
+        VerifyCode::Disabled => metrics::counter!("keygate_verifications_total", "code" => "DISABLED"),
+        VerifyCode::Expired => metrics::counter!("keygate_verifications_total", "code" => "EXPIRED"),
+        VerifyCode::InsufficientPermissions => {
+            metrics::counter!("keygate_verifications_total", "code" => "INSUFFICIENT_PERMISSIONS")
+        }
+    };
+    counter.increment(1);
+    v
 }

@@ -227,12 +227,14 @@ impl Shared {
         };
         self.stats[0].fetch_add(1, Ordering::Relaxed);
         self.stats[1].fetch_add(batch.len() as u64, Ordering::Relaxed);
+        metrics::histogram!("keygate_redis_batch_size").record(batch.len() as f64);
         let calls: Vec<&Call> = batch.iter().map(|j| &j.call).collect();
         let reply = match &conn {
             AsyncConn::Single(_) => run_script(&mut conn, &self.script, &self.prefix, &calls, true).await,
             AsyncConn::Cluster(_) => self.decide_on_cluster(&mut conn, &calls).await,
         };
         reply.map_err(|e| {
+            metrics::counter!("keygate_store_errors_total", "store" => "redis").increment(1);
             lane.state.lock().conn = None;
             StoreError::Unavailable(format!("Redis: {e}"))
         })

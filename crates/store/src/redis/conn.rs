@@ -39,7 +39,12 @@ impl Outage {
 
     /// A connect failed.
     pub(super) fn down(&self) {
-        *self.down_until.lock() = Some(Instant::now() + BACKOFF);
+        let mut down = self.down_until.lock();
+        if down.is_none() {
+            // Up to down: one outage (`keygate_store_outages_total`).
+            metrics::counter!("keygate_store_outages_total", "store" => "redis").increment(1);
+        }
+        *down = Some(Instant::now() + BACKOFF);
     }
 
     /// A connect succeeded.
@@ -199,6 +204,7 @@ impl Pool {
         })?;
         self.outage.up();
         f(conn.inner.as_dyn()).map_err(|e| {
+            metrics::counter!("keygate_store_errors_total", "store" => "redis").increment(1);
             conn.broken = true;
             StoreError::Unavailable(format!("Redis: {e}"))
         })

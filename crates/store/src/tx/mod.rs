@@ -22,7 +22,7 @@ pub(crate) fn db_err(e: DieselError) -> StorageError {
             DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
             _,
         )
-        | DieselError::BrokenTransactionManager => StorageError::Unavailable(e.to_string()),
+        | DieselError::BrokenTransactionManager => unavailable(e.to_string()),
         DieselError::DatabaseError(_, info)
             if {
                 let m = info.message();
@@ -36,10 +36,16 @@ pub(crate) fn db_err(e: DieselError) -> StorageError {
                     || m.contains("Connection refused")
             } =>
         {
-            StorageError::Unavailable(e.to_string())
+            unavailable(e.to_string())
         }
         _ => StorageError::Internal(e.to_string()),
     }
+}
+
+/// The database did not answer (counted: `keygate_store_errors_total{store="database"}`).
+pub(crate) fn unavailable(why: String) -> StorageError {
+    metrics::counter!("keygate_store_errors_total", "store" => "database").increment(1);
+    StorageError::Unavailable(why)
 }
 
 type R<T> = Result<T, StorageError>;

@@ -167,6 +167,9 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
             }
         }
     };
+    for d in &outcome.decisions {
+        state.metrics.decision(d.success && outcome.passed);
+    }
     let limits = entries
         .iter()
         .zip(outcome.decisions)

@@ -1,0 +1,240 @@
+//! Prometheus metrics (`GET /metrics`, docs/operations.md lists every one). The libraries
+//! count through the `metrics` facade where something happens (verifications, store
+//! errors and outages, Redis batches); caches and pools keep their own numbers, read here
+//! at scrape time; the HTTP layer records requests and decisions through handles made
+//! once, so the hot path does no registry lookup and no allocation. Label values come from
+//! bounded sets only: route templates, status codes, outcomes, store and cache names.
+
+use crate::state::AppState;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Seconds: 100 us to 5 s.
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+/// Decisions per Redis script call.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+/// The process's recorder: installed once (the `metrics` facade is process-wide, like
+/// `log`); every server of the process renders from it.
+fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full("keygate_redis_batch_size".into()), BATCH_BUCKETS)
+            .map(PrometheusBuilder::build_recorder);
+        match recorder {
+            Ok(recorder) => {
+                let handle = recorder.handle();
+                // Another recorder installed first (an embedding program): it gets the
+                // libraries' metrics; this handle still renders the server's own.
+                if metrics::set_global_recorder(recorder).is_err() {
+                    log::warn!(
+                        "metrics: a recorder was installed already; /metrics shows only keygate's own"
+                    );
+                }
+                handle
+            }
+            Err(e) => {
+                log::warn!("metrics: {e}");
+                PrometheusBuilder::new().build_recorder().handle()
+            }
+        }
+    })
+}
+
+/// Per route: its latency histogram and request counters by status.
+#[derive(Debug, Default)]
+struct RouteMetrics {
+    latency: Latency,
+    /// By [`STATUSES`] (the last slot: any other status, labelled `other`).
+    by_status: [AtomicU64; STATUSES.len() + 1],
+}
+
+/// The statuses keygate answers (docs/errors.md): counted apart, any other as `other`.
+const STATUSES: [u16; 15] = [200, 400, 401, 403, 404, 405, 408, 409, 412, 413, 415, 429, 431, 500, 503];
+
+/// A latency histogram of fixed buckets ([`LATENCY_BUCKETS`]) kept in atomics and rendered
+/// at scrape time. The exporter's own histograms keep every sample until they are drained,
+/// which on the hot path cost allocations: this records one request in three relaxed adds.
+#[derive(Debug, Default)]
+struct Latency {
+    /// Per bucket (the last: above every bound), not cumulative.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Latency {
+    fn record(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let i = LATENCY_BUCKETS_NS.iter().position(|&b| ns <= b).unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The text format's `_bucket`, `_sum` and `_count` lines for `route`.
+    fn render(&self, route: &str, out: &mut String) {
+        use std::fmt::Write;
+        let mut cumulative = 0;
+        for (i, bound) in
+            LATENCY_BUCKETS.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]).enumerate()
+        {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{LATENCY_METRIC}_bucket{{route=\"{route}\",le=\"{bound}\"}} {cumulative}");
+        }
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{LATENCY_METRIC}_sum{{route=\"{route}\"}} {sum}");
+        let _ = writeln!(
+            out,
+            "{LATENCY_METRIC}_count{{route=\"{route}\"}} {}",
+            self.count.load(Ordering::Relaxed)
+        );
+    }
+}
+
+const LATENCY_METRIC: &str = "keygate_http_request_duration_seconds";
+/// [`LATENCY_BUCKETS`] in nanoseconds.
+const LATENCY_BUCKETS_NS: [u64; 15] = [
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+];
+
+/// The server's metric handles.
+#[derive(Debug)]
+pub struct Metrics {
+    /// `None` with metrics off: nothing is recorded (no recorder is installed for it).
+    handle: Option<PrometheusHandle>,
+    routes: HashMap<&'static str, RouteMetrics>,
+    /// `keygate_ratelimit_decisions_total{outcome, store}`: passed, denied.
+    decisions: [AtomicU64; 2],
+    store: &'static str,
+}
+
+/// The route label of a request no route matched.
+pub const UNMATCHED: &str = "unmatched";
+
+impl Metrics {
+    /// Handles for every route of the table and the decisions of `store` ("memory",
+    /// "redis"); with `enabled` false (`KEYGATE_METRICS=off`), handles that record nothing.
+    pub fn new(store: &'static str, enabled: bool) -> Self {
+        if !enabled {
+            return Self { handle: None, routes: HashMap::new(), decisions: Default::default(), store };
+        }
+        let handle = Some(recorder().clone());
+        let routes = crate::routes::ROUTES
+            .iter()
+            .map(|(path, _)| *path)
+            .chain([UNMATCHED])
+            .map(|route| (route, RouteMetrics::default()))
+            .collect();
+        Self { handle, routes, decisions: Default::default(), store }
+    }
+
+    /// One HTTP request: its route template (or [`UNMATCHED`]), status and duration.
+    pub fn request(&self, route: &str, status: u16, elapsed: Duration) {
+        // Metrics off: no routes, nothing recorded.
+        let Some(r) = self.routes.get(route).or_else(|| self.routes.get(UNMATCHED)) else { return };
+        r.latency.record(elapsed);
+        let i = STATUSES.iter().position(|&s| s == status).unwrap_or(STATUSES.len());
+        r.by_status[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One rate-limit decision.
+    pub fn decision(&self, passed: bool) {
+        if self.handle.is_some() {
+            self.decisions[usize::from(!passed)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The Prometheus text of every metric, with the numbers kept elsewhere (caches,
+    /// pools, batches) brought up to date first.
+    pub fn render(&self, state: &AppState) -> String {
+        let Some(handle) = &self.handle else { return String::new() };
+        for (cache, hits, misses) in state.rbac.cache_hit_counts() {
+            metrics::counter!("keygate_cache_requests_total", "cache" => cache, "result" => "hit")
+                .absolute(hits);
+            metrics::counter!("keygate_cache_requests_total", "cache" => cache, "result" => "miss")
+                .absolute(misses);
+        }
+        let (open, idle) = state.rbac.store().pool_state();
+        metrics::gauge!("keygate_db_pool_connections", "state" => "idle").set(f64::from(idle));
+        metrics::gauge!("keygate_db_pool_connections", "state" => "in_use")
+            .set(f64::from(open.saturating_sub(idle)));
+        if let Some(redis) = &state.redis {
+            let stats = redis.batch_stats();
+            metrics::counter!("keygate_redis_round_trips_total").absolute(stats.script_calls);
+            metrics::counter!("keygate_redis_batched_decisions_total").absolute(stats.decisions);
+        }
+        handle.run_upkeep();
+        let mut out = handle.render();
+        self.render_own(&mut out);
+        out
+    }
+
+    /// The metrics kept here: requests by route and status, their latency, decisions.
+    fn render_own(&self, out: &mut String) {
+        use std::fmt::Write;
+        let mut routes: Vec<(&&str, &RouteMetrics)> = self.routes.iter().collect();
+        routes.sort_by_key(|(r, _)| **r);
+        let _ =
+            writeln!(out, "# HELP keygate_http_requests_total HTTP requests by route template and status");
+        let _ = writeln!(out, "# TYPE keygate_http_requests_total counter");
+        for (route, m) in &routes {
+            for (i, n) in m.by_status.iter().enumerate() {
+                let n = n.load(Ordering::Relaxed);
+                if n > 0 {
+                    let status = STATUSES.get(i).map_or_else(|| "other".to_string(), u16::to_string);
+                    let _ = writeln!(
+                        out,
+                        "keygate_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out, "# HELP {LATENCY_METRIC} HTTP request latency by route template");
+        let _ = writeln!(out, "# TYPE {LATENCY_METRIC} histogram");
+        for (route, m) in &routes {
+            if m.latency.count.load(Ordering::Relaxed) > 0 {
+                m.latency.render(route, out);
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP keygate_ratelimit_decisions_total Rate-limit decisions by outcome and store"
+        );
+        let _ = writeln!(out, "# TYPE keygate_ratelimit_decisions_total counter");
+        for (i, outcome) in ["passed", "denied"].iter().enumerate() {
+            let n = self.decisions[i].load(Ordering::Relaxed);
+            let store = self.store;
+            let _ = writeln!(
+                out,
+                "keygate_ratelimit_decisions_total{{outcome=\"{outcome}\",store=\"{store}\"}} {n}"
+            );
+        }
+    }
+
+    /// Drains the histograms' buffers (the exporter keeps samples until then).
+    pub fn upkeep(&self) {
+        if let Some(handle) = &self.handle {
+            handle.run_upkeep();
+        }
+    }
+}
