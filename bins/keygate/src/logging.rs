@@ -91,6 +91,7 @@ impl ThrottledLogger {
         builder.parse_filters(&spec);
         match std::env::var("KEYGATE_LOG_FORMAT").as_deref() {
             Ok("json") => {
+                let _ = JSON.set(true);
                 builder.format(|buf, record| {
                     use std::io::Write;
                     writeln!(buf, "{}", json_line(record))
@@ -115,6 +116,23 @@ impl ThrottledLogger {
         // Targets are module paths (a bounded set); the map cannot grow with input.
         targets.insert(target.to_string(), t.clone());
         t
+    }
+}
+
+/// Whether the process logs JSON lines (`KEYGATE_LOG_FORMAT=json`), set once by
+/// [`ThrottledLogger::install`].
+static JSON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// A line for the operator that no log level may hide (the first start's root key): on
+/// stderr, as `keygate: <message>`, or as a JSON line in the JSON format.
+pub fn notice(message: &str) {
+    if JSON.get().copied().unwrap_or(false) {
+        let line = serde_json::json!({
+            "ts": rfc3339(SystemTime::now()), "level": "NOTICE", "target": "keygate", "message": message,
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("keygate: {message}");
     }
 }
 

@@ -240,25 +240,25 @@ fn bootstrap(rbac: &RbacService<SqlStore>, root_key: Option<String>) -> anyhow::
     let chosen = root_key.is_some();
     let Some((ws, rk, secret)) = rbac.bootstrap(root_key.map(Secret::new)).context("bootstrapping")? else {
         if chosen {
-            eprintln!(
-                "keygate: KEYGATE_ROOT_KEY is ignored: this database was set up by an earlier start \
+            crate::logging::notice(
+                "KEYGATE_ROOT_KEY is ignored: this database was set up by an earlier start \
                  and has its root keys (create another with `keygate root-keys create`, or point \
-                 DATABASE_URL at a new database)."
+                 DATABASE_URL at a new database).",
             );
         }
         return Ok(None);
     };
-    eprintln!(
-        "keygate: first start: created workspace {:?} ({}) and root key {} holding \"*\".",
+    crate::logging::notice(&format!(
+        "first start: created workspace {:?} ({}) and root key {} holding \"*\".",
         ws.name, ws.id, rk.id
-    );
+    ));
     if chosen {
-        eprintln!("keygate: the root key is the one given in KEYGATE_ROOT_KEY (not printed).");
+        crate::logging::notice("the root key is the one given in KEYGATE_ROOT_KEY (not printed).");
     } else {
-        eprintln!(
-            "keygate: ROOT KEY (shown once; store it now, it cannot be shown again): {}",
+        crate::logging::notice(&format!(
+            "ROOT KEY (shown once; store it now, it cannot be shown again): {}",
             secret.expose()
-        );
+        ));
     }
     Ok(Some(secret))
 }

@@ -345,3 +345,52 @@ fn the_connection_cap_is_logged_when_reached_and_idle_connections_are_reclaimed(
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     drop(idle);
 }
+
+#[test]
+fn the_access_log_has_one_json_line_per_request_with_its_id_and_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let port = free_port();
+    let root = "kg_root_access_log_test_root_key_0001";
+    let mut cmd = server(&sqlite, port);
+    cmd.env("RUST_LOG", "info").env("KEYGATE_LOG_FORMAT", "json").env("KEYGATE_ROOT_KEY", root);
+    let mut p = Proc::spawn(cmd);
+    assert!(p.wait_for("keygate listening on", Duration::from_secs(30)), "{}", p.output(true));
+    let id_of = |res: &str| {
+        res.lines()
+            .find_map(|l| l.split_once(": ").filter(|(k, _)| k.eq_ignore_ascii_case("unkey-request-id")))
+            .map(|(_, v)| v.trim().to_string())
+            .expect("a request id header")
+    };
+    let limit =
+        post(port, "/v1/ratelimits.limit", root, r#"{"identifier":"someone","limit":1,"duration":1000}"#);
+    let created = post(port, "/v1/keys.createKey", root, r#"{"apiId":"api_log"}"#);
+    let secret = created.split("\"key\":\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let verified = post(port, "/v1/keys.verifyKey", root, &format!(r#"{{"key":"{secret}"}}"#));
+    let refused = post(port, "/v1/keys.getKey", "kg_root_not_a_real_key_000000001", r#"{"keyId":"key_x"}"#);
+    let missing = http(port, "GET /no/such/path?token=abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let out = p.output(true);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let access: Vec<&serde_json::Value> = lines.iter().filter(|l| l["target"] == "keygate::access").collect();
+    for (res, route, status) in [
+        (&limit, "/v1/ratelimits.limit", 200),
+        (&created, "/v1/keys.createKey", 200),
+        (&verified, "/v1/keys.verifyKey", 200),
+        (&refused, "/v1/keys.getKey", 401),
+        (&missing, "unmatched", 404),
+    ] {
+        let id = id_of(res);
+        let line =
+            access.iter().find(|l| l["request_id"] == id.as_str()).unwrap_or_else(|| panic!("{id}: {out}"));
+        assert_eq!((&line["route"], &line["status"]), (&route.into(), &status.into()), "{line}");
+        assert!(line["latency_ms"].as_f64().is_some() && line["method"].is_string(), "{line}");
+        assert!(line["ts"].as_str().unwrap().ends_with('Z') && line["level"] == "INFO", "{line}");
+    }
+    let authed = access.iter().find(|l| l["request_id"] == id_of(&limit).as_str()).unwrap();
+    assert!(authed["workspace_id"].as_str().unwrap().starts_with("ws_"), "{authed}");
+    assert!(authed["root_key_id"].as_str().unwrap().starts_with("rk_"), "{authed}");
+    assert_clean(&out, &[root, &secret, "kg_root_not_a_real_key", "token=abc", "someone"]);
+}

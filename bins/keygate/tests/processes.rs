@@ -34,7 +34,8 @@ fn serve(db: &str, redis: &str) -> Server {
         .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
         .env("KEYGATE_WORKERS", "2")
         .env("KEYGATE_ROOT_KEY", ROOT_KEY)
-        .env("RUST_LOG", "info")
+        // Not the access log: nobody reads stderr after the start.
+        .env("RUST_LOG", "info,keygate::access=off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -1,0 +1,148 @@
+//! A real Prometheus (the Debian package; `.ci/run` installs it) scrapes the real binary's
+//! `/metrics`; its HTTP API then answers the counts of a known sequence of requests.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_keygate");
+const ROOT_KEY: &str = "kg_root_prometheus_test_0123456789";
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn http(port: u16, request: &str) -> String {
+    try_http(port, request).unwrap()
+}
+
+fn try_http(port: u16, request: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(request.as_bytes())?;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    Ok(out)
+}
+
+fn limit(port: u16, body: &str) -> String {
+    http(
+        port,
+        &format!(
+            "POST /v1/ratelimits.limit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT_KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// The value of a PromQL query that answers one sample, once it has one.
+fn query(prom: u16, promql: &str) -> Option<f64> {
+    let q: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    // Prometheus may not listen yet: no answer is no value.
+    let res = try_http(
+        prom,
+        &format!("GET /api/v1/query?query={q} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+    .ok()?;
+    let body = res.split("\r\n\r\n").nth(1)?;
+    // Chunked or not, the JSON object is the one line that starts with `{`.
+    let json = body.lines().find(|l| l.starts_with('{'))?;
+    let v: Value = serde_json::from_str(json).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+#[ignore = "needs prometheus (Debian package `prometheus`; .ci/run installs it) and runs with --include-ignored"]
+fn prometheus_scrapes_the_decisions_and_requests_of_a_known_sequence() {
+    let prometheus = which("prometheus").expect("prometheus is not installed: apt-get install prometheus");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut keygate = Command::new(BIN)
+        .env("DATABASE_URL", format!("sqlite://{}", dir.path().join("k.db").display()))
+        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEYGATE_WORKERS", "1")
+        .env("KEYGATE_ROOT_KEY", ROOT_KEY)
+        .env("RUST_LOG", "warn,keygate=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = keygate.stderr.take().unwrap();
+    let _keygate = Killed(keygate);
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    assert!(lines.any(|l| l.contains("keygate listening on")), "keygate did not start");
+    // Read on, so that the process never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+
+    // 5 passed and 2 denied decisions, one 404.
+    for _ in 0..7 {
+        let res = limit(port, r#"{"namespace":"prom","identifier":"u","limit":5,"duration":60000}"#);
+        assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+    }
+    assert!(
+        http(port, "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 404")
+    );
+
+    let prom = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: keygate\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Killed(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let passed = r#"keygate_ratelimit_decisions_total{outcome="passed",store="memory"}"#;
+    let denied = r#"keygate_ratelimit_decisions_total{outcome="denied",store="memory"}"#;
+    let requests = r#"keygate_http_requests_total{route="/v1/ratelimits.limit",status="200"}"#;
+    let unmatched = r#"keygate_http_requests_total{route="unmatched",status="404"}"#;
+    loop {
+        let got = [query(prom, passed), query(prom, denied), query(prom, requests), query(prom, unmatched)];
+        if got == [Some(5.0), Some(2.0), Some(7.0), Some(1.0)] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Prometheus answered {got:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let up = query(prom, r#"up{job="keygate"}"#);
+    assert_eq!(up, Some(1.0), "the scrape itself succeeds");
+    let latency = query(prom, r#"keygate_http_request_duration_seconds_count{route="/v1/ratelimits.limit"}"#);
+    assert_eq!(latency, Some(7.0));
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.exists())
+}
