@@ -34,7 +34,9 @@ fn check_document(path: &str, prefix: &str) {
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
 
-    let api: Vec<_> = ROUTES.iter().filter(|(p, _)| p.starts_with(prefix)).collect();
+    // The gateway's forward auth is a protocol of headers, not a JSON API: docs/gateways.md.
+    let api: Vec<_> =
+        ROUTES.iter().filter(|(p, _)| p.starts_with(prefix) && !p.starts_with("/v1/gateway.")).collect();
     for (path, methods) in &api {
         let ops = paths.get(*path).unwrap_or_else(|| panic!("{path} is missing from the document"));
         let documented: BTreeSet<String> = ops.as_object().unwrap().keys().cloned().collect();

@@ -260,6 +260,10 @@ pub struct ServeArgs {
     /// `KEYGATE_METRICS=on`, without authentication there).
     #[arg(long, env = "KEYGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// A JSON file of named policies for `/v1/gateway.authorize` (docs/gateways.md):
+    /// `{"policies": {"name": {"permissions": "...", "ratelimit": "...", "keyHeader": "..."}}}`.
+    #[arg(long, env = "KEYGATE_GATEWAY_POLICIES")]
+    pub gateway_policies: Option<String>,
     /// Delete audit events older than this many days, in the background (at most
     /// 5,000 a minute); 0 keeps them for good.
     #[arg(long, env = "KEYGATE_AUDIT_RETENTION_DAYS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=36_500))]
@@ -366,6 +370,7 @@ impl ServeArgs {
                 _ => MetricsSetting::On,
             },
             metrics_listen: self.metrics_listen,
+            gateway_policies: self.gateway_policies,
             workers: self.workers,
             pool: PoolSettings {
                 max_size: self.db_pool_size,
@@ -420,6 +425,8 @@ pub struct ServerConfig {
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.
     pub metrics_listen: Option<String>,
+    /// The gateway policies file.
+    pub gateway_policies: Option<String>,
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,

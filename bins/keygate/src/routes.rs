@@ -1,6 +1,6 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{audit, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
@@ -26,6 +26,8 @@ route_table! {
     "/v1/keys.verifyKey" ["POST"] => keys::verify_key,
     "/v2/ratelimit.limit" ["POST"] => v2::ratelimit::limit,
     "/v2/keys.verifyKey" ["POST"] => v2::keys::verify_key,
+    "/v1/gateway.authorize" ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] => gateway::authorize,
+    "/v1/gateway.authorize/{original:.*}" ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] => gateway::authorize,
     "/v1/ratelimits.setOverride" ["POST"] => overrides::set_override,
     "/v1/ratelimits.getOverride" ["GET"] => overrides::get_override,
     "/v1/ratelimits.listOverrides" ["GET"] => overrides::list_overrides,

@@ -48,6 +48,16 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     // one-time root key would be printed, then lost with the failed start).
     let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
+    // Configuration that can fail, before the database is touched.
+    let gateway_policies = match &config.gateway_policies {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading KEYGATE_GATEWAY_POLICIES {path}"))?;
+            keygate_rbac::gateway::GatewayPolicies::from_json(&text)
+                .map_err(|e| anyhow::anyhow!("KEYGATE_GATEWAY_POLICIES {path}: {e}"))?
+        }
+        None => Default::default(),
+    };
     let store = SqlStore::open(&config.database_url, config.pool.clone()).map_err(|e| {
         let url = &config.database_url;
         anyhow::anyhow!("opening the database {:?}: {}", redact_url(url), redact_in(&e.to_string(), url))
@@ -101,6 +111,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         connections: connections.clone(),
         metrics,
         metrics_access,
+        gateway_policies,
     });
     let metrics_addr = match (&config.metrics_listen, config.metrics) {
         (Some(listen), MetricsSetting::On | MetricsSetting::RootKey) => {

@@ -33,6 +33,8 @@ pub struct AppState {
     pub metrics: crate::metrics::Metrics,
     /// Who may read `/metrics` on the main listener.
     pub metrics_access: MetricsAccess,
+    /// Named policies of `/v1/gateway.authorize` (`KEYGATE_GATEWAY_POLICIES`).
+    pub gateway_policies: keygate_rbac::gateway::GatewayPolicies,
 }
 
 /// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).

@@ -8,6 +8,7 @@
 mod cache;
 pub mod counters;
 mod error;
+pub mod gateway;
 mod model;
 mod overrides;
 mod perms;

@@ -2,6 +2,7 @@
 //! calls the service and maps the answer.
 
 pub mod audit;
+pub mod gateway;
 pub mod keys;
 pub mod overrides;
 pub mod permissions;

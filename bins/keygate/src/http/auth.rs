@@ -54,7 +54,16 @@ async fn authenticate_token(
     req: &HttpRequest,
     state: &web::Data<AppState>,
 ) -> Result<Arc<Principal>, ApiError> {
-    let token = bearer(req)?;
+    authenticate_secret(bearer(req)?, state).await
+}
+
+/// Authenticates a root key given as text (the bearer token, or a gateway's
+/// `X-Keygate-Root-Key`): from the cache inline (renewed in the background once past half
+/// its lifetime), else from the store off-thread, one load per key.
+pub async fn authenticate_secret(
+    token: &str,
+    state: &web::Data<AppState>,
+) -> Result<Arc<Principal>, ApiError> {
     if let Some(hit) = state.rbac.authenticate_cached(token) {
         if hit.refresh {
             let (state, token) = (state.clone(), token.to_string());

@@ -9,7 +9,7 @@ mod body;
 mod extract;
 mod request_id;
 
-pub(crate) use auth::authenticate;
+pub(crate) use auth::{authenticate, authenticate_secret};
 pub(crate) use blocking::{blocking, in_background};
 pub(crate) use body::{integer, parse_json, parse_json_as};
 pub(crate) use extract::{Authed, Json, JsonBytes, Query, QueryOrJson};
