@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# nginx + keygate forward auth (docs/gateways.md's configuration) against nginx alone
+# proxying the same upstream, alternating rounds in one run (docs/performance.md).
+#
+#   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=10s CONNECTIONS=32
+#
+# nginx (one worker) serves three ports: the upstream (a fixed 200), the plain proxy, and
+# the proxy with auth_request to keygate (one worker, embedded default, a key holding the
+# permission and a limit that always passes). nginx and keygate share CPU 0, wrk runs on
+# CPU 1: what the gateway costs per request on one core.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-32}
+ROOT_KEY=kg_root_gateway_bench_$(date +%s)_0000
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+command -v nginx >/dev/null || { echo "nginx is missing: apt-get install nginx-light" >&2; exit 1; }
+cargo build --release -q -p keygate --bin keygate
+
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+KG=18401 UP=18402 PLAIN=18403 AUTH=18404
+DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=127.0.0.1:$KG KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY \
+  RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg.log" &
+pids+=($!)
+for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$KG/v1/liveness" && break; sleep 0.1; done
+key=$(curl -s "http://127.0.0.1:$KG/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
+  -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
+
+# docs/gateways.md's nginx block, pointed at these ports, with a limit that always passes.
+block=$(awk '/^```nginx$/{on=1; next} /^```$/{on=0} on' docs/gateways.md \
+  | sed -e "s/127.0.0.1:8080/127.0.0.1:$KG/" -e "s/127.0.0.1:9000/127.0.0.1:$UP/" \
+        -e "s/listen 8000;/listen 127.0.0.1:$AUTH;/" -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" \
+        -e "s/limit=100/limit=1000000000/")
+cat >"$work/nginx.conf" <<CONF
+daemon off; worker_processes 1; pid $work/nginx.pid; error_log $work/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream up { server 127.0.0.1:$UP; keepalive 64; }
+  server { listen 127.0.0.1:$UP; location / { return 200 "ok"; } }
+  server { listen 127.0.0.1:$PLAIN; location / { proxy_pass http://127.0.0.1:$UP; } }
+  $block
+}
+CONF
+taskset -c 0 nginx -p "$work" -c "$work/nginx.conf" &
+pids+=($!)
+sleep 1
+curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:$AUTH/x" || { echo "the gateway does not pass a valid key" >&2; exit 1; }
+
+for r in $(seq 1 "$ROUNDS"); do
+  for s in plain auth; do
+    port=$PLAIN; [ "$s" = auth ] && port=$AUTH
+    out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x")
+    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+    p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+    p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+    non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
+    echo "$s round=$r rps=$rps p50=$p50 p99=$p99 non2xx=${non2xx:-0}"
+  done
+done | tee "$work/rounds"
+awk '{ split($2, r, "="); split($3, x, "="); rps[$1, r[2]] = x[2]; if (r[2] > n) n = r[2] }
+  END {
+    for (i = 1; i <= n; i++) q[i] = rps["auth", i] / rps["plain", i]
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
+    printf "nginx + keygate / nginx alone: median of %d per-round throughput ratios %.3f\n", n, (n % 2) ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
+  }' "$work/rounds"
