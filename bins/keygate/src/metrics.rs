@@ -5,7 +5,6 @@
 //! once, so the hot path does no registry lookup and no allocation. Label values come from
 //! bounded sets only: route templates, status codes, outcomes, store and cache names.
 
-use crate::state::AppState;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -128,23 +127,31 @@ pub struct Metrics {
     store: &'static str,
 }
 
+/// The numbers other parts keep themselves, read at scrape time.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// (cache, hits, misses).
+    pub caches: [(&'static str, u64, u64); 4],
+    /// The database pool: (connections open, of which idle).
+    pub db_pool: (u32, u32),
+    /// Redis: (script calls, decisions they carried).
+    pub redis_batches: Option<(u64, u64)>,
+}
+
 /// The route label of a request no route matched.
 pub const UNMATCHED: &str = "unmatched";
 
 impl Metrics {
-    /// Handles for every route of the table and the decisions of `store` ("memory",
-    /// "redis"); with `enabled` false (`KEYGATE_METRICS=off`), handles that record nothing.
-    pub fn new(store: &'static str, enabled: bool) -> Self {
+    /// Counts for each of `routes` (the route table's templates) and the decisions of
+    /// `store` ("memory", "redis"); with `enabled` false (`KEYGATE_METRICS=off`), nothing
+    /// is recorded.
+    pub fn new(routes: &[&'static str], store: &'static str, enabled: bool) -> Self {
         if !enabled {
             return Self { handle: None, routes: HashMap::new(), decisions: Default::default(), store };
         }
         let handle = Some(recorder().clone());
-        let routes = crate::routes::ROUTES
-            .iter()
-            .map(|(path, _)| *path)
-            .chain([UNMATCHED])
-            .map(|route| (route, RouteMetrics::default()))
-            .collect();
+        let routes =
+            routes.iter().copied().chain([UNMATCHED]).map(|route| (route, RouteMetrics::default())).collect();
         Self { handle, routes, decisions: Default::default(), store }
     }
 
@@ -164,24 +171,23 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text of every metric, with the numbers kept elsewhere (caches,
-    /// pools, batches) brought up to date first.
-    pub fn render(&self, state: &AppState) -> String {
+    /// The Prometheus text of every metric, with the numbers kept elsewhere (`kept`:
+    /// caches, pools, batches) brought up to date first.
+    pub fn render(&self, kept: &Kept) -> String {
         let Some(handle) = &self.handle else { return String::new() };
-        for (cache, hits, misses) in state.rbac.cache_hit_counts() {
+        for &(cache, hits, misses) in &kept.caches {
             metrics::counter!("keygate_cache_requests_total", "cache" => cache, "result" => "hit")
                 .absolute(hits);
             metrics::counter!("keygate_cache_requests_total", "cache" => cache, "result" => "miss")
                 .absolute(misses);
         }
-        let (open, idle) = state.rbac.store().pool_state();
+        let (open, idle) = kept.db_pool;
         metrics::gauge!("keygate_db_pool_connections", "state" => "idle").set(f64::from(idle));
         metrics::gauge!("keygate_db_pool_connections", "state" => "in_use")
             .set(f64::from(open.saturating_sub(idle)));
-        if let Some(redis) = &state.redis {
-            let stats = redis.batch_stats();
-            metrics::counter!("keygate_redis_round_trips_total").absolute(stats.script_calls);
-            metrics::counter!("keygate_redis_batched_decisions_total").absolute(stats.decisions);
+        if let Some((calls, decisions)) = kept.redis_batches {
+            metrics::counter!("keygate_redis_round_trips_total").absolute(calls);
+            metrics::counter!("keygate_redis_batched_decisions_total").absolute(decisions);
         }
         handle.run_upkeep();
         let mut out = handle.render();

@@ -98,7 +98,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         (MetricsSetting::RootKey, None) => MetricsAccess::RootKey,
         (MetricsSetting::On, None) => MetricsAccess::Open,
     };
-    let metrics = crate::metrics::Metrics::new(limiter.kind(), config.metrics != MetricsSetting::Off);
+    let route_names: Vec<&'static str> = routes::ROUTES.iter().map(|(path, _)| *path).collect();
+    let metrics =
+        crate::metrics::Metrics::new(&route_names, limiter.kind(), config.metrics != MetricsSetting::Off);
     let state = web::Data::new(AppState {
         rbac,
         limiter,

@@ -71,7 +71,18 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
         MetricsAccess::Open => {}
     }
     let st = state.clone();
-    let text = blocking(move || Ok(st.metrics.render(&st))).await?;
+    let text = blocking(move || {
+        let kept = crate::metrics::Kept {
+            caches: st.rbac.cache_hit_counts(),
+            db_pool: st.rbac.store().pool_state(),
+            redis_batches: st.redis.as_ref().map(|r| {
+                let b = r.batch_stats();
+                (b.script_calls, b.decisions)
+            }),
+        };
+        Ok(st.metrics.render(&kept))
+    })
+    .await?;
     Ok(HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text))
 }
 
