@@ -63,7 +63,17 @@ impl AuditTx for DieselTx<'_> {
                 }
                 q.order((audit_events::created_at.desc(), audit_events::id.desc()))
                     .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .select(AUDIT_COLUMNS)
+                    .select((
+                        audit_events::id,
+                        audit_events::workspace_id,
+                        audit_events::actor_id,
+                        audit_events::action,
+                        audit_events::resource_type,
+                        audit_events::resource_id,
+                        audit_events::key_id,
+                        audit_events::role_id,
+                        audit_events::created_at,
+                    ))
             }};
         }
         let rows: Vec<AuditRow> = match &mut *self.conn {
@@ -93,28 +103,6 @@ impl AuditTx for DieselTx<'_> {
         Ok(deleted)
     }
 }
-
-const AUDIT_COLUMNS: (
-    audit_events::id,
-    audit_events::workspace_id,
-    audit_events::actor_id,
-    audit_events::action,
-    audit_events::resource_type,
-    audit_events::resource_id,
-    audit_events::key_id,
-    audit_events::role_id,
-    audit_events::created_at,
-) = (
-    audit_events::id,
-    audit_events::workspace_id,
-    audit_events::actor_id,
-    audit_events::action,
-    audit_events::resource_type,
-    audit_events::resource_id,
-    audit_events::key_id,
-    audit_events::role_id,
-    audit_events::created_at,
-);
 
 type AuditRow = (String, String, String, String, String, String, Option<String>, Option<String>, i64);
 
