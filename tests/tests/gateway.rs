@@ -72,10 +72,12 @@ fn refusals_name_the_key_the_permission_or_the_configuration_and_consume_nothing
     let bearer = format!("Bearer {secret}");
     let limit = ("x-keygate-ratelimit", "namespace=gw; limit=5; duration=60000");
     // No key, a wrong key, a malformed Authorization: 401 with WWW-Authenticate.
+    let huge = format!("Bearer {}", "k".repeat(600));
     for headers in [
         vec![limit],
         vec![("authorization", "Bearer sk_wrong_key_000"), limit],
         vec![("authorization", "Basic abc"), limit],
+        vec![("authorization", huge.as_str()), limit],
     ] {
         let r = authorize(&s, &s.root_key, &headers);
         r.assert_error(401, "UNAUTHORIZED");

@@ -4,7 +4,7 @@
 //! the end user. Parsing only: the server's `gateway` handler runs the checks.
 
 use crate::{PermissionQuery, parse_permission_query};
-use keygate_domain::{MAX_IDENTIFIER_CHARS, MAX_SAFE_INTEGER, ValidationError, validate_namespace_name};
+use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, validate_namespace_name};
 use std::collections::HashMap;
 
 /// Where a gateway's rate limit takes its identifier from.
@@ -150,9 +150,6 @@ fn header_name(path: &str, name: &str) -> Result<String, ValidationError> {
     }
     Ok(name.to_ascii_lowercase())
 }
-
-/// The longest identifier a header may give (as `ratelimits.limit`'s `identifier`).
-pub const MAX_GATEWAY_IDENTIFIER_CHARS: usize = MAX_IDENTIFIER_CHARS;
 
 #[cfg(test)]
 mod tests {

@@ -180,10 +180,6 @@ impl<T> Page<T> {
         let next = if more { rest.last().map(|i| key(i).to_string()) } else { None };
         Self { items: rest, next }
     }
-
-    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
-        Page { items: self.items.into_iter().map(f).collect(), next: self.next }
-    }
 }
 
 /// How v2 names a key: by id (`getKey`) or by its secret (`whoami`).

@@ -160,6 +160,10 @@ fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String
             _ => return Err(ApiError::unauthorized("send the API key as Authorization: Bearer <key>")),
         },
     };
+    // No key is longer than verifyKey takes: a longer one is not a key (hashed for nothing).
+    if key.chars().count() > keygate_rbac::MAX_VERIFY_KEY_CHARS {
+        return Err(ApiError::unauthorized("the API key is not valid"));
+    }
     Ok((!key.is_empty()).then(|| key.to_string()))
 }
 

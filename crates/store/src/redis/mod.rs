@@ -152,6 +152,8 @@ pub struct RedisStore {
     /// `None` when local denials are off.
     denials: Option<Denials>,
     script: redis::Script,
+    /// The all-or-nothing script of `multi.rs` (hashed once).
+    multi_script: redis::Script,
     /// The change counters' read and publish scripts (`counters.rs`).
     counter_scripts: (redis::Script, redis::Script),
     prefix: String,
@@ -254,6 +256,7 @@ impl RedisStore {
             async_sync_interval: settings.async_sync_interval,
             denials: settings.local_denials.then(Denials::default),
             script,
+            multi_script: redis::Script::new(multi::MULTI),
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
             prefix: settings.key_prefix,
             location,

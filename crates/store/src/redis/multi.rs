@@ -37,9 +37,8 @@ impl RedisStore {
             }
         }
         let epoch_keys: Vec<String> = epochs.iter().map(|(ns, _)| epoch_key(&self.prefix, ns)).collect();
-        let script = redis::Script::new(MULTI);
         let reply: Vec<i64> = self.pool.with_conn(|c| {
-            let mut call = script.prepare_invoke();
+            let mut call = self.multi_script.prepare_invoke();
             for (key, _) in &windows {
                 call.key(key.as_slice());
             }
