@@ -16,6 +16,16 @@ struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
+        // SIGTERM first: nginx's master then stops its workers (a SIGKILLed master leaves
+        // them running, holding their ports); SIGKILL if it has not gone within 5 s.
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
