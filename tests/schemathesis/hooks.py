@@ -1,26 +1,9 @@
-"""Schemathesis hooks for keygate's /openapi.json run (tests/schemathesis/run.sh).
+"""Schemathesis hooks for keygate's OpenAPI runs (tests/schemathesis/run.sh).
 
-JSON Schema cannot tell `1.0` from `1` (both are the integer 1 to a validator), while
-keygate's contract refuses `1.0` where an integer is expected (API.md §1: integers must be
-JSON integers). Generated bodies therefore spell integral numbers as integers; a
-fractional number (1.5) is still generated and must still be refused.
+Integral numbers written as floats (`6721.0`) are integers, as JSON Schema says, and keygate
+accepts them (API.md §1): generated bodies go out as schemathesis makes them.
 """
 import schemathesis
-
-
-def _integers(value):
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    if isinstance(value, list):
-        return [_integers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _integers(v) for k, v in value.items()}
-    return value
-
-
-@schemathesis.hook
-def map_body(context, body):
-    return _integers(body)
 
 
 def _conflicting_create_flags(entries):

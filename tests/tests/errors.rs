@@ -187,10 +187,10 @@ fn hostile_bodies_are_400_and_change_nothing() {
     let limit_bodies = [
         "{\"identifier\": \"a\", \"limit\": 18446744073709551616, \"duration\": 1000}",
         "{\"identifier\": \"a\", \"limit\": 1e400, \"duration\": 1000}",
-        "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1e3}",
-        "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1000.0}",
+        "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1.0005e3}",
+        "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1000.5}",
         "{\"identifier\": \"a\", \"limit\": 1, \"duration\": -1000}",
-        "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1000, \"cost\": 1.0}",
+        "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1000, \"cost\": 0.5}",
         "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1000, \"resources\": {}}",
         "{\"identifier\": \"a\", \"limit\": 1, \"duration\": 1000, \"meta\": []}",
         "{\"identifier\": [\"a\"], \"limit\": 1, \"duration\": 1000}",

@@ -336,8 +336,14 @@ mod tests {
             (r#"{"identifier":"a","limit":0,"duration":1000}"#, "limit: must be >= 1"),
             (r#"{"identifier":"a","limit":1,"duration":999}"#, "duration: must be >= 1000"),
             (r#"{"identifier":"a","limit":1,"duration":1000,"cost":-1}"#, "cost: must be >= 0"),
-            (r#"{"identifier":"a","limit":1.0,"duration":1000}"#, "limit: must be an integer"),
-            (r#"{"identifier":"a","limit":1e3,"duration":1000}"#, "limit: must be an integer"),
+            (r#"{"identifier":"a","limit":1.5,"duration":1000}"#, "limit: must be an integer"),
+            (r#"{"identifier":"a","limit":0.0,"duration":1000}"#, "limit: must be >= 1"),
+            (r#"{"identifier":"a","limit":-1.0,"duration":1000}"#, "limit: must be >= 1"),
+            (r#"{"identifier":"a","limit":1,"duration":9.99e2}"#, "duration: must be >= 1000"),
+            (
+                r#"{"identifier":"a","limit":9.007199254740992e15,"duration":1000}"#,
+                "limit: must be <= 9007199254740991",
+            ),
             (
                 r#"{"identifier":"a","limit":18446744073709551616,"duration":1000}"#,
                 "limit: must be <= 9007199254740991",
@@ -367,5 +373,12 @@ mod tests {
             body(r#"{"identifier":"é","limit":9007199254740991,"duration":1000,"cost":0,"namespace":null}"#)
                 .expect("valid");
         assert_eq!((&*ok.namespace, ok.request.cost), ("default", 0));
+        // Integers as JSON Schema means them (contracts §1): no fractional part, however
+        // written.
+        let ok = body(r#"{"identifier":"a","limit":10.0,"duration":6e4,"cost":-0.0}"#).expect("integral");
+        assert_eq!((ok.request.limit, ok.request.duration, ok.request.cost), (10, 60_000, 0));
+        let ok =
+            body(r#"{"identifier":"a","limit":9007199254740991.0,"duration":1E3}"#).expect("the largest");
+        assert_eq!((ok.request.limit, ok.request.duration), (9_007_199_254_740_991, 1_000));
     }
 }

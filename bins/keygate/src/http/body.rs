@@ -196,23 +196,33 @@ pub fn read_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError>
     }))
 }
 
-/// A JSON integer within `min..=2^53-1`. Floats (`1.0`, `1e3`) are rejected.
+/// A JSON integer within `min..=2^53-1`, as JSON Schema's `integer` means it: a number with no
+/// fractional part, however written (`10`, `10.0`, `1e3`); `1.5` is refused (contracts §1).
 pub(crate) fn integer(path: &str, n: &Number, min: u64) -> Result<u64, ValidationError> {
     let too_big = || ValidationError::new(path, format!("must be <= {MAX_SAFE_INTEGER}"));
     let too_small = || ValidationError::new(path, format!("must be >= {min}"));
     // The common case first; the other readings only when it is not a u64.
-    if let Some(v) = n.as_u64() {
-        return match v {
-            v if v < min => Err(too_small()),
-            v if v > MAX_SAFE_INTEGER => Err(too_big()),
-            v => Ok(v),
-        };
-    }
-    match (n.as_i64(), n.as_f64()) {
-        (Some(_), _) => Err(too_small()),
-        (None, Some(f)) if f.fract() == 0.0 && f > MAX_SAFE_INTEGER as f64 => Err(too_big()),
-        (None, Some(f)) if f.fract() == 0.0 && f < 0.0 => Err(too_small()),
-        _ => Err(ValidationError::new(path, "must be an integer")),
+    let v = match (n.as_u64(), n.as_i64(), n.as_f64()) {
+        (Some(v), _, _) => v,
+        (None, Some(_), _) => return Err(too_small()),
+        (None, None, Some(f)) if f.fract() == 0.0 => {
+            if f < 0.0 {
+                return Err(too_small());
+            }
+            if f > MAX_SAFE_INTEGER as f64 {
+                return Err(too_big());
+            }
+            // Integral and within 0..=2^53-1 (`-0.0` is 0): exact as a u64.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let v = f as u64;
+            v
+        }
+        _ => return Err(ValidationError::new(path, "must be an integer")),
+    };
+    match v {
+        v if v < min => Err(too_small()),
+        v if v > MAX_SAFE_INTEGER => Err(too_big()),
+        v => Ok(v),
     }
 }
 
