@@ -197,3 +197,84 @@ fn pages_visit_every_item_once_while_items_are_added() {
         s.v2("permissions.listPermissions", &bad).assert_problem(400, "unkey/application/invalid_input");
     }
 }
+
+#[test]
+fn pages_visit_every_item_once_while_items_are_inserted_and_deleted() {
+    let s = TestServer::start();
+    let create = |slug: &str| {
+        s.v2("permissions.createPermission", &json!({"name": slug, "slug": slug})).data();
+    };
+    let delete = |slug: &str| {
+        s.v2("permissions.deletePermission", &json!({"permission": slug})).data();
+    };
+    // Byte order: upper case sorts before lower case, whatever the database's collation.
+    let originals: Vec<String> =
+        (0..30).map(|i| format!("{}{i:02}", if i % 2 == 0 { "P" } else { "p" })).collect();
+    originals.iter().for_each(|p| create(p));
+    let mut sorted = originals.clone();
+    sorted.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let (mut deleted_ahead, mut inserted_ahead) = (Vec::new(), Vec::new());
+    let seen = walk(&s, "permissions.listPermissions", 4, &mut |page| {
+        // Behind the cursor: a new item and a visited one deleted; ahead: a new item, and
+        // an item not visited yet deleted.
+        // (Page k has visited 4(k + 1) items: sorted[k] is behind; the last ones are ahead
+        // for the first 4 pages.)
+        create(&format!("A-behind{page}"));
+        delete(&sorted[page]);
+        let ahead = format!("q-ahead{page:02}");
+        create(&ahead);
+        inserted_ahead.push(ahead);
+        if page < 4 {
+            let gone = &sorted[sorted.len() - 1 - page];
+            delete(gone);
+            deleted_ahead.push(gone.clone());
+        }
+    });
+    let slugs: Vec<&str> = seen.iter().map(|p| p["slug"].as_str().unwrap()).collect();
+    let unique: BTreeSet<&str> = slugs.iter().copied().collect();
+    assert_eq!(unique.len(), slugs.len(), "no item twice: {slugs:?}");
+    let mut by_bytes = slugs.clone();
+    by_bytes.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    assert_eq!(slugs, by_bytes, "in byte order");
+    for p in &originals {
+        assert_eq!(
+            unique.contains(p.as_str()),
+            !deleted_ahead.contains(p),
+            "{p}: visited unless deleted before its page"
+        );
+    }
+    for p in &inserted_ahead {
+        assert!(unique.contains(p.as_str()), "{p}, inserted ahead of the cursor, was visited");
+    }
+    assert!(
+        !slugs.iter().any(|p| p.starts_with("A-behind")),
+        "items inserted behind the cursor are not visited"
+    );
+}
+
+#[test]
+fn search_takes_like_wildcards_literally_and_pages_through_the_hits() {
+    let s = TestServer::start();
+    for slug in ["p_1x", "pa1x", "pz1", "P_1Y", "q_1z"] {
+        s.v2("permissions.createPermission", &json!({"name": slug, "slug": slug})).data();
+    }
+    let sale = json!({"name": "sale", "slug": "sale", "description": "100% off"});
+    s.v2("permissions.createPermission", &sale).data();
+    let search = |q: &str, limit: u64, cursor: Option<&str>| {
+        let mut body = json!({"search": q, "limit": limit});
+        if let Some(c) = cursor {
+            body["cursor"] = json!(c);
+        }
+        let r = s.v2("permissions.listPermissions", &body);
+        let hits: Vec<String> =
+            r.data().as_array().unwrap().iter().map(|p| p["slug"].as_str().unwrap().to_string()).collect();
+        (hits, r.json["pagination"]["cursor"].as_str().map(str::to_string))
+    };
+    assert_eq!(search("_1", 100, None).0, ["P_1Y", "p_1x", "q_1z"], "`_` is no wildcard, case ignored");
+    assert_eq!(search("%", 100, None).0, ["sale"], "nor is `%` (in a description)");
+    assert_eq!(search("0% O", 100, None).0, ["sale"]);
+    let (first, cursor) = search("_1", 2, None);
+    assert_eq!(first, ["P_1Y", "p_1x"]);
+    let (rest, cursor) = search("_1", 2, cursor.as_deref());
+    assert_eq!((rest, cursor), (vec!["q_1z".to_string()], None));
+}

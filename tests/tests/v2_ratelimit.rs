@@ -225,3 +225,44 @@ fn concurrent_multi_limits_sharing_a_budget_never_over_admit() {
     let own_used: u64 = (0..20).map(|i| 1 - remaining_v1(&s, "api", &format!("own{i}"), 1)).sum();
     assert_eq!(own_used, 7, "a failed call consumed nothing of its own budget either");
 }
+
+#[test]
+fn override_pages_visit_every_override_once_while_overrides_are_set_and_deleted() {
+    let s = TestServer::start();
+    s.v2("ratelimit.limit", &limit("api", "seed", 10, 1)).data();
+    let set = |id: &str| {
+        let body = json!({"namespace": "api", "identifier": id, "limit": 5, "duration": 60_000});
+        s.v2("ratelimit.setOverride", &body).data();
+    };
+    let originals: Vec<String> = (0..20).map(|i| format!("u{i:02}")).collect();
+    originals.iter().for_each(|id| set(id));
+    let (mut seen, mut gone_ahead) = (Vec::new(), Vec::new());
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        let mut body = json!({"namespace": "api", "limit": 3});
+        if let Some(c) = &cursor {
+            body["cursor"] = json!(c);
+        }
+        let r = s.v2("ratelimit.listOverrides", &body);
+        seen.extend(
+            r.data().as_array().unwrap().iter().map(|o| o["identifier"].as_str().unwrap().to_string()),
+        );
+        let Some(c) = r.json["pagination"]["cursor"].as_str() else { break };
+        cursor = Some(c.to_string());
+        set(&format!("a{page:02}"));
+        set(&format!("v{page:02}"));
+        // Page k has visited 3(k + 1): the last ones are ahead for the first 4 pages.
+        if page < 4 {
+            let gone = originals[originals.len() - 1 - page].clone();
+            s.v2("ratelimit.deleteOverride", &json!({"namespace": "api", "identifier": gone})).data();
+            gone_ahead.push(gone);
+        }
+    }
+    let unique: std::collections::BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no override twice: {seen:?}");
+    for id in &originals {
+        assert_eq!(seen.contains(id), !gone_ahead.contains(id), "{id}");
+    }
+    assert!(seen.iter().any(|i| i.starts_with('v')), "set ahead of the cursor: visited");
+    assert!(!seen.iter().any(|i| i.starts_with('a')), "set behind the cursor: not visited");
+}

@@ -170,15 +170,14 @@ pub struct Page<T> {
 }
 
 impl<T> Page<T> {
-    /// The page of `items` (sorted by `key`, bytes ascending, keys unique) that starts
-    /// after `after` and holds at most `limit` items.
-    pub fn of(items: Vec<T>, key: impl Fn(&T) -> &str, after: Option<&str>, limit: usize) -> Self {
-        let mut rest: Vec<T> =
-            items.into_iter().filter(|i| after.is_none_or(|a| key(i).as_bytes() > a.as_bytes())).collect();
-        let more = rest.len() > limit;
-        rest.truncate(limit);
-        let next = if more { rest.last().map(|i| key(i).to_string()) } else { None };
-        Self { items: rest, next }
+    /// The page made of a keyset query's rows: the query asked for `limit + 1` rows after
+    /// the cursor, in key order; a row past `limit` means more follow, and the cursor is
+    /// the last kept row's key.
+    pub fn keyset(mut rows: Vec<T>, limit: usize, key: impl Fn(&T) -> &str) -> Self {
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = if more { rows.last().map(|i| key(i).to_string()) } else { None };
+        Self { items: rows, next }
     }
 }
 

@@ -96,6 +96,18 @@ pub trait EntityTx {
     fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool>;
     fn get_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<Option<Entity>>;
     fn list_entities(&mut self, kind: EntityKind, workspace_id: &str) -> R<Vec<Entity>>;
+    /// A keyset page of the workspace's entities: those whose name sorts (bytes ascending)
+    /// after `after`, keeping those whose id, name, title or description contains `search`
+    /// ASCII case-insensitively, at most `limit`, by name. One indexed range scan: the
+    /// table is never loaded whole.
+    fn entities_page(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        search: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Entity>>;
     /// Deletes a permission or role of the workspace; its links go with it.
     fn delete_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<bool>;
     /// Whether the role exists in the workspace; locks it until the transaction ends.
@@ -132,6 +144,9 @@ pub trait NamespaceTx {
     /// Locks the namespace's row until the transaction ends (override writes serialize).
     fn lock_namespace(&mut self, namespace_id: &str) -> R<()>;
     fn overrides(&mut self, namespace_id: &str) -> R<Vec<Override>>;
+    /// A keyset page of the namespace's overrides: identifiers sorting (bytes ascending)
+    /// after `after`, at most `limit`, by identifier.
+    fn overrides_page(&mut self, namespace_id: &str, after: Option<&str>, limit: usize) -> R<Vec<Override>>;
     /// Inserts the override, or updates the limit, duration and async flag of the one with
     /// the same identifier (keeping its id and creation order); returns what is stored.
     fn upsert_override(&mut self, workspace_id: &str, o: &Override, now: i64) -> R<Override>;

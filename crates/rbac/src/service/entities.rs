@@ -265,7 +265,9 @@ impl<S: RbacStore> RbacService<S> {
 
     /// v2's `listPermissions` / `listRoles`: a page of the workspace's permissions (by
     /// slug) or roles (by name, each with its permissions), keeping those whose id, name,
-    /// display name or description contains `search`, ASCII case-insensitively.
+    /// display name or description contains `search`, ASCII case-insensitively. The page
+    /// is one keyset query (names after the cursor, `limit + 1` rows to know whether more
+    /// follow): its cost does not grow with the workspace.
     pub fn list_page(
         &self,
         p: &Principal,
@@ -274,22 +276,16 @@ impl<S: RbacStore> RbacService<S> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<RoleView>, RbacError> {
-        let all = self.list_entities(p, kind)?;
-        let hit = |e: &Entity| {
-            let Some(s) = search else { return true };
-            let s = s.to_ascii_lowercase();
-            let has = |text: &str| text.to_ascii_lowercase().contains(&s);
-            has(&e.id)
-                || has(&e.name)
-                || e.title.as_deref().is_some_and(has)
-                || e.description.as_deref().is_some_and(has)
-        };
-        let page = Page::of(all.into_iter().filter(hit).collect(), |e| e.name.as_str(), after, limit);
-        let ws = p.workspace_id.clone();
-        let next = page.next;
-        let named = page.items.into_iter().map(|e| Named::new(e.id, e.name)).collect();
-        let items = self.store.read(|tx| describe(tx, kind, &ws, named))?;
-        Ok(Page { items, next })
+        let rules = rules_of(kind);
+        if !p.holds(rules.read_permission) {
+            return Err(RbacError::missing(&[rules.read_permission]));
+        }
+        let ws = p.workspace_id.as_str();
+        self.store.read(|tx| {
+            let rows = tx.entities_page(kind, ws, search, after, limit.saturating_add(1))?;
+            let page = Page::keyset(rows, limit, |e| e.name.as_str());
+            Ok(Page { items: with_permissions(tx, kind, page.items)?, next: page.next })
+        })
     }
 
     /// An audit event about a workspace object that is not a key's or a role's link.

@@ -189,9 +189,18 @@ pub(super) fn describe(
     let ids: Vec<String> = links.iter().map(|l| l.id.clone()).collect();
     let mut found: HashMap<String, Entity> =
         tx.entities_in_detail(kind, ws, &ids)?.into_iter().map(|e| (e.id.clone(), e)).collect();
-    links
+    let entities = links.into_iter().filter_map(|l| found.remove(&l.id)).collect();
+    with_permissions(tx, kind, entities)
+}
+
+/// Each entity as a [`RoleView`]: a role with its permissions (by name), a permission alone.
+pub(super) fn with_permissions(
+    tx: &mut dyn RbacTx,
+    kind: EntityKind,
+    entities: Vec<Entity>,
+) -> Result<Vec<RoleView>, RbacError> {
+    entities
         .into_iter()
-        .filter_map(|l| found.remove(&l.id))
         .map(|e| {
             let mut permissions = match kind {
                 EntityKind::Role => tx.permissions_of_role(&e.id)?,

@@ -203,7 +203,8 @@ impl<S: RbacStore> RbacService<S> {
         })
     }
 
-    /// v2's `listOverrides`: a page of the namespace's overrides, by identifier.
+    /// v2's `listOverrides`: a page of the namespace's overrides, by identifier (one keyset
+    /// query, as [`Self::list_page`]).
     pub fn list_overrides_page(
         &self,
         p: &Principal,
@@ -211,9 +212,13 @@ impl<S: RbacStore> RbacService<S> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<Override>, RbacError> {
-        let mut all = self.list_overrides(p, ns)?;
-        all.sort_by(|a, b| a.identifier.as_bytes().cmp(b.identifier.as_bytes()));
-        Ok(Page::of(all, |o| o.identifier.as_str(), after, limit))
+        ns.validate()?;
+        self.check_override_any(p, "read_override")?;
+        self.store.read(|tx| {
+            let namespace = self.override_namespace(tx, p, ns, "read_override")?;
+            let rows = tx.overrides_page(&namespace.id, after, limit.saturating_add(1))?;
+            Ok(Page::keyset(rows, limit, |o| o.identifier.as_str()))
+        })
     }
 
     /// `ratelimits.deleteOverride`: deletes the override of exactly `identifier`.

@@ -46,6 +46,57 @@ impl EntityTx for DieselTx<'_> {
         })
     }
 
+    fn entities_page(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        search: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Entity>> {
+        use diesel::dsl::sql;
+        use diesel::sql_types::{Bool, Text};
+        macro_rules! page {
+            ($db:ty, $ks:expr, $c:expr) => {{
+                let ks: &Keyset = &$ks;
+                by_kind!(kind, ent, link, link_col, {
+                    let mut q = ent::table.filter(ent::workspace_id.eq(workspace_id)).into_boxed::<$db>();
+                    if let Some(after) = after {
+                        let cmp = format!("{} > ", ks.col("name"));
+                        q = q.filter(sql::<Bool>(&cmp).bind::<Text, _>(after.to_string()));
+                    }
+                    if let Some(search) = search {
+                        let p = contains_pattern(search);
+                        let like = |c: &str| format!("{} LIKE ", ks.lower(c));
+                        let or = |c: &str| format!(" ESCAPE '\\' OR {}", like(c));
+                        let cond = sql::<Bool>(&format!("({}", like("id")))
+                            .bind::<Text, _>(p.clone())
+                            .sql(&or("name"))
+                            .bind::<Text, _>(p.clone())
+                            .sql(&or("COALESCE(title, '')"))
+                            .bind::<Text, _>(p.clone())
+                            .sql(&or("COALESCE(description, '')"))
+                            .bind::<Text, _>(p)
+                            .sql(" ESCAPE '\\')");
+                        q = q.filter(cond);
+                    }
+                    q.order(sql::<Text>(&ks.col("name")))
+                        .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                        .select((ent::id, ent::name, ent::description, ent::title))
+                        .load::<EntityRow>($c)
+                })
+            }};
+        }
+        let rows = match &mut *self.conn {
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => page!(diesel::pg::Pg, Keyset::PG, c),
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => page!(diesel::sqlite::Sqlite, Keyset::SQLITE, c),
+        }
+        .map_err(db_err)?;
+        Ok(rows.into_iter().map(entity).collect())
+    }
+
     fn delete_entity(&mut self, kind: EntityKind, workspace_id: &str, id: &str) -> R<bool> {
         // Links to keys and roles go by ON DELETE CASCADE.
         by_kind!(kind, ent, link, link_col, {

@@ -68,6 +68,51 @@ macro_rules! on_each_backend {
     };
 }
 
+/// SQL for keyset pages over a text column, in byte order (the order v2's cursors use), per
+/// backend: SQLite's default collation (BINARY) compares bytes; PostgreSQL's depends on the
+/// database, so there the column is compared `COLLATE "C"` (indexed so by migration 8).
+pub(crate) struct Keyset {
+    /// `column` as compared and sorted: `name` or `name COLLATE "C"`.
+    pub(crate) by_bytes: &'static str,
+    /// How a column is lowered, ASCII letters only (both backends' `lower` agree on those).
+    pub(crate) ascii_lower: &'static str,
+}
+
+impl Keyset {
+    #[cfg(feature = "postgres")]
+    pub(crate) const PG: Self = Self {
+        by_bytes: "COLLATE \"C\"",
+        ascii_lower: "translate({}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')",
+    };
+    #[cfg(feature = "sqlite")]
+    pub(crate) const SQLITE: Self = Self { by_bytes: "", ascii_lower: "lower({})" };
+
+    /// `column` in byte order.
+    pub(crate) fn col(&self, column: &str) -> String {
+        format!("{column} {}", self.by_bytes).trim_end().to_string()
+    }
+
+    /// `column`, ASCII-lowered.
+    pub(crate) fn lower(&self, column: &str) -> String {
+        self.ascii_lower.replace("{}", column)
+    }
+}
+
+/// The `LIKE` pattern (escape `\`) matching any text that contains `search`, ASCII
+/// case-insensitively (the caller lowers the column the same way).
+pub(crate) fn contains_pattern(search: &str) -> String {
+    let mut p = String::with_capacity(search.len() + 2);
+    p.push('%');
+    for ch in search.chars() {
+        if matches!(ch, '%' | '_' | '\\') {
+            p.push('\\');
+        }
+        p.push(ch.to_ascii_lowercase());
+    }
+    p.push('%');
+    p
+}
+
 /// [`RbacTx`] over one diesel connection (inside a transaction when the store began one).
 pub(crate) struct DieselTx<'c> {
     conn: &'c mut DbConn,

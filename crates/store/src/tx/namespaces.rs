@@ -34,33 +34,42 @@ impl NamespaceTx for DieselTx<'_> {
     }
 
     fn overrides(&mut self, namespace_id: &str) -> R<Vec<Override>> {
-        type Row = (String, String, String, i64, i64, bool, i64);
-        let rows: Vec<Row> = ratelimit_overrides::table
+        let rows: Vec<OverrideRow> = ratelimit_overrides::table
             .filter(ratelimit_overrides::namespace_id.eq(namespace_id))
-            .select((
-                ratelimit_overrides::id,
-                ratelimit_overrides::namespace_id,
-                ratelimit_overrides::identifier,
-                ratelimit_overrides::max_tokens,
-                ratelimit_overrides::duration,
-                ratelimit_overrides::is_async,
-                ratelimit_overrides::seq,
-            ))
+            .select(OVERRIDE_COLUMNS)
             .order(ratelimit_overrides::seq.asc())
             .load(self.conn)
             .map_err(db_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, namespace_id, identifier, limit, duration, is_async, seq)| Override {
-                id,
-                namespace_id,
-                identifier,
-                limit: limit.max(0) as u64,
-                duration: duration.max(0) as u64,
-                is_async,
-                seq,
-            })
-            .collect())
+        Ok(rows.into_iter().map(override_of).collect())
+    }
+
+    fn overrides_page(&mut self, namespace_id: &str, after: Option<&str>, limit: usize) -> R<Vec<Override>> {
+        use diesel::dsl::sql;
+        use diesel::sql_types::{Bool, Text};
+        macro_rules! page {
+            ($db:ty, $ks:expr, $c:expr) => {{
+                let ks: &Keyset = &$ks;
+                let mut q = ratelimit_overrides::table
+                    .filter(ratelimit_overrides::namespace_id.eq(namespace_id))
+                    .into_boxed::<$db>();
+                if let Some(after) = after {
+                    let cmp = format!("{} > ", ks.col("identifier"));
+                    q = q.filter(sql::<Bool>(&cmp).bind::<Text, _>(after.to_string()));
+                }
+                q.order(sql::<Text>(&ks.col("identifier")))
+                    .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .select(OVERRIDE_COLUMNS)
+                    .load::<OverrideRow>($c)
+            }};
+        }
+        let rows = match &mut *self.conn {
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => page!(diesel::pg::Pg, Keyset::PG, c),
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => page!(diesel::sqlite::Sqlite, Keyset::SQLITE, c),
+        }
+        .map_err(db_err)?;
+        Ok(rows.into_iter().map(override_of).collect())
     }
 
     fn upsert_override(&mut self, workspace_id: &str, o: &Override, now: i64) -> R<Override> {
@@ -144,5 +153,39 @@ impl NamespaceTx for DieselTx<'_> {
             StorageError::Internal(format!("namespace {} vanished after a conflict", ns.name))
         })?;
         Ok((existing, false))
+    }
+}
+
+/// An override's row: the columns of [`OVERRIDE_COLUMNS`].
+type OverrideRow = (String, String, String, i64, i64, bool, i64);
+
+/// The columns an [`Override`] is read from, in [`OverrideRow`]'s order.
+const OVERRIDE_COLUMNS: (
+    ratelimit_overrides::id,
+    ratelimit_overrides::namespace_id,
+    ratelimit_overrides::identifier,
+    ratelimit_overrides::max_tokens,
+    ratelimit_overrides::duration,
+    ratelimit_overrides::is_async,
+    ratelimit_overrides::seq,
+) = (
+    ratelimit_overrides::id,
+    ratelimit_overrides::namespace_id,
+    ratelimit_overrides::identifier,
+    ratelimit_overrides::max_tokens,
+    ratelimit_overrides::duration,
+    ratelimit_overrides::is_async,
+    ratelimit_overrides::seq,
+);
+
+fn override_of((id, namespace_id, identifier, limit, duration, is_async, seq): OverrideRow) -> Override {
+    Override {
+        id,
+        namespace_id,
+        identifier,
+        limit: limit.max(0) as u64,
+        duration: duration.max(0) as u64,
+        is_async,
+        seq,
     }
 }

@@ -1,0 +1,3 @@
+DROP INDEX ratelimit_overrides_namespace_identifier_bytes;
+DROP INDEX roles_workspace_name_bytes;
+DROP INDEX permissions_workspace_name_bytes;
