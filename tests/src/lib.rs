@@ -10,7 +10,7 @@ use actix_web::web;
 use diesel::prelude::*;
 use keygate::{AppState, ServerConfig};
 use keygate_domain::ManualClock;
-use keygate_store::testing::TestDb;
+use keygate_test_support::TestDb;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -105,7 +105,7 @@ pub struct TestServer {
 
 impl TestServer {
     /// A server on a fresh database (SQLite, or PostgreSQL when
-    /// `KEYGATE_TEST_POSTGRES_URL` is set; see `keygate_store::testing`).
+    /// `KEYGATE_TEST_POSTGRES_URL` is set; see `keygate_test_support`).
     pub fn start() -> Self {
         Self::start_on(Arc::new(TestDb::fresh()))
     }
@@ -123,8 +123,8 @@ impl TestServer {
         config.root_key = None;
         // The shared rate-limit store when the run selects it (`.ci/run` does, with
         // PostgreSQL): every HTTP test then runs on the scale-out configuration.
-        config.redis_url = keygate_store::testing::redis_url();
-        config.redis.cluster = config.redis_url.is_some() && keygate_store::testing::redis_cluster();
+        config.redis_url = keygate_test_support::redis_url();
+        config.redis.cluster = config.redis_url.is_some() && keygate_test_support::redis_cluster();
         config.handle_signals = false;
         config
     }

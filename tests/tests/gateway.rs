@@ -142,7 +142,7 @@ fn a_named_policy_a_key_header_and_an_identifier_header() {
         r#"{"policies": {"docs": {"permissions": "docs.read OR admin", "ratelimit": "namespace=docs; limit=1; duration=1000; identifier=header:x-real-ip", "keyHeader": "X-API-Key"}}}"#,
     )
     .unwrap();
-    let db = Arc::new(keygate_store::testing::TestDb::fresh());
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
     let mut config = TestServer::config(&db.url);
     config.gateway_policies = Some(file.display().to_string());
     let s = TestServer::start_with(config, db);

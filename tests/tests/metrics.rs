@@ -80,7 +80,7 @@ fn metrics_count_a_known_sequence_with_bounded_labels_and_follow_their_settings(
     }
 
     // Settings: a root key with metrics.read; off; its own listener.
-    let db = Arc::new(keygate_store::testing::TestDb::fresh());
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
     let mut config = TestServer::config(&db.url);
     config.metrics = keygate::config::MetricsSetting::RootKey;
     let guarded = TestServer::start_with(config, db);
@@ -91,13 +91,13 @@ fn metrics_count_a_known_sequence_with_bounded_labels_and_follow_their_settings(
     let reader = guarded.root_key_with(&["metrics.read"]);
     assert_eq!(guarded.request(guarded.client.get(guarded.url("/metrics")).bearer_auth(&reader)).status, 200);
 
-    let db = Arc::new(keygate_store::testing::TestDb::fresh());
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
     let mut config = TestServer::config(&db.url);
     config.metrics = keygate::config::MetricsSetting::Off;
     let off = TestServer::start_with(config, db);
     off.request(off.client.get(off.url("/metrics"))).assert_error(404, "NOT_FOUND");
 
-    let db = Arc::new(keygate_store::testing::TestDb::fresh());
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
     let mut config = TestServer::config(&db.url);
     config.metrics_listen = Some("127.0.0.1:0".into());
     let apart = TestServer::start_with(config, db);

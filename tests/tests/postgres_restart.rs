@@ -3,7 +3,7 @@
 //! suites: `cargo test -p keygate-tests --test postgres_restart -- --ignored`.
 #![allow(clippy::unwrap_used)]
 
-use keygate_store::testing::TestDb;
+use keygate_test_support::TestDb;
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! open) and the service recovers by itself when it is back.
 #![allow(clippy::unwrap_used)]
 
-use keygate_store::testing::{TestDb, redis_url};
+use keygate_test_support::{TestDb, redis_url};
 use keygate_tests::TestServer;
 use keygate_tests::proxy::CuttableProxy;
 use serde_json::json;
@@ -195,7 +195,7 @@ fn redis_cut_under_load_answers_200_or_503_within_the_timeouts_and_recovers() {
 #[ignore = "needs redis-server: starts a private three-node Redis Cluster on 127.0.0.1:7021-7023 (.ci/redis-cluster.sh); run with --include-ignored (.ci/run does)"]
 fn redis_cluster_paused_under_load_answers_200_or_503_within_the_timeouts_and_recovers() {
     let s = on_private_cluster(7020);
-    let urls = keygate_store::testing::local_redis_cluster(7020);
+    let urls = keygate_test_support::local_redis_cluster(7020);
     load_across_an_outage(
         &s,
         || pause_cluster(&urls, 1_000),
@@ -207,7 +207,7 @@ fn redis_cluster_paused_under_load_answers_200_or_503_within_the_timeouts_and_re
 /// paused, which other tests must not see), with 500 ms timeouts.
 fn on_private_cluster(base: u16) -> TestServer {
     let db = Arc::new(TestDb::fresh());
-    let mut config = config_on_redis(&db, &keygate_store::testing::local_redis_cluster(base));
+    let mut config = config_on_redis(&db, &keygate_test_support::local_redis_cluster(base));
     config.redis.cluster = true;
     TestServer::start_with(config, db)
 }
@@ -230,7 +230,7 @@ fn a_redis_cluster_that_stops_answering_gives_503_and_recovers_with_the_counts_k
     assert_eq!(s.limit(body.clone()).json["remaining"], 3);
 
     let paused_at = Instant::now();
-    pause_cluster(&keygate_store::testing::local_redis_cluster(7010), 3_000);
+    pause_cluster(&keygate_test_support::local_redis_cluster(7010), 3_000);
     let mut during = 0;
     while paused_at.elapsed() < Duration::from_millis(2_000) {
         let asked = Instant::now();

@@ -1,7 +1,7 @@
 //! Several instances on one database, and the database going away (contract §7, issue 3).
 #![allow(clippy::unwrap_used)]
 
-use keygate_store::testing::TestDb;
+use keygate_test_support::TestDb;
 use keygate_tests::proxy::CuttableProxy;
 use keygate_tests::{TestServer, roles_body, set_body};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! the instance that made it and on every other one.
 #![allow(clippy::unwrap_used)]
 
-use keygate_store::testing::TestDb;
+use keygate_test_support::TestDb;
 use keygate_tests::TestServer;
 use keygate_tests::proxy::CuttableProxy;
 use serde_json::{Value, json};
@@ -152,9 +152,9 @@ fn the_cache_can_be_turned_off() {
 
 /// The Redis the scale-out tests use; they need PostgreSQL too.
 fn scale_out() -> String {
-    let pg = std::env::var(keygate_store::testing::POSTGRES_ENV).ok();
-    let redis = keygate_store::testing::redis_url();
-    assert!(pg.is_some(), "set {} (PostgreSQL) for this test", keygate_store::testing::POSTGRES_ENV);
+    let pg = std::env::var(keygate_test_support::POSTGRES_ENV).ok();
+    let redis = keygate_test_support::redis_url();
+    assert!(pg.is_some(), "set {} (PostgreSQL) for this test", keygate_test_support::POSTGRES_ENV);
     redis.expect("set KEYGATE_TEST_REDIS_URL (Redis) for this test")
 }
 

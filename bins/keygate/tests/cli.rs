@@ -2,10 +2,9 @@
 //! server process itself (bootstrap, startup line, `KEYGATE_ROOT_KEY`).
 #![allow(clippy::unwrap_used)]
 
+use keygate_test_support::{Proc, TestDb, free_port, http, keygate_command, start_keygate};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
@@ -39,8 +38,8 @@ fn fail(db: &str, args: &[&str]) -> String {
 
 #[test]
 fn admin_subcommands_print_exact_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let ws = ok(&db, &["workspaces", "create", "--name", "acme"]);
     let ws_id = ws["id"].as_str().unwrap();
     assert!(ws_id.starts_with("ws_"));
@@ -122,66 +121,28 @@ fn admin_subcommands_print_exact_json() {
     assert!(fail(&db, &["root-keys", "create"]).contains("--workspace"));
 }
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts `keygate` (no subcommand) and returns it with its stderr lines up to the
+/// Starts `keygate` (no subcommand) and returns it with its output lines up to the
 /// "listening" line.
-fn serve(db: &str, port: u16, root_key: Option<&str>) -> (Server, Vec<String>) {
-    let mut cmd = Command::new(BIN);
-    cmd.env("DATABASE_URL", db)
-        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("KEYGATE_WORKERS", "1")
-        .env("RUST_LOG", "info")
-        .env_remove("KEYGATE_ROOT_KEY")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+fn serve(db: &str, port: u16, root_key: Option<&str>) -> (Proc, Vec<String>) {
+    let mut cmd = keygate_command(BIN, db, port);
+    cmd.env("RUST_LOG", "info");
     if let Some(k) = root_key {
         cmd.env("KEYGATE_ROOT_KEY", k);
     }
     start(cmd)
 }
 
-/// Spawns the server command and reads its stderr up to the "listening" line.
-fn start(mut cmd: Command) -> (Server, Vec<String>) {
-    let mut child = cmd.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let server = Server(child);
-    let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for line in BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        let done = line.contains("keygate listening on");
-        lines.push(line);
-        if done || Instant::now() > deadline {
-            break;
-        }
-    }
+/// Starts a server command; its output lines up to the "listening" line.
+fn start(cmd: Command) -> (Proc, Vec<String>) {
+    let server = start_keygate(cmd);
+    let lines = server.lines().to_vec();
     (server, lines)
-}
-
-fn http(port: u16, request: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[test]
 fn server_bootstraps_once_prints_the_key_and_logs_where_it_listens() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let port = free_port();
     let (server, lines) = serve(&db, port, None);
     let all = lines.join("\n");
@@ -216,24 +177,18 @@ fn server_bootstraps_once_prints_the_key_and_logs_where_it_listens() {
 
 #[test]
 fn sigterm_stops_the_server_gracefully() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let port = free_port();
     let (mut server, _) = serve(&db, port, None);
     // Serving means the server future runs, and with it actix's signal handlers.
     let res = http(port, "GET /v1/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert!(res.starts_with("HTTP/1.1 200"), "{res}");
-    let pid = server.0.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "still running 10 s after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "exits cleanly: {status:?}");
+    server.terminate();
+    let code = server.wait_exit(Duration::from_secs(10));
+    assert!(code.is_some(), "still running 10 s after SIGTERM");
+    let status = code;
+    assert_eq!(status, Some(0), "exits cleanly");
 }
 
 #[test]
@@ -250,8 +205,8 @@ fn keygate_root_key_sets_the_bootstrap_key() {
 
 #[test]
 fn server_flags_work_with_and_without_serve_and_not_before_another_subcommand() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     for subcommand in [None, Some("serve")] {
         let port = free_port();
         let mut cmd = Command::new(BIN);
@@ -276,7 +231,7 @@ fn server_flags_work_with_and_without_serve_and_not_before_another_subcommand() 
         assert!(res.starts_with("HTTP/1.1 404"), "{subcommand:?}: the flags' root key and database: {res}");
     }
     // --database-url may come before any subcommand; it wins over DATABASE_URL.
-    let other = format!("sqlite://{}", dir.path().join("other.db").display());
+    let other = format!("sqlite://{}", temp.dir().join("other.db").display());
     ok(&other, &["--database-url", &db, "workspaces", "create", "--name", "by-flag"]);
     ok(&db, &["root-keys", "list", "--workspace", "by-flag"]);
     fail(&other, &["root-keys", "list", "--workspace", "by-flag"]);
@@ -324,8 +279,8 @@ fn a_start_that_cannot_listen_leaves_the_database_untouched() {
 
 #[test]
 fn an_ignored_keygate_root_key_is_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let (server, lines) = serve(&db, free_port(), None);
     drop(server);
     assert!(!lines.iter().any(|l| l.contains("is ignored")), "{lines:?}");
@@ -419,8 +374,8 @@ fn every_flag_has_help() {
 
 #[test]
 fn an_invalid_rust_log_is_reported_and_the_default_used() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let mut cmd = Command::new(BIN);
     cmd.env("DATABASE_URL", &db)
         .env("KEYGATE_LISTEN", format!("127.0.0.1:{}", free_port()))
@@ -436,8 +391,8 @@ fn an_invalid_rust_log_is_reported_and_the_default_used() {
 
 #[test]
 fn a_command_group_without_its_subcommand_names_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     for (group, subs) in [
         ("keys", "create, list, delete"),
         ("root-keys", "create, list, revoke"),
@@ -473,8 +428,8 @@ fn verify_until(port: u16, key: &str, want: &str) -> Duration {
 
 #[test]
 fn keys_the_cli_creates_and_deletes_reach_a_running_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let port = free_port();
     let (_server, _) = serve(&db, port, Some("cli-and-server-root-key-0001"));
     // A secret the server answered NOT_FOUND for (cached) until the CLI created it: no
@@ -499,8 +454,8 @@ fn limit_status(port: u16, root_key: &str) -> String {
 
 #[test]
 fn a_root_key_the_cli_revokes_is_rejected_by_a_running_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let port = free_port();
     let (_server, _) = serve(&db, port, Some("cli-and-server-root-key-0002"));
     let perms = ["--permission", "ratelimit.*.limit", "--permission", "ratelimit.*.create_namespace"];
@@ -519,8 +474,8 @@ fn a_root_key_the_cli_revokes_is_rejected_by_a_running_server() {
 
 #[test]
 fn root_keys_from_the_cli_carry_v2_permissions() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let ws = ok(&db, &["workspaces", "create", "--name", "acme"]);
     let ws_id = ws["id"].as_str().unwrap();
     let key = ok(&db, &["keys", "create", "--workspace", ws_id]);
@@ -548,8 +503,8 @@ fn root_keys_from_the_cli_carry_v2_permissions() {
 
 #[test]
 fn audit_list_prints_the_workspaces_events_as_json_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let db = temp.url.clone();
     let root = "kg_root_cli_audit_bootstrap_000000000";
     let port = free_port();
     let (_server, _) = serve(&db, port, Some(root));

@@ -1,83 +1,18 @@
 //! A real nginx and a real Caddy (Debian packages; `.ci/run` installs them), each started
 //! with the configuration printed in docs/gateways.md, in front of a small upstream, with
-//! keygate's forward auth deciding every request.
+//! keygate's forward auth deciding every request. Traefik and Envoy are in no package
+//! registry this project can install from: for them, keygate gets the exact requests each
+//! sends with docs/gateways.md's configuration, built from that configuration.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use keygate_test_support::{Proc, free_port, keygate_command, request, wait_for_port};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
 const ROOT_KEY: &str = "kg_root_gateway_test_0123456789abcd";
 const DOC: &str = include_str!("../../../docs/gateways.md");
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        // SIGTERM first: nginx's master then stops its workers (a SIGKILLed master leaves
-        // them running, holding their ports); SIGKILL if it has not gone within 5 s.
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// One HTTP/1.1 exchange: (status, headers lower-cased, body).
-fn request(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, Vec<(String, String)>, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    (status, headers, body.to_string())
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
-fn wait_for_port(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// The upstream: answers 200 naming the key id the gateway passed on.
 fn upstream() -> u16 {
@@ -128,26 +63,18 @@ fn config(lang: &str, keygate: u16, upstream: u16, listen: u16) -> String {
 }
 
 /// keygate (embedded default) with the gateway's root key; its port.
-fn keygate(dir: &std::path::Path) -> (Killed, u16) {
+fn keygate(dir: &std::path::Path) -> (Proc, u16) {
     let port = free_port();
-    let child = Command::new(BIN)
-        .env("DATABASE_URL", format!("sqlite://{}", dir.join("k.db").display()))
-        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("KEYGATE_WORKERS", "2")
-        .env("KEYGATE_ROOT_KEY", ROOT_KEY)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let k = Killed(child);
+    let mut cmd = keygate_command(BIN, &format!("sqlite://{}", dir.join("k.db").display()), port);
+    cmd.env("KEYGATE_WORKERS", "2").env("KEYGATE_ROOT_KEY", ROOT_KEY).env("RUST_LOG", "error");
+    let k = Proc::spawn(cmd);
     wait_for_port(port, "keygate");
     (k, port)
 }
 
 fn api(port: u16, path: &str, body: &str) -> String {
     let auth = format!("Bearer {ROOT_KEY}");
-    request(port, "POST", path, &[("authorization", &auth), ("content-type", "application/json")], body).2
+    request(port, "POST", path, &[("authorization", &auth), ("content-type", "application/json")], body).body
 }
 
 fn create_key(port: u16, permissions: &str) -> (String, String) {
@@ -166,41 +93,38 @@ fn exercise(gw: u16, kg: u16, rate_limit_headers_to_client: bool) {
     let (other_id, other) = create_key(kg, r#"["documents.write"]"#);
     let bearer = |k: &str| format!("Bearer {k}");
 
-    let (status, headers, body) = request(gw, "GET", "/docs/1", &[("authorization", &bearer(&reader))], "");
-    assert_eq!((status, body.as_str()), (200, format!("upstream saw {reader_id}").as_str()), "{headers:?}");
+    let get = |path: &str, key: Option<&str>| {
+        let auth = key.map(bearer);
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        request(gw, "GET", path, &headers, "")
+    };
+    let r = get("/docs/1", Some(&reader));
+    assert_eq!((r.status, r.body.as_str()), (200, format!("upstream saw {reader_id}").as_str()), "{r:?}");
     if rate_limit_headers_to_client {
-        assert_eq!(header(&headers, "ratelimit-remaining"), Some("2"), "{headers:?}");
+        assert_eq!(r.header("ratelimit-remaining"), Some("2"), "{r:?}");
     }
-    let (status, headers, _) = request(gw, "GET", "/docs/1", &[], "");
-    assert_eq!(status, 401, "no key: {headers:?}");
-    let (status, _, _) = request(gw, "GET", "/docs/1", &[("authorization", "Bearer sk_not_a_key_0000")], "");
-    assert_eq!(status, 401, "a wrong key");
-    let (status, _, _) = request(gw, "GET", "/docs/1", &[("authorization", &bearer(&other))], "");
-    assert_eq!(status, 403, "a key without the permission");
+    assert_eq!(get("/docs/1", None).status, 401, "no key");
+    assert_eq!(get("/docs/1", Some("sk_not_a_key_0000")).status, 401, "a wrong key");
+    assert_eq!(get("/docs/1", Some(&other)).status, 403, "a key without the permission");
     let probe =
         format!(r#"{{"namespace":"api","identifier":"{other_id}","limit":3,"duration":60000,"cost":0}}"#);
     assert!(api(kg, "/v1/ratelimits.limit", &probe).contains(r#""remaining":3"#), "its budget is untouched");
 
     for _ in 0..2 {
-        assert_eq!(request(gw, "GET", "/docs/2", &[("authorization", &bearer(&reader))], "").0, 200);
+        assert_eq!(get("/docs/2", Some(&reader)).status, 200);
     }
-    let (status, headers, _) = request(gw, "GET", "/docs/3", &[("authorization", &bearer(&reader))], "");
-    assert_eq!(status, 429, "the 4th request in the window: {headers:?}");
+    let r = get("/docs/3", Some(&reader));
+    assert_eq!(r.status, 429, "the 4th request in the window: {r:?}");
     assert!(
-        header(&headers, "retry-after")
-            .is_some_and(|s| s.parse::<u64>().is_ok_and(|s| (1..=60).contains(&s))),
-        "{headers:?}"
+        r.header("retry-after").is_some_and(|s| s.parse::<u64>().is_ok_and(|s| (1..=60).contains(&s))),
+        "{r:?}"
     );
-    assert_eq!(header(&headers, "ratelimit-limit"), Some("3"), "{headers:?}");
-    assert_eq!(header(&headers, "ratelimit-remaining"), Some("0"), "{headers:?}");
-    assert!(header(&headers, "ratelimit-reset").is_some(), "{headers:?}");
+    assert_eq!(r.header("ratelimit-limit"), Some("3"), "{r:?}");
+    assert_eq!(r.header("ratelimit-remaining"), Some("0"), "{r:?}");
+    assert!(r.header("ratelimit-reset").is_some(), "{r:?}");
 
     api(kg, "/v1/keys.deleteKey", &format!(r#"{{"keyId":"{reader_id}"}}"#));
-    assert_eq!(
-        request(gw, "GET", "/docs/1", &[("authorization", &bearer(&reader))], "").0,
-        401,
-        "deleted: refused at once"
-    );
+    assert_eq!(get("/docs/1", Some(&reader)).status, 401, "deleted: refused at once");
 }
 
 #[test]
@@ -216,13 +140,11 @@ fn nginx_with_the_documented_configuration() {
         config("nginx", kg, up, gw)
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let nginx = Command::new("nginx")
-        .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nginx is not installed: apt-get install nginx-light");
-    let _nginx = Killed(nginx);
+    let mut nginx = Command::new("nginx");
+    nginx.args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")]);
+    // SIGTERM: nginx's master then stops its workers (SIGKILLed, it would leave them
+    // running, holding their ports and connections into later tests).
+    let _nginx = Proc::spawn(nginx).terminate_on_drop();
     wait_for_port(gw, "nginx");
     exercise(gw, kg, true);
 }
@@ -240,16 +162,138 @@ fn caddy_with_the_documented_configuration() {
         format!("{{\n  admin off\n  auto_https off\n}}\n{}", config("caddyfile", kg, up, gw)),
     )
     .unwrap();
-    let caddy = Command::new("caddy")
+    let mut caddy = Command::new("caddy");
+    caddy
         .args(["run", "--config", &file.display().to_string(), "--adapter", "caddyfile"])
         .env("HOME", dir.path())
         .env("XDG_DATA_HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("caddy is not installed: apt-get install caddy");
-    let _caddy = Killed(caddy);
+        .env("XDG_CONFIG_HOME", dir.path());
+    let _caddy = Proc::spawn(caddy);
     wait_for_port(gw, "caddy");
     exercise(gw, kg, false);
+}
+
+/// The first fenced `lang` block after the heading that starts with `heading`.
+fn doc_block(heading: &str, lang: &str) -> &'static str {
+    let at = DOC
+        .find(&format!("\n{heading}"))
+        .unwrap_or_else(|| panic!("no heading {heading:?} in docs/gateways.md"));
+    let fence = format!("```{lang}\n");
+    let start = at + DOC[at..].find(&fence).unwrap() + fence.len();
+    &DOC[start..start + DOC[start..].find("```").unwrap()]
+}
+
+/// The `X-Keygate-*` headers a YAML block sets: `X-Keygate-Name: "value"` (Traefik's
+/// `customRequestHeaders`) or `{ key: X-Keygate-Name, value: "value" }` (Envoy's
+/// `headers_to_add`), the test's root key and limit put in.
+fn set_headers(block: &str) -> Vec<(String, String)> {
+    let unquote = |v: &str| v.trim().trim_matches('"').to_string();
+    let put = |v: String| {
+        v.replace("kg_root_replace_with_the_gateways_root_key", ROOT_KEY).replace("limit=100", "limit=3")
+    };
+    let headers: Vec<(String, String)> = block
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim().trim_start_matches("- ");
+            if let Some(rest) = l.strip_prefix("{ key: ") {
+                let (name, value) = rest.trim_end_matches('}').split_once(", value: ")?;
+                Some((name.trim().to_string(), put(unquote(value))))
+            } else if l.starts_with("X-Keygate-") {
+                let (name, value) = l.split_once(": ")?;
+                Some((name.to_string(), put(unquote(value))))
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(headers.len(), 3, "root key, permissions and rate limit in {block}");
+    headers
+}
+
+/// Sends `head` (a request head without its final blank line) and parses the answer.
+fn send(port: u16, head: &str) -> keygate_test_support::Response {
+    keygate_test_support::Response::parse(&keygate_test_support::http(port, &format!("{head}\r\n")))
+}
+
+/// What both shapes must get from keygate: a pass with the key id, 401 without a key or
+/// with a wrong one, 403 without the permission, 429 with `Retry-After` at the limit.
+fn decide(kg: u16, call: impl Fn(Option<&str>) -> keygate_test_support::Response) {
+    let (reader_id, reader) = create_key(kg, r#"["documents.read"]"#);
+    let (_, other) = create_key(kg, r#"["documents.write"]"#);
+    let r = call(Some(&reader));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-keygate-key-id"), Some(reader_id.as_str()), "{r:?}");
+    assert_eq!(r.header("ratelimit-remaining"), Some("2"), "{r:?}");
+    assert_eq!(call(None).status, 401);
+    assert!(call(None).header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
+    assert_eq!(call(Some("sk_not_a_key_0000")).status, 401);
+    assert_eq!(call(Some(&other)).status, 403);
+    for _ in 0..2 {
+        assert_eq!(call(Some(&reader)).status, 200);
+    }
+    let r = call(Some(&reader));
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.header("retry-after").is_some_and(|s| s.parse::<u64>().is_ok()), "{r:?}");
+}
+
+#[test]
+fn traefik_forward_auth_requests_as_the_documented_configuration_sends_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_kg, kg) = keygate(dir.path());
+    let block = doc_block("## Traefik", "yaml");
+    let address = "http://127.0.0.1:8080/v1/gateway.authorize";
+    assert!(block.contains(&format!("address: \"{address}\"")), "{block}");
+    let forwarded = ["Authorization", "X-Keygate-Root-Key", "X-Keygate-Permissions", "X-Keygate-Ratelimit"];
+    assert!(forwarded.iter().all(|h| block.contains(&format!("\"{h}\""))), "authRequestHeaders: {block}");
+    let policy = set_headers(block);
+    // Traefik's forwardAuth (pkg/middlewares/auth/forward.go): a GET to the address from Go's
+    // client, the original request's headers filtered to `authRequestHeaders` (canonical
+    // case), then its own X-Forwarded-* headers; no body. (`Connection: close` is the
+    // test's, so that one read takes the whole answer.)
+    decide(kg, |key| {
+        let mut head = format!(
+            "GET /v1/gateway.authorize HTTP/1.1\r\nHost: 127.0.0.1:{kg}\r\nUser-Agent: Go-http-client/1.1\r\n"
+        );
+        if let Some(k) = key {
+            head += &format!("Authorization: Bearer {k}\r\n");
+        }
+        for (name, value) in &policy {
+            head += &format!("{name}: {value}\r\n");
+        }
+        head += "X-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Host: api.example.com\r\nX-Forwarded-Method: POST\r\n\
+                 X-Forwarded-Proto: https\r\nX-Forwarded-Uri: /documents/42?draft=1\r\n\
+                 Accept-Encoding: gzip\r\nConnection: close\r\n";
+        send(kg, &head)
+    });
+}
+
+#[test]
+fn envoy_ext_authz_requests_as_the_documented_configuration_sends_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_kg, kg) = keygate(dir.path());
+    let block = doc_block("## Envoy", "yaml");
+    assert!(block.contains("path_prefix: /v1/gateway.authorize"), "{block}");
+    let policy = set_headers(block);
+    // Envoy's ext_authz HTTP service: the original method, `path_prefix` + the original
+    // path and query, the original Host, the allowed headers (authorization), Envoy's own
+    // headers and `headers_to_add` (lower case, as Envoy writes HTTP/1), an empty body.
+    let methods = ["DELETE", "POST", "GET", "PATCH", "PUT", "DELETE", "OPTIONS"];
+    let sent = std::cell::Cell::new(0);
+    decide(kg, |key| {
+        let method = methods[sent.get() % methods.len()];
+        sent.set(sent.get() + 1);
+        let mut head = format!(
+            "{method} /v1/gateway.authorize/documents/42?draft=1 HTTP/1.1\r\nhost: api.example.com\r\n"
+        );
+        if let Some(k) = key {
+            head += &format!("authorization: Bearer {k}\r\n");
+        }
+        head += "content-length: 0\r\nx-envoy-internal: true\r\nx-forwarded-for: 203.0.113.7\r\n\
+                 x-envoy-expected-rq-timeout-ms: 500\r\n";
+        for (name, value) in &policy {
+            head += &format!("{}: {value}\r\n", name.to_ascii_lowercase());
+        }
+        head += "connection: close\r\n";
+        send(kg, &head)
+    });
 }

@@ -3,83 +3,13 @@
 //! drive the log's volume.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use keygate_test_support::{Proc, TestDb, free_port, http, keygate_command};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
-
-/// A server process: killed on drop; its stderr collected by a thread.
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let (tx, lines) = mpsc::channel();
-        for stream in [
-            Box::new(child.stderr.take().unwrap()) as Box<dyn Read + Send>,
-            Box::new(child.stdout.take().unwrap()),
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        Self { child, lines, seen: Vec::new() }
-    }
-
-    /// Waits (at most `limit`) for a line containing `needle`, or for the process to end.
-    fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            match self.lines.recv_timeout(Duration::from_millis(50)) {
-                Ok(line) => {
-                    let hit = line.contains(needle);
-                    self.seen.push(line);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
-            }
-        }
-        false
-    }
-
-    /// Everything printed so far, the process stopped first (when `stop`).
-    fn output(&mut self, stop: bool) -> String {
-        if stop {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-            self.seen.push(line);
-        }
-        self.seen.join("\n")
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// A port nothing listens on.
 fn closed_port() -> u16 {
@@ -87,24 +17,9 @@ fn closed_port() -> u16 {
 }
 
 fn server(db: &str, port: u16) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("DATABASE_URL", db)
-        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("KEYGATE_WORKERS", "1")
-        .env("KEYGATE_REDIS_TIMEOUT_MS", "200")
-        .env("RUST_LOG", "debug")
-        .env_remove("KEYGATE_ROOT_KEY")
-        .env_remove("REDIS_URL");
+    let mut cmd = keygate_command(BIN, db, port);
+    cmd.env("KEYGATE_REDIS_TIMEOUT_MS", "200").env("RUST_LOG", "debug");
     cmd
-}
-
-fn http(port: u16, request: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }
 
 fn post(port: u16, path: &str, token: &str, body: &str) -> String {
@@ -125,8 +40,8 @@ fn assert_clean(output: &str, secrets: &[&str]) {
 
 #[test]
 fn no_secret_reaches_the_output_on_any_failure_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let sqlite = temp.url.clone();
     let pg_port = closed_port();
     let secrets = [
         "SECRETPW_1",
@@ -151,7 +66,7 @@ fn no_secret_reaches_the_output_on_any_failure_path() {
         cmd.env("KEYGATE_DB_CONNECT_TIMEOUT_MS", "500");
         let mut p = Proc::spawn(cmd);
         let out = p.output(false);
-        assert!(!p.child.wait().unwrap().success(), "{out}");
+        assert!(!p.wait().success(), "{out}");
         assert!(out.contains("opening the database") || out.contains("DATABASE_URL"), "{out}");
         assert_clean(&out, &secrets);
         let admin = Command::new(BIN)
@@ -226,8 +141,8 @@ fn no_secret_reaches_the_output_on_any_failure_path() {
 
 #[test]
 fn a_stalled_body_gets_408_and_is_closed_while_others_are_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let sqlite = temp.url.clone();
     let port = free_port();
     let mut cmd = server(&sqlite, port);
     cmd.env("KEYGATE_BODY_TIMEOUT_MS", "1000").env("RUST_LOG", "info");
@@ -302,8 +217,8 @@ fn a_stalled_body_gets_408_and_is_closed_while_others_are_served() {
 
 #[test]
 fn malformed_requests_cannot_flood_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let sqlite = temp.url.clone();
     let port = free_port();
     let mut cmd = server(&sqlite, port);
     cmd.env("RUST_LOG", "info");
@@ -324,8 +239,8 @@ fn malformed_requests_cannot_flood_the_log() {
 
 #[test]
 fn the_connection_cap_is_logged_when_reached_and_idle_connections_are_reclaimed() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let sqlite = temp.url.clone();
     let port = free_port();
     let mut cmd = server(&sqlite, port);
     cmd.env("KEYGATE_MAX_CONNECTIONS", "4").env("KEYGATE_HEADER_TIMEOUT_MS", "1000").env("RUST_LOG", "info");
@@ -348,8 +263,8 @@ fn the_connection_cap_is_logged_when_reached_and_idle_connections_are_reclaimed(
 
 #[test]
 fn the_access_log_has_one_json_line_per_request_with_its_id_and_no_secret() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", dir.path().join("k.db").display());
+    let temp = TestDb::sqlite();
+    let sqlite = temp.url.clone();
     let port = free_port();
     let root = "kg_root_access_log_test_root_key_0001";
     let mut cmd = server(&sqlite, port);

@@ -4,68 +4,39 @@
 //! over it at most the bound docs/api.md states.
 #![allow(clippy::unwrap_used)]
 
-use keygate_store::testing::{POSTGRES_ENV, REDIS_ENV, TestDb, redis_cluster, redis_url};
+use keygate_test_support::{
+    POSTGRES_ENV, Proc, REDIS_ENV, TestDb, free_port, http, keygate_command, redis_cluster, redis_url,
+    start_keygate,
+};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
 const ROOT_KEY: &str = "kg_root_three_processes_0123456789abcdef";
 
-struct Server(Child, u16);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// One keygate process on `db` and the run's Redis, once it listens.
-fn serve(db: &str, redis: &str) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(BIN)
-        .env("DATABASE_URL", db)
-        .env("REDIS_URL", redis)
+/// One keygate process on `db` and the run's Redis, once it listens; and its port.
+fn serve(db: &str, redis: &str) -> (Proc, u16) {
+    let port = free_port();
+    let mut cmd = keygate_command(BIN, db, port);
+    cmd.env("REDIS_URL", redis)
         .env("KEYGATE_REDIS_CLUSTER", if redis_cluster() { "on" } else { "off" })
-        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
         .env("KEYGATE_WORKERS", "2")
-        .env("KEYGATE_ROOT_KEY", ROOT_KEY)
-        // Not the access log: nobody reads stderr after the start.
-        .env("RUST_LOG", "info,keygate::access=off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let server = Server(child, port);
-    let mut seen = Vec::new();
-    for line in BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        if line.contains("keygate listening on") {
-            return server;
-        }
-        seen.push(line);
-    }
-    panic!("keygate did not start: {seen:?}");
+        .env("KEYGATE_ROOT_KEY", ROOT_KEY);
+    (start_keygate(cmd), port)
 }
 
 /// `POST /v1/ratelimits.limit` with `body`: the status and the JSON answer.
 fn limit(port: u16, body: &Value) -> (u16, Value) {
     let body = body.to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "POST /v1/ratelimits.limit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT_KEY}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    let out = http(
+        port,
+        &format!(
+            "POST /v1/ratelimits.limit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT_KEY}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
     let status = out.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
     let json = out.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
     (status, json)
@@ -83,7 +54,7 @@ fn three_processes(is_async: bool) -> Run {
     assert!(TestDb::postgres_url().is_some(), "set {POSTGRES_ENV} for this test");
     let db = TestDb::fresh();
     // One after the other: the first creates the schema, the workspace and the root key.
-    let servers: Vec<Server> = (0..3).map(|_| serve(&db.url, &redis)).collect();
+    let servers: Vec<(Proc, u16)> = (0..3).map(|_| serve(&db.url, &redis)).collect();
     let namespace = format!("three-{}", if is_async { "async" } else { "sync" });
     let body = serde_json::json!({
         "namespace": namespace, "identifier": "hot", "limit": 1_000, "duration": 60_000, "async": is_async,

@@ -2,40 +2,14 @@
 //! `/metrics`; its HTTP API then answers the counts of a known sequence of requests.
 #![allow(clippy::unwrap_used)]
 
+use keygate_test_support::http::try_http;
+use keygate_test_support::{Proc, free_port, http, keygate_command, start_keygate};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
 const ROOT_KEY: &str = "kg_root_prometheus_test_0123456789";
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn http(port: u16, request: &str) -> String {
-    try_http(port, request).unwrap()
-}
-
-fn try_http(port: u16, request: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(request.as_bytes())?;
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    Ok(out)
-}
 
 fn limit(port: u16, body: &str) -> String {
     http(
@@ -75,22 +49,9 @@ fn prometheus_scrapes_the_decisions_and_requests_of_a_known_sequence() {
     let prometheus = which("prometheus").expect("prometheus is not installed: apt-get install prometheus");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut keygate = Command::new(BIN)
-        .env("DATABASE_URL", format!("sqlite://{}", dir.path().join("k.db").display()))
-        .env("KEYGATE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("KEYGATE_WORKERS", "1")
-        .env("KEYGATE_ROOT_KEY", ROOT_KEY)
-        .env("RUST_LOG", "warn,keygate=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = keygate.stderr.take().unwrap();
-    let _keygate = Killed(keygate);
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
-    assert!(lines.any(|l| l.contains("keygate listening on")), "keygate did not start");
-    // Read on, so that the process never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let mut cmd = keygate_command(BIN, &format!("sqlite://{}", dir.path().join("k.db").display()), port);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("RUST_LOG", "warn,keygate=info");
+    let _keygate = start_keygate(cmd);
 
     // 5 passed and 2 denied decisions, one 404.
     for _ in 0..7 {
@@ -110,16 +71,11 @@ fn prometheus_scrapes_the_decisions_and_requests_of_a_known_sequence() {
         ),
     )
     .unwrap();
-    let _prometheus = Killed(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut cmd = Command::new(prometheus);
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom}"));
+    let _prometheus = Proc::spawn(cmd);
     let deadline = Instant::now() + Duration::from_secs(60);
     let passed = r#"keygate_ratelimit_decisions_total{outcome="passed",store="memory"}"#;
     let denied = r#"keygate_ratelimit_decisions_total{outcome="denied",store="memory"}"#;

@@ -8,8 +8,8 @@
 
 use keygate_domain::SystemClock;
 use keygate_rbac::{EntityRef, Principal, RbacService};
-use keygate_store::testing::TestDb;
 use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

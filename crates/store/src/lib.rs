@@ -15,8 +15,6 @@ mod pool;
 #[cfg(feature = "redis")]
 mod redis;
 pub mod schema;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod tx;
 
 #[cfg(feature = "redis")]

@@ -4,8 +4,8 @@
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use keygate_store::testing::TestDb;
 use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
 use std::collections::BTreeSet;
 use std::path::Path;
 

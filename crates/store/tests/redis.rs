@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, MemoryStore, RateLimitStore};
-use keygate_store::testing::{REDIS_ENV, redis_test_prefix, redis_url};
 use keygate_store::{BACKOFF, CounterGuard, EXPIRY_SLACK_MS, RedisSettings, RedisStore};
+use keygate_test_support::{REDIS_ENV, redis_test_prefix, redis_url};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ fn store(prefix: &str) -> RedisStore {
 /// A plain connection to the test Redis (or cluster), to look at or disturb its state.
 fn raw_conn() -> Box<dyn redis::ConnectionLike> {
     let url = redis_url().unwrap();
-    if keygate_store::testing::redis_cluster() {
+    if keygate_test_support::redis_cluster() {
         let nodes: Vec<&str> = url.split(',').collect();
         Box::new(redis::cluster::ClusterClient::new(nodes).unwrap().get_connection().unwrap())
     } else {
@@ -35,7 +35,7 @@ fn raw_conn() -> Box<dyn redis::ConnectionLike> {
 
 /// The default settings, on the test cluster when the run uses one.
 fn settings() -> RedisSettings {
-    RedisSettings { cluster: keygate_store::testing::redis_cluster(), ..RedisSettings::default() }
+    RedisSettings { cluster: keygate_test_support::redis_cluster(), ..RedisSettings::default() }
 }
 
 fn key<'a>(ns: &'a Arc<String>, id: &'a str, duration: u64) -> BudgetKey<'a> {
@@ -583,7 +583,7 @@ fn all_or_nothing_answers_what_the_in_process_store_answers() {
     let memory = MemoryStore::new();
     let ns = Arc::new("rlns_multi".to_string());
     // On a cluster every entry of a call must share a slot: one budget there.
-    let ids: &[&str] = if keygate_store::testing::redis_cluster() { &["a"] } else { &["a", "b", "ü"] };
+    let ids: &[&str] = if keygate_test_support::redis_cluster() { &["a"] } else { &["a", "b", "ü"] };
     let mut seed = 11u64;
     let mut now = NOW;
     for step in 0..500 {
@@ -624,9 +624,9 @@ fn all_or_nothing_checks_the_overrides_epochs_and_on_a_cluster_needs_one_slot() 
     let spread: Vec<String> = (0..8).map(|i| format!("spread{i}")).collect();
     let entries: Vec<(&str, u64, u64)> = spread.iter().map(|id| (id.as_str(), 5, 1)).collect();
     match limit_all_of(&redis, &ns, &entries, NOW) {
-        Ok(Some(out)) => assert!(!keygate_store::testing::redis_cluster() && out.passed),
+        Ok(Some(out)) => assert!(!keygate_test_support::redis_cluster() && out.passed),
         Err(keygate_ratelimit::StoreError::CannotAtomically(msg)) => {
-            assert!(keygate_store::testing::redis_cluster(), "{msg}");
+            assert!(keygate_test_support::redis_cluster(), "{msg}");
             for id in &spread {
                 assert_eq!(now_used(id).unwrap().remaining, 5, "{id}: nothing consumed");
             }

@@ -4,8 +4,8 @@ use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use keygate_domain::{ErrorCode, ManualClock, Named};
 use keygate_rbac::{EntityRef, NewEntity, Principal, RbacService, RbacStore, VerifyScope};
-use keygate_store::testing::TestDb;
 use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
 use std::sync::Arc;
 
 struct Fixture {

@@ -5,8 +5,8 @@
 use keygate_domain::{ManualClock, secret_digest};
 use keygate_rbac::counters::{Scope, creation_shard};
 use keygate_rbac::{RbacService, RbacStore, VerifyCode, VerifyScope};
-use keygate_store::testing::TestDb;
 use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
 use std::sync::Arc;
 
 fn service(db: &TestDb) -> RbacService<SqlStore> {

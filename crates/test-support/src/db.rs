@@ -57,6 +57,12 @@ impl TestDb {
     pub fn is_postgres(&self) -> bool {
         self.pg.is_some()
     }
+
+    /// The temp directory holding a SQLite database (where a test may put other files,
+    /// removed with it). Panics on PostgreSQL.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.as_ref().map(tempfile::TempDir::path).expect("a SQLite TestDb has a directory")
+    }
 }
 
 impl Drop for TestDb {
