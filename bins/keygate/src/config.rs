@@ -1,4 +1,7 @@
-//! Settings: each a flag and an environment variable (docs/configuration.md lists them).
+//! Settings: each a flag, an environment variable and a key of the config file
+//! (docs/configuration.md lists them; precedence flag > environment > file > default).
+
+mod file;
 
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
@@ -14,6 +17,19 @@ pub struct Cli {
     /// Database: postgres://..., sqlite://PATH or a file path.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://keygate.db", global = true)]
     pub database_url: String,
+
+    /// A TOML config file: every setting as a key, in snake_case (`listen`, `database_url`,
+    /// `redis_url`, ...); a flag or an environment variable wins over the file.
+    #[arg(long, env = "KEYGATE_CONFIG", global = true)]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Log levels, in env_logger's syntax (default `info,actix_server=warn,keygate::access=off`).
+    #[arg(long, env = "RUST_LOG", global = true)]
+    pub log: Option<String>,
+
+    /// Log line format: `text` or `json`.
+    #[arg(long, env = "KEYGATE_LOG_FORMAT", global = true)]
+    pub log_format: Option<String>,
 
     /// The server's settings when no subcommand is given.
     #[command(flatten)]
@@ -68,6 +84,7 @@ impl Cli {
             }
             Err(e) => return Err(e),
         };
+        let mut matches = matches;
         if let Some(sub) = matches.subcommand_name() {
             let server_flags = ServeArgs::augment_args(clap::Command::new("serve"));
             for arg in server_flags.get_arguments() {
@@ -78,6 +95,15 @@ impl Cli {
                         format!("--{flag} is a server flag: give it after `serve`, or with no subcommand, not before `{sub}`"),
                     ));
                 }
+            }
+        }
+        // The config file: its keys become the arguments that neither the command line nor
+        // the environment gave (flag > environment > file > default).
+        if let Some(path) = matches.get_one::<std::path::PathBuf>("config").cloned() {
+            let extra = file::file_args(&path, &cmd, &matches, matches.subcommand())
+                .map_err(|m| cmd.error(clap::error::ErrorKind::InvalidValue, m))?;
+            if !extra.is_empty() {
+                matches = cmd.try_get_matches_from_mut(args.into_iter().chain(extra))?;
             }
         }
         Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))

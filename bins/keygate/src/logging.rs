@@ -70,14 +70,15 @@ impl ThrottledLogger {
         Self { inner, targets: Mutex::new(HashMap::new()) }
     }
 
-    /// Installs env_logger (configured from `RUST_LOG`, else `default_filter`) behind the
-    /// throttle as the process's logger. A `RUST_LOG` that is not valid is reported on
+    /// Installs env_logger (configured from `spec`, the `RUST_LOG` setting, else
+    /// `default_filter`) behind the throttle as the process's logger, writing `format`
+    /// (`text` or `json`, `KEYGATE_LOG_FORMAT`). A `spec` that is not valid is reported on
     /// stderr and replaced by the default (env_logger alone would drop the bad parts and
     /// could end up logging nothing at all, silently).
-    pub fn install(default_filter: &str) {
-        let spec = match std::env::var("RUST_LOG") {
-            Ok(spec) => match check_spec(&spec) {
-                Ok(()) => spec,
+    pub fn install(default_filter: &str, spec: Option<&str>, format: Option<&str>) {
+        let spec = match spec {
+            Some(spec) => match check_spec(spec) {
+                Ok(()) => spec.to_string(),
                 Err(why) => {
                     eprintln!(
                         "keygate: RUST_LOG={spec:?} is not valid ({why}); logging with {default_filter:?} instead"
@@ -85,20 +86,22 @@ impl ThrottledLogger {
                     default_filter.to_string()
                 }
             },
-            Err(_) => default_filter.to_string(),
+            None => default_filter.to_string(),
         };
         let mut builder = env_logger::Builder::new();
         builder.parse_filters(&spec);
-        match std::env::var("KEYGATE_LOG_FORMAT").as_deref() {
-            Ok("json") => {
+        match format {
+            Some("json") => {
                 let _ = JSON.set(true);
                 builder.format(|buf, record| {
                     use std::io::Write;
                     writeln!(buf, "{}", json_line(record))
                 });
             }
-            Ok("text") | Err(_) => {}
-            Ok(other) => eprintln!("keygate: KEYGATE_LOG_FORMAT={other:?} is not text or json; logging text"),
+            Some("text") | None => {}
+            Some(other) => {
+                eprintln!("keygate: KEYGATE_LOG_FORMAT={other:?} is not text or json; logging text")
+            }
         }
         let inner = builder.build();
         let max = inner.filter();

@@ -5,7 +5,11 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse_args();
     // The access log (one line per request, target `keygate::access`) is off by default;
     // `RUST_LOG=info` or `RUST_LOG=info,keygate::access=info` turns it on.
-    keygate::logging::ThrottledLogger::install("info,actix_server=warn,keygate::access=off");
+    keygate::logging::ThrottledLogger::install(
+        "info,actix_server=warn,keygate::access=off",
+        cli.log.as_deref(),
+        cli.log_format.as_deref(),
+    );
     match cli.command.unwrap_or(Command::Serve(Box::new(cli.serve))) {
         Command::Serve(args) => {
             let config = args.into_config(&cli.database_url);
