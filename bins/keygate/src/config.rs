@@ -28,7 +28,7 @@ pub struct Cli {
     pub log: Option<String>,
 
     /// Log line format: `text` or `json`.
-    #[arg(long, env = "KEYGATE_LOG_FORMAT", global = true)]
+    #[arg(long, env = "KEYGATE_LOG_FORMAT", global = true, value_parser = ["text", "json"])]
     pub log_format: Option<String>,
 
     /// The server's settings when no subcommand is given.

@@ -90,18 +90,13 @@ impl ThrottledLogger {
         };
         let mut builder = env_logger::Builder::new();
         builder.parse_filters(&spec);
-        match format {
-            Some("json") => {
-                let _ = JSON.set(true);
-                builder.format(|buf, record| {
-                    use std::io::Write;
-                    writeln!(buf, "{}", json_line(record))
-                });
-            }
-            Some("text") | None => {}
-            Some(other) => {
-                eprintln!("keygate: KEYGATE_LOG_FORMAT={other:?} is not text or json; logging text")
-            }
+        // `format` is `text` or `json` (the flag's parser refuses anything else).
+        if format == Some("json") {
+            let _ = JSON.set(true);
+            builder.format(|buf, record| {
+                use std::io::Write;
+                writeln!(buf, "{}", json_line(record))
+            });
         }
         let inner = builder.build();
         let max = inner.filter();

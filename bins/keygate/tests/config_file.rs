@@ -155,6 +155,7 @@ fn a_bad_value_is_refused_naming_the_key_and_the_file() {
         ("verify_cache = \"perhaps\"\n", "verify_cache", "invalid value"),
         ("ratelimit_fail_open = \"yes\"\n", "ratelimit_fail_open", "true or false"),
         ("listen = [\"a\", \"b\"]\n", "listen", "found array"),
+        ("log_format = \"xml\"\n", "log_format", "invalid value 'xml'"),
     ] {
         let e = refused(text);
         assert!(e.contains(&format!("key `{key}`")) && e.contains(why), "{text}: {e}");
