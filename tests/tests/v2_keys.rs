@@ -84,7 +84,7 @@ fn create_refuses_bad_fields_unsupported_features_and_recoverable_keys_and_write
         (json!({"apiId": "api_1", "prefix": "x".repeat(17)}), "body.prefix"),
         (json!({"apiId": "api_1", "byteLength": 15}), "body.byteLength"),
         (json!({"apiId": "api_1", "byteLength": 256}), "body.byteLength"),
-        (json!({"apiId": "api_1", "byteLength": 16.0}), "body.byteLength"),
+        (json!({"apiId": "api_1", "byteLength": 16.5}), "body.byteLength"),
         (json!({"apiId": "api_1", "expires": 4_102_444_800_001u64}), "body.expires"),
         (json!({"apiId": "api_1", "name": ""}), "body.name"),
         (json!({"apiId": "api_1", "roles": vec!["x"; 101]}), "body.roles"),

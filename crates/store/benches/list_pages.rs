@@ -13,26 +13,13 @@ use keygate_rbac::store::{EntityKind, RbacStore};
 use keygate_rbac::{Principal, RbacService};
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
+use keygate_test_support::bench::report;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PERMISSIONS: usize = 100_000;
 const PAGE: usize = 100;
 const ITERATIONS: usize = 200;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn report(backend: &str, op: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "{backend:8} {op:40} p50 {:>8.3} ms   p99 {:>8.3} ms   (n={})",
-        percentile(&samples, 0.50).as_secs_f64() * 1e3,
-        percentile(&samples, 0.99).as_secs_f64() * 1e3,
-        samples.len()
-    );
-}
 
 fn run(backend: &str, db: &TestDb) {
     let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open");

@@ -10,25 +10,11 @@ use keygate_domain::SystemClock;
 use keygate_rbac::{EntityRef, Principal, RbacService};
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
+use keygate_test_support::bench::report;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const ITERATIONS: usize = 200;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
-
-fn report(backend: &str, op: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "{backend:8} {op:32} p50 {:>8.3} ms   p99 {:>8.3} ms   (n={})",
-        percentile(&samples, 0.50).as_secs_f64() * 1e3,
-        percentile(&samples, 0.99).as_secs_f64() * 1e3,
-        samples.len()
-    );
-}
 
 fn run(backend: &str, db: &TestDb) {
     let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open");

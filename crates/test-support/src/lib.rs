@@ -5,10 +5,12 @@
 //!   PostgreSQL schema when `KEYGATE_TEST_POSTGRES_URL` is set), and the tests' Redis.
 //! * [`process`]: free ports, child processes killed on drop with their output collected,
 //!   keygate started as a process and waited for until it listens.
+//! * [`bench`]: p50/p99 reports of the benchmarks that time whole operations.
 //! * [`http`]: one raw HTTP/1.1 exchange over a fresh connection (for processes the tests
 //!   start, and for requests no client library would send).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod bench;
 pub mod db;
 pub mod http;
 pub mod process;

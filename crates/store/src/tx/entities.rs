@@ -87,13 +87,7 @@ impl EntityTx for DieselTx<'_> {
                 })
             }};
         }
-        let rows = match &mut *self.conn {
-            #[cfg(feature = "postgres")]
-            DbConn::Pg(c) => page!(diesel::pg::Pg, Keyset::PG, c),
-            #[cfg(feature = "sqlite")]
-            DbConn::Sqlite(c) => page!(diesel::sqlite::Sqlite, Keyset::SQLITE, c),
-        }
-        .map_err(db_err)?;
+        let rows = on_each_keyset!(self.conn, page).map_err(db_err)?;
         Ok(rows.into_iter().map(entity).collect())
     }
 

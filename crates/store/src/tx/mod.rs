@@ -98,6 +98,19 @@ impl Keyset {
     }
 }
 
+/// Runs `$page!(backend type, its Keyset, connection)` on the connection's backend: a keyset
+/// query whose SQL differs per backend (the `Keyset` fragments).
+macro_rules! on_each_keyset {
+    ($conn:expr, $page:ident) => {
+        match &mut *$conn {
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => $page!(diesel::pg::Pg, Keyset::PG, c),
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => $page!(diesel::sqlite::Sqlite, Keyset::SQLITE, c),
+        }
+    };
+}
+
 /// The `LIKE` pattern (escape `\`) matching any text that contains `search`, ASCII
 /// case-insensitively (the caller lowers the column the same way).
 pub(crate) fn contains_pattern(search: &str) -> String {

@@ -36,7 +36,7 @@ impl NamespaceTx for DieselTx<'_> {
     fn overrides(&mut self, namespace_id: &str) -> R<Vec<Override>> {
         let rows: Vec<OverrideRow> = ratelimit_overrides::table
             .filter(ratelimit_overrides::namespace_id.eq(namespace_id))
-            .select(OVERRIDE_COLUMNS)
+            .select(override_columns!())
             .order(ratelimit_overrides::seq.asc())
             .load(self.conn)
             .map_err(db_err)?;
@@ -58,17 +58,11 @@ impl NamespaceTx for DieselTx<'_> {
                 }
                 q.order(sql::<Text>(&ks.col("identifier")))
                     .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .select(OVERRIDE_COLUMNS)
+                    .select(override_columns!())
                     .load::<OverrideRow>($c)
             }};
         }
-        let rows = match &mut *self.conn {
-            #[cfg(feature = "postgres")]
-            DbConn::Pg(c) => page!(diesel::pg::Pg, Keyset::PG, c),
-            #[cfg(feature = "sqlite")]
-            DbConn::Sqlite(c) => page!(diesel::sqlite::Sqlite, Keyset::SQLITE, c),
-        }
-        .map_err(db_err)?;
+        let rows = on_each_keyset!(self.conn, page).map_err(db_err)?;
         Ok(rows.into_iter().map(override_of).collect())
     }
 
@@ -160,23 +154,20 @@ impl NamespaceTx for DieselTx<'_> {
 type OverrideRow = (String, String, String, i64, i64, bool, i64);
 
 /// The columns an [`Override`] is read from, in [`OverrideRow`]'s order.
-const OVERRIDE_COLUMNS: (
-    ratelimit_overrides::id,
-    ratelimit_overrides::namespace_id,
-    ratelimit_overrides::identifier,
-    ratelimit_overrides::max_tokens,
-    ratelimit_overrides::duration,
-    ratelimit_overrides::is_async,
-    ratelimit_overrides::seq,
-) = (
-    ratelimit_overrides::id,
-    ratelimit_overrides::namespace_id,
-    ratelimit_overrides::identifier,
-    ratelimit_overrides::max_tokens,
-    ratelimit_overrides::duration,
-    ratelimit_overrides::is_async,
-    ratelimit_overrides::seq,
-);
+macro_rules! override_columns {
+    () => {
+        (
+            ratelimit_overrides::id,
+            ratelimit_overrides::namespace_id,
+            ratelimit_overrides::identifier,
+            ratelimit_overrides::max_tokens,
+            ratelimit_overrides::duration,
+            ratelimit_overrides::is_async,
+            ratelimit_overrides::seq,
+        )
+    };
+}
+use override_columns;
 
 fn override_of((id, namespace_id, identifier, limit, duration, is_async, seq): OverrideRow) -> Override {
     Override {
