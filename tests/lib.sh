@@ -6,7 +6,8 @@
 #   kg_build                       # KG_BIN: the debug binary, built
 #   kg_venv DIR REQUIREMENTS       # a Python venv in DIR with REQUIREMENTS installed
 #   kg_work                        # KG_WORK: a temp dir, removed on exit
-#   kg_postgres_db NAME            # a PostgreSQL database NAME (dropped on exit); its URL
+#   kg_postgres_db NAME            # a PostgreSQL database NAME (dropped on exit): its URL
+#                                  # in KG_DATABASE_URL
 #   kg_start [ENV=VALUE ...]       # keygate on a free port (KG_PORT, KG_URL, KG_PID),
 #                                  # waited for until /v1/liveness answers
 #   kg_stop                        # stops it (also done on exit)
@@ -47,7 +48,9 @@ kg_postgres_db() {
   local name=$1
   kg_psql "CREATE DATABASE $name" >/dev/null
   kg_on_exit "kg_psql 'DROP DATABASE IF EXISTS $name WITH (FORCE)' >/dev/null"
-  echo "postgres://postgres@127.0.0.1:5432/$name"
+  # A variable, not output: in a command substitution's subshell the clean-up above would
+  # be registered in the subshell and lost.
+  KG_DATABASE_URL="postgres://postgres@127.0.0.1:5432/$name"
 }
 
 # keygate with the given environment (on top of the caller's) on a free port, its log in

@@ -16,7 +16,7 @@ kg_work
 for backend in ${BACKENDS:-sqlite postgres}; do
   case $backend in
     sqlite) database="sqlite://$KG_WORK/schemathesis.db" ;;
-    postgres) database=$(kg_postgres_db "keygate_st_$$") ;;
+    postgres) kg_postgres_db "keygate_st_$$" && database=$KG_DATABASE_URL ;;
     *) echo "FATAL: unknown backend $backend (sqlite, postgres)" >&2; exit 2 ;;
   esac
   root_key="kg_root_schemathesis_$(date +%s)_${RANDOM}${RANDOM}"
