@@ -146,7 +146,7 @@ impl TestServer {
                 match keygate::start(config, server_clock) {
                     Ok(running) => {
                         let info = (
-                            running.addr,
+                            running.addr.tcp().expect("the tests listen on TCP"),
                             running.handle.clone(),
                             running.state.clone(),
                             running.bootstrap_root_key,

@@ -243,9 +243,14 @@ pub enum KeysCmd {
 
 #[derive(Args, Clone)]
 pub struct ServeArgs {
-    /// Address to listen on.
+    /// Address to listen on: HOST:PORT, or unix:/PATH for a Unix domain socket (a gateway on
+    /// the same host).
     #[arg(long, env = "KEYGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// With `--listen unix:/PATH`: the socket file's permissions, in octal (a gateway's user
+    /// needs write permission to connect).
+    #[arg(long, env = "KEYGATE_LISTEN_MODE", default_value = "0660", value_parser = file_mode)]
+    pub listen_mode: u32,
     /// Redis URL for shared rate-limit counters (unset: in-process store).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
@@ -329,6 +334,15 @@ pub struct ServeArgs {
     pub root_key: Option<String>,
 }
 
+/// File permissions in octal, `0000` to `0777` (`660` and `0o660` too).
+fn file_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim().trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o777 && !digits.is_empty() => Ok(mode),
+        _ => Err("must be permissions in octal, 0000 to 0777 (e.g. 0660)".into()),
+    }
+}
+
 /// A count of at least 1 (0 workers or connections would be a server that cannot serve).
 fn positive_usize(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -375,6 +389,7 @@ impl ServeArgs {
     pub fn into_config(self, database_url: &str) -> ServerConfig {
         ServerConfig {
             listen: self.listen,
+            listen_mode: self.listen_mode,
             database_url: database_url.to_string(),
             redis_url: self.redis_url,
             redis: RedisSettings {
@@ -437,7 +452,10 @@ pub struct HttpLimits {
 /// root key left out).
 #[derive(Clone)]
 pub struct ServerConfig {
+    /// `HOST:PORT`, or `unix:/PATH`.
     pub listen: String,
+    /// The Unix socket file's permissions.
+    pub listen_mode: u32,
     pub database_url: String,
     pub redis_url: Option<String>,
     pub redis: RedisSettings,

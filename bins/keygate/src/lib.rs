@@ -11,6 +11,7 @@ mod connections;
 pub mod error;
 mod handlers;
 mod http;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod routes;

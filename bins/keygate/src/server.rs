@@ -3,6 +3,7 @@
 use crate::config::{HttpLimits, MetricsSetting, ServerConfig};
 use crate::connections::{self, Connections};
 use crate::http;
+use crate::listen::{ListenAddr, Listener, SocketFile};
 use crate::routes;
 pub use crate::state::AppState;
 use crate::state::{LoadGates, MetricsAccess};
@@ -19,7 +20,8 @@ use std::time::Duration;
 
 /// A started server.
 pub struct RunningServer {
-    pub addr: SocketAddr,
+    /// Where it listens (a TCP address, or a Unix socket).
+    pub addr: ListenAddr,
     pub handle: ServerHandle,
     pub server: actix_web::dev::Server,
     /// The root key created by the first-start bootstrap, if this start created one.
@@ -27,6 +29,8 @@ pub struct RunningServer {
     pub state: web::Data<AppState>,
     /// Where `/metrics` listens when it has its own address (`KEYGATE_METRICS_LISTEN`).
     pub metrics_addr: Option<SocketAddr>,
+    /// A Unix socket's file, removed when this is dropped (after the server has stopped).
+    pub socket_file: Option<SocketFile>,
 }
 
 impl std::fmt::Debug for RunningServer {
@@ -46,8 +50,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
     // The address first: a start that cannot listen must not bootstrap the database (its
     // one-time root key would be printed, then lost with the failed start).
-    let listener = TcpListener::bind(&config.listen).with_context(|| format!("binding {}", config.listen))?;
-    let addr = listener.local_addr()?;
+    let (listener, addr) = Listener::bind(&config.listen, config.listen_mode)?;
     // Configuration that can fail, before the database is touched.
     let gateway_policies = match &config.gateway_policies {
         Some(path) => {
@@ -82,7 +85,10 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
 
     spawn_sweeper(Arc::downgrade(&limiter), clock.clone());
-    let docs_base = config.docs_url.clone().unwrap_or_else(|| format!("http://{addr}/docs"));
+    let docs_base = config.docs_url.clone().unwrap_or_else(|| match addr.tcp() {
+        Some(tcp) => format!("http://{tcp}/docs"),
+        None => "http://localhost/docs".to_string(),
+    });
     let workers = worker_count(&config);
     // Database and Redis pools, and each worker's asynchronous Redis connection.
     let redis_conns = if redis.is_some() { u64::from(config.redis.max_size) + workers as u64 } else { 0 };
@@ -133,8 +139,17 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     .keep_alive(limits.keep_alive)
     .on_connect(move |_, ext| {
         ext.insert(connections.opened(clock.now_ms()));
-    })
-    .listen(listener)?;
+    });
+    let socket_file = match listener {
+        Listener::Tcp(l) => {
+            server = server.listen(l)?;
+            None
+        }
+        Listener::Unix(l, file) => {
+            server = server.listen_uds(l)?;
+            Some(file)
+        }
+    };
     if !config.handle_signals {
         server = server.disable_signals();
     }
@@ -144,11 +159,19 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         spawn_audit_retention(Arc::downgrade(&state.clone().into_inner()), config.audit_retention_days);
     }
     spawn_metrics_upkeep(Arc::downgrade(&state.clone().into_inner()));
-    log::info!("keygate listening on http://{addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
+    log::info!("keygate listening on {addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
     if let Some(m) = metrics_addr {
         log::info!("keygate metrics on http://{m}/metrics");
     }
-    Ok(RunningServer { addr, handle: server.handle(), server, bootstrap_root_key, state, metrics_addr })
+    Ok(RunningServer {
+        addr,
+        handle: server.handle(),
+        server,
+        bootstrap_root_key,
+        state,
+        metrics_addr,
+        socket_file,
+    })
 }
 
 /// `/metrics` alone on its own address (`KEYGATE_METRICS_LISTEN`), one worker, run on the
@@ -363,6 +386,8 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let running = start(config, Arc::new(SystemClock))?;
         running.server.await.context("server")?;
+        // A Unix socket's file goes with the server.
+        drop(running.socket_file);
         log::info!("keygate stopped");
         Ok(())
     })

@@ -5,7 +5,7 @@
 //! sends with docs/gateways.md's configuration, built from that configuration.
 #![allow(clippy::unwrap_used)]
 
-use keygate_test_support::{Proc, free_port, keygate_command, request, wait_for_port};
+use keygate_test_support::{Proc, free_port, keygate_command, request, start_keygate, wait_for_port};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::Command;
@@ -45,14 +45,41 @@ fn upstream() -> u16 {
     port
 }
 
-/// The fenced block of `lang` in docs/gateways.md, pointed at these ports, with limit 3.
-fn config(lang: &str, keygate: u16, upstream: u16, listen: u16) -> String {
+/// Where the test's keygate listens.
+enum Kg {
+    Tcp(u16),
+    Unix(std::path::PathBuf),
+}
+
+impl Kg {
+    /// keygate's address in a gateway's configuration (the docs' `127.0.0.1:8080`): a Unix
+    /// socket is `unix:/path` to nginx, `unix//path` to Caddy.
+    fn in_config(&self, lang: &str) -> String {
+        match (self, lang) {
+            (Kg::Tcp(port), _) => format!("127.0.0.1:{port}"),
+            (Kg::Unix(path), "caddyfile") => format!("unix/{}", path.display()),
+            (Kg::Unix(path), _) => format!("unix:{}", path.display()),
+        }
+    }
+
+    /// The TCP port (the request-shape tests send raw requests over TCP).
+    fn port(&self) -> u16 {
+        match self {
+            Kg::Tcp(port) => *port,
+            Kg::Unix(_) => panic!("keygate listens on a Unix socket here"),
+        }
+    }
+}
+
+/// The fenced block of `lang` in docs/gateways.md, pointed at keygate and these ports, with
+/// limit 3.
+fn config(lang: &str, keygate: &Kg, upstream: u16, listen: u16) -> String {
     let fence = format!("```{lang}\n");
     let start =
         DOC.find(&fence).unwrap_or_else(|| panic!("no {lang} block in docs/gateways.md")) + fence.len();
     let block = &DOC[start..start + DOC[start..].find("```").unwrap()];
     let replaced = block
-        .replace("127.0.0.1:8080", &format!("127.0.0.1:{keygate}"))
+        .replace("127.0.0.1:8080", &keygate.in_config(lang))
         .replace("127.0.0.1:9000", &format!("127.0.0.1:{upstream}"))
         .replace("listen 8000;", &format!("listen 127.0.0.1:{listen};"))
         .replace(":8000 {", &format!("http://:{listen} {{\n    bind 127.0.0.1"))
@@ -62,33 +89,55 @@ fn config(lang: &str, keygate: u16, upstream: u16, listen: u16) -> String {
     replaced
 }
 
-/// keygate (embedded default) with the gateway's root key; its port.
-fn keygate(dir: &std::path::Path) -> (Proc, u16) {
+/// keygate (embedded default) with the gateway's root key, on TCP or on a Unix socket in
+/// `dir`.
+fn keygate_on(dir: &std::path::Path, unix: bool) -> (Proc, Kg) {
     let port = free_port();
     let mut cmd = keygate_command(BIN, &format!("sqlite://{}", dir.join("k.db").display()), port);
-    cmd.env("KEYGATE_WORKERS", "2").env("KEYGATE_ROOT_KEY", ROOT_KEY).env("RUST_LOG", "error");
-    let k = Proc::spawn(cmd);
-    wait_for_port(port, "keygate");
-    (k, port)
+    cmd.env("KEYGATE_WORKERS", "2")
+        .env("KEYGATE_ROOT_KEY", ROOT_KEY)
+        .env("RUST_LOG", "info,keygate::access=off");
+    let kg = if unix {
+        let path = dir.join("keygate.sock");
+        // nginx's workers run as another user (nobody or www-data here): docs/gateways.md.
+        cmd.env("KEYGATE_LISTEN", format!("unix:{}", path.display())).env("KEYGATE_LISTEN_MODE", "0666");
+        Kg::Unix(path)
+    } else {
+        Kg::Tcp(port)
+    };
+    (start_keygate(cmd), kg)
 }
 
-fn api(port: u16, path: &str, body: &str) -> String {
+fn keygate(dir: &std::path::Path) -> (Proc, Kg) {
+    keygate_on(dir, false)
+}
+
+/// A POST to keygate's API as the gateway's root key: the answer's body.
+fn api(kg: &Kg, path: &str, body: &str) -> String {
     let auth = format!("Bearer {ROOT_KEY}");
-    request(port, "POST", path, &[("authorization", &auth), ("content-type", "application/json")], body).body
+    let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
+    match kg {
+        Kg::Tcp(port) => request(*port, "POST", path, &headers, body).body,
+        Kg::Unix(sock) => {
+            let head: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+            let raw = format!(
+                "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n{head}\r\n{body}",
+                body.len()
+            );
+            keygate_test_support::Response::parse(&keygate_test_support::http_unix(sock, &raw)).body
+        }
+    }
 }
 
-fn create_key(port: u16, permissions: &str) -> (String, String) {
-    let v: serde_json::Value = serde_json::from_str(&api(
-        port,
-        "/v1/keys.createKey",
-        &format!(r#"{{"permissions": {permissions}}}"#),
-    ))
-    .unwrap();
+fn create_key(kg: &Kg, permissions: &str) -> (String, String) {
+    let v: serde_json::Value =
+        serde_json::from_str(&api(kg, "/v1/keys.createKey", &format!(r#"{{"permissions": {permissions}}}"#)))
+            .unwrap();
     (v["keyId"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
 }
 
 /// What both gateways must do with keygate in front of the upstream on `gw`.
-fn exercise(gw: u16, kg: u16, rate_limit_headers_to_client: bool) {
+fn exercise(gw: u16, kg: &Kg, rate_limit_headers_to_client: bool) {
     let (reader_id, reader) = create_key(kg, r#"["documents.read"]"#);
     let (other_id, other) = create_key(kg, r#"["documents.write"]"#);
     let bearer = |k: &str| format!("Bearer {k}");
@@ -127,17 +176,17 @@ fn exercise(gw: u16, kg: u16, rate_limit_headers_to_client: bool) {
     assert_eq!(get("/docs/1", Some(&reader)).status, 401, "deleted: refused at once");
 }
 
-#[test]
-#[ignore = "needs nginx (Debian package nginx-light; .ci/run installs it) and runs with --include-ignored"]
-fn nginx_with_the_documented_configuration() {
+/// nginx started with docs/gateways.md's configuration in front of the upstream, keygate
+/// on TCP or on a Unix socket.
+fn nginx_in_front(unix: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let (_kg, kg) = keygate(dir.path());
+    let (_kg, kg) = keygate_on(dir.path(), unix);
     let up = upstream();
     let gw = free_port();
     let d = dir.path().display();
     let conf = format!(
         "daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n{}\n}}\n",
-        config("nginx", kg, up, gw)
+        config("nginx", &kg, up, gw)
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
     let mut nginx = Command::new("nginx");
@@ -146,20 +195,32 @@ fn nginx_with_the_documented_configuration() {
     // running, holding their ports and connections into later tests).
     let _nginx = Proc::spawn(nginx).terminate_on_drop();
     wait_for_port(gw, "nginx");
-    exercise(gw, kg, true);
+    exercise(gw, &kg, true);
 }
 
 #[test]
-#[ignore = "needs caddy (Debian package caddy; .ci/run installs it) and runs with --include-ignored"]
-fn caddy_with_the_documented_configuration() {
+#[ignore = "needs nginx (Debian package nginx-light; .ci/run installs it) and runs with --include-ignored"]
+fn nginx_with_the_documented_configuration() {
+    nginx_in_front(false);
+}
+
+#[test]
+#[ignore = "needs nginx (Debian package nginx-light; .ci/run installs it) and runs with --include-ignored"]
+fn nginx_with_the_documented_configuration_over_a_unix_socket() {
+    nginx_in_front(true);
+}
+
+/// Caddy started with docs/gateways.md's configuration in front of the upstream, keygate
+/// on TCP or on a Unix socket.
+fn caddy_in_front(unix: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let (_kg, kg) = keygate(dir.path());
+    let (_kg, kg) = keygate_on(dir.path(), unix);
     let up = upstream();
     let gw = free_port();
     let file = dir.path().join("Caddyfile");
     std::fs::write(
         &file,
-        format!("{{\n  admin off\n  auto_https off\n}}\n{}", config("caddyfile", kg, up, gw)),
+        format!("{{\n  admin off\n  auto_https off\n}}\n{}", config("caddyfile", &kg, up, gw)),
     )
     .unwrap();
     let mut caddy = Command::new("caddy");
@@ -170,7 +231,19 @@ fn caddy_with_the_documented_configuration() {
         .env("XDG_CONFIG_HOME", dir.path());
     let _caddy = Proc::spawn(caddy);
     wait_for_port(gw, "caddy");
-    exercise(gw, kg, false);
+    exercise(gw, &kg, false);
+}
+
+#[test]
+#[ignore = "needs caddy (Debian package caddy; .ci/run installs it) and runs with --include-ignored"]
+fn caddy_with_the_documented_configuration() {
+    caddy_in_front(false);
+}
+
+#[test]
+#[ignore = "needs caddy (Debian package caddy; .ci/run installs it) and runs with --include-ignored"]
+fn caddy_with_the_documented_configuration_over_a_unix_socket() {
+    caddy_in_front(true);
 }
 
 /// The first fenced `lang` block after the heading that starts with `heading`.
@@ -217,7 +290,7 @@ fn send(port: u16, head: &str) -> keygate_test_support::Response {
 
 /// What both shapes must get from keygate: a pass with the key id, 401 without a key or
 /// with a wrong one, 403 without the permission, 429 with `Retry-After` at the limit.
-fn decide(kg: u16, call: impl Fn(Option<&str>) -> keygate_test_support::Response) {
+fn decide(kg: &Kg, call: impl Fn(Option<&str>) -> keygate_test_support::Response) {
     let (reader_id, reader) = create_key(kg, r#"["documents.read"]"#);
     let (_, other) = create_key(kg, r#"["documents.write"]"#);
     let r = call(Some(&reader));
@@ -250,9 +323,10 @@ fn traefik_forward_auth_requests_as_the_documented_configuration_sends_them() {
     // client, the original request's headers filtered to `authRequestHeaders` (canonical
     // case), then its own X-Forwarded-* headers; no body. (`Connection: close` is the
     // test's, so that one read takes the whole answer.)
-    decide(kg, |key| {
+    let port = kg.port();
+    decide(&kg, |key| {
         let mut head = format!(
-            "GET /v1/gateway.authorize HTTP/1.1\r\nHost: 127.0.0.1:{kg}\r\nUser-Agent: Go-http-client/1.1\r\n"
+            "GET /v1/gateway.authorize HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: Go-http-client/1.1\r\n"
         );
         if let Some(k) = key {
             head += &format!("Authorization: Bearer {k}\r\n");
@@ -263,7 +337,7 @@ fn traefik_forward_auth_requests_as_the_documented_configuration_sends_them() {
         head += "X-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Host: api.example.com\r\nX-Forwarded-Method: POST\r\n\
                  X-Forwarded-Proto: https\r\nX-Forwarded-Uri: /documents/42?draft=1\r\n\
                  Accept-Encoding: gzip\r\nConnection: close\r\n";
-        send(kg, &head)
+        send(port, &head)
     });
 }
 
@@ -279,7 +353,8 @@ fn envoy_ext_authz_requests_as_the_documented_configuration_sends_them() {
     // headers and `headers_to_add` (lower case, as Envoy writes HTTP/1), an empty body.
     let methods = ["DELETE", "POST", "GET", "PATCH", "PUT", "DELETE", "OPTIONS"];
     let sent = std::cell::Cell::new(0);
-    decide(kg, |key| {
+    let port = kg.port();
+    decide(&kg, |key| {
         let method = methods[sent.get() % methods.len()];
         sent.set(sent.get() + 1);
         let mut head = format!(
@@ -294,6 +369,6 @@ fn envoy_ext_authz_requests_as_the_documented_configuration_sends_them() {
             head += &format!("{}: {value}\r\n", name.to_ascii_lowercase());
         }
         head += "connection: close\r\n";
-        send(kg, &head)
+        send(port, &head)
     });
 }

@@ -24,6 +24,17 @@ pub fn try_http(port: u16, raw: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// [`http`] over a Unix domain socket at `path`.
+pub fn http_unix(path: &std::path::Path, raw: &str) -> String {
+    let mut s =
+        std::os::unix::net::UnixStream::connect(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 /// A parsed answer: status, headers (names lower-cased, in order) and body.
 #[derive(Debug, Clone, Default)]
 pub struct Response {
