@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # nginx + keygate forward auth (docs/gateways.md's configuration) against nginx alone
-# proxying the same upstream, alternating rounds in one run (docs/performance.md).
+# proxying the same upstream and against nginx + an auth server that does nothing,
+# alternating rounds in one run (docs/performance.md, section 8).
 #
 #   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=10s CONNECTIONS=32
 #
-# nginx (one worker) serves three ports: the upstream (a fixed 200), the plain proxy, and
-# the proxy with auth_request to keygate (one worker, embedded default, a key holding the
-# permission and a limit that always passes). nginx and keygate share CPU 0, wrk runs on
-# CPU 1: what the gateway costs per request on one core.
+# nginx (one worker) serves the upstream (a fixed 200) and four gateways in front of it:
+#   plain   the proxy alone
+#   ext204  auth_request (docs/gateways.md's block) to a second nginx process answering 204
+#   tcp     auth_request to keygate over TCP loopback
+#   uds     auth_request to keygate over a Unix domain socket
+# keygate: one worker each (embedded default, one database), a key holding the permission
+# and a limit that always passes. Both nginx processes and keygate share CPU 0, wrk runs
+# on CPU 1: what the gateway costs per request on one core.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -20,22 +25,31 @@ command -v nginx >/dev/null || { echo "nginx is missing: apt-get install nginx-l
 cargo build --release -q -p keygate --bin keygate
 
 work=$(mktemp -d)
+chmod 755 "$work"  # nginx's workers (another user) reach the Unix socket in it
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-KG=18401 UP=18402 PLAIN=18403 AUTH=18404
+KG=18401 UP=18402 PLAIN=18403 AUTH=18404 E204=18405 EXT=18406 UDS=18407
+SOCK=$work/kg.sock
 DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=127.0.0.1:$KG KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY \
   RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg.log" &
 pids+=($!)
 for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$KG/v1/liveness" && break; sleep 0.1; done
+DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=unix:$SOCK KEYGATE_LISTEN_MODE=0666 KEYGATE_WORKERS=1 \
+  RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg-uds.log" &
+pids+=($!)
+for _ in $(seq 1 50); do curl -s -o /dev/null --unix-socket "$SOCK" http://x/v1/liveness && break; sleep 0.1; done
 key=$(curl -s "http://127.0.0.1:$KG/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
   -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
 
-# docs/gateways.md's nginx block, pointed at these ports, with a limit that always passes.
-block=$(awk '/^```nginx$/{on=1; next} /^```$/{on=0} on' docs/gateways.md \
-  | sed -e "s/127.0.0.1:8080/127.0.0.1:$KG/" -e "s/127.0.0.1:9000/127.0.0.1:$UP/" \
-        -e "s/listen 8000;/listen 127.0.0.1:$AUTH;/" -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" \
-        -e "s/limit=100/limit=1000000000/")
+# docs/gateways.md's nginx block, with a limit that always passes: $1 keygate's address,
+# $2 the gateway's port, $3 the upstream block's name.
+block() {
+  awk '/^```nginx$/{on=1; next} /^```$/{on=0} on' docs/gateways.md \
+    | sed -e "s#127.0.0.1:8080#$1#" -e "s/127.0.0.1:9000/127.0.0.1:$UP/" \
+          -e "s/listen 8000;/listen 127.0.0.1:$2;/" -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" \
+          -e "s/limit=100/limit=1000000000/" -e "s/upstream keygate /upstream $3 /" -e "s#http://keygate/#http://$3/#"
+}
 cat >"$work/nginx.conf" <<CONF
 daemon off; worker_processes 1; pid $work/nginx.pid; error_log $work/error.log;
 events { worker_connections 4096; }
@@ -44,17 +58,29 @@ http {
   upstream up { server 127.0.0.1:$UP; keepalive 64; }
   server { listen 127.0.0.1:$UP; location / { return 200 "ok"; } }
   server { listen 127.0.0.1:$PLAIN; location / { proxy_pass http://127.0.0.1:$UP; } }
-  $block
+  $(block "127.0.0.1:$KG" "$AUTH" keygate)
+  $(block "unix:$SOCK" "$UDS" keygate_uds)
+  $(block "127.0.0.1:$E204" "$EXT" auth204)
 }
+CONF
+# The auth server that does nothing: a second nginx process answering 204.
+cat >"$work/nginx204.conf" <<CONF
+daemon off; worker_processes 1; pid $work/nginx204.pid; error_log $work/error204.log;
+events { worker_connections 4096; }
+http { access_log off; server { listen 127.0.0.1:$E204; location / { return 204; } } }
 CONF
 taskset -c 0 nginx -p "$work" -c "$work/nginx.conf" &
 pids+=($!)
+taskset -c 0 nginx -p "$work" -c "$work/nginx204.conf" &
+pids+=($!)
 sleep 1
-curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:$AUTH/x" || { echo "the gateway does not pass a valid key" >&2; exit 1; }
+for port in $AUTH $UDS $EXT; do
+  curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x" || { echo "the gateway on $port does not pass a valid key:" >&2; curl -si -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x" >&2; cat "$work"/error.log "$work"/kg-uds.log >&2; exit 1; }
+done
 
 for r in $(seq 1 "$ROUNDS"); do
-  for s in plain auth; do
-    port=$PLAIN; [ "$s" = auth ] && port=$AUTH
+  for s in ${SETUPS:-plain ext204 tcp uds}; do
+    case $s in plain) port=$PLAIN ;; ext204) port=$EXT ;; tcp) port=$AUTH ;; uds) port=$UDS ;; esac
     out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x")
     rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
@@ -63,9 +89,16 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "$s round=$r rps=$rps p50=$p50 p99=$p99 non2xx=${non2xx:-0}"
   done
 done | tee "$work/rounds"
-awk '{ split($2, r, "="); split($3, x, "="); rps[$1, r[2]] = x[2]; if (r[2] > n) n = r[2] }
-  END {
-    for (i = 1; i <= n; i++) q[i] = rps["auth", i] / rps["plain", i]
+# Per-round ratios of each setup to ext204 (and to plain), medians over the rounds.
+awk '{ split($2, r, "="); split($3, x, "="); rps[$1, r[2]] = x[2]; seen[$1] = 1; if (r[2] > n) n = r[2] }
+  function median(base, s,   i, j, t, q) {
+    for (i = 1; i <= n; i++) q[i] = rps[s, i] / rps[base, i]
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
-    printf "nginx + keygate / nginx alone: median of %d per-round throughput ratios %.3f\n", n, (n % 2) ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
-  }' "$work/rounds"
+    return (n % 2) ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
+  }
+  END {
+    for (s in seen) {
+      if (s != "plain" && ("plain" in seen)) printf "%-7s / plain:  median of %d per-round throughput ratios %.3f\n", s, n, median("plain", s)
+      if (s != "ext204" && s != "plain" && ("ext204" in seen)) printf "%-7s / ext204: median of %d per-round throughput ratios %.3f\n", s, n, median("ext204", s)
+    }
+  }' "$work/rounds" | sort
