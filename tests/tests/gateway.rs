@@ -39,6 +39,8 @@ fn a_key_its_permission_and_its_rate_limit_in_one_call() {
     ];
     let r = authorize(&s, &s.root_key, &policy);
     assert_eq!(r.status, 200, "{}", r.text);
+    // No body, so that nginx keeps its connection to keygate (docs/gateways.md).
+    assert_eq!((r.text.as_str(), r.header("content-length")), ("", Some("0")));
     assert_eq!(r.header("x-keygate-key-id"), Some(id.as_str()));
     assert_eq!(r.header("x-keygate-key-name"), Some("checkout"));
     assert_eq!(r.header("x-keygate-key-meta"), Some(r#"{"plan":"pro"}"#));

@@ -4,6 +4,8 @@
 # alternating rounds in one run (docs/performance.md, section 8).
 #
 #   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=10s CONNECTIONS=32
+#   PERF=1 bash bins/keygate/bench/gateway.sh   # + per request: context switches, syscalls
+#                                               #   and CPU time of nginx and of the auth server
 #
 # nginx (one worker) serves the upstream (a fixed 200) and four gateways in front of it:
 #   plain   the proxy alone
@@ -34,10 +36,12 @@ SOCK=$work/kg.sock
 DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=127.0.0.1:$KG KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY \
   RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg.log" &
 pids+=($!)
+kg_tcp=$!
 for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$KG/v1/liveness" && break; sleep 0.1; done
 DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=unix:$SOCK KEYGATE_LISTEN_MODE=0666 KEYGATE_WORKERS=1 \
   RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg-uds.log" &
 pids+=($!)
+kg_uds=$!
 for _ in $(seq 1 50); do curl -s -o /dev/null --unix-socket "$SOCK" http://x/v1/liveness && break; sleep 0.1; done
 key=$(curl -s "http://127.0.0.1:$KG/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
   -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
@@ -71,9 +75,21 @@ http { access_log off; server { listen 127.0.0.1:$E204; location / { return 204;
 CONF
 taskset -c 0 nginx -p "$work" -c "$work/nginx.conf" &
 pids+=($!)
+nginx_master=$!
 taskset -c 0 nginx -p "$work" -c "$work/nginx204.conf" &
 pids+=($!)
+nginx204_master=$!
 sleep 1
+nginx_worker=$(pgrep -P "$nginx_master")
+nginx204_worker=$(pgrep -P "$nginx204_master")
+
+# PERF=1: `perf stat` on a process for the round: context switches, syscalls and CPU ms,
+# written as "cs sys ms" to $2.
+measure() {
+  perf stat -x, -e context-switches,raw_syscalls:sys_enter,task-clock -p "$1" -o "$2.raw" -- sleep "${DURATION%s}" 2>/dev/null
+  awk -F, '$3 == "context-switches" {c = $1} $3 == "raw_syscalls:sys_enter" {y = $1} $3 == "task-clock" {t = $1}
+    END {print c, y, t}' "$2.raw" >"$2"
+}
 for port in $AUTH $UDS $EXT; do
   curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x" || { echo "the gateway on $port does not pass a valid key:" >&2; curl -si -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x" >&2; cat "$work"/error.log "$work"/kg-uds.log >&2; exit 1; }
 done
@@ -81,12 +97,28 @@ done
 for r in $(seq 1 "$ROUNDS"); do
   for s in ${SETUPS:-plain ext204 tcp uds}; do
     case $s in plain) port=$PLAIN ;; ext204) port=$EXT ;; tcp) port=$AUTH ;; uds) port=$UDS ;; esac
+    case $s in ext204) auth=$nginx204_worker ;; tcp) auth=$kg_tcp ;; uds) auth=$kg_uds ;; *) auth= ;; esac
+    if [ "${PERF:-0}" = 1 ]; then
+      measure "$nginx_worker" "$work/perf.nginx" &
+      [ -n "$auth" ] && measure "$auth" "$work/perf.auth" &
+    fi
     out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x")
+    wait_perf=$(jobs -p); [ -n "$wait_perf" ] && wait $wait_perf 2>/dev/null || true
     rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
     p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
     non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
-    echo "$s round=$r rps=$rps p50=$p50 p99=$p99 non2xx=${non2xx:-0}"
+    extra=
+    if [ "${PERF:-0}" = 1 ]; then
+      requests=$(awk '/requests in/ {print $1}' <<<"$out")
+      for who in nginx auth; do
+        [ "$who" = auth ] && [ -z "$auth" ] && continue
+        read -r cs sys ms <"$work/perf.$who"
+        extra+=$(awk -v n="$requests" -v c="$cs" -v y="$sys" -v t="$ms" -v w="$who" \
+          'BEGIN {printf " %s_cs=%.2f %s_syscalls=%.2f %s_cpu_us=%.1f", w, c / n, w, y / n, w, t * 1000 / n}')
+      done
+    fi
+    echo "$s round=$r rps=$rps p50=$p50 p99=$p99 non2xx=${non2xx:-0}$extra"
   done
 done | tee "$work/rounds"
 # Per-round ratios of each setup to ext204 (and to plain), medians over the rounds.
