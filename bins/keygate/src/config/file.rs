@@ -28,8 +28,13 @@ pub(super) fn file_args(
     let shown = path.display();
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("cannot read the config file {shown}: {e}"))?;
+    // The parser's message and position only: its default display quotes the line, which
+    // may hold a secret (a database password, the root key).
     let table: toml::Table = toml::from_str(&text).map_err(|e| {
-        format!("config file {shown}: {}", e.to_string().split_whitespace().collect::<Vec<_>>().join(" "))
+        let at = e.span().map_or(0, |s| s.start).min(text.len());
+        let line = text[..at].matches('\n').count() + 1;
+        let column = text[..at].rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        format!("config file {shown}: not valid TOML at line {line}, column {column}: {}", e.message().trim())
     })?;
     // The server's arguments live on `serve`; the global ones (database_url, logging) on
     // the top level too.
