@@ -72,7 +72,7 @@ macro_rules! on_each_backend {
 /// backend: SQLite's default collation (BINARY) compares bytes; PostgreSQL's depends on the
 /// database, so there the column is compared `COLLATE "C"` (indexed so by migration 8).
 pub(crate) struct Keyset {
-    /// `column` as compared and sorted: `name` or `name COLLATE "C"`.
+    /// What follows a column to compare and sort it by bytes: nothing, or `COLLATE "C"`.
     pub(crate) by_bytes: &'static str,
     /// How a column is lowered, ASCII letters only (both backends' `lower` agree on those).
     pub(crate) ascii_lower: &'static str,
