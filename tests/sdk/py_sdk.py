@@ -86,7 +86,8 @@ assert role.role_id in [r.id for r in s.permissions.list_roles().response_bodies
 assert s.permissions.delete_role(request={"role_id": role.role_id}).http_meta.response.status_code == 200
 bad = Unkey(bearer_auth="not-a-root-key", server_url=url)
 assert error_code(lambda: bad.ratelimits.limit(request=req)) == "UNAUTHORIZED"
-# The served OpenAPI document is valid OpenAPI 3.1 for a third-party validator.
-with urllib.request.urlopen(url + "/openapi.json") as resp:
-    validate(json.load(resp))
-print("py sdk: ok (unkey-py 0.10.0); /openapi.json valid (openapi-spec-validator 0.9.0)")
+# The served OpenAPI documents are valid OpenAPI 3.1 for a third-party validator.
+for doc in ("/openapi.json", "/openapi-v2.json"):
+    with urllib.request.urlopen(url + doc) as resp:
+        validate(json.load(resp))
+print("py sdk: ok (unkey-py 0.10.0); /openapi.json and /openapi-v2.json valid (openapi-spec-validator 0.9.0)")

@@ -98,3 +98,45 @@ fn route_templates_become_openapi_paths() {
     assert_eq!(openapi_path("/v1/keys.getKey"), "/v1/keys.getKey");
     assert_eq!(openapi_path("/a/{x}/{y:[0-9]+}"), "/a/{x}/{y}");
 }
+
+/// The committed `docs/openapi*.json` are what the code generates (and what the server
+/// serves): a change to a route, a request or an answer type shows up in them.
+#[test]
+fn the_committed_documents_are_what_the_code_generates() {
+    use keygate::openapi::{Api, render};
+    let s = TestServer::start();
+    for (api, served) in [(Api::V1, "/openapi.json"), (Api::V2, "/openapi-v2.json")] {
+        let generated = render(api);
+        let path = format!("{}/../{}", env!("CARGO_MANIFEST_DIR"), api.committed_path());
+        let committed = std::fs::read_to_string(&path).unwrap();
+        let which = if api == Api::V1 { "v1" } else { "v2" };
+        assert!(
+            committed == generated,
+            "{} is not what the code generates: run `cargo run -q -p keygate -- openapi {which} > {}`",
+            api.committed_path(),
+            api.committed_path()
+        );
+        let r = s.request(s.client.get(s.url(served)));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json, serde_json::from_str::<Value>(&generated).unwrap(), "{served}");
+    }
+}
+
+/// Request schemas say what `http::body` enforces everywhere: no NUL in a string or a key,
+/// and `null` for an optional field of a JSON body.
+#[test]
+fn request_schemas_refuse_nul_and_take_null_for_optional_fields() {
+    use keygate::openapi::{Api, document};
+    let doc = document(Api::V2);
+    let body = &doc["components"]["schemas"]["ListBody"];
+    assert_eq!(body["propertyNames"]["pattern"], "^[^\\u0000]*$");
+    assert_eq!(body["additionalProperties"]["$ref"], "#/components/schemas/NoNul");
+    assert_eq!(body["properties"]["search"]["type"], serde_json::json!(["string", "null"]));
+    assert_eq!(body["properties"]["search"]["pattern"], "^[^\\u0000]*$");
+    // A parameter has no null.
+    let doc = document(Api::V1);
+    let params = doc["paths"]["/v1/audit.listEvents"]["get"]["parameters"].as_array().unwrap();
+    let event = params.iter().find(|p| p["name"] == "event").unwrap();
+    assert_eq!(event["schema"]["type"], "string");
+    assert_eq!(event["required"], false);
+}

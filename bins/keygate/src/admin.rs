@@ -46,7 +46,7 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
     let store = SqlStore::open(database_url, PoolSettings { max_size: 2, ..PoolSettings::default() })?;
     let rbac = RbacService::new(store, Arc::new(SystemClock));
     Ok(match command {
-        Command::Serve(_) => anyhow::bail!("serve is not an admin command"),
+        Command::Serve(_) | Command::Openapi { .. } => anyhow::bail!("not an admin command"),
         Command::Workspaces(WorkspacesCmd::Create { name }) => {
             let ws = rbac.create_workspace(&name)?;
             json!({ "id": ws.id, "name": ws.name })

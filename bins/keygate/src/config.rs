@@ -149,6 +149,13 @@ pub enum Command {
     /// Read the audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Print an OpenAPI document (what `/openapi.json` or `/openapi-v2.json` serves; the
+    /// files in docs/ are this output). Needs no database.
+    Openapi {
+        /// `v1` (every route outside /v2) or `v2`.
+        #[arg(value_parser = ["v1", "v2"])]
+        api: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -190,13 +190,68 @@ pub mod problems {
     }
 }
 
-#[derive(serde::Serialize)]
+/// v1's error body (contract §1.1): `{"error": {code, message, docs, requestId}}`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody<'a> {
+    #[schema(inline)]
+    error: ErrorDetail<'a>,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct ErrorBody<'a> {
+struct ErrorDetail<'a> {
+    #[schema(schema_with = error_codes)]
     code: &'static str,
     message: &'a str,
+    /// Where the code is explained (`/docs/errors#CODE`).
     docs: String,
+    /// Equal to the `Unkey-Request-Id` header.
     request_id: &'a str,
+}
+
+/// v2's error body (API-v2.md §1.1): `{meta: {requestId}, error: {title, detail, status,
+/// type, errors?}}`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct Problem<'a> {
+    #[schema(inline)]
+    meta: ProblemMeta<'a>,
+    #[schema(inline)]
+    error: ProblemDetail<'a>,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ProblemMeta<'a> {
+    request_id: &'a str,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct ProblemDetail<'a> {
+    title: &'static str,
+    detail: &'a str,
+    status: u16,
+    /// The problem type: a URL ending in `<system>/<category>/<code>`.
+    #[serde(rename = "type")]
+    kind: String,
+    /// The fields at fault (400 and 413 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, inline)]
+    errors: Option<Vec<FieldError<'a>>>,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct FieldError<'a> {
+    /// `body` and the field's JSON path: `body.permissions[2]`.
+    location: String,
+    message: &'a str,
+}
+
+/// `code`: one of [`ErrorCode::ALL`].
+fn error_codes() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(ErrorCode::ALL.iter().map(|c| c.as_str())))
+        .build()
 }
 
 impl ResponseError for ApiError {
@@ -228,20 +283,23 @@ impl ApiError {
     /// type, errors?}}`, as `application/problem+json` when the client accepts it.
     pub fn render_v2(&self, request_id: &str, docs_base: &str, problem_json: bool) -> HttpResponse {
         let status = self.v2_status();
-        let mut error = serde_json::json!({
-            "title": title(self.code, status),
-            "detail": self.message,
-            "status": status.as_u16(),
-            "type": format!("{docs_base}/errors/{}", self.problem_type()),
+        // 400 and 413 say where (`errors`, empty when no field is at fault).
+        let errors = matches!(status.as_u16(), 400 | 413).then(|| {
+            self.field
+                .iter()
+                .map(|path| FieldError { location: location(path), message: &self.message })
+                .collect()
         });
-        if matches!(status.as_u16(), 400 | 413) {
-            let errors = match &self.field {
-                Some(path) => serde_json::json!([{ "location": location(path), "message": self.message }]),
-                None => serde_json::json!([]),
-            };
-            error["errors"] = errors;
-        }
-        let body = serde_json::json!({ "meta": { "requestId": request_id }, "error": error });
+        let body = Problem {
+            meta: ProblemMeta { request_id },
+            error: ProblemDetail {
+                title: title(self.code, status),
+                detail: &self.message,
+                status: status.as_u16(),
+                kind: format!("{docs_base}/errors/{}", self.problem_type()),
+                errors,
+            },
+        };
         let mut res = HttpResponse::build(status);
         res.insert_header((REQUEST_ID_HEADER, request_id));
         if self.close {
@@ -253,18 +311,20 @@ impl ApiError {
             }
         }
         let content_type = if problem_json { "application/problem+json" } else { "application/json" };
-        res.content_type(content_type).body(body.to_string())
+        res.content_type(content_type).body(serde_json::to_string(&body).unwrap_or_default())
     }
 
     /// The response: status, the contract's JSON body, `Unkey-Request-Id`, and the
     /// headers that go with the code.
     pub fn render(&self, request_id: &str, docs_base: &str) -> HttpResponse {
-        let body = serde_json::json!({ "error": ErrorBody {
-            code: self.code.as_str(),
-            message: &self.message,
-            docs: format!("{docs_base}/errors#{}", self.code.as_str()),
-            request_id,
-        }});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.as_str(),
+                message: &self.message,
+                docs: format!("{docs_base}/errors#{}", self.code.as_str()),
+                request_id,
+            },
+        };
         let mut res = HttpResponse::build(self.status_code());
         res.insert_header((REQUEST_ID_HEADER, request_id));
         if self.code == ErrorCode::Unauthorized {

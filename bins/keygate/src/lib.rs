@@ -14,6 +14,7 @@ mod http;
 pub mod listen;
 pub mod logging;
 pub mod metrics;
+pub mod openapi;
 pub mod routes;
 pub mod server;
 mod state;

@@ -26,6 +26,13 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+        Command::Openapi { api } => match keygate::openapi::Api::parse(&api) {
+            Some(api) => {
+                print!("{}", keygate::openapi::render(api));
+                std::process::ExitCode::SUCCESS
+            }
+            None => std::process::ExitCode::from(2),
+        },
         admin => keygate::admin::run(&cli.database_url, admin),
     }
 }

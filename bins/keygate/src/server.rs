@@ -120,6 +120,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         metrics,
         metrics_access,
         gateway_policies,
+        openapi: Default::default(),
     });
     let metrics_addr = match (&config.metrics_listen, config.metrics) {
         (Some(listen), MetricsSetting::On | MetricsSetting::RootKey) => {

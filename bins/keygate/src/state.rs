@@ -35,6 +35,8 @@ pub struct AppState {
     pub metrics_access: MetricsAccess,
     /// Named policies of `/v1/gateway.authorize` (`KEYGATE_GATEWAY_POLICIES`).
     pub gateway_policies: keygate_rbac::gateway::GatewayPolicies,
+    /// The OpenAPI documents, rendered on first request.
+    pub openapi: crate::openapi::Documents,
 }
 
 /// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).

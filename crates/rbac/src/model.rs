@@ -285,6 +285,15 @@ pub enum VerifyCode {
 }
 
 impl VerifyCode {
+    /// Every code, in the order the API documents them.
+    pub const ALL: [VerifyCode; 5] = [
+        VerifyCode::Valid,
+        VerifyCode::NotFound,
+        VerifyCode::Disabled,
+        VerifyCode::Expired,
+        VerifyCode::InsufficientPermissions,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             VerifyCode::Valid => "VALID",

@@ -3,28 +3,41 @@
 
 use crate::error::ApiError;
 use crate::http::{Authed, Query};
+use crate::openapi::V1QueryErrors;
 use actix_web::HttpResponse;
 use keygate_rbac::{AuditFilter, AuditRecord, MAX_AUDIT_PAGE};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
-    /// The event type (`key.create`, `role.attach_permission`, ...).
+    /// An event type, e.g. key.create.
+    #[param(min_length = 1, max_length = 255)]
     event: Option<String>,
-    /// The root key that acted.
+    /// A root key id.
+    #[param(min_length = 1, max_length = 255)]
     actor: Option<String>,
+    #[param(min_length = 1, max_length = 255)]
     resource_id: Option<String>,
-    /// From (inclusive) and until (exclusive), Unix ms.
+    /// Unix ms, inclusive.
+    #[param(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
     since: Option<i64>,
+    /// Unix ms, exclusive.
+    #[param(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
     until: Option<i64>,
+    #[param(minimum = 1, maximum = 100, default = 100)]
     limit: Option<usize>,
+    /// The cursor of the previous page.
+    #[param(max_length = 1024, pattern = "^-?[0-9]{1,18}:evt_[A-Za-z0-9]+$")]
     cursor: Option<String>,
 }
 
 /// One event as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = AuditEvent)]
 pub(crate) struct Event {
     id: String,
     event: String,
@@ -32,10 +45,23 @@ pub(crate) struct Event {
     resource_type: String,
     resource_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     key_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     role_id: Option<String>,
+    /// Unix ms.
     time: i64,
+}
+
+/// A page of events, and the cursor of the next one.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AuditEvents)]
+pub(crate) struct EventPage {
+    events: Vec<Event>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    cursor: Option<String>,
 }
 
 impl From<AuditRecord> for Event {
@@ -65,8 +91,11 @@ impl ListQuery {
     }
 }
 
-/// `GET /v1/audit.listEvents?event=&actor=&resourceId=&since=&until=&limit=&cursor=`:
-/// `{"events": [...], "cursor"?}`; needs `audit.*.read`.
+/// The workspace's audit events, newest first, a page at a time (needs audit.*.read)
+///
+/// `GET /v1/audit.listEvents?event=&actor=&resourceId=&since=&until=&limit=&cursor=`.
+#[utoipa::path(get, path = "/v1/audit.listEvents", operation_id = "audit.listEvents", tag = "audit",
+    params(ListQuery), responses((status = 200, description = "OK", body = EventPage), V1QueryErrors))]
 pub async fn list_events(call: Authed<Query<ListQuery>>) -> Result<HttpResponse, ApiError> {
     let page = call
         .run(|rbac, p, Query(q)| {
@@ -75,9 +104,14 @@ pub async fn list_events(call: Authed<Query<ListQuery>>) -> Result<HttpResponse,
         })
         .await?;
     let events: Vec<Event> = page.items.into_iter().map(Event::from).collect();
-    let body = match page.next {
-        Some(cursor) => serde_json::json!({ "events": events, "cursor": cursor }),
-        None => serde_json::json!({ "events": events }),
-    };
-    Ok(HttpResponse::Ok().json(body))
+    Ok(HttpResponse::Ok().json(EventPage { events, cursor: page.next }))
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list_events))]
+struct Doc;
+
+/// This room's part of the v1 document.
+pub(crate) fn openapi() -> serde_json::Value {
+    crate::openapi::room::<Doc>()
 }

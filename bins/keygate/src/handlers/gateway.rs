@@ -28,8 +28,43 @@ const KEY_HEADER_HEADER: &str = "x-keygate-key-header";
 /// Key metadata larger than this (serialized) is not passed upstream.
 const MAX_META_HEADER_BYTES: usize = 4096;
 
+/// Forward auth: the end user's key, its permission and its rate limit in one call, in that order (docs/gateways.md)
+///
 /// Any method, `/v1/gateway.authorize` or (Envoy, which appends the original path)
 /// `/v1/gateway.authorize/<original path>`.
+#[utoipa::path(get, path = "/v1/gateway.authorize", operation_id = "gateway.authorize", tag = "gateway",
+    security(("gatewayRootKey" = [])),
+    params(
+        ("X-Keygate-Permissions" = Option<String>, Header, description = "A permission query the key must satisfy (the v2 DSL: documents.read AND (a OR b)); a malformed one is 400"),
+        ("X-Keygate-Ratelimit" = Option<String>, Header, description = "namespace=api; limit=100; duration=60000 [; cost=1] [; identifier=key|header:X-Real-IP]; a malformed one is 400"),
+        ("X-Keygate-Key-Header" = Option<String>, Header, description = "The header holding the end user's key (default: Authorization: Bearer <key>)"),
+        ("X-Keygate-Policy" = Option<String>, Header, description = "A named policy of KEYGATE_GATEWAY_POLICIES; the headers above override its fields; an unknown one is 400"),
+        ("X-Original-Method" = Option<String>, Header, description = "The original request's method, for the log (nginx; Traefik and Caddy send X-Forwarded-Method)"),
+        ("X-Original-URI" = Option<String>, Header, description = "The original request's URI, for the log (nginx; Traefik and Caddy send X-Forwarded-Uri)"),
+    ),
+    responses(
+        (status = 200, description = "The key is valid, holds the permissions and is within its rate limit; no body (nginx's auth_request keeps its upstream connection only for an answer without one): the headers carry the result",
+            headers(
+                ("X-Keygate-Key-Id" = String, description = "The key's id"),
+                ("X-Keygate-Key-Name" = String, description = "The key's name, when it has one (ASCII)"),
+                ("X-Keygate-Key-Meta" = String, description = "The key's metadata as JSON, when at most 4 KiB of ASCII"),
+                ("RateLimit-Limit" = u64, description = "The rate limit's budget (with a rate limit)"),
+                ("RateLimit-Remaining" = u64, description = "What is left of it after this request"),
+                ("RateLimit-Reset" = u64, description = "Seconds until the window ends"),
+            )),
+        (status = 400, description = "The gateway's configuration is malformed (a bad X-Keygate-Ratelimit or permission query, an unknown policy, a missing identifier header); never a pass", body = crate::error::ErrorBody),
+        (status = 401, description = "No key, an unknown, disabled or expired key, another workspace's; or the gateway's root key missing or unknown", body = crate::error::ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "Bearer"))),
+        (status = 403, description = "The key lacks the permissions, or the gateway's root key may not verify keys", body = crate::error::ErrorBody),
+        (status = 429, description = "The key's (or identifier's) budget is spent", body = crate::error::ErrorBody,
+            headers(
+                ("Retry-After" = u64, description = "Seconds until the window ends"),
+                ("RateLimit-Limit" = u64, description = "The rate limit's budget (with a rate limit)"),
+                ("RateLimit-Remaining" = u64, description = "What is left of it after this request"),
+                ("RateLimit-Reset" = u64, description = "Seconds until the window ends"),
+            )),
+        (status = 503, description = "A store is unreachable", body = crate::error::ErrorBody),
+    ))]
 pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let headers = req.headers();
     let text = |name: &str| -> Result<Option<&str>, ApiError> {
@@ -196,4 +231,48 @@ fn rate_limit_headers(d: &Decision, now: u64) -> [(&'static str, String); 3] {
 /// Whole seconds from `now` to `reset` (ms), rounded up.
 fn seconds_until(reset: u64, now: u64) -> u64 {
     reset.saturating_sub(now).div_ceil(1000)
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(authorize))]
+struct Doc;
+
+/// The methods forward auth answers (a gateway asks with the original request's).
+const METHODS: [&str; 6] = ["get", "post", "put", "patch", "delete", "options"];
+
+/// This room's part of the v1 document: the one operation under every method, at
+/// `/v1/gateway.authorize` and at Envoy's `/v1/gateway.authorize/{original}`.
+pub(crate) fn openapi() -> serde_json::Value {
+    use serde_json::json;
+    let mut doc = crate::openapi::room::<Doc>();
+    let op = crate::openapi::operation_mut(&mut doc, "/v1/gateway.authorize", "get").take();
+    let (mut plain, mut envoy) = (serde_json::Map::new(), serde_json::Map::new());
+    for method in METHODS {
+        let mut this = op.clone();
+        this["operationId"] = json!(format!("gateway.authorize.{method}"));
+        plain.insert(method.to_string(), this.clone());
+        this["operationId"] = json!(format!("gateway.authorize.path.{method}"));
+        if let Some(params) = this["parameters"].as_array_mut() {
+            params.insert(
+                0,
+                json!({
+                    "name": "original", "in": "path", "required": true, "schema": { "type": "string" },
+                    "description": "The original request's path (Envoy appends it to path_prefix); only logged",
+                }),
+            );
+        }
+        envoy.insert(method.to_string(), this);
+    }
+    doc["paths"] = json!({ "/v1/gateway.authorize": plain, "/v1/gateway.authorize/{original}": envoy });
+    doc
+}
+
+/// The gateway's own root key, in `X-Keygate-Root-Key`.
+pub(crate) fn security_scheme() -> serde_json::Value {
+    serde_json::json!({
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Keygate-Root-Key",
+        "description": "The gateway's own root key (needs api.*.verify_key, and ratelimit.*.limit with a rate limit); the end user's key travels in Authorization: Bearer <key> or the policy's key header",
+    })
 }

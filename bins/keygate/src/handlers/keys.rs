@@ -1,9 +1,10 @@
 //! The `keys.*` endpoints: create, get, delete and verify a key; set, add and remove its
 //! permissions and roles.
 
-use super::empty;
+use super::{Empty, empty};
 use crate::error::{ApiError, REQUEST_ID_HEADER};
 use crate::http::{Authed, Json, QueryOrJson, integer};
+use crate::openapi::{V1BodyErrors, V1QueryErrors, kinds, refine_body, require_one_of, schema_mut};
 use actix_web::HttpResponse;
 use keygate_domain::Named;
 use keygate_domain::{
@@ -18,20 +19,30 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 use std::sync::Arc;
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PermissionsBody {
+    /// A key id.
+    #[schema(min_length = 1, max_length = 255)]
     key_id: String,
+    #[schema(max_items = 1000)]
     permissions: Vec<PermissionRef>,
 }
 
-/// `slug` is an alias of `name`; `slug` wins when both are given.
-#[derive(Debug, Deserialize)]
+/// A permission by id or name; `slug` is an alias of `name` (and wins when both are given).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(expecting = "an object with an id or a name")]
 pub(crate) struct PermissionRef {
+    /// A permission id.
+    #[schema(min_length = 1, max_length = 255)]
     id: Option<String>,
+    /// A permission name; created when missing unless create is false.
+    #[schema(schema_with = kinds::permission_name)]
     name: Option<String>,
+    /// Alias of name (wins when both are given).
+    #[schema(schema_with = kinds::permission_name)]
     slug: Option<String>,
     create: Option<bool>,
 }
@@ -46,17 +57,25 @@ impl From<PermissionRef> for EntityRef {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RolesBody {
+    /// A key id.
+    #[schema(min_length = 1, max_length = 255)]
     key_id: String,
+    #[schema(max_items = 1000)]
     roles: Vec<RoleRef>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A role by id or name.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(expecting = "an object with an id or a name")]
 pub(crate) struct RoleRef {
+    /// A role id.
+    #[schema(min_length = 1, max_length = 255)]
     id: Option<String>,
+    /// A role name; created only with create: true.
+    #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
     create: Option<bool>,
 }
@@ -90,67 +109,125 @@ impl LinkBody for RolesBody {
 }
 
 /// Runs `op` on the owner and references of the call's body.
-pub(crate) async fn link<B: LinkBody>(call: Authed<Json<B>>, op: LinkOp) -> Result<Vec<Named>, ApiError> {
-    call.run(move |rbac, principal, Json(body)| {
-        let (owner, refs) = body.into_parts();
-        op(rbac, principal, &owner, &refs)
-    })
-    .await
+pub(crate) async fn link<B: LinkBody>(call: Authed<Json<B>>, op: LinkOp) -> Result<Vec<NamedItem>, ApiError> {
+    let all = call
+        .run(move |rbac, principal, Json(body)| {
+            let (owner, refs) = body.into_parts();
+            op(rbac, principal, &owner, &refs)
+        })
+        .await?;
+    Ok(all.into_iter().map(NamedItem::from).collect())
 }
 
-/// `keys.setPermissions`: every permission now attached, sorted by name.
+/// A permission or role as v1's lists show it.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Named)]
+pub(crate) struct NamedItem {
+    id: String,
+    name: String,
+}
+
+impl From<Named> for NamedItem {
+    fn from(n: Named) -> Self {
+        Self { id: n.id, name: n.name }
+    }
+}
+
+/// The key's direct permissions become exactly the list
+///
+/// Every permission now attached, sorted by name.
+#[utoipa::path(post, path = "/v1/keys.setPermissions", operation_id = "keys.setPermissions", tag = "keys",
+    request_body = PermissionsBody,
+    responses((status = 200, description = "OK", body = Vec<NamedItem>), V1BodyErrors))]
 pub async fn set_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(link(call, RbacService::set_permissions).await?))
 }
 
-/// `keys.addPermissions`: every permission now attached, sorted by name.
+/// Attaches permissions to the key (missing names are created unless create is false)
+///
+/// Every permission now attached, sorted by name.
+#[utoipa::path(post, path = "/v1/keys.addPermissions", operation_id = "keys.addPermissions", tag = "keys",
+    request_body = PermissionsBody,
+    responses((status = 200, description = "OK", body = Vec<NamedItem>), V1BodyErrors))]
 pub async fn add_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(link(call, RbacService::add_permissions).await?))
 }
 
-/// `keys.removePermissions`: `{}` (Unkey's shape).
+/// Detaches permissions from the key
+///
+/// `{}` (Unkey's shape).
+#[utoipa::path(post, path = "/v1/keys.removePermissions", operation_id = "keys.removePermissions", tag = "keys",
+    request_body = PermissionsBody,
+    responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn remove_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
     link(call, RbacService::remove_permissions).await?;
     Ok(empty())
 }
 
-/// `keys.addRoles`: every role now attached, sorted by name.
+/// Attaches roles to the key
+///
+/// Every role now attached, sorted by name.
+#[utoipa::path(post, path = "/v1/keys.addRoles", operation_id = "keys.addRoles", tag = "keys",
+    request_body = RolesBody,
+    responses((status = 200, description = "OK", body = Vec<NamedItem>), V1BodyErrors))]
 pub async fn add_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(link(call, RbacService::add_roles).await?))
 }
 
-/// `keys.setRoles`: every role now attached, sorted by name.
+/// The key's roles become exactly the list
+///
+/// Every role now attached, sorted by name.
+#[utoipa::path(post, path = "/v1/keys.setRoles", operation_id = "keys.setRoles", tag = "keys",
+    request_body = RolesBody,
+    responses((status = 200, description = "OK", body = Vec<NamedItem>), V1BodyErrors))]
 pub async fn set_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(link(call, RbacService::set_roles).await?))
 }
 
-/// `keys.removeRoles`: `{}` (Unkey's shape).
+/// Detaches roles from the key
+///
+/// `{}` (Unkey's shape).
+#[utoipa::path(post, path = "/v1/keys.removeRoles", operation_id = "keys.removeRoles", tag = "keys",
+    request_body = RolesBody,
+    responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn remove_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
     link(call, RbacService::remove_roles).await?;
     Ok(empty())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub(crate) struct GetKeyBody {
+    /// A key id.
+    #[schema(min_length = 1, max_length = 255)]
+    #[param(min_length = 1, max_length = 255)]
     key_id: String,
 }
 
-#[derive(Debug, Serialize)]
+/// v1's Key: with its direct permissions and roles.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Key)]
 pub(crate) struct KeyResponse {
     id: String,
     workspace_id: String,
     /// The `apiId` label given at creation (null when none was given).
+    #[schema(required = true)]
     api_id: Option<String>,
     start: String,
+    #[schema(required = true)]
     name: Option<String>,
+    #[schema(value_type = Option<Object>, required = true)]
     meta: Option<serde_json::Value>,
     enabled: bool,
+    /// Unix ms.
+    #[schema(required = true)]
     expires: Option<i64>,
+    /// Unix ms.
     created_at: i64,
-    permissions: Vec<Named>,
-    roles: Vec<Named>,
+    permissions: Vec<NamedItem>,
+    roles: Vec<NamedItem>,
 }
 
 impl From<KeyView> for KeyResponse {
@@ -166,13 +243,15 @@ impl From<KeyView> for KeyResponse {
             enabled: v.key.enabled,
             expires: v.key.expires,
             created_at: v.key.created_at,
-            permissions: v.permissions,
-            roles: v.roles,
+            permissions: v.permissions.into_iter().map(NamedItem::from).collect(),
+            roles: v.roles.into_iter().map(NamedItem::from).collect(),
         }
     }
 }
 
-/// `GET /v1/keys.getKey?keyId=...` (or POST with `{"keyId"}`).
+/// A key with its direct permissions and roles
+#[utoipa::path(get, path = "/v1/keys.getKey", operation_id = "keys.getKey", tag = "keys", params(GetKeyBody),
+    responses((status = 200, description = "OK", body = KeyResponse), V1QueryErrors))]
 pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
     let view = call.run(|rbac, principal, QueryOrJson(q)| rbac.get_key(principal, &q.key_id)).await?;
     Ok(HttpResponse::Ok().json(KeyResponse::from(view)))
@@ -181,26 +260,43 @@ pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpRespon
 /// `keys.createKey`. Unkey's other fields (`byteLength`, `ownerId`, `externalId`,
 /// `remaining`, `refill`, `ratelimit`, `environment`) are accepted and ignored, like every
 /// unknown field.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreateKeyBody {
+    /// A label stored on the key; scopes api.<apiId>.create_key and verifications naming it.
+    #[schema(min_length = 1, max_length = 255)]
     api_id: Option<String>,
+    #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
+    #[schema(min_length = 1, max_length = 8, pattern = "^[A-Za-z0-9_]+$")]
     prefix: Option<String>,
+    /// Any JSON object, at most 64 KiB serialized.
+    #[schema(value_type = Option<Object>)]
     meta: Option<Map<String, Value>>,
+    /// Unix ms; a past value gives a key that verifies EXPIRED.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     expires: Option<Number>,
     enabled: Option<bool>,
+    /// Permission names; missing ones are created.
+    #[schema(schema_with = kinds::permission_names_or_null)]
     permissions: Option<Vec<String>>,
+    /// Role names; each must exist.
+    #[schema(schema_with = kinds::role_names_or_null)]
     roles: Option<Vec<String>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreatedKey {
     key_id: String,
+    /// The secret: shown this once.
     key: String,
 }
 
+/// Create a key (the secret is shown once)
+#[utoipa::path(post, path = "/v1/keys.createKey", operation_id = "keys.createKey", tag = "keys",
+    request_body = CreateKeyBody,
+    responses((status = 200, description = "OK", body = CreatedKey), V1BodyErrors))]
 pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpResponse, ApiError> {
     let body = std::mem::take(&mut call.input.0);
     let expires = match &body.expires {
@@ -223,34 +319,75 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
     Ok(HttpResponse::Ok().json(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DeleteKeyBody {
+    /// A key id.
+    #[schema(min_length = 1, max_length = 255)]
     pub(crate) key_id: String,
     /// Unkey's soft/hard delete switch: keygate always deletes for good (v1 and v2).
     #[allow(dead_code)]
     permanent: Option<bool>,
 }
 
-/// `keys.deleteKey`: `{}` on success.
+/// Delete a key
+///
+/// `{}` on success; keygate always deletes for good.
+#[utoipa::path(post, path = "/v1/keys.deleteKey", operation_id = "keys.deleteKey", tag = "keys",
+    request_body = DeleteKeyBody,
+    responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpResponse, ApiError> {
     call.run(|rbac, principal, Json(body)| rbac.delete_key(principal, &body.key_id)).await?;
     Ok(empty())
 }
 
-/// The most names and `and`/`or` nodes one verification query may hold.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct VerifyKeyBody {
+    /// The key's secret (an empty or unknown one verifies NOT_FOUND).
+    #[schema(max_length = 1_048_576)]
     key: String,
-    /// Only keys created with this `apiId` verify (others: `NOT_FOUND`).
+    /// Only a key created with this apiId verifies; any other answers NOT_FOUND.
+    #[schema(min_length = 1, max_length = 255)]
     api_id: Option<String>,
+    #[schema(inline)]
     authorization: Option<AuthorizationBody>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct AuthorizationBody {
+    #[schema(value_type = Option<PermissionQueryDoc>)]
     permissions: Option<Value>,
+}
+
+/// `Query = string | {"and": [Query, ...]} | {"or": [Query, ...]}` (at most
+/// [`MAX_QUERY_NODES`] entries in all): what [`permission_query`] reads.
+#[derive(Debug)]
+pub(crate) struct PermissionQueryDoc;
+
+impl utoipa::PartialSchema for PermissionQueryDoc {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::Ref;
+        use utoipa::openapi::schema::AdditionalProperties;
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+        let list = |op: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property(
+                    op,
+                    ArrayBuilder::new().items(Ref::from_schema_name("PermissionQuery")).min_items(Some(1)),
+                )
+                .required(op)
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        OneOfBuilder::new().item(kinds::permission_name()).item(list("and")).item(list("or")).into()
+    }
+}
+
+impl ToSchema for PermissionQueryDoc {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "PermissionQuery".into()
+    }
 }
 
 /// `Query = string | {"and": [Query, ...]} | {"or": [Query, ...]}`: v1's object form of a
@@ -292,29 +429,44 @@ fn permission_query(path: &str, v: &Value, nodes: &mut usize) -> Result<Permissi
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct VerifyKeyResponse {
     /// Unkey's verifyKey body carries the request id (unkey-py requires it); equal to the
     /// `Unkey-Request-Id` header.
     request_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     key_id: Option<String>,
     /// The key's `apiId` label, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     api_id: Option<String>,
     valid: bool,
+    #[schema(schema_with = verify_codes)]
     code: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
     meta: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     expires: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     enabled: Option<bool>,
     permissions: Vec<String>,
     roles: Vec<String>,
+}
+
+/// `code` of a verification: one of [`VerifyCode::ALL`](keygate_rbac::VerifyCode::ALL).
+pub(crate) fn verify_codes() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(keygate_rbac::VerifyCode::ALL.iter().map(|c| c.as_str())))
+        .build()
 }
 
 impl VerifyKeyResponse {
@@ -347,10 +499,15 @@ fn scope<'a>(caller: &'a Option<Arc<Principal>>, body: &'a VerifyKeyBody) -> Ver
     }
 }
 
-/// `keys.verifyKey`: the key's secret is in the body. Always 200 for a well-formed
-/// request: `valid` and `code` carry the answer. The root key is optional; when the call
-/// carries one (it must then be valid: 401 otherwise), only keys of its workspace are
-/// found, and when the body names an `apiId`, only keys carrying it (docs/api.md, tenancy).
+/// Verify a key (and its permissions)
+///
+/// The key's secret is in the body. Always 200 for a well-formed request: `valid` and
+/// `code` carry the answer. The root key is optional; when the call carries one (it must
+/// then be valid: 401 otherwise), only keys of its workspace are found, and when the body
+/// names an `apiId`, only keys carrying it (docs/api.md, tenancy).
+#[utoipa::path(post, path = "/v1/keys.verifyKey", operation_id = "keys.verifyKey", tag = "keys",
+    security((), ("rootKey" = [])), request_body = VerifyKeyBody,
+    responses((status = 200, description = "OK", body = VerifyKeyResponse), V1BodyErrors))]
 pub async fn verify_key(
     mut call: Authed<Json<VerifyKeyBody>, Option<Arc<Principal>>>,
 ) -> Result<HttpResponse, ApiError> {
@@ -381,4 +538,54 @@ pub async fn verify_key(
     Ok(HttpResponse::Ok()
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))
         .json(VerifyKeyResponse::new(verification, request_id)))
+}
+
+// `POST /v1/keys.getKey` with `{"keyId"}`: the same as the GET (one handler, `get_key`,
+// reads either); this function only describes the POST form.
+#[utoipa::path(post, path = "/v1/keys.getKey", operation_id = "keys.getKey.post", tag = "keys",
+    summary = "The same, with the key id in a JSON body",
+    request_body = GetKeyBody,
+    responses((status = 200, description = "OK", body = KeyResponse), V1BodyErrors))]
+#[allow(dead_code)]
+fn get_key_post() {}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    set_permissions,
+    add_permissions,
+    remove_permissions,
+    add_roles,
+    set_roles,
+    remove_roles,
+    get_key,
+    get_key_post,
+    create_key,
+    delete_key,
+    verify_key
+))]
+struct Doc;
+
+/// A [`PermissionRef`] or [`RoleRef`] in a room's document needs an id or a name.
+pub(crate) fn references_need_id_or_name(doc: &mut Value, names: &[&str]) {
+    for name in names {
+        let fields: &[&str] =
+            if *name == "PermissionRef" { &["id", "name", "slug"] } else { &["id", "name"] };
+        require_one_of(schema_mut(doc, name), fields, false);
+    }
+}
+
+/// This room's part of the v1 document: a reference names an id or a name; `add*` and
+/// `remove*` take at least one entry (`set*`, with the same body, takes none).
+pub(crate) fn openapi() -> Value {
+    let mut doc = crate::openapi::room::<Doc>();
+    references_need_id_or_name(&mut doc, &["PermissionRef", "RoleRef"]);
+    for (path, list) in [
+        ("/v1/keys.addPermissions", "permissions"),
+        ("/v1/keys.removePermissions", "permissions"),
+        ("/v1/keys.addRoles", "roles"),
+        ("/v1/keys.removeRoles", "roles"),
+    ] {
+        refine_body(&mut doc, path, "post", |body| body["properties"][list]["minItems"] = 1.into());
+    }
+    doc
 }

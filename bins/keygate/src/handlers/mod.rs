@@ -10,6 +10,11 @@ pub mod ratelimit;
 pub mod system;
 pub mod v2;
 
+/// `{}`: v1's answer of an operation that returns nothing (its schema).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(max_properties = 0)]
+pub(crate) struct Empty {}
+
 /// `{}`: the answer of an operation that returns nothing (Unkey's shape).
 fn empty() -> actix_web::HttpResponse {
     actix_web::HttpResponse::Ok().content_type(actix_web::http::header::ContentType::json()).body("{}")

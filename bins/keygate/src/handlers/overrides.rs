@@ -1,30 +1,46 @@
 //! `ratelimits.setOverride`, `getOverride`, `listOverrides`, `deleteOverride`.
 
+use super::Empty;
 use super::empty;
 use crate::error::ApiError;
 use crate::http::{Authed, Json, Query, integer};
+use crate::openapi::{V1BodyErrors, V1QueryErrors, operation_mut, require_one_of, schema_mut};
 use actix_web::HttpResponse;
 use keygate_rbac::{NamespaceRef, Override};
 use serde::{Deserialize, Serialize};
-use serde_json::Number;
+use serde_json::{Number, Value};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+/// The namespace by id or by name (exactly one), and the identifier or pattern.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SetOverrideBody {
+    #[schema(min_length = 1, max_length = 512)]
     namespace_id: Option<String>,
+    #[schema(min_length = 1, max_length = 512)]
     namespace_name: Option<String>,
+    /// An identifier, or a pattern with at most 8 '*'.
+    #[schema(min_length = 1, max_length = 512, pattern = "^[^*\\u0000]*(\\*[^*\\u0000]*){0,8}$")]
     identifier: String,
+    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64)]
     limit: Number,
+    /// The window in ms.
+    #[schema(value_type = u64, minimum = 1000, maximum = 9_007_199_254_740_991_u64)]
     duration: Number,
     #[serde(rename = "async")]
     is_async: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The namespace by id or by name (exactly one), and the identifier (a query string for
+/// `getOverride` and `listOverrides`, a body for `deleteOverride`).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct OverrideRefBody {
+    #[schema(min_length = 1, max_length = 512)]
     namespace_id: Option<String>,
+    #[schema(min_length = 1, max_length = 512)]
     namespace_name: Option<String>,
+    #[schema(min_length = 1, max_length = 512, required = true, nullable = false)]
     identifier: Option<String>,
 }
 
@@ -38,7 +54,8 @@ impl OverrideRefBody {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Override)]
 pub(crate) struct OverrideResponse {
     id: String,
     identifier: String,
@@ -60,7 +77,18 @@ impl From<Override> for OverrideResponse {
     }
 }
 
-/// `ratelimits.setOverride`: `{"overrideId"}`; creates or updates.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct OverrideSet {
+    override_id: String,
+}
+
+/// Set the limit and duration for an identifier or a * pattern in a namespace
+///
+/// Creates or updates; answers the override's id.
+#[utoipa::path(post, path = "/v1/ratelimits.setOverride", operation_id = "ratelimits.setOverride",
+    tag = "ratelimits", request_body = SetOverrideBody,
+    responses((status = 200, description = "OK", body = OverrideSet), V1BodyErrors))]
 pub async fn set_override(call: Authed<Json<SetOverrideBody>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
     let limit = integer("limit", &body.limit, 1)?;
@@ -72,10 +100,15 @@ pub async fn set_override(call: Authed<Json<SetOverrideBody>>) -> Result<HttpRes
             rbac.set_override(principal, &ns, &body.identifier, limit, duration, is_async)
         })
         .await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "overrideId": stored.id })))
+    Ok(HttpResponse::Ok().json(OverrideSet { override_id: stored.id }))
 }
 
+/// The override of exactly an identifier (or pattern)
+///
 /// `GET ratelimits.getOverride?namespaceId|namespaceName=...&identifier=...`
+#[utoipa::path(get, path = "/v1/ratelimits.getOverride", operation_id = "ratelimits.getOverride",
+    tag = "ratelimits", params(("identifier" = String, Query, min_length = 1, max_length = 512), NamespaceParam),
+    responses((status = 200, description = "OK", body = OverrideResponse), V1QueryErrors))]
 pub async fn get_override(call: Authed<Query<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let identifier = call.input.0.identifier()?;
     let found = call
@@ -84,16 +117,30 @@ pub async fn get_override(call: Authed<Query<OverrideRefBody>>) -> Result<HttpRe
     Ok(HttpResponse::Ok().json(OverrideResponse::from(found)))
 }
 
-/// `GET ratelimits.listOverrides?namespaceId|namespaceName=...`: every override, oldest
-/// first, in one page (`cursor` and `limit` are accepted and ignored: at most 1000 exist).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct OverrideList {
+    overrides: Vec<OverrideResponse>,
+    total: usize,
+}
+
+/// Every override of a namespace, oldest first
+///
+/// `GET ratelimits.listOverrides?namespaceId|namespaceName=...`: in one page (`cursor` and
+/// `limit` are accepted and ignored: at most 1000 exist).
+#[utoipa::path(get, path = "/v1/ratelimits.listOverrides", operation_id = "ratelimits.listOverrides",
+    tag = "ratelimits", params(NamespaceParam),
+    responses((status = 200, description = "OK", body = OverrideList), V1QueryErrors))]
 pub async fn list_overrides(call: Authed<Query<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let all = call.run(|rbac, principal, Query(q)| rbac.list_overrides(principal, &q.namespace())).await?;
     let total = all.len();
     let overrides: Vec<OverrideResponse> = all.into_iter().map(Into::into).collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "overrides": overrides, "total": total })))
+    Ok(HttpResponse::Ok().json(OverrideList { overrides, total }))
 }
 
-/// `ratelimits.deleteOverride`: `{}`.
+/// Delete an override
+#[utoipa::path(post, path = "/v1/ratelimits.deleteOverride", operation_id = "ratelimits.deleteOverride",
+    tag = "ratelimits", request_body = OverrideRefBody,
+    responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_override(call: Authed<Json<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let identifier = call.input.0.identifier()?;
     call.run(move |rbac, principal, Json(body)| {
@@ -101,4 +148,58 @@ pub async fn delete_override(call: Authed<Json<OverrideRefBody>>) -> Result<Http
     })
     .await?;
     Ok(empty())
+}
+
+/// The namespace of a query string: `namespaceId=...` or `namespaceName=...`, exactly one
+/// (one object parameter, exploded into the query string as OpenAPI's form style says).
+#[derive(Debug)]
+struct NamespaceParam;
+
+impl utoipa::IntoParams for NamespaceParam {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn, ParameterStyle};
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
+        let name =
+            || ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(512));
+        // Exactly one of the two: added to the document by `openapi()`.
+        let schema = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("namespaceId", name())
+            .property("namespaceName", name())
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .build();
+        vec![
+            ParameterBuilder::new()
+                .name("namespace")
+                .parameter_in(ParameterIn::Query)
+                .required(utoipa::openapi::Required::True)
+                .style(Some(ParameterStyle::Form))
+                .explode(Some(true))
+                .description(Some("namespaceId=... or namespaceName=... (exactly one)"))
+                .schema(Some(schema))
+                .build(),
+        ]
+    }
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(set_override, get_override, list_overrides, delete_override))]
+struct Doc;
+
+/// This room's part of the v1 document: a body names its namespace by id or by name,
+/// exactly one.
+pub(crate) fn openapi() -> Value {
+    let mut doc = crate::openapi::room::<Doc>();
+    for name in ["SetOverrideBody", "OverrideRefBody"] {
+        require_one_of(schema_mut(&mut doc, name), &["namespaceId", "namespaceName"], true);
+    }
+    for path in ["/v1/ratelimits.getOverride", "/v1/ratelimits.listOverrides"] {
+        let params = operation_mut(&mut doc, path, "get")["parameters"].as_array_mut();
+        for param in params.into_iter().flatten().filter(|p| p["name"] == "namespace") {
+            require_one_of(&mut param["schema"], &["namespaceId", "namespaceName"], true);
+        }
+    }
+    doc
 }

@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::http::{Authed, JsonBytes, blocking, in_background, integer, parse_json};
+use crate::openapi::V1BodyErrors;
 use crate::state::AppState;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
@@ -11,31 +12,43 @@ use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, pass_failing
 use keygate_rbac::counters::SOURCE_STORE;
 use keygate_rbac::{Effective, Principal};
 use keygate_store::{CounterGuard, RedisStore};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 const MAX_META_BYTES: usize = 64 * 1024;
 const MAX_RESOURCES: usize = 100;
 
 /// Strings are borrowed from the body when they have no escapes (no allocation).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = LimitRequest)]
 pub(crate) struct LimitBody<'a> {
     #[serde(borrow)]
+    #[schema(value_type = String, min_length = 1, max_length = 512)]
     identifier: Cow<'a, str>,
+    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64)]
     limit: Number,
+    /// The window in ms.
+    #[schema(value_type = u64, minimum = 1000, maximum = 9_007_199_254_740_991_u64)]
     duration: Number,
     #[serde(borrow)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 512, default = "default")]
     namespace: Option<Cow<'a, str>>,
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64, default = 1)]
     cost: Option<Number>,
     #[serde(rename = "async")]
+    #[schema(default = false)]
     is_async: Option<bool>,
+    /// Scalar values only, at most 64 KiB serialized.
+    #[schema(schema_with = scalar_meta)]
     meta: Option<Map<String, Value>>,
+    #[schema(inline, max_items = 100)]
     resources: Option<Vec<Resource>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(expecting = "an object with a type and an id")]
 struct Resource {
     #[serde(rename = "type")]
@@ -45,7 +58,27 @@ struct Resource {
     id: String,
     #[allow(dead_code)]
     name: Option<String>,
+    /// Scalar values only, at most 64 KiB serialized.
+    #[schema(schema_with = scalar_meta)]
     meta: Option<Map<String, Value>>,
+}
+
+/// `meta` of a limit request: an object of scalars (what [`check_meta`] takes), or null.
+fn scalar_meta() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, SchemaType, Type};
+    let scalar = AnyOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(SchemaType::from_iter([
+            Type::Number,
+            Type::Boolean,
+            Type::Null,
+        ])))
+        .item(ObjectBuilder::new().schema_type(Type::String).pattern(Some(crate::openapi::NO_NUL)));
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::RefOr(
+            utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::AnyOf(scalar.build())),
+        )))
+        .build()
 }
 
 fn check_meta(path: &str, meta: &Map<String, Value>) -> Result<(), ValidationError> {
@@ -124,6 +157,22 @@ fn limit_response(d: &Decision) -> String {
     out
 }
 
+/// v1's limit answer (written by [`limit_response`], which a test checks against this).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = LimitResponse)]
+pub(crate) struct LimitAnswer {
+    success: bool,
+    limit: u64,
+    remaining: u64,
+    /// Unix ms when the window ends.
+    reset: u64,
+}
+
+/// Check and consume a rate-limit budget (fixed window aligned to the epoch)
+///
+/// A denial is a 200 with `success: false`.
+#[utoipa::path(post, path = "/v1/ratelimits.limit", operation_id = "ratelimits.limit", tag = "ratelimits",
+    request_body = LimitBody, responses((status = 200, description = "OK", body = LimitAnswer), V1BodyErrors))]
 pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
     let Authed { principal, input: JsonBytes(bytes), state } = call;
     let body: LimitBody<'_> = parse_json(&bytes)?;
@@ -325,8 +374,10 @@ mod tests {
             Decision { success: false, limit: 9_007_199_254_740_991, remaining: 12, reset: 0 },
         ] {
             let v: serde_json::Value = serde_json::from_str(&limit_response(&d)).unwrap();
-            let expected = serde_json::json!({"success": d.success, "limit": d.limit, "remaining": d.remaining, "reset": d.reset});
-            assert_eq!(v, expected);
+            // The documented answer type, serialized.
+            let answer =
+                LimitAnswer { success: d.success, limit: d.limit, remaining: d.remaining, reset: d.reset };
+            assert_eq!(v, serde_json::to_value(&answer).unwrap());
         }
     }
 
@@ -381,4 +432,13 @@ mod tests {
             body(r#"{"identifier":"a","limit":9007199254740991.0,"duration":1E3}"#).expect("the largest");
         assert_eq!((ok.request.limit, ok.request.duration), (9_007_199_254_740_991, 1_000));
     }
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(limit))]
+struct Doc;
+
+/// This room's part of the v1 document.
+pub(crate) fn openapi() -> Value {
+    crate::openapi::room::<Doc>()
 }

@@ -2,10 +2,12 @@
 //! remove their permissions and roles by plain strings (slug or name, or id).
 
 use super::permissions::{Permission, Role};
+use super::{Empty, Envelope};
 use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported};
 use crate::error::{ApiError, problems};
 use crate::handlers::keys::DeleteKeyBody;
 use crate::http::{Authed, Json, integer};
+use crate::openapi::{V2Errors, kinds, refine_body};
 use actix_web::HttpResponse;
 use keygate_domain::{ErrorCode, MAX_NAME_CHARS, ValidationError, check_len};
 use keygate_rbac::{
@@ -15,6 +17,7 @@ use keygate_rbac::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
+use utoipa::ToSchema;
 
 /// The latest `expires` v2 takes (2100-01-01).
 const MAX_EXPIRES_MS: u64 = 4_102_444_800_000;
@@ -23,18 +26,25 @@ const MAX_ROLES: usize = 100;
 const MAX_PERMISSIONS: usize = 1000;
 
 /// v2's Key object (`getKey`, `whoami`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Key)]
 pub(crate) struct KeyObject {
     key_id: String,
+    /// The first characters of the secret.
     start: String,
     enabled: bool,
+    /// Unix ms.
     created_at: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
     meta: Option<Value>,
+    /// Unix ms.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     expires: Option<i64>,
     permissions: Vec<String>,
     roles: Vec<String>,
@@ -69,25 +79,65 @@ fn check_word(path: &str, value: &str, min: usize, max: usize) -> Result<(), Api
     Ok(())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreateKeyBody {
+    /// A label stored on the key (`A-Z a-z 0-9 _`).
+    #[schema(min_length = 3, max_length = 255, pattern = "^[A-Za-z0-9_]+$")]
     api_id: String,
+    #[schema(min_length = 1, max_length = 16, pattern = "^[A-Za-z0-9_]+$")]
     prefix: Option<String>,
+    #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
+    /// Bytes of randomness in the secret.
+    #[schema(value_type = Option<u64>, minimum = 16, maximum = 255)]
     byte_length: Option<Number>,
+    /// At most 100 properties, 64 KiB serialized.
+    #[schema(value_type = Option<Object>)]
     meta: Option<Map<String, Value>>,
+    /// Permission slugs; missing ones are created.
+    #[schema(schema_with = kinds::permission_names_or_null)]
     permissions: Option<Vec<String>>,
+    /// Role names; each must exist.
+    #[schema(schema_with = kinds::role_names_100_or_null)]
     roles: Option<Vec<String>>,
+    /// Unix ms (at most 2100-01-01).
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 4_102_444_800_000_u64)]
     expires: Option<Number>,
     enabled: Option<bool>,
+    /// `true` is 412: keys are stored hashed.
+    #[schema(schema_with = only_false)]
     recoverable: Option<bool>,
+    #[schema(ignore)]
     external_id: Option<Value>,
+    #[schema(ignore)]
     credits: Option<Value>,
+    #[schema(ignore)]
     ratelimits: Option<Value>,
 }
 
-/// `keys.createKey`: `{keyId, key}`; the key is shown once.
+/// `false` or `null`: what keygate can do of a feature that needs keys stored
+/// recoverably (`true` is 412).
+fn only_false() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+        .enum_values(Some([Value::Bool(false), Value::Null]))
+        .build()
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CreatedKey {
+    key_id: String,
+    /// The secret: shown this once.
+    key: String,
+}
+
+/// Create a key (shown once)
+#[utoipa::path(post, path = "/v2/keys.createKey", operation_id = "keys.createKey", tag = "keys",
+    request_body = CreateKeyBody,
+    responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors, Precondition))]
 pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpResponse, ApiError> {
     let b = std::mem::take(&mut call.input.0);
     check_word("apiId", &b.api_id, 3, MAX_NAME_CHARS)?;
@@ -137,7 +187,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         return Err(ValidationError::new("meta", msg).into());
     }
     let (key, secret) = call.run(|rbac, p, _| rbac.create_key_as(p, new)).await?;
-    Ok(ok(serde_json::json!({ "keyId": key.id, "key": secret.expose() })))
+    Ok(ok(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
 }
 
 /// 412: a request keygate understands but cannot carry out (keys are stored hashed).
@@ -145,14 +195,30 @@ fn precondition(field: &str, why: &str) -> ApiError {
     ApiError::new(ErrorCode::PreconditionFailed, format!("{field}: {why}")).at_field(field)
 }
 
-#[derive(Debug, Deserialize)]
+/// v2's 412: not possible, keys are stored hashed.
+#[derive(Debug)]
+struct Precondition;
+
+impl utoipa::IntoResponses for Precondition {
+    fn responses() -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::Response>> {
+        [("412".to_string(), crate::openapi::v2_error("Not possible: keys are stored hashed"))].into()
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct GetKeyBody {
+    #[schema(min_length = 3, max_length = 255)]
     key_id: String,
+    /// `true` is 412: keys are stored hashed.
+    #[schema(schema_with = only_false)]
     decrypt: Option<bool>,
 }
 
-/// `keys.getKey {keyId}`: the Key object.
+/// A key
+#[utoipa::path(post, path = "/v2/keys.getKey", operation_id = "keys.getKey", tag = "keys",
+    request_body = GetKeyBody,
+    responses((status = 200, description = "OK", body = Envelope<KeyObject>), V2Errors, Precondition))]
 pub async fn get_key(call: Authed<Json<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
     check_key_id(&body.key_id)?;
@@ -163,40 +229,71 @@ pub async fn get_key(call: Authed<Json<GetKeyBody>>) -> Result<HttpResponse, Api
     Ok(ok(KeyObject::from(found)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct WhoamiBody {
+    /// The key's secret.
+    #[schema(min_length = 1, max_length = 512)]
     key: String,
 }
 
-/// `keys.whoami {key}`: the Key object of a secret.
+/// The key of a secret
+#[utoipa::path(post, path = "/v2/keys.whoami", operation_id = "keys.whoami", tag = "keys",
+    request_body = WhoamiBody,
+    responses((status = 200, description = "OK", body = Envelope<KeyObject>), V2Errors))]
 pub async fn whoami(call: Authed<Json<WhoamiBody>>) -> Result<HttpResponse, ApiError> {
     check_len("key", &call.input.0.key, MAX_VERIFY_KEY_CHARS)?;
     let found = call.run(|rbac, p, Json(b)| rbac.key_summary(p, KeyLookup::Secret(&b.key))).await?;
     Ok(ok(KeyObject::from(found)))
 }
 
-/// `keys.deleteKey {keyId, permanent?}`: `{}`.
+/// Delete a key for good
+///
+/// `permanent` is accepted; keygate always deletes for good.
+#[utoipa::path(post, path = "/v2/keys.deleteKey", operation_id = "keys.deleteKey", tag = "keys",
+    request_body = DeleteKeyBody,
+    responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpResponse, ApiError> {
     check_key_id(&call.input.0.key_id)?;
     call.run(|rbac, p, Json(b)| rbac.delete_key(p, &b.key_id)).await?;
     Ok(ok_empty())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct Credits {
+    #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     cost: Number,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct VerifyKeyBody {
+    /// The key's secret.
+    #[schema(min_length = 1, max_length = 512)]
     key: String,
+    /// A permission query: names joined by AND and OR, with parentheses (docs/api-v2.md);
+    /// the schema shows its simplest form, one name.
+    #[schema(min_length = 1, max_length = 1000, pattern = "^[A-Za-z0-9._:*/-]+$")]
     permissions: Option<String>,
+    #[schema(schema_with = tags)]
     tags: Option<Vec<String>>,
+    #[schema(inline)]
     credits: Option<Credits>,
+    #[schema(ignore)]
     ratelimits: Option<Value>,
+    #[schema(ignore)]
     migration_id: Option<Value>,
+    #[schema(ignore)]
     keyspaces: Option<Value>,
+}
+
+/// Up to 20 tags of up to 512 characters.
+fn tags() -> utoipa::openapi::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaType, Type};
+    ArrayBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+        .items(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(512)))
+        .max_items(Some(20))
+        .build()
 }
 
 /// The permission query of a v2 verification: 400 `permissions_query_syntax_error` with
@@ -213,24 +310,34 @@ fn query(text: &str) -> Result<PermissionQuery, ApiError> {
     })
 }
 
-#[derive(Debug, Serialize)]
+/// The outcome of a verification: `valid` and `code`, and the key unless NOT_FOUND.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = VerifyKeyResult)]
 pub(crate) struct VerifyAnswer {
     valid: bool,
+    #[schema(schema_with = crate::handlers::keys::verify_codes)]
     code: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     key_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     enabled: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
     meta: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     expires: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     permissions: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     roles: Option<Vec<String>>,
 }
 
@@ -266,9 +373,14 @@ impl From<Verification> for VerifyAnswer {
     }
 }
 
-/// `keys.verifyKey`: every outcome is 200 with `valid` and `code`. The root key needs
-/// `api.*.verify_key` (every key of its workspace) or `api.<apiId>.verify_key` (the keys
-/// labelled so; others are NOT_FOUND); with neither, 403 before the key is looked up.
+/// Verify a key (every outcome is a 200)
+///
+/// Every outcome is 200 with `valid` and `code`. The root key needs `api.*.verify_key`
+/// (every key of its workspace) or `api.<apiId>.verify_key` (the keys labelled so; others
+/// are NOT_FOUND); with neither, 403 before the key is looked up.
+#[utoipa::path(post, path = "/v2/keys.verifyKey", operation_id = "keys.verifyKey", tag = "keys",
+    request_body = VerifyKeyBody,
+    responses((status = 200, description = "OK", body = Envelope<VerifyAnswer>), V2Errors))]
 pub async fn verify_key(mut call: Authed<Json<VerifyKeyBody>>) -> Result<HttpResponse, ApiError> {
     let b = &mut call.input.0;
     check_len("key", &b.key, MAX_VERIFY_KEY_CHARS)?;
@@ -306,17 +418,23 @@ pub async fn verify_key(mut call: Authed<Json<VerifyKeyBody>>) -> Result<HttpRes
     Ok(ok(VerifyAnswer::from(verification)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PermissionsBody {
+    #[schema(min_length = 3, max_length = 255)]
     key_id: String,
+    /// Permission slugs (or ids).
+    #[schema(schema_with = kinds::permission_names)]
     permissions: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RolesBody {
+    #[schema(min_length = 3, max_length = 255)]
     key_id: String,
+    /// Role names (or ids).
+    #[schema(schema_with = kinds::role_names_100)]
     roles: Vec<String>,
 }
 
@@ -358,32 +476,98 @@ fn roles_answer(all: Vec<RoleView>) -> HttpResponse {
     ok(all.into_iter().map(Role::from).collect::<Vec<_>>())
 }
 
-/// `keys.setPermissions`: the key's direct permissions become exactly the list.
+/// The key's direct permissions become exactly the list
+///
+/// Answers every permission now on the key.
+#[utoipa::path(post, path = "/v2/keys.setPermissions", operation_id = "keys.setPermissions", tag = "keys",
+    request_body = PermissionsBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Permission>>), V2Errors))]
 pub async fn set_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
     Ok(permissions_answer(change(call, EntityKind::Permission, LinkMode::Replace).await?))
 }
 
-/// `keys.addPermissions`: attaches the list (missing slugs are created).
+/// Attaches the list (missing slugs are created)
+///
+/// Answers every permission now on the key.
+#[utoipa::path(post, path = "/v2/keys.addPermissions", operation_id = "keys.addPermissions", tag = "keys",
+    request_body = PermissionsBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Permission>>), V2Errors))]
 pub async fn add_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
     Ok(permissions_answer(change(call, EntityKind::Permission, LinkMode::Add).await?))
 }
 
-/// `keys.removePermissions`: detaches the list (each must exist).
+/// Detaches the list (each must exist)
+///
+/// Answers every permission now on the key.
+#[utoipa::path(post, path = "/v2/keys.removePermissions", operation_id = "keys.removePermissions", tag = "keys",
+    request_body = PermissionsBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Permission>>), V2Errors))]
 pub async fn remove_permissions(call: Authed<Json<PermissionsBody>>) -> Result<HttpResponse, ApiError> {
     Ok(permissions_answer(change(call, EntityKind::Permission, LinkMode::Remove).await?))
 }
 
-/// `keys.setRoles`: the key's roles become exactly the list.
+/// The key's roles become exactly the list
+///
+/// Answers every role now on the key.
+#[utoipa::path(post, path = "/v2/keys.setRoles", operation_id = "keys.setRoles", tag = "keys",
+    request_body = RolesBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Role>>), V2Errors))]
 pub async fn set_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
     Ok(roles_answer(change(call, EntityKind::Role, LinkMode::Replace).await?))
 }
 
-/// `keys.addRoles`: attaches the list (each must exist).
+/// Attaches the list (each must exist)
+///
+/// Answers every role now on the key.
+#[utoipa::path(post, path = "/v2/keys.addRoles", operation_id = "keys.addRoles", tag = "keys",
+    request_body = RolesBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Role>>), V2Errors))]
 pub async fn add_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
     Ok(roles_answer(change(call, EntityKind::Role, LinkMode::Add).await?))
 }
 
-/// `keys.removeRoles`: detaches the list (each must exist).
+/// Detaches the list (each must exist)
+///
+/// Answers every role now on the key.
+#[utoipa::path(post, path = "/v2/keys.removeRoles", operation_id = "keys.removeRoles", tag = "keys",
+    request_body = RolesBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Role>>), V2Errors))]
 pub async fn remove_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse, ApiError> {
     Ok(roles_answer(change(call, EntityKind::Role, LinkMode::Remove).await?))
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    create_key,
+    get_key,
+    whoami,
+    delete_key,
+    verify_key,
+    set_permissions,
+    add_permissions,
+    remove_permissions,
+    set_roles,
+    add_roles,
+    remove_roles
+))]
+struct Doc;
+
+/// This room's part of the v2 document: `add*` and `remove*` take at least one entry
+/// (`set*`, with the same body, takes none).
+pub(crate) fn openapi() -> Value {
+    let mut doc = crate::openapi::room::<Doc>();
+    for (path, list) in [
+        ("/v2/keys.addPermissions", "permissions"),
+        ("/v2/keys.removePermissions", "permissions"),
+        ("/v2/keys.addRoles", "roles"),
+        ("/v2/keys.removeRoles", "roles"),
+    ] {
+        refine_body(&mut doc, path, "post", |body| body["properties"][list]["minItems"] = 1.into());
+    }
+    crate::openapi::schema_mut(&mut doc, "CreateKeyBody")["properties"]["meta"]["maxProperties"] = 100.into();
+    // v1's body, where v2 takes key ids of at least 3 characters.
+    refine_body(&mut doc, "/v2/keys.deleteKey", "post", |body| {
+        body["properties"]["keyId"]["minLength"] = 3.into()
+    });
+    doc
 }

@@ -15,55 +15,99 @@ use keygate_domain::{IdPrefix, ValidationError, check_len, new_id};
 use keygate_rbac::Page;
 use serde::Serialize;
 use serde_json::{Number, Value};
+use utoipa::ToSchema;
 
-#[derive(Serialize)]
+/// `meta` of every answer: the request id, equal to the `Unkey-Request-Id` header.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct Meta<'a> {
+pub(crate) struct Meta<'a> {
     request_id: &'a str,
 }
 
-#[derive(Serialize)]
+/// `pagination` of a list: whether there is more, and the cursor of the next page.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct Pagination<'a> {
+pub(crate) struct Pagination<'a> {
     has_more: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     cursor: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-struct Envelope<'a, T> {
+/// The answer of an operation: `{meta, data}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Envelope<'a, T> {
     meta: Meta<'a>,
     data: T,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pagination: Option<Pagination<'a>>,
 }
 
-fn respond<T: Serialize>(data: T, pagination: Option<Pagination<'_>>) -> HttpResponse {
-    let id = new_id(IdPrefix::Request);
-    let body = Envelope { meta: Meta { request_id: &id }, data, pagination };
-    HttpResponse::Ok().insert_header((REQUEST_ID_HEADER, id.as_str())).json(body)
+/// The answer of a list operation: `{meta, data: [...], pagination}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PageEnvelope<'a, T> {
+    meta: Meta<'a>,
+    data: Vec<T>,
+    pagination: Pagination<'a>,
+}
+
+/// `data` of an operation that answers nothing: `{}`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(max_properties = 0)]
+pub(crate) struct Empty {}
+
+/// `data` of `liveness`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Liveness {
+    /// `OK`.
+    message: &'static str,
 }
 
 /// `GET /v2/liveness`: no authentication; 200 while the process serves.
+#[utoipa::path(get, path = "/v2/liveness", operation_id = "liveness", tag = "system", security(()),
+    responses((status = 200, description = "OK", body = Envelope<Liveness>)))]
 pub async fn liveness() -> HttpResponse {
-    ok(serde_json::json!({ "message": "OK" }))
+    ok(Liveness { message: "OK" })
 }
 
 /// 200 `{"meta":{"requestId"},"data":...}` with the same id in `Unkey-Request-Id`.
 pub(crate) fn ok<T: Serialize>(data: T) -> HttpResponse {
-    respond(data, None)
+    let id = new_id(IdPrefix::Request);
+    let body = Envelope { meta: Meta { request_id: &id }, data };
+    HttpResponse::Ok().insert_header((REQUEST_ID_HEADER, id.as_str())).json(body)
 }
 
 /// `"data":{}`: an operation that answers nothing.
 pub(crate) fn ok_empty() -> HttpResponse {
-    ok(serde_json::json!({}))
+    ok(Empty {})
 }
 
 /// A page of a list: the items, and `pagination` with the cursor of the next page.
 pub(crate) fn ok_page<T, U: Serialize>(page: Page<T>, item: impl FnMut(T) -> U) -> HttpResponse {
     let cursor = page.next.as_deref().map(encode_cursor);
-    let items: Vec<U> = page.items.into_iter().map(item).collect();
-    respond(items, Some(Pagination { has_more: cursor.is_some(), cursor: cursor.as_deref() }))
+    let data: Vec<U> = page.items.into_iter().map(item).collect();
+    let id = new_id(IdPrefix::Request);
+    let pagination = Pagination { has_more: cursor.is_some(), cursor: cursor.as_deref() };
+    let body = PageEnvelope { meta: Meta { request_id: &id }, data, pagination };
+    HttpResponse::Ok().insert_header((REQUEST_ID_HEADER, id.as_str())).json(body)
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(liveness))]
+struct Doc;
+
+/// This room's part of the v2 document: liveness.
+pub(crate) fn openapi() -> Value {
+    crate::openapi::room::<Doc>()
+}
+
+/// The components every v2 operation's answers use.
+pub(crate) fn shared_schemas() -> Vec<(String, Value)> {
+    use crate::openapi::schema_json;
+    vec![
+        ("Problem".to_string(), schema_json::<crate::error::Problem>()),
+        ("Meta".to_string(), schema_json::<Meta>()),
+        ("Pagination".to_string(), schema_json::<Pagination>()),
+        ("Empty".to_string(), schema_json::<Empty>()),
+    ]
 }
 
 /// Cursors are the sort key of the last item given, after a version tag: opaque to

@@ -1,14 +1,17 @@
 //! v2 `permissions.*`: permissions and roles named by slug (role: name) or id, created,
 //! read, listed a page at a time and deleted; a role's permissions replaced.
 
+use super::{Empty, Envelope, PageEnvelope};
 use super::{check_count, decode_cursor, ok, ok_empty, ok_page, page_limit};
 use crate::error::ApiError;
 use crate::http::{Authed, Json};
+use crate::openapi::{V2Conflict, V2Errors, kinds};
 use actix_web::HttpResponse;
 use keygate_domain::{MAX_NAME_CHARS, ValidationError, check_len};
 use keygate_rbac::{Entity, EntityKind, NewEntity, RoleView};
 use serde::{Deserialize, Serialize};
-use serde_json::Number;
+use serde_json::{Number, Value};
+use utoipa::ToSchema;
 
 /// Longest display name and description v2 takes.
 const MAX_TITLE_CHARS: usize = 512;
@@ -17,12 +20,13 @@ const MAX_DESCRIPTION_CHARS: usize = 512;
 const MAX_PERMISSIONS: usize = 1000;
 
 /// v2's Permission: `name` is the display name, `slug` the unique name (v1's `name`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Permission {
     id: String,
     name: String,
     slug: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     description: Option<String>,
 }
 
@@ -34,11 +38,12 @@ impl From<Entity> for Permission {
 }
 
 /// v2's Role, with its permissions sorted by slug.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Role {
     id: String,
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     description: Option<String>,
     permissions: Vec<Permission>,
 }
@@ -54,14 +59,30 @@ impl From<RoleView> for Role {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct CreatePermissionBody {
+    /// The display name.
+    #[schema(min_length = 1, max_length = 512)]
     name: String,
+    /// The unique name.
+    #[schema(schema_with = kinds::permission_name)]
     slug: String,
+    #[schema(max_length = 512)]
     description: Option<String>,
 }
 
-/// `permissions.createPermission`: `{permissionId}`; a taken slug is 409.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CreatedPermission {
+    permission_id: String,
+}
+
+/// Create a permission
+///
+/// A taken slug is 409.
+#[utoipa::path(post, path = "/v2/permissions.createPermission", operation_id = "permissions.createPermission",
+    tag = "permissions", request_body = CreatePermissionBody,
+    responses((status = 200, description = "OK", body = Envelope<CreatedPermission>), V2Errors, V2Conflict))]
 pub async fn create_permission(call: Authed<Json<CreatePermissionBody>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
     check_len("name", &body.name, MAX_TITLE_CHARS)?;
@@ -78,18 +99,32 @@ pub async fn create_permission(call: Authed<Json<CreatePermissionBody>>) -> Resu
             rbac.create_entity(p, EntityKind::Permission, new)
         })
         .await?;
-    Ok(ok(serde_json::json!({ "permissionId": created.id })))
+    Ok(ok(CreatedPermission { permission_id: created.id }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct CreateRoleBody {
+    #[schema(schema_with = kinds::role_name)]
     name: String,
+    #[schema(max_length = 512)]
     description: Option<String>,
+    /// Permission slugs; missing ones are created.
+    #[schema(schema_with = kinds::permission_names_or_null)]
     permissions: Option<Vec<String>>,
 }
 
-/// `permissions.createRole`: `{roleId}`; a taken name is 409; missing permission slugs
-/// are created.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CreatedRole {
+    role_id: String,
+}
+
+/// Create a role
+///
+/// A taken name is 409; missing permission slugs are created.
+#[utoipa::path(post, path = "/v2/permissions.createRole", operation_id = "permissions.createRole",
+    tag = "permissions", request_body = CreateRoleBody,
+    responses((status = 200, description = "OK", body = Envelope<CreatedRole>), V2Errors, V2Conflict))]
 pub async fn create_role(call: Authed<Json<CreateRoleBody>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
     check_opt_len_allow_empty("description", &body.description, MAX_DESCRIPTION_CHARS)?;
@@ -106,7 +141,7 @@ pub async fn create_role(call: Authed<Json<CreateRoleBody>>) -> Result<HttpRespo
             rbac.create_entity(p, EntityKind::Role, new)
         })
         .await?;
-    Ok(ok(serde_json::json!({ "roleId": created.id })))
+    Ok(ok(CreatedRole { role_id: created.id }))
 }
 
 /// A description may be empty; it is bounded.
@@ -119,17 +154,24 @@ fn check_opt_len_allow_empty(path: &str, value: &Option<String>, max: usize) -> 
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct PermissionRefBody {
+    /// A slug or an id.
+    #[schema(schema_with = kinds::permission_name)]
     permission: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct RoleRefBody {
+    /// A name or an id.
+    #[schema(schema_with = kinds::role_name)]
     role: String,
 }
 
-/// `permissions.getPermission {permission}` (slug or id).
+/// A permission by slug or id
+#[utoipa::path(post, path = "/v2/permissions.getPermission", operation_id = "permissions.getPermission",
+    tag = "permissions", request_body = PermissionRefBody,
+    responses((status = 200, description = "OK", body = Envelope<Permission>), V2Errors))]
 pub async fn get_permission(call: Authed<Json<PermissionRefBody>>) -> Result<HttpResponse, ApiError> {
     let found = call
         .run(|rbac, p, Json(b)| rbac.find_entity(p, EntityKind::Permission, "permission", &b.permission))
@@ -137,13 +179,23 @@ pub async fn get_permission(call: Authed<Json<PermissionRefBody>>) -> Result<Htt
     Ok(ok(Permission::from(found)))
 }
 
-/// `permissions.getRole {role}` (name or id), with its permissions.
+/// A role by name or id
+///
+/// With its permissions.
+#[utoipa::path(post, path = "/v2/permissions.getRole", operation_id = "permissions.getRole",
+    tag = "permissions", request_body = RoleRefBody,
+    responses((status = 200, description = "OK", body = Envelope<Role>), V2Errors))]
 pub async fn get_role(call: Authed<Json<RoleRefBody>>) -> Result<HttpResponse, ApiError> {
     let found = call.run(|rbac, p, Json(b)| rbac.find_role(p, &b.role)).await?;
     Ok(ok(Role::from(found)))
 }
 
-/// `permissions.deletePermission {permission}`: `{}`; detached from every key and role.
+/// Delete a permission
+///
+/// Detached from every key and role.
+#[utoipa::path(post, path = "/v2/permissions.deletePermission", operation_id = "permissions.deletePermission",
+    tag = "permissions", request_body = PermissionRefBody,
+    responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_permission(call: Authed<Json<PermissionRefBody>>) -> Result<HttpResponse, ApiError> {
     call.run(|rbac, p, Json(b)| {
         rbac.delete_entity_by_ref(p, EntityKind::Permission, "permission", &b.permission)
@@ -152,16 +204,27 @@ pub async fn delete_permission(call: Authed<Json<PermissionRefBody>>) -> Result<
     Ok(ok_empty())
 }
 
-/// `permissions.deleteRole {role}`: `{}`; detached from every key.
+/// Delete a role
+///
+/// Detached from every key.
+#[utoipa::path(post, path = "/v2/permissions.deleteRole", operation_id = "permissions.deleteRole",
+    tag = "permissions", request_body = RoleRefBody,
+    responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_role(call: Authed<Json<RoleRefBody>>) -> Result<HttpResponse, ApiError> {
     call.run(|rbac, p, Json(b)| rbac.delete_entity_by_ref(p, EntityKind::Role, "role", &b.role)).await?;
     Ok(ok_empty())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct ListBody {
+    /// Items per page (default 100).
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 100)]
     limit: Option<Number>,
+    /// The cursor of the previous page.
+    #[schema(min_length = 6, max_length = 1024, pattern = "^kgc1:[^\\u0000]+$")]
     cursor: Option<String>,
+    /// Only items whose name contains this text (no wildcards).
+    #[schema(max_length = 256)]
     search: Option<String>,
 }
 
@@ -177,26 +240,41 @@ async fn list(
         .await
 }
 
-/// `permissions.listPermissions {limit?, cursor?, search?}`: a page, by slug.
+/// A page of permissions, by slug
+#[utoipa::path(post, path = "/v2/permissions.listPermissions", operation_id = "permissions.listPermissions",
+    tag = "permissions", request_body = ListBody,
+    responses((status = 200, description = "OK", body = PageEnvelope<Permission>), V2Errors))]
 pub async fn list_permissions(call: Authed<Json<ListBody>>) -> Result<HttpResponse, ApiError> {
     Ok(ok_page(list(call, EntityKind::Permission).await?, |v| Permission::from(v.role)))
 }
 
-/// `permissions.listRoles {limit?, cursor?, search?}`: a page, by name.
+/// A page of roles, by name
+#[utoipa::path(post, path = "/v2/permissions.listRoles", operation_id = "permissions.listRoles",
+    tag = "permissions", request_body = ListBody,
+    responses((status = 200, description = "OK", body = PageEnvelope<Role>), V2Errors))]
 pub async fn list_roles(call: Authed<Json<ListBody>>) -> Result<HttpResponse, ApiError> {
     Ok(ok_page(list(call, EntityKind::Role).await?, Role::from))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SetRolePermissionsBody {
+    /// The role by name or id (or `roleId`; both may name the same role).
+    #[schema(schema_with = kinds::role_name)]
     role: Option<String>,
+    #[schema(schema_with = kinds::role_name)]
     role_id: Option<String>,
+    /// Permission slugs.
+    #[schema(schema_with = kinds::permission_names)]
     permissions: Vec<String>,
 }
 
-/// `permissions.setRolePermissions {role | roleId, permissions}`: the role's permissions
-/// become exactly the list; answers all of them.
+/// A role's permissions become exactly the list
+///
+/// Answers all of them.
+#[utoipa::path(post, path = "/v2/permissions.setRolePermissions", operation_id = "permissions.setRolePermissions",
+    tag = "permissions", request_body = SetRolePermissionsBody,
+    responses((status = 200, description = "OK", body = Envelope<Vec<Permission>>), V2Errors))]
 pub async fn set_role_permissions(
     mut call: Authed<Json<SetRolePermissionsBody>>,
 ) -> Result<HttpResponse, ApiError> {
@@ -223,4 +301,29 @@ pub async fn set_role_permissions(
         })
         .await?;
     Ok(ok(all.into_iter().map(Permission::from).collect::<Vec<_>>()))
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    create_permission,
+    get_permission,
+    list_permissions,
+    delete_permission,
+    create_role,
+    get_role,
+    list_roles,
+    delete_role,
+    set_role_permissions
+))]
+struct Doc;
+
+/// This room's part of the v2 document.
+pub(crate) fn openapi() -> Value {
+    let mut doc = crate::openapi::room::<Doc>();
+    crate::openapi::require_one_of(
+        crate::openapi::schema_mut(&mut doc, "SetRolePermissionsBody"),
+        &["role", "roleId"],
+        false,
+    );
+    doc
 }

@@ -2,19 +2,22 @@
 //! `ratelimits.limit` (one decision path, `handlers::ratelimit::decide`), and several
 //! budgets decided all-or-nothing.
 
+use super::Envelope;
 use super::ok;
 use crate::error::ApiError;
 use crate::handlers::ratelimit::{
     STALE_OVERRIDES_RETRIES, ValidLimit, cached_overrides, decide, load_overrides, with_override,
 };
 use crate::http::{Authed, JsonBytes, blocking, integer, parse_json, parse_json_as};
+use crate::openapi::V2Errors;
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
 use keygate_ratelimit::{AllOrNothing, BudgetKey, Decision, LimitRequest};
 use keygate_rbac::Effective;
 use serde::{Deserialize, Serialize};
-use serde_json::Number;
+use serde_json::{Number, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 /// The longest window v2 takes: 30 days.
 const MAX_DURATION_MS: u64 = 2_592_000_000;
@@ -22,14 +25,21 @@ const MAX_DURATION_MS: u64 = 2_592_000_000;
 const MAX_ENTRIES: usize = 100;
 
 /// A v2 limit request; v1's `async`, `meta` and `resources` are unknown fields here.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = LimitRequest)]
 pub(crate) struct LimitBody<'a> {
     #[serde(borrow)]
+    #[schema(value_type = String, min_length = 1, max_length = 512)]
     namespace: Cow<'a, str>,
     #[serde(borrow)]
+    #[schema(value_type = String, min_length = 1, max_length = 512)]
     identifier: Cow<'a, str>,
+    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64)]
     limit: Number,
+    /// The window in ms (at most 30 days).
+    #[schema(value_type = u64, minimum = 1000, maximum = 2_592_000_000_u64)]
     duration: Number,
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     cost: Option<Number>,
 }
 
@@ -57,18 +67,26 @@ impl<'a> LimitBody<'a> {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = LimitResult)]
 struct LimitAnswer {
     success: bool,
     limit: u64,
     remaining: u64,
+    /// Unix ms when the window ends.
     reset: u64,
+    /// The override that applied.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     override_id: Option<String>,
 }
 
-/// `ratelimit.limit`: `{success, limit, remaining, reset, overrideId?}`; a denial is a 200.
+/// Check and consume a budget
+///
+/// `{success, limit, remaining, reset, overrideId?}`; a denial is a 200.
+#[utoipa::path(post, path = "/v2/ratelimit.limit", operation_id = "ratelimit.limit", tag = "ratelimit",
+    request_body = LimitBody, responses((status = 200, description = "OK", body = Envelope<LimitAnswer>), V2Errors))]
 pub async fn limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpResponse, ApiError> {
     let Authed { principal, input: JsonBytes(bytes), state } = call;
     let v = parse_json::<LimitBody<'_>>(&bytes)?.validate("")?;
@@ -83,7 +101,7 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpResponse, A
     }))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct EntryAnswer<'a> {
     namespace: &'a str,
@@ -93,18 +111,27 @@ struct EntryAnswer<'a> {
     reset: u64,
     passed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     override_id: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = MultiLimitResult)]
 struct MultiAnswer<'a> {
+    /// Whether every entry fit (and so was consumed).
     passed: bool,
+    #[schema(inline)]
     limits: Vec<EntryAnswer<'a>>,
 }
 
-/// `ratelimit.multiLimit`: an array of limit requests decided all-or-nothing (API-v2.md
-/// §5.2): every entry consumed if all fit, else none. New namespaces are created (given
-/// `create_namespace`) even when the limits fail; a 4xx creates none.
+/// Several budgets, all or nothing
+///
+/// An array of limit requests decided all-or-nothing (API-v2.md §5.2): every entry
+/// consumed if all fit, else none. New namespaces are created (given `create_namespace`)
+/// even when the limits fail; a 4xx creates none.
+#[utoipa::path(post, path = "/v2/ratelimit.multiLimit", operation_id = "ratelimit.multiLimit", tag = "ratelimit",
+    request_body(content = Vec<LimitBody>),
+    responses((status = 200, description = "OK", body = Envelope<MultiAnswer>), V2Errors))]
 pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpResponse, ApiError> {
     let Authed { principal, input: JsonBytes(bytes), state } = call;
     let bodies = parse_json_as::<Vec<LimitBody<'_>>>(&bytes, b'[')?;
@@ -185,4 +212,18 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
         })
         .collect();
     Ok(ok(MultiAnswer { passed: outcome.passed, limits }))
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(limit, multi_limit))]
+struct Doc;
+
+/// This room's part of the v2 document: a multiLimit holds 1 to 100 entries.
+pub(crate) fn openapi() -> Value {
+    let mut doc = crate::openapi::room::<Doc>();
+    crate::openapi::refine_body(&mut doc, "/v2/ratelimit.multiLimit", "post", |body| {
+        body["minItems"] = 1.into();
+        body["maxItems"] = MAX_ENTRIES.into();
+    });
+    doc
 }
