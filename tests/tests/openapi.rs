@@ -77,8 +77,13 @@ fn check_document(path: &str, v2: bool) {
     refs(doc, &mut all);
     assert!(!all.is_empty());
     for r in all {
-        let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("unexpected $ref {r}"));
-        assert!(doc["components"]["schemas"][name].is_object(), "$ref {r} has no schema");
+        let target =
+            match (r.strip_prefix("#/components/schemas/"), r.strip_prefix("#/components/responses/")) {
+                (Some(name), _) => &doc["components"]["schemas"][name],
+                (_, Some(name)) => &doc["components"]["responses"][name],
+                _ => panic!("unexpected $ref {r}"),
+            };
+        assert!(target.is_object(), "$ref {r} points at nothing");
     }
 }
 

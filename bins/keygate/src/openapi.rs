@@ -103,6 +103,8 @@ pub fn document(api: Api) -> Value {
 
 /// The header, security schemes and shared components of a document.
 fn frame(api: Api) -> Value {
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+    use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApiBuilder, Paths};
     let (title, description) = match api {
         Api::V1 => (
             "keygate",
@@ -116,34 +118,32 @@ fn frame(api: Api) -> Value {
              Any other /v2 path answers 404 not_supported.",
         ),
     };
-    let mut schemas = Map::new();
-    schemas.insert("NoNul".into(), schema_json::<NoNul>());
-    let mut security = json!({
-        "rootKey": { "type": "http", "scheme": "bearer", "description": "A root key" },
-    });
+    let root_key = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("A root key")).build();
+    let mut components = ComponentsBuilder::new()
+        .schema("NoNul", NoNul::schema())
+        .security_scheme("rootKey", SecurityScheme::Http(root_key))
+        .responses_from_iter(error_responses(api));
     match api {
         Api::V1 => {
-            schemas.insert("ErrorBody".into(), schema_json::<crate::error::ErrorBody>());
-            security["gatewayRootKey"] = gateway::security_scheme();
+            components = components
+                .schema("ErrorBody", crate::error::ErrorBody::schema())
+                .security_scheme("gatewayRootKey", gateway::security_scheme());
         }
         Api::V2 => {
             for (name, schema) in v2::shared_schemas() {
-                schemas.insert(name, schema);
+                components = components.schema(name, schema);
             }
         }
     }
-    json!({
-        "openapi": "3.1.0",
-        "info": { "title": title, "version": env!("CARGO_PKG_VERSION"), "description": description },
-        "security": [{ "rootKey": [] }],
-        "paths": {},
-        "components": { "securitySchemes": security, "schemas": schemas },
-    })
-}
-
-/// A type's schema as JSON.
-pub(crate) fn schema_json<T: PartialSchema>() -> Value {
-    serde_json::to_value(T::schema()).unwrap_or(Value::Null)
+    let doc = OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new().title(title).version(env!("CARGO_PKG_VERSION")).description(Some(description)),
+        )
+        .paths(Paths::new())
+        .components(Some(components.build()))
+        .security(Some([SecurityRequirement::new("rootKey", Vec::<String>::new())]))
+        .build();
+    serde_json::to_value(doc).unwrap_or(Value::Null)
 }
 
 /// A schema built in code, as JSON.
@@ -370,11 +370,71 @@ fn optional_takes_null(object: &mut Map<String, Value>) {
     }
 }
 
-/// The answers of an error, with a v1 [`crate::error::ErrorBody`].
-fn v1_error(description: &str) -> RefOr<Response> {
-    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
-    RefOr::T(ResponseBuilder::new().description(description).content("application/json", content).build())
+/// The error answers of a document, by status: (status, component name, description).
+/// Operations refer to them (`#/components/responses/...`) through the `IntoResponses`
+/// types below.
+const V1_ERRORS: &[(&str, &str, &str)] = &[
+    ("400", "BadRequest", "Bad request"),
+    ("401", "Unauthorized", "Unauthorized"),
+    ("403", "Forbidden", "Forbidden or insufficient permissions"),
+    ("404", "NotFound", "Not found"),
+    ("408", "RequestTimeout", "The body did not arrive in time"),
+    ("409", "Conflict", "The name is taken"),
+    ("413", "PayloadTooLarge", "Body over 1 MiB"),
+    ("415", "UnsupportedMediaType", "Not application/json"),
+    ("500", "InternalError", "Internal error"),
+    ("503", "Unavailable", "Storage unavailable"),
+];
+
+const V2_ERRORS: &[(&str, &str, &str)] = &[
+    (
+        "400",
+        "BadRequest",
+        "Bad request (invalid input, missing or malformed Authorization, query syntax, unsupported field)",
+    ),
+    ("401", "Unauthorized", "Unknown root key"),
+    ("403", "Forbidden", "Insufficient permissions"),
+    ("404", "NotFound", "Not found"),
+    ("409", "Conflict", "The name is taken"),
+    ("412", "PreconditionFailed", "Not possible: keys are stored hashed"),
+    ("413", "PayloadTooLarge", "Body over 1 MiB"),
+    ("415", "UnsupportedMediaType", "Not application/json"),
+    ("500", "InternalError", "Internal error"),
+    ("503", "Unavailable", "A store is unavailable"),
+];
+
+/// The error answers of a document, as its `components.responses`: v1's carry an
+/// [`crate::error::ErrorBody`]; v2's a `Problem`, as `application/json` or, when the
+/// client accepts it, `application/problem+json`.
+fn error_responses(api: Api) -> Vec<(String, RefOr<Response>)> {
+    let (table, schema, types): (_, _, &[&str]) = match api {
+        Api::V1 => (V1_ERRORS, "ErrorBody", &["application/json"]),
+        Api::V2 => (V2_ERRORS, "Problem", &["application/json", "application/problem+json"]),
+    };
+    table
+        .iter()
+        .map(|(_, name, description)| {
+            let mut response = ResponseBuilder::new().description(*description);
+            for content_type in types {
+                let content = ContentBuilder::new().schema(Some(Ref::from_schema_name(schema))).build();
+                response = response.content(*content_type, content);
+            }
+            (name.to_string(), RefOr::T(response.build()))
+        })
+        .collect()
 }
+
+/// References to the error answers of these statuses.
+fn refer(table: &[(&str, &str, &str)], statuses: &[&str]) -> BTreeMap<String, RefOr<Response>> {
+    table
+        .iter()
+        .filter(|(status, _, _)| statuses.contains(status))
+        .map(|(status, name, _)| (status.to_string(), RefOr::Ref(Ref::from_response_name(*name))))
+        .collect()
+}
+
+/// The error answers every operation may give, but 408.
+const COMMON: &[&str] = &["400", "401", "403", "404", "413", "415", "500", "503"];
 
 /// v1's error answers of an operation reading a query string.
 #[derive(Debug)]
@@ -382,7 +442,7 @@ pub(crate) struct V1QueryErrors;
 
 impl IntoResponses for V1QueryErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        v1_errors(false)
+        refer(V1_ERRORS, COMMON)
     }
 }
 
@@ -393,74 +453,9 @@ pub(crate) struct V1BodyErrors;
 
 impl IntoResponses for V1BodyErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        v1_errors(true)
-    }
-}
-
-fn v1_errors(body: bool) -> BTreeMap<String, RefOr<Response>> {
-    let mut all = vec![
-        ("400", "Bad request"),
-        ("401", "Unauthorized"),
-        ("403", "Forbidden or insufficient permissions"),
-        ("404", "Not found"),
-        ("413", "Body over 1 MiB"),
-        ("415", "Not application/json"),
-        ("500", "Internal error"),
-        ("503", "Storage unavailable"),
-    ];
-    if body {
-        all.push(("408", "The body did not arrive in time"));
-    }
-    all.into_iter().map(|(status, description)| (status.to_string(), v1_error(description))).collect()
-}
-
-/// A v1 error answer of one status, for an operation's own list (`409` of a create).
-pub(crate) fn v1_response(status: &str, description: &str) -> (String, RefOr<Response>) {
-    (status.to_string(), v1_error(description))
-}
-
-/// The answers of a v2 error: a `Problem`, as `application/json` or, when the client
-/// accepts it, `application/problem+json`.
-pub(crate) fn v2_error(description: &str) -> RefOr<Response> {
-    let problem = || ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
-    RefOr::T(
-        ResponseBuilder::new()
-            .description(description)
-            .content("application/json", problem())
-            .content("application/problem+json", problem())
-            .build(),
-    )
-}
-
-/// v2's error answers of every operation.
-#[derive(Debug)]
-pub(crate) struct V2Errors;
-
-impl IntoResponses for V2Errors {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
-        [
-            ("400", "Bad request (invalid input, missing or malformed Authorization, query syntax, unsupported field)"),
-            ("401", "Unknown root key"),
-            ("403", "Insufficient permissions"),
-            ("404", "Not found"),
-            ("413", "Body over 1 MiB"),
-            ("415", "Not application/json"),
-            ("500", "Internal error"),
-            ("503", "A store is unavailable"),
-        ]
-        .into_iter()
-        .map(|(status, description)| (status.to_string(), v2_error(description)))
-        .collect()
-    }
-}
-
-/// v2's 409: the slug or name is taken.
-#[derive(Debug)]
-pub(crate) struct V2Conflict;
-
-impl IntoResponses for V2Conflict {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
-        BTreeMap::from([("409".to_string(), v2_error("The name is taken"))])
+        let mut all = refer(V1_ERRORS, COMMON);
+        all.extend(refer(V1_ERRORS, &["408"]));
+        all
     }
 }
 
@@ -470,7 +465,37 @@ pub(crate) struct V1Conflict;
 
 impl IntoResponses for V1Conflict {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        BTreeMap::from([v1_response("409", "The name is taken")])
+        refer(V1_ERRORS, &["409"])
+    }
+}
+
+/// v2's error answers of every operation.
+#[derive(Debug)]
+pub(crate) struct V2Errors;
+
+impl IntoResponses for V2Errors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refer(V2_ERRORS, COMMON)
+    }
+}
+
+/// v2's 409: the slug or name is taken.
+#[derive(Debug)]
+pub(crate) struct V2Conflict;
+
+impl IntoResponses for V2Conflict {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refer(V2_ERRORS, &["409"])
+    }
+}
+
+/// v2's 412: not possible, keys are stored hashed (`recoverable`, `decrypt`).
+#[derive(Debug)]
+pub(crate) struct V2Precondition;
+
+impl IntoResponses for V2Precondition {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refer(V2_ERRORS, &["412"])
     }
 }
 
@@ -503,37 +528,37 @@ pub(crate) mod kinds {
 
     /// A permission name (`keygate_domain::validate_permission_name`).
     pub(crate) fn permission_name() -> Object {
-        string(1, MAX_NAME_CHARS, PERMISSION_NAME).build()
+        string(1, MAX_NAME_CHARS, PERMISSION_NAME).examples(["documents.read"]).build()
     }
 
     /// A role name (`keygate_domain::validate_display_name`).
     pub(crate) fn role_name() -> Object {
-        string(1, MAX_NAME_CHARS, DISPLAY_NAME).build()
+        string(1, MAX_NAME_CHARS, DISPLAY_NAME).examples(["admin"]).build()
     }
 
     /// Up to 1000 permission names, or null.
     pub(crate) fn permission_names_or_null() -> Array {
-        list(string(1, MAX_NAME_CHARS, PERMISSION_NAME), 0, 1000, true)
+        list(string(1, MAX_NAME_CHARS, PERMISSION_NAME).examples(["documents.read"]), 0, 1000, true)
     }
 
     /// Up to 1000 permission names.
     pub(crate) fn permission_names() -> Array {
-        list(string(1, MAX_NAME_CHARS, PERMISSION_NAME), 0, 1000, false)
+        list(string(1, MAX_NAME_CHARS, PERMISSION_NAME).examples(["documents.read"]), 0, 1000, false)
     }
 
     /// Up to 1000 role names, or null (v1).
     pub(crate) fn role_names_or_null() -> Array {
-        list(string(1, MAX_NAME_CHARS, DISPLAY_NAME), 0, 1000, true)
+        list(string(1, MAX_NAME_CHARS, DISPLAY_NAME).examples(["admin"]), 0, 1000, true)
     }
 
     /// Up to 100 role names, or null (v2).
     pub(crate) fn role_names_100_or_null() -> Array {
-        list(string(1, MAX_NAME_CHARS, DISPLAY_NAME), 0, 100, true)
+        list(string(1, MAX_NAME_CHARS, DISPLAY_NAME).examples(["admin"]), 0, 100, true)
     }
 
     /// Up to 100 role names (v2).
     pub(crate) fn role_names_100() -> Array {
-        list(string(1, MAX_NAME_CHARS, DISPLAY_NAME), 0, 100, false)
+        list(string(1, MAX_NAME_CHARS, DISPLAY_NAME).examples(["admin"]), 0, 100, false)
     }
 }
 

@@ -253,13 +253,7 @@ pub(crate) fn openapi() -> serde_json::Value {
         plain.insert(method.to_string(), this.clone());
         this["operationId"] = json!(format!("gateway.authorize.path.{method}"));
         if let Some(params) = this["parameters"].as_array_mut() {
-            params.insert(
-                0,
-                json!({
-                    "name": "original", "in": "path", "required": true, "schema": { "type": "string" },
-                    "description": "The original request's path (Envoy appends it to path_prefix); only logged",
-                }),
-            );
+            params.insert(0, crate::openapi::schema_json_of(original_path()));
         }
         envoy.insert(method.to_string(), this);
     }
@@ -267,12 +261,25 @@ pub(crate) fn openapi() -> serde_json::Value {
     doc
 }
 
+/// Envoy's `{original}`: the original request's path.
+fn original_path() -> utoipa::openapi::path::Parameter {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ParameterBuilder::new()
+        .name("original")
+        .parameter_in(ParameterIn::Path)
+        .required(utoipa::openapi::Required::True)
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .description(Some("The original request's path (Envoy appends it to path_prefix); only logged"))
+        .build()
+}
+
 /// The gateway's own root key, in `X-Keygate-Root-Key`.
-pub(crate) fn security_scheme() -> serde_json::Value {
-    serde_json::json!({
-        "type": "apiKey",
-        "in": "header",
-        "name": "X-Keygate-Root-Key",
-        "description": "The gateway's own root key (needs api.*.verify_key, and ratelimit.*.limit with a rate limit); the end user's key travels in Authorization: Bearer <key> or the policy's key header",
-    })
+pub(crate) fn security_scheme() -> utoipa::openapi::security::SecurityScheme {
+    use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+    SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+        "X-Keygate-Root-Key",
+        "The gateway's own root key (needs api.*.verify_key, and ratelimit.*.limit with a rate limit); \
+         the end user's key travels in Authorization: Bearer <key> or the policy's key header",
+    )))
 }

@@ -264,11 +264,11 @@ pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpRespon
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreateKeyBody {
     /// A label stored on the key; scopes api.<apiId>.create_key and verifications naming it.
-    #[schema(min_length = 1, max_length = 255)]
+    #[schema(min_length = 1, max_length = 255, example = "api_1234")]
     api_id: Option<String>,
     #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
-    #[schema(min_length = 1, max_length = 8, pattern = "^[A-Za-z0-9_]+$")]
+    #[schema(min_length = 1, max_length = 8, pattern = "^[A-Za-z0-9_]+$", example = "prod")]
     prefix: Option<String>,
     /// Any JSON object, at most 64 KiB serialized.
     #[schema(value_type = Option<Object>)]
@@ -345,7 +345,7 @@ pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpRespons
 #[serde(rename_all = "camelCase")]
 pub(crate) struct VerifyKeyBody {
     /// The key's secret (an empty or unknown one verifies NOT_FOUND).
-    #[schema(max_length = 1_048_576)]
+    #[schema(max_length = 1_048_576, example = "prod_3ZfVhpSSRW2ctYrnWC3SDbLC")]
     key: String,
     /// Only a key created with this apiId verifies; any other answers NOT_FOUND.
     #[schema(min_length = 1, max_length = 255)]

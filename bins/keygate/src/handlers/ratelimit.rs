@@ -26,15 +26,15 @@ const MAX_RESOURCES: usize = 100;
 #[schema(as = LimitRequest)]
 pub(crate) struct LimitBody<'a> {
     #[serde(borrow)]
-    #[schema(value_type = String, min_length = 1, max_length = 512)]
+    #[schema(value_type = String, min_length = 1, max_length = 512, example = "user_123")]
     identifier: Cow<'a, str>,
-    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64)]
+    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64, example = 10)]
     limit: Number,
     /// The window in ms.
-    #[schema(value_type = u64, minimum = 1000, maximum = 9_007_199_254_740_991_u64)]
+    #[schema(value_type = u64, minimum = 1000, maximum = 9_007_199_254_740_991_u64, example = 60000)]
     duration: Number,
     #[serde(borrow)]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 512, default = "default")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 512, default = "default", example = "email.outbound")]
     namespace: Option<Cow<'a, str>>,
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64, default = 1)]
     cost: Option<Number>,

@@ -7,7 +7,7 @@ use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported}
 use crate::error::{ApiError, problems};
 use crate::handlers::keys::DeleteKeyBody;
 use crate::http::{Authed, Json, integer};
-use crate::openapi::{V2Errors, kinds, refine_body};
+use crate::openapi::{V2Errors, V2Precondition, kinds, refine_body};
 use actix_web::HttpResponse;
 use keygate_domain::{ErrorCode, MAX_NAME_CHARS, ValidationError, check_len};
 use keygate_rbac::{
@@ -83,9 +83,9 @@ fn check_word(path: &str, value: &str, min: usize, max: usize) -> Result<(), Api
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreateKeyBody {
     /// A label stored on the key (`A-Z a-z 0-9 _`).
-    #[schema(min_length = 3, max_length = 255, pattern = "^[A-Za-z0-9_]+$")]
+    #[schema(min_length = 3, max_length = 255, pattern = "^[A-Za-z0-9_]+$", example = "api_1234")]
     api_id: String,
-    #[schema(min_length = 1, max_length = 16, pattern = "^[A-Za-z0-9_]+$")]
+    #[schema(min_length = 1, max_length = 16, pattern = "^[A-Za-z0-9_]+$", example = "prod")]
     prefix: Option<String>,
     #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
@@ -137,7 +137,7 @@ pub(crate) struct CreatedKey {
 /// Create a key (shown once)
 #[utoipa::path(post, path = "/v2/keys.createKey", operation_id = "keys.createKey", tag = "keys",
     request_body = CreateKeyBody,
-    responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors, Precondition))]
+    responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors, V2Precondition))]
 pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpResponse, ApiError> {
     let b = std::mem::take(&mut call.input.0);
     check_word("apiId", &b.api_id, 3, MAX_NAME_CHARS)?;
@@ -195,16 +195,6 @@ fn precondition(field: &str, why: &str) -> ApiError {
     ApiError::new(ErrorCode::PreconditionFailed, format!("{field}: {why}")).at_field(field)
 }
 
-/// v2's 412: not possible, keys are stored hashed.
-#[derive(Debug)]
-struct Precondition;
-
-impl utoipa::IntoResponses for Precondition {
-    fn responses() -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::Response>> {
-        [("412".to_string(), crate::openapi::v2_error("Not possible: keys are stored hashed"))].into()
-    }
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct GetKeyBody {
@@ -218,7 +208,7 @@ pub(crate) struct GetKeyBody {
 /// A key
 #[utoipa::path(post, path = "/v2/keys.getKey", operation_id = "keys.getKey", tag = "keys",
     request_body = GetKeyBody,
-    responses((status = 200, description = "OK", body = Envelope<KeyObject>), V2Errors, Precondition))]
+    responses((status = 200, description = "OK", body = Envelope<KeyObject>), V2Errors, V2Precondition))]
 pub async fn get_key(call: Authed<Json<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
     check_key_id(&body.key_id)?;
@@ -268,11 +258,17 @@ pub(crate) struct Credits {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct VerifyKeyBody {
     /// The key's secret.
-    #[schema(min_length = 1, max_length = 512)]
+    #[schema(min_length = 1, max_length = 512, example = "prod_3ZfVhpSSRW2ctYrnWC3SDbLC")]
     key: String,
     /// A permission query: names joined by AND and OR, with parentheses (docs/api-v2.md);
-    /// the schema shows its simplest form, one name.
-    #[schema(min_length = 1, max_length = 1000, pattern = "^[A-Za-z0-9._:*/-]+$")]
+    /// the schema shows its simplest form, one name (which is not `and` or `or`, in any
+    /// case: those are the operators).
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = "^([A-Za-z0-9._:*/-]|[A-NP-Za-np-z0-9._:*/-][A-Za-z0-9._:*/-]|[Oo][A-QS-Za-qs-z0-9._:*/-]|[B-Zb-z0-9._:*/-][A-Za-z0-9._:*/-][A-Za-z0-9._:*/-]|[Aa][A-MO-Za-mo-z0-9._:*/-][A-Za-z0-9._:*/-]|[Aa][Nn][A-CE-Za-ce-z0-9._:*/-]|[A-Za-z0-9._:*/-]{4,})$",
+        example = "documents.read"
+    )]
     permissions: Option<String>,
     #[schema(schema_with = tags)]
     tags: Option<Vec<String>>,

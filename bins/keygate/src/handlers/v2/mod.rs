@@ -100,13 +100,14 @@ pub(crate) fn openapi() -> Value {
 }
 
 /// The components every v2 operation's answers use.
-pub(crate) fn shared_schemas() -> Vec<(String, Value)> {
-    use crate::openapi::schema_json;
+pub(crate) fn shared_schemas() -> Vec<(&'static str, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>
+{
+    use utoipa::PartialSchema;
     vec![
-        ("Problem".to_string(), schema_json::<crate::error::Problem>()),
-        ("Meta".to_string(), schema_json::<Meta>()),
-        ("Pagination".to_string(), schema_json::<Pagination>()),
-        ("Empty".to_string(), schema_json::<Empty>()),
+        ("Problem", crate::error::Problem::schema()),
+        ("Meta", Meta::schema()),
+        ("Pagination", Pagination::schema()),
+        ("Empty", Empty::schema()),
     ]
 }
 

@@ -29,15 +29,15 @@ const MAX_ENTRIES: usize = 100;
 #[schema(as = LimitRequest)]
 pub(crate) struct LimitBody<'a> {
     #[serde(borrow)]
-    #[schema(value_type = String, min_length = 1, max_length = 512)]
+    #[schema(value_type = String, min_length = 1, max_length = 512, example = "api.requests")]
     namespace: Cow<'a, str>,
     #[serde(borrow)]
-    #[schema(value_type = String, min_length = 1, max_length = 512)]
+    #[schema(value_type = String, min_length = 1, max_length = 512, example = "user_123")]
     identifier: Cow<'a, str>,
-    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64)]
+    #[schema(value_type = u64, minimum = 1, maximum = 9_007_199_254_740_991_u64, example = 100)]
     limit: Number,
     /// The window in ms (at most 30 days).
-    #[schema(value_type = u64, minimum = 1000, maximum = 2_592_000_000_u64)]
+    #[schema(value_type = u64, minimum = 1000, maximum = 2_592_000_000_u64, example = 60000)]
     duration: Number,
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
     cost: Option<Number>,
