@@ -28,8 +28,12 @@ fn main() -> std::process::ExitCode {
         }
         Command::Openapi { api } => match keygate::openapi::Api::parse(&api) {
             Some(api) => {
-                print!("{}", keygate::openapi::render(api));
-                std::process::ExitCode::SUCCESS
+                // Not `print!`: a closed pipe (`| head`) is an error to report, not a panic.
+                use std::io::Write;
+                match std::io::stdout().lock().write_all(keygate::openapi::render(api).as_bytes()) {
+                    Ok(()) => std::process::ExitCode::SUCCESS,
+                    Err(_) => std::process::ExitCode::FAILURE,
+                }
             }
             None => std::process::ExitCode::from(2),
         },

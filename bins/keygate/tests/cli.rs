@@ -540,3 +540,20 @@ fn audit_list_prints_the_workspaces_events_as_json_lines() {
     assert!(run(&["audit", "list", "--workspace", "default", "--event", "key.delete"]).is_empty());
     fail(&db, &["audit", "list", "--workspace", "nope"]);
 }
+
+/// `keygate openapi v1|v2` prints the committed documents (needing no database: it is run
+/// in a directory without one), and refuses any other argument with exit code 2.
+#[test]
+fn openapi_prints_the_committed_documents_without_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    for (api, file) in [("v1", "openapi.json"), ("v2", "openapi-v2.json")] {
+        let out = Command::new(BIN).args(["openapi", api]).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let committed = std::fs::read(format!("{}/../../docs/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        assert!(out.stdout == committed, "keygate openapi {api} differs from docs/{file}");
+    }
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "no database file was created");
+    let out = Command::new(BIN).args(["openapi", "v3"]).current_dir(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}

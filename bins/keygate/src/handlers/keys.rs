@@ -285,12 +285,19 @@ pub(crate) struct CreateKeyBody {
     roles: Option<Vec<String>>,
 }
 
+/// The answer of `createKey` (v1; v2's `data`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreatedKey {
     key_id: String,
     /// The secret: shown this once.
     key: String,
+}
+
+impl CreatedKey {
+    pub(crate) fn new(key_id: String, key: String) -> Self {
+        Self { key_id, key }
+    }
 }
 
 /// Create a key (the secret is shown once)
@@ -316,7 +323,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         byte_length: None,
     };
     let (key, secret) = call.run(|rbac, principal, _| rbac.create_key_as(principal, new)).await?;
-    Ok(HttpResponse::Ok().json(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
+    Ok(HttpResponse::Ok().json(CreatedKey::new(key.id, secret.expose().to_string())))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

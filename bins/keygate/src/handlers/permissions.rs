@@ -68,16 +68,30 @@ async fn create(call: Authed<Json<CreateBody>>, kind: EntityKind) -> Result<Stri
     Ok(created.id)
 }
 
+/// The answer of `createPermission` (v1; v2's `data`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreatedPermission {
     permission_id: String,
 }
 
+impl CreatedPermission {
+    pub(crate) fn new(permission_id: String) -> Self {
+        Self { permission_id }
+    }
+}
+
+/// The answer of `createRole` (v1; v2's `data`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreatedRole {
     role_id: String,
+}
+
+impl CreatedRole {
+    pub(crate) fn new(role_id: String) -> Self {
+        Self { role_id }
+    }
 }
 
 /// Create a permission
@@ -88,7 +102,7 @@ pub(crate) struct CreatedRole {
     responses((status = 200, description = "OK", body = CreatedPermission), V1BodyErrors, V1Conflict))]
 pub async fn create_permission(call: Authed<Json<CreateBody>>) -> Result<HttpResponse, ApiError> {
     let id = create(call, EntityKind::Permission).await?;
-    Ok(HttpResponse::Ok().json(CreatedPermission { permission_id: id }))
+    Ok(HttpResponse::Ok().json(CreatedPermission::new(id)))
 }
 
 /// Create a role
@@ -99,7 +113,7 @@ pub async fn create_permission(call: Authed<Json<CreateBody>>) -> Result<HttpRes
     responses((status = 200, description = "OK", body = CreatedRole), V1BodyErrors, V1Conflict))]
 pub async fn create_role(call: Authed<Json<CreateBody>>) -> Result<HttpResponse, ApiError> {
     let id = create(call, EntityKind::Role).await?;
-    Ok(HttpResponse::Ok().json(CreatedRole { role_id: id }))
+    Ok(HttpResponse::Ok().json(CreatedRole::new(id)))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

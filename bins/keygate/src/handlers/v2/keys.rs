@@ -5,7 +5,7 @@ use super::permissions::{Permission, Role};
 use super::{Empty, Envelope};
 use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported};
 use crate::error::{ApiError, problems};
-use crate::handlers::keys::DeleteKeyBody;
+use crate::handlers::keys::{CreatedKey, DeleteKeyBody};
 use crate::http::{Authed, Json, integer};
 use crate::openapi::{V2Errors, V2Precondition, kinds, refine_body};
 use actix_web::HttpResponse;
@@ -126,14 +126,6 @@ fn only_false() -> utoipa::openapi::Object {
         .build()
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct CreatedKey {
-    key_id: String,
-    /// The secret: shown this once.
-    key: String,
-}
-
 /// Create a key (shown once)
 #[utoipa::path(post, path = "/v2/keys.createKey", operation_id = "keys.createKey", tag = "keys",
     request_body = CreateKeyBody,
@@ -187,7 +179,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         return Err(ValidationError::new("meta", msg).into());
     }
     let (key, secret) = call.run(|rbac, p, _| rbac.create_key_as(p, new)).await?;
-    Ok(ok(CreatedKey { key_id: key.id, key: secret.expose().to_string() }))
+    Ok(ok(CreatedKey::new(key.id, secret.expose().to_string())))
 }
 
 /// 412: a request keygate understands but cannot carry out (keys are stored hashed).

@@ -4,6 +4,7 @@
 use super::{Empty, Envelope, PageEnvelope};
 use super::{check_count, decode_cursor, ok, ok_empty, ok_page, page_limit};
 use crate::error::ApiError;
+use crate::handlers::permissions::{CreatedPermission, CreatedRole};
 use crate::http::{Authed, Json};
 use crate::openapi::{V2Conflict, V2Errors, kinds};
 use actix_web::HttpResponse;
@@ -71,12 +72,6 @@ pub(crate) struct CreatePermissionBody {
     description: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct CreatedPermission {
-    permission_id: String,
-}
-
 /// Create a permission
 ///
 /// A taken slug is 409.
@@ -99,7 +94,7 @@ pub async fn create_permission(call: Authed<Json<CreatePermissionBody>>) -> Resu
             rbac.create_entity(p, EntityKind::Permission, new)
         })
         .await?;
-    Ok(ok(CreatedPermission { permission_id: created.id }))
+    Ok(ok(CreatedPermission::new(created.id)))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -111,12 +106,6 @@ pub(crate) struct CreateRoleBody {
     /// Permission slugs; missing ones are created.
     #[schema(schema_with = kinds::permission_names_or_null)]
     permissions: Option<Vec<String>>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct CreatedRole {
-    role_id: String,
 }
 
 /// Create a role
@@ -141,7 +130,7 @@ pub async fn create_role(call: Authed<Json<CreateRoleBody>>) -> Result<HttpRespo
             rbac.create_entity(p, EntityKind::Role, new)
         })
         .await?;
-    Ok(ok(CreatedRole { role_id: created.id }))
+    Ok(ok(CreatedRole::new(created.id)))
 }
 
 /// A description may be empty; it is bounded.
