@@ -95,6 +95,23 @@ const invalid = await unkey.ratelimits.limit({ ...limit, duration: 10 });
 assert.equal(invalid.error.code, "BAD_REQUEST");
 assert.equal(invalid.error.message, "duration: must be >= 1000");
 
+// APIs: the same objects as v2's, on v1's wire.
+const api = await unkey.apis.create({ name: "ts-v1-api" });
+const apiId = api.result.apiId;
+assert.ok(apiId.startsWith("api_"), JSON.stringify(api));
+const gotApi = await unkey.apis.get({ apiId });
+assert.deepEqual([gotApi.result.id, gotApi.result.name], [apiId, "ts-v1-api"], JSON.stringify(gotApi));
+const apiKeys = [(await unkey.keys.create({ apiId })).result, (await unkey.keys.create({ apiId })).result];
+const firstPage = await unkey.apis.listKeys({ apiId, limit: 1 });
+assert.equal(firstPage.result.total, 2, JSON.stringify(firstPage));
+const secondPage = await unkey.apis.listKeys({ apiId, limit: 1, cursor: firstPage.result.cursor });
+const pagedIds = [...firstPage.result.keys, ...secondPage.result.keys].map((k) => k.id);
+assert.deepEqual(pagedIds, apiKeys.map((k) => k.keyId).sort(), JSON.stringify(secondPage));
+assert.equal(secondPage.result.cursor, undefined);
+assert.deepEqual((await unkey.apis.delete({ apiId })).result, {});
+assert.equal((await unkey.apis.get({ apiId })).error.code, "NOT_FOUND");
+assert.equal((await unkey.keys.verify({ key: apiKeys[0].key })).result.code, "NOT_FOUND");
+
 const rl = new Ratelimit({ rootKey, baseUrl, namespace: "ts-ratelimit", limit: 2, duration: "30s" });
 const seen = [];
 for (let i = 0; i < 3; i++) seen.push((await rl.limit("user_1")).success);

@@ -8,14 +8,19 @@ use serde_json::{Value, json};
 /// The permission each authenticated route always needs, and a body that would otherwise
 /// succeed (a fresh namespace is created on the way for ratelimits.limit). `spare` is a key
 /// that only keys.deleteKey uses.
-/// `ids` are a permission and two roles that only the permissions.* routes use.
+/// `ids` are a permission and two roles that only the permissions.* routes use, and two
+/// APIs that only the apis.* routes use.
 fn needs(
     path: &str,
     key: &str,
     spare: &str,
-    ids: &(String, String, String),
+    ids: &(String, String, String, String, String),
 ) -> Option<(&'static str, Value)> {
     match path {
+        "/v1/apis.createApi" => Some(("api.*.create_api", json!({"name": "routes"}))),
+        "/v1/apis.getApi" => Some(("api.*.read_api", json!({"apiId": ids.3}))),
+        "/v1/apis.listKeys" => Some(("api.*.read_api", json!({"apiId": ids.3}))),
+        "/v1/apis.deleteApi" => Some(("api.*.delete_api", json!({"apiId": ids.4}))),
         "/v1/keys.setPermissions" => {
             Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
         }
@@ -101,6 +106,9 @@ const ALL: &[&str] = &[
     "ratelimit.*.read_override",
     "ratelimit.*.delete_override",
     "audit.*.read",
+    "api.*.create_api",
+    "api.*.read_api",
+    "api.*.delete_api",
 ];
 
 #[test]
@@ -115,6 +123,8 @@ fn every_route_checks_auth_method_and_its_permission() {
         created("/v1/permissions.createPermission", "permissionId", "only.for.routes"),
         created("/v1/permissions.createRole", "roleId", "deleted-by-the-routes"),
         created("/v1/permissions.createRole", "roleId", "kept-by-the-routes"),
+        created("/v1/apis.createApi", "apiId", "kept-by-the-routes"),
+        created("/v1/apis.createApi", "apiId", "deleted-by-the-routes"),
     );
     let methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"];
     let mut checked = 0;
@@ -208,7 +218,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 26, "every authenticated route was checked");
+    assert_eq!(checked, 30, "every authenticated route was checked");
 }
 
 #[test]

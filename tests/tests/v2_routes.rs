@@ -9,9 +9,13 @@ use serde_json::{Value, json};
 /// The permissions a root key needs for each authenticated v2 route (all of them; the
 /// test takes each away in turn), and a body that otherwise succeeds. Earlier cases set
 /// up what later ones use: the route table's order.
-fn needs(path: &str, key: &str, spare: &str) -> Option<(&'static [&'static str], Value)> {
+fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'static [&'static str], Value)> {
     const UPDATE: &str = "api.*.update_key";
     Some(match path {
+        "/v2/apis.createApi" => (&["api.*.create_api"][..], json!({"name": "routes"})),
+        "/v2/apis.getApi" => (&["api.*.read_api"][..], json!({"apiId": apis[0]})),
+        "/v2/apis.listKeys" => (&["api.*.read_api", "api.*.read_key"][..], json!({"apiId": apis[0]})),
+        "/v2/apis.deleteApi" => (&["api.*.delete_api"][..], json!({"apiId": apis[1]})),
         "/v2/ratelimit.limit" => (
             &["ratelimit.*.limit"][..],
             json!({"namespace": "n", "identifier": "i", "limit": 1, "duration": 1000}),
@@ -82,9 +86,13 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
     let (key, spare) = (s.create_key(), s.create_key());
     s.v2("permissions.createRole", &json!({"name": "r"})).data();
     s.v2("permissions.createPermission", &json!({"name": "p", "slug": "p"})).data();
+    let api = |name: &str| {
+        s.v2("apis.createApi", &json!({"name": name})).data()["apiId"].as_str().unwrap().to_string()
+    };
+    let apis = [api("kept"), api("deleted")];
     let all: Vec<&str> = ROUTES
         .iter()
-        .filter_map(|(p, _)| needs(p, &key, &spare))
+        .filter_map(|(p, _)| needs(p, &key, &spare, &apis))
         .flat_map(|(perms, _)| perms.iter().copied())
         .chain(["ratelimit.*.create_namespace", "rbac.*.create_permission"])
         .collect();
@@ -96,7 +104,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
             r.assert_problem(405, "keygate/application/method_not_allowed");
             assert_eq!(r.header("allow"), Some(allow.as_str()), "{m} {path}");
         }
-        let Some((perms, body)) = needs(path, &key, &spare) else {
+        let Some((perms, body)) = needs(path, &key, &spare, &apis) else {
             assert_eq!(*path, "/v2/liveness", "{path} needs a case here");
             let r = s.request(s.client.get(s.url(path)));
             assert_eq!(r.data(), &json!({"message": "OK"}));
@@ -127,15 +135,19 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 26, "every authenticated v2 route was checked");
+    assert_eq!(checked, 30, "every authenticated v2 route was checked");
 }
 
 #[test]
 fn unknown_v2_paths_are_not_supported_before_authentication() {
     let s = TestServer::start();
-    for path in
-        ["/v2/apis.createApi", "/v2/identities.createIdentity", "/v2/keys.updateKey", "/v2", "/v2/nope"]
-    {
+    for path in [
+        "/v2/analytics.getVerifications",
+        "/v2/identities.createIdentity",
+        "/v2/keys.updateKey",
+        "/v2",
+        "/v2/nope",
+    ] {
         let r = s.post_raw(path, None, "x");
         let detail = r.assert_problem(404, "keygate/application/not_supported");
         assert!(detail.contains(path), "{detail}");

@@ -257,3 +257,33 @@ fn a_root_key_revoked_on_one_instance_is_refused_by_another_at_its_next_request(
     revoked_on_a_refused_by_b_next(true);
     revoked_on_a_refused_by_b_next(false);
 }
+
+/// `apis.deleteApi` through A, 50 times: each time the API's keys, verified (and cached) on
+/// B just before, verify NOT_FOUND on B right after A answered; a key of another API stays.
+fn delete_api_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
+    let (_, kept) = create_key(a, json!({"apiId": "kept_api"}));
+    for i in 0..rounds {
+        let api = format!("api_round_{i}");
+        let (_, secret) = create_key(a, json!({"apiId": api}));
+        assert_eq!(verify(b, &secret, None).0, "VALID", "round {i}");
+        assert_eq!(verify(b, &secret, None).0, "VALID", "round {i} (cached)");
+        assert_eq!(a.v2("apis.deleteApi", &json!({"apiId": api})).data(), &json!({}));
+        assert_eq!(verify(b, &secret, None).0, "NOT_FOUND", "round {i}");
+    }
+    assert_eq!(verify(b, &kept, None).0, "VALID");
+}
+
+#[test]
+fn deleting_an_api_applies_to_the_next_verification() {
+    let s = TestServer::start();
+    delete_api_on_a_verify_on_b(&s, &s, 5);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+fn an_api_deleted_through_one_instance_is_gone_for_the_next_verification_on_another() {
+    scale_out();
+    let db = Arc::new(TestDb::fresh());
+    let (a, b) = (TestServer::start_on(db.clone()), TestServer::start_on(db));
+    delete_api_on_a_verify_on_b(&a, &b, 50);
+}

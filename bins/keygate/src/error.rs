@@ -156,6 +156,7 @@ pub mod problems {
     /// The type of a 404 or 409 about `r`.
     pub fn of_resource(code: ErrorCode, r: Resource) -> Option<&'static str> {
         Some(match (code, r) {
+            (ErrorCode::NotFound, Resource::Api) => "unkey/data/api_not_found",
             (ErrorCode::NotFound, Resource::Key) => "unkey/data/key_not_found",
             (ErrorCode::NotFound, Resource::Permission) => "unkey/data/permission_not_found",
             (ErrorCode::NotFound, Resource::Role) => "unkey/data/role_not_found",

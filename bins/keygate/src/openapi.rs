@@ -10,7 +10,7 @@
 //! room shares, the string kinds the rooms name, and the server-wide rule of
 //! `http::body` (NUL is refused in every string and object key of a request).
 
-use crate::handlers::{audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -79,6 +79,7 @@ pub fn document(api: Api) -> Value {
         Api::V1 => vec![
             ratelimit::openapi(),
             keys::openapi(),
+            apis::openapi(),
             permissions::openapi(),
             overrides::openapi(),
             audit::openapi(),
@@ -87,6 +88,7 @@ pub fn document(api: Api) -> Value {
         ],
         Api::V2 => vec![
             v2::ratelimit::openapi(),
+            v2::apis::openapi(),
             v2::keys::openapi(),
             v2::permissions::openapi(),
             v2::overrides::openapi(),

@@ -1,6 +1,6 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
@@ -53,6 +53,10 @@ route_table! {
     "/v1/permissions.setRolePermissions" ["POST"] => permissions::set_role_permissions,
     "/v1/permissions.removePermissionsFromRole" ["POST"] => permissions::remove_permissions_from_role,
     "/v1/audit.listEvents" ["GET"] => audit::list_events,
+    "/v1/apis.createApi" ["POST"] => apis::create_api,
+    "/v1/apis.getApi" ["GET"] => apis::get_api,
+    "/v1/apis.listKeys" ["GET"] => apis::list_keys,
+    "/v1/apis.deleteApi" ["POST"] => apis::delete_api,
     "/v1/liveness" ["GET"] => system::liveness,
     "/v1/readiness" ["GET"] => system::readiness,
     "/v2/ratelimit.multiLimit" ["POST"] => v2::ratelimit::multi_limit,
@@ -60,6 +64,10 @@ route_table! {
     "/v2/ratelimit.getOverride" ["POST"] => v2::overrides::get_override,
     "/v2/ratelimit.listOverrides" ["POST"] => v2::overrides::list_overrides,
     "/v2/ratelimit.deleteOverride" ["POST"] => v2::overrides::delete_override,
+    "/v2/apis.createApi" ["POST"] => v2::apis::create_api,
+    "/v2/apis.getApi" ["POST"] => v2::apis::get_api,
+    "/v2/apis.listKeys" ["POST"] => v2::apis::list_keys,
+    "/v2/apis.deleteApi" ["POST"] => v2::apis::delete_api,
     "/v2/keys.createKey" ["POST"] => v2::keys::create_key,
     "/v2/keys.getKey" ["POST"] => v2::keys::get_key,
     "/v2/keys.whoami" ["POST"] => v2::keys::whoami,

@@ -9,6 +9,7 @@ const ID_CHARS: usize = 22;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdPrefix {
     Workspace,
+    Api,
     RootKey,
     Key,
     Permission,
@@ -23,6 +24,7 @@ impl IdPrefix {
     pub const fn as_str(self) -> &'static str {
         match self {
             IdPrefix::Workspace => "ws",
+            IdPrefix::Api => "api",
             IdPrefix::RootKey => "rk",
             IdPrefix::Key => "key",
             IdPrefix::Permission => "perm",

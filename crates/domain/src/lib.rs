@@ -14,7 +14,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorCode, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_base58_token, random_token};
 pub use names::{
-    MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len,
+    MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_api_name,
     validate_display_name, validate_key_id, validate_namespace_name, validate_permission_name,
 };
 pub use redact::{redact_in, redact_url};

@@ -45,6 +45,24 @@ pub fn validate_display_name(path: &str, name: &str) -> Result<(), ValidationErr
     Ok(())
 }
 
+/// API names (API-v2.md §10): 3-255 characters, a letter then `A-Z a-z 0-9 . _ -`.
+pub fn validate_api_name(path: &str, name: &str) -> Result<(), ValidationError> {
+    check_len(path, name, MAX_NAME_CHARS)?;
+    if name.chars().count() < 3 {
+        return Err(ValidationError::new(path, "must be at least 3 characters"));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err(ValidationError::new(path, "must start with a letter"));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(ValidationError::new(
+            path,
+            format!("invalid character {bad:?}; API names use A-Z a-z 0-9 . _ -"),
+        ));
+    }
+    Ok(())
+}
+
 /// Rate-limit namespace names: 1-512 characters, no NUL (which PostgreSQL text cannot
 /// store; refused on every backend so that both behave the same).
 pub fn validate_namespace_name(path: &str, name: &str) -> Result<(), ValidationError> {

@@ -79,6 +79,7 @@ impl RbacError {
 /// `unkey/data/<code>_not_found`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resource {
+    Api,
     Key,
     Permission,
     Role,
@@ -92,6 +93,7 @@ impl Resource {
     /// The word in messages ("key key_123 not found").
     pub const fn noun(self) -> &'static str {
         match self {
+            Resource::Api => "API",
             Resource::Key => "key",
             Resource::Permission => "permission",
             Resource::Role => "role",
@@ -105,6 +107,7 @@ impl Resource {
     /// The stable code of the kind (Unkey's names): `ratelimit_namespace`, `key`, ...
     pub const fn code(self) -> &'static str {
         match self {
+            Resource::Api => "api",
             Resource::Key => "key",
             Resource::Permission => "permission",
             Resource::Role => "role",

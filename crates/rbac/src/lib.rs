@@ -32,5 +32,6 @@ pub use service::{
     AUTH_CACHE_TTL_MS, LinkMode, MAX_AUDIT_PAGE, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS,
     MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_OVERRIDES_PER_NAMESPACE, MAX_V2_KEY_PREFIX_CHARS,
     MAX_VERIFY_KEY_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RbacService,
+    key_summary, key_view,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

@@ -73,12 +73,22 @@ impl Principal {
     }
 }
 
+/// An API object (API-v2.md §10): a group of keys, named; deleting it deletes its keys.
+/// Its id is `api_…`, or the `apiId` label keys carried before API objects existed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Api {
+    pub id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
 /// A key (an API key of the workspace's users).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
     pub id: String,
     pub workspace_id: String,
-    /// The `apiId` label given at creation (Unkey's API; keygate has no API objects).
+    /// The API the key belongs to ([`Api`]; v1 keys may have none).
     pub api_id: Option<String>,
     /// The visible start of the secret, for recognising the key.
     pub start: String,

@@ -18,6 +18,7 @@ pub const PERM_CREATE_KEY: &str = "api.*.create_key";
 pub const PERM_LIMIT: &str = "ratelimit.*.limit";
 pub const PERM_CREATE_NAMESPACE: &str = "ratelimit.*.create_namespace";
 pub const PERM_UPDATE_KEY: &str = "api.*.update_key";
+pub const PERM_CREATE_API: &str = "api.*.create_api";
 
 /// Which keys a root key may act on for a key action (`read_key`, `update_key`, ...):
 /// `api.*.<action>` (or `*`) reaches every key, `api.<apiId>.<action>` the keys labelled

@@ -3,7 +3,8 @@
 //! `crates/store/tests/service.rs`).
 
 use crate::{
-    AuditEvent, AuditFilter, AuditRecord, Entity, Key, Override, RbacError, RootKey, StorageError, Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Key, Override, RbacError, RootKey, StorageError,
+    Workspace,
 };
 use keygate_domain::Named;
 
@@ -88,6 +89,32 @@ pub trait KeyTx {
         now: i64,
     ) -> R<()>;
     fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()>;
+}
+
+/// API objects, and the keys of one.
+pub trait ApiTx {
+    /// Inserts the API unless one with its id exists in the workspace; whether it was
+    /// inserted (safe against a concurrent insert of the same id).
+    fn insert_api_if_absent(&mut self, api: &Api) -> R<bool>;
+    fn get_api(&mut self, workspace_id: &str, api_id: &str) -> R<Option<Api>>;
+    /// Whether the API exists in the workspace; locks it until the transaction ends (a key
+    /// created into it and its deletion serialize).
+    fn lock_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool>;
+    /// Deletes the API's keys (their links go with them); their ids.
+    fn delete_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>>;
+    /// Deletes the API itself; whether it existed.
+    fn delete_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool>;
+    /// A keyset page of the API's keys: ids sorting (bytes ascending) after `after`, at
+    /// most `limit`, by id. One indexed range scan.
+    fn api_keys_page(
+        &mut self,
+        workspace_id: &str,
+        api_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Key>>;
+    /// How many keys the API holds.
+    fn count_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<u64>;
 }
 
 /// Permissions and roles, and the permissions of a role.
@@ -190,9 +217,12 @@ pub trait CounterTx {
 }
 
 /// Everything a transaction offers: what the service's closures receive.
-pub trait RbacTx: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx {}
+pub trait RbacTx:
+    WorkspaceTx + RootKeyTx + ApiTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx
+{
+}
 
-impl<T: WorkspaceTx + RootKeyTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx> RbacTx for T {}
+impl<T: WorkspaceTx + RootKeyTx + ApiTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx> RbacTx for T {}
 
 /// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
 pub trait RbacStore: Send + Sync + std::fmt::Debug {

@@ -222,6 +222,19 @@ impl SqlStore {
         }
     }
 
+    /// Reverts the latest migration (tests of an upgrade: the data of the release before it,
+    /// then [`Self::migrate`]).
+    pub fn revert_last_migration(&self) -> Result<(), StoreOpenError> {
+        let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
+        match &mut *conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => c.revert_last_migration(SQLITE_MIGRATIONS).map(drop).map_err(|e| fail(&e)),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => c.revert_last_migration(POSTGRES_MIGRATIONS).map(drop).map_err(|e| fail(&e)),
+        }
+    }
+
     /// Runs `f` on a pooled connection (tests and tools that need raw SQL).
     pub fn with_conn<T>(&self, f: impl FnOnce(&mut DbConn) -> QueryResult<T>) -> Result<T, StorageError> {
         let mut conn = self.conn()?;

@@ -22,6 +22,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    apis (workspace_id, id) {
+        workspace_id -> Text,
+        id -> Text,
+        name -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
     keys (id) {
         id -> Text,
         workspace_id -> Text,
@@ -128,6 +137,7 @@ diesel::joinable!(keys_roles -> roles (role_id));
 diesel::joinable!(roles_permissions -> permissions (permission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    apis,
     workspaces,
     root_keys,
     keys,

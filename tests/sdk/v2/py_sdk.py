@@ -108,6 +108,22 @@ unkey.keys.delete_key(key_id=key_id)
 assert unkey.keys.verify_key(key=key).data.code == "NOT_FOUND"
 rejects(client("kg_root_unknown_000000000000").keys.get_key, errors.UnauthorizedErrorResponse, "key_not_found", key_id="key_x")
 
+# APIs: created, read, their keys listed a page at a time, deleted with their keys.
+api_id = unkey.apis.create_api(name=f"{run}-api").data.api_id
+assert api_id.startswith("api_"), api_id
+got_api = unkey.apis.get_api(api_id=api_id).data
+assert (got_api.id, got_api.name) == (api_id, f"{run}-api"), got_api
+in_api = [unkey.keys.create_key(api_id=api_id).data for _ in range(3)]
+listed_keys = []
+page = unkey.apis.list_keys(api_id=api_id, limit=2)
+while page is not None:
+    listed_keys += [k.key_id for k in page.result.data]
+    page = page.next()
+assert listed_keys == sorted(k.key_id for k in in_api), listed_keys
+unkey.apis.delete_api(api_id=api_id)
+assert unkey.keys.verify_key(key=in_api[0].key).data.code == "NOT_FOUND"
+rejects(unkey.apis.get_api, errors.NotFoundErrorResponse, "api_not_found", api_id=api_id)
+
 # Rate limits.
 ns = f"{run}-api"
 first = unkey.ratelimit.limit(namespace=ns, identifier="u1", limit=2, duration=60000).data

@@ -115,6 +115,22 @@ await rejectsWithStatus(unkey.keys.getKey({ keyId, decrypt: true }), 412, "preco
 assert.deepEqual((await unkey.keys.deleteKey({ keyId })).data, {});
 assert.equal((await unkey.keys.verifyKey({ key })).data.code, "NOT_FOUND");
 
+// APIs: created, read, their keys listed a page at a time, deleted with their keys.
+const api = await unkey.apis.createApi({ name: `${run}-api` });
+const apiId = api.data.apiId;
+assert.ok(apiId.startsWith("api_"), show(api));
+assert.deepEqual((await unkey.apis.getApi({ apiId })).data, { id: apiId, name: `${run}-api` });
+const inApi = [await unkey.keys.createKey({ apiId, permissions: [`${run}.listed`] }), await unkey.keys.createKey({ apiId })];
+const listedKeys = [];
+for await (const page of await unkey.apis.listKeys({ apiId, limit: 1 })) {
+  listedKeys.push(...page.result.data.map((k) => k.keyId));
+}
+assert.deepEqual(listedKeys, inApi.map((k) => k.data.keyId).sort(), show(listedKeys));
+assert.deepEqual((await unkey.apis.deleteApi({ apiId })).data, {});
+assert.equal((await unkey.keys.verifyKey({ key: inApi[0].data.key })).data.code, "NOT_FOUND");
+await rejects(unkey.apis.getApi({ apiId }), errors.NotFoundErrorResponse, "api_not_found");
+await rejects(unkey.apis.createApi({ name: "x" }), errors.BadRequestErrorResponse, "invalid_input");
+
 // Permissions and authentication errors.
 const stranger = new Unkey({ rootKey: "kg_root_unknown_000000000000", serverURL, retryConfig: { strategy: "none" } });
 await rejects(stranger.keys.getKey({ keyId: "key_x" }), errors.UnauthorizedErrorResponse, "key_not_found");

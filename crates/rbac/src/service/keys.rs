@@ -170,11 +170,7 @@ impl<S: RbacStore> RbacService<S> {
         }
         self.store.snapshot(|tx| {
             let key = tx.get_key(&p.workspace_id, key_id)?.ok_or_else(not_found)?;
-            let mut permissions = tx.key_entities(EntityKind::Permission, key_id)?;
-            let mut roles = tx.key_entities(EntityKind::Role, key_id)?;
-            sort_by_name(&mut permissions);
-            sort_by_name(&mut roles);
-            Ok(KeyView { key, permissions, roles })
+            key_view(tx, key)
         })
     }
 
@@ -252,6 +248,9 @@ impl<S: RbacStore> RbacService<S> {
             permissions.authorize_creation(p)?;
             roles.authorize_creation(p)?;
             // Every check passed: write.
+            if let Some(api_id) = &key.api_id {
+                super::apis::ensure_api(tx, p, api_id, key.created_at)?;
+            }
             tx.insert_key(&key, &secret.hash())?;
             let mut events = vec![AuditEvent {
                 workspace_id: ws.to_string(),
@@ -360,18 +359,28 @@ impl<S: RbacStore> RbacService<S> {
             if !access.admits(key.api_id.as_deref()) {
                 return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
             }
-            let direct = tx.key_entities(EntityKind::Permission, &key.id)?;
-            let roles = tx.key_entities(EntityKind::Role, &key.id)?;
-            let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
-            let inherited =
-                if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? };
-            let permissions: BTreeSet<String> = direct.into_iter().chain(inherited).map(|n| n.name).collect();
-            let roles: BTreeSet<String> = roles.into_iter().map(|r| r.name).collect();
-            Ok(KeySummary {
-                key,
-                permissions: permissions.into_iter().collect(),
-                roles: roles.into_iter().collect(),
-            })
+            key_summary(tx, key)
         })
     }
+}
+
+/// v1's view of a key: its direct permissions and its roles, each sorted by name.
+pub fn key_view(tx: &mut dyn RbacTx, key: Key) -> Result<KeyView, RbacError> {
+    let mut permissions = tx.key_entities(EntityKind::Permission, &key.id)?;
+    let mut roles = tx.key_entities(EntityKind::Role, &key.id)?;
+    sort_by_name(&mut permissions);
+    sort_by_name(&mut roles);
+    Ok(KeyView { key, permissions, roles })
+}
+
+/// v2's view of a key: the slugs of its effective permissions (direct and through its
+/// roles) and its roles' names, each sorted and once.
+pub fn key_summary(tx: &mut dyn RbacTx, key: Key) -> Result<KeySummary, RbacError> {
+    let direct = tx.key_entities(EntityKind::Permission, &key.id)?;
+    let roles = tx.key_entities(EntityKind::Role, &key.id)?;
+    let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
+    let inherited = if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? };
+    let permissions: BTreeSet<String> = direct.into_iter().chain(inherited).map(|n| n.name).collect();
+    let roles: BTreeSet<String> = roles.into_iter().map(|r| r.name).collect();
+    Ok(KeySummary { key, permissions: permissions.into_iter().collect(), roles: roles.into_iter().collect() })
 }

@@ -1,9 +1,10 @@
-//! The RBAC service, one file per resource: [`auth`] (root keys), [`keys`] (keys and their
-//! links, verification), [`entities`] (permissions and roles), [`overrides`] and
+//! The RBAC service, one file per resource: [`auth`] (root keys), [`apis`] (API objects),
+//! [`keys`] (keys and their links, verification), [`entities`] (permissions and roles), [`overrides`] and
 //! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces, root keys), and
 //! [`links`], what the link operations share. This file holds the service itself.
 
 mod admin;
+mod apis;
 mod audit;
 mod auth;
 mod entities;
@@ -14,6 +15,7 @@ mod overrides;
 mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
+pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
 use verify::VerifyCache;
@@ -24,9 +26,9 @@ use crate::counters::{Scope, creation_shard};
 pub use crate::perms::*;
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
-    ApiAccess, AuditEvent, AuditFilter, AuditRecord, Entity, Key, KeyLookup, KeySummary, KeyView, NewEntity,
-    NewKey, Page, PermissionQuery, Principal, RbacError, Resource, RoleView, RootKey, Verification,
-    VerifyCode, VerifyScope, Workspace,
+    Api, ApiAccess, AuditEvent, AuditFilter, AuditRecord, Entity, Key, KeyLookup, KeySummary, KeyView,
+    NewEntity, NewKey, Page, PermissionQuery, Principal, RbacError, Resource, RoleView, RootKey,
+    Verification, VerifyCode, VerifyScope, Workspace,
 };
 use crate::{
     Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,
@@ -34,7 +36,7 @@ use crate::{
 };
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
-    hash_secret, new_id, random_base58_token, random_token, secret_digest, sort_by_name,
+    hash_secret, new_id, random_base58_token, random_token, secret_digest, sort_by_name, validate_api_name,
     validate_display_name, validate_key_id, validate_permission_name, validate_root_key_secret,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};

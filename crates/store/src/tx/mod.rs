@@ -6,9 +6,10 @@ use crate::schema::*;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
-use keygate_rbac::store::{AuditTx, CounterTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
+use keygate_rbac::store::{ApiTx, AuditTx, CounterTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
 use keygate_rbac::{
-    AuditEvent, AuditFilter, AuditRecord, Entity, EntityKind, Key, Override, RootKey, StorageError, Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityKind, Key, Override, RootKey, StorageError,
+    Workspace,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -297,6 +298,8 @@ impl DieselTx<'_> {
 
 // One file per resource, named as in the other layers. The modules take a `_tx` suffix
 // because `keys`, `root_keys` and `workspaces` already name the schema's tables here.
+#[path = "apis.rs"]
+mod apis_tx;
 #[path = "audit.rs"]
 mod audit_tx;
 #[path = "counters.rs"]

@@ -118,7 +118,7 @@ pub(crate) struct CreateKeyBody {
 
 /// `false` or `null`: what keygate can do of a feature that needs keys stored
 /// recoverably (`true` is 412).
-fn only_false() -> utoipa::openapi::Object {
+pub(crate) fn only_false() -> utoipa::openapi::Object {
     use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
     ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
@@ -183,7 +183,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
 }
 
 /// 412: a request keygate understands but cannot carry out (keys are stored hashed).
-fn precondition(field: &str, why: &str) -> ApiError {
+pub(crate) fn precondition(field: &str, why: &str) -> ApiError {
     ApiError::new(ErrorCode::PreconditionFailed, format!("{field}: {why}")).at_field(field)
 }
 

@@ -1,0 +1,152 @@
+//! API objects (API-v2.md §10): created, read, their keys listed a page at a time, and
+//! deleted with every key in them. A key's `apiId` names one; `keys.createKey` creates the
+//! API it names when there is none (`ensure_api`).
+
+use super::*;
+
+impl<S: RbacStore> RbacService<S> {
+    /// `apis.createApi`: a new API of the caller's workspace. Names need not be unique.
+    pub fn create_api(&self, p: &Principal, name: &str) -> Result<Api, RbacError> {
+        validate_api_name("name", name)?;
+        if !p.holds(PERM_CREATE_API) {
+            return Err(RbacError::missing(&[PERM_CREATE_API]));
+        }
+        let api = Api {
+            id: new_id(IdPrefix::Api),
+            workspace_id: p.workspace_id.clone(),
+            name: name.to_string(),
+            created_at: self.now(),
+        };
+        self.write(|tx, _| {
+            tx.insert_api_if_absent(&api)?;
+            tx.insert_audit_events(&[api_event(p, "api.create", &api.id, api.created_at)])?;
+            Ok(())
+        })?;
+        Ok(api)
+    }
+
+    /// `apis.getApi`: the API, if the root key may read it (`api.*.read_api` or
+    /// `api.<apiId>.read_api`).
+    pub fn get_api(&self, p: &Principal, api_id: &str) -> Result<Api, RbacError> {
+        check_len("apiId", api_id, MAX_NAME_CHARS)?;
+        authorize_api(p, "read_api", api_id)?;
+        self.store
+            .read(|tx| Ok(tx.get_api(&p.workspace_id, api_id)?))?
+            .ok_or_else(|| RbacError::not_found(Resource::Api, api_id))
+    }
+
+    /// `apis.listKeys`: a page of the API's keys by id (those after `after`, at most
+    /// `limit`), each described by `describe` in one snapshot with the page. Needs
+    /// `read_api` and `read_key`, each for all APIs or this one. `external_id` keeps the keys
+    /// of that identity (v1's `ownerId` alike): keygate has no identities yet, so no key has
+    /// one and the page is empty. Answers the page and how many keys the API holds.
+    pub fn list_api_keys<T>(
+        &self,
+        p: &Principal,
+        api_id: &str,
+        external_id: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+        describe: impl Fn(&mut dyn RbacTx, Key) -> Result<T, RbacError>,
+    ) -> Result<(Page<T>, u64), RbacError> {
+        check_len("apiId", api_id, MAX_NAME_CHARS)?;
+        authorize_api(p, "read_api", api_id)?;
+        authorize_api(p, "read_key", api_id)?;
+        let ws = p.workspace_id.as_str();
+        self.store.snapshot(|tx| {
+            if tx.get_api(ws, api_id)?.is_none() {
+                return Err(RbacError::not_found(Resource::Api, api_id));
+            }
+            let total = tx.count_api_keys(ws, api_id)?;
+            if external_id.is_some() {
+                return Ok((Page { items: Vec::new(), next: None }, total));
+            }
+            let rows = tx.api_keys_page(ws, api_id, after, limit + 1)?;
+            let page = Page::keyset(rows, limit, |k| k.id.as_str());
+            let items = page.items.into_iter().map(|k| describe(tx, k)).collect::<Result<_, _>>()?;
+            Ok((Page { items, next: page.next }, total))
+        })
+    }
+
+    /// `apis.deleteApi`: the API and every key in it, in one transaction; the keys verify
+    /// NOT_FOUND on the next request on every instance. Needs `api.*.delete_api` or
+    /// `api.<apiId>.delete_api`.
+    pub fn delete_api(&self, p: &Principal, api_id: &str) -> Result<(), RbacError> {
+        check_len("apiId", api_id, MAX_NAME_CHARS)?;
+        authorize_api(p, "delete_api", api_id)?;
+        let ws = p.workspace_id.as_str();
+        self.write(|tx, changes| {
+            if !tx.lock_api(ws, api_id)? {
+                return Err(RbacError::not_found(Resource::Api, api_id));
+            }
+            let now = self.now();
+            let deleted = tx.delete_api_keys(ws, api_id)?;
+            tx.delete_api(ws, api_id)?;
+            // Many keys at once: the workspace's counter ends every cached answer of it.
+            if !deleted.is_empty() {
+                changes.touch(Scope::Workspace(ws));
+            }
+            let mut events = vec![api_event(p, "api.delete", api_id, now)];
+            events.extend(deleted.into_iter().map(|key_id| AuditEvent {
+                workspace_id: ws.to_string(),
+                actor_id: p.root_key_id.clone(),
+                action: "key.delete",
+                resource_type: "key",
+                resource_id: key_id.clone(),
+                key_id: Some(key_id),
+                role_id: None,
+                at: now,
+            }));
+            tx.insert_audit_events(&events)?;
+            Ok(())
+        })
+    }
+}
+
+/// The API a new key names, in the key's transaction: locked when it exists (its deletion
+/// waits for the key, or the key for its deletion), else created, named after its id
+/// (API-v2.md §2.1: v1's free-form labels keep working).
+pub(super) fn ensure_api(
+    tx: &mut dyn RbacTx,
+    p: &Principal,
+    api_id: &str,
+    now: i64,
+) -> Result<(), RbacError> {
+    let ws = p.workspace_id.as_str();
+    if tx.lock_api(ws, api_id)? {
+        return Ok(());
+    }
+    let api = Api {
+        id: api_id.to_string(),
+        workspace_id: ws.to_string(),
+        name: api_id.to_string(),
+        created_at: now,
+    };
+    if tx.insert_api_if_absent(&api)? {
+        tx.insert_audit_events(&[api_event(p, "api.create", api_id, now)])?;
+    }
+    tx.lock_api(ws, api_id)?;
+    Ok(())
+}
+
+/// 403 unless the root key holds `api.*.<action>` or `api.<apiId>.<action>`.
+fn authorize_api(p: &Principal, action: &str, api_id: &str) -> Result<(), RbacError> {
+    match ApiAccess::of(p, action) {
+        Some(access) if access.admits(Some(api_id)) => Ok(()),
+        Some(_) => Err(ApiAccess::denied(action, Some(api_id))),
+        None => Err(ApiAccess::denied(action, None)),
+    }
+}
+
+fn api_event(p: &Principal, action: &'static str, api_id: &str, at: i64) -> AuditEvent {
+    AuditEvent {
+        workspace_id: p.workspace_id.clone(),
+        actor_id: p.root_key_id.clone(),
+        action,
+        resource_type: "api",
+        resource_id: api_id.to_string(),
+        key_id: None,
+        role_id: None,
+        at,
+    }
+}

@@ -1,0 +1,99 @@
+//! API objects, and the keys of one.
+
+use super::*;
+
+impl ApiTx for DieselTx<'_> {
+    fn insert_api_if_absent(&mut self, api: &Api) -> R<bool> {
+        if self.get_api(&api.workspace_id, &api.id)?.is_some() {
+            return Ok(false);
+        }
+        self.insert_in_savepoint(|c| {
+            diesel::insert_into(apis::table)
+                .values((
+                    apis::workspace_id.eq(&api.workspace_id),
+                    apis::id.eq(&api.id),
+                    apis::name.eq(&api.name),
+                    apis::created_at.eq(api.created_at),
+                ))
+                .execute(c)
+        })
+    }
+
+    fn get_api(&mut self, workspace_id: &str, api_id: &str) -> R<Option<Api>> {
+        let row: Option<(String, String, String, i64)> = apis::table
+            .filter(apis::workspace_id.eq(workspace_id))
+            .filter(apis::id.eq(api_id))
+            .select((apis::workspace_id, apis::id, apis::name, apis::created_at))
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(|(workspace_id, id, name, created_at)| Api { id, workspace_id, name, created_at }))
+    }
+
+    fn lock_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool> {
+        let query = apis::table
+            .filter(apis::workspace_id.eq(workspace_id))
+            .filter(apis::id.eq(api_id))
+            .select(apis::id);
+        Ok(lock_first!(self.conn, query)?.is_some())
+    }
+
+    fn delete_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>> {
+        let of_api = keys::table.filter(keys::workspace_id.eq(workspace_id)).filter(keys::api_id.eq(api_id));
+        let ids: Vec<String> = of_api.select(keys::id).order(keys::id).load(self.conn).map_err(db_err)?;
+        // Link rows go by ON DELETE CASCADE.
+        diesel::delete(
+            keys::table.filter(keys::workspace_id.eq(workspace_id)).filter(keys::api_id.eq(api_id)),
+        )
+        .execute(self.conn)
+        .map_err(db_err)?;
+        Ok(ids)
+    }
+
+    fn delete_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool> {
+        diesel::delete(apis::table.filter(apis::workspace_id.eq(workspace_id)).filter(apis::id.eq(api_id)))
+            .execute(self.conn)
+            .map(|n| n > 0)
+            .map_err(db_err)
+    }
+
+    fn api_keys_page(
+        &mut self,
+        workspace_id: &str,
+        api_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Key>> {
+        use diesel::dsl::sql;
+        use diesel::sql_types::{Bool, Text};
+        macro_rules! page {
+            ($db:ty, $ks:expr, $c:expr) => {{
+                let ks: &Keyset = &$ks;
+                let mut q = keys::table
+                    .filter(keys::workspace_id.eq(workspace_id))
+                    .filter(keys::api_id.eq(api_id))
+                    .into_boxed::<$db>();
+                if let Some(after) = after {
+                    let cmp = format!("{} > ", ks.col("keys.id"));
+                    q = q.filter(sql::<Bool>(&cmp).bind::<Text, _>(after.to_string()));
+                }
+                q.order(sql::<Text>(&ks.col("keys.id")))
+                    .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .select(KEY_COLUMNS)
+                    .load::<KeyRow>($c)
+            }};
+        }
+        let rows = on_each_keyset!(self.conn, page).map_err(db_err)?;
+        Ok(rows.into_iter().map(key_from_row).collect())
+    }
+
+    fn count_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<u64> {
+        let n: i64 = keys::table
+            .filter(keys::workspace_id.eq(workspace_id))
+            .filter(keys::api_id.eq(api_id))
+            .count()
+            .get_result(self.conn)
+            .map_err(db_err)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}

@@ -1,0 +1,58 @@
+//! Upgrades: a database written by the release before a migration, then migrated, keeps
+//! working (on SQLite, and on PostgreSQL when `KEYGATE_TEST_POSTGRES_URL` is set).
+
+use diesel::prelude::*;
+use keygate_domain::ManualClock;
+use keygate_rbac::{Principal, RbacService, VerifyCode, VerifyScope};
+use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
+use std::sync::Arc;
+
+/// Migration 9 (API objects): keys under three `apiId` labels, written before API objects
+/// existed, become three APIs named after the labels; every key keeps its label and still
+/// verifies; a key without a label stays without an API.
+#[test]
+fn api_labels_on_keys_become_api_objects() {
+    let db = TestDb::fresh();
+    let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open");
+    let svc = RbacService::new(store, Arc::new(ManualClock::new(1_700_000_000_000)));
+    let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+
+    // The release before: no `apis` table; keys carry bare labels.
+    svc.store().revert_last_migration().expect("revert migration 9");
+    let mut secrets = Vec::new();
+    for (i, label) in ["payments", "payments", "search", "api_legacy", ""].iter().enumerate() {
+        let (key, secret) = svc.create_key(&ws.id, Some(format!("k{i}"))).expect("key");
+        if !label.is_empty() {
+            let sql = format!("UPDATE keys SET api_id = '{label}' WHERE id = '{}'", key.id);
+            svc.store().with_conn(|c| diesel::sql_query(sql).execute(c)).expect("label");
+        }
+        secrets.push((label.to_string(), key.id, secret));
+    }
+    svc.store().migrate().expect("migrate to the current release");
+
+    let mut apis = Vec::new();
+    for label in ["api_legacy", "payments", "search"] {
+        let api = svc.get_api(&admin, label).expect(label);
+        assert_eq!(
+            (api.id.as_str(), api.name.as_str(), api.workspace_id.as_str()),
+            (label, label, ws.id.as_str())
+        );
+        apis.push(api);
+    }
+    let (page, total) = svc.list_api_keys(&admin, "payments", None, None, 100, |_, k| Ok(k)).expect("list");
+    assert_eq!((page.items.len(), total), (2, 2));
+    for (label, key_id, secret) in &secrets {
+        let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None };
+        let v = svc.verify_key(secret.expose(), &scope, None).expect("verify");
+        assert_eq!(v.code, VerifyCode::Valid, "{key_id}");
+        let key = v.key.expect("key");
+        assert_eq!(key.api_id.as_deref(), (!label.is_empty()).then_some(label.as_str()), "{key_id}");
+    }
+    // Creating a key into a migrated API adds to it (no second API of that id).
+    let new = keygate_rbac::NewKey { api_id: Some("search".into()), enabled: true, ..Default::default() };
+    svc.create_key_as(&admin, new).expect("create into a migrated API");
+    let (_, total) = svc.list_api_keys(&admin, "search", None, None, 100, |_, k| Ok(k)).expect("list");
+    assert_eq!(total, 2);
+}

@@ -1,0 +1,2 @@
+DROP INDEX keys_workspace_api;
+DROP TABLE apis;
