@@ -44,6 +44,7 @@ fn every_write_is_read_back_with_filters_and_pages_newest_first() {
     let auditor = s.root_key_with(&["audit.*.read"]);
     let all = events(&list(&s, &auditor, &[]));
     let expected: BTreeSet<String> = [
+        "api.create",
         "key.create",
         "permission.create",
         "key.attach_permission",
@@ -63,7 +64,9 @@ fn every_write_is_read_back_with_filters_and_pages_newest_first() {
     assert_eq!(kinds(&all), expected, "{all:#?}");
     let times: Vec<i64> = all.iter().map(|e| e["time"].as_i64().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] >= w[1]), "newest first: {times:?}");
-    assert_eq!(all.last().unwrap()["event"], "key.create");
+    // The oldest: the key and the API its apiId named, created with it.
+    let oldest: BTreeSet<String> = kinds(&all[all.len() - 2..]);
+    assert_eq!(oldest, ["api.create", "key.create"].iter().map(|s| s.to_string()).collect());
     assert_eq!(all.first().unwrap()["time"], T0 + 3_000);
     let bootstrap_actor = all[0]["actorId"].as_str().unwrap().to_string();
     assert!(bootstrap_actor.starts_with("rk_"));

@@ -16,6 +16,17 @@ fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'st
         "/v2/apis.getApi" => (&["api.*.read_api"][..], json!({"apiId": apis[0]})),
         "/v2/apis.listKeys" => (&["api.*.read_api", "api.*.read_key"][..], json!({"apiId": apis[0]})),
         "/v2/apis.deleteApi" => (&["api.*.delete_api"][..], json!({"apiId": apis[1]})),
+        "/v2/identities.createIdentity" => {
+            (&["identity.*.create_identity"][..], json!({"externalId": "routes"}))
+        }
+        "/v2/identities.getIdentity" => (&["identity.*.read_identity"][..], json!({"identity": "routes"})),
+        "/v2/identities.listIdentities" => (&["identity.*.read_identity"][..], json!({})),
+        "/v2/identities.updateIdentity" => {
+            (&["identity.*.update_identity"][..], json!({"identity": "routes", "meta": {"plan": "pro"}}))
+        }
+        "/v2/identities.deleteIdentity" => {
+            (&["identity.*.delete_identity"][..], json!({"identity": "routes"}))
+        }
         "/v2/ratelimit.limit" => (
             &["ratelimit.*.limit"][..],
             json!({"namespace": "n", "identifier": "i", "limit": 1, "duration": 1000}),
@@ -135,19 +146,15 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 30, "every authenticated v2 route was checked");
+    assert_eq!(checked, 35, "every authenticated v2 route was checked");
 }
 
 #[test]
 fn unknown_v2_paths_are_not_supported_before_authentication() {
     let s = TestServer::start();
-    for path in [
-        "/v2/analytics.getVerifications",
-        "/v2/identities.createIdentity",
-        "/v2/keys.updateKey",
-        "/v2",
-        "/v2/nope",
-    ] {
+    for path in
+        ["/v2/analytics.getVerifications", "/v2/keys.migrateKeys", "/v2/keys.updateKey", "/v2", "/v2/nope"]
+    {
         let r = s.post_raw(path, None, "x");
         let detail = r.assert_problem(404, "keygate/application/not_supported");
         assert!(detail.contains(path), "{detail}");

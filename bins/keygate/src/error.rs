@@ -157,6 +157,8 @@ pub mod problems {
     pub fn of_resource(code: ErrorCode, r: Resource) -> Option<&'static str> {
         Some(match (code, r) {
             (ErrorCode::NotFound, Resource::Api) => "unkey/data/api_not_found",
+            (ErrorCode::NotFound, Resource::Identity) => "unkey/data/identity_not_found",
+            (ErrorCode::Conflict, Resource::Identity) => "unkey/data/identity_already_exists",
             (ErrorCode::NotFound, Resource::Key) => "unkey/data/key_not_found",
             (ErrorCode::NotFound, Resource::Permission) => "unkey/data/permission_not_found",
             (ErrorCode::NotFound, Resource::Role) => "unkey/data/role_not_found",

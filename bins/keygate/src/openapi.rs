@@ -89,6 +89,7 @@ pub fn document(api: Api) -> Value {
         Api::V2 => vec![
             v2::ratelimit::openapi(),
             v2::apis::openapi(),
+            v2::identities::openapi(),
             v2::keys::openapi(),
             v2::permissions::openapi(),
             v2::overrides::openapi(),

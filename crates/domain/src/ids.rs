@@ -10,6 +10,8 @@ const ID_CHARS: usize = 22;
 pub enum IdPrefix {
     Workspace,
     Api,
+    Identity,
+    RateLimit,
     RootKey,
     Key,
     Permission,
@@ -25,6 +27,8 @@ impl IdPrefix {
         match self {
             IdPrefix::Workspace => "ws",
             IdPrefix::Api => "api",
+            IdPrefix::Identity => "id",
+            IdPrefix::RateLimit => "rl",
             IdPrefix::RootKey => "rk",
             IdPrefix::Key => "key",
             IdPrefix::Permission => "perm",

@@ -7,6 +7,7 @@ mod clock;
 mod error;
 mod ids;
 mod names;
+mod patch;
 mod redact;
 mod secret;
 
@@ -15,8 +16,10 @@ pub use error::{ErrorCode, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_base58_token, random_token};
 pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_api_name,
-    validate_display_name, validate_key_id, validate_namespace_name, validate_permission_name,
+    validate_display_name, validate_external_id, validate_key_id, validate_namespace_name,
+    validate_permission_name,
 };
+pub use patch::Patch;
 pub use redact::{redact_in, redact_url};
 pub use secret::{
     MIN_ROOT_KEY_CHARS, Secret, digest_hex, hash_secret, secret_digest, validate_root_key_secret,

@@ -63,6 +63,15 @@ pub fn validate_api_name(path: &str, name: &str) -> Result<(), ValidationError> 
     Ok(())
 }
 
+/// An identity's `externalId` (API-v2.md §11): 1-255 characters of `A-Z a-z 0-9 _ . -`.
+pub fn validate_external_id(path: &str, id: &str) -> Result<(), ValidationError> {
+    check_len(path, id, MAX_NAME_CHARS)?;
+    if let Some(bad) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(ValidationError::new(path, format!("invalid character {bad:?}; use A-Z a-z 0-9 _ . -")));
+    }
+    Ok(())
+}
+
 /// Rate-limit namespace names: 1-512 characters, no NUL (which PostgreSQL text cannot
 /// store; refused on every backend so that both behave the same).
 pub fn validate_namespace_name(path: &str, name: &str) -> Result<(), ValidationError> {

@@ -80,6 +80,7 @@ impl RbacError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resource {
     Api,
+    Identity,
     Key,
     Permission,
     Role,
@@ -94,6 +95,7 @@ impl Resource {
     pub const fn noun(self) -> &'static str {
         match self {
             Resource::Api => "API",
+            Resource::Identity => "identity",
             Resource::Key => "key",
             Resource::Permission => "permission",
             Resource::Role => "role",
@@ -108,6 +110,7 @@ impl Resource {
     pub const fn code(self) -> &'static str {
         match self {
             Resource::Api => "api",
+            Resource::Identity => "identity",
             Resource::Key => "key",
             Resource::Permission => "permission",
             Resource::Role => "role",

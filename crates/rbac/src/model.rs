@@ -83,6 +83,53 @@ pub struct Api {
     pub created_at: i64,
 }
 
+/// An identity (API-v2.md §11): one customer of the workspace, named by the caller's
+/// `external_id`; its keys share its `meta` and its rate limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub id: String,
+    pub workspace_id: String,
+    pub external_id: String,
+    /// A JSON object as text.
+    pub meta: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A rate-limit configuration of an identity or a key: applied by verifications that name
+/// it, or by every one when `auto_apply`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitConfig {
+    pub id: String,
+    pub name: String,
+    pub limit: u64,
+    pub duration: u64,
+    pub auto_apply: bool,
+}
+
+/// Whose rate limits: an identity's or a key's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitOwner<'a> {
+    Identity(&'a str),
+    Key(&'a str),
+}
+
+/// An identity with its rate limits (sorted by name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityView {
+    pub identity: Identity,
+    pub ratelimits: Vec<RateLimitConfig>,
+}
+
+/// A rate limit as a request gives it (`RatelimitRequest`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRateLimit {
+    pub name: String,
+    pub limit: u64,
+    pub duration: u64,
+    pub auto_apply: bool,
+}
+
 /// A key (an API key of the workspace's users).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
@@ -90,6 +137,8 @@ pub struct Key {
     pub workspace_id: String,
     /// The API the key belongs to ([`Api`]; v1 keys may have none).
     pub api_id: Option<String>,
+    /// The identity the key is linked to, if any.
+    pub identity_id: Option<String>,
     /// The visible start of the secret, for recognising the key.
     pub start: String,
     pub name: Option<String>,
@@ -125,9 +174,13 @@ impl VerifyScope<'_> {
 /// `create`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewKey {
-    /// Accepted for Unkey compatibility; keygate has no APIs. It only widens the accepted
+    /// The API the key goes into (created when missing); it also widens the accepted
     /// root-key permission to `api.<apiId>.create_key`.
     pub api_id: Option<String>,
+    /// The identity to link, by its `externalId` (created when missing).
+    pub external_id: Option<String>,
+    /// The key's own rate limits.
+    pub ratelimits: Vec<NewRateLimit>,
     pub name: Option<String>,
     /// The secret starts with `<prefix>_` (default `kg`).
     pub prefix: Option<String>,
@@ -149,6 +202,8 @@ impl Default for NewKey {
     fn default() -> Self {
         Self {
             api_id: None,
+            external_id: None,
+            ratelimits: Vec::new(),
             name: None,
             prefix: None,
             meta: None,
@@ -168,6 +223,10 @@ pub struct KeySummary {
     pub key: Key,
     pub permissions: Vec<String>,
     pub roles: Vec<String>,
+    /// The identity the key is linked to, with its limits.
+    pub identity: Option<IdentityView>,
+    /// The key's own rate limits, by name.
+    pub ratelimits: Vec<RateLimitConfig>,
 }
 
 /// One page of a list (v2's cursor pagination): its items and, when more follow, the sort

@@ -19,6 +19,10 @@ pub const PERM_LIMIT: &str = "ratelimit.*.limit";
 pub const PERM_CREATE_NAMESPACE: &str = "ratelimit.*.create_namespace";
 pub const PERM_UPDATE_KEY: &str = "api.*.update_key";
 pub const PERM_CREATE_API: &str = "api.*.create_api";
+pub const PERM_CREATE_IDENTITY: &str = "identity.*.create_identity";
+pub const PERM_READ_IDENTITY: &str = "identity.*.read_identity";
+pub const PERM_UPDATE_IDENTITY: &str = "identity.*.update_identity";
+pub const PERM_DELETE_IDENTITY: &str = "identity.*.delete_identity";
 
 /// Which keys a root key may act on for a key action (`read_key`, `update_key`, ...):
 /// `api.*.<action>` (or `*`) reaches every key, `api.<apiId>.<action>` the keys labelled

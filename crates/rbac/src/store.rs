@@ -3,8 +3,8 @@
 //! `crates/store/tests/service.rs`).
 
 use crate::{
-    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Key, Override, RbacError, RootKey, StorageError,
-    Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, LimitOwner, Override, RateLimitConfig,
+    RbacError, RootKey, StorageError, Workspace,
 };
 use keygate_domain::Named;
 
@@ -104,17 +104,61 @@ pub trait ApiTx {
     fn delete_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>>;
     /// Deletes the API itself; whether it existed.
     fn delete_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool>;
-    /// A keyset page of the API's keys: ids sorting (bytes ascending) after `after`, at
-    /// most `limit`, by id. One indexed range scan.
+    /// A keyset page of the API's keys (those linked to `identity_id` when given): ids
+    /// sorting (bytes ascending) after `after`, at most `limit`, by id. One indexed range
+    /// scan.
     fn api_keys_page(
         &mut self,
         workspace_id: &str,
         api_id: &str,
+        identity_id: Option<&str>,
         after: Option<&str>,
         limit: usize,
     ) -> R<Vec<Key>>;
     /// How many keys the API holds.
     fn count_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<u64>;
+}
+
+/// Identities, the links of keys to them, and the rate limits of identities and keys.
+pub trait IdentityTx {
+    /// Inserts the identity unless its `external_id` is taken in the workspace; whether it
+    /// was inserted.
+    fn insert_identity(&mut self, identity: &Identity) -> R<bool>;
+    fn identity_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Identity>>;
+    fn identity_by_external_id(&mut self, workspace_id: &str, external_id: &str) -> R<Option<Identity>>;
+    /// Whether the identity exists in the workspace; locks it until the transaction ends.
+    fn lock_identity(&mut self, workspace_id: &str, id: &str) -> R<bool>;
+    /// A keyset page of the workspace's identities: `external_id`s sorting (bytes
+    /// ascending) after `after`, keeping those whose id or external id contains `search`
+    /// ASCII case-insensitively, at most `limit`, by external id.
+    fn identities_page(
+        &mut self,
+        workspace_id: &str,
+        search: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Identity>>;
+    fn set_identity_meta(&mut self, id: &str, meta: Option<&str>, now: i64) -> R<()>;
+    /// Deletes the identity (its rate limits go with it); whether it existed.
+    fn delete_identity(&mut self, workspace_id: &str, id: &str) -> R<bool>;
+    /// Unlinks every key of the identity; their ids.
+    fn unlink_identity_keys(&mut self, workspace_id: &str, id: &str) -> R<Vec<String>>;
+    /// The ids of the identity's keys.
+    fn identity_key_ids(&mut self, workspace_id: &str, id: &str) -> R<Vec<String>>;
+    /// Links a key to an identity, or unlinks it (`None`).
+    fn set_key_identity(&mut self, key_id: &str, identity_id: Option<&str>) -> R<()>;
+    /// The owner's rate limits, by name.
+    fn ratelimits_of(&mut self, owner: LimitOwner<'_>) -> R<Vec<RateLimitConfig>>;
+    /// The owner's rate limits become exactly `limits`: those whose name is gone are
+    /// deleted, those whose name stays keep their id (the caller passes it) and are updated,
+    /// the others inserted.
+    fn replace_ratelimits(
+        &mut self,
+        workspace_id: &str,
+        owner: LimitOwner<'_>,
+        limits: &[RateLimitConfig],
+        now: i64,
+    ) -> R<()>;
 }
 
 /// Permissions and roles, and the permissions of a role.
@@ -218,11 +262,14 @@ pub trait CounterTx {
 
 /// Everything a transaction offers: what the service's closures receive.
 pub trait RbacTx:
-    WorkspaceTx + RootKeyTx + ApiTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx
+    WorkspaceTx + RootKeyTx + ApiTx + IdentityTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx
 {
 }
 
-impl<T: WorkspaceTx + RootKeyTx + ApiTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx> RbacTx for T {}
+impl<T> RbacTx for T where
+    T: WorkspaceTx + RootKeyTx + ApiTx + IdentityTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx
+{
+}
 
 /// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
 pub trait RbacStore: Send + Sync + std::fmt::Debug {

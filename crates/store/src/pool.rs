@@ -222,16 +222,31 @@ impl SqlStore {
         }
     }
 
-    /// Reverts the latest migration (tests of an upgrade: the data of the release before it,
-    /// then [`Self::migrate`]).
-    pub fn revert_last_migration(&self) -> Result<(), StoreOpenError> {
+    /// Reverts every migration after `version` (its folder name's leading date and number,
+    /// `2026-11-25-000008`): tests of an upgrade write the data of that release, then
+    /// [`Self::migrate`].
+    pub fn revert_migrations_after(&self, version: &str) -> Result<(), StoreOpenError> {
         let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
         let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
+        // diesel writes versions without the dashes.
+        let version: String = version.chars().filter(char::is_ascii_digit).collect();
+        macro_rules! revert {
+            ($c:expr, $migrations:expr) => {
+                loop {
+                    let applied = $c.applied_migrations().map_err(|e| fail(&e))?;
+                    let latest = applied.iter().map(|v| v.to_string()).max().unwrap_or_default();
+                    if latest.as_str() <= version.as_str() {
+                        break Ok(());
+                    }
+                    $c.revert_last_migration($migrations).map_err(|e| fail(&e))?;
+                }
+            };
+        }
         match &mut *conn {
             #[cfg(feature = "sqlite")]
-            DbConn::Sqlite(c) => c.revert_last_migration(SQLITE_MIGRATIONS).map(drop).map_err(|e| fail(&e)),
+            DbConn::Sqlite(c) => revert!(c, SQLITE_MIGRATIONS),
             #[cfg(feature = "postgres")]
-            DbConn::Pg(c) => c.revert_last_migration(POSTGRES_MIGRATIONS).map(drop).map_err(|e| fail(&e)),
+            DbConn::Pg(c) => revert!(c, POSTGRES_MIGRATIONS),
         }
     }
 

@@ -43,6 +43,32 @@ diesel::table! {
         created_at -> BigInt,
         updated_at -> BigInt,
         api_id -> Nullable<Text>,
+        identity_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    identities (id) {
+        id -> Text,
+        workspace_id -> Text,
+        external_id -> Text,
+        meta -> Nullable<Text>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    ratelimits (id) {
+        id -> Text,
+        workspace_id -> Text,
+        identity_id -> Nullable<Text>,
+        key_id -> Nullable<Text>,
+        name -> Text,
+        max_tokens -> BigInt,
+        duration -> BigInt,
+        auto_apply -> Bool,
+        created_at -> BigInt,
     }
 }
 
@@ -138,6 +164,8 @@ diesel::joinable!(roles_permissions -> permissions (permission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     apis,
+    identities,
+    ratelimits,
     workspaces,
     root_keys,
     keys,

@@ -19,11 +19,14 @@ fn api_labels_on_keys_become_api_objects() {
     let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh");
     let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
 
-    // The release before: no `apis` table; keys carry bare labels.
-    svc.store().revert_last_migration().expect("revert migration 9");
+    // Keys, then the schema of the release before (no `apis` table: the keys stay), where
+    // keys carried bare labels.
+    let labels = ["payments", "payments", "search", "api_legacy", ""];
+    let keys: Vec<_> =
+        (0..labels.len()).map(|i| svc.create_key(&ws.id, Some(format!("k{i}"))).expect("key")).collect();
+    svc.store().revert_migrations_after("2026-11-25-000008").expect("back to migration 8");
     let mut secrets = Vec::new();
-    for (i, label) in ["payments", "payments", "search", "api_legacy", ""].iter().enumerate() {
-        let (key, secret) = svc.create_key(&ws.id, Some(format!("k{i}"))).expect("key");
+    for (label, (key, secret)) in labels.iter().zip(keys) {
         if !label.is_empty() {
             let sql = format!("UPDATE keys SET api_id = '{label}' WHERE id = '{}'", key.id);
             svc.store().with_conn(|c| diesel::sql_query(sql).execute(c)).expect("label");

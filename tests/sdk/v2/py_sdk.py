@@ -124,6 +124,30 @@ unkey.apis.delete_api(api_id=api_id)
 assert unkey.keys.verify_key(key=in_api[0].key).data.code == "NOT_FOUND"
 rejects(unkey.apis.get_api, errors.NotFoundErrorResponse, "api_not_found", api_id=api_id)
 
+# Identities, and keys linked to them.
+ident = unkey.identities.create_identity(
+    external_id=f"{run}_customer", meta={"plan": "pro"},
+    ratelimits=[{"name": "requests", "limit": 10, "duration": 60000, "auto_apply": True}],
+)
+assert ident.data.identity_id.startswith("id_"), ident
+got_ident = unkey.identities.get_identity(identity=f"{run}_customer").data
+assert (got_ident.id, got_ident.meta, [r.name for r in got_ident.ratelimits]) == (ident.data.identity_id, {"plan": "pro"}, ["requests"]), got_ident
+rejects(unkey.identities.create_identity, errors.ConflictErrorResponse, "identity_already_exists", external_id=f"{run}_customer")
+linked = unkey.keys.create_key(api_id="api_sdk_py", external_id=f"{run}_customer", ratelimits=[{"name": "own", "limit": 5, "duration": 1000}]).data
+linked_key = unkey.keys.get_key(key_id=linked.key_id).data
+assert (linked_key.identity.external_id, [r.name for r in linked_key.ratelimits]) == (f"{run}_customer", ["own"]), linked_key
+updated = unkey.identities.update_identity(identity=ident.data.identity_id, meta={"plan": "team"}, ratelimits=[]).data
+assert (updated.meta, updated.ratelimits) == ({"plan": "team"}, []), updated
+idents = []
+page = unkey.identities.list_identities(limit=1)
+while page is not None:
+    idents += [i.external_id for i in page.result.data]
+    page = page.next()
+assert f"{run}_customer" in idents, idents
+unkey.identities.delete_identity(identity=f"{run}_customer")
+rejects(unkey.identities.get_identity, errors.NotFoundErrorResponse, "identity_not_found", identity=f"{run}_customer")
+assert unkey.keys.verify_key(key=linked.key).data.code == "VALID"
+
 # Rate limits.
 ns = f"{run}-api"
 first = unkey.ratelimit.limit(namespace=ns, identifier="u1", limit=2, duration=60000).data

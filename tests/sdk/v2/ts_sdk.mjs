@@ -131,6 +131,31 @@ assert.equal((await unkey.keys.verifyKey({ key: inApi[0].data.key })).data.code,
 await rejects(unkey.apis.getApi({ apiId }), errors.NotFoundErrorResponse, "api_not_found");
 await rejects(unkey.apis.createApi({ name: "x" }), errors.BadRequestErrorResponse, "invalid_input");
 
+// Identities, and keys linked to them.
+const ident = await unkey.identities.createIdentity({
+  externalId: `${run}_customer`, meta: { plan: "pro" },
+  ratelimits: [{ name: "requests", limit: 10, duration: 60000, autoApply: true }],
+});
+assert.ok(ident.data.identityId.startsWith("id_"), show(ident));
+const gotIdent = await unkey.identities.getIdentity({ identity: `${run}_customer` });
+assert.deepEqual([gotIdent.data.id, gotIdent.data.meta, gotIdent.data.ratelimits.map((r) => r.name)],
+  [ident.data.identityId, { plan: "pro" }, ["requests"]], show(gotIdent));
+await rejects(unkey.identities.createIdentity({ externalId: `${run}_customer` }), errors.ConflictErrorResponse, "identity_already_exists");
+const linked = await unkey.keys.createKey({ apiId: "api_sdk_v2", externalId: `${run}_customer`,
+  ratelimits: [{ name: "own", limit: 5, duration: 1000 }] });
+const linkedKey = await unkey.keys.getKey({ keyId: linked.data.keyId });
+assert.deepEqual([linkedKey.data.identity.externalId, linkedKey.data.ratelimits.map((r) => r.name)], [`${run}_customer`, ["own"]], show(linkedKey));
+const updatedIdent = await unkey.identities.updateIdentity({ identity: ident.data.identityId, meta: { plan: "team" }, ratelimits: [] });
+assert.deepEqual([updatedIdent.data.meta, updatedIdent.data.ratelimits], [{ plan: "team" }, []], show(updatedIdent));
+const idents = [];
+for await (const page of await unkey.identities.listIdentities({ limit: 1 })) {
+  idents.push(...page.result.data.map((i) => i.externalId));
+}
+assert.ok(idents.includes(`${run}_customer`), show(idents));
+assert.deepEqual((await unkey.identities.deleteIdentity({ identity: `${run}_customer` })).data, {});
+await rejects(unkey.identities.getIdentity({ identity: `${run}_customer` }), errors.NotFoundErrorResponse, "identity_not_found");
+assert.equal((await unkey.keys.verifyKey({ key: linked.data.key })).data.code, "VALID", "an unlinked key keeps working");
+
 // Permissions and authentication errors.
 const stranger = new Unkey({ rootKey: "kg_root_unknown_000000000000", serverURL, retryConfig: { strategy: "none" } });
 await rejects(stranger.keys.getKey({ keyId: "key_x" }), errors.UnauthorizedErrorResponse, "key_not_found");

@@ -283,6 +283,10 @@ pub(crate) struct CreateKeyBody {
     /// Role names; each must exist.
     #[schema(schema_with = kinds::role_names_or_null)]
     roles: Option<Vec<String>>,
+    /// Links the key to the identity with this externalId (as v2's createKey), created when
+    /// missing, which needs `identity.*.create_identity`.
+    #[schema(min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$")]
+    external_id: Option<String>,
 }
 
 /// The answer of `createKey` (v1; v2's `data`).
@@ -313,6 +317,8 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
     };
     let new = NewKey {
         api_id: body.api_id,
+        external_id: body.external_id,
+        ratelimits: Vec::new(),
         name: body.name,
         prefix: body.prefix,
         meta: body.meta.map(|m| Value::Object(m).to_string()),

@@ -38,8 +38,7 @@ impl<S: RbacStore> RbacService<S> {
     /// `apis.listKeys`: a page of the API's keys by id (those after `after`, at most
     /// `limit`), each described by `describe` in one snapshot with the page. Needs
     /// `read_api` and `read_key`, each for all APIs or this one. `external_id` keeps the keys
-    /// of that identity (v1's `ownerId` alike): keygate has no identities yet, so no key has
-    /// one and the page is empty. Answers the page and how many keys the API holds.
+    /// of that identity (none when there is no such identity). Answers the page and how many keys the API holds.
     pub fn list_api_keys<T>(
         &self,
         p: &Principal,
@@ -58,10 +57,14 @@ impl<S: RbacStore> RbacService<S> {
                 return Err(RbacError::not_found(Resource::Api, api_id));
             }
             let total = tx.count_api_keys(ws, api_id)?;
-            if external_id.is_some() {
-                return Ok((Page { items: Vec::new(), next: None }, total));
-            }
-            let rows = tx.api_keys_page(ws, api_id, after, limit + 1)?;
+            let identity = match external_id {
+                Some(e) => match tx.identity_by_external_id(ws, e)? {
+                    Some(i) => Some(i.id),
+                    None => return Ok((Page { items: Vec::new(), next: None }, total)),
+                },
+                None => None,
+            };
+            let rows = tx.api_keys_page(ws, api_id, identity.as_deref(), after, limit + 1)?;
             let page = Page::keyset(rows, limit, |k| k.id.as_str());
             let items = page.items.into_iter().map(|k| describe(tx, k)).collect::<Result<_, _>>()?;
             Ok((Page { items, next: page.next }, total))

@@ -209,6 +209,10 @@ impl<S: RbacStore> RbacService<S> {
             let msg = format!("must be at most {MAX_KEY_META_BYTES} bytes when serialized");
             return Err(ValidationError::new("meta", msg).into());
         }
+        if let Some(external_id) = &new.external_id {
+            validate_external_id("externalId", external_id)?;
+        }
+        super::identities::validate_ratelimits("ratelimits", &new.ratelimits)?;
         // A past `expires` is accepted (as in Unkey's v2 API, over the same data): the key
         // then verifies EXPIRED.
         // v2 (`byte_length` set): a role may be named by its id too.
@@ -240,8 +244,10 @@ impl<S: RbacStore> RbacService<S> {
         }
 
         let ws = p.workspace_id.as_str();
-        let (key, secret) = self.new_key(ws, new);
-        self.write(|tx, changes| {
+        let external_id = new.external_id.clone();
+        let limits = super::identities::limit_configs(&[], &new.ratelimits);
+        let (mut key, secret) = self.new_key(ws, new);
+        let key = self.write(|tx, changes| {
             changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
             let permissions = resolve_links(tx, ws, &PERMISSION_RULES, &permission_plan)?;
             let roles = resolve_links(tx, ws, &ROLE_RULES, &role_plan)?;
@@ -251,7 +257,14 @@ impl<S: RbacStore> RbacService<S> {
             if let Some(api_id) = &key.api_id {
                 super::apis::ensure_api(tx, p, api_id, key.created_at)?;
             }
+            if let Some(external_id) = &external_id {
+                key.identity_id =
+                    Some(super::identities::ensure_identity(tx, p, external_id, key.created_at)?);
+            }
             tx.insert_key(&key, &secret.hash())?;
+            if !limits.is_empty() {
+                tx.replace_ratelimits(ws, LimitOwner::Key(&key.id), &limits, key.created_at)?;
+            }
             let mut events = vec![AuditEvent {
                 workspace_id: ws.to_string(),
                 actor_id: p.root_key_id.clone(),
@@ -266,7 +279,7 @@ impl<S: RbacStore> RbacService<S> {
             write_links(tx, p, owner, permissions, LinkMode::Add, key.created_at, &mut events)?;
             write_links(tx, p, owner, roles, LinkMode::Add, key.created_at, &mut events)?;
             tx.insert_audit_events(&events)?;
-            Ok(())
+            Ok(key)
         })?;
         Ok((key, secret))
     }
@@ -290,6 +303,7 @@ impl<S: RbacStore> RbacService<S> {
             id: new_id(IdPrefix::Key),
             workspace_id: workspace_id.to_string(),
             api_id: new.api_id,
+            identity_id: None,
             start,
             name: new.name,
             meta: new.meta,
@@ -382,5 +396,19 @@ pub fn key_summary(tx: &mut dyn RbacTx, key: Key) -> Result<KeySummary, RbacErro
     let inherited = if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? };
     let permissions: BTreeSet<String> = direct.into_iter().chain(inherited).map(|n| n.name).collect();
     let roles: BTreeSet<String> = roles.into_iter().map(|r| r.name).collect();
-    Ok(KeySummary { key, permissions: permissions.into_iter().collect(), roles: roles.into_iter().collect() })
+    let identity = match &key.identity_id {
+        Some(id) => match tx.identity_by_id(&key.workspace_id, id)? {
+            Some(i) => Some(super::identities::identity_view(tx, i)?),
+            None => None,
+        },
+        None => None,
+    };
+    let ratelimits = tx.ratelimits_of(LimitOwner::Key(&key.id))?;
+    Ok(KeySummary {
+        key,
+        permissions: permissions.into_iter().collect(),
+        roles: roles.into_iter().collect(),
+        identity,
+        ratelimits,
+    })
 }

@@ -8,6 +8,7 @@ mod apis;
 mod audit;
 mod auth;
 mod entities;
+mod identities;
 mod keys;
 mod links;
 mod namespaces;
@@ -15,6 +16,10 @@ mod overrides;
 mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
+pub use identities::{
+    MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
+    validate_ratelimits,
+};
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
@@ -26,18 +31,20 @@ use crate::counters::{Scope, creation_shard};
 pub use crate::perms::*;
 use crate::store::{EntityKind, RbacStore, RbacTx};
 use crate::{
-    Api, ApiAccess, AuditEvent, AuditFilter, AuditRecord, Entity, Key, KeyLookup, KeySummary, KeyView,
-    NewEntity, NewKey, Page, PermissionQuery, Principal, RbacError, Resource, RoleView, RootKey,
-    Verification, VerifyCode, VerifyScope, Workspace,
+    Api, ApiAccess, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, IdentityView, Key, KeyLookup,
+    KeySummary, KeyView, LimitOwner, NewEntity, NewKey, NewRateLimit, Page, PermissionQuery, Principal,
+    RateLimitConfig, RbacError, Resource, RoleView, RootKey, Verification, VerifyCode, VerifyScope,
+    Workspace,
 };
 use crate::{
     Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,
     is_pattern, validate_pattern,
 };
 use keygate_domain::{
-    Clock, IdPrefix, MAX_NAME_CHARS, Named, Secret, ValidationError, check_len, digest_hex, has_prefix,
-    hash_secret, new_id, random_base58_token, random_token, secret_digest, sort_by_name, validate_api_name,
-    validate_display_name, validate_key_id, validate_permission_name, validate_root_key_secret,
+    Clock, IdPrefix, MAX_NAME_CHARS, Named, Patch, Secret, ValidationError, check_len, digest_hex,
+    has_prefix, hash_secret, new_id, random_base58_token, random_token, secret_digest, sort_by_name,
+    validate_api_name, validate_display_name, validate_external_id, validate_key_id,
+    validate_permission_name, validate_root_key_secret,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

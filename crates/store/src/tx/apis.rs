@@ -61,6 +61,7 @@ impl ApiTx for DieselTx<'_> {
         &mut self,
         workspace_id: &str,
         api_id: &str,
+        identity_id: Option<&str>,
         after: Option<&str>,
         limit: usize,
     ) -> R<Vec<Key>> {
@@ -73,6 +74,9 @@ impl ApiTx for DieselTx<'_> {
                     .filter(keys::workspace_id.eq(workspace_id))
                     .filter(keys::api_id.eq(api_id))
                     .into_boxed::<$db>();
+                if let Some(identity_id) = identity_id {
+                    q = q.filter(keys::identity_id.eq(identity_id));
+                }
                 if let Some(after) = after {
                     let cmp = format!("{} > ", ks.col("keys.id"));
                     q = q.filter(sql::<Bool>(&cmp).bind::<Text, _>(after.to_string()));

@@ -17,6 +17,7 @@ impl KeyTx for DieselTx<'_> {
                 keys::created_at.eq(key.created_at),
                 keys::updated_at.eq(key.created_at),
                 keys::api_id.eq(&key.api_id),
+                keys::identity_id.eq(&key.identity_id),
             ))
             .execute(self.conn)
             .map(drop)

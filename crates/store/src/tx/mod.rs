@@ -6,10 +6,12 @@ use crate::schema::*;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
-use keygate_rbac::store::{ApiTx, AuditTx, CounterTx, EntityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx};
+use keygate_rbac::store::{
+    ApiTx, AuditTx, CounterTx, EntityTx, IdentityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
+};
 use keygate_rbac::{
-    Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityKind, Key, Override, RootKey, StorageError,
-    Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityKind, Identity, Key, LimitOwner, Override,
+    RateLimitConfig, RootKey, StorageError, Workspace,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -191,8 +193,18 @@ fn named((id, name): (String, String)) -> Named {
     Named { id, name }
 }
 
-type KeyRow =
-    (String, String, String, Option<String>, Option<String>, bool, Option<i64>, i64, Option<String>);
+type KeyRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    bool,
+    Option<i64>,
+    i64,
+    Option<String>,
+    Option<String>,
+);
 
 /// The columns of a [`Key`], in [`KeyRow`] order.
 const KEY_COLUMNS: (
@@ -205,6 +217,7 @@ const KEY_COLUMNS: (
     keys::expires,
     keys::created_at,
     keys::api_id,
+    keys::identity_id,
 ) = (
     keys::id,
     keys::workspace_id,
@@ -215,10 +228,13 @@ const KEY_COLUMNS: (
     keys::expires,
     keys::created_at,
     keys::api_id,
+    keys::identity_id,
 );
 
-fn key_from_row((id, workspace_id, start, name, meta, enabled, expires, created_at, api_id): KeyRow) -> Key {
-    Key { id, workspace_id, api_id, start, name, meta, enabled, expires, created_at }
+fn key_from_row(
+    (id, workspace_id, start, name, meta, enabled, expires, created_at, api_id, identity_id): KeyRow,
+) -> Key {
+    Key { id, workspace_id, api_id, identity_id, start, name, meta, enabled, expires, created_at }
 }
 
 type RootKeyRow = (String, String, String, String, i64, Option<i64>);
@@ -306,6 +322,8 @@ mod audit_tx;
 mod counters_tx;
 #[path = "entities.rs"]
 mod entities_tx;
+#[path = "identities.rs"]
+mod identities_tx;
 #[path = "keys.rs"]
 mod keys_tx;
 #[path = "namespaces.rs"]

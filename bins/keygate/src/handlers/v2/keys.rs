@@ -1,6 +1,7 @@
 //! v2 `keys.*`: create, read (by id or by secret), delete and verify keys; set, add and
 //! remove their permissions and roles by plain strings (slug or name, or id).
 
+use super::identities::{IdentityObject, RatelimitObject, RatelimitRequest, new_ratelimits};
 use super::permissions::{Permission, Role};
 use super::{Empty, Envelope};
 use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported};
@@ -48,6 +49,13 @@ pub(crate) struct KeyObject {
     expires: Option<i64>,
     permissions: Vec<String>,
     roles: Vec<String>,
+    /// The identity the key is linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    identity: Option<IdentityObject>,
+    /// The key's own rate limits, by name (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ratelimits: Vec<RatelimitObject>,
 }
 
 impl From<KeySummary> for KeyObject {
@@ -63,6 +71,8 @@ impl From<KeySummary> for KeyObject {
             expires: k.expires,
             permissions: s.permissions,
             roles: s.roles,
+            identity: s.identity.map(IdentityObject::from),
+            ratelimits: s.ratelimits.into_iter().map(RatelimitObject::from).collect(),
         }
     }
 }
@@ -108,12 +118,15 @@ pub(crate) struct CreateKeyBody {
     /// `true` is 412: keys are stored hashed.
     #[schema(schema_with = only_false)]
     recoverable: Option<bool>,
-    #[schema(ignore)]
-    external_id: Option<Value>,
+    /// Links the key to the identity with this externalId, created (without meta or
+    /// limits) when missing, which needs `identity.*.create_identity`.
+    #[schema(min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$")]
+    external_id: Option<String>,
     #[schema(ignore)]
     credits: Option<Value>,
-    #[schema(ignore)]
-    ratelimits: Option<Value>,
+    /// The key's own rate limits.
+    #[schema(max_items = 50)]
+    ratelimits: Option<Vec<RatelimitRequest>>,
 }
 
 /// `false` or `null`: what keygate can do of a feature that needs keys stored
@@ -158,12 +171,15 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
     if expires.is_some_and(|e| e > MAX_EXPIRES_MS) {
         return Err(ValidationError::new("expires", format!("must be <= {MAX_EXPIRES_MS}")).into());
     }
-    unsupported(&[("externalId", &b.external_id), ("credits", &b.credits), ("ratelimits", &b.ratelimits)])?;
+    unsupported(&[("credits", &b.credits)])?;
+    let ratelimits = new_ratelimits("ratelimits", b.ratelimits.unwrap_or_default())?;
     if b.recoverable == Some(true) {
         return Err(precondition("recoverable", "keys are stored hashed: keygate cannot recover them"));
     }
     let new = NewKey {
         api_id: Some(b.api_id),
+        external_id: b.external_id,
+        ratelimits,
         name: b.name,
         prefix: b.prefix,
         meta: b.meta.map(|m| Value::Object(m).to_string()),

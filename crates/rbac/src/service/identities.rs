@@ -1,0 +1,281 @@
+//! Identities (API-v2.md §11): customers of the workspace, named by the caller's
+//! `externalId`, whose keys share their `meta` and rate limits; and the rate-limit
+//! configurations identities and keys carry (`ratelimits`, in one room with them: the same
+//! rules and storage for both owners).
+
+use super::verify::Changes;
+use super::*;
+
+/// The most rate limits one identity or key carries.
+pub const MAX_RATELIMITS: usize = 50;
+/// Longest name of a rate limit.
+pub const MAX_LIMIT_NAME_CHARS: usize = 128;
+/// Largest `limit` of a rate limit.
+pub const MAX_LIMIT_TOKENS: u64 = 1_000_000;
+/// Longest window of a rate limit: 30 days.
+pub const MAX_LIMIT_DURATION_MS: u64 = 2_592_000_000;
+/// Largest serialized `meta` of an identity.
+pub const MAX_IDENTITY_META_BYTES: usize = 64 * 1024;
+/// Above this many linked keys, a change of the identity ends the workspace's cached
+/// verifications rather than each key's.
+const KEYS_TOUCHED_ONE_BY_ONE: usize = 100;
+
+/// Checks a request's rate limits (`path` is the field: `ratelimits`): at most 50, each
+/// name 1–128 characters and given once, limit 1–1,000,000, window 1 s–30 days.
+pub fn validate_ratelimits(path: &str, limits: &[NewRateLimit]) -> Result<(), ValidationError> {
+    if limits.len() > MAX_RATELIMITS {
+        return Err(ValidationError::new(path, format!("at most {MAX_RATELIMITS} entries")));
+    }
+    let mut names = BTreeSet::new();
+    for (i, l) in limits.iter().enumerate() {
+        check_len(&format!("{path}.{i}.name"), &l.name, MAX_LIMIT_NAME_CHARS)?;
+        if !names.insert(l.name.as_str()) {
+            return Err(ValidationError::new(format!("{path}.{i}.name"), "is given twice"));
+        }
+        if !(1..=MAX_LIMIT_TOKENS).contains(&l.limit) {
+            let msg = format!("must be 1 to {MAX_LIMIT_TOKENS}");
+            return Err(ValidationError::new(format!("{path}.{i}.limit"), msg));
+        }
+        if !(1_000..=MAX_LIMIT_DURATION_MS).contains(&l.duration) {
+            let msg = format!("must be 1000 to {MAX_LIMIT_DURATION_MS}");
+            return Err(ValidationError::new(format!("{path}.{i}.duration"), msg));
+        }
+    }
+    Ok(())
+}
+
+/// The stored form of a request's rate limits: a limit whose name the owner already has
+/// keeps its id (and so its budget's count); the others get new ids. Sorted by name.
+pub(super) fn limit_configs(existing: &[RateLimitConfig], new: &[NewRateLimit]) -> Vec<RateLimitConfig> {
+    let mut out: Vec<RateLimitConfig> = new
+        .iter()
+        .map(|n| RateLimitConfig {
+            id: existing
+                .iter()
+                .find(|e| e.name == n.name)
+                .map_or_else(|| new_id(IdPrefix::RateLimit), |e| e.id.clone()),
+            name: n.name.clone(),
+            limit: n.limit,
+            duration: n.duration,
+            auto_apply: n.auto_apply,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// `meta` of an identity: at most 64 KiB serialized.
+fn check_meta(meta: &str) -> Result<(), ValidationError> {
+    if meta.len() > MAX_IDENTITY_META_BYTES {
+        let msg = format!("must be at most {MAX_IDENTITY_META_BYTES} bytes when serialized");
+        return Err(ValidationError::new("meta", msg));
+    }
+    Ok(())
+}
+
+/// An identity by `externalId`, else by id, in the workspace.
+fn find(tx: &mut dyn RbacTx, ws: &str, reference: &str) -> Result<Option<Identity>, RbacError> {
+    if let Some(i) = tx.identity_by_external_id(ws, reference)? {
+        return Ok(Some(i));
+    }
+    Ok(tx.identity_by_id(ws, reference)?)
+}
+
+/// The identity with its rate limits.
+pub(super) fn identity_view(tx: &mut dyn RbacTx, identity: Identity) -> Result<IdentityView, RbacError> {
+    let ratelimits = tx.ratelimits_of(LimitOwner::Identity(&identity.id))?;
+    Ok(IdentityView { identity, ratelimits })
+}
+
+impl<S: RbacStore> RbacService<S> {
+    /// `identities.createIdentity`: 409 when the `externalId` is taken.
+    pub fn create_identity(
+        &self,
+        p: &Principal,
+        external_id: &str,
+        meta: Option<String>,
+        ratelimits: &[NewRateLimit],
+    ) -> Result<IdentityView, RbacError> {
+        validate_external_id("externalId", external_id)?;
+        if let Some(m) = &meta {
+            check_meta(m)?;
+        }
+        validate_ratelimits("ratelimits", ratelimits)?;
+        if !p.holds(PERM_CREATE_IDENTITY) {
+            return Err(RbacError::missing(&[PERM_CREATE_IDENTITY]));
+        }
+        let now = self.now();
+        let identity = Identity {
+            id: new_id(IdPrefix::Identity),
+            workspace_id: p.workspace_id.clone(),
+            external_id: external_id.to_string(),
+            meta,
+            created_at: now,
+            updated_at: now,
+        };
+        self.write(|tx, _| {
+            if !tx.insert_identity(&identity)? {
+                let msg = format!("an identity with externalId {external_id} already exists");
+                return Err(RbacError::Conflict(Resource::Identity, msg));
+            }
+            let limits = limit_configs(&[], ratelimits);
+            tx.replace_ratelimits(&identity.workspace_id, LimitOwner::Identity(&identity.id), &limits, now)?;
+            tx.insert_audit_events(&[identity_event(p, "identity.create", &identity.id, now)])?;
+            identity_view(tx, identity.clone())
+        })
+    }
+
+    /// `identities.getIdentity`: by `externalId` or id.
+    pub fn get_identity(&self, p: &Principal, reference: &str) -> Result<IdentityView, RbacError> {
+        check_len("identity", reference, MAX_NAME_CHARS)?;
+        if !p.holds(PERM_READ_IDENTITY) {
+            return Err(RbacError::missing(&[PERM_READ_IDENTITY]));
+        }
+        self.store.snapshot(|tx| {
+            let found = find(tx, &p.workspace_id, reference)?;
+            identity_view(tx, found.ok_or_else(|| RbacError::not_found(Resource::Identity, reference))?)
+        })
+    }
+
+    /// `identities.listIdentities`: a page by `externalId` (those after `after`), keeping
+    /// those whose id or externalId contains `search`.
+    pub fn list_identities(
+        &self,
+        p: &Principal,
+        search: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<IdentityView>, RbacError> {
+        if !p.holds(PERM_READ_IDENTITY) {
+            return Err(RbacError::missing(&[PERM_READ_IDENTITY]));
+        }
+        self.store.snapshot(|tx| {
+            let rows = tx.identities_page(&p.workspace_id, search, after, limit + 1)?;
+            let page = Page::keyset(rows, limit, |i| i.external_id.as_str());
+            let items = page.items.into_iter().map(|i| identity_view(tx, i)).collect::<Result<_, _>>()?;
+            Ok(Page { items, next: page.next })
+        })
+    }
+
+    /// `identities.updateIdentity`: `meta` absent, cleared or set; `ratelimits` absent or
+    /// replacing the whole set (cleared: none). Every key of the identity sees the change at
+    /// its next verification.
+    pub fn update_identity(
+        &self,
+        p: &Principal,
+        reference: &str,
+        meta: Patch<String>,
+        ratelimits: Patch<Vec<NewRateLimit>>,
+    ) -> Result<IdentityView, RbacError> {
+        check_len("identity", reference, MAX_NAME_CHARS)?;
+        if let Patch::Set(m) = &meta {
+            check_meta(m)?;
+        }
+        if let Patch::Set(limits) = &ratelimits {
+            validate_ratelimits("ratelimits", limits)?;
+        }
+        if !p.holds(PERM_UPDATE_IDENTITY) {
+            return Err(RbacError::missing(&[PERM_UPDATE_IDENTITY]));
+        }
+        let ws = p.workspace_id.as_str();
+        let missing = || RbacError::not_found(Resource::Identity, reference);
+        self.write(|tx, changes| {
+            let found = find(tx, ws, reference)?.ok_or_else(missing)?;
+            tx.lock_identity(ws, &found.id)?;
+            let now = self.now();
+            if meta.is_given() {
+                tx.set_identity_meta(&found.id, meta.as_set().map(String::as_str), now)?;
+            }
+            if ratelimits.is_given() {
+                let owner = LimitOwner::Identity(&found.id);
+                let existing = tx.ratelimits_of(owner)?;
+                let wanted = ratelimits.apply(None).unwrap_or_default();
+                tx.replace_ratelimits(ws, owner, &limit_configs(&existing, &wanted), now)?;
+            }
+            let keys = tx.identity_key_ids(ws, &found.id)?;
+            touch_keys(changes, ws, &keys);
+            tx.insert_audit_events(&[identity_event(p, "identity.update", &found.id, now)])?;
+            let updated = tx.identity_by_id(ws, &found.id)?.ok_or_else(missing)?;
+            identity_view(tx, updated)
+        })
+    }
+
+    /// `identities.deleteIdentity`: its keys are unlinked (they keep working, without the
+    /// identity's meta or limits) and its limits deleted, in one transaction.
+    pub fn delete_identity(&self, p: &Principal, reference: &str) -> Result<(), RbacError> {
+        check_len("identity", reference, MAX_NAME_CHARS)?;
+        if !p.holds(PERM_DELETE_IDENTITY) {
+            return Err(RbacError::missing(&[PERM_DELETE_IDENTITY]));
+        }
+        let ws = p.workspace_id.as_str();
+        self.write(|tx, changes| {
+            let missing = || RbacError::not_found(Resource::Identity, reference);
+            let found = find(tx, ws, reference)?.ok_or_else(missing)?;
+            tx.lock_identity(ws, &found.id)?;
+            let keys = tx.unlink_identity_keys(ws, &found.id)?;
+            touch_keys(changes, ws, &keys);
+            tx.delete_identity(ws, &found.id)?;
+            tx.insert_audit_events(&[identity_event(p, "identity.delete", &found.id, self.now())])?;
+            Ok(())
+        })
+    }
+}
+
+/// The identity a new key names by `externalId`, in the key's transaction: the existing
+/// one, or a new one without meta or limits, which needs `identity.*.create_identity`
+/// (403 otherwise, and the transaction, key included, is rolled back).
+pub(super) fn ensure_identity(
+    tx: &mut dyn RbacTx,
+    p: &Principal,
+    external_id: &str,
+    now: i64,
+) -> Result<String, RbacError> {
+    let ws = p.workspace_id.as_str();
+    if let Some(found) = tx.identity_by_external_id(ws, external_id)? {
+        tx.lock_identity(ws, &found.id)?;
+        return Ok(found.id);
+    }
+    if !p.holds(PERM_CREATE_IDENTITY) {
+        return Err(RbacError::missing(&[PERM_CREATE_IDENTITY]));
+    }
+    let identity = Identity {
+        id: new_id(IdPrefix::Identity),
+        workspace_id: ws.to_string(),
+        external_id: external_id.to_string(),
+        meta: None,
+        created_at: now,
+        updated_at: now,
+    };
+    if tx.insert_identity(&identity)? {
+        tx.insert_audit_events(&[identity_event(p, "identity.create", &identity.id, now)])?;
+        return Ok(identity.id);
+    }
+    // Created meanwhile by another transaction.
+    let found = tx.identity_by_external_id(ws, external_id)?;
+    found.map(|i| i.id).ok_or_else(|| RbacError::not_found(Resource::Identity, external_id))
+}
+
+/// Ends the cached verifications of these keys: each key's counter, or the workspace's when
+/// there are many.
+fn touch_keys(changes: &mut Changes, ws: &str, keys: &[String]) {
+    if keys.len() > KEYS_TOUCHED_ONE_BY_ONE {
+        changes.touch(Scope::Workspace(ws));
+    } else {
+        for k in keys {
+            changes.touch(Scope::Key(k));
+        }
+    }
+}
+
+fn identity_event(p: &Principal, action: &'static str, id: &str, at: i64) -> AuditEvent {
+    AuditEvent {
+        workspace_id: p.workspace_id.clone(),
+        actor_id: p.root_key_id.clone(),
+        action,
+        resource_type: "identity",
+        resource_id: id.to_string(),
+        key_id: None,
+        role_id: None,
+        at,
+    }
+}

@@ -1,0 +1,6 @@
+DROP INDEX IF EXISTS identities_workspace_external_id_bytes;
+DROP INDEX IF EXISTS ratelimits_key;
+DROP INDEX keys_identity;
+ALTER TABLE keys DROP COLUMN identity_id;
+DROP TABLE ratelimits;
+DROP TABLE identities;
