@@ -94,13 +94,33 @@ fn create_refuses_bad_fields_unsupported_features_and_recoverable_keys_and_write
         r.assert_problem(400, "unkey/application/invalid_input");
         assert_eq!(r.json["error"]["errors"][0]["location"], location, "{body}: {}", r.text);
     }
-    // Credits are not stored yet (the credits issue); identities and key limits are.
-    let r = s.v2("keys.createKey", &json!({"apiId": "api_1", "credits": {"remaining": 1}}));
-    r.assert_problem(400, "keygate/application/not_supported");
-    assert_eq!(r.json["error"]["errors"][0]["location"], "body.credits");
     for field in ["externalId", "ratelimits"] {
         let r = s.v2("keys.createKey", &json!({"apiId": "api_1", field: {"remaining": 1}}));
         r.assert_problem(400, "unkey/application/invalid_input");
+    }
+    let refill = json!({"interval": "daily", "amount": 5});
+    for (credits, location) in [
+        (json!({"remaining": -1}), "body.credits.remaining"),
+        (json!({"remaining": 1.5}), "body.credits.remaining"),
+        (json!({"remaining": null, "refill": refill}), "body.credits.refill"),
+        (json!({"refill": refill}), "body.credits.refill"),
+        (
+            json!({"remaining": 1, "refill": {"interval": "weekly", "amount": 5}}),
+            "body.credits.refill.interval",
+        ),
+        (json!({"remaining": 1, "refill": {"interval": "daily", "amount": 0}}), "body.credits.refill.amount"),
+        (
+            json!({"remaining": 1, "refill": {"interval": "daily", "amount": 5, "refillDay": 3}}),
+            "body.credits.refill.refillDay",
+        ),
+        (
+            json!({"remaining": 1, "refill": {"interval": "monthly", "amount": 5, "refillDay": 32}}),
+            "body.credits.refill.refillDay",
+        ),
+    ] {
+        let r = s.v2("keys.createKey", &json!({"apiId": "api_1", "credits": credits}));
+        r.assert_problem(400, "unkey/application/invalid_input");
+        assert_eq!(r.json["error"]["errors"][0]["location"], location, "{credits}: {}", r.text);
     }
     // null means absent.
     create(&s, json!({"apiId": "api_1", "externalId": null, "credits": null}));

@@ -51,6 +51,7 @@ fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'st
         "/v2/keys.getKey" => (&["api.*.read_key"][..], json!({"keyId": key})),
         "/v2/keys.whoami" => (&["api.*.read_key"][..], json!({"key": "unknown-secret"})),
         "/v2/keys.deleteKey" => (&["api.*.delete_key"][..], json!({"keyId": spare})),
+        "/v2/keys.updateCredits" => (&[UPDATE][..], json!({"keyId": key, "operation": "set", "value": 10})),
         "/v2/keys.setPermissions" => (
             &[UPDATE, "rbac.*.add_permission_to_key", "rbac.*.remove_permission_from_key"][..],
             json!({"keyId": key, "permissions": ["p"]}),
@@ -146,7 +147,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 35, "every authenticated v2 route was checked");
+    assert_eq!(checked, 36, "every authenticated v2 route was checked");
 }
 
 #[test]

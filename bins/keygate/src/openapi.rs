@@ -89,6 +89,7 @@ pub fn document(api: Api) -> Value {
         Api::V2 => vec![
             v2::ratelimit::openapi(),
             v2::apis::openapi(),
+            v2::credits::openapi(),
             v2::identities::openapi(),
             v2::keys::openapi(),
             v2::permissions::openapi(),
@@ -196,6 +197,20 @@ pub(crate) fn operation_mut<'a>(doc: &'a mut Value, path: &str, method: &str) ->
     let op = &mut doc["paths"][path][method];
     assert!(op.is_object(), "no operation {method} {path} in this room's document");
     op
+}
+
+/// The object schema of an optional field: the alternative that is not `null` when the
+/// derive wrote `oneOf: [object, null]`, else the schema itself.
+pub(crate) fn object_of(schema: &mut Value) -> &mut Value {
+    let has_object =
+        schema["oneOf"].as_array().is_some_and(|alts| alts.iter().any(|a| a["type"] == "object"));
+    if !has_object {
+        return schema;
+    }
+    match schema["oneOf"].as_array_mut().and_then(|alts| alts.iter_mut().find(|a| a["type"] == "object")) {
+        Some(object) => object,
+        None => unreachable!("checked above"),
+    }
 }
 
 /// "At least one of these fields" (`exclusive`: exactly one), for a body whose fields are

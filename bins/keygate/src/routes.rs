@@ -74,6 +74,7 @@ route_table! {
     "/v2/identities.updateIdentity" ["POST"] => v2::identities::update_identity,
     "/v2/identities.deleteIdentity" ["POST"] => v2::identities::delete_identity,
     "/v2/keys.createKey" ["POST"] => v2::keys::create_key,
+    "/v2/keys.updateCredits" ["POST"] => v2::credits::update_credits,
     "/v2/keys.getKey" ["POST"] => v2::keys::get_key,
     "/v2/keys.whoami" ["POST"] => v2::keys::whoami,
     "/v2/keys.deleteKey" ["POST"] => v2::keys::delete_key,

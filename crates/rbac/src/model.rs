@@ -83,6 +83,47 @@ pub struct Api {
     pub created_at: i64,
 }
 
+/// A key's credits (API-v2.md §12.1): uses left, and how they refill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credits {
+    pub remaining: u64,
+    pub refill: Option<Refill>,
+}
+
+/// How a key's credits refill: to `amount`, daily at 00:00 UTC or monthly on `day`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refill {
+    pub interval: RefillInterval,
+    pub amount: u64,
+    /// Monthly only: the day of the month (1–31; a shorter month refills on its last day).
+    pub day: Option<u8>,
+    /// When the last refill happened (Unix ms).
+    pub last_refill_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefillInterval {
+    Daily,
+    Monthly,
+}
+
+impl RefillInterval {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefillInterval::Daily => "daily",
+            RefillInterval::Monthly => "monthly",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "daily" => Some(RefillInterval::Daily),
+            "monthly" => Some(RefillInterval::Monthly),
+            _ => None,
+        }
+    }
+}
+
 /// An identity (API-v2.md §11): one customer of the workspace, named by the caller's
 /// `external_id`; its keys share its `meta` and its rate limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +180,11 @@ pub struct Key {
     pub api_id: Option<String>,
     /// The identity the key is linked to, if any.
     pub identity_id: Option<String>,
+    /// Its credits (remaining uses and their refill); `None`: unlimited.
+    pub credits: Option<Credits>,
+    /// The secret's prefix and random byte length (v2's form; what a reroll copies).
+    pub prefix: Option<String>,
+    pub byte_length: Option<u32>,
     /// The visible start of the secret, for recognising the key.
     pub start: String,
     pub name: Option<String>,
@@ -181,6 +227,8 @@ pub struct NewKey {
     pub external_id: Option<String>,
     /// The key's own rate limits.
     pub ratelimits: Vec<NewRateLimit>,
+    /// Its credits; `None`: unlimited.
+    pub credits: Option<Credits>,
     pub name: Option<String>,
     /// The secret starts with `<prefix>_` (default `kg`).
     pub prefix: Option<String>,
@@ -204,6 +252,7 @@ impl Default for NewKey {
             api_id: None,
             external_id: None,
             ratelimits: Vec::new(),
+            credits: None,
             name: None,
             prefix: None,
             meta: None,

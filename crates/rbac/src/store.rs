@@ -119,6 +119,15 @@ pub trait ApiTx {
     fn count_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<u64>;
 }
 
+/// A key's credits (API-v2.md §12.1).
+pub trait CreditTx {
+    /// Sets a key's credits and refill (`None`: unlimited).
+    fn set_key_credits(&mut self, key_id: &str, credits: Option<&crate::Credits>) -> R<()>;
+    /// Adds `delta` (may be negative) to a key's remaining credits in one statement, never
+    /// below 0; a key without credits is left alone. Answers the remaining credits after.
+    fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>>;
+}
+
 /// Identities, the links of keys to them, and the rate limits of identities and keys.
 pub trait IdentityTx {
     /// Inserts the identity unless its `external_id` is taken in the workspace; whether it
@@ -262,12 +271,21 @@ pub trait CounterTx {
 
 /// Everything a transaction offers: what the service's closures receive.
 pub trait RbacTx:
-    WorkspaceTx + RootKeyTx + ApiTx + IdentityTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx
+    WorkspaceTx + RootKeyTx + ApiTx + IdentityTx + KeyTx + CreditTx + EntityTx + NamespaceTx + AuditTx + CounterTx
 {
 }
 
 impl<T> RbacTx for T where
-    T: WorkspaceTx + RootKeyTx + ApiTx + IdentityTx + KeyTx + EntityTx + NamespaceTx + AuditTx + CounterTx
+    T: WorkspaceTx
+        + RootKeyTx
+        + ApiTx
+        + IdentityTx
+        + KeyTx
+        + CreditTx
+        + EntityTx
+        + NamespaceTx
+        + AuditTx
+        + CounterTx
 {
 }
 

@@ -44,6 +44,13 @@ diesel::table! {
         updated_at -> BigInt,
         api_id -> Nullable<Text>,
         identity_id -> Nullable<Text>,
+        credits_remaining -> Nullable<BigInt>,
+        refill_interval -> Nullable<Text>,
+        refill_amount -> Nullable<BigInt>,
+        refill_day -> Nullable<BigInt>,
+        last_refill_at -> Nullable<BigInt>,
+        key_prefix -> Nullable<Text>,
+        byte_length -> Nullable<BigInt>,
     }
 }
 

@@ -124,6 +124,12 @@ unkey.apis.delete_api(api_id=api_id)
 assert unkey.keys.verify_key(key=in_api[0].key).data.code == "NOT_FOUND"
 rejects(unkey.apis.get_api, errors.NotFoundErrorResponse, "api_not_found", api_id=api_id)
 
+# Credits.
+metered = unkey.keys.create_key(api_id="api_sdk_py", credits={"remaining": 10, "refill": {"interval": "daily", "amount": 10}}).data
+assert unkey.keys.get_key(key_id=metered.key_id).data.credits.remaining == 10
+assert unkey.keys.update_credits(key_id=metered.key_id, operation="decrement", value=3).data.remaining == 7
+assert unkey.keys.update_credits(key_id=metered.key_id, operation="set", value=None).data.remaining is None
+
 # Identities, and keys linked to them.
 ident = unkey.identities.create_identity(
     external_id=f"{run}_customer", meta={"plan": "pro"},

@@ -131,6 +131,14 @@ assert.equal((await unkey.keys.verifyKey({ key: inApi[0].data.key })).data.code,
 await rejects(unkey.apis.getApi({ apiId }), errors.NotFoundErrorResponse, "api_not_found");
 await rejects(unkey.apis.createApi({ name: "x" }), errors.BadRequestErrorResponse, "invalid_input");
 
+// Credits.
+const metered = await unkey.keys.createKey({ apiId: "api_sdk_v2", credits: { remaining: 10, refill: { interval: "monthly", amount: 10, refillDay: 5 } } });
+const meteredKey = await unkey.keys.getKey({ keyId: metered.data.keyId });
+assert.deepEqual([meteredKey.data.credits.remaining, meteredKey.data.credits.refill.interval], [10, "monthly"], show(meteredKey));
+const incremented = await unkey.keys.updateCredits({ keyId: metered.data.keyId, operation: "increment", value: 5 });
+assert.equal(incremented.data.remaining, 15, show(incremented));
+assert.equal((await unkey.keys.updateCredits({ keyId: metered.data.keyId, operation: "set", value: null })).data.remaining, null);
+
 // Identities, and keys linked to them.
 const ident = await unkey.identities.createIdentity({
   externalId: `${run}_customer`, meta: { plan: "pro" },

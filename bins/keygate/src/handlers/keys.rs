@@ -3,7 +3,7 @@
 
 use super::{Empty, empty};
 use crate::error::{ApiError, REQUEST_ID_HEADER};
-use crate::http::{Authed, Json, QueryOrJson, integer};
+use crate::http::{Authed, Json, Obj, QueryOrJson, integer};
 use crate::openapi::{V1BodyErrors, V1QueryErrors, kinds, refine_body, require_one_of, schema_mut};
 use actix_web::HttpResponse;
 use keygate_domain::Named;
@@ -27,8 +27,8 @@ pub(crate) struct PermissionsBody {
     /// A key id.
     #[schema(min_length = 1, max_length = 255)]
     key_id: String,
-    #[schema(max_items = 1000)]
-    permissions: Vec<PermissionRef>,
+    #[schema(max_items = 1000, value_type = Vec<PermissionRef>)]
+    permissions: Vec<Obj<PermissionRef>>,
 }
 
 /// A permission by id or name; `slug` is an alias of `name` (and wins when both are given).
@@ -63,8 +63,8 @@ pub(crate) struct RolesBody {
     /// A key id.
     #[schema(min_length = 1, max_length = 255)]
     key_id: String,
-    #[schema(max_items = 1000)]
-    roles: Vec<RoleRef>,
+    #[schema(max_items = 1000, value_type = Vec<RoleRef>)]
+    roles: Vec<Obj<RoleRef>>,
 }
 
 /// A role by id or name.
@@ -98,13 +98,13 @@ pub(crate) trait LinkBody: DeserializeOwned + Send + 'static {
 
 impl LinkBody for PermissionsBody {
     fn into_parts(self) -> (String, Vec<EntityRef>) {
-        (self.key_id, self.permissions.into_iter().map(EntityRef::from).collect())
+        (self.key_id, self.permissions.into_iter().map(|Obj(r)| EntityRef::from(r)).collect())
     }
 }
 
 impl LinkBody for RolesBody {
     fn into_parts(self) -> (String, Vec<EntityRef>) {
-        (self.key_id, self.roles.into_iter().map(EntityRef::from).collect())
+        (self.key_id, self.roles.into_iter().map(|Obj(r)| EntityRef::from(r)).collect())
     }
 }
 
@@ -319,6 +319,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         api_id: body.api_id,
         external_id: body.external_id,
         ratelimits: Vec::new(),
+        credits: None,
         name: body.name,
         prefix: body.prefix,
         meta: body.meta.map(|m| Value::Object(m).to_string()),
@@ -363,8 +364,8 @@ pub(crate) struct VerifyKeyBody {
     /// Only a key created with this apiId verifies; any other answers NOT_FOUND.
     #[schema(min_length = 1, max_length = 255)]
     api_id: Option<String>,
-    #[schema(inline)]
-    authorization: Option<AuthorizationBody>,
+    #[schema(inline, value_type = Option<AuthorizationBody>)]
+    authorization: Option<Obj<AuthorizationBody>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -528,7 +529,7 @@ pub async fn verify_key(
     if let Some(api_id) = &body.api_id {
         check_len("apiId", api_id, MAX_NAME_CHARS)?;
     }
-    let query = match body.authorization.take().and_then(|a| a.permissions) {
+    let query = match body.authorization.take().and_then(|Obj(a)| a.permissions) {
         Some(v) => Some(permission_query("authorization.permissions", &v, &mut 0)?),
         None => None,
     };

@@ -5,7 +5,7 @@ use super::keys::NamedItem;
 use super::keys::{LinkBody, PermissionRef, link};
 use super::{Empty, empty};
 use crate::error::ApiError;
-use crate::http::{Authed, Json, Query};
+use crate::http::{Authed, Json, Obj, Query};
 use crate::openapi::{V1BodyErrors, V1Conflict, V1QueryErrors, kinds, refine_body};
 use actix_web::HttpResponse;
 use keygate_rbac::{Entity, EntityKind, EntityRef, NewEntity, RbacService, RoleView};
@@ -216,13 +216,13 @@ pub(crate) struct RolePermissionsBody {
     /// A role id.
     #[schema(min_length = 1, max_length = 255)]
     role_id: String,
-    #[schema(max_items = 1000)]
-    permissions: Vec<PermissionRef>,
+    #[schema(max_items = 1000, value_type = Vec<PermissionRef>)]
+    permissions: Vec<Obj<PermissionRef>>,
 }
 
 impl LinkBody for RolePermissionsBody {
     fn into_parts(self) -> (String, Vec<EntityRef>) {
-        (self.role_id, self.permissions.into_iter().map(EntityRef::from).collect())
+        (self.role_id, self.permissions.into_iter().map(|Obj(r)| EntityRef::from(r)).collect())
     }
 }
 

@@ -2,7 +2,7 @@
 //! thread hop; only a namespace or root key not seen before goes to the store.
 
 use crate::error::ApiError;
-use crate::http::{Authed, JsonBytes, blocking, in_background, integer, parse_json};
+use crate::http::{Authed, JsonBytes, Obj, blocking, in_background, integer, parse_json};
 use crate::openapi::V1BodyErrors;
 use crate::state::AppState;
 use actix_web::http::header::ContentType;
@@ -44,8 +44,8 @@ pub(crate) struct LimitBody<'a> {
     /// Scalar values only, at most 64 KiB serialized.
     #[schema(schema_with = scalar_meta)]
     meta: Option<Map<String, Value>>,
-    #[schema(inline, max_items = 100)]
-    resources: Option<Vec<Resource>>,
+    #[schema(inline, max_items = 100, value_type = Option<Vec<Resource>>)]
+    resources: Option<Vec<Obj<Resource>>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -127,7 +127,7 @@ impl<'a> LimitBody<'a> {
             if resources.len() > MAX_RESOURCES {
                 return Err(ValidationError::new("resources", format!("at most {MAX_RESOURCES} entries")));
             }
-            for (i, r) in resources.iter().enumerate() {
+            for (i, Obj(r)) in resources.iter().enumerate() {
                 if let Some(meta) = &r.meta {
                     check_meta(&format!("resources.{i}.meta"), meta)?;
                 }

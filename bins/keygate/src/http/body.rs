@@ -12,6 +12,28 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Number;
 
+/// A JSON object read as `T`, and nothing else: serde reads a struct from an array too
+/// (`[1, null]` for `{a, b}`), which a schema's `object` does not allow, so nested objects of
+/// a request are read through this. Errors keep their field paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Obj<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Only<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Only<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Obj)
+            }
+        }
+        d.deserialize_map(Only(std::marker::PhantomData))
+    }
+}
+
 /// Largest accepted request body (contract §1: over 1 MiB is 413).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 

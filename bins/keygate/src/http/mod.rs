@@ -11,6 +11,6 @@ mod request_id;
 
 pub(crate) use auth::{authenticate, authenticate_secret};
 pub(crate) use blocking::{blocking, in_background};
-pub(crate) use body::{integer, parse_json, parse_json_as};
+pub(crate) use body::{Obj, integer, parse_json, parse_json_as};
 pub(crate) use extract::{Authed, Json, JsonBytes, Query, QueryOrJson};
 pub(crate) use request_id::{RequestId, is_v2};

@@ -7,6 +7,7 @@ mod admin;
 mod apis;
 mod audit;
 mod auth;
+mod credits;
 mod entities;
 mod identities;
 mod keys;
@@ -16,6 +17,7 @@ mod overrides;
 mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
+pub use credits::{CreditOp, RefillSpec, check_refill, credit_setting};
 pub use identities::{
     MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
     validate_ratelimits,

@@ -18,10 +18,12 @@ impl KeyTx for DieselTx<'_> {
                 keys::updated_at.eq(key.created_at),
                 keys::api_id.eq(&key.api_id),
                 keys::identity_id.eq(&key.identity_id),
+                keys::key_prefix.eq(&key.prefix),
+                keys::byte_length.eq(key.byte_length.map(i64::from)),
             ))
             .execute(self.conn)
-            .map(drop)
-            .map_err(db_err)
+            .map_err(db_err)?;
+        self.set_key_credits(&key.id, key.credits.as_ref())
     }
 
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {

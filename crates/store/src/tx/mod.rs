@@ -7,11 +7,11 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
 use keygate_rbac::store::{
-    ApiTx, AuditTx, CounterTx, EntityTx, IdentityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
+    ApiTx, AuditTx, CounterTx, CreditTx, EntityTx, IdentityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
 };
 use keygate_rbac::{
-    Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityKind, Identity, Key, LimitOwner, Override,
-    RateLimitConfig, RootKey, StorageError, Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Credits, Entity, EntityKind, Identity, Key, LimitOwner,
+    Override, RateLimitConfig, Refill, RefillInterval, RootKey, StorageError, Workspace,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -194,47 +194,105 @@ fn named((id, name): (String, String)) -> Named {
 }
 
 type KeyRow = (
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    bool,
-    Option<i64>,
-    i64,
-    Option<String>,
-    Option<String>,
+    (
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        bool,
+        Option<i64>,
+        i64,
+        Option<String>,
+        Option<String>,
+    ),
+    CreditsRow,
 );
 
-/// The columns of a [`Key`], in [`KeyRow`] order.
+/// A key's credit, refill and secret-shape columns.
+type CreditsRow =
+    (Option<i64>, Option<String>, Option<i64>, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+
+/// The columns of a [`Key`], in [`KeyRow`] order (two tuples: diesel reads at most 16
+/// columns in one).
+#[allow(clippy::type_complexity)]
 const KEY_COLUMNS: (
-    keys::id,
-    keys::workspace_id,
-    keys::prefix,
-    keys::name,
-    keys::meta,
-    keys::enabled,
-    keys::expires,
-    keys::created_at,
-    keys::api_id,
-    keys::identity_id,
+    (
+        keys::id,
+        keys::workspace_id,
+        keys::prefix,
+        keys::name,
+        keys::meta,
+        keys::enabled,
+        keys::expires,
+        keys::created_at,
+        keys::api_id,
+        keys::identity_id,
+    ),
+    (
+        keys::credits_remaining,
+        keys::refill_interval,
+        keys::refill_amount,
+        keys::refill_day,
+        keys::last_refill_at,
+        keys::key_prefix,
+        keys::byte_length,
+    ),
 ) = (
-    keys::id,
-    keys::workspace_id,
-    keys::prefix,
-    keys::name,
-    keys::meta,
-    keys::enabled,
-    keys::expires,
-    keys::created_at,
-    keys::api_id,
-    keys::identity_id,
+    (
+        keys::id,
+        keys::workspace_id,
+        keys::prefix,
+        keys::name,
+        keys::meta,
+        keys::enabled,
+        keys::expires,
+        keys::created_at,
+        keys::api_id,
+        keys::identity_id,
+    ),
+    (
+        keys::credits_remaining,
+        keys::refill_interval,
+        keys::refill_amount,
+        keys::refill_day,
+        keys::last_refill_at,
+        keys::key_prefix,
+        keys::byte_length,
+    ),
 );
 
 fn key_from_row(
-    (id, workspace_id, start, name, meta, enabled, expires, created_at, api_id, identity_id): KeyRow,
+    (
+        (id, workspace_id, start, name, meta, enabled, expires, created_at, api_id, identity_id),
+        (remaining, interval, amount, day, last_refill_at, prefix, byte_length),
+    ): KeyRow,
 ) -> Key {
-    Key { id, workspace_id, api_id, identity_id, start, name, meta, enabled, expires, created_at }
+    let refill = match (interval.as_deref().and_then(RefillInterval::parse), amount) {
+        (Some(interval), Some(amount)) => Some(Refill {
+            interval,
+            amount: u64::try_from(amount).unwrap_or(0),
+            day: day.and_then(|d| u8::try_from(d).ok()),
+            last_refill_at,
+        }),
+        _ => None,
+    };
+    let credits = remaining.map(|r| Credits { remaining: u64::try_from(r).unwrap_or(0), refill });
+    Key {
+        id,
+        workspace_id,
+        api_id,
+        identity_id,
+        credits,
+        prefix,
+        byte_length: byte_length.and_then(|b| u32::try_from(b).ok()),
+        start,
+        name,
+        meta,
+        enabled,
+        expires,
+        created_at,
+    }
 }
 
 type RootKeyRow = (String, String, String, String, i64, Option<i64>);
@@ -320,6 +378,8 @@ mod apis_tx;
 mod audit_tx;
 #[path = "counters.rs"]
 mod counters_tx;
+#[path = "credits.rs"]
+mod credits_tx;
 #[path = "entities.rs"]
 mod entities_tx;
 #[path = "identities.rs"]

@@ -4,7 +4,7 @@
 
 use super::{Empty, Envelope, PageEnvelope, decode_cursor, ok, ok_empty, ok_page, page_limit};
 use crate::error::ApiError;
-use crate::http::{Authed, Json, integer};
+use crate::http::{Authed, Json, Obj, integer};
 use crate::openapi::{V2Conflict, V2Errors};
 use actix_web::HttpResponse;
 use keygate_domain::{MAX_NAME_CHARS, Patch, ValidationError, check_len};
@@ -36,12 +36,12 @@ pub(crate) struct RatelimitRequest {
 /// Reads a request's rate limits (`path`: the field), bounds checked by the service.
 pub(crate) fn new_ratelimits(
     path: &str,
-    limits: Vec<RatelimitRequest>,
+    limits: Vec<Obj<RatelimitRequest>>,
 ) -> Result<Vec<NewRateLimit>, ApiError> {
     limits
         .into_iter()
         .enumerate()
-        .map(|(i, l)| {
+        .map(|(i, Obj(l))| {
             Ok(NewRateLimit {
                 limit: integer(&format!("{path}.{i}.limit"), &l.limit, 1)?,
                 duration: integer(&format!("{path}.{i}.duration"), &l.duration, 1_000)?,
@@ -111,8 +111,8 @@ pub(crate) struct CreateIdentityBody {
     /// At most 100 properties, 64 KiB serialized.
     #[schema(value_type = Option<Object>)]
     meta: Option<Map<String, Value>>,
-    #[schema(max_items = 50)]
-    ratelimits: Option<Vec<RatelimitRequest>>,
+    #[schema(max_items = 50, value_type = Option<Vec<RatelimitRequest>>)]
+    ratelimits: Option<Vec<Obj<RatelimitRequest>>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -197,7 +197,7 @@ pub(crate) struct UpdateIdentityBody {
     /// name keeps its id and its budget's count).
     #[serde(default)]
     #[schema(value_type = Option<Vec<RatelimitRequest>>, max_items = 50)]
-    ratelimits: Patch<Vec<RatelimitRequest>>,
+    ratelimits: Patch<Vec<Obj<RatelimitRequest>>>,
 }
 
 /// Update an identity's meta and rate limits

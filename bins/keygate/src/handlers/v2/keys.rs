@@ -1,13 +1,14 @@
 //! v2 `keys.*`: create, read (by id or by secret), delete and verify keys; set, add and
 //! remove their permissions and roles by plain strings (slug or name, or id).
 
+use super::credits::{CreditsObject, CreditsRequest, new_credits};
 use super::identities::{IdentityObject, RatelimitObject, RatelimitRequest, new_ratelimits};
 use super::permissions::{Permission, Role};
 use super::{Empty, Envelope};
 use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported};
 use crate::error::{ApiError, problems};
 use crate::handlers::keys::{CreatedKey, DeleteKeyBody};
-use crate::http::{Authed, Json, integer};
+use crate::http::{Authed, Json, Obj, integer};
 use crate::openapi::{V2Errors, V2Precondition, kinds, refine_body};
 use actix_web::HttpResponse;
 use keygate_domain::{ErrorCode, MAX_NAME_CHARS, ValidationError, check_len};
@@ -53,6 +54,10 @@ pub(crate) struct KeyObject {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     identity: Option<IdentityObject>,
+    /// The key's credits, when it has a credit setting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    credits: Option<CreditsObject>,
     /// The key's own rate limits, by name (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ratelimits: Vec<RatelimitObject>,
@@ -72,6 +77,7 @@ impl From<KeySummary> for KeyObject {
             permissions: s.permissions,
             roles: s.roles,
             identity: s.identity.map(IdentityObject::from),
+            credits: k.credits.map(|c| CreditsObject::of(Some(c))),
             ratelimits: s.ratelimits.into_iter().map(RatelimitObject::from).collect(),
         }
     }
@@ -122,11 +128,12 @@ pub(crate) struct CreateKeyBody {
     /// limits) when missing, which needs `identity.*.create_identity`.
     #[schema(min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$")]
     external_id: Option<String>,
-    #[schema(ignore)]
-    credits: Option<Value>,
+    /// Uses of the key (null or absent: unlimited) and their refill.
+    #[schema(inline, value_type = Option<CreditsRequest>)]
+    credits: Option<Obj<CreditsRequest>>,
     /// The key's own rate limits.
-    #[schema(max_items = 50)]
-    ratelimits: Option<Vec<RatelimitRequest>>,
+    #[schema(max_items = 50, value_type = Option<Vec<RatelimitRequest>>)]
+    ratelimits: Option<Vec<Obj<RatelimitRequest>>>,
 }
 
 /// `false` or `null`: what keygate can do of a feature that needs keys stored
@@ -171,7 +178,6 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
     if expires.is_some_and(|e| e > MAX_EXPIRES_MS) {
         return Err(ValidationError::new("expires", format!("must be <= {MAX_EXPIRES_MS}")).into());
     }
-    unsupported(&[("credits", &b.credits)])?;
     let ratelimits = new_ratelimits("ratelimits", b.ratelimits.unwrap_or_default())?;
     if b.recoverable == Some(true) {
         return Err(precondition("recoverable", "keys are stored hashed: keygate cannot recover them"));
@@ -180,6 +186,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         api_id: Some(b.api_id),
         external_id: b.external_id,
         ratelimits,
+        credits: new_credits(b.credits)?,
         name: b.name,
         prefix: b.prefix,
         meta: b.meta.map(|m| Value::Object(m).to_string()),
@@ -280,8 +287,8 @@ pub(crate) struct VerifyKeyBody {
     permissions: Option<String>,
     #[schema(schema_with = tags)]
     tags: Option<Vec<String>>,
-    #[schema(inline)]
-    credits: Option<Credits>,
+    #[schema(inline, value_type = Option<Credits>)]
+    credits: Option<Obj<Credits>>,
     #[schema(ignore)]
     ratelimits: Option<Value>,
     #[schema(ignore)]
@@ -395,7 +402,7 @@ pub async fn verify_key(mut call: Authed<Json<VerifyKeyBody>>) -> Result<HttpRes
             check_len(&format!("tags.{i}"), t, 512)?;
         }
     }
-    if let Some(c) = &b.credits {
+    if let Some(Obj(c)) = &b.credits {
         integer("credits.cost", &c.cost, 0)?;
     }
     unsupported(&[
@@ -568,7 +575,9 @@ pub(crate) fn openapi() -> Value {
     ] {
         refine_body(&mut doc, path, "post", |body| body["properties"][list]["minItems"] = 1.into());
     }
-    crate::openapi::schema_mut(&mut doc, "CreateKeyBody")["properties"]["meta"]["maxProperties"] = 100.into();
+    let create = crate::openapi::schema_mut(&mut doc, "CreateKeyBody");
+    create["properties"]["meta"]["maxProperties"] = 100.into();
+    super::credits::credits_rules(&mut create["properties"]["credits"]);
     // v1's body, where v2 takes key ids of at least 3 characters.
     refine_body(&mut doc, "/v2/keys.deleteKey", "post", |body| {
         body["properties"]["keyId"]["minLength"] = 3.into()

@@ -5,6 +5,7 @@
 //! references and cursor pagination.
 
 pub mod apis;
+pub mod credits;
 pub mod identities;
 pub mod keys;
 pub mod overrides;

@@ -1,0 +1,124 @@
+//! Credits (API-v2.md §12.1, §12.4): a key's remaining uses and how they refill; the rules
+//! of a credit setting, and `keys.updateCredits` on the key's counter.
+
+use super::*;
+use crate::{Credits, Refill, RefillInterval};
+
+/// What `keys.updateCredits` does with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreditOp {
+    /// `remaining` becomes the value (`None`: unlimited, refill cleared).
+    Set,
+    Increment,
+    /// Floors at 0.
+    Decrement,
+}
+
+/// A refill as a request gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefillSpec {
+    pub interval: RefillInterval,
+    pub amount: u64,
+    pub day: Option<u64>,
+}
+
+/// The credit setting a request asks for (`path`: the field, `credits`): `remaining`
+/// `None` is unlimited, which takes no refill; `refillDay` (1–31) is monthly only; an
+/// amount is at least 1.
+pub fn credit_setting(
+    path: &str,
+    remaining: Option<u64>,
+    refill: Option<RefillSpec>,
+) -> Result<Option<Credits>, ValidationError> {
+    let Some(remaining) = remaining else {
+        return match refill {
+            Some(_) => {
+                Err(ValidationError::new(format!("{path}.refill"), "needs remaining credits (not null)"))
+            }
+            None => Ok(None),
+        };
+    };
+    let refill = refill.map(|r| check_refill(&format!("{path}.refill"), r)).transpose()?;
+    Ok(Some(Credits { remaining, refill }))
+}
+
+/// A refill's own rules.
+pub fn check_refill(path: &str, r: RefillSpec) -> Result<Refill, ValidationError> {
+    if r.amount < 1 {
+        return Err(ValidationError::new(format!("{path}.amount"), "must be >= 1"));
+    }
+    let day = match (r.interval, r.day) {
+        (RefillInterval::Daily, Some(_)) => {
+            return Err(ValidationError::new(format!("{path}.refillDay"), "is for monthly refills only"));
+        }
+        (_, Some(d)) if !(1..=31).contains(&d) => {
+            return Err(ValidationError::new(format!("{path}.refillDay"), "must be 1 to 31"));
+        }
+        (RefillInterval::Monthly, day) => Some(day.unwrap_or(1) as u8),
+        (RefillInterval::Daily, None) => None,
+    };
+    Ok(Refill { interval: r.interval, amount: r.amount, day, last_refill_at: None })
+}
+
+impl<S: RbacStore> RbacService<S> {
+    /// `keys.updateCredits`: on the key's counter in one statement, so that concurrent
+    /// changes never lose one. `Set` takes a value or `None` (unlimited); `Increment` and
+    /// `Decrement` need a value and a key with credits (400 otherwise). Needs `update_key`
+    /// for the key's API. Answers the key's credits after (`None`: unlimited).
+    pub fn update_credits(
+        &self,
+        p: &Principal,
+        key_id: &str,
+        op: CreditOp,
+        value: Option<u64>,
+    ) -> Result<Option<Credits>, RbacError> {
+        validate_key_id("keyId", key_id)?;
+        if op != CreditOp::Set && value.is_none() {
+            return Err(ValidationError::new("value", "is required to increment or decrement").into());
+        }
+        let access = ApiAccess::of(p, "update_key").ok_or_else(|| ApiAccess::denied("update_key", None))?;
+        let ws = p.workspace_id.as_str();
+        self.write(|tx, changes| {
+            let missing = || RbacError::not_found(Resource::Key, key_id);
+            if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id)? {
+                return Err(missing());
+            }
+            let key = tx.get_key(ws, key_id)?.ok_or_else(missing)?;
+            if !access.admits(key.api_id.as_deref()) {
+                return Err(ApiAccess::denied("update_key", key.api_id.as_deref()));
+            }
+            changes.touch(Scope::Key(key_id));
+            let after = match (op, value, key.credits) {
+                (CreditOp::Set, None, _) => None,
+                (CreditOp::Set, Some(n), current) => {
+                    Some(Credits { remaining: n, refill: current.and_then(|c| c.refill) })
+                }
+                (_, _, None) => {
+                    let msg = "the key has unlimited credits: set a value first (operation set)";
+                    return Err(ValidationError::new("operation", msg).into());
+                }
+                (op, Some(v), Some(current)) => {
+                    let v = i64::try_from(v).unwrap_or(i64::MAX);
+                    let delta = if op == CreditOp::Increment { v } else { -v };
+                    let remaining = tx.add_key_credits(key_id, delta)?.unwrap_or(0);
+                    Some(Credits { remaining, refill: current.refill })
+                }
+                (_, None, Some(_)) => return Err(ValidationError::new("value", "is required").into()),
+            };
+            if op == CreditOp::Set {
+                tx.set_key_credits(key_id, after.as_ref())?;
+            }
+            tx.insert_audit_events(&[AuditEvent {
+                workspace_id: ws.to_string(),
+                actor_id: p.root_key_id.clone(),
+                action: "key.update_credits",
+                resource_type: "key",
+                resource_id: key_id.to_string(),
+                key_id: Some(key_id.to_string()),
+                role_id: None,
+                at: self.now(),
+            }])?;
+            Ok(after)
+        })
+    }
+}

@@ -1,0 +1,61 @@
+//! A key's credits (the credit columns of `keys`).
+
+use super::*;
+
+/// remaining, refill interval, amount, day, last refill: the credit columns' values.
+type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
+
+/// The credit columns' values of a key's credits, in [`CreditsRow`]'s first five.
+fn credit_values(credits: Option<&Credits>) -> CreditValues {
+    let Some(c) = credits else { return (None, None, None, None, None) };
+    let remaining = Some(i64::try_from(c.remaining).unwrap_or(i64::MAX));
+    match &c.refill {
+        None => (remaining, None, None, None, None),
+        Some(r) => (
+            remaining,
+            Some(r.interval.as_str()),
+            Some(i64::try_from(r.amount).unwrap_or(i64::MAX)),
+            r.day.map(i64::from),
+            r.last_refill_at,
+        ),
+    }
+}
+
+impl CreditTx for DieselTx<'_> {
+    fn set_key_credits(&mut self, key_id: &str, credits: Option<&Credits>) -> R<()> {
+        let (remaining, interval, amount, day, last) = credit_values(credits);
+        diesel::update(keys::table.filter(keys::id.eq(key_id)))
+            .set((
+                keys::credits_remaining.eq(remaining),
+                keys::refill_interval.eq(interval),
+                keys::refill_amount.eq(amount),
+                keys::refill_day.eq(day),
+                keys::last_refill_at.eq(last),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>> {
+        // One statement: concurrent changes add up, none is lost; never below 0.
+        use diesel::dsl::sql;
+        use diesel::sql_types::{BigInt, Nullable};
+        let expr = sql::<Nullable<BigInt>>("CASE WHEN credits_remaining + ")
+            .bind::<BigInt, _>(delta)
+            .sql(" < 0 THEN 0 ELSE credits_remaining + ")
+            .bind::<BigInt, _>(delta)
+            .sql(" END");
+        diesel::update(keys::table.filter(keys::id.eq(key_id)).filter(keys::credits_remaining.is_not_null()))
+            .set(keys::credits_remaining.eq(expr))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        let now: Option<Option<i64>> = keys::table
+            .filter(keys::id.eq(key_id))
+            .select(keys::credits_remaining)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(now.flatten().map(|r| u64::try_from(r).unwrap_or(0)))
+    }
+}
