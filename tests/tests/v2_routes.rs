@@ -52,6 +52,10 @@ fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'st
         "/v2/keys.whoami" => (&["api.*.read_key"][..], json!({"key": "unknown-secret"})),
         "/v2/keys.deleteKey" => (&["api.*.delete_key"][..], json!({"keyId": spare})),
         "/v2/keys.updateCredits" => (&[UPDATE][..], json!({"keyId": key, "operation": "set", "value": 10})),
+        "/v2/keys.updateKey" => (&[UPDATE][..], json!({"keyId": key, "name": "renamed"})),
+        "/v2/keys.rerollKey" => {
+            (&["api.*.create_key", UPDATE][..], json!({"keyId": key, "expiration": null}))
+        }
         "/v2/keys.setPermissions" => (
             &[UPDATE, "rbac.*.add_permission_to_key", "rbac.*.remove_permission_from_key"][..],
             json!({"keyId": key, "permissions": ["p"]}),
@@ -147,15 +151,19 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 36, "every authenticated v2 route was checked");
+    assert_eq!(checked, 38, "every authenticated v2 route was checked");
 }
 
 #[test]
 fn unknown_v2_paths_are_not_supported_before_authentication() {
     let s = TestServer::start();
-    for path in
-        ["/v2/analytics.getVerifications", "/v2/keys.migrateKeys", "/v2/keys.updateKey", "/v2", "/v2/nope"]
-    {
+    for path in [
+        "/v2/analytics.getVerifications",
+        "/v2/keys.migrateKeys",
+        "/v2/permissions.updateRole",
+        "/v2",
+        "/v2/nope",
+    ] {
         let r = s.post_raw(path, None, "x");
         let detail = r.assert_problem(404, "keygate/application/not_supported");
         assert!(detail.contains(path), "{detail}");

@@ -287,3 +287,54 @@ fn an_api_deleted_through_one_instance_is_gone_for_the_next_verification_on_anot
     let (a, b) = (TestServer::start_on(db.clone()), TestServer::start_on(db));
     delete_api_on_a_verify_on_b(&a, &b, 50);
 }
+
+/// keys.updateKey and keys.rerollKey through A, 50 times each: B's next verification, right
+/// after A answered, sees the change (disabled, permissions replaced, the original expired).
+fn update_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
+    let v2_verify = |s: &TestServer, secret: &str, q: Option<&str>| -> String {
+        let mut body = json!({"key": secret});
+        if let Some(q) = q {
+            body["permissions"] = json!(q);
+        }
+        s.v2("keys.verifyKey", &body).data()["code"].as_str().unwrap().to_string()
+    };
+    let created =
+        a.v2("keys.createKey", &json!({"apiId": "api_fresh", "permissions": ["p.0"]})).data().clone();
+    let (key, mut secret) =
+        (created["keyId"].as_str().unwrap().to_string(), created["key"].as_str().unwrap().to_string());
+    let mut key = key;
+    for i in 1..=rounds {
+        assert_eq!(v2_verify(b, &secret, Some(&format!("p.{}", i - 1))), "VALID", "round {i} (cached)");
+        a.v2("keys.updateKey", &json!({"keyId": key, "enabled": false})).data();
+        assert_eq!(v2_verify(b, &secret, None), "DISABLED", "round {i}: disabled");
+        a.v2("keys.updateKey", &json!({"keyId": key, "enabled": true, "permissions": [format!("p.{i}")]}))
+            .data();
+        assert_eq!(v2_verify(b, &secret, Some(&format!("p.{i}"))), "VALID", "round {i}: permissions");
+        assert_eq!(
+            v2_verify(b, &secret, Some(&format!("p.{}", i - 1))),
+            "INSUFFICIENT_PERMISSIONS",
+            "round {i}"
+        );
+        // Reroll with expiration 0: the original is expired for B's next verification.
+        let r = a.v2("keys.rerollKey", &json!({"keyId": key, "expiration": 0})).data().clone();
+        assert_eq!(v2_verify(b, &secret, None), "EXPIRED", "round {i}: rerolled");
+        key = r["keyId"].as_str().unwrap().to_string();
+        secret = r["key"].as_str().unwrap().to_string();
+        assert_eq!(v2_verify(b, &secret, Some(&format!("p.{i}"))), "VALID", "round {i}: the copy");
+    }
+}
+
+#[test]
+fn key_updates_and_rerolls_apply_to_the_next_verification() {
+    let s = TestServer::start();
+    update_on_a_verify_on_b(&s, &s, 5);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+fn key_updates_and_rerolls_through_one_instance_apply_to_the_next_verification_on_another() {
+    scale_out();
+    let db = Arc::new(TestDb::fresh());
+    let (a, b) = (TestServer::start_on(db.clone()), TestServer::start_on(db));
+    update_on_a_verify_on_b(&a, &b, 50);
+}

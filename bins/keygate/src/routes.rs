@@ -75,6 +75,8 @@ route_table! {
     "/v2/identities.deleteIdentity" ["POST"] => v2::identities::delete_identity,
     "/v2/keys.createKey" ["POST"] => v2::keys::create_key,
     "/v2/keys.updateCredits" ["POST"] => v2::credits::update_credits,
+    "/v2/keys.updateKey" ["POST"] => v2::keys::update_key,
+    "/v2/keys.rerollKey" ["POST"] => v2::keys::reroll_key,
     "/v2/keys.getKey" ["POST"] => v2::keys::get_key,
     "/v2/keys.whoami" ["POST"] => v2::keys::whoami,
     "/v2/keys.deleteKey" ["POST"] => v2::keys::delete_key,

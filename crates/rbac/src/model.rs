@@ -83,6 +83,34 @@ pub struct Api {
     pub created_at: i64,
 }
 
+/// `keys.updateKey` (API-v2.md §12.3): each field absent (unchanged), cleared or set;
+/// `enabled`, `roles` and `permissions` absent or set (the lists replace, as `setRoles`
+/// and `setPermissions` do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyUpdate {
+    pub name: keygate_domain::Patch<String>,
+    /// The identity's `externalId` (created when missing); cleared: unlinked.
+    pub external_id: keygate_domain::Patch<String>,
+    /// A JSON object as text.
+    pub meta: keygate_domain::Patch<String>,
+    pub expires: keygate_domain::Patch<i64>,
+    /// Cleared: unlimited.
+    pub credits: keygate_domain::Patch<CreditsUpdate>,
+    /// The whole set (cleared: none); a kept name keeps its id.
+    pub ratelimits: keygate_domain::Patch<Vec<NewRateLimit>>,
+    pub enabled: Option<bool>,
+    pub roles: Option<Vec<String>>,
+    pub permissions: Option<Vec<String>>,
+}
+
+/// `credits` of an update: `remaining` given sets the counter (cleared: unlimited);
+/// `refill` alone changes the refill and keeps the counter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreditsUpdate {
+    pub remaining: keygate_domain::Patch<u64>,
+    pub refill: keygate_domain::Patch<crate::RefillSpec>,
+}
+
 /// A key's credits (API-v2.md §12.1): uses left, and how they refill.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credits {

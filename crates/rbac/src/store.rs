@@ -65,6 +65,8 @@ pub trait RootKeyTx {
 pub trait KeyTx {
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
+    /// Writes a key's name, meta, enabled flag, expiry and identity link.
+    fn update_key(&mut self, key: &Key, now: i64) -> R<()>;
     /// A key by id, whatever its workspace (the admin CLI).
     fn find_key(&mut self, key_id: &str) -> R<Option<Key>>;
     /// The keys of a workspace, oldest first.

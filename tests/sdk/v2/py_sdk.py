@@ -130,6 +130,15 @@ assert unkey.keys.get_key(key_id=metered.key_id).data.credits.remaining == 10
 assert unkey.keys.update_credits(key_id=metered.key_id, operation="decrement", value=3).data.remaining == 7
 assert unkey.keys.update_credits(key_id=metered.key_id, operation="set", value=None).data.remaining is None
 
+# updateKey and rerollKey.
+unkey.keys.update_key(key_id=metered.key_id, name="renamed", enabled=False)
+assert unkey.keys.get_key(key_id=metered.key_id).data.name == "renamed"
+assert unkey.keys.verify_key(key=metered.key).data.code == "DISABLED"
+unkey.keys.update_key(key_id=metered.key_id, enabled=True)
+rerolled = unkey.keys.reroll_key(key_id=metered.key_id, expiration=0).data
+assert rerolled.key_id != metered.key_id, rerolled
+assert unkey.keys.verify_key(key=metered.key).data.code == "EXPIRED"
+
 # Identities, and keys linked to them.
 ident = unkey.identities.create_identity(
     external_id=f"{run}_customer", meta={"plan": "pro"},

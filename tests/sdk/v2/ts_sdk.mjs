@@ -139,6 +139,17 @@ const incremented = await unkey.keys.updateCredits({ keyId: metered.data.keyId, 
 assert.equal(incremented.data.remaining, 15, show(incremented));
 assert.equal((await unkey.keys.updateCredits({ keyId: metered.data.keyId, operation: "set", value: null })).data.remaining, null);
 
+// updateKey and rerollKey.
+const updated = await unkey.keys.updateKey({ keyId: metered.data.keyId, name: "renamed", meta: null, enabled: false });
+assert.ok(updated.meta.requestId.startsWith("req_"));
+assert.equal((await unkey.keys.getKey({ keyId: metered.data.keyId })).data.name, "renamed");
+assert.equal((await unkey.keys.verifyKey({ key: metered.data.key })).data.code, "DISABLED");
+await unkey.keys.updateKey({ keyId: metered.data.keyId, enabled: true });
+const rerolled = await unkey.keys.rerollKey({ keyId: metered.data.keyId, expiration: 0 });
+assert.ok(rerolled.data.keyId !== metered.data.keyId && rerolled.data.key.length > 10, show(rerolled));
+assert.equal((await unkey.keys.verifyKey({ key: metered.data.key })).data.code, "EXPIRED");
+assert.equal((await unkey.keys.getKey({ keyId: rerolled.data.keyId })).data.name, "renamed");
+
 // Identities, and keys linked to them.
 const ident = await unkey.identities.createIdentity({
   externalId: `${run}_customer`, meta: { plan: "pro" },

@@ -122,3 +122,33 @@ impl<S: RbacStore> RbacService<S> {
         })
     }
 }
+
+/// A key's credits after an update's `credits` (`current`: before): cleared or `remaining`
+/// cleared is unlimited; `remaining` set sets the counter (keeping the refill unless the
+/// update names one); `refill` alone changes the refill and keeps the counter, which
+/// needs credits (400 on an unlimited key).
+pub(super) fn updated_credits(
+    current: Option<Credits>,
+    update: Patch<crate::CreditsUpdate>,
+) -> Result<Option<Credits>, ValidationError> {
+    let u = match update {
+        Patch::Absent => return Ok(current),
+        Patch::Clear => return Ok(None),
+        Patch::Set(u) => u,
+    };
+    let remaining = match u.remaining {
+        Patch::Clear => None,
+        Patch::Set(n) => Some(n),
+        Patch::Absent => current.as_ref().map(|c| c.remaining),
+    };
+    let refill = match u.refill {
+        Patch::Clear => None,
+        Patch::Set(r) => Some(check_refill("credits.refill", r)?),
+        Patch::Absent => current.and_then(|c| c.refill),
+    };
+    match (remaining, refill) {
+        (None, Some(_)) => Err(ValidationError::new("credits.refill", "needs remaining credits (not null)")),
+        (None, None) => Ok(None),
+        (Some(remaining), refill) => Ok(Some(Credits { remaining, refill })),
+    }
+}

@@ -26,6 +26,21 @@ impl KeyTx for DieselTx<'_> {
         self.set_key_credits(&key.id, key.credits.as_ref())
     }
 
+    fn update_key(&mut self, key: &Key, now: i64) -> R<()> {
+        diesel::update(keys::table.filter(keys::id.eq(&key.id)))
+            .set((
+                keys::name.eq(&key.name),
+                keys::meta.eq(&key.meta),
+                keys::enabled.eq(key.enabled),
+                keys::expires.eq(key.expires),
+                keys::identity_id.eq(&key.identity_id),
+                keys::updated_at.eq(now),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>> {
         let row: Option<KeyRow> = keys::table
             .filter(keys::id.eq(key_id))

@@ -1,7 +1,7 @@
 //! v2 `keys.*`: create, read (by id or by secret), delete and verify keys; set, add and
 //! remove their permissions and roles by plain strings (slug or name, or id).
 
-use super::credits::{CreditsObject, CreditsRequest, new_credits};
+use super::credits::{CreditsObject, CreditsRequest, RefillRequest, new_credits};
 use super::identities::{IdentityObject, RatelimitObject, RatelimitRequest, new_ratelimits};
 use super::permissions::{Permission, Role};
 use super::{Empty, Envelope};
@@ -11,7 +11,7 @@ use crate::handlers::keys::{CreatedKey, DeleteKeyBody};
 use crate::http::{Authed, Json, Obj, integer};
 use crate::openapi::{V2Errors, V2Precondition, kinds, refine_body};
 use actix_web::HttpResponse;
-use keygate_domain::{ErrorCode, MAX_NAME_CHARS, ValidationError, check_len};
+use keygate_domain::{ErrorCode, MAX_NAME_CHARS, Patch, ValidationError, check_len};
 use keygate_rbac::{
     ApiAccess, EntityKind, KeyLookup, KeySummary, LinkMode, MAX_KEY_META_BYTES, MAX_V2_KEY_PREFIX_CHARS,
     MAX_VERIFY_KEY_CHARS, NewKey, PermissionQuery, RoleView, Verification, VerifyCode, VerifyScope,
@@ -554,6 +554,8 @@ pub async fn remove_roles(call: Authed<Json<RolesBody>>) -> Result<HttpResponse,
     whoami,
     delete_key,
     verify_key,
+    update_key,
+    reroll_key,
     set_permissions,
     add_permissions,
     remove_permissions,
@@ -583,4 +585,140 @@ pub(crate) fn openapi() -> Value {
         body["properties"]["keyId"]["minLength"] = 3.into()
     });
     doc
+}
+
+/// `credits` of updateKey: each part absent (kept), null or a value.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UpdateCreditsData {
+    /// Given: the counter becomes it (null: unlimited).
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    remaining: Patch<Number>,
+    /// Given alone: the refill changes and the counter stays (null: no refill).
+    #[serde(default)]
+    #[schema(value_type = Option<RefillRequest>)]
+    refill: Patch<Obj<RefillRequest>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UpdateKeyBody {
+    #[schema(min_length = 3, max_length = 255)]
+    key_id: String,
+    /// Absent: unchanged; null: cleared; a value: set (as every nullable field here).
+    #[serde(default)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$")]
+    name: Patch<String>,
+    /// The identity to link (created when missing); null: unlinked.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$")]
+    external_id: Patch<String>,
+    /// At most 100 properties, 64 KiB serialized.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    meta: Patch<Map<String, Value>>,
+    /// Unix ms (at most 2100-01-01).
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 4_102_444_800_000_u64)]
+    expires: Patch<Number>,
+    /// null: unlimited.
+    #[serde(default)]
+    #[schema(value_type = Option<UpdateCreditsData>)]
+    credits: Patch<Obj<UpdateCreditsData>>,
+    /// The whole set; null or `[]`: none. A kept name keeps its id and its count.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<RatelimitRequest>>, max_items = 50)]
+    ratelimits: Patch<Vec<Obj<RatelimitRequest>>>,
+    enabled: Option<bool>,
+    /// The key's roles become exactly these (names or ids; each must exist).
+    #[schema(schema_with = kinds::role_names_100_or_null)]
+    roles: Option<Vec<String>>,
+    /// The key's direct permissions become exactly these (missing slugs are created).
+    #[schema(schema_with = kinds::permission_names_or_null)]
+    permissions: Option<Vec<String>>,
+}
+
+/// Update a key
+///
+/// Every field absent is unchanged, null clears it, a value sets it; `roles` and
+/// `permissions` replace as setRoles and setPermissions do. All or nothing, in one
+/// transaction; `{keyId}` alone changes nothing and answers 200.
+#[utoipa::path(post, path = "/v2/keys.updateKey", operation_id = "keys.updateKey", tag = "keys",
+    request_body = UpdateKeyBody,
+    responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
+pub async fn update_key(mut call: Authed<Json<UpdateKeyBody>>) -> Result<HttpResponse, ApiError> {
+    let b = &mut call.input.0;
+    check_key_id(&b.key_id)?;
+    let meta = std::mem::take(&mut b.meta).try_map(|m| {
+        if m.len() > 100 {
+            return Err(ApiError::from(ValidationError::new("meta", "at most 100 properties")));
+        }
+        Ok(Value::Object(m).to_string())
+    })?;
+    let expires = std::mem::take(&mut b.expires).try_map(|n| {
+        let e = integer("expires", &n, 0)?;
+        if e > MAX_EXPIRES_MS {
+            return Err(ApiError::from(ValidationError::new(
+                "expires",
+                format!("must be <= {MAX_EXPIRES_MS}"),
+            )));
+        }
+        Ok(i64::try_from(e).unwrap_or(i64::MAX))
+    })?;
+    let credits = std::mem::take(&mut b.credits).try_map(|Obj(c)| {
+        Ok::<_, ApiError>(keygate_rbac::CreditsUpdate {
+            remaining: c.remaining.try_map(|n| integer("credits.remaining", &n, 0))?,
+            refill: c.refill.try_map(|Obj(r)| super::credits::refill_spec("credits.refill", r))?,
+        })
+    })?;
+    let ratelimits = std::mem::take(&mut b.ratelimits).try_map(|l| new_ratelimits("ratelimits", l))?;
+    if let Some(p) = &b.permissions {
+        check_count("permissions", p, MAX_PERMISSIONS)?;
+    }
+    if let Some(r) = &b.roles {
+        check_count("roles", r, MAX_ROLES)?;
+    }
+    let update = keygate_rbac::KeyUpdate {
+        name: std::mem::take(&mut b.name),
+        external_id: std::mem::take(&mut b.external_id),
+        meta,
+        expires,
+        credits,
+        ratelimits,
+        enabled: b.enabled,
+        roles: b.roles.take(),
+        permissions: b.permissions.take(),
+    };
+    call.run(move |rbac, p, Json(b)| rbac.update_key(p, &b.key_id, update)).await?;
+    Ok(ok_empty())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RerollKeyBody {
+    #[schema(min_length = 3, max_length = 255)]
+    key_id: String,
+    /// The original expires this many ms from now (0: at once); null: its expiry stays.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 4_102_444_800_000_u64, example = 0)]
+    expiration: Option<Number>,
+}
+
+/// Reroll a key: a new secret for the same key settings
+///
+/// A new key (new id and secret, shown once) copying the original's prefix, byte length,
+/// name, meta, expiry, enabled flag, identity, permissions, roles, rate limits and credits;
+/// then the original expires `expiration` ms from now. One transaction.
+#[utoipa::path(post, path = "/v2/keys.rerollKey", operation_id = "keys.rerollKey", tag = "keys",
+    request_body = RerollKeyBody,
+    responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors))]
+pub async fn reroll_key(call: Authed<Json<RerollKeyBody>>) -> Result<HttpResponse, ApiError> {
+    let b = &call.input.0;
+    check_key_id(&b.key_id)?;
+    let expiration = b.expiration.as_ref().map(|n| integer("expiration", n, 0)).transpose()?;
+    if expiration.is_some_and(|e| e > MAX_EXPIRES_MS) {
+        return Err(ValidationError::new("expiration", format!("must be <= {MAX_EXPIRES_MS}")).into());
+    }
+    let (key, secret) = call.run(move |rbac, p, Json(b)| rbac.reroll_key(p, &b.key_id, expiration)).await?;
+    Ok(ok(CreatedKey::new(key.id, secret.expose().to_string())))
 }
