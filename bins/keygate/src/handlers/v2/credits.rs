@@ -187,7 +187,11 @@ pub(crate) fn credits_rules(credits: &mut Value) {
         { "required": ["remaining"], "properties": { "remaining": { "type": "integer" } } },
         { "properties": { "refill": { "type": "null" } } },
     ]);
-    let refill = crate::openapi::object_of(&mut credits["properties"]["refill"]);
+    refill_rule(crate::openapi::object_of(&mut credits["properties"]["refill"]));
+}
+
+/// The schema of a refill: `refillDay` is for monthly refills (null or absent when daily).
+pub(crate) fn refill_rule(refill: &mut Value) {
     refill["anyOf"] = serde_json::json!([
         { "properties": { "interval": { "const": "monthly" } } },
         { "properties": { "refillDay": { "type": "null" } } },

@@ -580,6 +580,8 @@ pub(crate) fn openapi() -> Value {
     let create = crate::openapi::schema_mut(&mut doc, "CreateKeyBody");
     create["properties"]["meta"]["maxProperties"] = 100.into();
     super::credits::credits_rules(&mut create["properties"]["credits"]);
+    // updateKey's refill (a component of its own there).
+    super::credits::refill_rule(crate::openapi::schema_mut(&mut doc, "RefillRequest"));
     // v1's body, where v2 takes key ids of at least 3 characters.
     refine_body(&mut doc, "/v2/keys.deleteKey", "post", |body| {
         body["properties"]["keyId"]["minLength"] = 3.into()
