@@ -321,6 +321,16 @@ fn update_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
         key = r["keyId"].as_str().unwrap().to_string();
         secret = r["key"].as_str().unwrap().to_string();
         assert_eq!(v2_verify(b, &secret, Some(&format!("p.{i}"))), "VALID", "round {i}: the copy");
+        // An identity deleted through A: B shows the key unlinked, and it keeps verifying.
+        let external = format!("customer_{i}");
+        a.v2("keys.updateKey", &json!({"keyId": key, "externalId": external})).data();
+        assert_eq!(
+            b.v2("keys.getKey", &json!({"keyId": key})).data()["identity"]["externalId"],
+            json!(external)
+        );
+        a.v2("identities.deleteIdentity", &json!({"identity": external})).data();
+        assert!(b.v2("keys.getKey", &json!({"keyId": key})).data().get("identity").is_none(), "round {i}");
+        assert_eq!(v2_verify(b, &secret, None), "VALID", "round {i}: unlinked");
     }
 }
 
