@@ -13,6 +13,7 @@ mod model;
 mod overrides;
 mod perms;
 mod query;
+pub mod refill;
 mod service;
 pub mod store;
 
