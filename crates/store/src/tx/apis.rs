@@ -83,7 +83,7 @@ impl ApiTx for DieselTx<'_> {
                 }
                 q.order(sql::<Text>(&ks.col("keys.id")))
                     .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .select(KEY_COLUMNS)
+                    .select(key_columns!())
                     .load::<KeyRow>($c)
             }};
         }

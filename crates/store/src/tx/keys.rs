@@ -45,7 +45,7 @@ impl KeyTx for DieselTx<'_> {
         let row: Option<KeyRow> = keys::table
             .filter(keys::id.eq(key_id))
             .filter(keys::workspace_id.eq(workspace_id))
-            .select(KEY_COLUMNS)
+            .select(key_columns!())
             .first(self.conn)
             .optional()
             .map_err(db_err)?;
@@ -55,7 +55,7 @@ impl KeyTx for DieselTx<'_> {
     fn find_key(&mut self, key_id: &str) -> R<Option<Key>> {
         let row: Option<KeyRow> = keys::table
             .filter(keys::id.eq(key_id))
-            .select(KEY_COLUMNS)
+            .select(key_columns!())
             .first(self.conn)
             .optional()
             .map_err(db_err)?;
@@ -66,7 +66,7 @@ impl KeyTx for DieselTx<'_> {
         let rows: Vec<KeyRow> = keys::table
             .filter(keys::workspace_id.eq(workspace_id))
             .order((keys::created_at, keys::id))
-            .select(KEY_COLUMNS)
+            .select(key_columns!())
             .load(self.conn)
             .map_err(db_err)?;
         Ok(rows.into_iter().map(key_from_row).collect())
@@ -75,7 +75,7 @@ impl KeyTx for DieselTx<'_> {
     fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>> {
         let row: Option<KeyRow> = keys::table
             .filter(keys::hash.eq(hash))
-            .select(KEY_COLUMNS)
+            .select(key_columns!())
             .first(self.conn)
             .optional()
             .map_err(db_err)?;

@@ -193,79 +193,71 @@ fn named((id, name): (String, String)) -> Named {
     Named { id, name }
 }
 
+/// A key's row: the columns of [`key_columns!`], in order.
 type KeyRow = (
-    (
-        String,
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        bool,
-        Option<i64>,
-        i64,
-        Option<String>,
-        Option<String>,
-    ),
-    CreditsRow,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    bool,
+    Option<i64>,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
 );
 
-/// A key's credit, refill and secret-shape columns.
-type CreditsRow =
-    (Option<i64>, Option<String>, Option<i64>, Option<i64>, Option<i64>, Option<String>, Option<i64>);
-
-/// The columns of a [`Key`], in [`KeyRow`] order (two tuples: diesel reads at most 16
-/// columns in one).
-#[allow(clippy::type_complexity)]
-const KEY_COLUMNS: (
-    (
-        keys::id,
-        keys::workspace_id,
-        keys::prefix,
-        keys::name,
-        keys::meta,
-        keys::enabled,
-        keys::expires,
-        keys::created_at,
-        keys::api_id,
-        keys::identity_id,
-    ),
-    (
-        keys::credits_remaining,
-        keys::refill_interval,
-        keys::refill_amount,
-        keys::refill_day,
-        keys::last_refill_at,
-        keys::key_prefix,
-        keys::byte_length,
-    ),
-) = (
-    (
-        keys::id,
-        keys::workspace_id,
-        keys::prefix,
-        keys::name,
-        keys::meta,
-        keys::enabled,
-        keys::expires,
-        keys::created_at,
-        keys::api_id,
-        keys::identity_id,
-    ),
-    (
-        keys::credits_remaining,
-        keys::refill_interval,
-        keys::refill_amount,
-        keys::refill_day,
-        keys::last_refill_at,
-        keys::key_prefix,
-        keys::byte_length,
-    ),
-);
+/// The columns a [`Key`] is read from, in [`KeyRow`]'s order.
+macro_rules! key_columns {
+    () => {
+        (
+            keys::id,
+            keys::workspace_id,
+            keys::prefix,
+            keys::name,
+            keys::meta,
+            keys::enabled,
+            keys::expires,
+            keys::created_at,
+            keys::api_id,
+            keys::identity_id,
+            keys::credits_remaining,
+            keys::refill_interval,
+            keys::refill_amount,
+            keys::refill_day,
+            keys::last_refill_at,
+            keys::key_prefix,
+            keys::byte_length,
+        )
+    };
+}
 
 fn key_from_row(
     (
-        (id, workspace_id, start, name, meta, enabled, expires, created_at, api_id, identity_id),
-        (remaining, interval, amount, day, last_refill_at, prefix, byte_length),
+        id,
+        workspace_id,
+        start,
+        name,
+        meta,
+        enabled,
+        expires,
+        created_at,
+        api_id,
+        identity_id,
+        remaining,
+        interval,
+        amount,
+        day,
+        last_refill_at,
+        prefix,
+        byte_length,
     ): KeyRow,
 ) -> Key {
     let refill = match (interval.as_deref().and_then(RefillInterval::parse), amount) {
