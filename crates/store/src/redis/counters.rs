@@ -62,7 +62,8 @@ impl SharedCounters for RedisStore {
             invocation.key(self.counter_key(n));
         }
         invocation.arg(fresh_epoch);
-        let out: Vec<u64> = self.pool.with_conn(|c| invocation.invoke(c)).map_err(unavailable)?;
+        let out: Vec<u64> =
+            self.pool.with_conn(|c| super::script::invoke_loaded(&invocation, c)).map_err(unavailable)?;
         match out.split_first() {
             Some((epoch, values)) if values.len() == names.len() => Ok((*epoch, values.to_vec())),
             _ => Err(StorageError::Unavailable("Redis: unexpected counters answer".into())),
@@ -75,6 +76,9 @@ impl SharedCounters for RedisStore {
         for (name, value) in changes {
             invocation.key(self.counter_key(name)).arg(*value);
         }
-        self.pool.with_conn(|c| invocation.invoke::<u64>(c)).map(drop).map_err(unavailable)
+        self.pool
+            .with_conn(|c| super::script::invoke_loaded::<u64>(&invocation, c))
+            .map(drop)
+            .map_err(unavailable)
     }
 }

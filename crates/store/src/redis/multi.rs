@@ -65,7 +65,7 @@ impl RedisStore {
                     call.arg(*epoch);
                 }
             }
-            call.invoke(c)
+            super::script::invoke_loaded(&call, c)
         })?;
         if reply.first() == Some(&-1) {
             return Ok(None);

@@ -189,6 +189,22 @@ pub(super) fn answers(reply: &[u64], calls: usize) -> Result<impl Iterator<Item 
     }))
 }
 
+/// `ScriptInvocation::invoke` (`EVALSHA`; on NOSCRIPT, `SCRIPT LOAD` then `EVALSHA`), again
+/// when a `SCRIPT FLUSH` or a restart landed between that load and its call: a few times,
+/// each loading anew.
+pub(super) fn invoke_loaded<T: redis::FromRedisValue>(
+    call: &redis::ScriptInvocation<'_>,
+    c: &mut dyn redis::ConnectionLike,
+) -> redis::RedisResult<T> {
+    let mut tries = 0;
+    loop {
+        match call.invoke(c) {
+            Err(e) if is_no_script(&e) && tries < 3 => tries += 1,
+            other => return other,
+        }
+    }
+}
+
 pub(super) fn is_no_script(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
