@@ -109,4 +109,11 @@ fn parallel_increments_are_never_lost() {
         }
     });
     assert_eq!(credits_of(&s, &key)["remaining"], 0, "10 - 12 floors at 0");
+    // Increments stop at 2^53 - 1: the counter stays a JSON-safe integer, and never
+    // overflows into a database error.
+    let max = 9_007_199_254_740_991_u64;
+    for _ in 0..3 {
+        assert_eq!(update(&s, &key, "increment", json!(max))["remaining"], max);
+    }
+    assert_eq!(update(&s, &key, "decrement", json!(1))["remaining"], max - 1);
 }

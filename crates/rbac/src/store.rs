@@ -126,7 +126,7 @@ pub trait CreditTx {
     /// Sets a key's credits and refill (`None`: unlimited).
     fn set_key_credits(&mut self, key_id: &str, credits: Option<&crate::Credits>) -> R<()>;
     /// Adds `delta` (may be negative) to a key's remaining credits in one statement, never
-    /// below 0; a key without credits is left alone. Answers the remaining credits after.
+    /// below 0 nor above 2^53 - 1; a key without credits is left alone. Answers the remaining credits after.
     fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>>;
 }
 

@@ -38,12 +38,22 @@ impl CreditTx for DieselTx<'_> {
     }
 
     fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>> {
-        // One statement: concurrent changes add up, none is lost; never below 0.
+        // One statement: concurrent changes add up, none is lost; never below 0, never
+        // above 2^53 - 1 (so that repeated increments neither leave the JSON-safe range
+        // nor overflow the column). `delta` is within ±(2^53 - 1), so no sum overflows.
         use diesel::dsl::sql;
         use diesel::sql_types::{BigInt, Nullable};
+        let max = i64::try_from(keygate_domain::MAX_SAFE_INTEGER).unwrap_or(i64::MAX);
+        let delta = delta.clamp(-max, max);
         let expr = sql::<Nullable<BigInt>>("CASE WHEN credits_remaining + ")
             .bind::<BigInt, _>(delta)
-            .sql(" < 0 THEN 0 ELSE credits_remaining + ")
+            .sql(" < 0 THEN 0 WHEN credits_remaining + ")
+            .bind::<BigInt, _>(delta)
+            .sql(" > ")
+            .bind::<BigInt, _>(max)
+            .sql(" THEN ")
+            .bind::<BigInt, _>(max)
+            .sql(" ELSE credits_remaining + ")
             .bind::<BigInt, _>(delta)
             .sql(" END");
         diesel::update(keys::table.filter(keys::id.eq(key_id)).filter(keys::credits_remaining.is_not_null()))
