@@ -209,7 +209,7 @@ fn verify_refuses_a_bad_query_with_its_position_before_the_lookup() {
     // v1's object form is a type error here.
     s.v2("keys.verifyKey", &json!({"key": "k", "permissions": {"and": ["a"]}}))
         .assert_problem(400, "unkey/application/invalid_input");
-    for field in ["ratelimits", "migrationId", "keyspaces"] {
+    for field in ["migrationId", "keyspaces"] {
         s.v2("keys.verifyKey", &json!({"key": "k", field: "x"}))
             .assert_problem(400, "keygate/application/not_supported");
     }

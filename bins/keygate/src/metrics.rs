@@ -24,6 +24,15 @@ fn recorder() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full("keygate_redis_batch_size".into()), BATCH_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("keygate_credit_commit_batch_size".into()),
+                    BATCH_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full("keygate_credit_wait_seconds".into()), LATENCY_BUCKETS)
+            })
             .map(PrometheusBuilder::build_recorder);
         match recorder {
             Ok(recorder) => {

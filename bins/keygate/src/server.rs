@@ -75,6 +75,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let rbac = RbacService::new(store, clock.clone())
         .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
         .with_counter_source(counters)
+        .with_limiter(limiter.clone())
         .with_verify_cache(config.verify_cache);
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
     // Local counters: where the database stands now, before anything is cached. Shared:

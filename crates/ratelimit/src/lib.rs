@@ -121,6 +121,12 @@ pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<Option<AllOrNothing>, StoreError>;
 
+    /// Gives back what a passed [`Self::limit_all`] consumed (`entries` as they were
+    /// passed, at the same `now_ms`): each budget's count goes down by its cost, in the
+    /// window that took it (a window that has ended since is left alone). For a caller whose
+    /// next step failed after the limits passed (a verification out of credits).
+    fn give_back(&self, entries: &[Entry<'_>], now_ms: u64) -> Result<(), StoreError>;
+
     /// The namespace's overrides epoch: a number that changes whenever its overrides do.
     /// Read it *before* reading the overrides.
     fn overrides_epoch(&self, _namespace_id: &str) -> Result<u64, StoreError> {
@@ -164,6 +170,9 @@ impl<S: RateLimitStore + ?Sized> RateLimitStore for std::sync::Arc<S> {
         now_ms: u64,
     ) -> Result<Option<AllOrNothing>, StoreError> {
         (**self).limit_all(entries, epochs, now_ms)
+    }
+    fn give_back(&self, entries: &[Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
+        (**self).give_back(entries, now_ms)
     }
     fn limit_if_current(
         &self,
@@ -241,6 +250,14 @@ impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
         }
     }
 
+    /// Nothing to give back while the store is down (what passed failing open took nothing).
+    fn give_back(&self, entries: &[Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
+        match self.0.give_back(entries, now_ms) {
+            Err(StoreError::Unavailable(_)) => Ok(()),
+            other => other,
+        }
+    }
+
     /// Unknown while the store is down: 0; once it is back, the first decision finds the
     /// real epoch differs and the overrides are reloaded.
     fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {
@@ -288,6 +305,9 @@ mod tests {
             _: &[(&str, u64)],
             _: u64,
         ) -> Result<Option<AllOrNothing>, StoreError> {
+            Err(StoreError::Unavailable("connection refused".into()))
+        }
+        fn give_back(&self, _: &[Entry<'_>], _: u64) -> Result<(), StoreError> {
             Err(StoreError::Unavailable("connection refused".into()))
         }
         fn ping(&self) -> Result<(), StoreError> {

@@ -569,6 +569,11 @@ impl RateLimitStore for MemoryStore {
         Ok(Some(MemoryStore::limit_all(self, entries, now_ms)))
     }
 
+    fn give_back(&self, entries: &[crate::Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
+        MemoryStore::give_back(self, entries, now_ms);
+        Ok(())
+    }
+
     fn sweep(&self, now_ms: u64) {
         for shard in self.shards.iter() {
             shard.lock().sweep(&self.hasher, now_ms);

@@ -428,16 +428,22 @@ pub enum VerifyCode {
     Disabled,
     Expired,
     InsufficientPermissions,
+    /// The key's credits could not pay the call's cost (nothing spent).
+    UsageExceeded,
+    /// A rate limit of the key or its identity was exceeded (nothing spent).
+    RateLimited,
 }
 
 impl VerifyCode {
     /// Every code, in the order the API documents them.
-    pub const ALL: [VerifyCode; 5] = [
+    pub const ALL: [VerifyCode; 7] = [
         VerifyCode::Valid,
         VerifyCode::NotFound,
         VerifyCode::Disabled,
         VerifyCode::Expired,
         VerifyCode::InsufficientPermissions,
+        VerifyCode::UsageExceeded,
+        VerifyCode::RateLimited,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -447,18 +453,79 @@ impl VerifyCode {
             VerifyCode::Disabled => "DISABLED",
             VerifyCode::Expired => "EXPIRED",
             VerifyCode::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
+            VerifyCode::UsageExceeded => "USAGE_EXCEEDED",
+            VerifyCode::RateLimited => "RATE_LIMITED",
         }
     }
 }
 
 /// A verified key: the key (absent when the secret is unknown), the names of its effective
-/// permissions (direct and through its roles) and of its roles, each sorted by name.
+/// permissions (direct and through its roles) and of its roles, each sorted by name; its
+/// identity; and what the call spent (API-v2.md §13.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
     pub code: VerifyCode,
     pub key: Option<Key>,
     pub permissions: Vec<String>,
     pub roles: Vec<String>,
+    /// The identity the key is linked to, with its limits.
+    pub identity: Option<IdentityView>,
+    /// The key's remaining credits after the call, when it has credits and the call got as
+    /// far as them (a VALID or USAGE_EXCEEDED answer).
+    pub credits: Option<u64>,
+    /// Every rate limit that applied, sorted by name (empty unless the call got as far as
+    /// them).
+    pub ratelimits: Vec<LimitOutcome>,
+}
+
+/// What a verification asks to spend (API-v2.md §13): its credit cost and the rate limits
+/// it names. The default: cost 1, the auto-applied limits only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// `None`: 1.
+    pub cost: Option<u64>,
+    pub ratelimits: Vec<LimitAsk>,
+    /// Spend nothing: stop after the permission check (a VALID answer says only that the
+    /// key may pass; a caller spends with a second verification).
+    pub check_only: bool,
+}
+
+/// A rate limit a verification names: a limit of the key or its identity by name (its
+/// `limit`/`duration` replaced for this call when given), or, found nowhere, an ad-hoc
+/// limit of the key (both given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitAsk {
+    pub name: String,
+    /// `None`: 1.
+    pub cost: Option<u64>,
+    pub limit: Option<u64>,
+    pub duration: Option<u64>,
+    /// Applied only if the key or its identity has a limit of this name (v1's `ratelimit`,
+    /// which names the `default` limit); never ad-hoc.
+    pub if_present: bool,
+}
+
+impl LimitAsk {
+    /// The limit of that name, at cost 1, with its stored values.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: name.into(), cost: None, limit: None, duration: None, if_present: false }
+    }
+}
+
+/// How a rate limit fared in a verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitOutcome {
+    /// The stored limit's id (an ad-hoc limit: `adhoc:<name>`).
+    pub id: String,
+    pub name: String,
+    pub limit: u64,
+    pub duration: u64,
+    /// Unix ms at which the window ends.
+    pub reset: u64,
+    /// What is left in the window after the call (nothing was spent unless it was VALID).
+    pub remaining: u64,
+    pub exceeded: bool,
+    pub auto_apply: bool,
 }
 
 impl Verification {

@@ -128,6 +128,20 @@ pub trait CreditTx {
     /// Adds `delta` (may be negative) to a key's remaining credits in one statement, never
     /// below 0 nor above 2^53 - 1; a key without credits is left alone. Answers the remaining credits after.
     fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>>;
+    /// A verification's spend, in one statement on the key's row (so spends on every
+    /// instance and every update serialize on it): first the refill due at `refill_at`
+    /// (when given, and the key's last refill, or its creation, is before it: `remaining`
+    /// becomes the refill amount and `lastRefillAt` that instant), then `cost` is taken if
+    /// the credits hold at least that and more than 0. Answers whether it was taken and
+    /// the remaining credits after (`None`: the key has no credits, or is gone).
+    fn spend_key_credits(&mut self, key_id: &str, cost: u64, refill_at: Option<i64>) -> R<CreditSpend>;
+}
+
+/// What [`CreditTx::spend_key_credits`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditSpend {
+    pub paid: bool,
+    pub remaining: Option<u64>,
 }
 
 /// Identities, the links of keys to them, and the rate limits of identities and keys.

@@ -16,5 +16,5 @@ pub mod http;
 pub mod process;
 
 pub use db::*;
-pub use http::{Response, http, http_unix, request};
+pub use http::{Response, http, http_unix, request, try_http};
 pub use process::{Proc, free_port, keygate_command, start_keygate, wait_for_port};

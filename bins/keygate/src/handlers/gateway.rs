@@ -5,16 +5,17 @@
 //! configuration (headers on the subrequest, or a named policy), the gateway
 //! authenticating with its own root key in `X-Keygate-Root-Key`.
 
+use super::keys::{VerifyCall, verification};
 use super::ratelimit::{ValidLimit, decide};
 use crate::error::ApiError;
-use crate::http::{authenticate_secret, blocking};
+use crate::http::authenticate_secret;
 use crate::state::AppState;
 use actix_web::http::header::{AUTHORIZATION, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{ErrorCode, MAX_IDENTIFIER_CHARS, check_len};
 use keygate_ratelimit::{Decision, LimitRequest};
 use keygate_rbac::gateway::{GatewayPolicy, IdentifierSource, PolicySpec};
-use keygate_rbac::{ApiAccess, Verification, VerifyCode, VerifyScope};
+use keygate_rbac::{ApiAccess, Usage, Verification, VerifyCode};
 use std::borrow::Cow;
 
 /// The gateway's own root key (the end user's key travels in `Authorization` or the key
@@ -100,31 +101,18 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     let Some(secret) = user_key(headers, &policy)? else {
         return Err(ApiError::unauthorized("no API key: send Authorization: Bearer <key>"));
     };
-    let scope =
-        VerifyScope { workspace_id: Some(&principal.workspace_id), api_id: None, access: Some(&access) };
-    let verification = match state.rbac.verify_key_cached(&secret, &scope, policy.permissions.as_ref()) {
-        Some(v) => v,
-        None => {
-            let (st, p, query, secret) =
-                (state.clone(), principal.clone(), policy.permissions.clone(), secret.clone());
-            blocking(move || {
-                let scope =
-                    VerifyScope { workspace_id: Some(&p.workspace_id), api_id: None, access: Some(&access) };
-                Ok(st.rbac.verify_key(&secret, &scope, query.as_ref())?)
-            })
-            .await?
-        }
+    // With a rate limit of the policy's, the key is checked first, spending nothing, so
+    // that a request the policy's limit refuses spends neither credits nor key limits.
+    let call = |check_only| VerifyCall {
+        secret: secret.clone(),
+        principal: Some(principal.clone()),
+        api_id: None,
+        access: Some(access.clone()),
+        query: policy.permissions.clone(),
+        usage: Usage { check_only, ..Usage::default() },
     };
-    match verification.code {
-        VerifyCode::Valid => {}
-        VerifyCode::InsufficientPermissions => {
-            return Err(ApiError::new(
-                ErrorCode::InsufficientPermissions,
-                "the key lacks the required permissions",
-            ));
-        }
-        code => return Err(ApiError::unauthorized(format!("the API key is not valid ({})", code.as_str()))),
-    }
+    let mut verification = verification(&state, call(policy.ratelimit.is_some())).await?;
+    refuse_unless_valid(&verification, state.clock.now_ms())?;
     let key_id = verification.key.as_ref().map(|k| k.id.clone()).unwrap_or_default();
 
     // The rate limit, only for a key that may pass.
@@ -156,7 +144,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
         text("x-original-uri")?.or(text("x-forwarded-uri")?).unwrap_or(req.path()),
         decision.as_ref().map_or("passed", |d| if d.success { "passed" } else { "rate limited" })
     );
-    let now = state.clock.now_ms();
+    let mut now = state.clock.now_ms();
     if let Some(d) = decision.as_ref().filter(|d| !d.success) {
         let mut e = ApiError::new(ErrorCode::TooManyRequests, "rate limited: retry after the window resets")
             .with_header("retry-after", seconds_until(d.reset, now).to_string());
@@ -164,6 +152,12 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
             e = e.with_header(name, value);
         }
         return Err(e);
+    }
+    if policy.ratelimit.is_some() {
+        // Passed the policy's limit: now the key's limits and credits.
+        verification = super::keys::verification(&state, call(false)).await?;
+        now = state.clock.now_ms();
+        refuse_unless_valid(&verification, now)?;
     }
     let mut res = HttpResponse::Ok();
     res.insert_header(("x-keygate-key-id", key_id.as_str()));
@@ -175,6 +169,30 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     // connection whose body it left unread, so a body would cost a new connection per
     // request (its keepalive pool stays usable with an empty one). The headers say it all.
     Ok(res.finish())
+}
+
+/// The gateway's answer to a verification that is not VALID: 403 for missing permissions,
+/// 429 for the key's rate limits (with `Retry-After`: when the first exceeded window ends)
+/// or its credits (without: they come back only by a refill or an update), 401 otherwise.
+fn refuse_unless_valid(v: &Verification, now: u64) -> Result<(), ApiError> {
+    match v.code {
+        VerifyCode::Valid => Ok(()),
+        VerifyCode::InsufficientPermissions => {
+            Err(ApiError::new(ErrorCode::InsufficientPermissions, "the key lacks the required permissions"))
+        }
+        VerifyCode::RateLimited => {
+            let reset = v.ratelimits.iter().filter(|l| l.exceeded).map(|l| l.reset).min().unwrap_or(now);
+            Err(ApiError::new(
+                ErrorCode::TooManyRequests,
+                "the key's rate limit is exceeded: retry after the window resets",
+            )
+            .with_header("retry-after", seconds_until(reset, now).to_string()))
+        }
+        VerifyCode::UsageExceeded => {
+            Err(ApiError::new(ErrorCode::TooManyRequests, "the key has no credits left for this request"))
+        }
+        code => Err(ApiError::unauthorized(format!("the API key is not valid ({})", code.as_str()))),
+    }
 }
 
 /// A request the gateway's configuration got wrong: 400, logged (never a pass).

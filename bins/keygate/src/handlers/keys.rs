@@ -3,16 +3,19 @@
 
 use super::{Empty, empty};
 use crate::error::{ApiError, REQUEST_ID_HEADER};
+use crate::http::blocking;
 use crate::http::{Authed, Json, Obj, QueryOrJson, integer};
 use crate::openapi::{V1BodyErrors, V1QueryErrors, kinds, refine_body, require_one_of, schema_mut};
+use crate::state::AppState;
 use actix_web::HttpResponse;
+use actix_web::web;
 use keygate_domain::Named;
 use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
 };
 use keygate_rbac::{
-    EntityRef, KeyView, MAX_QUERY_NODES, NewKey, PermissionQuery, Principal, RbacError, RbacService,
-    Verification, VerifyScope,
+    EntityRef, KeyView, LimitAsk, MAX_QUERY_NODES, NewKey, PermissionQuery, Principal, RbacError,
+    RbacService, Usage, Verification, VerifyScope,
 };
 use keygate_store::SqlStore;
 use serde::de::DeserializeOwned;
@@ -366,6 +369,115 @@ pub(crate) struct VerifyKeyBody {
     api_id: Option<String>,
     #[schema(inline, value_type = Option<AuthorizationBody>)]
     authorization: Option<Obj<AuthorizationBody>>,
+    /// The credits this verification takes (default 1).
+    #[schema(inline, value_type = Option<CostBody>)]
+    remaining: Option<Obj<CostBody>>,
+    /// Unkey v1's single rate limit: the cost taken from the limit named `default` of the
+    /// key or its identity, when it has one.
+    #[schema(inline, value_type = Option<CostBody>)]
+    ratelimit: Option<Obj<CostBody>>,
+    /// Rate limits of the key or its identity to apply, by name (docs/api-v2.md, credits
+    /// and rate limits in verifications).
+    #[schema(max_items = 50, value_type = Option<Vec<VerifyRatelimit>>)]
+    ratelimits: Option<Vec<Obj<VerifyRatelimit>>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct CostBody {
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    cost: Option<Number>,
+}
+
+/// A rate limit a verification applies: one of the key's or its identity's, by name (with
+/// `limit` and `duration` replacing the stored ones for this call), or an ad-hoc limit of
+/// the key (both needed).
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct VerifyRatelimit {
+    #[schema(min_length = 1, max_length = 128)]
+    name: String,
+    /// Tokens taken (default 1).
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    cost: Option<Number>,
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1_000_000)]
+    limit: Option<Number>,
+    /// The window in ms.
+    #[schema(value_type = Option<u64>, minimum = 1000, maximum = 2_592_000_000_u64)]
+    duration: Option<Number>,
+}
+
+/// A request's rate limits (`path`: the field), bounds checked by the service.
+pub(crate) fn limit_asks(path: &str, asks: Vec<Obj<VerifyRatelimit>>) -> Result<Vec<LimitAsk>, ApiError> {
+    if asks.len() > keygate_rbac::MAX_VERIFY_RATELIMITS {
+        let msg = format!("at most {} entries", keygate_rbac::MAX_VERIFY_RATELIMITS);
+        return Err(ValidationError::new(path, msg).into());
+    }
+    let number = |field: String, n: Option<Number>, min: u64| n.map(|n| integer(&field, &n, min)).transpose();
+    asks.into_iter()
+        .enumerate()
+        .map(|(i, Obj(a))| {
+            Ok(LimitAsk {
+                cost: number(format!("{path}.{i}.cost"), a.cost, 0)?,
+                limit: number(format!("{path}.{i}.limit"), a.limit, 1)?,
+                duration: number(format!("{path}.{i}.duration"), a.duration, 1_000)?,
+                ..LimitAsk::named(a.name)
+            })
+        })
+        .collect()
+}
+
+/// The credit cost a request gives (`path`: the field).
+pub(crate) fn cost(path: &str, body: Option<Obj<CostBody>>) -> Result<Option<u64>, ApiError> {
+    match body.and_then(|Obj(c)| c.cost) {
+        Some(n) => Ok(Some(integer(path, &n, 0)?)),
+        None => Ok(None),
+    }
+}
+
+/// A verification to run: the secret, who may find which keys, the permission query and
+/// what it spends.
+#[derive(Debug)]
+pub(crate) struct VerifyCall {
+    pub secret: String,
+    /// The caller's root key, when it sent one: checked still current on the slow path.
+    pub principal: Option<Arc<Principal>>,
+    pub api_id: Option<String>,
+    pub access: Option<keygate_rbac::ApiAccess>,
+    pub query: Option<PermissionQuery>,
+    pub usage: Usage,
+}
+
+impl VerifyCall {
+    fn scope(&self) -> VerifyScope<'_> {
+        VerifyScope {
+            workspace_id: self.principal.as_ref().map(|p| p.workspace_id.as_str()),
+            api_id: self.api_id.as_deref(),
+            access: self.access.as_ref(),
+        }
+    }
+}
+
+/// Runs a verification for every path that verifies (v1, v2, the gateway): from the cache
+/// inline when that needs no I/O, else off the async workers; answered once its credit
+/// spend is committed.
+pub(crate) async fn verification(
+    state: &web::Data<AppState>,
+    call: VerifyCall,
+) -> Result<Verification, ApiError> {
+    let cached = state.rbac.verify_cached(&call.secret, &call.scope(), call.query.as_ref(), &call.usage);
+    let pending = match cached {
+        Some(pending) => pending?,
+        None => {
+            let st = state.clone();
+            blocking(move || {
+                if let Some(p) = &call.principal {
+                    st.rbac.ensure_root_key_current(p)?;
+                }
+                Ok(st.rbac.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?)
+            })
+            .await?
+        }
+    };
+    Ok(pending.settle().await?)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -473,6 +585,35 @@ pub(crate) struct VerifyKeyResponse {
     enabled: Option<bool>,
     permissions: Vec<String>,
     roles: Vec<String>,
+    /// The key's credits left after this verification, when it has credits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    remaining: Option<u64>,
+    /// The limit named `default` among those that applied, else the first by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    ratelimit: Option<V1Ratelimit>,
+    /// The identity the key is linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    identity: Option<V1Identity>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct V1Ratelimit {
+    limit: u64,
+    remaining: u64,
+    /// Unix ms at which the window ends.
+    reset: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct V1Identity {
+    id: String,
+    external_id: String,
+    #[schema(value_type = Object)]
+    meta: Value,
 }
 
 /// `code` of a verification: one of [`VerifyCode::ALL`](keygate_rbac::VerifyCode::ALL).
@@ -499,17 +640,24 @@ impl VerifyKeyResponse {
             enabled: key.as_ref().map(|k| k.enabled),
             permissions: v.permissions,
             roles: v.roles,
+            remaining: v.credits,
+            ratelimit: v
+                .ratelimits
+                .iter()
+                .find(|l| l.name == "default")
+                .or(v.ratelimits.first())
+                .map(|l| V1Ratelimit { limit: l.limit, remaining: l.remaining, reset: l.reset }),
+            identity: v.identity.map(|i| V1Identity {
+                meta: i
+                    .identity
+                    .meta
+                    .as_deref()
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or_else(|| Value::Object(Map::new())),
+                id: i.identity.id,
+                external_id: i.identity.external_id,
+            }),
         }
-    }
-}
-
-/// Which keys a verification may find: the caller's workspace (when it sent a root key) and
-/// the body's `apiId`.
-fn scope<'a>(caller: &'a Option<Arc<Principal>>, body: &'a VerifyKeyBody) -> VerifyScope<'a> {
-    VerifyScope {
-        workspace_id: caller.as_ref().map(|p| p.workspace_id.as_str()),
-        api_id: body.api_id.as_deref(),
-        access: None,
     }
 }
 
@@ -523,31 +671,26 @@ fn scope<'a>(caller: &'a Option<Arc<Principal>>, body: &'a VerifyKeyBody) -> Ver
     security((), ("rootKey" = [])), request_body = VerifyKeyBody,
     responses((status = 200, description = "OK", body = VerifyKeyResponse), V1BodyErrors))]
 pub async fn verify_key(
-    mut call: Authed<Json<VerifyKeyBody>, Option<Arc<Principal>>>,
+    call: Authed<Json<VerifyKeyBody>, Option<Arc<Principal>>>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = &mut call.input.0;
+    let Authed { principal, input: Json(body), state } = call;
     if let Some(api_id) = &body.api_id {
         check_len("apiId", api_id, MAX_NAME_CHARS)?;
     }
-    let query = match body.authorization.take().and_then(|Obj(a)| a.permissions) {
+    let query = match body.authorization.and_then(|Obj(a)| a.permissions) {
         Some(v) => Some(permission_query("authorization.permissions", &v, &mut 0)?),
         None => None,
     };
-    // A current cached answer needs no I/O: inline; else off the async workers.
-    let cached = call.state.rbac.verify_key_cached(
-        &call.input.0.key,
-        &scope(&call.principal, &call.input.0),
-        query.as_ref(),
-    );
-    let verification = match cached {
-        Some(v) => v,
-        None => {
-            call.run(move |rbac, caller, Json(body)| {
-                rbac.verify_key(&body.key, &scope(caller, &body), query.as_ref())
-            })
-            .await?
-        }
-    };
+    let mut asks = limit_asks("ratelimits", body.ratelimits.unwrap_or_default())?;
+    // v1's single limit is the one named `default`; its cost unless `ratelimits` names it.
+    if let Some(cost) = cost("ratelimit.cost", body.ratelimit)?
+        && !asks.iter().any(|a| a.name == "default")
+    {
+        asks.push(LimitAsk { cost: Some(cost), if_present: true, ..LimitAsk::named("default") });
+    }
+    let usage = Usage { cost: cost("remaining.cost", body.remaining)?, ratelimits: asks, check_only: false };
+    let call = VerifyCall { secret: body.key, principal, api_id: body.api_id, access: None, query, usage };
+    let verification = verification(&state, call).await?;
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))

@@ -74,6 +74,22 @@ impl MemoryStore {
         }
         AllOrNothing { passed, decisions }
     }
+
+    /// Gives back what a passed [`Self::limit_all`] of `entries` at `now_ms` consumed: each
+    /// budget's count goes down by the cost, in the window that took it (one that has ended
+    /// since is left alone, as is a count that would go below zero).
+    pub fn give_back(&self, entries: &[(BudgetKey<'_>, LimitRequest)], now_ms: u64) {
+        for (key, req) in entries.iter().filter(|(_, r)| r.cost > 0) {
+            let start = crate::window_start(now_ms, req.duration.max(1));
+            self.update(*key, now_ms, |state| match state {
+                Some(s) if s.start == start => {
+                    (WindowState { start, used: s.used.saturating_sub(req.cost) }, ())
+                }
+                Some(s) => (s, ()),
+                None => (WindowState { start, used: 0 }, ()),
+            });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -91,6 +107,24 @@ mod tests {
 
     fn key<'a>(ns: &'a Arc<String>, id: &'a str) -> BudgetKey<'a> {
         BudgetKey { namespace_id: ns, identifier: id, duration: 60_000 }
+    }
+
+    #[test]
+    fn what_a_passed_call_took_is_given_back_in_its_window_only() {
+        let (s, ns) = (MemoryStore::new(), Arc::new("ns".to_string()));
+        let entries = [(key(&ns, "a"), req(5, 2)), (key(&ns, "b"), req(3, 1)), (key(&ns, "a"), req(5, 1))];
+        assert!(s.limit_all(&[(key(&ns, "a"), req(5, 1))], NOW).passed);
+        assert!(s.limit_all(&entries, NOW).passed);
+        s.give_back(&entries, NOW);
+        assert_eq!(s.check(key(&ns, "a"), req(5, 0), NOW).remaining, 4, "the earlier call's token stays");
+        assert_eq!(s.check(key(&ns, "b"), req(3, 0), NOW).remaining, 3);
+        // A window that has ended is left alone; nothing goes below zero.
+        assert!(s.limit_all(&entries, NOW).passed);
+        s.give_back(&entries, NOW + 60_000);
+        assert_eq!(s.check(key(&ns, "a"), req(5, 0), NOW).remaining, 1);
+        s.give_back(&entries, NOW);
+        s.give_back(&entries, NOW);
+        assert_eq!(s.check(key(&ns, "a"), req(5, 0), NOW).remaining, 5);
     }
 
     #[test]

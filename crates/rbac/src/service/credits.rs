@@ -152,3 +152,106 @@ pub(super) fn updated_credits(
         (Some(remaining), refill) => Ok(Some(Credits { remaining, refill })),
     }
 }
+
+/// The group commit of credit spends (API-v2.md §13.5): verifications queue their spends,
+/// and one writer thread takes every spend waiting at that moment, runs them in one
+/// transaction (each one statement on its key's row, [`CreditTx::spend_key_credits`]),
+/// commits, then answers each. No verification answers before its spend is committed, and
+/// none pays a transaction of its own: the batch grows with the load.
+///
+/// The counter is the key's row, so spends on every instance, `updateCredits` and
+/// `updateKey` serialize on it (none is lost), a restart finds every committed spend, and
+/// nothing needs reloading after a change. Within a batch, spends run in key-id order
+/// (PostgreSQL writers of several instances then lock rows in one order: no deadlock).
+#[derive(Debug, Default)]
+pub(crate) struct CreditQueue {
+    waiting: parking_lot::Mutex<Vec<QueuedSpend>>,
+    wake: parking_lot::Condvar,
+    writer: std::sync::OnceLock<()>,
+}
+
+#[derive(Debug)]
+struct QueuedSpend {
+    key_id: String,
+    cost: u64,
+    refill_at: Option<i64>,
+    queued: std::time::Instant,
+    reply: tokio::sync::oneshot::Sender<Result<crate::store::CreditSpend, StorageError>>,
+}
+
+impl CreditQueue {
+    /// Queues a spend; the answer comes once it is committed.
+    pub(crate) fn spend<S: RbacStore + 'static>(
+        self: &Arc<Self>,
+        store: &Arc<S>,
+        key_id: &str,
+        cost: u64,
+        refill_at: Option<i64>,
+    ) -> tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>> {
+        self.writer.get_or_init(|| {
+            let (queue, store) = (Arc::downgrade(self), store.clone());
+            std::thread::Builder::new()
+                .name("keygate-credits".into())
+                .spawn(move || write_spends(&queue, &*store))
+                .map(drop)
+                .unwrap_or_else(|e| log::error!("the credit writer thread did not start: {e}"));
+        });
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let spend = QueuedSpend {
+            key_id: key_id.to_string(),
+            cost,
+            refill_at,
+            queued: std::time::Instant::now(),
+            reply,
+        };
+        self.waiting.lock().push(spend);
+        self.wake.notify_one();
+        answer
+    }
+}
+
+/// The writer: while the service lives, commits whatever waits, one transaction at a time.
+fn write_spends<S: RbacStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) {
+    loop {
+        let Some(q) = queue.upgrade() else { return };
+        let mut batch = {
+            let mut waiting = q.waiting.lock();
+            if waiting.is_empty() {
+                q.wake.wait_for(&mut waiting, std::time::Duration::from_millis(500));
+            }
+            std::mem::take(&mut *waiting)
+        };
+        drop(q);
+        if batch.is_empty() {
+            continue;
+        }
+        batch.sort_by(|a, b| a.key_id.cmp(&b.key_id));
+        let done = store.transaction(|tx| {
+            batch
+                .iter()
+                .map(|s| Ok(tx.spend_key_credits(&s.key_id, s.cost, s.refill_at)?))
+                .collect::<Result<Vec<_>, RbacError>>()
+        });
+        metrics::counter!("keygate_credit_commits_total").increment(1);
+        metrics::histogram!("keygate_credit_commit_batch_size").record(batch.len() as f64);
+        match done {
+            Ok(results) => {
+                for (s, r) in batch.into_iter().zip(results) {
+                    metrics::histogram!("keygate_credit_wait_seconds")
+                        .record(s.queued.elapsed().as_secs_f64());
+                    let _ = s.reply.send(Ok(r));
+                }
+            }
+            Err(e) => {
+                log::warn!("credit spends not committed ({} answered 503): {e}", batch.len());
+                let e = match e {
+                    RbacError::Storage(e) => e,
+                    other => StorageError::Internal(other.to_string()),
+                };
+                for s in batch {
+                    let _ = s.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}

@@ -14,9 +14,11 @@ mod keys;
 mod links;
 mod namespaces;
 mod overrides;
+mod usage;
 mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
+use credits::CreditQueue;
 pub use credits::{CreditOp, RefillSpec, check_refill, credit_setting};
 pub use identities::{
     MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
@@ -25,6 +27,7 @@ pub use identities::{
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
+pub use usage::{MAX_VERIFY_RATELIMITS, Pending, validate_usage};
 use verify::VerifyCache;
 pub use verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
 
@@ -83,7 +86,7 @@ pub trait OverridesListener: Send + Sync + std::fmt::Debug {
 /// operations, over any [`RbacStore`].
 #[derive(Debug)]
 pub struct RbacService<S> {
-    store: S,
+    store: Arc<S>,
     clock: Arc<dyn Clock>,
     auth: AuthCache,
     namespaces: NamespaceCache,
@@ -92,6 +95,10 @@ pub struct RbacService<S> {
     /// Where the change counters are read (`crate::counters`).
     counters: crate::counters::CounterSource,
     verify_cache: VerifyCache,
+    /// Where the rate limits of keys and identities are counted (`usage`).
+    limiter: Arc<dyn keygate_ratelimit::RateLimitStore>,
+    /// The group commit of credit spends (`credits`).
+    credit_queue: Arc<CreditQueue>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -99,7 +106,7 @@ impl<S: RbacStore> RbacService<S> {
     /// one process, or several on one SQLite file with [`Self::poll_changes`] running).
     pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
         Self {
-            store,
+            store: Arc::new(store),
             clock,
             auth: AuthCache::for_root_keys(AUTH_CACHE_TTL_MS),
             namespaces: NamespaceCache::default(),
@@ -107,7 +114,17 @@ impl<S: RbacStore> RbacService<S> {
             overrides_listener: None,
             counters: crate::counters::CounterSource::Local(Default::default()),
             verify_cache: VerifyCache::new(true),
+            limiter: Arc::new(keygate_ratelimit::MemoryStore::new()),
+            credit_queue: Arc::default(),
         }
+    }
+
+    /// Where verifications count the rate limits of keys and identities (default: an
+    /// in-process store; several instances share a Redis store). The budgets are keyed
+    /// apart from every `ratelimit.*` namespace's.
+    pub fn with_limiter(mut self, limiter: Arc<dyn keygate_ratelimit::RateLimitStore>) -> Self {
+        self.limiter = limiter;
+        self
     }
 
     /// Where verifications read the change counters: `Store` or `Shared` when several

@@ -3,7 +3,9 @@
 //! upkeep: bumping them with each write, publishing them after its commit, noticing the
 //! writes of other processes.
 
+use super::usage::validate_usage;
 use super::*;
+use crate::Usage;
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
@@ -16,21 +18,13 @@ pub const MAX_CACHED_KEY_BYTES: u64 = 256 << 20;
 /// read until key creation in its shard ends it.
 pub const MAX_CACHED_UNKNOWN_KEYS: u64 = 100_000;
 
-/// What a verification needs of a key, as the store held it under a tag.
-#[derive(Debug)]
-pub(crate) struct KeySnapshot {
-    key: Key,
-    /// Direct and through roles, each once, in byte order.
-    permissions: Vec<String>,
-    /// Role names, sorted by name.
-    roles: Vec<String>,
-}
-
 /// A cached answer: the key (or none) and the counters it was loaded under.
 #[derive(Debug)]
 pub(crate) struct VerifyEntry {
     tag: Tag,
-    snapshot: Option<KeySnapshot>,
+    /// What a verification needs of a key: its effective permissions and roles, its
+    /// identity and the rate limits of both.
+    snapshot: Option<KeySummary>,
 }
 
 impl VerifyEntry {
@@ -48,6 +42,14 @@ impl VerifyEntry {
                     + k.meta.as_ref().map_or(0, String::len)
                     + strings(&s.permissions)
                     + strings(&s.roles)
+                    + s.ratelimits
+                        .iter()
+                        .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
+                        .map(|l| 64 + l.id.len() + l.name.len())
+                        .sum::<usize>()
+                    + s.identity.as_ref().map_or(0, |i| {
+                        64 + i.identity.external_id.len() + i.identity.meta.as_ref().map_or(0, String::len)
+                    })
             });
         u32::try_from(size).unwrap_or(u32::MAX)
     }
@@ -222,17 +224,25 @@ impl<S: RbacStore> RbacService<S> {
         Ok(Tag { source: SOURCE_STORE, values: first_two(&values) })
     }
 
-    /// Answers from the cache alone when that needs no I/O (local counters, a current
-    /// entry): `None` means ask [`Self::verify_key`] off the request path.
-    pub fn verify_key_cached(
+    /// [`Self::verify`] answered from the cache alone, when that needs no I/O (local
+    /// counters, a current entry, an in-process limiter; a credit spend is only queued):
+    /// `None` means ask [`Self::verify`] off the request path.
+    pub fn verify_cached(
         &self,
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-    ) -> Option<Verification> {
+        usage: &Usage,
+    ) -> Option<Result<Pending, RbacError>>
+    where
+        S: 'static,
+    {
         let CounterSource::Local(local) = &self.counters else { return None };
         if !self.verify_cache.enabled || secret.is_empty() {
             return None;
+        }
+        if let Err(e) = validate_usage(usage) {
+            return Some(Err(e.into()));
         }
         let digest = secret_digest(secret);
         let entry = self.verify_cache.get(&digest)?;
@@ -240,45 +250,111 @@ impl<S: RbacStore> RbacService<S> {
         if local.read(&scopes[..n]) != entry.tag {
             return None;
         }
+        let out = self.answer(&entry, scope, query, usage, false)?;
         self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
-        Some(counted(answer(&entry, scope, query, self.now())))
+        Some(out)
     }
 
-    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
-    /// `query` is given, holds the permissions it asks for (directly or through its roles).
-    /// Needs no root key: the secret is the credential. A cached answer is used only while
-    /// the change counters it was loaded under are current, so a change (setPermissions,
-    /// deleteKey, ...) applies to the next verification.
-    ///
-    /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
-    /// exactly as a key that does not exist (a gateway of one tenant never sees another
-    /// tenant's keys as valid).
+    /// `keys.verifyKey` with the default usage (cost 1, the auto-applied limits), waiting
+    /// for its spend to commit: [`Self::verify`], then [`Pending::wait`].
     pub fn verify_key(
         &self,
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-    ) -> Result<Verification, RbacError> {
+    ) -> Result<Verification, RbacError>
+    where
+        S: 'static,
+    {
+        self.verify(secret, scope, query, &Usage::default())?.wait()
+    }
+
+    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
+    /// `query` is given, holds the permissions it asks for (directly or through its roles);
+    /// then, for such a key, what `usage` spends: its rate limits and its credits
+    /// (API-v2.md §13; RATE_LIMITED or USAGE_EXCEEDED when they do not suffice, nothing
+    /// spent). Needs no root key: the secret is the credential. A cached answer is used
+    /// only while the change counters it was loaded under are current, so a change
+    /// (setPermissions, deleteKey, ...) applies to the next verification.
+    ///
+    /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
+    /// exactly as a key that does not exist (a gateway of one tenant never sees another
+    /// tenant's keys as valid).
+    pub fn verify(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Result<Pending, RbacError>
+    where
+        S: 'static,
+    {
+        validate_usage(usage)?;
         if secret.is_empty() {
-            return Ok(counted(not_found()));
+            return Ok(Pending::done(not_found()));
         }
         let digest = secret_digest(secret);
-        if !self.verify_cache.enabled {
+        let entry = if !self.verify_cache.enabled {
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
             let hash = digest_hex(&digest);
             let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
-            let entry = VerifyEntry { tag: Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot };
-            return Ok(counted(answer(&entry, scope, query, self.now())));
-        }
-        if let Some(entry) = self.verify_cache.get(&digest) {
-            let (scopes, n) = entry.scopes(&digest);
-            if self.read_counters(&scopes[..n])? == entry.tag {
-                self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(counted(answer(&entry, scope, query, self.now())));
+            Arc::new(VerifyEntry { tag: Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot })
+        } else {
+            let cached = match self.verify_cache.get(&digest) {
+                Some(entry) => {
+                    let (scopes, n) = entry.scopes(&digest);
+                    (self.read_counters(&scopes[..n])? == entry.tag).then_some(entry)
+                }
+                None => None,
+            };
+            match cached {
+                Some(entry) => {
+                    self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+                    entry
+                }
+                None => self.load_verify_entry(&digest)?,
             }
-        }
-        let entry = self.load_verify_entry(&digest)?;
-        Ok(counted(answer(&entry, scope, query, self.now())))
+        };
+        self.answer(&entry, scope, query, usage, true).expect("may wait: always answers")
+    }
+
+    /// The verification of a snapshot at `now`, within `scope`, against `query`, then what
+    /// it spends (`may_wait`: whether that may do I/O; `None` when it would have to).
+    fn answer(
+        &self,
+        entry: &VerifyEntry,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+        may_wait: bool,
+    ) -> Option<Result<Pending, RbacError>>
+    where
+        S: 'static,
+    {
+        let Some(s) = entry.snapshot.as_ref().filter(|s| scope.admits(&s.key)) else {
+            return Some(Ok(Pending::done(not_found())));
+        };
+        let holds = |p: &str| s.permissions.binary_search_by(|held| held.as_str().cmp(p)).is_ok();
+        let code = if !s.key.enabled {
+            VerifyCode::Disabled
+        } else if s.key.expires.is_some_and(|e| e <= self.now()) {
+            VerifyCode::Expired
+        } else if query.is_some_and(|q| !q.satisfied_by(&holds)) {
+            VerifyCode::InsufficientPermissions
+        } else {
+            VerifyCode::Valid
+        };
+        let v = Verification {
+            code,
+            key: Some(s.key.clone()),
+            permissions: s.permissions.clone(),
+            roles: s.roles.clone(),
+            identity: s.identity.clone(),
+            credits: None,
+            ratelimits: Vec::new(),
+        };
+        self.spend(v, s, usage, may_wait)
     }
 
     /// Loads a key's snapshot into the cache, tagged with counters read before the load.
@@ -411,66 +487,22 @@ fn first_two(values: &[u64]) -> [u64; 2] {
 }
 
 fn not_found() -> Verification {
-    Verification { code: VerifyCode::NotFound, key: None, permissions: Vec::new(), roles: Vec::new() }
-}
-
-/// The key whose secret hashes to `hash`, with its permissions (direct and through roles)
-/// and roles, in one snapshot.
-fn load_snapshot(tx: &mut dyn RbacTx, hash: &str) -> Result<Option<KeySnapshot>, RbacError> {
-    let Some(key) = tx.key_by_hash(hash)? else { return Ok(None) };
-    let mut roles = tx.key_entities(EntityKind::Role, &key.id)?;
-    let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
-    // Direct and through roles, each once; a BTreeSet's order is byte order.
-    let permissions: Vec<String> = tx
-        .key_entities(EntityKind::Permission, &key.id)?
-        .into_iter()
-        .chain(if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? })
-        .map(|p| p.name)
-        .collect::<BTreeSet<String>>()
-        .into_iter()
-        .collect();
-    sort_by_name(&mut roles);
-    Ok(Some(KeySnapshot { key, permissions, roles: roles.into_iter().map(|r| r.name).collect() }))
-}
-
-/// The verification of a snapshot at `now`, within `scope`, against `query`.
-fn answer(
-    entry: &VerifyEntry,
-    scope: &VerifyScope<'_>,
-    query: Option<&PermissionQuery>,
-    now: i64,
-) -> Verification {
-    let Some(s) = entry.snapshot.as_ref().filter(|s| scope.admits(&s.key)) else { return not_found() };
-    let holds = |p: &str| s.permissions.binary_search_by(|held| held.as_str().cmp(p)).is_ok();
-    let code = if !s.key.enabled {
-        VerifyCode::Disabled
-    } else if s.key.expires.is_some_and(|e| e <= now) {
-        VerifyCode::Expired
-    } else if query.is_some_and(|q| !q.satisfied_by(&holds)) {
-        VerifyCode::InsufficientPermissions
-    } else {
-        VerifyCode::Valid
-    };
     Verification {
-        code,
-        key: Some(s.key.clone()),
-        permissions: s.permissions.clone(),
-        roles: s.roles.clone(),
+        code: VerifyCode::NotFound,
+        key: None,
+        permissions: Vec::new(),
+        roles: Vec::new(),
+        identity: None,
+        credits: None,
+        ratelimits: Vec::new(),
     }
 }
 
-/// Counts a verification's outcome (`keygate_verifications_total{code}`); static labels, so
-/// no allocation.
-fn counted(v: Verification) -> Verification {
-    let counter = match v.code {
-        VerifyCode::Valid => metrics::counter!("keygate_verifications_total", "code" => "VALID"),
-        VerifyCode::NotFound => metrics::counter!("keygate_verifications_total", "code" => "NOT_FOUND"),
-        VerifyCode::Disabled => metrics::counter!("keygate_verifications_total", "code" => "DISABLED"),
-        VerifyCode::Expired => metrics::counter!("keygate_verifications_total", "code" => "EXPIRED"),
-        VerifyCode::InsufficientPermissions => {
-            metrics::counter!("keygate_verifications_total", "code" => "INSUFFICIENT_PERMISSIONS")
-        }
-    };
-    counter.increment(1);
-    v
+/// The key whose secret hashes to `hash`, with what a verification needs of it, in one
+/// snapshot.
+fn load_snapshot(tx: &mut dyn RbacTx, hash: &str) -> Result<Option<KeySummary>, RbacError> {
+    match tx.key_by_hash(hash)? {
+        Some(key) => Ok(Some(key_summary(tx, key)?)),
+        None => Ok(None),
+    }
 }

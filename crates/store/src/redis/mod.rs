@@ -154,6 +154,7 @@ pub struct RedisStore {
     script: redis::Script,
     /// The all-or-nothing script of `multi.rs` (hashed once).
     multi_script: redis::Script,
+    give_back_script: redis::Script,
     /// The change counters' read and publish scripts (`counters.rs`).
     counter_scripts: (redis::Script, redis::Script),
     prefix: String,
@@ -257,6 +258,7 @@ impl RedisStore {
             denials: settings.local_denials.then(Denials::default),
             script,
             multi_script: redis::Script::new(multi::MULTI),
+            give_back_script: redis::Script::new(multi::GIVE_BACK),
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
             prefix: settings.key_prefix,
             location,
@@ -513,6 +515,10 @@ impl RateLimitStore for RedisStore {
         now_ms: u64,
     ) -> Result<Option<keygate_ratelimit::AllOrNothing>, StoreError> {
         self.limit_all_blocking(entries, epochs, now_ms)
+    }
+
+    fn give_back(&self, entries: &[keygate_ratelimit::Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
+        self.give_back_blocking(entries, now_ms)
     }
 
     fn overrides_epoch(&self, namespace_id: &str) -> Result<u64, StoreError> {

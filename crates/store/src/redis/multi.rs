@@ -8,6 +8,18 @@ use keygate_ratelimit::{AllOrNothing, Decision, Entry, StoreError, window_start}
 /// The script (its layout is at its top).
 pub(super) const MULTI: &str = include_str!("multi.lua");
 
+/// Gives back the costs of a passed multi-limit: `KEYS[i]` loses `ARGV[i]` if it still
+/// exists (its window has not ended), never going below 0.
+pub(super) const GIVE_BACK: &str = r"
+for i = 1, #KEYS do
+  local used = tonumber(redis.call('GET', KEYS[i]) or '-1')
+  if used > 0 then
+    redis.call('DECRBY', KEYS[i], math.min(used, tonumber(ARGV[i])))
+  end
+end
+return 0
+";
+
 impl RedisStore {
     /// [`keygate_ratelimit::RateLimitStore::limit_all`] on a blocking connection. On a
     /// Redis Cluster the budgets' keys must share one slot (a script runs on one node):
@@ -86,5 +98,26 @@ impl RedisStore {
             .collect();
         let passed = decisions.iter().all(|d| d.success);
         Ok(Some(AllOrNothing { passed, decisions }))
+    }
+
+    /// [`RateLimitStore::give_back`](keygate_ratelimit::RateLimitStore::give_back): the
+    /// costs of `entries` off their windows' keys, in one script call (one slot on a
+    /// cluster, as the multi-limit that took them).
+    pub(super) fn give_back_blocking(&self, entries: &[Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
+        let taken: Vec<(Vec<u8>, u64)> = entries
+            .iter()
+            .filter(|(_, req)| req.cost > 0)
+            .map(|(key, req)| (self.key(key, window_start(now_ms, req.duration.max(1))), req.cost))
+            .collect();
+        if taken.is_empty() {
+            return Ok(());
+        }
+        self.pool.with_conn(|c| {
+            let mut call = self.give_back_script.prepare_invoke();
+            for (key, cost) in &taken {
+                call.key(key.as_slice()).arg(*cost);
+            }
+            super::script::invoke_loaded::<i64>(&call, c).map(drop)
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! A key's credits (the credit columns of `keys`).
 
 use super::*;
+use keygate_rbac::store::CreditSpend;
 
 /// remaining, refill interval, amount, day, last refill: the credit columns' values.
 type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
@@ -67,5 +68,55 @@ impl CreditTx for DieselTx<'_> {
             .optional()
             .map_err(db_err)?;
         Ok(now.flatten().map(|r| u64::try_from(r).unwrap_or(0)))
+    }
+
+    fn spend_key_credits(&mut self, key_id: &str, cost: u64, refill_at: Option<i64>) -> R<CreditSpend> {
+        use diesel::dsl::sql;
+        use diesel::sql_types::{BigInt, Bool, Nullable};
+        let cost = i64::try_from(cost).unwrap_or(i64::MAX);
+        // No refill asked: a boundary nothing is before.
+        let at = refill_at.unwrap_or(i64::MIN);
+        const DUE: &str = "refill_amount IS NOT NULL AND COALESCE(last_refill_at, created_at) < ";
+        // What the key holds once a due refill is applied (SET reads the row as it was).
+        let available = || {
+            sql::<Nullable<BigInt>>(&format!("(CASE WHEN {DUE}"))
+                .bind::<BigInt, _>(at)
+                .sql(" THEN refill_amount ELSE credits_remaining END)")
+        };
+        let refilled_at = || {
+            sql::<Nullable<BigInt>>(&format!("(CASE WHEN {DUE}"))
+                .bind::<BigInt, _>(at)
+                .sql(" THEN ")
+                .bind::<BigInt, _>(at)
+                .sql(" ELSE last_refill_at END)")
+        };
+        let row = keys::table.filter(keys::id.eq(key_id)).filter(keys::credits_remaining.is_not_null());
+        // Paid: at least the cost, and more than 0 (a cost of 0 needs credits left too).
+        let affordable = sql::<Bool>(&format!("(CASE WHEN {DUE}"))
+            .bind::<BigInt, _>(at)
+            .sql(" THEN refill_amount ELSE credits_remaining END) >= ")
+            .bind::<BigInt, _>(cost.max(1));
+        let paid: Option<Option<i64>> =
+            on_each_backend!(self.conn, c => diesel::update(row.filter(affordable))
+            .set((
+                keys::credits_remaining.eq(available().sql(" - ").bind::<BigInt, _>(cost)),
+                keys::last_refill_at.eq(refilled_at()),
+            ))
+            .returning(keys::credits_remaining)
+            .get_result(c)
+            .optional())
+            .map_err(db_err)?;
+        let remaining = |r: Option<i64>| r.map(|r| u64::try_from(r).unwrap_or(0));
+        if let Some(after) = paid {
+            return Ok(CreditSpend { paid: true, remaining: remaining(after) });
+        }
+        // Not paid: the refill still applies when due; then what is left.
+        let now: Option<Option<i64>> = on_each_backend!(self.conn, c => diesel::update(row)
+            .set((keys::credits_remaining.eq(available()), keys::last_refill_at.eq(refilled_at())))
+            .returning(keys::credits_remaining)
+            .get_result(c)
+            .optional())
+        .map_err(db_err)?;
+        Ok(CreditSpend { paid: false, remaining: remaining(now.flatten()) })
     }
 }

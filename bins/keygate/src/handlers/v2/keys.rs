@@ -7,15 +7,17 @@ use super::permissions::{Permission, Role};
 use super::{Empty, Envelope};
 use super::{check_count, check_key_id, check_opt_len, ok, ok_empty, unsupported};
 use crate::error::{ApiError, problems};
-use crate::handlers::keys::{CreatedKey, DeleteKeyBody};
+use crate::handlers::keys::{
+    CreatedKey, DeleteKeyBody, VerifyCall, VerifyRatelimit, limit_asks, verification,
+};
 use crate::http::{Authed, Json, Obj, integer};
 use crate::openapi::{V2Errors, V2Precondition, kinds, refine_body};
 use actix_web::HttpResponse;
 use keygate_domain::{ErrorCode, MAX_NAME_CHARS, Patch, ValidationError, check_len};
 use keygate_rbac::{
-    ApiAccess, EntityKind, KeyLookup, KeySummary, LinkMode, MAX_KEY_META_BYTES, MAX_V2_KEY_PREFIX_CHARS,
-    MAX_VERIFY_KEY_CHARS, NewKey, PermissionQuery, RoleView, Verification, VerifyCode, VerifyScope,
-    parse_permission_query,
+    ApiAccess, EntityKind, KeyLookup, KeySummary, LimitOutcome, LinkMode, MAX_KEY_META_BYTES,
+    MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, NewKey, PermissionQuery, RoleView, Usage, Verification,
+    VerifyCode, parse_permission_query,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
@@ -265,8 +267,9 @@ pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpRespons
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct Credits {
-    #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
-    cost: Number,
+    /// Credits this verification takes (default 1).
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    cost: Option<Number>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -289,8 +292,10 @@ pub(crate) struct VerifyKeyBody {
     tags: Option<Vec<String>>,
     #[schema(inline, value_type = Option<Credits>)]
     credits: Option<Obj<Credits>>,
-    #[schema(ignore)]
-    ratelimits: Option<Value>,
+    /// Rate limits of the key or its identity to apply, by name, besides the auto-applied
+    /// ones; a name found on neither is an ad-hoc limit of the key (limit and duration).
+    #[schema(max_items = 50, value_type = Option<Vec<VerifyRatelimit>>)]
+    ratelimits: Option<Vec<Obj<VerifyRatelimit>>>,
     #[schema(ignore)]
     migration_id: Option<Value>,
     #[schema(ignore)]
@@ -350,6 +355,49 @@ pub(crate) struct VerifyAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     roles: Option<Vec<String>>,
+    /// The key's credits left after this verification, when it has credits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    credits: Option<u64>,
+    /// Every rate limit that applied, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    ratelimits: Option<Vec<LimitResult>>,
+    /// The identity the key is linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    identity: Option<IdentityObject>,
+}
+
+/// How one rate limit fared in a verification.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = VerifyKeyRatelimitData)]
+pub(crate) struct LimitResult {
+    id: String,
+    name: String,
+    limit: u64,
+    duration: u64,
+    /// Unix ms at which the window ends.
+    reset: u64,
+    remaining: u64,
+    exceeded: bool,
+    auto_apply: bool,
+}
+
+impl From<LimitOutcome> for LimitResult {
+    fn from(o: LimitOutcome) -> Self {
+        Self {
+            id: o.id,
+            name: o.name,
+            limit: o.limit,
+            duration: o.duration,
+            reset: o.reset,
+            remaining: o.remaining,
+            exceeded: o.exceeded,
+            auto_apply: o.auto_apply,
+        }
+    }
 }
 
 impl From<Verification> for VerifyAnswer {
@@ -368,6 +416,9 @@ impl From<Verification> for VerifyAnswer {
                 expires: None,
                 permissions: None,
                 roles: None,
+                credits: None,
+                ratelimits: None,
+                identity: None,
             },
             Some(k) => Self {
                 valid,
@@ -379,6 +430,10 @@ impl From<Verification> for VerifyAnswer {
                 expires: k.expires,
                 permissions: Some(v.permissions),
                 roles: Some(v.roles),
+                credits: v.credits,
+                ratelimits: (!v.ratelimits.is_empty())
+                    .then(|| v.ratelimits.into_iter().map(LimitResult::from).collect()),
+                identity: v.identity.map(IdentityObject::from),
             },
         }
     }
@@ -392,8 +447,8 @@ impl From<Verification> for VerifyAnswer {
 #[utoipa::path(post, path = "/v2/keys.verifyKey", operation_id = "keys.verifyKey", tag = "keys",
     request_body = VerifyKeyBody,
     responses((status = 200, description = "OK", body = Envelope<VerifyAnswer>), V2Errors))]
-pub async fn verify_key(mut call: Authed<Json<VerifyKeyBody>>) -> Result<HttpResponse, ApiError> {
-    let b = &mut call.input.0;
+pub async fn verify_key(call: Authed<Json<VerifyKeyBody>>) -> Result<HttpResponse, ApiError> {
+    let Authed { principal, input: Json(b), state } = call;
     check_len("key", &b.key, MAX_VERIFY_KEY_CHARS)?;
     let query = b.permissions.as_deref().map(query).transpose()?;
     if let Some(tags) = &b.tags {
@@ -402,31 +457,23 @@ pub async fn verify_key(mut call: Authed<Json<VerifyKeyBody>>) -> Result<HttpRes
             check_len(&format!("tags.{i}"), t, 512)?;
         }
     }
-    if let Some(Obj(c)) = &b.credits {
-        integer("credits.cost", &c.cost, 0)?;
-    }
-    unsupported(&[
-        ("ratelimits", &b.ratelimits),
-        ("migrationId", &b.migration_id),
-        ("keyspaces", &b.keyspaces),
-    ])?;
-    let access = ApiAccess::of(&call.principal, "verify_key")
-        .ok_or_else(|| ApiError::from(ApiAccess::denied("verify_key", None)))?;
-    let scope = |ws| VerifyScope { workspace_id: Some(ws), api_id: None, access: Some(&access) };
-    let cached =
-        call.state.rbac.verify_key_cached(&b.key, &scope(&call.principal.workspace_id), query.as_ref());
-    let verification = match cached {
-        Some(v) => v,
-        None => {
-            call.run(move |rbac, p, Json(body)| {
-                let scope =
-                    VerifyScope { workspace_id: Some(&p.workspace_id), api_id: None, access: Some(&access) };
-                rbac.verify_key(&body.key, &scope, query.as_ref())
-            })
-            .await?
-        }
+    let cost = match b.credits.and_then(|Obj(c)| c.cost) {
+        Some(n) => Some(integer("credits.cost", &n, 0)?),
+        None => None,
     };
-    Ok(ok(VerifyAnswer::from(verification)))
+    let ratelimits = limit_asks("ratelimits", b.ratelimits.unwrap_or_default())?;
+    unsupported(&[("migrationId", &b.migration_id), ("keyspaces", &b.keyspaces)])?;
+    let access = ApiAccess::of(&principal, "verify_key")
+        .ok_or_else(|| ApiError::from(ApiAccess::denied("verify_key", None)))?;
+    let call = VerifyCall {
+        secret: b.key,
+        principal: Some(principal),
+        api_id: None,
+        access: Some(access),
+        query,
+        usage: Usage { cost, ratelimits, check_only: false },
+    };
+    Ok(ok(VerifyAnswer::from(verification(&state, call).await?)))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

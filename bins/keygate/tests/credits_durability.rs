@@ -1,0 +1,89 @@
+//! A VALID answer that spent credits survives `kill -9` (API-v2.md §13.5): verifications
+//! flood a key with credits, the server is killed with SIGKILL mid-flood and restarted on
+//! the same database; then `remaining ≤ credits − VALID answers received`. On the run's
+//! backend: the embedded default (SQLite), or PostgreSQL with Redis.
+#![allow(clippy::unwrap_used)]
+
+use keygate_test_support::{
+    Proc, TestDb, free_port, keygate_command, redis_cluster, redis_url, start_keygate, try_http,
+};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_keygate");
+const ROOT_KEY: &str = "kg_root_credits_durability_0123456789abc";
+const CREDITS: u64 = 1_000_000;
+const CLIENTS: u64 = 16;
+
+fn serve(db: &str, port: u16) -> Proc {
+    let mut cmd = keygate_command(BIN, db, port);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("KEYGATE_WORKERS", "2");
+    if let Some(redis) = redis_url() {
+        cmd.env("REDIS_URL", redis).env("KEYGATE_REDIS_CLUSTER", if redis_cluster() { "on" } else { "off" });
+    }
+    start_keygate(cmd)
+}
+
+/// `POST /v2/<op>` with `body`: the status and the answer's `data`, or `None` when the
+/// server did not answer (killed).
+fn v2(port: u16, op: &str, body: &Value) -> Option<(u16, Value)> {
+    let body = body.to_string();
+    let raw = format!(
+        "POST /v2/{op} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let out = try_http(port, &raw).ok()?;
+    let status: u16 = out.get(9..12)?.parse().ok()?;
+    let json: Value = serde_json::from_str(out.split("\r\n\r\n").nth(1)?).ok()?;
+    Some((status, json["data"].clone()))
+}
+
+#[test]
+fn answered_credit_spends_survive_kill_9() {
+    let db = TestDb::fresh();
+    let port = free_port();
+    let server = serve(&db.url, port);
+    let (status, created) =
+        v2(port, "keys.createKey", &json!({"apiId": "api_durable", "credits": {"remaining": CREDITS}}))
+            .unwrap();
+    assert_eq!(status, 200, "{created}");
+    let (key_id, secret) = (created["keyId"].as_str().unwrap(), created["key"].as_str().unwrap());
+
+    let valid = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..CLIENTS {
+            let (valid, stop) = (&valid, &stop);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match v2(port, "keys.verifyKey", &json!({"key": secret})) {
+                        Some((200, v)) if v["code"] == "VALID" => {
+                            valid.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some((200, v)) => panic!("not VALID with credits left: {v}"),
+                        // Killed: no answer, or the connection cut mid-answer.
+                        _ => {}
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1_500));
+        drop(server); // SIGKILL, mid-flood
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let valid = valid.load(Ordering::Relaxed);
+    assert!(valid > 100, "the flood got answers before the kill: {valid}");
+
+    let port = free_port();
+    let _server = serve(&db.url, port);
+    let (status, key) = v2(port, "keys.getKey", &json!({"keyId": key_id})).unwrap();
+    assert_eq!(status, 200, "{key}");
+    let remaining = key["credits"]["remaining"].as_u64().unwrap();
+    eprintln!("{valid} VALID answers before the kill; {remaining} of {CREDITS} credits left after the restart");
+    assert!(remaining <= CREDITS - valid, "an answered spend was lost: {remaining} > {CREDITS} - {valid}");
+    // And nothing beyond what was in flight at the kill was taken.
+    assert!(CREDITS - valid - remaining <= CLIENTS, "{CREDITS} - {valid} - {remaining} > {CLIENTS}");
+}
