@@ -55,7 +55,7 @@ create() { # body
   echo
 }
 for _ in $(seq 1 "$KEYS"); do create '{"apiId":"api_bench"}'; done >"$work/plain.txt"
-spending='{"apiId":"api_bench","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}'
+spending=${SPENDING:-'{"apiId":"api_bench","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}'}
 for _ in $(seq 1 "$KEYS"); do create "$spending"; done >"$work/spending.txt"
 for f in plain spending; do
   key=$(head -1 "$work/$f.txt")

@@ -82,7 +82,9 @@ fn answered_credit_spends_survive_kill_9() {
     let (status, key) = v2(port, "keys.getKey", &json!({"keyId": key_id})).unwrap();
     assert_eq!(status, 200, "{key}");
     let remaining = key["credits"]["remaining"].as_u64().unwrap();
-    eprintln!("{valid} VALID answers before the kill; {remaining} of {CREDITS} credits left after the restart");
+    eprintln!(
+        "{valid} VALID answers before the kill; {remaining} of {CREDITS} credits left after the restart"
+    );
     assert!(remaining <= CREDITS - valid, "an answered spend was lost: {remaining} > {CREDITS} - {valid}");
     // And nothing beyond what was in flight at the kill was taken.
     assert!(CREDITS - valid - remaining <= CLIENTS, "{CREDITS} - {valid} - {remaining} > {CLIENTS}");

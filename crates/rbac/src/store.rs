@@ -135,6 +135,16 @@ pub trait CreditTx {
     /// the credits hold at least that and more than 0. Answers whether it was taken and
     /// the remaining credits after (`None`: the key has no credits, or is gone).
     fn spend_key_credits(&mut self, key_id: &str, cost: u64, refill_at: Option<i64>) -> R<CreditSpend>;
+    /// Writes a key's credit counter as a process that keeps it in memory holds it, if the
+    /// row still holds `expected` (remaining, last refill): whether it did (a key without
+    /// credits, or changed by another process, is left alone).
+    fn set_key_credit_counter(
+        &mut self,
+        key_id: &str,
+        expected: (u64, Option<i64>),
+        remaining: u64,
+        last_refill_at: Option<i64>,
+    ) -> R<bool>;
 }
 
 /// What [`CreditTx::spend_key_credits`] did.

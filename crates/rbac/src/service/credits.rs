@@ -78,7 +78,7 @@ impl<S: RbacStore> RbacService<S> {
         }
         let access = ApiAccess::of(p, "update_key").ok_or_else(|| ApiAccess::denied("update_key", None))?;
         let ws = p.workspace_id.as_str();
-        self.write(|tx, changes| {
+        self.write_holding_credits(key_id, |tx, changes| {
             let missing = || RbacError::not_found(Resource::Key, key_id);
             if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id)? {
                 return Err(missing());
@@ -120,6 +120,18 @@ impl<S: RbacStore> RbacService<S> {
             }])?;
             Ok(after)
         })
+    }
+}
+
+impl<S: RbacStore> RbacService<S> {
+    /// [`Self::write`], with the key's credit counter held still around it: a write that
+    /// changes (or copies) the key's credits.
+    pub(super) fn write_holding_credits<T>(
+        &self,
+        key_id: &str,
+        f: impl FnOnce(&mut dyn RbacTx, &mut super::verify::Changes) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        self.credits.hold(key_id, || self.write(f))
     }
 }
 
@@ -165,8 +177,7 @@ pub(super) fn updated_credits(
 /// (PostgreSQL writers of several instances then lock rows in one order: no deadlock).
 #[derive(Debug, Default)]
 pub(crate) struct CreditQueue {
-    waiting: parking_lot::Mutex<Vec<QueuedSpend>>,
-    wake: parking_lot::Condvar,
+    waiting: Batches<QueuedSpend>,
     writer: std::sync::OnceLock<()>,
 }
 
@@ -204,8 +215,7 @@ impl CreditQueue {
             queued: std::time::Instant::now(),
             reply,
         };
-        self.waiting.lock().push(spend);
-        self.wake.notify_one();
+        self.waiting.push(spend);
         answer
     }
 }
@@ -214,13 +224,7 @@ impl CreditQueue {
 fn write_spends<S: RbacStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) {
     loop {
         let Some(q) = queue.upgrade() else { return };
-        let mut batch = {
-            let mut waiting = q.waiting.lock();
-            if waiting.is_empty() {
-                q.wake.wait_for(&mut waiting, std::time::Duration::from_millis(500));
-            }
-            std::mem::take(&mut *waiting)
-        };
+        let mut batch = q.waiting.take();
         drop(q);
         if batch.is_empty() {
             continue;
@@ -253,5 +257,446 @@ fn write_spends<S: RbacStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) {
                 }
             }
         }
+    }
+}
+
+/// Where a service keeps the credit counters that verifications spend.
+#[derive(Debug)]
+pub(crate) enum CreditLedger {
+    /// In memory, written to the database by group commit: one process owns the database
+    /// (the embedded default, with local change counters).
+    Memory(Arc<MemoryLedger>),
+    /// The key's row, spent by group commit: any number of instances share the database.
+    Rows(Arc<CreditQueue>),
+}
+
+/// What a spend came to.
+pub(crate) enum Spent {
+    /// The key has no credits (any more): nothing to spend.
+    Unlimited,
+    /// Decided: `paid` or not, `remaining` after; a paid spend is answered once `commit`
+    /// says it is committed, or, when `commit` says another process changed the counter,
+    /// spent again on the row through `retry`.
+    Decided {
+        paid: bool,
+        remaining: u64,
+        commit: Option<(tokio::sync::oneshot::Receiver<Result<Committed, StorageError>>, Retry)>,
+    },
+    /// Decided by the writer, with the commit (the rows ledger).
+    Later(tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>>),
+    /// The counter is not in memory yet and the caller may not wait for the database.
+    NeedsLoad,
+}
+
+/// How the memory ledger's write of a spend went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Committed {
+    Yes,
+    /// The row was not as this process last saw it (another process on the database
+    /// changed it): nothing written; spend on the row instead.
+    Conflict,
+}
+
+/// The spend again, on the key's row (after a [`Committed::Conflict`]).
+pub(crate) type Retry = Box<
+    dyn FnOnce() -> tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>> + Send,
+>;
+
+impl std::fmt::Debug for Spent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Spent::Unlimited => f.write_str("Unlimited"),
+            Spent::Decided { paid, remaining, .. } => {
+                write!(f, "Decided(paid: {paid}, remaining: {remaining})")
+            }
+            Spent::Later(_) => f.write_str("Later"),
+            Spent::NeedsLoad => f.write_str("NeedsLoad"),
+        }
+    }
+}
+
+impl CreditLedger {
+    /// Spends `cost` of `key`'s credits at `now` (a due refill first), as the caller may:
+    /// `may_wait` false never reads the database. `tag`: the change counters the key's
+    /// snapshot was loaded under (a counter loaded under others is read again).
+    pub(crate) fn spend<S: RbacStore + 'static>(
+        &self,
+        store: &Arc<S>,
+        key: &Key,
+        cost: u64,
+        now: i64,
+        may_wait: bool,
+        tag: crate::counters::Tag,
+    ) -> Result<Spent, StorageError> {
+        let Some(credits) = &key.credits else { return Ok(Spent::Unlimited) };
+        let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
+        match self {
+            CreditLedger::Rows(queue) => Ok(Spent::Later(queue.spend(store, &key.id, cost, refill_at))),
+            CreditLedger::Memory(ledger) => ledger.spend(store, key, cost, now, may_wait, tag, refill_at),
+        }
+    }
+
+    /// Runs `write` (which changes `key_id`'s credits in the database) with the key's
+    /// counter held still: its spends committed first, none taken meanwhile, and read
+    /// from the database again after.
+    pub(crate) fn hold<T>(&self, key_id: &str, write: impl FnOnce() -> T) -> T {
+        match self {
+            CreditLedger::Rows(_) => write(),
+            CreditLedger::Memory(ledger) => ledger.hold(key_id, write),
+        }
+    }
+}
+
+/// Credit counters in memory (API-v2.md §13.5, the embedded mode): a verification decides
+/// on the key's counter under its lock, and a paid spend is answered once the writer has
+/// committed it: the writer takes every counter value waiting at that moment and writes
+/// each key's last one (its `remaining` and `lastRefillAt`, absolute) in one transaction.
+/// A counter is read from the database on first use, and again after any other change to
+/// the key's credits, which waits for the key's spends to be committed first
+/// ([`Self::hold`]). The database is the process's own (one serving process per SQLite
+/// file, as the embedded mode is).
+#[derive(Debug)]
+pub(crate) struct MemoryLedger {
+    shards: Box<[CounterShard]>,
+    /// Spends on the row, after a conflict.
+    rows: Arc<CreditQueue>,
+    hasher: std::collections::hash_map::RandomState,
+    waiting: Batches<CounterWrite>,
+    /// The sequence number of the last write queued, and of the last committed (or failed).
+    queued: std::sync::atomic::AtomicU64,
+    committed: parking_lot::Mutex<u64>,
+    committed_changed: parking_lot::Condvar,
+    writer: std::sync::OnceLock<()>,
+}
+
+/// Counters by key id.
+type CounterShard = parking_lot::Mutex<HashMap<String, Arc<Counter>>>;
+
+#[derive(Debug, Default)]
+pub(crate) struct Counter {
+    state: parking_lot::Mutex<CounterState>,
+    /// A write of this counter failed or conflicted: its value is not what the database
+    /// holds.
+    stale: std::sync::atomic::AtomicBool,
+    /// What the database holds, as far as this process knows (read, or last written):
+    /// the writer's condition (apart from `state`, which [`MemoryLedger::hold`] keeps
+    /// locked while it waits for the writer).
+    stored: parking_lot::Mutex<Option<CounterValue>>,
+}
+
+#[derive(Debug, Default)]
+struct CounterState {
+    /// `None`: not read from the database yet (or again).
+    value: Option<Option<CounterValue>>,
+    /// The change counters of the key when it was read.
+    tag: Option<crate::counters::Tag>,
+    /// The sequence number of this counter's last queued write.
+    pending: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CounterValue {
+    remaining: u64,
+    last_refill_at: Option<i64>,
+}
+
+#[derive(Debug)]
+struct CounterWrite {
+    key_id: String,
+    value: CounterValue,
+    seq: u64,
+    counter: Arc<Counter>,
+    reply: Option<tokio::sync::oneshot::Sender<Result<Committed, StorageError>>>,
+}
+
+impl Default for MemoryLedger {
+    fn default() -> Self {
+        Self {
+            shards: (0..64).map(|_| Default::default()).collect(),
+            rows: Arc::default(),
+            hasher: Default::default(),
+            waiting: Default::default(),
+            queued: Default::default(),
+            committed: Default::default(),
+            committed_changed: Default::default(),
+            writer: Default::default(),
+        }
+    }
+}
+
+impl MemoryLedger {
+    fn counter(&self, key_id: &str) -> Arc<Counter> {
+        use std::hash::BuildHasher;
+        let mut shard = self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock();
+        match shard.get(key_id) {
+            Some(c) => c.clone(),
+            None => shard.entry(key_id.to_string()).or_default().clone(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spend<S: RbacStore + 'static>(
+        self: &Arc<Self>,
+        store: &Arc<S>,
+        key: &Key,
+        cost: u64,
+        now: i64,
+        may_wait: bool,
+        tag: crate::counters::Tag,
+        refill_at: Option<i64>,
+    ) -> Result<Spent, StorageError> {
+        let counter = self.counter(&key.id);
+        let mut state = match may_wait {
+            true => counter.state.lock(),
+            false => match counter.state.try_lock() {
+                Some(s) => s,
+                None => return Ok(Spent::NeedsLoad),
+            },
+        };
+        if counter.stale.load(std::sync::atomic::Ordering::Acquire) {
+            if !may_wait {
+                return Ok(Spent::NeedsLoad);
+            }
+            self.wait_committed(state.pending);
+            counter.stale.store(false, std::sync::atomic::Ordering::Release);
+            state.value = None;
+        }
+        let value = match state.value {
+            Some(v) if state.tag == Some(tag) => v,
+            _ if !may_wait => return Ok(Spent::NeedsLoad),
+            _ => {
+                // Every write of this process is in the database before it is read.
+                self.wait_committed(state.pending);
+                let row = store.read(|tx| Ok(tx.get_key(&key.workspace_id, &key.id)?)).map_err(storage)?;
+                let v = row.and_then(|k| k.credits).map(|c| CounterValue {
+                    remaining: c.remaining,
+                    last_refill_at: c.refill.and_then(|r| r.last_refill_at),
+                });
+                *counter.stored.lock() = v;
+                state.value = Some(v);
+                state.tag = Some(tag);
+                v
+            }
+        };
+        let Some(mut value) = value else { return Ok(Spent::Unlimited) };
+        let mut changed = false;
+        if let Some(r) = key.credits.as_ref().and_then(|c| c.refill.as_ref()) {
+            let boundary = crate::refill::last_boundary(r.interval, r.day, now);
+            if boundary > value.last_refill_at.unwrap_or(key.created_at) {
+                value = CounterValue { remaining: r.amount, last_refill_at: Some(boundary) };
+                changed = true;
+            }
+        }
+        let paid = value.remaining > 0 && value.remaining >= cost;
+        if paid {
+            value.remaining -= cost;
+            changed |= cost > 0;
+        }
+        state.value = Some(Some(value));
+        let commit = match changed {
+            false => None,
+            true => {
+                // Queued under the counter's lock: the queue holds each key's values in order.
+                let (reply, commit) = match paid {
+                    true => {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        (Some(tx), Some(rx))
+                    }
+                    // A refill alone: written, nobody waits (a lost one is applied again).
+                    false => (None, None),
+                };
+                state.pending = self.queue(CounterWrite {
+                    key_id: key.id.clone(),
+                    value,
+                    seq: 0,
+                    counter: counter.clone(),
+                    reply,
+                });
+                commit
+            }
+        };
+        drop(state);
+        self.start_writer(store);
+        let commit = commit.map(|rx| {
+            let (rows, store, key_id) = (self.rows.clone(), store.clone(), key.id.clone());
+            let retry: Retry = Box::new(move || rows.spend(&store, &key_id, cost, refill_at));
+            (rx, retry)
+        });
+        Ok(Spent::Decided { paid, remaining: value.remaining, commit })
+    }
+
+    fn queue(&self, mut write: CounterWrite) -> u64 {
+        let mut seq = 0;
+        self.waiting.push_with(|| {
+            seq = self.queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+            write.seq = seq;
+            write
+        });
+        seq
+    }
+
+    fn start_writer<S: RbacStore + 'static>(self: &Arc<Self>, store: &Arc<S>) {
+        self.writer.get_or_init(|| {
+            let (ledger, store) = (Arc::downgrade(self), store.clone());
+            std::thread::Builder::new()
+                .name("keygate-credits".into())
+                .spawn(move || write_counters(&ledger, &*store))
+                .map(drop)
+                .unwrap_or_else(|e| log::error!("the credit writer thread did not start: {e}"));
+        });
+    }
+
+    /// Blocks until every write up to `seq` is committed (or failed).
+    fn wait_committed(&self, seq: u64) {
+        let mut committed = self.committed.lock();
+        while *committed < seq {
+            self.committed_changed.wait(&mut committed);
+        }
+    }
+
+    fn hold<T>(&self, key_id: &str, write: impl FnOnce() -> T) -> T {
+        let counter = self.counter(key_id);
+        let mut state = counter.state.lock();
+        self.wait_committed(state.pending);
+        let out = write();
+        state.value = None;
+        out
+    }
+}
+
+fn storage(e: RbacError) -> StorageError {
+    match e {
+        RbacError::Storage(e) => e,
+        other => StorageError::Internal(other.to_string()),
+    }
+}
+
+/// The memory ledger's writer: while the service lives, writes each key's last value of
+/// whatever waits, one transaction at a time, then answers.
+fn write_counters<S: RbacStore>(ledger: &std::sync::Weak<MemoryLedger>, store: &S) {
+    loop {
+        let Some(l) = ledger.upgrade() else { return };
+        let batch = l.waiting.take();
+        let Some(last_seq) = batch.last().map(|w| w.seq) else { continue };
+        // Each key's last value (the queue holds them in each key's order), written where
+        // the row is still what this process last saw.
+        let mut last: HashMap<&str, (usize, CounterValue)> = HashMap::with_capacity(batch.len());
+        for (i, w) in batch.iter().enumerate() {
+            last.insert(&w.key_id, (i, w.value));
+        }
+        let done = store.transaction(|tx| {
+            let mut conflicts = Vec::new();
+            for (key_id, (i, v)) in &last {
+                let expected = *batch[*i].counter.stored.lock();
+                let written = match expected {
+                    Some(e) => tx.set_key_credit_counter(
+                        key_id,
+                        (e.remaining, e.last_refill_at),
+                        v.remaining,
+                        v.last_refill_at,
+                    )?,
+                    None => false,
+                };
+                if !written {
+                    conflicts.push(*key_id);
+                }
+            }
+            Ok(conflicts.into_iter().map(str::to_string).collect::<Vec<String>>())
+        });
+        metrics::counter!("keygate_credit_commits_total").increment(1);
+        metrics::histogram!("keygate_credit_commit_batch_size").record(batch.len() as f64);
+        let (conflicts, failed) = match done {
+            Ok(c) => (c, None),
+            Err(e) => (Vec::new(), Some(storage(e))),
+        };
+        if let Some(e) = &failed {
+            log::warn!("credit spends not committed ({} answered 503): {e}", batch.len());
+        }
+        if failed.is_none() {
+            for (key_id, (i, v)) in &last {
+                if !conflicts.iter().any(|c| c == key_id) {
+                    *batch[*i].counter.stored.lock() = Some(*v);
+                }
+            }
+        }
+        drop(last);
+        for w in batch {
+            let conflict = conflicts.contains(&w.key_id);
+            if failed.is_some() || conflict {
+                w.counter.stale.store(true, std::sync::atomic::Ordering::Release);
+            }
+            if let Some(reply) = w.reply {
+                let answer = match (&failed, conflict) {
+                    (Some(e), _) => Err(e.clone()),
+                    (None, true) => Ok(Committed::Conflict),
+                    (None, false) => Ok(Committed::Yes),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+        *l.committed.lock() = last_seq;
+        l.committed_changed.notify_all();
+    }
+}
+
+/// The queue between verifications and a writer thread. After a batch the writer waits
+/// [`GATHER`] before it takes the next, so that the requests that arrive meanwhile share
+/// one commit (on a machine whose worker and writer share a core, the writer would
+/// otherwise wake at every request and commit batches of one); after an idle spell it
+/// takes the first request at once. Pushers wake the writer
+/// only when it sleeps: no system call per request under load.
+#[derive(Debug)]
+struct Batches<T> {
+    waiting: parking_lot::Mutex<Vec<T>>,
+    wake: parking_lot::Condvar,
+    /// The writer sleeps on `wake` (with nothing waiting).
+    idle: std::sync::atomic::AtomicBool,
+    /// The writer's last batch was not empty.
+    busy: std::sync::atomic::AtomicBool,
+}
+
+/// How long a writer under load lets requests gather before it commits them.
+const GATHER: std::time::Duration = std::time::Duration::from_micros(250);
+
+impl<T> Default for Batches<T> {
+    fn default() -> Self {
+        Self {
+            waiting: parking_lot::Mutex::new(Vec::new()),
+            wake: parking_lot::Condvar::new(),
+            idle: std::sync::atomic::AtomicBool::new(false),
+            busy: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl<T> Batches<T> {
+    fn push(&self, item: T) {
+        self.push_with(|| item);
+    }
+
+    /// Pushes what `make` makes, under the queue's lock (its order is the queue's).
+    fn push_with(&self, make: impl FnOnce() -> T) {
+        self.waiting.lock().push(make());
+        if self.idle.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The next batch (empty after half a second with nothing: the caller checks whether
+    /// to go on).
+    fn take(&self) -> Vec<T> {
+        if self.busy.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::sleep(GATHER);
+        }
+        let mut waiting = self.waiting.lock();
+        if waiting.is_empty() {
+            self.idle.store(true, std::sync::atomic::Ordering::Release);
+            self.wake.wait_for(&mut waiting, std::time::Duration::from_millis(500));
+            self.idle.store(false, std::sync::atomic::Ordering::Release);
+        }
+        let batch = std::mem::take(&mut *waiting);
+        drop(waiting);
+        self.busy.store(!batch.is_empty(), std::sync::atomic::Ordering::Release);
+        batch
     }
 }

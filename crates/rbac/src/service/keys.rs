@@ -489,7 +489,7 @@ impl<S: RbacStore> RbacService<S> {
         }
         let access = access.ok_or_else(|| ApiAccess::denied("update_key", None))?;
         let ws = p.workspace_id.as_str();
-        self.write(|tx, changes| {
+        self.write_holding_credits(key_id, |tx, changes| {
             let not_found = || RbacError::not_found(Resource::Key, key_id);
             if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id)? {
                 return Err(not_found());
@@ -579,7 +579,7 @@ impl<S: RbacStore> RbacService<S> {
         };
         let ws = p.workspace_id.as_str();
         let mut secret_out = None;
-        let key = self.write(|tx, changes| {
+        let key = self.write_holding_credits(key_id, |tx, changes| {
             let not_found = || RbacError::not_found(Resource::Key, key_id);
             if !has_prefix(key_id, IdPrefix::Key) || !tx.lock_key(ws, key_id)? {
                 return Err(not_found());

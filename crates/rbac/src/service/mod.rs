@@ -18,7 +18,7 @@ mod usage;
 mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
-use credits::CreditQueue;
+use credits::CreditLedger;
 pub use credits::{CreditOp, RefillSpec, check_refill, credit_setting};
 pub use identities::{
     MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
@@ -97,8 +97,8 @@ pub struct RbacService<S> {
     verify_cache: VerifyCache,
     /// Where the rate limits of keys and identities are counted (`usage`).
     limiter: Arc<dyn keygate_ratelimit::RateLimitStore>,
-    /// The group commit of credit spends (`credits`).
-    credit_queue: Arc<CreditQueue>,
+    /// The credit counters verifications spend (`credits`).
+    credits: CreditLedger,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -115,7 +115,7 @@ impl<S: RbacStore> RbacService<S> {
             counters: crate::counters::CounterSource::Local(Default::default()),
             verify_cache: VerifyCache::new(true),
             limiter: Arc::new(keygate_ratelimit::MemoryStore::new()),
-            credit_queue: Arc::default(),
+            credits: CreditLedger::Memory(Arc::default()),
         }
     }
 
@@ -130,6 +130,12 @@ impl<S: RbacStore> RbacService<S> {
     /// Where verifications read the change counters: `Store` or `Shared` when several
     /// instances share a PostgreSQL database.
     pub fn with_counter_source(mut self, source: crate::counters::CounterSource) -> Self {
+        // Credits in memory need the database to be this process's alone, as local
+        // counters do; else each spend is a statement on the key's row.
+        self.credits = match source {
+            crate::counters::CounterSource::Local(_) => CreditLedger::Memory(Arc::default()),
+            _ => CreditLedger::Rows(Arc::default()),
+        };
         self.counters = source;
         self
     }

@@ -3,7 +3,9 @@
 //! credits (§13.3), through the group commit of [`super::credits`]. A verification that
 //! gets as far as credits answers only once their spend is committed: [`Pending`].
 
+use super::credits::{Committed, Retry, Spent};
 use super::*;
+use crate::store::CreditSpend;
 use crate::{LimitAsk, LimitOutcome, Usage};
 use keygate_ratelimit::{AllOrNothing, BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError};
 
@@ -123,12 +125,33 @@ fn budget_namespace(key: &Key) -> Arc<String> {
     Arc::new(format!("vl:{}}}", key.identity_id.as_deref().unwrap_or(&key.id)))
 }
 
-/// The budgets a verification took, to give back if its credits cannot pay.
+/// What a cached key's verifications need of its limits, worked out once per snapshot:
+/// its budgets' namespace and the limits that apply when a request names none.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyLimits {
+    namespace: Arc<String>,
+    auto: Arc<[Applied]>,
+}
+
+impl KeyLimits {
+    pub(crate) fn of(summary: &KeySummary) -> Self {
+        let auto = applied_limits(summary, &[]).unwrap_or_default();
+        Self { namespace: budget_namespace(&summary.key), auto: auto.into() }
+    }
+
+    /// The weight of what it holds, for the cache's bound.
+    pub(crate) fn bytes(&self) -> usize {
+        self.namespace.len()
+            + self.auto.iter().map(|a| 96 + a.id.len() + a.name.len() + a.budget.len()).sum::<usize>()
+    }
+}
+
+/// The budgets a verification took, to give back if it does not pass after all.
 #[derive(Debug)]
 struct Taken {
     limiter: Arc<dyn RateLimitStore>,
     namespace: Arc<String>,
-    limits: Vec<Applied>,
+    limits: Arc<[Applied]>,
     now: u64,
 }
 
@@ -145,6 +168,23 @@ impl Taken {
                 (key, l.request)
             })
             .collect()
+    }
+
+    /// All or nothing; `Ok(decisions)` with the call's outcome.
+    fn take(&self) -> Result<AllOrNothing, StoreError> {
+        if let [l] = &self.limits[..] {
+            let key = BudgetKey {
+                namespace_id: &self.namespace,
+                identifier: &l.budget,
+                duration: l.request.duration,
+            };
+            let d = self.limiter.limit(key, l.request, self.now)?;
+            return Ok(AllOrNothing { passed: d.success, decisions: vec![d] });
+        }
+        Ok(self
+            .limiter
+            .limit_all(&self.entries(), &[], self.now)?
+            .unwrap_or(AllOrNothing { passed: false, decisions: Vec::new() }))
     }
 
     fn give_back(&self) {
@@ -181,10 +221,31 @@ pub struct Pending {
     credits: Option<CreditWait>,
 }
 
-#[derive(Debug)]
-struct CreditWait {
-    reply: tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>>,
-    taken: Option<Taken>,
+/// What a verification waits for.
+enum CreditWait {
+    /// Its paid spend's commit (the memory ledger), or its retry on the row.
+    Commit {
+        reply: tokio::sync::oneshot::Receiver<Result<Committed, StorageError>>,
+        retry: Retry,
+        taken: Option<Taken>,
+    },
+    /// Its spend on the row (the rows ledger).
+    Row { reply: tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>, taken: Option<Taken> },
+}
+
+impl std::fmt::Debug for CreditWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CreditWait::Commit { .. } => "CreditWait::Commit",
+            CreditWait::Row { .. } => "CreditWait::Row",
+        })
+    }
+}
+
+type Reply<T> = Result<Result<T, StorageError>, tokio::sync::oneshot::error::RecvError>;
+
+fn stopped<T>(reply: Reply<T>) -> Result<T, StorageError> {
+    reply.unwrap_or_else(|_| Err(StorageError::Unavailable("the credit writer stopped".into())))
 }
 
 impl Pending {
@@ -199,57 +260,65 @@ impl Pending {
 
     /// The answer, blocking the thread until the credits' spend is committed.
     pub fn wait(self) -> Result<Verification, RbacError> {
+        let v = self.verification;
         match self.credits {
-            None => Ok(self.verification),
-            Some(w) => {
-                let reply = w.reply.blocking_recv();
-                Self::finish(self.verification, w.taken, reply)
-            }
+            None => Ok(v),
+            Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.blocking_recv())),
+            Some(CreditWait::Commit { reply, retry, taken }) => match stopped(reply.blocking_recv()) {
+                Ok(Committed::Yes) => Ok(counted(v)),
+                Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().blocking_recv())),
+                Err(e) => Self::failed(taken, e),
+            },
         }
     }
 
     /// The answer, once the credits' spend is committed.
     pub async fn settle(self) -> Result<Verification, RbacError> {
+        let v = self.verification;
         match self.credits {
-            None => Ok(self.verification),
-            Some(w) => {
-                let reply = w.reply.await;
-                Self::finish(self.verification, w.taken, reply)
-            }
+            None => Ok(v),
+            Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.await)),
+            Some(CreditWait::Commit { reply, retry, taken }) => match stopped(reply.await) {
+                Ok(Committed::Yes) => Ok(counted(v)),
+                Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().await)),
+                Err(e) => Self::failed(taken, e),
+            },
         }
     }
 
-    fn finish(
+    fn failed(taken: Option<Taken>, e: StorageError) -> Result<Verification, RbacError> {
+        if let Some(t) = &taken {
+            t.give_back();
+        }
+        Err(e.into())
+    }
+
+    /// The answer once a spend on the row is known.
+    fn spent(
         mut v: Verification,
         taken: Option<Taken>,
-        reply: Result<
-            Result<crate::store::CreditSpend, StorageError>,
-            tokio::sync::oneshot::error::RecvError,
-        >,
+        spend: Result<CreditSpend, StorageError>,
     ) -> Result<Verification, RbacError> {
-        let spend = match reply {
-            Ok(Ok(spend)) => spend,
-            failed => {
-                if let Some(t) = &taken {
-                    t.give_back();
-                }
-                return Err(match failed {
-                    Ok(Err(e)) => e.into(),
-                    _ => StorageError::Unavailable("the credit committer stopped".into()).into(),
-                });
-            }
+        let spend = match spend {
+            Ok(s) => s,
+            Err(e) => return Self::failed(taken, e),
         };
         v.credits = spend.remaining;
         if !spend.paid && spend.remaining.is_some() {
-            v.code = VerifyCode::UsageExceeded;
-            if let Some(t) = &taken {
-                t.give_back();
-                for (o, l) in v.ratelimits.iter_mut().zip(&t.limits) {
-                    o.remaining = o.remaining.saturating_add(l.request.cost).min(o.limit);
-                }
-            }
+            usage_exceeded(&mut v, taken.as_ref());
         }
         Ok(counted(v))
+    }
+}
+
+/// A verification whose credits cannot pay: USAGE_EXCEEDED, the limits it took given back.
+fn usage_exceeded(v: &mut Verification, taken: Option<&Taken>) {
+    v.code = VerifyCode::UsageExceeded;
+    if let Some(t) = taken {
+        t.give_back();
+        for (o, l) in v.ratelimits.iter_mut().zip(t.limits.iter()) {
+            o.remaining = o.remaining.saturating_add(l.request.cost).min(o.limit);
+        }
     }
 }
 
@@ -257,37 +326,41 @@ impl<S: RbacStore + 'static> RbacService<S> {
     /// The spending part of a VALID verification of `summary` (§13.3): its limits, all or
     /// nothing (RATE_LIMITED: nothing spent), then its credits (committed before the
     /// answer; USAGE_EXCEEDED: the limits given back). `None` when that needs I/O and
-    /// `may_wait` is false (the caller asks again where it may block).
+    /// `may_wait` is false (the caller asks again where it may block); nothing is spent
+    /// then.
     pub(super) fn spend(
         &self,
         mut v: Verification,
         summary: &KeySummary,
+        limits: &KeyLimits,
+        tag: crate::counters::Tag,
         usage: &Usage,
         may_wait: bool,
     ) -> Option<Result<Pending, RbacError>> {
         if v.code != VerifyCode::Valid || usage.check_only {
             return Some(Ok(Pending::done(v)));
         }
-        let limits = match applied_limits(summary, &usage.ratelimits) {
-            Ok(l) => l,
-            Err(e) => return Some(Err(e.into())),
+        let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
+            true => limits.auto.clone(),
+            false => match applied_limits(summary, &usage.ratelimits) {
+                Ok(l) => l.into(),
+                Err(e) => return Some(Err(e.into())),
+            },
         };
+        if !may_wait && !applied.is_empty() && self.limiter.is_remote() {
+            return None;
+        }
         let now = self.clock.now_ms();
         let mut taken = None;
-        if !limits.is_empty() {
-            if !may_wait && self.limiter.is_remote() {
-                return None;
-            }
+        if !applied.is_empty() {
             let t = Taken {
                 limiter: self.limiter.clone(),
-                namespace: budget_namespace(&summary.key),
-                limits,
+                namespace: limits.namespace.clone(),
+                limits: applied,
                 now,
             };
-            let decided = self.limiter.limit_all(&t.entries(), &[], now);
-            let outcome = match decided {
-                Ok(Some(o)) => o,
-                Ok(None) => AllOrNothing { passed: false, decisions: Vec::new() },
+            let outcome = match t.take() {
+                Ok(o) => o,
                 Err(e) => return Some(Err(limit_error(e))),
             };
             v.ratelimits = outcomes(&t.limits, &outcome.decisions);
@@ -297,11 +370,40 @@ impl<S: RbacStore + 'static> RbacService<S> {
             }
             taken = Some(t);
         }
-        let Some(credits) = &summary.key.credits else { return Some(Ok(Pending::done(v))) };
-        let refill_at =
-            credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now as i64));
-        let reply = self.credit_queue.spend(&self.store, &summary.key.id, usage.cost.unwrap_or(1), refill_at);
-        Some(Ok(Pending { verification: v, credits: Some(CreditWait { reply, taken }) }))
+        let cost = usage.cost.unwrap_or(1);
+        let spent = self.credits.spend(&self.store, &summary.key, cost, now as i64, may_wait, tag);
+        let give_back = |taken: &Option<Taken>| {
+            if let Some(t) = taken {
+                t.give_back();
+            }
+        };
+        match spent {
+            Err(e) => {
+                give_back(&taken);
+                Some(Err(e.into()))
+            }
+            Ok(Spent::NeedsLoad) => {
+                give_back(&taken);
+                None
+            }
+            Ok(Spent::Unlimited) => Some(Ok(Pending::done(v))),
+            Ok(Spent::Decided { paid: false, remaining, .. }) => {
+                v.credits = Some(remaining);
+                usage_exceeded(&mut v, taken.as_ref());
+                Some(Ok(Pending::done(v)))
+            }
+            Ok(Spent::Decided { paid: true, remaining, commit }) => {
+                v.credits = Some(remaining);
+                let credits = commit.map(|(reply, retry)| CreditWait::Commit { reply, retry, taken });
+                Some(Ok(match credits {
+                    None => Pending::done(v),
+                    Some(wait) => Pending { verification: v, credits: Some(wait) },
+                }))
+            }
+            Ok(Spent::Later(reply)) => {
+                Some(Ok(Pending { verification: v, credits: Some(CreditWait::Row { reply, taken }) }))
+            }
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! upkeep: bumping them with each write, publishing them after its commit, noticing the
 //! writes of other processes.
 
-use super::usage::validate_usage;
+use super::usage::{KeyLimits, validate_usage};
 use super::*;
 use crate::Usage;
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
@@ -25,6 +25,15 @@ pub(crate) struct VerifyEntry {
     /// What a verification needs of a key: its effective permissions and roles, its
     /// identity and the rate limits of both.
     snapshot: Option<KeySummary>,
+    /// The snapshot's limits, worked out once.
+    limits: Option<KeyLimits>,
+}
+
+impl VerifyEntry {
+    fn new(tag: Tag, snapshot: Option<KeySummary>) -> Self {
+        let limits = snapshot.as_ref().map(KeyLimits::of);
+        Self { tag, snapshot, limits }
+    }
 }
 
 impl VerifyEntry {
@@ -47,6 +56,7 @@ impl VerifyEntry {
                         .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
                         .map(|l| 64 + l.id.len() + l.name.len())
                         .sum::<usize>()
+                    + self.limits.as_ref().map_or(0, KeyLimits::bytes)
                     + s.identity.as_ref().map_or(0, |i| {
                         64 + i.identity.external_id.len() + i.identity.meta.as_ref().map_or(0, String::len)
                     })
@@ -299,7 +309,7 @@ impl<S: RbacStore> RbacService<S> {
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
             let hash = digest_hex(&digest);
             let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
-            Arc::new(VerifyEntry { tag: Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot })
+            Arc::new(VerifyEntry::new(Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot))
         } else {
             let cached = match self.verify_cache.get(&digest) {
                 Some(entry) => {
@@ -354,7 +364,8 @@ impl<S: RbacStore> RbacService<S> {
             credits: None,
             ratelimits: Vec::new(),
         };
-        self.spend(v, s, usage, may_wait)
+        let limits = entry.limits.as_ref()?;
+        self.spend(v, s, limits, entry.tag, usage, may_wait)
     }
 
     /// Loads a key's snapshot into the cache, tagged with counters read before the load.
@@ -366,13 +377,13 @@ impl<S: RbacStore> RbacService<S> {
         let created = self.read_counters(&[Scope::KeysCreated(creation_shard(digest))])?;
         let found = self.store.read(|tx| Ok(tx.key_by_hash(&hash)?))?;
         let entry = match found {
-            None => VerifyEntry { tag: created, snapshot: None },
+            None => VerifyEntry::new(created, None),
             Some(key) => {
                 let tag = self.read_counters(&[Scope::Key(&key.id), Scope::Workspace(&key.workspace_id)])?;
                 match self.store.snapshot(|tx| load_snapshot(tx, &hash))? {
-                    Some(snapshot) => VerifyEntry { tag, snapshot: Some(snapshot) },
+                    Some(snapshot) => VerifyEntry::new(tag, Some(snapshot)),
                     // Deleted meanwhile: keys do not come back, so "not found" stays true.
-                    None => VerifyEntry { tag: created, snapshot: None },
+                    None => VerifyEntry::new(created, None),
                 }
             }
         };

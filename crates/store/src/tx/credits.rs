@@ -119,4 +119,43 @@ impl CreditTx for DieselTx<'_> {
         .map_err(db_err)?;
         Ok(CreditSpend { paid: false, remaining: remaining(now.flatten()) })
     }
+
+    fn set_key_credit_counter(
+        &mut self,
+        key_id: &str,
+        expected: (u64, Option<i64>),
+        remaining: u64,
+        last_refill_at: Option<i64>,
+    ) -> R<bool> {
+        use diesel::sql_types::{BigInt, Nullable, Text};
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        // One static statement per backend, prepared once per connection (the writer runs
+        // it for every key it writes); `last_refill_at` compared null-safely.
+        macro_rules! run {
+            ($c:expr, $sql:expr) => {
+                diesel::sql_query($sql)
+                    .bind::<BigInt, _>(int(remaining))
+                    .bind::<Nullable<BigInt>, _>(last_refill_at)
+                    .bind::<Text, _>(key_id)
+                    .bind::<BigInt, _>(int(expected.0))
+                    .bind::<Nullable<BigInt>, _>(expected.1)
+                    .execute($c)
+            };
+        }
+        let n = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => run!(
+                c,
+                "UPDATE keys SET credits_remaining = ?, last_refill_at = ? \
+                 WHERE id = ? AND credits_remaining = ? AND last_refill_at IS ?"
+            ),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => run!(
+                c,
+                "UPDATE keys SET credits_remaining = $1, last_refill_at = $2 \
+                 WHERE id = $3 AND credits_remaining = $4 AND last_refill_at IS NOT DISTINCT FROM $5"
+            ),
+        };
+        n.map(|n| n == 1).map_err(db_err)
+    }
 }
