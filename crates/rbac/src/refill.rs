@@ -70,6 +70,14 @@ pub fn due(refill: &Refill, since: i64, now: i64) -> Option<i64> {
     (boundary > last).then_some(boundary)
 }
 
+/// The refill a counter takes at `at` (a period's start, [`last_boundary`]): to `amount`,
+/// recorded at `at`, when its last refill (or, never refilled, `since`: the key's creation)
+/// is before `at`; `None` when this period's refill happened already. Whoever applies it
+/// does so under the counter's lock, so that it happens once per period.
+pub fn refill_at(last_refill_at: Option<i64>, since: i64, amount: u64, at: i64) -> Option<(u64, i64)> {
+    (last_refill_at.unwrap_or(since) < at).then_some((amount, at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +88,17 @@ mod tests {
 
     fn monthly(day: u8, last: Option<i64>) -> Refill {
         Refill { interval: RefillInterval::Monthly, amount: 10, day: Some(day), last_refill_at: last }
+    }
+
+    #[test]
+    fn a_refill_applies_once_per_period_counting_from_creation() {
+        let created = at(2026, 11, 25, 10);
+        let today = at(2026, 11, 25, 0);
+        assert_eq!(refill_at(None, created, 5, today), None, "created after this period's start");
+        let tomorrow = at(2026, 11, 26, 0);
+        assert_eq!(refill_at(None, created, 5, tomorrow), Some((5, tomorrow)));
+        assert_eq!(refill_at(Some(tomorrow), created, 5, tomorrow), None, "already refilled");
+        assert_eq!(refill_at(Some(today), created, 7, tomorrow), Some((7, tomorrow)));
     }
 
     #[test]

@@ -128,13 +128,13 @@ pub trait CreditTx {
     /// Adds `delta` (may be negative) to a key's remaining credits in one statement, never
     /// below 0 nor above 2^53 - 1; a key without credits is left alone. Answers the remaining credits after.
     fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>>;
-    /// A verification's spend, in one statement on the key's row (so spends on every
-    /// instance and every update serialize on it): first the refill due at `refill_at`
-    /// (when given, and the key's last refill, or its creation, is before it: `remaining`
-    /// becomes the refill amount and `lastRefillAt` that instant), then `cost` is taken if
-    /// the credits hold at least that and more than 0. Answers whether it was taken and
-    /// the remaining credits after (`None`: the key has no credits, or is gone).
-    fn spend_key_credits(&mut self, key_id: &str, cost: u64, refill_at: Option<i64>) -> R<CreditSpend>;
+    /// The credit counters of `key_ids` (sorted, each once), locked until the transaction
+    /// ends (PostgreSQL: `FOR UPDATE`, in id order; SQLite: the writer's lock). Keys gone
+    /// are left out.
+    fn lock_key_credits(&mut self, key_ids: &[&str]) -> R<Vec<CreditRow>>;
+    /// Writes keys' counters: (key id, remaining, last refill), in one statement where the
+    /// backend allows. Keys without credits are left alone.
+    fn write_key_credits(&mut self, counters: &[(&str, u64, Option<i64>)]) -> R<()>;
     /// Writes a key's credit counter as a process that keeps it in memory holds it, if the
     /// row still holds `expected` (remaining, last refill): whether it did (a key without
     /// credits, or changed by another process, is left alone).
@@ -147,7 +147,18 @@ pub trait CreditTx {
     ) -> R<bool>;
 }
 
-/// What [`CreditTx::spend_key_credits`] did.
+/// A key's credit counter as [`CreditTx::lock_key_credits`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreditRow {
+    pub key_id: String,
+    /// `None`: the key has no credits.
+    pub remaining: Option<u64>,
+    pub last_refill_at: Option<i64>,
+    pub refill_amount: Option<u64>,
+    pub created_at: i64,
+}
+
+/// What a spend on a key's row came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreditSpend {
     pub paid: bool,

@@ -167,14 +167,14 @@ pub(super) fn updated_credits(
 
 /// The group commit of credit spends (API-v2.md §13.5): verifications queue their spends,
 /// and one writer thread takes every spend waiting at that moment, runs them in one
-/// transaction (each one statement on its key's row, [`CreditTx::spend_key_credits`]),
-/// commits, then answers each. No verification answers before its spend is committed, and
+/// transaction ([`spend_on_rows`]: the keys' rows locked and read in one statement, written
+/// in one), commits, then answers each. No verification answers before its spend is committed, and
 /// none pays a transaction of its own: the batch grows with the load.
 ///
 /// The counter is the key's row, so spends on every instance, `updateCredits` and
 /// `updateKey` serialize on it (none is lost), a restart finds every committed spend, and
-/// nothing needs reloading after a change. Within a batch, spends run in key-id order
-/// (PostgreSQL writers of several instances then lock rows in one order: no deadlock).
+/// nothing needs reloading after a change. The rows are locked in key-id order
+/// (PostgreSQL writers of several instances then never wait on each other in a cycle).
 #[derive(Debug, Default)]
 pub(crate) struct CreditQueue {
     waiting: Batches<QueuedSpend>,
@@ -224,18 +224,12 @@ impl CreditQueue {
 fn write_spends<S: RbacStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) {
     loop {
         let Some(q) = queue.upgrade() else { return };
-        let mut batch = q.waiting.take();
+        let batch = q.waiting.take();
         drop(q);
         if batch.is_empty() {
             continue;
         }
-        batch.sort_by(|a, b| a.key_id.cmp(&b.key_id));
-        let done = store.transaction(|tx| {
-            batch
-                .iter()
-                .map(|s| Ok(tx.spend_key_credits(&s.key_id, s.cost, s.refill_at)?))
-                .collect::<Result<Vec<_>, RbacError>>()
-        });
+        let done = store.transaction(|tx| spend_on_rows(tx, &batch));
         metrics::counter!("keygate_credit_commits_total").increment(1);
         metrics::histogram!("keygate_credit_commit_batch_size").record(batch.len() as f64);
         match done {
@@ -258,6 +252,55 @@ fn write_spends<S: RbacStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) {
             }
         }
     }
+}
+
+/// A batch of spends on the keys' rows, in one transaction: the rows read and locked in
+/// one statement, each spend decided in arrival order (a due refill first, as
+/// [`crate::refill::refill_at`] says), the changed counters written in one statement
+/// (PostgreSQL; SQLite: one per key).
+fn spend_on_rows(
+    tx: &mut dyn RbacTx,
+    batch: &[QueuedSpend],
+) -> Result<Vec<crate::store::CreditSpend>, RbacError> {
+    let mut ids: Vec<&str> = batch.iter().map(|s| s.key_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut rows: HashMap<String, (crate::store::CreditRow, bool)> =
+        tx.lock_key_credits(&ids)?.into_iter().map(|r| (r.key_id.clone(), (r, false))).collect();
+    let mut results = Vec::with_capacity(batch.len());
+    for s in batch {
+        let Some((row, changed)) = rows.get_mut(&s.key_id) else {
+            results.push(crate::store::CreditSpend { paid: false, remaining: None });
+            continue;
+        };
+        let Some(mut remaining) = row.remaining else {
+            results.push(crate::store::CreditSpend { paid: false, remaining: None });
+            continue;
+        };
+        if let (Some(at), Some(amount)) = (s.refill_at, row.refill_amount)
+            && let Some((to, at)) = crate::refill::refill_at(row.last_refill_at, row.created_at, amount, at)
+        {
+            remaining = to;
+            row.last_refill_at = Some(at);
+            *changed = true;
+        }
+        let paid = remaining > 0 && remaining >= s.cost;
+        if paid && s.cost > 0 {
+            remaining -= s.cost;
+            *changed = true;
+        }
+        row.remaining = Some(remaining);
+        results.push(crate::store::CreditSpend { paid, remaining: Some(remaining) });
+    }
+    let writes: Vec<(&str, u64, Option<i64>)> = rows
+        .values()
+        .filter(|(_, changed)| *changed)
+        .filter_map(|(r, _)| r.remaining.map(|n| (r.key_id.as_str(), n, r.last_refill_at)))
+        .collect();
+    if !writes.is_empty() {
+        tx.write_key_credits(&writes)?;
+    }
+    Ok(results)
 }
 
 /// Where a service keeps the credit counters that verifications spend.
@@ -332,7 +375,7 @@ impl CreditLedger {
         let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
         match self {
             CreditLedger::Rows(queue) => Ok(Spent::Later(queue.spend(store, &key.id, cost, refill_at))),
-            CreditLedger::Memory(ledger) => ledger.spend(store, key, cost, now, may_wait, tag, refill_at),
+            CreditLedger::Memory(ledger) => ledger.spend(store, key, cost, may_wait, tag, refill_at),
         }
     }
 
@@ -406,6 +449,7 @@ struct CounterWrite {
     value: CounterValue,
     seq: u64,
     counter: Arc<Counter>,
+    queued: std::time::Instant,
     reply: Option<tokio::sync::oneshot::Sender<Result<Committed, StorageError>>>,
 }
 
@@ -434,13 +478,11 @@ impl MemoryLedger {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn spend<S: RbacStore + 'static>(
         self: &Arc<Self>,
         store: &Arc<S>,
         key: &Key,
         cost: u64,
-        now: i64,
         may_wait: bool,
         tag: crate::counters::Tag,
         refill_at: Option<i64>,
@@ -480,12 +522,12 @@ impl MemoryLedger {
         };
         let Some(mut value) = value else { return Ok(Spent::Unlimited) };
         let mut changed = false;
-        if let Some(r) = key.credits.as_ref().and_then(|c| c.refill.as_ref()) {
-            let boundary = crate::refill::last_boundary(r.interval, r.day, now);
-            if boundary > value.last_refill_at.unwrap_or(key.created_at) {
-                value = CounterValue { remaining: r.amount, last_refill_at: Some(boundary) };
-                changed = true;
-            }
+        if let (Some(r), Some(at)) = (key.credits.as_ref().and_then(|c| c.refill.as_ref()), refill_at)
+            && let Some((to, at)) =
+                crate::refill::refill_at(value.last_refill_at, key.created_at, r.amount, at)
+        {
+            value = CounterValue { remaining: to, last_refill_at: Some(at) };
+            changed = true;
         }
         let paid = value.remaining > 0 && value.remaining >= cost;
         if paid {
@@ -510,6 +552,7 @@ impl MemoryLedger {
                     value,
                     seq: 0,
                     counter: counter.clone(),
+                    queued: std::time::Instant::now(),
                     reply,
                 });
                 commit
@@ -626,6 +669,7 @@ fn write_counters<S: RbacStore>(ledger: &std::sync::Weak<MemoryLedger>, store: &
                 w.counter.stale.store(true, std::sync::atomic::Ordering::Release);
             }
             if let Some(reply) = w.reply {
+                metrics::histogram!("keygate_credit_wait_seconds").record(w.queued.elapsed().as_secs_f64());
                 let answer = match (&failed, conflict) {
                     (Some(e), _) => Err(e.clone()),
                     (None, true) => Ok(Committed::Conflict),

@@ -1,7 +1,7 @@
 //! A key's credits (the credit columns of `keys`).
 
 use super::*;
-use keygate_rbac::store::CreditSpend;
+use keygate_rbac::store::CreditRow;
 
 /// remaining, refill interval, amount, day, last refill: the credit columns' values.
 type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
@@ -70,54 +70,72 @@ impl CreditTx for DieselTx<'_> {
         Ok(now.flatten().map(|r| u64::try_from(r).unwrap_or(0)))
     }
 
-    fn spend_key_credits(&mut self, key_id: &str, cost: u64, refill_at: Option<i64>) -> R<CreditSpend> {
-        use diesel::dsl::sql;
-        use diesel::sql_types::{BigInt, Bool, Nullable};
-        let cost = i64::try_from(cost).unwrap_or(i64::MAX);
-        // No refill asked: a boundary nothing is before.
-        let at = refill_at.unwrap_or(i64::MIN);
-        const DUE: &str = "refill_amount IS NOT NULL AND COALESCE(last_refill_at, created_at) < ";
-        // What the key holds once a due refill is applied (SET reads the row as it was).
-        let available = || {
-            sql::<Nullable<BigInt>>(&format!("(CASE WHEN {DUE}"))
-                .bind::<BigInt, _>(at)
-                .sql(" THEN refill_amount ELSE credits_remaining END)")
-        };
-        let refilled_at = || {
-            sql::<Nullable<BigInt>>(&format!("(CASE WHEN {DUE}"))
-                .bind::<BigInt, _>(at)
-                .sql(" THEN ")
-                .bind::<BigInt, _>(at)
-                .sql(" ELSE last_refill_at END)")
-        };
-        let row = keys::table.filter(keys::id.eq(key_id)).filter(keys::credits_remaining.is_not_null());
-        // Paid: at least the cost, and more than 0 (a cost of 0 needs credits left too).
-        let affordable = sql::<Bool>(&format!("(CASE WHEN {DUE}"))
-            .bind::<BigInt, _>(at)
-            .sql(" THEN refill_amount ELSE credits_remaining END) >= ")
-            .bind::<BigInt, _>(cost.max(1));
-        let paid: Option<Option<i64>> =
-            on_each_backend!(self.conn, c => diesel::update(row.filter(affordable))
-            .set((
-                keys::credits_remaining.eq(available().sql(" - ").bind::<BigInt, _>(cost)),
-                keys::last_refill_at.eq(refilled_at()),
-            ))
-            .returning(keys::credits_remaining)
-            .get_result(c)
-            .optional())
-            .map_err(db_err)?;
-        let remaining = |r: Option<i64>| r.map(|r| u64::try_from(r).unwrap_or(0));
-        if let Some(after) = paid {
-            return Ok(CreditSpend { paid: true, remaining: remaining(after) });
+    fn lock_key_credits(&mut self, key_ids: &[&str]) -> R<Vec<CreditRow>> {
+        let query = keys::table.filter(keys::id.eq_any(key_ids)).order(keys::id).select((
+            keys::id,
+            keys::credits_remaining,
+            keys::last_refill_at,
+            keys::refill_amount,
+            keys::created_at,
+        ));
+        type Row = (String, Option<i64>, Option<i64>, Option<i64>, i64);
+        let rows: Vec<Row> = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => query.load(c),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => query.for_update().load(c),
         }
-        // Not paid: the refill still applies when due; then what is left.
-        let now: Option<Option<i64>> = on_each_backend!(self.conn, c => diesel::update(row)
-            .set((keys::credits_remaining.eq(available()), keys::last_refill_at.eq(refilled_at())))
-            .returning(keys::credits_remaining)
-            .get_result(c)
-            .optional())
         .map_err(db_err)?;
-        Ok(CreditSpend { paid: false, remaining: remaining(now.flatten()) })
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(|(key_id, remaining, last_refill_at, amount, created_at)| CreditRow {
+                key_id,
+                remaining: remaining.map(count),
+                last_refill_at,
+                refill_amount: amount.map(count),
+                created_at,
+            })
+            .collect())
+    }
+
+    fn write_key_credits(&mut self, counters: &[(&str, u64, Option<i64>)]) -> R<()> {
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => {
+                for (key_id, remaining, last) in counters {
+                    diesel::update(
+                        keys::table
+                            .filter(keys::id.eq(*key_id))
+                            .filter(keys::credits_remaining.is_not_null()),
+                    )
+                    .set((keys::credits_remaining.eq(int(*remaining)), keys::last_refill_at.eq(*last)))
+                    .execute(c)
+                    .map_err(db_err)?;
+                }
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => {
+                use diesel::sql_types::{Array, BigInt, Nullable, Text};
+                // One statement, one round trip, for the whole batch.
+                let ids: Vec<&str> = counters.iter().map(|c| c.0).collect();
+                let remaining: Vec<i64> = counters.iter().map(|c| int(c.1)).collect();
+                let last: Vec<Option<i64>> = counters.iter().map(|c| c.2).collect();
+                diesel::sql_query(
+                    "UPDATE keys SET credits_remaining = v.r, last_refill_at = v.l \
+                     FROM unnest($1::text[], $2::int8[], $3::int8[]) AS v(id, r, l) \
+                     WHERE keys.id = v.id AND keys.credits_remaining IS NOT NULL",
+                )
+                .bind::<Array<Text>, _>(ids)
+                .bind::<Array<BigInt>, _>(remaining)
+                .bind::<Array<Nullable<BigInt>>, _>(last)
+                .execute(c)
+                .map(drop)
+                .map_err(db_err)
+            }
+        }
     }
 
     fn set_key_credit_counter(
