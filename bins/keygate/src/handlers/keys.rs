@@ -434,8 +434,7 @@ pub(crate) fn cost(path: &str, body: Option<Obj<CostBody>>) -> Result<Option<u64
 }
 
 /// A verification to run: the secret, who may find which keys, the permission query and
-/// what it spends.
-#[derive(Debug)]
+/// what it spends. Its `Debug` leaves the secret out.
 pub(crate) struct VerifyCall {
     pub secret: String,
     /// The caller's root key, when it sent one: checked still current on the slow path.
@@ -444,6 +443,17 @@ pub(crate) struct VerifyCall {
     pub access: Option<keygate_rbac::ApiAccess>,
     pub query: Option<PermissionQuery>,
     pub usage: Usage,
+}
+
+impl std::fmt::Debug for VerifyCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyCall")
+            .field("secret", &"<redacted>")
+            .field("api_id", &self.api_id)
+            .field("query", &self.query)
+            .field("usage", &self.usage)
+            .finish_non_exhaustive()
+    }
 }
 
 impl VerifyCall {

@@ -178,7 +178,8 @@ pub(super) fn updated_credits(
 #[derive(Debug, Default)]
 pub(crate) struct CreditQueue {
     waiting: Batches<QueuedSpend>,
-    writer: std::sync::OnceLock<()>,
+    /// Whether the writer thread started.
+    writer: std::sync::OnceLock<bool>,
 }
 
 #[derive(Debug)]
@@ -199,15 +200,15 @@ impl CreditQueue {
         cost: u64,
         refill_at: Option<i64>,
     ) -> tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>> {
-        self.writer.get_or_init(|| {
+        let started = self.writer.get() == Some(&true) || {
             let (queue, store) = (Arc::downgrade(self), store.clone());
-            std::thread::Builder::new()
-                .name("keygate-credits".into())
-                .spawn(move || write_spends(&queue, &*store))
-                .map(drop)
-                .unwrap_or_else(|e| log::error!("the credit writer thread did not start: {e}"));
-        });
+            start_writer(&self.writer, move || write_spends(&queue, &*store))
+        };
         let (reply, answer) = tokio::sync::oneshot::channel();
+        if !started {
+            let _ = reply.send(Err(no_writer()));
+            return answer;
+        }
         let spend = QueuedSpend {
             key_id: key_id.to_string(),
             cost,
@@ -218,6 +219,22 @@ impl CreditQueue {
         self.waiting.push(spend);
         answer
     }
+}
+
+/// Starts a service's writer thread once (`started`: whether it runs); a writer that could
+/// not start answers every spend 503 rather than leaving it waiting.
+fn start_writer(started: &std::sync::OnceLock<bool>, run: impl FnOnce() + Send + 'static) -> bool {
+    *started.get_or_init(|| match std::thread::Builder::new().name("keygate-credits".into()).spawn(run) {
+        Ok(_) => true,
+        Err(e) => {
+            log::error!("the credit writer thread did not start: {e}");
+            false
+        }
+    })
+}
+
+fn no_writer() -> StorageError {
+    StorageError::Unavailable("the credit writer thread did not start".into())
 }
 
 /// The writer: while the service lives, commits whatever waits, one transaction at a time.
@@ -409,7 +426,8 @@ pub(crate) struct MemoryLedger {
     queued: std::sync::atomic::AtomicU64,
     committed: parking_lot::Mutex<u64>,
     committed_changed: parking_lot::Condvar,
-    writer: std::sync::OnceLock<()>,
+    /// Whether the writer thread started.
+    writer: std::sync::OnceLock<bool>,
 }
 
 /// Counters by key id.
@@ -487,6 +505,12 @@ impl MemoryLedger {
         tag: crate::counters::Tag,
         refill_at: Option<i64>,
     ) -> Result<Spent, StorageError> {
+        if self.writer.get() != Some(&true) {
+            let (ledger, writer_store) = (Arc::downgrade(self), store.clone());
+            if !start_writer(&self.writer, move || write_counters(&ledger, &*writer_store)) {
+                return Err(no_writer());
+            }
+        }
         let counter = self.counter(&key.id);
         let mut state = match may_wait {
             true => counter.state.lock(),
@@ -559,7 +583,6 @@ impl MemoryLedger {
             }
         };
         drop(state);
-        self.start_writer(store);
         let commit = commit.map(|rx| {
             let (rows, store, key_id) = (self.rows.clone(), store.clone(), key.id.clone());
             let retry: Retry = Box::new(move || rows.spend(&store, &key_id, cost, refill_at));
@@ -576,17 +599,6 @@ impl MemoryLedger {
             write
         });
         seq
-    }
-
-    fn start_writer<S: RbacStore + 'static>(self: &Arc<Self>, store: &Arc<S>) {
-        self.writer.get_or_init(|| {
-            let (ledger, store) = (Arc::downgrade(self), store.clone());
-            std::thread::Builder::new()
-                .name("keygate-credits".into())
-                .spawn(move || write_counters(&ledger, &*store))
-                .map(drop)
-                .unwrap_or_else(|e| log::error!("the credit writer thread did not start: {e}"));
-        });
     }
 
     /// Blocks until every write up to `seq` is committed (or failed).
