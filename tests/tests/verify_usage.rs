@@ -401,3 +401,31 @@ fn credits_and_shared_limits_are_exact_across_instances() {
     let through: Vec<&TestServer> = if keygate_test_support::redis_url().is_some() { all } else { vec![s] };
     assert_eq!(count(&through, &keys, 900), 300);
 }
+
+/// Many keys spent at once by many clients through one server (two workers): the spends of
+/// a moment share commits, whichever worker leads them, and each key admits exactly its
+/// credits, as its row says after.
+#[test]
+fn many_keys_spent_at_once_each_admit_exactly_their_credits() {
+    let s = TestServer::start();
+    let keys: Vec<(String, String)> =
+        (0..40).map(|_| create(&s, json!({"credits": {"remaining": 5}}))).collect();
+    let valid: Vec<AtomicU64> = keys.iter().map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|scope| {
+        for t in 0..32 {
+            let (s, keys, valid) = (&s, &keys, &valid);
+            scope.spawn(move || {
+                for i in 0..keys.len() {
+                    let k = (i + t) % keys.len();
+                    if code(&verify(s, &keys[k].1, json!({}))) == "VALID" {
+                        valid[k].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    for ((id, _), valid) in keys.iter().zip(&valid) {
+        assert_eq!(valid.load(Ordering::Relaxed), 5, "{id}");
+        assert_eq!(remaining_of(&s, id), 0, "{id}");
+    }
+}

@@ -1,6 +1,11 @@
 use keygate::{Cli, Command};
 use keygate_domain::redact_in;
 
+/// mimalloc: per-thread heaps and cheap frees from another thread (a verification's spend is
+/// allocated by a worker and released by the credit writer).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_args();
     // The access log (one line per request, target `keygate::access`) is off by default;

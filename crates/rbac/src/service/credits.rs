@@ -337,11 +337,7 @@ pub(crate) enum Spent {
     /// Decided: `paid` or not, `remaining` after; a paid spend is answered once `commit`
     /// says it is committed, or, when `commit` says another process changed the counter,
     /// spent again on the row through `retry`.
-    Decided {
-        paid: bool,
-        remaining: u64,
-        commit: Option<(tokio::sync::oneshot::Receiver<Result<Committed, StorageError>>, Retry)>,
-    },
+    Decided { paid: bool, remaining: u64, commit: Option<Commit> },
     /// Decided by the writer, with the commit (the rows ledger).
     Later(tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>>),
     /// The counter is not in memory yet and the caller may not wait for the database.
@@ -355,6 +351,70 @@ pub(crate) enum Committed {
     /// The row was not as this process last saw it (another process on the database
     /// changed it): nothing written; spend on the row instead.
     Conflict,
+}
+
+/// A paid spend's commit: its answer, and the spend again on the row for a conflict.
+pub(crate) struct Commit {
+    pub(crate) reply: tokio::sync::oneshot::Receiver<Result<Committed, StorageError>>,
+    pub(crate) retry: Retry,
+    /// Whose leader commits it.
+    pub(crate) ledger: Arc<MemoryLedger>,
+    /// Its write's sequence number.
+    pub(crate) seq: u64,
+}
+
+impl Commit {
+    /// The commit's answer, blocking (leading the commits up to it if need be).
+    pub(crate) fn wait(self) -> (Result<Result<Committed, StorageError>, RecvError>, Retry) {
+        self.ledger.flush(self.seq);
+        (self.reply.blocking_recv(), self.retry)
+    }
+
+    /// The commit's answer, awaited: the tasks ready on this thread run first (the
+    /// verifications among them queue their writes), then this one leads the batch
+    /// unless another leads, and waits for its answer.
+    pub(crate) fn committing(self) -> (Committing, Retry) {
+        (Committing { reply: self.reply, ledger: self.ledger, yielded: false }, self.retry)
+    }
+}
+
+type RecvError = tokio::sync::oneshot::error::RecvError;
+
+/// See [`Commit::committing`].
+pub(crate) struct Committing {
+    reply: tokio::sync::oneshot::Receiver<Result<Committed, StorageError>>,
+    ledger: Arc<MemoryLedger>,
+    yielded: bool,
+}
+
+impl std::future::Future for Committing {
+    type Output = Result<Result<Committed, StorageError>, RecvError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = &mut *self;
+        if !this.yielded {
+            // To the back of the thread's queue, once.
+            this.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        loop {
+            if let Poll::Ready(answer) = std::pin::Pin::new(&mut this.reply).poll(cx) {
+                return Poll::Ready(answer);
+            }
+            // Woken by the answer, or to lead the next batch if one waits after the current
+            // leader's (registered before trying to lead: a leader that passes on after this
+            // try sees it).
+            this.ledger.followers.lock().push(cx.waker().clone());
+            if !this.ledger.lead() {
+                return Poll::Pending;
+            }
+        }
+    }
 }
 
 /// The spend again, on the key's row (after a [`Committed::Conflict`]).
@@ -408,26 +468,41 @@ impl CreditLedger {
 }
 
 /// Credit counters in memory (API-v2.md §13.5, the embedded mode): a verification decides
-/// on the key's counter under its lock, and a paid spend is answered once the writer has
-/// committed it: the writer takes every counter value waiting at that moment and writes
-/// each key's last one (its `remaining` and `lastRefillAt`, absolute) in one transaction.
-/// A counter is read from the database on first use, and again after any other change to
-/// the key's credits, which waits for the key's spends to be committed first
-/// ([`Self::hold`]). The database is the process's own (one serving process per SQLite
-/// file, as the embedded mode is).
-#[derive(Debug)]
+/// on the key's counter under its lock, and a paid spend is answered once it is committed.
+/// The commit is a group commit without a thread of its own: a verification waiting for
+/// its commit lets the other requests its thread has in hand decide theirs first, then
+/// the first waiter to find no commit running leads: it takes every counter value waiting
+/// at that moment, writes each key's last one (its `remaining` and `lastRefillAt`,
+/// absolute) in one transaction, answers them all and goes on while values wait; the
+/// others wait for their answer. A counter is read from the database on first use, and
+/// again after any other change to the key's credits, which waits for the key's spends to
+/// be committed first ([`Self::hold`]).
 pub(crate) struct MemoryLedger {
     shards: Box<[CounterShard]>,
     /// Spends on the row, after a conflict.
     rows: Arc<CreditQueue>,
     hasher: std::collections::hash_map::RandomState,
-    waiting: Batches<CounterWrite>,
+    waiting: parking_lot::Mutex<Vec<CounterWrite>>,
+    /// Held by the verification that commits (the leader).
+    leader: parking_lot::Mutex<()>,
+    /// The verifications waiting for a leader's batch, to wake if writes are left after it.
+    followers: parking_lot::Mutex<Vec<std::task::Waker>>,
+    /// Commits a batch (set by the first spend, which knows the store).
+    committer: std::sync::OnceLock<Committer>,
     /// The sequence number of the last write queued, and of the last committed (or failed).
     queued: std::sync::atomic::AtomicU64,
-    committed: parking_lot::Mutex<u64>,
-    committed_changed: parking_lot::Condvar,
-    /// Whether the writer thread started.
-    writer: std::sync::OnceLock<bool>,
+    committed: std::sync::atomic::AtomicU64,
+}
+
+type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
+
+impl std::fmt::Debug for MemoryLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLedger")
+            .field("queued", &self.queued)
+            .field("committed", &self.committed)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Counters by key id.
@@ -478,10 +553,11 @@ impl Default for MemoryLedger {
             rows: Arc::default(),
             hasher: Default::default(),
             waiting: Default::default(),
+            leader: Default::default(),
+            followers: Default::default(),
+            committer: Default::default(),
             queued: Default::default(),
             committed: Default::default(),
-            committed_changed: Default::default(),
-            writer: Default::default(),
         }
     }
 }
@@ -505,12 +581,10 @@ impl MemoryLedger {
         tag: crate::counters::Tag,
         refill_at: Option<i64>,
     ) -> Result<Spent, StorageError> {
-        if self.writer.get() != Some(&true) {
-            let (ledger, writer_store) = (Arc::downgrade(self), store.clone());
-            if !start_writer(&self.writer, move || write_counters(&ledger, &*writer_store)) {
-                return Err(no_writer());
-            }
-        }
+        self.committer.get_or_init(|| {
+            let store = store.clone();
+            Box::new(move |ledger: &MemoryLedger, batch| commit_counters(ledger, &*store, batch))
+        });
         let counter = self.counter(&key.id);
         let mut state = match may_wait {
             true => counter.state.lock(),
@@ -523,7 +597,7 @@ impl MemoryLedger {
             if !may_wait {
                 return Ok(Spent::NeedsLoad);
             }
-            self.wait_committed(state.pending);
+            self.flush(state.pending);
             counter.stale.store(false, std::sync::atomic::Ordering::Release);
             state.value = None;
         }
@@ -532,7 +606,7 @@ impl MemoryLedger {
             _ if !may_wait => return Ok(Spent::NeedsLoad),
             _ => {
                 // Every write of this process is in the database before it is read.
-                self.wait_committed(state.pending);
+                self.flush(state.pending);
                 let row = store.read(|tx| Ok(tx.get_key(&key.workspace_id, &key.id)?)).map_err(storage)?;
                 let v = row.and_then(|k| k.credits).map(|c| CounterValue {
                     remaining: c.remaining,
@@ -582,37 +656,71 @@ impl MemoryLedger {
                 commit
             }
         };
+        let state_pending = state.pending;
         drop(state);
-        let commit = commit.map(|rx| {
+        let commit = commit.map(|reply| {
             let (rows, store, key_id) = (self.rows.clone(), store.clone(), key.id.clone());
             let retry: Retry = Box::new(move || rows.spend(&store, &key_id, cost, refill_at));
-            (rx, retry)
+            Commit { reply, retry, ledger: self.clone(), seq: state_pending }
         });
         Ok(Spent::Decided { paid, remaining: value.remaining, commit })
     }
 
     fn queue(&self, mut write: CounterWrite) -> u64 {
-        let mut seq = 0;
-        self.waiting.push_with(|| {
-            seq = self.queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
-            write.seq = seq;
-            write
-        });
+        let mut waiting = self.waiting.lock();
+        let seq = self.queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        write.seq = seq;
+        waiting.push(write);
         seq
     }
 
-    /// Blocks until every write up to `seq` is committed (or failed).
-    fn wait_committed(&self, seq: u64) {
-        let mut committed = self.committed.lock();
-        while *committed < seq {
-            self.committed_changed.wait(&mut committed);
+    /// Commits one batch of what waits, as the leader, unless another thread leads:
+    /// whether this caller led. One batch, then the lead passes on (to a waiter
+    /// [`Self::followers`] names): no thread commits for the others for long.
+    fn lead(&self) -> bool {
+        let Some(leading) = self.leader.try_lock() else { return false };
+        self.commit_waiting();
+        drop(leading);
+        self.pass_on();
+        true
+    }
+
+    /// After a leader's batch: the waiters are woken to lead the next if writes wait.
+    fn pass_on(&self) {
+        let followers = std::mem::take(&mut *self.followers.lock());
+        if !self.waiting.lock().is_empty() {
+            followers.into_iter().for_each(std::task::Waker::wake);
+        }
+    }
+
+    /// Commits one batch of what waits: whether there was one.
+    fn commit_waiting(&self) -> bool {
+        let batch = std::mem::take(&mut *self.waiting.lock());
+        if batch.is_empty() {
+            return false;
+        }
+        match self.committer.get() {
+            Some(commit) => commit(self, batch),
+            // Nothing is queued before the committer is set.
+            None => drop(batch),
+        }
+        true
+    }
+
+    /// Blocks until every write up to `seq` is committed (or failed), leading if need be.
+    pub(crate) fn flush(&self, seq: u64) {
+        while self.committed.load(std::sync::atomic::Ordering::Acquire) < seq {
+            let leading = self.leader.lock();
+            self.commit_waiting();
+            drop(leading);
+            self.pass_on();
         }
     }
 
     fn hold<T>(&self, key_id: &str, write: impl FnOnce() -> T) -> T {
         let counter = self.counter(key_id);
         let mut state = counter.state.lock();
-        self.wait_committed(state.pending);
+        self.flush(state.pending);
         let out = write();
         state.value = None;
         out
@@ -626,13 +734,11 @@ fn storage(e: RbacError) -> StorageError {
     }
 }
 
-/// The memory ledger's writer: while the service lives, writes each key's last value of
-/// whatever waits, one transaction at a time, then answers.
-fn write_counters<S: RbacStore>(ledger: &std::sync::Weak<MemoryLedger>, store: &S) {
-    loop {
-        let Some(l) = ledger.upgrade() else { return };
-        let batch = l.waiting.take();
-        let Some(last_seq) = batch.last().map(|w| w.seq) else { continue };
+/// The memory ledger's commit of a batch: each key's last value written in one
+/// transaction, then every spend answered.
+fn commit_counters<S: RbacStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
+    {
+        let Some(last_seq) = batch.last().map(|w| w.seq) else { return };
         // Each key's last value (the queue holds them in each key's order), written where
         // the row is still what this process last saw.
         let mut last: HashMap<&str, (usize, CounterValue)> = HashMap::with_capacity(batch.len());
@@ -690,8 +796,7 @@ fn write_counters<S: RbacStore>(ledger: &std::sync::Weak<MemoryLedger>, store: &
                 let _ = reply.send(answer);
             }
         }
-        *l.committed.lock() = last_seq;
-        l.committed_changed.notify_all();
+        l.committed.store(last_seq, std::sync::atomic::Ordering::Release);
     }
 }
 

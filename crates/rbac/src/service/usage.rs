@@ -3,7 +3,7 @@
 //! credits (§13.3), through the group commit of [`super::credits`]. A verification that
 //! gets as far as credits answers only once their spend is committed: [`Pending`].
 
-use super::credits::{Committed, Retry, Spent};
+use super::credits::{Commit, Committed, Retry, Spent};
 use super::*;
 use crate::store::CreditSpend;
 use crate::{LimitAsk, LimitOutcome, Usage};
@@ -224,11 +224,7 @@ pub struct Pending {
 /// What a verification waits for.
 enum CreditWait {
     /// Its paid spend's commit (the memory ledger), or its retry on the row.
-    Commit {
-        reply: tokio::sync::oneshot::Receiver<Result<Committed, StorageError>>,
-        retry: Retry,
-        taken: Option<Taken>,
-    },
+    Commit { commit: Commit, taken: Option<Taken> },
     /// Its spend on the row (the rows ledger).
     Row { reply: tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>, taken: Option<Taken> },
 }
@@ -264,25 +260,42 @@ impl Pending {
         match self.credits {
             None => Ok(v),
             Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.blocking_recv())),
-            Some(CreditWait::Commit { reply, retry, taken }) => match stopped(reply.blocking_recv()) {
-                Ok(Committed::Yes) => Ok(counted(v)),
-                Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().blocking_recv())),
-                Err(e) => Self::failed(taken, e),
-            },
+            Some(CreditWait::Commit { commit, taken }) => {
+                let (answer, retry) = commit.wait();
+                Self::committed(v, taken, retry, stopped(answer))
+            }
         }
     }
 
-    /// The answer, once the credits' spend is committed.
+    /// The answer, once the credits' spend is committed (see [`Commit::committing`] for
+    /// the memory ledger's group commit).
     pub async fn settle(self) -> Result<Verification, RbacError> {
         let v = self.verification;
         match self.credits {
             None => Ok(v),
             Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.await)),
-            Some(CreditWait::Commit { reply, retry, taken }) => match stopped(reply.await) {
-                Ok(Committed::Yes) => Ok(counted(v)),
-                Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().await)),
-                Err(e) => Self::failed(taken, e),
-            },
+            Some(CreditWait::Commit { commit, taken }) => {
+                let (committing, retry) = commit.committing();
+                match stopped(committing.await) {
+                    Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().await)),
+                    other => Self::committed(v, taken, retry, other),
+                }
+            }
+        }
+    }
+
+    /// The answer once the memory ledger's commit is known (a conflict retried by the
+    /// caller's way of waiting, or here, blocking, for [`Self::wait`]).
+    fn committed(
+        v: Verification,
+        taken: Option<Taken>,
+        retry: Retry,
+        commit: Result<Committed, StorageError>,
+    ) -> Result<Verification, RbacError> {
+        match commit {
+            Ok(Committed::Yes) => Ok(counted(v)),
+            Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().blocking_recv())),
+            Err(e) => Self::failed(taken, e),
         }
     }
 
@@ -394,7 +407,7 @@ impl<S: RbacStore + 'static> RbacService<S> {
             }
             Ok(Spent::Decided { paid: true, remaining, commit }) => {
                 v.credits = Some(remaining);
-                let credits = commit.map(|(reply, retry)| CreditWait::Commit { reply, retry, taken });
+                let credits = commit.map(|commit| CreditWait::Commit { commit, taken });
                 Some(Ok(match credits {
                     None => Pending::done(v),
                     Some(wait) => Pending { verification: v, credits: Some(wait) },

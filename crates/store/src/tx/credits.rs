@@ -145,35 +145,79 @@ impl CreditTx for DieselTx<'_> {
         remaining: u64,
         last_refill_at: Option<i64>,
     ) -> R<bool> {
-        use diesel::sql_types::{BigInt, Nullable, Text};
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        // One static statement per backend, prepared once per connection (the writer runs
-        // it for every key it writes); `last_refill_at` compared null-safely.
-        macro_rules! run {
-            ($c:expr, $sql:expr) => {
-                diesel::sql_query($sql)
-                    .bind::<BigInt, _>(int(remaining))
-                    .bind::<Nullable<BigInt>, _>(last_refill_at)
-                    .bind::<Text, _>(key_id)
-                    .bind::<BigInt, _>(int(expected.0))
-                    .bind::<Nullable<BigInt>, _>(expected.1)
-                    .execute($c)
-            };
-        }
+        let query = SetCounter {
+            key_id,
+            remaining: int(remaining),
+            last_refill_at,
+            expected: int(expected.0),
+            expected_last_refill_at: expected.1,
+        };
         let n = match &mut *self.conn {
             #[cfg(feature = "sqlite")]
-            DbConn::Sqlite(c) => run!(
-                c,
-                "UPDATE keys SET credits_remaining = ?, last_refill_at = ? \
-                 WHERE id = ? AND credits_remaining = ? AND last_refill_at IS ?"
-            ),
+            DbConn::Sqlite(c) => query.execute(c),
             #[cfg(feature = "postgres")]
-            DbConn::Pg(c) => run!(
-                c,
-                "UPDATE keys SET credits_remaining = $1, last_refill_at = $2 \
-                 WHERE id = $3 AND credits_remaining = $4 AND last_refill_at IS NOT DISTINCT FROM $5"
-            ),
+            DbConn::Pg(c) => query.execute(c),
         };
         n.map(|n| n == 1).map_err(db_err)
     }
+}
+
+/// `UPDATE keys SET credits_remaining, last_refill_at WHERE id AND credits_remaining AND
+/// last_refill_at (null-safe)`, as a statement of its own: the memory ledger's writer runs it
+/// for every key it writes, and diesel prepares a statement once per connection only when
+/// its type names it (its own UPDATE builder and `sql_query` are parsed every time, which
+/// was most of the writer's time on SQLite).
+struct SetCounter<'a> {
+    key_id: &'a str,
+    remaining: i64,
+    last_refill_at: Option<i64>,
+    expected: i64,
+    expected_last_refill_at: Option<i64>,
+}
+
+impl diesel::query_builder::QueryId for SetCounter<'_> {
+    type QueryId = SetCounter<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<DB> diesel::query_builder::QueryFragment<DB> for SetCounter<'_>
+where
+    DB: diesel::backend::Backend + SetCounterSql,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> diesel::QueryResult<()> {
+        use diesel::sql_types::{BigInt, Nullable, Text};
+        out.push_sql("UPDATE keys SET credits_remaining = ");
+        out.push_bind_param::<BigInt, _>(&self.remaining)?;
+        out.push_sql(", last_refill_at = ");
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.last_refill_at)?;
+        out.push_sql(" WHERE id = ");
+        out.push_bind_param::<Text, _>(self.key_id)?;
+        out.push_sql(" AND credits_remaining = ");
+        out.push_bind_param::<BigInt, _>(&self.expected)?;
+        out.push_sql(DB::NULL_SAFE_EQUALS);
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.expected_last_refill_at)
+    }
+}
+
+impl<C> diesel::RunQueryDsl<C> for SetCounter<'_> {}
+
+/// How a backend compares `last_refill_at` with a value that may be NULL.
+trait SetCounterSql {
+    const NULL_SAFE_EQUALS: &'static str;
+}
+
+#[cfg(feature = "sqlite")]
+impl SetCounterSql for diesel::sqlite::Sqlite {
+    const NULL_SAFE_EQUALS: &'static str = " AND last_refill_at IS ";
+}
+
+#[cfg(feature = "postgres")]
+impl SetCounterSql for diesel::pg::Pg {
+    const NULL_SAFE_EQUALS: &'static str = " AND last_refill_at IS NOT DISTINCT FROM ";
 }
