@@ -330,6 +330,17 @@ pub(crate) enum CreditLedger {
     Rows(Arc<CreditQueue>),
 }
 
+/// A spend a verification asks for: `cost` of `key`'s credits, as the caller may
+/// (`may_wait` false never reads the database); `tag`: the change counters the key's
+/// snapshot was loaded under (a counter loaded under others is read again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpendAsk<'a> {
+    pub(crate) key: &'a Key,
+    pub(crate) cost: u64,
+    pub(crate) may_wait: bool,
+    pub(crate) tag: crate::counters::Tag,
+}
+
 /// What a spend came to.
 pub(crate) enum Spent {
     /// The key has no credits (any more): nothing to spend.
@@ -418,9 +429,28 @@ impl std::future::Future for Committing {
 }
 
 /// The spend again, on the key's row (after a [`Committed::Conflict`]).
-pub(crate) type Retry = Box<
-    dyn FnOnce() -> tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>> + Send,
->;
+pub(crate) struct Retry {
+    counter: Arc<Counter>,
+    cost: u64,
+    refill_at: Option<i64>,
+    ledger: Arc<MemoryLedger>,
+}
+
+impl Retry {
+    pub(crate) fn spend(
+        self,
+    ) -> tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>> {
+        match self.ledger.retrier.get() {
+            Some(spend) => spend(&self.counter.key_id, self.cost, self.refill_at),
+            // Set with the committer, before any write is queued.
+            None => {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let _ = reply.send(Err(StorageError::Internal("no credit retrier".into())));
+                answer
+            }
+        }
+    }
+}
 
 impl std::fmt::Debug for Spent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -436,23 +466,24 @@ impl std::fmt::Debug for Spent {
 }
 
 impl CreditLedger {
-    /// Spends `cost` of `key`'s credits at `now` (a due refill first), as the caller may:
-    /// `may_wait` false never reads the database. `tag`: the change counters the key's
-    /// snapshot was loaded under (a counter loaded under others is read again).
+    /// Spends what `ask` says at `now` (a due refill first).
+    /// `counter`: where the caller keeps the key's counter once found (the memory ledger's).
     pub(crate) fn spend<S: RbacStore + 'static>(
         &self,
         store: &Arc<S>,
-        key: &Key,
-        cost: u64,
+        ask: SpendAsk<'_>,
         now: i64,
-        may_wait: bool,
-        tag: crate::counters::Tag,
+        counter: &std::sync::OnceLock<Arc<Counter>>,
     ) -> Result<Spent, StorageError> {
+        let (key, cost) = (ask.key, ask.cost);
         let Some(credits) = &key.credits else { return Ok(Spent::Unlimited) };
         let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
         match self {
             CreditLedger::Rows(queue) => Ok(Spent::Later(queue.spend(store, &key.id, cost, refill_at))),
-            CreditLedger::Memory(ledger) => ledger.spend(store, key, cost, may_wait, tag, refill_at),
+            CreditLedger::Memory(ledger) => {
+                let counter = counter.get_or_init(|| ledger.counter(&key.id));
+                ledger.spend(store, ask, counter, refill_at)
+            }
         }
     }
 
@@ -489,12 +520,23 @@ pub(crate) struct MemoryLedger {
     followers: parking_lot::Mutex<Vec<std::task::Waker>>,
     /// Commits a batch (set by the first spend, which knows the store).
     committer: std::sync::OnceLock<Committer>,
+    /// Spends on the row after a conflict (set with `committer`).
+    retrier: std::sync::OnceLock<Retrier>,
     /// The sequence number of the last write queued, and of the last committed (or failed).
     queued: std::sync::atomic::AtomicU64,
     committed: std::sync::atomic::AtomicU64,
 }
 
 type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
+type Retrier = Box<
+    dyn Fn(
+            &str,
+            u64,
+            Option<i64>,
+        ) -> tokio::sync::oneshot::Receiver<Result<crate::store::CreditSpend, StorageError>>
+        + Send
+        + Sync,
+>;
 
 impl std::fmt::Debug for MemoryLedger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -508,8 +550,9 @@ impl std::fmt::Debug for MemoryLedger {
 /// Counters by key id.
 type CounterShard = parking_lot::Mutex<HashMap<String, Arc<Counter>>>;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Counter {
+    key_id: Box<str>,
     state: parking_lot::Mutex<CounterState>,
     /// A write of this counter failed or conflicted: its value is not what the database
     /// holds.
@@ -538,7 +581,6 @@ struct CounterValue {
 
 #[derive(Debug)]
 struct CounterWrite {
-    key_id: String,
     value: CounterValue,
     seq: u64,
     counter: Arc<Counter>,
@@ -556,6 +598,7 @@ impl Default for MemoryLedger {
             leader: Default::default(),
             followers: Default::default(),
             committer: Default::default(),
+            retrier: Default::default(),
             queued: Default::default(),
             committed: Default::default(),
         }
@@ -568,24 +611,36 @@ impl MemoryLedger {
         let mut shard = self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock();
         match shard.get(key_id) {
             Some(c) => c.clone(),
-            None => shard.entry(key_id.to_string()).or_default().clone(),
+            None => shard
+                .entry(key_id.to_string())
+                .or_insert_with(|| {
+                    Arc::new(Counter {
+                        key_id: key_id.into(),
+                        state: Default::default(),
+                        stale: Default::default(),
+                        stored: Default::default(),
+                    })
+                })
+                .clone(),
         }
     }
 
     fn spend<S: RbacStore + 'static>(
         self: &Arc<Self>,
         store: &Arc<S>,
-        key: &Key,
-        cost: u64,
-        may_wait: bool,
-        tag: crate::counters::Tag,
+        ask: SpendAsk<'_>,
+        counter: &Arc<Counter>,
         refill_at: Option<i64>,
     ) -> Result<Spent, StorageError> {
+        let SpendAsk { key, cost, may_wait, tag } = ask;
         self.committer.get_or_init(|| {
+            let (rows, row_store) = (self.rows.clone(), store.clone());
+            let _ = self.retrier.set(Box::new(move |key_id, cost, refill_at| {
+                rows.spend(&row_store, key_id, cost, refill_at)
+            }));
             let store = store.clone();
             Box::new(move |ledger: &MemoryLedger, batch| commit_counters(ledger, &*store, batch))
         });
-        let counter = self.counter(&key.id);
         let mut state = match may_wait {
             true => counter.state.lock(),
             false => match counter.state.try_lock() {
@@ -646,7 +701,6 @@ impl MemoryLedger {
                     false => (None, None),
                 };
                 state.pending = self.queue(CounterWrite {
-                    key_id: key.id.clone(),
                     value,
                     seq: 0,
                     counter: counter.clone(),
@@ -659,8 +713,7 @@ impl MemoryLedger {
         let state_pending = state.pending;
         drop(state);
         let commit = commit.map(|reply| {
-            let (rows, store, key_id) = (self.rows.clone(), store.clone(), key.id.clone());
-            let retry: Retry = Box::new(move || rows.spend(&store, &key_id, cost, refill_at));
+            let retry = Retry { counter: counter.clone(), cost, refill_at, ledger: self.clone() };
             Commit { reply, retry, ledger: self.clone(), seq: state_pending }
         });
         Ok(Spent::Decided { paid, remaining: value.remaining, commit })
@@ -743,7 +796,7 @@ fn commit_counters<S: RbacStore>(l: &MemoryLedger, store: &S, batch: Vec<Counter
         // the row is still what this process last saw.
         let mut last: HashMap<&str, (usize, CounterValue)> = HashMap::with_capacity(batch.len());
         for (i, w) in batch.iter().enumerate() {
-            last.insert(&w.key_id, (i, w.value));
+            last.insert(&*w.counter.key_id, (i, w.value));
         }
         let done = store.transaction(|tx| {
             let mut conflicts = Vec::new();
@@ -781,13 +834,15 @@ fn commit_counters<S: RbacStore>(l: &MemoryLedger, store: &S, batch: Vec<Counter
             }
         }
         drop(last);
+        let (wait, committed_at) =
+            (metrics::histogram!("keygate_credit_wait_seconds"), std::time::Instant::now());
         for w in batch {
-            let conflict = conflicts.contains(&w.key_id);
+            let conflict = conflicts.iter().any(|c| **c == *w.counter.key_id);
             if failed.is_some() || conflict {
                 w.counter.stale.store(true, std::sync::atomic::Ordering::Release);
             }
             if let Some(reply) = w.reply {
-                metrics::histogram!("keygate_credit_wait_seconds").record(w.queued.elapsed().as_secs_f64());
+                wait.record(committed_at.duration_since(w.queued).as_secs_f64());
                 let answer = match (&failed, conflict) {
                     (Some(e), _) => Err(e.clone()),
                     (None, true) => Ok(Committed::Conflict),

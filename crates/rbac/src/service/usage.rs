@@ -3,7 +3,7 @@
 //! credits (§13.3), through the group commit of [`super::credits`]. A verification that
 //! gets as far as credits answers only once their spend is committed: [`Pending`].
 
-use super::credits::{Commit, Committed, Retry, Spent};
+use super::credits::{Commit, Committed, Retry, SpendAsk, Spent};
 use super::*;
 use crate::store::CreditSpend;
 use crate::{LimitAsk, LimitOutcome, Usage};
@@ -126,17 +126,19 @@ fn budget_namespace(key: &Key) -> Arc<String> {
 }
 
 /// What a cached key's verifications need of its limits, worked out once per snapshot:
-/// its budgets' namespace and the limits that apply when a request names none.
+/// its budgets' namespace, the limits that apply when a request names none, and its
+/// credit counter (the memory ledger's, once found).
 #[derive(Debug, Clone)]
 pub(crate) struct KeyLimits {
     namespace: Arc<String>,
     auto: Arc<[Applied]>,
+    counter: Arc<std::sync::OnceLock<Arc<super::credits::Counter>>>,
 }
 
 impl KeyLimits {
     pub(crate) fn of(summary: &KeySummary) -> Self {
         let auto = applied_limits(summary, &[]).unwrap_or_default();
-        Self { namespace: budget_namespace(&summary.key), auto: auto.into() }
+        Self { namespace: budget_namespace(&summary.key), auto: auto.into(), counter: Arc::default() }
     }
 
     /// The weight of what it holds, for the cache's bound.
@@ -277,7 +279,7 @@ impl Pending {
             Some(CreditWait::Commit { commit, taken }) => {
                 let (committing, retry) = commit.committing();
                 match stopped(committing.await) {
-                    Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().await)),
+                    Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry.spend().await)),
                     other => Self::committed(v, taken, retry, other),
                 }
             }
@@ -294,7 +296,7 @@ impl Pending {
     ) -> Result<Verification, RbacError> {
         match commit {
             Ok(Committed::Yes) => Ok(counted(v)),
-            Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry().blocking_recv())),
+            Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry.spend().blocking_recv())),
             Err(e) => Self::failed(taken, e),
         }
     }
@@ -384,7 +386,8 @@ impl<S: RbacStore + 'static> RbacService<S> {
             taken = Some(t);
         }
         let cost = usage.cost.unwrap_or(1);
-        let spent = self.credits.spend(&self.store, &summary.key, cost, now as i64, may_wait, tag);
+        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag };
+        let spent = self.credits.spend(&self.store, ask, now as i64, &limits.counter);
         let give_back = |taken: &Option<Taken>| {
             if let Some(t) = taken {
                 t.give_back();
