@@ -584,3 +584,76 @@ fn cache_lifetimes_are_measured_on_the_monotonic_clock() {
     c.svc.authenticate(&token).expect("auth");
     assert_eq!(c.reads(), 1, "expired after its lifetime of monotonic time");
 }
+
+/// The embedded group commit, used from the library: verifications awaited on a
+/// multi-threaded runtime (each leads a commit or waits for another's, and a leader passes
+/// the lead on when spends are left after its batch) and blocking ones at the same time
+/// spend exactly the keys' credits, and the rows hold what is left.
+#[test]
+fn credit_spends_awaited_and_blocking_at_once_are_exact() {
+    // A spend left without a leader would hang: that fails here instead.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        spend_awaited_and_blocking_at_once();
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("every spend answered, and exactly (see the thread's panic otherwise)");
+}
+
+fn spend_awaited_and_blocking_at_once() {
+    use keygate_rbac::{CreditOp, Usage, VerifyCode};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let f = fixture();
+    let keys: Vec<(String, String)> = (0..50)
+        .map(|i| {
+            let (key, secret) = f.svc.create_key(&f.ws, Some(format!("paid{i}"))).expect("key");
+            f.svc.update_credits(&f.admin, &key.id, CreditOp::Set, Some(20)).expect("credits");
+            (key.id, secret.expose().to_string())
+        })
+        .collect();
+    let valid = AtomicUsize::new(0);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).build().expect("runtime");
+    std::thread::scope(|scope| {
+        // Blocking callers on the first 10 keys (they wait by leading, blocking).
+        for t in 0..2 {
+            let (f, keys, valid) = (&f, &keys, &valid);
+            scope.spawn(move || {
+                for i in 0..100 {
+                    let secret = &keys[(i + t) % 10].1;
+                    let v = f.svc.verify_key(secret, &VerifyScope::default(), None).expect("verify");
+                    if v.code == VerifyCode::Valid {
+                        valid.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..1_300)
+                .map(|i| {
+                    let (svc, secret) = (f.svc.clone(), keys[i % keys.len()].1.clone());
+                    tokio::spawn(async move {
+                        let (scope, usage) = (VerifyScope::default(), Usage::default());
+                        let pending = match svc.verify_cached(&secret, &scope, None, &usage) {
+                            Some(p) => p,
+                            None => svc.verify(&secret, &scope, None, &usage),
+                        };
+                        pending.expect("verify").settle().await.expect("settle").code == VerifyCode::Valid
+                    })
+                })
+                .collect();
+            for t in tasks {
+                if t.await.expect("task") {
+                    valid.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    });
+    assert_eq!(valid.load(Ordering::Relaxed), 50 * 20);
+    for (id, _) in &keys {
+        let left =
+            count(f.svc.store(), &format!("SELECT credits_remaining AS n FROM keys WHERE id = '{id}'"));
+        assert_eq!(left, 0, "{id}");
+    }
+}
