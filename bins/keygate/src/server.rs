@@ -72,11 +72,15 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         (None, "sqlite") => CounterSource::Local(Default::default()),
         (None, _) => CounterSource::Store,
     };
-    let rbac = RbacService::new(store, clock.clone())
+    let mut rbac = RbacService::new(store, clock.clone())
         .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
         .with_counter_source(counters)
         .with_limiter(limiter.clone())
         .with_verify_cache(config.verify_cache);
+    if let Some(redis) = &redis {
+        // Credit counters live in Redis, written behind to the database.
+        rbac = rbac.with_shared_credits(redis.clone());
+    }
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
     // Local counters: where the database stands now, before anything is cached. Shared:
     // trusted once this first reconciliation succeeds (the database's are read until then).
@@ -161,6 +165,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         spawn_audit_retention(Arc::downgrade(&state.clone().into_inner()), config.audit_retention_days);
     }
     spawn_metrics_upkeep(Arc::downgrade(&state.clone().into_inner()));
+    if state.redis.is_some() {
+        spawn_credit_write_behind(Arc::downgrade(&state.clone().into_inner()));
+    }
     log::info!("keygate listening on {addr} (database: {db_desc}; rate-limit store: {limiter_desc})");
     if let Some(m) = metrics_addr {
         log::info!("keygate metrics on http://{m}/metrics");
@@ -355,6 +362,28 @@ fn spawn_counter_upkeep(state: Weak<AppState>) {
     }
 }
 
+/// How often the live credit counters (in Redis) are written behind to the database: the
+/// bound on what a loss of Redis re-grants (`docs/operations.md`).
+pub const CREDIT_WRITE_BEHIND_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Writes the credit counters changed in Redis to the database, once per
+/// [`CREDIT_WRITE_BEHIND_INTERVAL`] (each instance; a lease per shard keeps them from doing
+/// the same work). Stops when the server's state is dropped.
+fn spawn_credit_write_behind(state: Weak<AppState>) {
+    let spawned = std::thread::Builder::new().name("keygate-credits-behind".into()).spawn(move || {
+        loop {
+            std::thread::sleep(CREDIT_WRITE_BEHIND_INTERVAL);
+            let Some(state) = state.upgrade() else { return };
+            if let Err(e) = state.rbac.write_behind_credits() {
+                log::warn!("credits: writing the live counters behind to the database failed: {e}");
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("could not start the credit write-behind: {e}");
+    }
+}
+
 /// How often the audit retention runs, and the most events one pass deletes (bounded work
 /// per pass: a long backlog is worked off over several passes).
 const AUDIT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -388,6 +417,13 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let running = start(config, Arc::new(SystemClock))?;
         running.server.await.context("server")?;
+        // What the last requests spent, in the database before the process ends.
+        let state = running.state.clone();
+        match actix_web::rt::task::spawn_blocking(move || state.rbac.write_behind_credits()).await {
+            Ok(Err(e)) => log::warn!("credits: the last write-behind failed (another instance does it): {e}"),
+            Err(e) => log::warn!("credits: the last write-behind did not run: {e}"),
+            Ok(Ok(_)) => {}
+        }
         // A Unix socket's file goes with the server.
         drop(running.socket_file);
         log::info!("keygate stopped");

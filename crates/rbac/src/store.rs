@@ -132,6 +132,12 @@ pub trait CreditTx {
     /// ends (PostgreSQL: `FOR UPDATE`, in id order; SQLite: the writer's lock). Keys gone
     /// are left out.
     fn lock_key_credits(&mut self, key_ids: &[&str]) -> R<Vec<CreditRow>>;
+    /// The credit counter of a key, unlocked (`None`: no such key).
+    fn key_credit_row(&mut self, key_id: &str) -> R<Option<CreditRow>>;
+    /// Writes live counters behind (the scale-out ledger, API-v2.md §13.5): each lands only
+    /// on the row's credit version it was loaded from, and only when its change number is
+    /// above the row's; the outcome of each, in order.
+    fn write_behind_credits(&mut self, counters: &[(&str, LiveCredits)]) -> R<Vec<WrittenBehind>>;
     /// Writes keys' counters: (key id, remaining, last refill), in one statement where the
     /// backend allows. Keys without credits are left alone.
     fn write_key_credits(&mut self, counters: &[(&str, u64, Option<i64>)]) -> R<()>;
@@ -156,6 +162,30 @@ pub struct CreditRow {
     pub last_refill_at: Option<i64>,
     pub refill_amount: Option<u64>,
     pub created_at: i64,
+    /// Rises with each change of the credits by an update (`updateCredits`, `updateKey`).
+    pub version: i64,
+    /// The change number of the live counter last written behind (scale-out).
+    pub seq: i64,
+}
+
+/// A key's live credit counter, as the scale-out ledger's shared store holds it: the
+/// value, and the row's credit version it was loaded from and its change number since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveCredits {
+    pub remaining: u64,
+    pub last_refill_at: Option<i64>,
+    pub version: i64,
+    pub seq: i64,
+}
+
+/// How a live counter's write-behind went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrittenBehind {
+    /// The row holds this change or a later one of the same counter.
+    Written,
+    /// The row's credits were changed by an update since the counter was loaded (or the
+    /// key has no credits, or is gone): the counter is out of date.
+    Superseded,
 }
 
 /// What a spend on a key's row came to.

@@ -19,8 +19,8 @@ mod tx;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{
-    BACKOFF, BatchStats, CounterGuard, EXPIRY_SLACK_MS, MAX_EPOCH_AGE, RedisOpenError, RedisSettings,
-    RedisStore, async_overshoot_bound,
+    BACKOFF, BatchStats, CREDIT_IDLE_MS, CREDIT_SHARDS, CounterGuard, EXPIRY_SLACK_MS, MAX_EPOCH_AGE,
+    RedisOpenError, RedisSettings, RedisStore, async_overshoot_bound, credit_shard,
 };
 pub use backend::{Backend, BackendError};
 pub use conn::DbConn;

@@ -51,6 +51,8 @@ diesel::table! {
         last_refill_at -> Nullable<BigInt>,
         key_prefix -> Nullable<Text>,
         byte_length -> Nullable<BigInt>,
+        credit_version -> BigInt,
+        credit_seq -> BigInt,
     }
 }
 

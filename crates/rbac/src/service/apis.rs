@@ -65,7 +65,8 @@ impl<S: RbacStore> RbacService<S> {
                 None => None,
             };
             let rows = tx.api_keys_page(ws, api_id, identity.as_deref(), after, limit + 1)?;
-            let page = Page::keyset(rows, limit, |k| k.id.as_str());
+            let mut page = Page::keyset(rows, limit, |k| k.id.as_str());
+            self.live_credits(&mut page.items.iter_mut().collect::<Vec<_>>());
             let items = page.items.into_iter().map(|k| describe(tx, k)).collect::<Result<_, _>>()?;
             Ok((Page { items, next: page.next }, total))
         })

@@ -4,6 +4,10 @@
 use super::*;
 use crate::{Credits, Refill, RefillInterval};
 
+mod shared;
+pub(crate) use shared::SharedLedger;
+pub use shared::{Installed, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk};
+
 /// What `keys.updateCredits` does with its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreditOp {
@@ -131,7 +135,26 @@ impl<S: RbacStore> RbacService<S> {
         key_id: &str,
         f: impl FnOnce(&mut dyn RbacTx, &mut super::verify::Changes) -> Result<T, RbacError>,
     ) -> Result<T, RbacError> {
-        self.credits.hold(key_id, || self.write(f))
+        self.credits.hold(&*self.store, key_id, || self.write(f))
+    }
+
+    /// Keys as the database holds them, with their live credit counters where those are
+    /// ahead of the rows (the scale-out ledger writes the rows behind).
+    pub(super) fn live_credits(&self, keys: &mut [&mut Key]) {
+        if let CreditLedger::Shared(ledger) = &self.credits {
+            ledger.overlay(keys);
+        }
+    }
+
+    /// Writes the live credit counters changed since the last pass to their rows (the
+    /// scale-out ledger, `credits::shared`; run about once a second by every instance, and
+    /// at shutdown): how many it wrote. Nothing to do for the other ledgers, which write
+    /// every spend before answering it.
+    pub fn write_behind_credits(&self) -> Result<usize, RbacError> {
+        match &self.credits {
+            CreditLedger::Shared(ledger) => ledger.write_behind(&*self.store),
+            _ => Ok(0),
+        }
     }
 }
 
@@ -328,6 +351,8 @@ pub(crate) enum CreditLedger {
     Memory(Arc<MemoryLedger>),
     /// The key's row, spent by group commit: any number of instances share the database.
     Rows(Arc<CreditQueue>),
+    /// In a shared store (Redis), written behind to the rows: any number of instances.
+    Shared(SharedLedger),
 }
 
 /// A spend a verification asks for: `cost` of `key`'s credits, as the caller may
@@ -480,6 +505,16 @@ impl CreditLedger {
         let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
         match self {
             CreditLedger::Rows(queue) => Ok(Spent::Later(queue.spend(store, &key.id, cost, refill_at))),
+            // A round trip to the shared store: only where the caller may wait.
+            CreditLedger::Shared(_) if !ask.may_wait => Ok(Spent::NeedsLoad),
+            CreditLedger::Shared(ledger) => {
+                let refill = credits.refill.as_ref().zip(refill_at).map(|(r, at)| SharedRefill {
+                    at,
+                    amount: r.amount,
+                    since: key.created_at,
+                });
+                ledger.spend(&**store, key, cost, refill)
+            }
             CreditLedger::Memory(ledger) => {
                 let counter = counter.get_or_init(|| ledger.counter(&key.id));
                 ledger.spend(store, ask, counter, refill_at)
@@ -490,10 +525,16 @@ impl CreditLedger {
     /// Runs `write` (which changes `key_id`'s credits in the database) with the key's
     /// counter held still: its spends committed first, none taken meanwhile, and read
     /// from the database again after.
-    pub(crate) fn hold<T>(&self, key_id: &str, write: impl FnOnce() -> T) -> T {
+    pub(crate) fn hold<S: RbacStore, T>(
+        &self,
+        store: &S,
+        key_id: &str,
+        write: impl FnOnce() -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
         match self {
             CreditLedger::Rows(_) => write(),
             CreditLedger::Memory(ledger) => ledger.hold(key_id, write),
+            CreditLedger::Shared(ledger) => ledger.hold(store, key_id, write),
         }
     }
 }

@@ -169,7 +169,8 @@ impl<S: RbacStore> RbacService<S> {
             return Err(not_found());
         }
         self.store.snapshot(|tx| {
-            let key = tx.get_key(&p.workspace_id, key_id)?.ok_or_else(not_found)?;
+            let mut key = tx.get_key(&p.workspace_id, key_id)?.ok_or_else(not_found)?;
+            self.live_credits(&mut [&mut key]);
             key_view(tx, key)
         })
     }
@@ -372,10 +373,11 @@ impl<S: RbacStore> RbacService<S> {
                     tx.key_by_hash(&hash_secret(secret))?.filter(|k| k.workspace_id == ws)
                 }
             };
-            let key = key.ok_or_else(not_found)?;
+            let mut key = key.ok_or_else(not_found)?;
             if !access.admits(key.api_id.as_deref()) {
                 return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
             }
+            self.live_credits(&mut [&mut key]);
             key_summary(tx, key)
         })
     }

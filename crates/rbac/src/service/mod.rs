@@ -19,7 +19,10 @@ mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 use credits::CreditLedger;
-pub use credits::{CreditOp, RefillSpec, check_refill, credit_setting};
+pub use credits::{
+    CreditOp, Installed, RefillSpec, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk, check_refill,
+    credit_setting,
+};
 pub use identities::{
     MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
     validate_ratelimits,
@@ -137,6 +140,14 @@ impl<S: RbacStore> RbacService<S> {
             _ => CreditLedger::Rows(Arc::default()),
         };
         self.counters = source;
+        self
+    }
+
+    /// Keeps the credit counters verifications spend in a shared store (Redis), written
+    /// behind to the database ([`Self::write_behind_credits`]): for several instances on
+    /// one database.
+    pub fn with_shared_credits(mut self, store: Arc<dyn SharedCredits>) -> Self {
+        self.credits = CreditLedger::Shared(credits::SharedLedger::new(store));
         self
     }
 

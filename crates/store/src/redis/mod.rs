@@ -61,6 +61,7 @@
 mod batch;
 mod conn;
 mod counters;
+mod credits;
 mod deferred;
 mod denials;
 mod multi;
@@ -69,6 +70,7 @@ mod script;
 pub use batch::BatchStats;
 use batch::Batcher;
 use conn::{Outage, Pool, Target};
+pub use credits::{IDLE_MS as CREDIT_IDLE_MS, SHARDS as CREDIT_SHARDS, shard_of as credit_shard};
 pub use deferred::async_overshoot_bound;
 use deferred::{Deferred, Local};
 use denials::Denials;
@@ -157,6 +159,8 @@ pub struct RedisStore {
     give_back_script: redis::Script,
     /// The change counters' read and publish scripts (`counters.rs`).
     counter_scripts: (redis::Script, redis::Script),
+    /// The credit counters' scripts (`credits.rs`).
+    credit_scripts: credits::CreditScripts,
     prefix: String,
     location: String,
 }
@@ -260,6 +264,7 @@ impl RedisStore {
             multi_script: redis::Script::new(multi::MULTI),
             give_back_script: redis::Script::new(multi::GIVE_BACK),
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
+            credit_scripts: Default::default(),
             prefix: settings.key_prefix,
             location,
         })

@@ -1,7 +1,7 @@
 //! A key's credits (the credit columns of `keys`).
 
 use super::*;
-use keygate_rbac::store::CreditRow;
+use keygate_rbac::store::{CreditRow, LiveCredits, WrittenBehind};
 
 /// remaining, refill interval, amount, day, last refill: the credit columns' values.
 type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
@@ -22,6 +22,50 @@ fn credit_values(credits: Option<&Credits>) -> CreditValues {
     }
 }
 
+/// The columns of a [`CreditRow`].
+macro_rules! credit_row_columns {
+    () => {
+        (
+            keys::id,
+            keys::credits_remaining,
+            keys::last_refill_at,
+            keys::refill_amount,
+            keys::created_at,
+            keys::credit_version,
+            keys::credit_seq,
+        )
+    };
+}
+
+type CreditRowValues = (String, Option<i64>, Option<i64>, Option<i64>, i64, i64, i64);
+
+fn credit_row(
+    (key_id, remaining, last_refill_at, amount, created_at, version, seq): CreditRowValues,
+) -> CreditRow {
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    CreditRow {
+        key_id,
+        remaining: remaining.map(count),
+        last_refill_at,
+        refill_amount: amount.map(count),
+        created_at,
+        version,
+        seq,
+    }
+}
+
+impl DieselTx<'_> {
+    /// Why a write-behind did not land: a later change of the same counter is there
+    /// already (written), or the credits changed under another version, or went
+    /// (superseded).
+    fn not_written_behind(&mut self, key_id: &str, live: &LiveCredits) -> R<WrittenBehind> {
+        Ok(match self.key_credit_row(key_id)? {
+            Some(r) if r.remaining.is_some() && r.version == live.version => WrittenBehind::Written,
+            _ => WrittenBehind::Superseded,
+        })
+    }
+}
+
 impl CreditTx for DieselTx<'_> {
     fn set_key_credits(&mut self, key_id: &str, credits: Option<&Credits>) -> R<()> {
         let (remaining, interval, amount, day, last) = credit_values(credits);
@@ -32,6 +76,8 @@ impl CreditTx for DieselTx<'_> {
                 keys::refill_amount.eq(amount),
                 keys::refill_day.eq(day),
                 keys::last_refill_at.eq(last),
+                keys::credit_version.eq(keys::credit_version + 1),
+                keys::credit_seq.eq(0),
             ))
             .execute(self.conn)
             .map(drop)
@@ -58,7 +104,11 @@ impl CreditTx for DieselTx<'_> {
             .bind::<BigInt, _>(delta)
             .sql(" END");
         diesel::update(keys::table.filter(keys::id.eq(key_id)).filter(keys::credits_remaining.is_not_null()))
-            .set(keys::credits_remaining.eq(expr))
+            .set((
+                keys::credits_remaining.eq(expr),
+                keys::credit_version.eq(keys::credit_version + 1),
+                keys::credit_seq.eq(0),
+            ))
             .execute(self.conn)
             .map_err(db_err)?;
         let now: Option<Option<i64>> = keys::table
@@ -71,32 +121,84 @@ impl CreditTx for DieselTx<'_> {
     }
 
     fn lock_key_credits(&mut self, key_ids: &[&str]) -> R<Vec<CreditRow>> {
-        let query = keys::table.filter(keys::id.eq_any(key_ids)).order(keys::id).select((
-            keys::id,
-            keys::credits_remaining,
-            keys::last_refill_at,
-            keys::refill_amount,
-            keys::created_at,
-        ));
-        type Row = (String, Option<i64>, Option<i64>, Option<i64>, i64);
-        let rows: Vec<Row> = match &mut *self.conn {
+        let query =
+            keys::table.filter(keys::id.eq_any(key_ids)).order(keys::id).select(credit_row_columns!());
+        let rows: Vec<CreditRowValues> = match &mut *self.conn {
             #[cfg(feature = "sqlite")]
             DbConn::Sqlite(c) => query.load(c),
             #[cfg(feature = "postgres")]
             DbConn::Pg(c) => query.for_update().load(c),
         }
         .map_err(db_err)?;
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(rows
-            .into_iter()
-            .map(|(key_id, remaining, last_refill_at, amount, created_at)| CreditRow {
-                key_id,
-                remaining: remaining.map(count),
-                last_refill_at,
-                refill_amount: amount.map(count),
-                created_at,
-            })
-            .collect())
+        Ok(rows.into_iter().map(credit_row).collect())
+    }
+
+    fn key_credit_row(&mut self, key_id: &str) -> R<Option<CreditRow>> {
+        let row: Option<CreditRowValues> = keys::table
+            .filter(keys::id.eq(key_id))
+            .select(credit_row_columns!())
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.map(credit_row))
+    }
+
+    fn write_behind_credits(&mut self, counters: &[(&str, LiveCredits)]) -> R<Vec<WrittenBehind>> {
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        #[cfg(feature = "postgres")]
+        if let DbConn::Pg(c) = &mut *self.conn {
+            // One statement for the batch; the rows it did not write are looked at after.
+            use diesel::sql_types::{Array, BigInt, Nullable, Text};
+            #[derive(QueryableByName)]
+            struct Landed {
+                #[diesel(sql_type = Text)]
+                id: String,
+            }
+            let landed: Vec<Landed> = diesel::sql_query(
+                "UPDATE keys SET credits_remaining = v.r, last_refill_at = v.l, credit_seq = v.s \
+                 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[]) AS v(id, r, l, ver, s) \
+                 WHERE keys.id = v.id AND keys.credits_remaining IS NOT NULL \
+                 AND keys.credit_version = v.ver AND keys.credit_seq < v.s RETURNING keys.id",
+            )
+            .bind::<Array<Text>, _>(counters.iter().map(|c| c.0).collect::<Vec<_>>())
+            .bind::<Array<BigInt>, _>(counters.iter().map(|c| int(c.1.remaining)).collect::<Vec<_>>())
+            .bind::<Array<Nullable<BigInt>>, _>(counters.iter().map(|c| c.1.last_refill_at).collect::<Vec<_>>())
+            .bind::<Array<BigInt>, _>(counters.iter().map(|c| c.1.version).collect::<Vec<_>>())
+            .bind::<Array<BigInt>, _>(counters.iter().map(|c| c.1.seq).collect::<Vec<_>>())
+            .load(c)
+            .map_err(db_err)?;
+            let landed: std::collections::HashSet<String> = landed.into_iter().map(|l| l.id).collect();
+            let mut out = Vec::with_capacity(counters.len());
+            for (key_id, live) in counters {
+                out.push(match landed.contains(*key_id) {
+                    true => WrittenBehind::Written,
+                    false => self.not_written_behind(key_id, live)?,
+                });
+            }
+            return Ok(out);
+        }
+        let mut out = Vec::with_capacity(counters.len());
+        for (key_id, live) in counters {
+            let landed = diesel::update(
+                keys::table
+                    .filter(keys::id.eq(*key_id))
+                    .filter(keys::credits_remaining.is_not_null())
+                    .filter(keys::credit_version.eq(live.version))
+                    .filter(keys::credit_seq.lt(live.seq)),
+            )
+            .set((
+                keys::credits_remaining.eq(int(live.remaining)),
+                keys::last_refill_at.eq(live.last_refill_at),
+                keys::credit_seq.eq(live.seq),
+            ))
+            .execute(self.conn)
+            .map_err(db_err)?;
+            out.push(match landed {
+                1 => WrittenBehind::Written,
+                _ => self.not_written_behind(key_id, live)?,
+            });
+        }
+        Ok(out)
     }
 
     fn write_key_credits(&mut self, counters: &[(&str, u64, Option<i64>)]) -> R<()> {

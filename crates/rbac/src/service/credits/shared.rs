@@ -1,0 +1,309 @@
+//! Credit counters in a shared store (API-v2.md §13.5, scale-out): the live counter of a
+//! key is in the store every instance reaches (Redis, `keygate-store`), spent there by one
+//! atomic step ("take `cost` if at least `cost` is left", a due refill first), so a VALID
+//! answer leaves once its spend is in the store. The database's row is brought up to date
+//! behind it ([`RbacService::write_behind_credits`], every instance, about once a second).
+//!
+//! - **Load**: a counter the store does not hold is read from the row and set there only if
+//!   it is still absent (two instances loading at once keep one).
+//! - **Write-behind**: a spend marks the counter changed (in a set per shard); the
+//!   write-behind writes the changed counters' values to their rows, each only on the row's
+//!   credit version it was loaded from and only when its change number is above the row's,
+//!   then marks each clean unless it changed meanwhile. Any instance may do it (a lease per
+//!   shard keeps them from doing the same work), so a `kill -9` loses no answered spend:
+//!   the store holds it and another instance, or the restarted one, writes it behind.
+//! - **Updates** (`updateCredits`, `updateKey`, `rerollKey`: [`SharedLedger::hold`]): the
+//!   counter is locked against spends (a lease), its live value written to the row, the
+//!   update made on the row (which raises its credit version), and the row's new credits
+//!   put in the store in place of the counter before the lock ends: no spend is lost and
+//!   none is made on the value from before the update.
+//! - **Losing the store** (a Redis restart without persistence): counters are loaded from
+//!   the rows again, which lack at most the spends of the last write-behind interval per
+//!   key: those credits are granted again (the bound `docs/operations.md` states).
+
+use super::*;
+use crate::store::{LiveCredits, WrittenBehind};
+use std::time::Duration;
+
+/// A spend as the shared store takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedSpendAsk<'a> {
+    pub key_id: &'a str,
+    pub cost: u64,
+    /// The refill due at the start of the current period, if the key refills.
+    pub refill: Option<SharedRefill>,
+    /// The counter as the key's row holds it, set only where the store holds none (without
+    /// it, such a spend answers [`SharedSpend::Missing`]).
+    pub load: Option<LiveCredits>,
+}
+
+/// A refill rule as the store applies it ([`crate::refill::refill_at`]): to `amount` at `at`
+/// (the current period's start) unless the counter's last refill (or, never refilled, the
+/// key's creation `since`) is at or after `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedRefill {
+    pub at: i64,
+    pub amount: u64,
+    pub since: i64,
+}
+
+/// What a spend in the shared store came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedSpend {
+    /// Decided: `paid` or not, `remaining` after.
+    Decided { paid: bool, remaining: u64 },
+    /// The key has no credits (an update made it unlimited).
+    Unlimited,
+    /// The store holds no counter for the key: load it ([`SharedSpendAsk::load`]).
+    Missing,
+    /// An update holds the counter: ask again shortly.
+    Locked,
+}
+
+/// A counter put in the store by an update, as the row holds it after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installed {
+    Credits(LiveCredits),
+    /// The key has no credits (any more): `version` is the row's.
+    Unlimited {
+        version: i64,
+    },
+}
+
+/// A shared store of credit counters (Redis), implemented outside this crate. Counters are
+/// split in [`Self::shards`] shards (the write-behind works shard by shard).
+pub trait SharedCredits: Send + Sync + std::fmt::Debug {
+    /// Spends as `ask` says, atomically: a due refill, then `cost` if at least `cost` is
+    /// left (and more than 0).
+    fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError>;
+    /// Locks a key's counter against spends for at most `lease`, for `token`: `None` when
+    /// another holds the lock; else the live counter (`None`: the store holds none).
+    fn lock(
+        &self,
+        key_id: &str,
+        token: u64,
+        lease: Duration,
+    ) -> Result<Option<Option<LiveCredits>>, StorageError>;
+    /// Ends the lock `token` holds, putting `install` in place of the counter (the row's
+    /// credits after an update; `None`: the counter stays as it is). Whether the lock was
+    /// still held (else nothing changed).
+    fn unlock(&self, key_id: &str, token: u64, install: Option<Installed>) -> Result<bool, StorageError>;
+    /// The live counters of `key_ids`, in order (`None`: not held, or unlimited).
+    fn read(&self, key_ids: &[&str]) -> Result<Vec<Option<LiveCredits>>, StorageError>;
+    /// How many shards the counters are split in.
+    fn shards(&self) -> u16;
+    /// Up to `max` counters of `shard` changed since they were last written behind, when
+    /// no other caller holds the shard's write-behind lease (then taken for `lease`, for
+    /// `token`); nothing otherwise.
+    fn dirty(
+        &self,
+        shard: u16,
+        token: u64,
+        lease: Duration,
+        max: usize,
+    ) -> Result<Vec<(String, LiveCredits)>, StorageError>;
+    /// After a write-behind of `shard`: a counter written is marked clean unless it changed
+    /// since (its change number); a superseded one is removed if it is still of that
+    /// version (the next spend loads the row).
+    fn settle(
+        &self,
+        shard: u16,
+        outcomes: &[(String, LiveCredits, WrittenBehind)],
+    ) -> Result<(), StorageError>;
+}
+
+/// How long an update may hold a counter (its lock's lease).
+const LOCK_LEASE: Duration = Duration::from_secs(30);
+/// How long a spend waits for an update that holds its counter before it answers 503.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How long a write-behind lease on a shard lasts.
+const WRITE_BEHIND_LEASE: Duration = Duration::from_millis(500);
+/// The most counters of one shard a write-behind pass writes in one transaction.
+const WRITE_BEHIND_BATCH: usize = 500;
+
+/// The scale-out ledger: the counters in a [`SharedCredits`] store.
+#[derive(Debug)]
+pub(crate) struct SharedLedger {
+    store: Arc<dyn SharedCredits>,
+    /// This instance's write-behind leases (its own passes never wait for each other's).
+    token: u64,
+}
+
+impl SharedLedger {
+    pub(crate) fn new(store: Arc<dyn SharedCredits>) -> Self {
+        Self { store, token: rand::random() }
+    }
+
+    /// Spends `cost` of `key`'s credits in the store (loading the counter from the row
+    /// first where the store holds none).
+    pub(super) fn spend<S: RbacStore>(
+        &self,
+        db: &S,
+        key: &Key,
+        cost: u64,
+        refill: Option<SharedRefill>,
+    ) -> Result<Spent, StorageError> {
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let mut load = None;
+        loop {
+            let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load };
+            match self.store.spend(&ask)? {
+                SharedSpend::Decided { paid, remaining } => {
+                    return Ok(Spent::Decided { paid, remaining, commit: None });
+                }
+                SharedSpend::Unlimited => return Ok(Spent::Unlimited),
+                SharedSpend::Missing => match row_counter(db, &key.id)? {
+                    Some(live) => load = Some(live),
+                    None => return Ok(Spent::Unlimited),
+                },
+                SharedSpend::Locked => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(StorageError::Unavailable(
+                            "the key's credits are being updated; try again".into(),
+                        ));
+                    }
+                    // The update may change the row: read it again if still missing after.
+                    load = None;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+    }
+
+    /// Runs `write` (an update of `key_id` that may change its credits in the database)
+    /// with the key's counter locked: its live value written to the row first, the row's
+    /// credits after put in the store in its place.
+    pub(super) fn hold<S: RbacStore, T>(
+        &self,
+        db: &S,
+        key_id: &str,
+        write: impl FnOnce() -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        let token = rand::random::<u64>();
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let live = loop {
+            match self.store.lock(key_id, token, LOCK_LEASE)? {
+                Some(live) => break live,
+                None if std::time::Instant::now() >= deadline => {
+                    return Err(StorageError::Unavailable(
+                        "the key's credits are being updated by another request; try again".into(),
+                    )
+                    .into());
+                }
+                None => std::thread::sleep(Duration::from_millis(2)),
+            }
+        };
+        let out = (|| {
+            if let Some(live) = live {
+                // Whatever it says: written, or superseded (then the row is newer).
+                db.transaction(|tx| Ok(tx.write_behind_credits(&[(key_id, live)])?))?;
+            }
+            write()
+        })();
+        let install = match &out {
+            Err(_) => Ok(None),
+            Ok(_) => row_counter_or_version(db, key_id),
+        };
+        let install = match install {
+            Ok(i) => i,
+            Err(e) => {
+                // The update is committed; the counter cannot be replaced: forget it.
+                log::warn!("credits of {key_id}: reading the row after an update failed: {e}");
+                let _ = self.store.unlock(key_id, token, None);
+                return out;
+            }
+        };
+        match self.store.unlock(key_id, token, install) {
+            Ok(true) => {}
+            Ok(false) => log::warn!(
+                "credits of {key_id}: an update outlived its lock's lease ({LOCK_LEASE:?}); \
+                 the write-behind replaces the counter"
+            ),
+            Err(e) => {
+                log::warn!("credits of {key_id}: ending an update's lock failed (its lease ends it): {e}")
+            }
+        }
+        out
+    }
+
+    /// The live counters of `keys`' credits, where the store holds them, in place of the
+    /// rows' (which lag by at most the write-behind interval). A store out of reach leaves
+    /// the rows' values.
+    pub(super) fn overlay(&self, keys: &mut [&mut Key]) {
+        let ids: Vec<&str> = keys.iter().filter(|k| k.credits.is_some()).map(|k| k.id.as_str()).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let live = match self.store.read(&ids) {
+            Ok(l) => l,
+            Err(e) => {
+                log::debug!("credits: the shared store is out of reach, answering the rows' values: {e}");
+                return;
+            }
+        };
+        let mut live = live.into_iter();
+        for key in keys.iter_mut().filter(|k| k.credits.is_some()) {
+            if let (Some(Some(l)), Some(c)) = (live.next(), key.credits.as_mut()) {
+                c.remaining = l.remaining;
+                if let Some(r) = c.refill.as_mut() {
+                    r.last_refill_at = l.last_refill_at;
+                }
+            }
+        }
+    }
+
+    /// One write-behind pass over every shard with changed counters and no other
+    /// instance's pass under way (a shard's lease lasts [`WRITE_BEHIND_LEASE`] after its
+    /// last batch, or ends when a pass finds nothing to write): how many counters it wrote.
+    pub(super) fn write_behind<S: RbacStore>(&self, db: &S) -> Result<usize, RbacError> {
+        let mut written = 0;
+        for shard in 0..self.store.shards() {
+            loop {
+                let dirty = self.store.dirty(shard, self.token, WRITE_BEHIND_LEASE, WRITE_BEHIND_BATCH)?;
+                if dirty.is_empty() {
+                    break;
+                }
+                let rows: Vec<(&str, LiveCredits)> = dirty.iter().map(|(id, l)| (id.as_str(), *l)).collect();
+                let outcomes = db.transaction(|tx| Ok(tx.write_behind_credits(&rows)?))?;
+                let settled: Vec<(String, LiveCredits, WrittenBehind)> =
+                    dirty.into_iter().zip(outcomes).map(|((id, l), o)| (id, l, o)).collect();
+                self.store.settle(shard, &settled)?;
+                written += settled.len();
+                metrics::counter!("keygate_credit_writebehind_total").increment(settled.len() as u64);
+                if settled.len() < WRITE_BEHIND_BATCH {
+                    // The rest (counters changed again meanwhile) waits for the next pass.
+                    break;
+                }
+            }
+        }
+        Ok(written)
+    }
+}
+
+/// The key's counter as its row holds it (`None`: no such key, or no credits).
+fn row_counter<S: RbacStore>(db: &S, key_id: &str) -> Result<Option<LiveCredits>, StorageError> {
+    let row = db.read(|tx| Ok(tx.key_credit_row(key_id)?)).map_err(storage)?;
+    Ok(row.and_then(|r| {
+        r.remaining.map(|remaining| LiveCredits {
+            remaining,
+            last_refill_at: r.last_refill_at,
+            version: r.version,
+            seq: r.seq,
+        })
+    }))
+}
+
+/// What an update leaves in the store: the row's counter, or that it has none (`None`: the
+/// key is gone; the counter stays until the write-behind drops it).
+fn row_counter_or_version<S: RbacStore>(db: &S, key_id: &str) -> Result<Option<Installed>, StorageError> {
+    let row = db.read(|tx| Ok(tx.key_credit_row(key_id)?)).map_err(storage)?;
+    Ok(row.map(|r| match r.remaining {
+        Some(remaining) => Installed::Credits(LiveCredits {
+            remaining,
+            last_refill_at: r.last_refill_at,
+            version: r.version,
+            seq: r.seq,
+        }),
+        None => Installed::Unlimited { version: r.version },
+    }))
+}

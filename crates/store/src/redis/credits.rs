@@ -1,0 +1,381 @@
+//! Credit counters in Redis (`keygate_rbac::SharedCredits`, API-v2.md §13.5 scale-out):
+//! each key's live counter, spent by one script call, written behind to the key's row by
+//! the service (`keygate_rbac`'s `credits::shared` says how the pieces fit together).
+//!
+//! Keys, in [`SHARDS`] shards (a key id's CRC16, as Redis Cluster hashes, modulo
+//! [`SHARDS`]); the shard is the hash tag, so a counter, its lock and its shard's set of
+//! changed counters are in one slot and one script reaches them together:
+//! - `<prefix>{cr<shard>}:k:<key id>`: a hash: `r` remaining, `l` last refill (empty:
+//!   never), `v` the row's credit version it was loaded from, `n` its change number; or
+//!   `u` = 1 and `v` (the key has no credits since the update of that version).
+//! - `<prefix>{cr<shard>}:lock:<key id>`: an update's lock (its token, with a lease).
+//! - `<prefix>{cr<shard>}:dirty`: the ids of the shard's counters changed since written
+//!   behind; `<prefix>{cr<shard>}:lease`: the write-behind lease of the shard.
+//!
+//! A changed counter has no expiry until it is written behind; then it expires after
+//! [`IDLE_MS`] without change (an idle key's counter is loaded from the row again). Redis
+//! must not evict keys without expiry (`noeviction` or a `volatile-*` policy), as for the
+//! change counters. Numbers are at most 2^53 − 1 (the contract's bound): Lua's doubles
+//! hold them exactly, and they are written back as integers (`%.0f`).
+
+use super::RedisStore;
+use keygate_rbac::store::{LiveCredits, WrittenBehind};
+use keygate_rbac::{Installed, SharedCredits, SharedSpend, SharedSpendAsk, StorageError};
+use std::time::Duration;
+
+/// How many shards the counters are split in.
+pub const SHARDS: u16 = 64;
+
+/// How long a counter written behind lives without change.
+pub const IDLE_MS: u64 = 24 * 3_600_000;
+
+/// A spend: `KEYS` counter, lock, dirty set; `ARGV` key id, cost, refill start (-1: no
+/// refill), refill amount, the key's creation, load (1: the row's counter follows), its
+/// remaining, last refill, version, change number, and the idle expiry. Answers `{code,
+/// remaining}`: 1 paid, 0 not, 2 missing, 3 locked, 4 unlimited.
+pub(crate) const SPEND: &str = r"
+local function int(x) return string.format('%.0f', x) end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {3, 0} end
+local c = redis.call('HMGET', KEYS[1], 'r', 'l', 'n', 'u')
+if c[4] == '1' then return {4, 0} end
+local r, l, n
+if not c[1] then
+  if ARGV[6] ~= '1' then return {2, 0} end
+  r, l, n = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[10])
+  redis.call('HSET', KEYS[1], 'r', ARGV[7], 'l', l, 'v', ARGV[9], 'n', ARGV[10])
+  redis.call('PEXPIRE', KEYS[1], ARGV[11])
+else
+  r, l, n = tonumber(c[1]), c[2], tonumber(c[3])
+end
+local changed = false
+local at = tonumber(ARGV[3])
+if at >= 0 then
+  local last = tonumber(ARGV[5])
+  if l ~= '' then last = tonumber(l) end
+  if last < at then
+    r, l, changed = tonumber(ARGV[4]), ARGV[3], true
+  end
+end
+local cost = tonumber(ARGV[2])
+local paid = 0
+if r > 0 and r >= cost then
+  paid = 1
+  if cost > 0 then
+    r, changed = r - cost, true
+  end
+end
+if changed then
+  n = n + 1
+  redis.call('HSET', KEYS[1], 'r', int(r), 'l', l, 'n', int(n))
+  redis.call('PERSIST', KEYS[1])
+  redis.call('SADD', KEYS[3], ARGV[1])
+end
+return {paid, r}
+";
+
+/// An update's lock: `KEYS` counter, lock; `ARGV` token, lease (ms). Answers `{}` when
+/// another holds it, else `{'1'}` and the counter's `r, l, v, n` when it has credits.
+pub(crate) const LOCK: &str = r"
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {} end
+local c = redis.call('HMGET', KEYS[1], 'r', 'l', 'v', 'n')
+if not c[1] then return {'1'} end
+return {'1', c[1], c[2], c[3], c[4]}
+";
+
+/// The end of an update's lock: `KEYS` counter, lock, dirty set; `ARGV` token, what to
+/// install (0 nothing, 1 credits, 2 unlimited), key id, remaining, last refill, version,
+/// change number, idle expiry. Answers 1, or 0 when the lock was not held any more.
+pub(crate) const UNLOCK: &str = r"
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '0' then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] == '1' then
+    redis.call('HSET', KEYS[1], 'r', ARGV[4], 'l', ARGV[5], 'v', ARGV[6], 'n', ARGV[7])
+  else
+    redis.call('HSET', KEYS[1], 'u', '1', 'v', ARGV[6])
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('SREM', KEYS[3], ARGV[3])
+end
+redis.call('DEL', KEYS[2])
+return 1
+";
+
+/// The counters of `KEYS`: `{r, l, v, n}` each (nil fields when it has no credits).
+pub(crate) const READ: &str = r"
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('HMGET', KEYS[i], 'r', 'l', 'v', 'n')
+end
+return out
+";
+
+/// The changed counters of a shard, under its lease: `KEYS` dirty set, lease; `ARGV`
+/// token, lease (ms), most. Answers up to that many ids (the lease taken, or renewed), or
+/// none when another holds the lease (or there are none: then the caller's lease ends).
+pub(crate) const DIRTY: &str = r"
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[1] then return {} end
+local ids = redis.call('SRANDMEMBER', KEYS[1], tonumber(ARGV[3]))
+if #ids > 0 then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+elseif holder then
+  redis.call('DEL', KEYS[2])
+end
+return ids
+";
+
+/// After a write-behind: `KEYS` dirty set, then the counters; `ARGV` the idle expiry, then
+/// per counter its id, change number, version and outcome (`w` written, `s` superseded,
+/// `g` gone from Redis). A written counter is clean unless it changed since; a superseded
+/// one is removed if still of that version.
+pub(crate) const SETTLE: &str = r"
+for i = 2, #KEYS do
+  local j = 2 + (i - 2) * 4
+  local id, n, v, o = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
+  local c = redis.call('HMGET', KEYS[i], 'n', 'v')
+  if not c[1] then
+    redis.call('SREM', KEYS[1], id)
+  elseif c[2] == v then
+    if o == 's' then
+      redis.call('DEL', KEYS[i])
+      redis.call('SREM', KEYS[1], id)
+    elseif c[1] == n then
+      redis.call('SREM', KEYS[1], id)
+      redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    end
+  end
+end
+return #KEYS - 1
+";
+
+/// The scripts, hashed once.
+pub(super) struct CreditScripts {
+    spend: redis::Script,
+    lock: redis::Script,
+    unlock: redis::Script,
+    read: redis::Script,
+    dirty: redis::Script,
+    settle: redis::Script,
+}
+
+impl Default for CreditScripts {
+    fn default() -> Self {
+        Self {
+            spend: redis::Script::new(SPEND),
+            lock: redis::Script::new(LOCK),
+            unlock: redis::Script::new(UNLOCK),
+            read: redis::Script::new(READ),
+            dirty: redis::Script::new(DIRTY),
+            settle: redis::Script::new(SETTLE),
+        }
+    }
+}
+
+/// The shard of a key's counter.
+pub fn shard_of(key_id: &str) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(key_id.as_bytes()) % SHARDS
+}
+
+impl RedisStore {
+    fn credit_key(&self, shard: u16, kind: &str, key_id: &str) -> String {
+        format!("{}{{cr{shard}}}:{kind}{key_id}", self.prefix)
+    }
+
+    fn counter_key_of(&self, key_id: &str) -> String {
+        self.credit_key(shard_of(key_id), "k:", key_id)
+    }
+
+    fn run<T: redis::FromRedisValue>(&self, call: &redis::ScriptInvocation<'_>) -> Result<T, StorageError> {
+        self.pool
+            .with_conn(|c| super::script::invoke_loaded(call, c))
+            .map_err(|e| StorageError::Unavailable(e.to_string()))
+    }
+
+    /// The counters of `key_ids` (all in one slot on a cluster).
+    fn read_counters(&self, key_ids: &[&str]) -> Result<Vec<Option<LiveCredits>>, StorageError> {
+        let mut call = self.credit_scripts.read.prepare_invoke();
+        for id in key_ids {
+            call.key(self.counter_key_of(id));
+        }
+        let rows: Vec<Vec<Option<String>>> = self.run(&call)?;
+        if rows.len() != key_ids.len() {
+            return Err(bad_answer());
+        }
+        Ok(rows.iter().map(|r| live(r)).collect())
+    }
+}
+
+fn bad_answer() -> StorageError {
+    StorageError::Unavailable("Redis: unexpected credits answer".into())
+}
+
+/// A counter from its `r, l, v, n` fields (`None` when it has no credits).
+fn live(fields: &[Option<String>]) -> Option<LiveCredits> {
+    let [Some(r), l, Some(v), Some(n)] = fields else { return None };
+    Some(LiveCredits {
+        remaining: r.parse().ok()?,
+        last_refill_at: l.as_deref().filter(|l| !l.is_empty()).and_then(|l| l.parse().ok()),
+        version: v.parse().ok()?,
+        seq: n.parse().ok()?,
+    })
+}
+
+fn last_refill(l: Option<i64>) -> String {
+    l.map(|l| l.to_string()).unwrap_or_default()
+}
+
+impl SharedCredits for RedisStore {
+    fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError> {
+        let shard = shard_of(ask.key_id);
+        let mut call = self.credit_scripts.spend.prepare_invoke();
+        call.key(self.credit_key(shard, "k:", ask.key_id))
+            .key(self.credit_key(shard, "lock:", ask.key_id))
+            .key(self.credit_key(shard, "dirty", ""))
+            .arg(ask.key_id)
+            .arg(ask.cost);
+        match ask.refill {
+            Some(r) => call.arg(r.at).arg(r.amount).arg(r.since),
+            None => call.arg(-1).arg(0).arg(0),
+        };
+        match ask.load {
+            Some(l) => {
+                call.arg(1).arg(l.remaining).arg(last_refill(l.last_refill_at)).arg(l.version).arg(l.seq)
+            }
+            None => call.arg(0).arg(0).arg("").arg(0).arg(0),
+        };
+        call.arg(IDLE_MS);
+        let (code, remaining): (u8, u64) = self.run(&call)?;
+        Ok(match code {
+            0 | 1 => SharedSpend::Decided { paid: code == 1, remaining },
+            2 => SharedSpend::Missing,
+            3 => SharedSpend::Locked,
+            4 => SharedSpend::Unlimited,
+            _ => return Err(bad_answer()),
+        })
+    }
+
+    fn lock(
+        &self,
+        key_id: &str,
+        token: u64,
+        lease: Duration,
+    ) -> Result<Option<Option<LiveCredits>>, StorageError> {
+        let shard = shard_of(key_id);
+        let mut call = self.credit_scripts.lock.prepare_invoke();
+        call.key(self.credit_key(shard, "k:", key_id))
+            .key(self.credit_key(shard, "lock:", key_id))
+            .arg(token)
+            .arg(lease.as_millis() as u64);
+        let out: Vec<Option<String>> = self.run(&call)?;
+        Ok(match out.split_first() {
+            None => None,
+            Some((_, [])) => Some(None),
+            Some((_, fields)) => Some(Some(live(fields).ok_or_else(bad_answer)?)),
+        })
+    }
+
+    fn unlock(&self, key_id: &str, token: u64, install: Option<Installed>) -> Result<bool, StorageError> {
+        let shard = shard_of(key_id);
+        let mut call = self.credit_scripts.unlock.prepare_invoke();
+        call.key(self.credit_key(shard, "k:", key_id))
+            .key(self.credit_key(shard, "lock:", key_id))
+            .key(self.credit_key(shard, "dirty", ""))
+            .arg(token);
+        match install {
+            None => call.arg(0).arg(key_id).arg(0).arg("").arg(0).arg(0),
+            Some(Installed::Credits(l)) => call
+                .arg(1)
+                .arg(key_id)
+                .arg(l.remaining)
+                .arg(last_refill(l.last_refill_at))
+                .arg(l.version)
+                .arg(l.seq),
+            Some(Installed::Unlimited { version }) => {
+                call.arg(2).arg(key_id).arg(0).arg("").arg(version).arg(0)
+            }
+        };
+        call.arg(IDLE_MS);
+        let held: u8 = self.run(&call)?;
+        Ok(held == 1)
+    }
+
+    fn read(&self, key_ids: &[&str]) -> Result<Vec<Option<LiveCredits>>, StorageError> {
+        if !self.cluster {
+            return self.read_counters(key_ids);
+        }
+        // A cluster: one call per shard (its slot).
+        let mut out = vec![None; key_ids.len()];
+        let mut by_shard: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, id) in key_ids.iter().enumerate() {
+            by_shard.entry(shard_of(id)).or_default().push(i);
+        }
+        for positions in by_shard.values() {
+            let ids: Vec<&str> = positions.iter().map(|&i| key_ids[i]).collect();
+            for (&i, l) in positions.iter().zip(self.read_counters(&ids)?) {
+                out[i] = l;
+            }
+        }
+        Ok(out)
+    }
+
+    fn shards(&self) -> u16 {
+        SHARDS
+    }
+
+    fn dirty(
+        &self,
+        shard: u16,
+        token: u64,
+        lease: Duration,
+        max: usize,
+    ) -> Result<Vec<(String, LiveCredits)>, StorageError> {
+        let mut call = self.credit_scripts.dirty.prepare_invoke();
+        call.key(self.credit_key(shard, "dirty", ""))
+            .key(self.credit_key(shard, "lease", ""))
+            .arg(token)
+            .arg(lease.as_millis() as u64)
+            .arg(max);
+        let ids: Vec<String> = self.run(&call)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let counters = self.read_counters(&refs)?;
+        let (mut out, mut gone) = (Vec::with_capacity(ids.len()), Vec::new());
+        for (id, c) in ids.into_iter().zip(counters) {
+            match c {
+                Some(l) => out.push((id, l)),
+                None => gone.push(id),
+            }
+        }
+        if !gone.is_empty() {
+            let none = LiveCredits { remaining: 0, last_refill_at: None, version: -1, seq: -1 };
+            let gone: Vec<(String, LiveCredits, WrittenBehind)> =
+                gone.into_iter().map(|id| (id, none, WrittenBehind::Superseded)).collect();
+            self.settle(shard, &gone)?;
+        }
+        Ok(out)
+    }
+
+    fn settle(
+        &self,
+        shard: u16,
+        outcomes: &[(String, LiveCredits, WrittenBehind)],
+    ) -> Result<(), StorageError> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        let mut call = self.credit_scripts.settle.prepare_invoke();
+        call.key(self.credit_key(shard, "dirty", "")).arg(IDLE_MS);
+        for (id, l, outcome) in outcomes {
+            call.key(self.credit_key(shard, "k:", id)).arg(id.as_str()).arg(l.seq).arg(l.version).arg(
+                match outcome {
+                    WrittenBehind::Written => "w",
+                    WrittenBehind::Superseded => "s",
+                },
+            );
+        }
+        self.run::<u64>(&call).map(drop)
+    }
+}
