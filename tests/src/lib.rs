@@ -125,6 +125,7 @@ impl TestServer {
         // PostgreSQL): every HTTP test then runs on the scale-out configuration.
         config.redis_url = keygate_test_support::redis_url();
         config.redis.cluster = config.redis_url.is_some() && keygate_test_support::redis_cluster();
+        config.redis.key_prefix = keygate_test_support::redis_prefix_for(url);
         config.handle_signals = false;
         config
     }

@@ -1,7 +1,9 @@
 //! A VALID answer that spent credits survives `kill -9` (API-v2.md §13.5): verifications
 //! flood a key with credits, the server is killed with SIGKILL mid-flood and restarted on
 //! the same database; then `remaining ≤ credits − VALID answers received`. On the run's
-//! backend: the embedded default (SQLite), or PostgreSQL with Redis.
+//! backend: the embedded default (SQLite), or PostgreSQL with Redis (where the restarted
+//! instance also writes the live counter behind to the row, which a Redis that lost the
+//! counter then reloads).
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::{
@@ -88,4 +90,48 @@ fn answered_credit_spends_survive_kill_9() {
     assert!(remaining <= CREDITS - valid, "an answered spend was lost: {remaining} > {CREDITS} - {valid}");
     // And nothing beyond what was in flight at the kill was taken.
     assert!(CREDITS - valid - remaining <= CLIENTS, "{CREDITS} - {valid} - {remaining} > {CLIENTS}");
+
+    if redis_url().is_some() {
+        // Scale-out: the counter is in Redis; the restarted instance writes what the killed
+        // one left behind to the row within the write-behind interval...
+        let row = written_behind(&db.url, key_id, remaining);
+        assert_eq!(row, remaining, "the row caught up with the live counter");
+        // ...so a Redis that lost the counter reloads it from the row.
+        forget_counter(&db.url, key_id);
+        let (status, key) = v2(port, "keys.getKey", &json!({"keyId": key_id})).unwrap();
+        assert_eq!(status, 200, "{key}");
+        assert_eq!(key["credits"]["remaining"].as_u64().unwrap(), remaining);
+    }
+}
+
+/// The key's remaining credits in its row once it holds `live` (or what it holds after 10 s).
+fn written_behind(db: &str, key_id: &str, live: u64) -> u64 {
+    use keygate_rbac::RbacStore;
+    let store = keygate_store::SqlStore::open(db, Default::default()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = store.read(|tx| Ok(tx.key_credit_row(key_id)?)).unwrap().unwrap();
+        let remaining = row.remaining.unwrap();
+        if remaining == live || std::time::Instant::now() > deadline {
+            return remaining;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Removes the key's credit counter from Redis (under the servers' key prefix), as a Redis
+/// that lost its data.
+fn forget_counter(db: &str, key_id: &str) {
+    let prefix = keygate_test_support::redis_prefix_for(db);
+    let key = format!("{prefix}{{cr{}}}:k:{key_id}", keygate_store::credit_shard(key_id));
+    let url = redis_url().unwrap();
+    let removed: u64 = if redis_cluster() {
+        let nodes: Vec<&str> = url.split(',').collect();
+        let mut c = redis::cluster::ClusterClient::new(nodes).unwrap().get_connection().unwrap();
+        redis::cmd("DEL").arg(&key).query(&mut c).unwrap()
+    } else {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd("DEL").arg(&key).query(&mut c).unwrap()
+    };
+    assert_eq!(removed, 1, "{key} was in Redis");
 }

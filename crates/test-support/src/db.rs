@@ -82,6 +82,16 @@ pub fn redis_url() -> Option<String> {
     std::env::var(REDIS_ENV).ok().filter(|u| !u.trim().is_empty())
 }
 
+/// The Redis key prefix of the servers on database `url`: one per database, as keygate
+/// needs (instances on one database share their counters; a deployment on another
+/// database, here another test, must not see them).
+pub fn redis_prefix_for(url: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    url.hash(&mut h);
+    format!("keygate:test:db{:016x}:", h.finish())
+}
+
 /// A key prefix no other test uses, so that tests sharing one Redis never share a budget.
 pub fn redis_test_prefix() -> String {
     format!("keygate:test:{:016x}:", rand::rng().random::<u64>())

@@ -164,7 +164,8 @@ pub fn keygate_command(bin: &str, db: &str, port: u16) -> Command {
         .env_remove("KEYGATE_ROOT_KEY")
         .env_remove("KEYGATE_CONFIG")
         .env_remove("KEYGATE_LOG_FORMAT")
-        .env_remove("REDIS_URL");
+        .env_remove("REDIS_URL")
+        .env("KEYGATE_REDIS_KEY_PREFIX", crate::redis_prefix_for(db));
     cmd
 }
 
