@@ -145,7 +145,9 @@ impl CreditTx for DieselTx<'_> {
 
     fn write_behind_credits(&mut self, counters: &[(&str, LiveCredits)]) -> R<Vec<WrittenBehind>> {
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        // (Irrefutable in a build with PostgreSQL alone.)
         #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
         if let DbConn::Pg(c) = &mut *self.conn {
             // One statement for the batch; the rows it did not write are looked at after.
             use diesel::sql_types::{Array, BigInt, Nullable, Text};
