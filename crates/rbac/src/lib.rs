@@ -5,6 +5,7 @@
 //! validates, authorizes, resolves and then writes, in that order, and all writes of one
 //! call go through one [`RbacStore::transaction`], so a failed call changes nothing.
 
+pub mod analytics;
 mod cache;
 pub mod counters;
 mod error;

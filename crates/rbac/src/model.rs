@@ -421,7 +421,7 @@ impl PermissionQuery {
 }
 
 /// The outcome of `keys.verifyKey` (Unkey's codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VerifyCode {
     Valid,
     NotFound,
