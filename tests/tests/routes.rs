@@ -21,6 +21,7 @@ fn needs(
         "/v1/apis.getApi" => Some(("api.*.read_api", json!({"apiId": ids.3}))),
         "/v1/apis.listKeys" => Some(("api.*.read_api", json!({"apiId": ids.3}))),
         "/v1/apis.deleteApi" => Some(("api.*.delete_api", json!({"apiId": ids.4}))),
+        "/v1/analytics.getVerifications" => Some(("api.*.read_analytics", json!({"apiId": ids.3}))),
         "/v1/keys.setPermissions" => {
             Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
         }
@@ -109,6 +110,7 @@ const ALL: &[&str] = &[
     "api.*.create_api",
     "api.*.read_api",
     "api.*.delete_api",
+    "api.*.read_analytics",
 ];
 
 #[test]
@@ -218,7 +220,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 30, "every authenticated route was checked");
+    assert_eq!(checked, 31, "every authenticated route was checked");
 }
 
 #[test]

@@ -306,6 +306,18 @@ pub struct ServeArgs {
     /// 5,000 a minute); 0 keeps them for good.
     #[arg(long, env = "KEYGATE_AUDIT_RETENTION_DAYS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=36_500))]
     pub audit_retention_days: u64,
+    /// Verification analytics (docs/operations.md, *Analytics*): every verification counted
+    /// in memory and written to the database every few seconds; on or off.
+    #[arg(long, env = "KEYGATE_ANALYTICS", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub analytics: bool,
+    /// The most analytics series (key, outcome, tags, minute, ...) held in memory between
+    /// writes; counts of new series beyond it are dropped (and counted).
+    #[arg(long, env = "KEYGATE_ANALYTICS_MAX_SERIES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub analytics_max_series: u64,
+    /// Days of analytics kept (as day rows; minutes roll up into hours after a day, hours
+    /// into days after 30 days).
+    #[arg(long, env = "KEYGATE_ANALYTICS_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=36_500))]
+    pub analytics_retention_days: u64,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "KEYGATE_WORKERS", value_parser = positive_usize)]
     pub workers: Option<usize>,
@@ -412,6 +424,10 @@ impl ServeArgs {
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,
             audit_retention_days: self.audit_retention_days,
+            analytics: self.analytics.then_some(AnalyticsSettings {
+                max_series: self.analytics_max_series as usize,
+                retention_days: self.analytics_retention_days,
+            }),
             metrics: match self.metrics.as_str() {
                 "off" => MetricsSetting::Off,
                 "root-key" => MetricsSetting::RootKey,
@@ -472,6 +488,8 @@ pub struct ServerConfig {
     pub verify_cache: bool,
     /// Audit events older than this many days are deleted in the background; 0: kept.
     pub audit_retention_days: u64,
+    /// Verification analytics; `None`: off.
+    pub analytics: Option<AnalyticsSettings>,
     /// `GET /metrics`: served openly, to root keys with `metrics.read`, or not at all.
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.
@@ -485,6 +503,13 @@ pub struct ServerConfig {
     pub root_key: Option<String>,
     /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
     pub handle_signals: bool,
+}
+
+/// Verification analytics' settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnalyticsSettings {
+    pub max_series: usize,
+    pub retention_days: u64,
 }
 
 impl std::fmt::Debug for ServerConfig {

@@ -10,7 +10,7 @@
 //! room shares, the string kinds the rooms name, and the server-wide rule of
 //! `http::body` (NUL is refused in every string and object key of a request).
 
-use crate::handlers::{apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -80,6 +80,7 @@ pub fn document(api: Api) -> Value {
             ratelimit::openapi(),
             keys::openapi(),
             apis::openapi(),
+            analytics::openapi(),
             permissions::openapi(),
             overrides::openapi(),
             audit::openapi(),
@@ -89,6 +90,7 @@ pub fn document(api: Api) -> Value {
         Api::V2 => vec![
             v2::ratelimit::openapi(),
             v2::apis::openapi(),
+            v2::analytics::openapi(),
             v2::credits::openapi(),
             v2::identities::openapi(),
             v2::keys::openapi(),

@@ -1,6 +1,6 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
 
@@ -57,6 +57,7 @@ route_table! {
     "/v1/apis.getApi" ["GET"] => apis::get_api,
     "/v1/apis.listKeys" ["GET"] => apis::list_keys,
     "/v1/apis.deleteApi" ["POST"] => apis::delete_api,
+    "/v1/analytics.getVerifications" ["GET"] => analytics::get_verifications,
     "/v1/liveness" ["GET"] => system::liveness,
     "/v1/readiness" ["GET"] => system::readiness,
     "/v2/ratelimit.multiLimit" ["POST"] => v2::ratelimit::multi_limit,
@@ -95,6 +96,7 @@ route_table! {
     "/v2/permissions.listRoles" ["POST"] => v2::permissions::list_roles,
     "/v2/permissions.deleteRole" ["POST"] => v2::permissions::delete_role,
     "/v2/permissions.setRolePermissions" ["POST"] => v2::permissions::set_role_permissions,
+    "/v2/keygate.getVerifications" ["POST"] => v2::analytics::get_verifications,
     "/v2/liveness" ["GET"] => v2::liveness,
     "/docs/errors" ["GET"] => system::error_docs,
     "/openapi.json" ["GET"] => system::openapi,

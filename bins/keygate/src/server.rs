@@ -81,6 +81,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         // Credit counters live in Redis, written behind to the database.
         rbac = rbac.with_shared_credits(redis.clone());
     }
+    if let Some(a) = config.analytics {
+        rbac = rbac.with_analytics(Arc::new(keygate_rbac::analytics::Recorder::new(a.max_series)));
+    }
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
     // Local counters: where the database stands now, before anything is cached. Shared:
     // trusted once this first reconciliation succeeds (the database's are read until then).
@@ -165,6 +168,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         spawn_audit_retention(Arc::downgrade(&state.clone().into_inner()), config.audit_retention_days);
     }
     spawn_metrics_upkeep(Arc::downgrade(&state.clone().into_inner()));
+    if let Some(a) = config.analytics {
+        spawn_analytics_upkeep(Arc::downgrade(&state.clone().into_inner()), a.retention_days);
+    }
     if state.redis.is_some() {
         spawn_credit_write_behind(Arc::downgrade(&state.clone().into_inner()));
     }
@@ -384,6 +390,37 @@ fn spawn_credit_write_behind(state: Weak<AppState>) {
     }
 }
 
+/// How often the verification counts of the minutes that ended are written to the
+/// database (they reach the API within this plus a minute's end), and how often the
+/// roll-up and retention of analytics run.
+pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(2);
+const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Writes the analytics counts every [`ANALYTICS_FLUSH_INTERVAL`] and rolls them up every
+/// [`ANALYTICS_ROLLUP_INTERVAL`]. Stops when the server's state is dropped.
+fn spawn_analytics_upkeep(state: Weak<AppState>, retention_days: u64) {
+    let spawned = std::thread::Builder::new().name("keygate-analytics".into()).spawn(move || {
+        let mut since_rollup = ANALYTICS_ROLLUP_INTERVAL;
+        loop {
+            std::thread::sleep(ANALYTICS_FLUSH_INTERVAL);
+            let Some(state) = state.upgrade() else { return };
+            if let Err(e) = state.rbac.flush_analytics(false) {
+                log::warn!("analytics: writing the counts failed (kept for the next try): {e}");
+            }
+            since_rollup += ANALYTICS_FLUSH_INTERVAL;
+            if since_rollup >= ANALYTICS_ROLLUP_INTERVAL {
+                since_rollup = Duration::ZERO;
+                if let Err(e) = state.rbac.roll_up_analytics(retention_days) {
+                    log::warn!("analytics: the roll-up failed (tried again later): {e}");
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("could not start the analytics upkeep: {e}");
+    }
+}
+
 /// How often the audit retention runs, and the most events one pass deletes (bounded work
 /// per pass: a long backlog is worked off over several passes).
 const AUDIT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -419,10 +456,17 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
         running.server.await.context("server")?;
         // What the last requests spent, in the database before the process ends.
         let state = running.state.clone();
-        match actix_web::rt::task::spawn_blocking(move || state.rbac.write_behind_credits()).await {
-            Ok(Err(e)) => log::warn!("credits: the last write-behind failed (another instance does it): {e}"),
-            Err(e) => log::warn!("credits: the last write-behind did not run: {e}"),
-            Ok(Ok(_)) => {}
+        let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics(true));
+        match actix_web::rt::task::spawn_blocking(last).await {
+            Ok((credits, analytics)) => {
+                if let Err(e) = credits {
+                    log::warn!("credits: the last write-behind failed (another instance does it): {e}");
+                }
+                if let Err(e) = analytics {
+                    log::warn!("analytics: the last counts could not be written: {e}");
+                }
+            }
+            Err(e) => log::warn!("the last write-behind and analytics flush did not run: {e}"),
         }
         // A Unix socket's file goes with the server.
         drop(running.socket_file);

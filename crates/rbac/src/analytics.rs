@@ -181,6 +181,26 @@ impl Recorder {
         out
     }
 
+    /// Puts drained counts back (a flush that failed), within the bound (beyond it they
+    /// are dropped and counted).
+    pub fn restore(&self, counts: Vec<SeriesCount>) {
+        for SeriesCount { series, count } in counts {
+            let hash = self.hasher.hash_one(&series);
+            let mut shard = self.shards[hash as usize % self.shards.len()].lock();
+            if let Some(n) = shard.get_mut(&series) {
+                *n += count;
+                continue;
+            }
+            if self.series.fetch_add(1, Ordering::AcqRel) >= self.max_series {
+                self.series.fetch_sub(1, Ordering::AcqRel);
+                self.dropped.fetch_add(count, Ordering::Relaxed);
+                metrics::counter!("keygate_analytics_dropped_total").increment(count);
+                continue;
+            }
+            shard.insert(series, count);
+        }
+    }
+
     /// Counts dropped so far because the bound was reached.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

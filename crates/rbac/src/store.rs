@@ -319,6 +319,50 @@ pub trait AuditTx {
     fn delete_audit_events_before(&mut self, before: i64, max: usize) -> R<usize>;
 }
 
+/// Verification analytics (API-v2.md §14): counts per series and time bucket.
+pub trait AnalyticsTx {
+    /// Adds each count to its row (created when absent): instances add up.
+    fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()>;
+    /// The counts `filter` selects, of every bucket width.
+    fn verification_counts(&mut self, filter: &VerificationFilter<'_>) -> R<Vec<VerificationCount>>;
+    /// Moves the counts of buckets of `from` ms starting before `before` into buckets of
+    /// `to` ms (added to what is there), serialized against other instances doing the
+    /// same: how many rows it moved.
+    fn roll_up_verification_counts(&mut self, from: i64, to: i64, before: i64) -> R<usize>;
+    /// Deletes the counts of buckets starting before `before`: how many.
+    fn delete_verification_counts_before(&mut self, before: i64) -> R<usize>;
+    /// The latest bucket with a count of each key that has one, of `key_ids`.
+    fn keys_last_used(&mut self, key_ids: &[&str]) -> R<Vec<(String, i64)>>;
+}
+
+/// A count of verifications, as stored: absent parts are empty strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerificationCount {
+    pub workspace_id: String,
+    /// The bucket's length (ms) and start (Unix ms).
+    pub width: i64,
+    pub bucket: i64,
+    pub api_id: String,
+    pub key_id: String,
+    pub identity_id: String,
+    pub outcome: String,
+    /// Sorted, each once.
+    pub tags: Vec<String>,
+    pub count: u64,
+}
+
+/// Which counts a read takes: a workspace's API, buckets starting in `start..=end`, and
+/// optionally some keys and one identity.
+#[derive(Debug, Clone, Copy)]
+pub struct VerificationFilter<'a> {
+    pub workspace_id: &'a str,
+    pub api_id: &'a str,
+    pub key_ids: &'a [String],
+    pub identity_id: Option<&'a str>,
+    pub start: i64,
+    pub end: i64,
+}
+
 /// Change counters (`crate::counters`), by name.
 pub trait CounterTx {
     /// Adds one to each named counter (an absent one becomes 1) in this transaction, under
@@ -338,7 +382,17 @@ pub trait CounterTx {
 
 /// Everything a transaction offers: what the service's closures receive.
 pub trait RbacTx:
-    WorkspaceTx + RootKeyTx + ApiTx + IdentityTx + KeyTx + CreditTx + EntityTx + NamespaceTx + AuditTx + CounterTx
+    WorkspaceTx
+    + RootKeyTx
+    + ApiTx
+    + IdentityTx
+    + KeyTx
+    + CreditTx
+    + EntityTx
+    + NamespaceTx
+    + AuditTx
+    + AnalyticsTx
+    + CounterTx
 {
 }
 
@@ -352,6 +406,7 @@ impl<T> RbacTx for T where
         + EntityTx
         + NamespaceTx
         + AuditTx
+        + AnalyticsTx
         + CounterTx
 {
 }

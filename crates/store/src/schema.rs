@@ -171,6 +171,20 @@ diesel::joinable!(keys_permissions -> permissions (permission_id));
 diesel::joinable!(keys_roles -> roles (role_id));
 diesel::joinable!(roles_permissions -> permissions (permission_id));
 
+diesel::table! {
+    verification_counts (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags) {
+        workspace_id -> Text,
+        width -> BigInt,
+        bucket -> BigInt,
+        api_id -> Text,
+        key_id -> Text,
+        identity_id -> Text,
+        outcome -> Text,
+        tags -> Text,
+        count -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     apis,
     identities,

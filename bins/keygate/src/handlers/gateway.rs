@@ -110,6 +110,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
         access: Some(access.clone()),
         query: policy.permissions.clone(),
         usage: Usage { check_only, ..Usage::default() },
+        tags: Vec::new(),
     };
     let mut verification = verification(&state, call(policy.ratelimit.is_some())).await?;
     refuse_unless_valid(&verification, state.clock.now_ms())?;

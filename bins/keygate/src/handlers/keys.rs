@@ -443,6 +443,8 @@ pub(crate) struct VerifyCall {
     pub access: Option<keygate_rbac::ApiAccess>,
     pub query: Option<PermissionQuery>,
     pub usage: Usage,
+    /// The request's tags (v2), counted with its outcome in analytics.
+    pub tags: Vec<String>,
 }
 
 impl std::fmt::Debug for VerifyCall {
@@ -474,20 +476,28 @@ pub(crate) async fn verification(
     call: VerifyCall,
 ) -> Result<Verification, ApiError> {
     let cached = state.rbac.verify_cached(&call.secret, &call.scope(), call.query.as_ref(), &call.usage);
-    let pending = match cached {
-        Some(pending) => pending?,
+    let (pending, call) = match cached {
+        Some(pending) => (pending?, call),
         None => {
             let st = state.clone();
             blocking(move || {
                 if let Some(p) = &call.principal {
                     st.rbac.ensure_root_key_current(p)?;
                 }
-                Ok(st.rbac.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?)
+                let pending =
+                    st.rbac.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?;
+                Ok((pending, call))
             })
             .await?
         }
     };
-    Ok(pending.settle().await?)
+    let verification = pending.settle().await?;
+    // Analytics: counted in memory (a check that spends nothing is counted by the call
+    // that follows it).
+    if !call.usage.check_only {
+        state.rbac.record_verification(&verification, &call.scope(), &call.tags);
+    }
+    Ok(verification)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -699,7 +709,15 @@ pub async fn verify_key(
         asks.push(LimitAsk { cost: Some(cost), if_present: true, ..LimitAsk::named("default") });
     }
     let usage = Usage { cost: cost("remaining.cost", body.remaining)?, ratelimits: asks, check_only: false };
-    let call = VerifyCall { secret: body.key, principal, api_id: body.api_id, access: None, query, usage };
+    let call = VerifyCall {
+        secret: body.key,
+        principal,
+        api_id: body.api_id,
+        access: None,
+        query,
+        usage,
+        tags: Vec::new(),
+    };
     let verification = verification(&state, call).await?;
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()

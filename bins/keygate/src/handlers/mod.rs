@@ -1,6 +1,7 @@
 //! One file per resource of the API: each handler extracts ([`crate::http::Authed`]),
 //! calls the service and maps the answer.
 
+pub mod analytics;
 pub mod apis;
 pub mod audit;
 pub mod gateway;

@@ -4,6 +4,7 @@
 //! [`links`], what the link operations share. This file holds the service itself.
 
 mod admin;
+mod analytics;
 mod apis;
 mod audit;
 mod auth;
@@ -17,6 +18,10 @@ mod overrides;
 mod usage;
 mod verify;
 
+pub use analytics::{
+    DEFAULT_RETENTION_DAYS, OrderField, TimeSlice, VerificationsQuery, VerificationsRow,
+    field_name as outcome_field,
+};
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 use credits::CreditLedger;
 pub use credits::{
@@ -102,6 +107,8 @@ pub struct RbacService<S> {
     limiter: Arc<dyn keygate_ratelimit::RateLimitStore>,
     /// The credit counters verifications spend (`credits`).
     credits: CreditLedger,
+    /// Where verifications are counted for analytics (`analytics`); `None`: off.
+    analytics: Option<Arc<crate::analytics::Recorder>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -119,7 +126,15 @@ impl<S: RbacStore> RbacService<S> {
             verify_cache: VerifyCache::new(true),
             limiter: Arc::new(keygate_ratelimit::MemoryStore::new()),
             credits: CreditLedger::Memory(Arc::default()),
+            analytics: None,
         }
+    }
+
+    /// Counts verifications for analytics in `recorder` ([`Self::record_verification`],
+    /// flushed by [`Self::flush_analytics`]).
+    pub fn with_analytics(mut self, recorder: Arc<crate::analytics::Recorder>) -> Self {
+        self.analytics = Some(recorder);
+        self
     }
 
     /// Where verifications count the rate limits of keys and identities (default: an

@@ -364,6 +364,8 @@ impl DieselTx<'_> {
 
 // One file per resource, named as in the other layers. The modules take a `_tx` suffix
 // because `keys`, `root_keys` and `workspaces` already name the schema's tables here.
+#[path = "analytics.rs"]
+mod analytics_tx;
 #[path = "apis.rs"]
 mod apis_tx;
 #[path = "audit.rs"]

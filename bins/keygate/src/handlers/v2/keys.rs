@@ -472,6 +472,7 @@ pub async fn verify_key(call: Authed<Json<VerifyKeyBody>>) -> Result<HttpRespons
         access: Some(access),
         query,
         usage: Usage { cost, ratelimits, check_only: false },
+        tags: b.tags.unwrap_or_default(),
     };
     Ok(ok(VerifyAnswer::from(verification(&state, call).await?)))
 }

@@ -4,6 +4,7 @@
 //! same `ApiError` by the request-id middleware for every `/v2` path), plain-string
 //! references and cursor pagination.
 
+pub mod analytics;
 pub mod apis;
 pub mod credits;
 pub mod identities;

@@ -1,0 +1,323 @@
+//! Verification analytics (API-v2.md §14): each verification counted in memory
+//! ([`crate::analytics::Recorder`]), the closed minutes flushed to the database, rolled up
+//! into hours and days, pruned, and read by `analytics.getVerifications`.
+
+use super::*;
+use crate::analytics::{Outcome, Recorder, SeriesCount};
+use crate::store::{VerificationCount, VerificationFilter};
+
+const MINUTE: i64 = 60_000;
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 86_400_000;
+
+/// A time slice of `analytics.getVerifications`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSlice {
+    Hour,
+    Day,
+    Month,
+}
+
+/// `analytics.getVerifications`'s query (API-v2.md §14; Unkey v1's parameters).
+#[derive(Debug, Clone, Default)]
+pub struct VerificationsQuery {
+    pub api_id: String,
+    pub external_id: Option<String>,
+    /// Only these keys (none: all).
+    pub key_ids: Vec<String>,
+    /// Only counts carrying all these tags.
+    pub tags: Vec<String>,
+    /// Unix ms (truncated to the slice's start); `None`: everything retained.
+    pub start: Option<i64>,
+    /// Unix ms; `None`: now.
+    pub end: Option<i64>,
+    /// One row per time slice (of this size); `None`: no time grouping.
+    pub time: Option<TimeSlice>,
+    pub by_key: bool,
+    pub by_identity: bool,
+    pub by_tags: bool,
+    pub by_tag: bool,
+    pub limit: Option<usize>,
+    /// A row field (`time`, `valid`, ..., `total`) and whether descending.
+    pub order_by: Option<(OrderField, bool)>,
+}
+
+/// What `orderBy` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderField {
+    Time,
+    Outcome(Option<VerifyCode>),
+    /// `forbidden` and `unauthorized`: codes keygate never answers (always 0).
+    Never,
+    Total,
+}
+
+impl OrderField {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "time" => Self::Time,
+            "total" => Self::Total,
+            "forbidden" | "unauthorized" => Self::Never,
+            other => Self::Outcome(Some(*VerifyCode::ALL.iter().find(|c| field_name(**c) == other)?)),
+        })
+    }
+}
+
+/// The row field of a code.
+pub fn field_name(code: VerifyCode) -> &'static str {
+    match code {
+        VerifyCode::Valid => "valid",
+        VerifyCode::NotFound => "notFound",
+        VerifyCode::Disabled => "disabled",
+        VerifyCode::Expired => "expired",
+        VerifyCode::InsufficientPermissions => "insufficientPermissions",
+        VerifyCode::UsageExceeded => "usageExceeded",
+        VerifyCode::RateLimited => "rateLimited",
+    }
+}
+
+/// One row of `analytics.getVerifications`: what it is grouped by, and the counts per code.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerificationsRow {
+    pub time: Option<i64>,
+    pub key_id: Option<String>,
+    /// The identity's id and externalId.
+    pub identity: Option<(String, String)>,
+    pub tags: Option<Vec<String>>,
+    pub tag: Option<String>,
+    /// Counts in [`VerifyCode::ALL`]'s order.
+    pub counts: [u64; 7],
+}
+
+impl VerificationsRow {
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    pub fn count(&self, code: VerifyCode) -> u64 {
+        VerifyCode::ALL.iter().position(|c| *c == code).map_or(0, |i| self.counts[i])
+    }
+}
+
+/// What stays between two bucket widths before rolling up, and the default retention.
+pub const MINUTES_KEPT_MS: i64 = DAY;
+pub const HOURS_KEPT_MS: i64 = 30 * DAY;
+pub const DEFAULT_RETENTION_DAYS: u64 = 90;
+
+impl<S: RbacStore> RbacService<S> {
+    /// Counts a verification's outcome, in memory (nothing when analytics are off, or when
+    /// neither the key nor the caller's workspace is known). No I/O.
+    pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
+        let Some(recorder) = &self.analytics else { return };
+        let (workspace_id, api_id, key_id, identity_id) = match &v.key {
+            Some(k) => {
+                (k.workspace_id.as_str(), k.api_id.as_deref(), k.id.as_str(), k.identity_id.as_deref())
+            }
+            None => match scope.workspace_id {
+                Some(ws) => (ws, scope.api_id, "", None),
+                None => return,
+            },
+        };
+        recorder.record(&Outcome {
+            workspace_id,
+            api_id,
+            key_id,
+            identity_id,
+            code: v.code,
+            tags,
+            at_ms: self.clock.now_ms(),
+        });
+    }
+
+    /// The recorder, when analytics are on.
+    pub fn analytics(&self) -> Option<&Arc<Recorder>> {
+        self.analytics.as_ref()
+    }
+
+    /// Writes the counts of the minutes that have ended (every count with `all`: at
+    /// shutdown) to the database in one transaction: how many series. When that fails, the
+    /// counts go back to the recorder (within its bound) for the next flush.
+    pub fn flush_analytics(&self, all: bool) -> Result<usize, RbacError> {
+        let Some(recorder) = &self.analytics else { return Ok(0) };
+        let drained = recorder.drain(if all { None } else { Some(self.clock.now_ms()) });
+        if drained.is_empty() {
+            return Ok(0);
+        }
+        let rows: Vec<VerificationCount> = drained.iter().map(stored).collect();
+        match self.store.transaction(|tx| Ok(tx.add_verification_counts(&rows)?)) {
+            Ok(()) => Ok(rows.len()),
+            Err(e) => {
+                recorder.restore(drained);
+                Err(e)
+            }
+        }
+    }
+
+    /// Rolls minutes older than a day into hours and hours older than 30 days into days,
+    /// and deletes days older than `retention_days` (idempotent; several instances may run
+    /// it): how many rows it moved or deleted.
+    pub fn roll_up_analytics(&self, retention_days: u64) -> Result<usize, RbacError> {
+        let now = self.now();
+        let hours_from = floor(now - MINUTES_KEPT_MS, HOUR);
+        let days_from = floor(now - HOURS_KEPT_MS, DAY);
+        let kept_from =
+            floor(now - i64::try_from(retention_days).unwrap_or(i64::MAX / DAY).saturating_mul(DAY), DAY);
+        let mut n =
+            self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(MINUTE, HOUR, hours_from)?))?;
+        n += self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(HOUR, DAY, days_from)?))?;
+        n += self.store.transaction(|tx| Ok(tx.delete_verification_counts_before(kept_from)?))?;
+        Ok(n)
+    }
+
+    /// `analytics.getVerifications`: the API's verification counts, grouped as `q` asks.
+    /// Needs `api.*.read_analytics` or `api.<apiId>.read_analytics`.
+    pub fn get_verifications(
+        &self,
+        p: &Principal,
+        q: &VerificationsQuery,
+    ) -> Result<Vec<VerificationsRow>, RbacError> {
+        check_len("apiId", &q.api_id, MAX_NAME_CHARS)?;
+        if q.by_tag && q.by_tags {
+            return Err(ValidationError::new("groupBy", "cannot group by tag and tags at once").into());
+        }
+        match ApiAccess::of(p, "read_analytics") {
+            Some(access) if access.admits(Some(&q.api_id)) => {}
+            Some(_) => return Err(ApiAccess::denied("read_analytics", Some(&q.api_id))),
+            None => return Err(ApiAccess::denied("read_analytics", None)),
+        }
+        let end = q.end.unwrap_or_else(|| self.now());
+        let slice_start = |t: i64| match q.time.unwrap_or(TimeSlice::Hour) {
+            TimeSlice::Hour => floor(t, HOUR),
+            TimeSlice::Day => floor(t, DAY),
+            TimeSlice::Month => crate::refill::last_boundary(crate::RefillInterval::Monthly, Some(1), t),
+        };
+        let start = slice_start(q.start.unwrap_or(0).max(0));
+        if start > end {
+            return Err(ValidationError::new("start", "must be before end").into());
+        }
+        let ws = p.workspace_id.as_str();
+        let (counts, identities) = self.store.snapshot(|tx| {
+            if tx.get_api(ws, &q.api_id)?.is_none() {
+                return Err(RbacError::not_found(Resource::Api, &q.api_id));
+            }
+            let identity = match &q.external_id {
+                Some(e) => Some(tx.identity_by_external_id(ws, e)?.ok_or_else(|| {
+                    RbacError::NotFound(Resource::Identity, format!("identity {e} not found"))
+                })?),
+                None => None,
+            };
+            let filter = VerificationFilter {
+                workspace_id: ws,
+                api_id: &q.api_id,
+                key_ids: &q.key_ids,
+                identity_id: identity.as_ref().map(|i| i.id.as_str()),
+                start,
+                end,
+            };
+            let counts = tx.verification_counts(&filter)?;
+            let mut identities = HashMap::new();
+            if q.by_identity {
+                for c in &counts {
+                    if !c.identity_id.is_empty() && !identities.contains_key(&c.identity_id) {
+                        let external =
+                            tx.identity_by_id(ws, &c.identity_id)?.map(|i| i.external_id).unwrap_or_default();
+                        identities.insert(c.identity_id.clone(), external);
+                    }
+                }
+            }
+            Ok((counts, identities))
+        })?;
+        let mut rows: HashMap<Group, [u64; 7]> = HashMap::new();
+        for c in counts {
+            if !q.tags.iter().all(|t| c.tags.contains(t)) || (q.by_identity && c.identity_id.is_empty()) {
+                continue;
+            }
+            let Some(code) = VerifyCode::ALL.iter().position(|k| k.as_str() == c.outcome) else { continue };
+            let time = q.time.map(|_| slice_start(c.bucket));
+            let key = q.by_key.then(|| c.key_id.clone());
+            let identity = q.by_identity.then(|| c.identity_id.clone());
+            let tag_sets: Vec<Option<String>> = match q.by_tag {
+                true => c.tags.iter().cloned().map(Some).collect(),
+                false => vec![None],
+            };
+            let tags = q.by_tags.then(|| c.tags.clone());
+            for tag in tag_sets {
+                let counts =
+                    rows.entry((time, key.clone(), identity.clone(), tags.clone(), tag)).or_default();
+                counts[code] += c.count;
+            }
+        }
+        let mut out: Vec<VerificationsRow> = rows
+            .into_iter()
+            .map(|((time, key_id, identity, tags, tag), counts)| VerificationsRow {
+                time,
+                key_id,
+                identity: identity.map(|id| {
+                    let external = identities.get(&id).cloned().unwrap_or_default();
+                    (id, external)
+                }),
+                tags,
+                tag,
+                counts,
+            })
+            .collect();
+        // Time ascending, then the groups in a stable order; then `orderBy`, if given.
+        out.sort_by(|a, b| {
+            (a.time, &a.key_id, &a.identity, &a.tags, &a.tag).cmp(&(
+                b.time,
+                &b.key_id,
+                &b.identity,
+                &b.tags,
+                &b.tag,
+            ))
+        });
+        if let Some((field, desc)) = q.order_by {
+            let value = |r: &VerificationsRow| match field {
+                OrderField::Time => r.time.unwrap_or(0).max(0) as u64,
+                OrderField::Total => r.total(),
+                OrderField::Never | OrderField::Outcome(None) => 0,
+                OrderField::Outcome(Some(code)) => r.count(code),
+            };
+            out.sort_by(|a, b| match desc {
+                true => value(b).cmp(&value(a)),
+                false => value(a).cmp(&value(b)),
+            });
+        }
+        if let Some(limit) = q.limit {
+            out.truncate(limit);
+        }
+        Ok(out)
+    }
+
+    /// When each of `key_ids` was last verified (the start of the minute, or coarser after
+    /// a roll-up), from the flushed counts.
+    pub fn keys_last_used(&self, key_ids: &[&str]) -> Result<HashMap<String, i64>, RbacError> {
+        if self.analytics.is_none() || key_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        Ok(self.store.read(|tx| Ok(tx.keys_last_used(key_ids)?))?.into_iter().collect())
+    }
+}
+
+/// What a row groups by: time slice, key, identity, tag set, tag.
+type Group = (Option<i64>, Option<String>, Option<String>, Option<Vec<String>>, Option<String>);
+
+fn floor(t: i64, width: i64) -> i64 {
+    t - t.rem_euclid(width)
+}
+
+/// A drained series as the database keeps it.
+fn stored(c: &SeriesCount) -> VerificationCount {
+    let s = &c.series;
+    VerificationCount {
+        workspace_id: s.workspace_id.to_string(),
+        width: MINUTE,
+        bucket: i64::try_from(s.minute).unwrap_or(i64::MAX),
+        api_id: s.api_id.as_deref().unwrap_or("").to_string(),
+        key_id: s.key_id.to_string(),
+        identity_id: s.identity_id.as_deref().unwrap_or("").to_string(),
+        outcome: s.code.as_str().to_string(),
+        tags: s.tags.iter().map(|t| t.to_string()).collect(),
+        count: c.count,
+    }
+}

@@ -1,0 +1,222 @@
+//! Verification analytics (API-v2.md §14): every verification counted off the request
+//! path, written to the database once its minute has ended, and read by v1
+//! `analytics.getVerifications` and v2 `keygate.getVerifications`.
+#![allow(clippy::unwrap_used)]
+
+use keygate_tests::{T0, TestServer};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const HOUR: u64 = 3_600_000;
+const DAY: u64 = 86_400_000;
+
+/// An API with two keys (the first linked to identity `cust`), verified through v2:
+/// `a`: 3 VALID tagged [b, a, a], 1 DISABLED after it was disabled... see the body.
+struct Fixture {
+    s: TestServer,
+    api: String,
+    keys: [String; 2],
+    identity: String,
+}
+
+fn fixture() -> Fixture {
+    let s = TestServer::start();
+    let api =
+        s.v2("apis.createApi", &json!({"name": "analytics"})).data()["apiId"].as_str().unwrap().to_string();
+    let create = |body: Value| {
+        let r = s.v2("keys.createKey", &body);
+        assert_eq!(r.status, 200, "{}", r.text);
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string())
+    };
+    let (k1, secret1) = create(json!({"apiId": api, "externalId": "cust"}));
+    let (k2, secret2) = create(json!({"apiId": api, "credits": {"remaining": 2}}));
+    let verify = |secret: &str, tags: Value| {
+        let r = s.v2("keys.verifyKey", &json!({"key": secret, "tags": tags}));
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.data()["code"].as_str().unwrap().to_string()
+    };
+    for _ in 0..3 {
+        assert_eq!(verify(&secret1, json!(["b", "a", "a"])), "VALID");
+    }
+    assert_eq!(verify(&secret1, json!(["a"])), "VALID");
+    for expected in ["VALID", "VALID", "USAGE_EXCEEDED"] {
+        assert_eq!(verify(&secret2, json!([])), expected);
+    }
+    let identity = s.v2("identities.getIdentity", &json!({"identity": "cust"})).data()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    Fixture { s, api, keys: [k1, k2], identity }
+}
+
+impl Fixture {
+    fn get(&self, query: &[(&str, &str)]) -> keygate_tests::Resp {
+        let mut q: Vec<(&str, &str)> = vec![("apiId", &self.api)];
+        q.extend_from_slice(query);
+        self.s.request(
+            self.s
+                .client
+                .get(self.s.url("/v1/analytics.getVerifications"))
+                .query(&q)
+                .bearer_auth(&self.s.root_key),
+        )
+    }
+
+    fn rows(&self, query: &[(&str, &str)]) -> Vec<Value> {
+        let r = self.get(query);
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json.as_array().unwrap().clone()
+    }
+
+    /// Waits (at most 5 s) until the background flush wrote what the fixture verified.
+    fn flushed(&self) {
+        // The minute of the verifications ends.
+        self.s.clock.advance(61_000);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let rows = self.rows(&[]);
+            if rows.first().is_some_and(|r| r["total"] == 7) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not written within 5 s: {rows:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn counts_reach_the_api_within_seconds_and_group_as_asked() {
+    let f = fixture();
+    f.flushed();
+    let all = f.rows(&[]);
+    assert_eq!(all.len(), 1, "no grouping: one row");
+    let row = &all[0];
+    assert_eq!(
+        (row["valid"].as_u64(), row["usageExceeded"].as_u64(), row["total"].as_u64()),
+        (Some(6), Some(1), Some(7))
+    );
+    assert!(row.get("time").is_none() && row.get("keyId").is_none());
+
+    // Per key, ordered by total, descending; limit.
+    let by_key = f.rows(&[("groupBy", "key"), ("orderBy", "total"), ("order", "desc")]);
+    let summary: Vec<(&str, u64)> =
+        by_key.iter().map(|r| (r["keyId"].as_str().unwrap(), r["total"].as_u64().unwrap())).collect();
+    assert_eq!(summary, [(f.keys[0].as_str(), 4), (f.keys[1].as_str(), 3)]);
+    assert_eq!(
+        f.rows(&[("groupBy", "key"), ("orderBy", "usageExceeded"), ("order", "desc"), ("limit", "1")])[0]["keyId"],
+        json!(f.keys[1])
+    );
+
+    // Per identity: only keys that have one.
+    let by_identity = f.rows(&[("groupBy", "identity")]);
+    assert_eq!(by_identity.len(), 1);
+    assert_eq!(by_identity[0]["identity"], json!({"id": f.identity, "externalId": "cust"}));
+    assert_eq!(by_identity[0]["total"], 4);
+
+    // Per tag set (sorted, each once) and per tag.
+    let mut by_tags: Vec<(Value, u64)> = f
+        .rows(&[("groupBy", "tags")])
+        .iter()
+        .map(|r| (r["tags"].clone(), r["total"].as_u64().unwrap()))
+        .collect();
+    by_tags.sort_by_key(|(t, n)| (*n, t.to_string()));
+    assert_eq!(by_tags, [(json!(["a"]), 1), (json!(["a", "b"]), 3), (json!([]), 3)]);
+    let by_tag: Vec<(String, u64)> = f
+        .rows(&[("groupBy", "tag")])
+        .iter()
+        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["total"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(by_tag, [("a".to_string(), 4), ("b".to_string(), 3)]);
+
+    // Filters: keys (repeated), tags (all of them), the identity's externalId.
+    assert_eq!(f.rows(&[("keyId", &f.keys[1])])[0]["total"], 3);
+    assert_eq!(f.rows(&[("keyId", &f.keys[0]), ("keyId", &f.keys[1])])[0]["total"], 7);
+    assert_eq!(f.rows(&[("tag", "a"), ("tag", "b")])[0]["total"], 3);
+    assert_eq!(f.rows(&[("externalId", "cust")])[0]["total"], 4);
+    assert!(f.rows(&[("keyId", "key_none")]).is_empty(), "nothing counted: no rows");
+
+    // Time slices: the verifications' hour, day and month.
+    let hour = f.rows(&[("groupBy", "hour")]);
+    assert_eq!((hour.len(), hour[0]["time"].as_u64()), (1, Some(T0 - T0 % HOUR)));
+    let day = f.rows(&[("groupBy", "day"), ("groupBy", "key")]);
+    assert_eq!(day.len(), 2);
+    assert!(day.iter().all(|r| r["time"].as_u64() == Some(T0 - T0 % DAY)));
+    let (later, end) = ((T0 + HOUR).to_string(), (T0 + 2 * HOUR).to_string());
+    assert!(f.rows(&[("start", &later), ("end", &end)]).is_empty(), "a range after the verifications");
+
+    // v2: the same rows in the envelope.
+    let r =
+        f.s.v2("keygate.getVerifications", &json!({"apiId": f.api, "groupBy": ["key"], "keyId": f.keys[0]}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.data()[0]["total"], 4);
+    assert_eq!(r.data()[0]["keyId"], json!(f.keys[0]));
+}
+
+#[test]
+fn bad_queries_are_400_and_need_read_analytics_for_the_api() {
+    let f = fixture();
+    for (query, field) in [
+        (vec![("groupBy", "week")], "groupBy"),
+        (vec![("groupBy", "tag"), ("groupBy", "tags")], "groupBy"),
+        (vec![("start", "10"), ("end", "5")], "start"),
+        (vec![("start", "soon")], "start"),
+        (vec![("limit", "0")], "limit"),
+        (vec![("orderBy", "name")], "orderBy"),
+        (vec![("order", "up")], "order"),
+        (vec![("apiId", "again")], "apiId"),
+        (vec![("color", "red")], "color"),
+    ] {
+        let msg = f.get(&query).assert_error(400, "BAD_REQUEST");
+        assert!(msg.starts_with(field), "{query:?}: {msg}");
+    }
+    let r = f.s.request(f.s.client.get(f.s.url("/v1/analytics.getVerifications")).bearer_auth(&f.s.root_key));
+    assert!(r.assert_error(400, "BAD_REQUEST").starts_with("apiId"));
+    let r = f.s.request(
+        f.s.client
+            .get(f.s.url("/v1/analytics.getVerifications"))
+            .query(&[("apiId", "api_missing")])
+            .bearer_auth(&f.s.root_key),
+    );
+    r.assert_error(404, "NOT_FOUND");
+    f.get(&[("externalId", "nobody")]).assert_error(404, "NOT_FOUND");
+
+    let as_key = |perms: &[&str]| {
+        let token = f.s.root_key_with(perms);
+        f.s.request(
+            f.s.client
+                .get(f.s.url("/v1/analytics.getVerifications"))
+                .query(&[("apiId", &f.api)])
+                .bearer_auth(token),
+        )
+    };
+    let msg = as_key(&["api.api_other.read_analytics"]).assert_error(403, "INSUFFICIENT_PERMISSIONS");
+    assert!(msg.contains("read_analytics"), "{msg}");
+    let narrow = format!("api.{}.read_analytics", f.api);
+    assert_eq!(as_key(&[&narrow]).status, 200);
+    let r = f.s.v2("keygate.getVerifications", &json!({"apiId": f.api, "groupBy": "fortnight"}));
+    r.assert_problem(400, "unkey/application/invalid_input");
+}
+
+/// Minutes roll up into hours after a day and hours into days after 30 days; a read
+/// answers the same before and after; retention deletes what is older.
+#[test]
+fn rollups_keep_the_answers_and_retention_deletes() {
+    let f = fixture();
+    f.flushed();
+    let rbac = &f.s.state.rbac;
+    let by_day = || f.rows(&[("groupBy", "day"), ("groupBy", "key")]);
+    let before = by_day();
+    f.s.clock.advance(2 * DAY);
+    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "minutes rolled into hours");
+    assert_eq!(by_day(), before);
+    assert_eq!(f.s.count("verification_counts", "width = 60000"), 0);
+    f.s.clock.advance(30 * DAY);
+    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "hours rolled into days");
+    assert_eq!(by_day(), before);
+    assert_eq!(f.s.count("verification_counts", "width = 3600000"), 0);
+    assert_eq!(rbac.roll_up_analytics(90).unwrap(), 0, "idempotent");
+    assert_eq!(by_day(), before);
+    f.s.clock.advance(90 * DAY);
+    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "retention");
+    assert!(by_day().is_empty());
+}
