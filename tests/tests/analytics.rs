@@ -144,6 +144,32 @@ fn counts_reach_the_api_within_seconds_and_group_as_asked() {
     let (later, end) = ((T0 + HOUR).to_string(), (T0 + 2 * HOUR).to_string());
     assert!(f.rows(&[("start", &later), ("end", &end)]).is_empty(), "a range after the verifications");
 
+    // v1's keys.getVerifications: per day, for a key or an identity's keys (ownerId).
+    let per_day = |query: &[(&str, &str)]| {
+        let r = f.s.request(
+            f.s.client.get(f.s.url("/v1/keys.getVerifications")).query(query).bearer_auth(&f.s.root_key),
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json["verifications"].clone()
+    };
+    let day_start = T0 - T0 % DAY;
+    assert_eq!(
+        per_day(&[("keyId", &f.keys[1]), ("granularity", "day")]),
+        json!([{"time": day_start, "success": 2, "rateLimited": 0, "usageExceeded": 1}])
+    );
+    assert_eq!(per_day(&[("ownerId", "cust")])[0]["success"], 4);
+    assert_eq!(per_day(&[("ownerId", "nobody")]), json!([]));
+    for query in [
+        vec![],
+        vec![("keyId", f.keys[0].as_str()), ("ownerId", "cust")],
+        vec![("keyId", f.keys[0].as_str()), ("granularity", "hour")],
+    ] {
+        let r = f.s.request(
+            f.s.client.get(f.s.url("/v1/keys.getVerifications")).query(&query).bearer_auth(&f.s.root_key),
+        );
+        r.assert_error(400, "BAD_REQUEST");
+    }
+
     // v2: the same rows in the envelope.
     let r =
         f.s.v2("keygate.getVerifications", &json!({"apiId": f.api, "groupBy": ["key"], "keyId": f.keys[0]}));
@@ -219,4 +245,53 @@ fn rollups_keep_the_answers_and_retention_deletes() {
     f.s.clock.advance(90 * DAY);
     assert!(rbac.roll_up_analytics(90).unwrap() > 0, "retention");
     assert!(by_day().is_empty());
+}
+
+/// Two instances on one database: each counts its own verifications, and the counts add
+/// up exactly in the database (per key, per identity, per tag).
+#[test]
+fn two_instances_add_up_exactly() {
+    let db = std::sync::Arc::new(keygate_test_support::TestDb::fresh());
+    let servers = [TestServer::start_on(db.clone()), TestServer::start_on(db)];
+    let s = &servers[0];
+    let api = s.v2("apis.createApi", &json!({"name": "two"})).data()["apiId"].as_str().unwrap().to_string();
+    let r = s.v2("keys.createKey", &json!({"apiId": api, "externalId": "shared"}));
+    let secret = r.data()["key"].as_str().unwrap().to_string();
+    std::thread::scope(|scope| {
+        for (i, server) in servers.iter().enumerate() {
+            let secret = &secret;
+            scope.spawn(move || {
+                for _ in 0..50 {
+                    let r = server.v2("keys.verifyKey", &json!({"key": secret, "tags": [format!("via{i}")]}));
+                    assert_eq!(r.data()["code"], "VALID");
+                    let r = server.v2("keys.verifyKey", &json!({"key": secret, "permissions": "missing"}));
+                    assert_eq!(r.data()["code"], "INSUFFICIENT_PERMISSIONS");
+                }
+            });
+        }
+    });
+    for server in &servers {
+        server.clock.advance(61_000);
+    }
+    let get = |query: &[(&str, &str)]| {
+        let mut q = vec![("apiId", api.as_str())];
+        q.extend_from_slice(query);
+        let r = s.request(
+            s.client.get(s.url("/v1/analytics.getVerifications")).query(&q).bearer_auth(&s.root_key),
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json.as_array().unwrap().clone()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(&[]).first().is_none_or(|r| r["total"] != 200) {
+        assert!(Instant::now() < deadline, "not written within 5 s: {:?}", get(&[]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let row = &get(&[("groupBy", "identity")])[0];
+    assert_eq!((row["valid"].as_u64(), row["insufficientPermissions"].as_u64()), (Some(100), Some(100)));
+    let by_tag: Vec<(String, u64)> = get(&[("groupBy", "tag")])
+        .iter()
+        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["valid"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(by_tag, [("via0".to_string(), 50), ("via1".to_string(), 50)]);
 }

@@ -22,6 +22,7 @@ fn needs(
         "/v1/apis.listKeys" => Some(("api.*.read_api", json!({"apiId": ids.3}))),
         "/v1/apis.deleteApi" => Some(("api.*.delete_api", json!({"apiId": ids.4}))),
         "/v1/analytics.getVerifications" => Some(("api.*.read_analytics", json!({"apiId": ids.3}))),
+        "/v1/keys.getVerifications" => Some(("api.*.read_analytics", json!({"keyId": key}))),
         "/v1/keys.setPermissions" => {
             Some(("rbac.*.add_permission_to_key", json!({"keyId": key, "permissions": [{"name": "x"}]})))
         }
@@ -220,7 +221,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 31, "every authenticated route was checked");
+    assert_eq!(checked, 32, "every authenticated route was checked");
 }
 
 #[test]

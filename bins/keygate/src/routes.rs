@@ -58,6 +58,7 @@ route_table! {
     "/v1/apis.listKeys" ["GET"] => apis::list_keys,
     "/v1/apis.deleteApi" ["POST"] => apis::delete_api,
     "/v1/analytics.getVerifications" ["GET"] => analytics::get_verifications,
+    "/v1/keys.getVerifications" ["GET"] => analytics::key_verifications,
     "/v1/liveness" ["GET"] => system::liveness,
     "/v1/readiness" ["GET"] => system::readiness,
     "/v2/ratelimit.multiLimit" ["POST"] => v2::ratelimit::multi_limit,

@@ -351,12 +351,12 @@ pub struct VerificationCount {
     pub count: u64,
 }
 
-/// Which counts a read takes: a workspace's API, buckets starting in `start..=end`, and
-/// optionally some keys and one identity.
+/// Which counts a read takes: a workspace's (API's, when given), buckets starting in
+/// `start..=end`, and optionally some keys and one identity.
 #[derive(Debug, Clone, Copy)]
 pub struct VerificationFilter<'a> {
     pub workspace_id: &'a str,
-    pub api_id: &'a str,
+    pub api_id: Option<&'a str>,
     pub key_ids: &'a [String],
     pub identity_id: Option<&'a str>,
     pub start: i64,

@@ -7,8 +7,8 @@ use crate::http::{Authed, Query};
 use crate::openapi::V1QueryErrors;
 use actix_web::HttpResponse;
 use keygate_domain::{ValidationError, check_len};
-use keygate_rbac::{OrderField, TimeSlice, VerificationsQuery, VerificationsRow, VerifyCode};
-use serde::Serialize;
+use keygate_rbac::{KeyOrOwner, OrderField, TimeSlice, VerificationsQuery, VerificationsRow, VerifyCode};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// The query parameters (documentation: the handler reads the pairs, as `keyId`, `tag` and
@@ -279,8 +279,92 @@ pub async fn get_verifications(call: Authed<Query<Vec<(String, String)>>>) -> Re
     Ok(HttpResponse::Ok().json(rows.into_iter().map(RowObject::from).collect::<Vec<_>>()))
 }
 
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct KeyVerificationsQuery {
+    /// The key (this or `ownerId`).
+    #[param(min_length = 1, max_length = 255)]
+    key_id: Option<String>,
+    /// The keys of the identity with this externalId (this or `keyId`).
+    #[param(min_length = 1, max_length = 255)]
+    owner_id: Option<String>,
+    /// Unix ms (truncated to its day); default: everything retained.
+    #[param(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
+    start: Option<i64>,
+    /// Unix ms; default now.
+    #[param(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
+    end: Option<i64>,
+    /// `day` (the only one).
+    #[param(pattern = "^day$")]
+    granularity: Option<String>,
+}
+
+/// A day's verifications of the key(s).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DayObject {
+    /// The day's start (Unix ms).
+    time: i64,
+    success: u64,
+    rate_limited: u64,
+    usage_exceeded: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct KeyVerifications {
+    verifications: Vec<DayObject>,
+}
+
+/// A key's verifications per day
+///
+/// Unkey v1's form: `keyId`, or `ownerId` (the keys of the identity with that externalId);
+/// days ascending, empty ones omitted. The root key needs `api.*.read_analytics` or
+/// `api.<apiId>.read_analytics` for the key's API.
+#[utoipa::path(get, path = "/v1/keys.getVerifications", operation_id = "keys.getVerifications", tag = "keys",
+    params(KeyVerificationsQuery),
+    responses((status = 200, description = "OK", body = KeyVerifications), V1QueryErrors))]
+pub async fn key_verifications(call: Authed<Query<KeyVerificationsQuery>>) -> Result<HttpResponse, ApiError> {
+    let q = &call.input.0;
+    if q.key_id.is_some() == q.owner_id.is_some() {
+        return Err(ValidationError::new("keyId", "give keyId or ownerId (one of them)").into());
+    }
+    if q.granularity.as_deref().is_some_and(|g| g != "day") {
+        return Err(ValidationError::new("granularity", "must be day").into());
+    }
+    for (field, v) in [("start", q.start), ("end", q.end)] {
+        if v.is_some_and(|v| !(0..=9_007_199_254_740_991).contains(&v)) {
+            return Err(ValidationError::new(field, "must be a Unix time in ms (0 to 2^53-1)").into());
+        }
+    }
+    if let (Some(s), Some(e)) = (q.start, q.end)
+        && s >= e
+    {
+        return Err(ValidationError::new("start", "must be before end").into());
+    }
+    let days = call
+        .run(|rbac, p, Query(q)| {
+            let who = match (&q.key_id, &q.owner_id) {
+                (Some(k), _) => KeyOrOwner::Key(k),
+                (None, o) => KeyOrOwner::Owner(o.as_deref().unwrap_or_default()),
+            };
+            rbac.key_verifications(p, who, q.start, q.end)
+        })
+        .await?;
+    let verifications = days
+        .into_iter()
+        .map(|d| DayObject {
+            time: d.time,
+            success: d.success,
+            rate_limited: d.rate_limited,
+            usage_exceeded: d.usage_exceeded,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(KeyVerifications { verifications }))
+}
+
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(get_verifications))]
+#[openapi(paths(get_verifications, key_verifications))]
 struct Doc;
 
 /// This room's part of the v1 document.

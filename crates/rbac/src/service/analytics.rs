@@ -99,6 +99,23 @@ impl VerificationsRow {
     }
 }
 
+/// Whose verifications v1's `keys.getVerifications` counts.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyOrOwner<'a> {
+    Key(&'a str),
+    /// The keys of the identity with this externalId (v1's `ownerId`).
+    Owner(&'a str),
+}
+
+/// A day of v1's `keys.getVerifications`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DailyVerifications {
+    pub time: i64,
+    pub success: u64,
+    pub rate_limited: u64,
+    pub usage_exceeded: u64,
+}
+
 /// What stays between two bucket widths before rolling up, and the default retention.
 pub const MINUTES_KEPT_MS: i64 = DAY;
 pub const HOURS_KEPT_MS: i64 = 30 * DAY;
@@ -208,7 +225,7 @@ impl<S: RbacStore> RbacService<S> {
             };
             let filter = VerificationFilter {
                 workspace_id: ws,
-                api_id: &q.api_id,
+                api_id: Some(&q.api_id),
                 key_ids: &q.key_ids,
                 identity_id: identity.as_ref().map(|i| i.id.as_str()),
                 start,
@@ -287,6 +304,80 @@ impl<S: RbacStore> RbacService<S> {
             out.truncate(limit);
         }
         Ok(out)
+    }
+
+    /// v1 `keys.getVerifications`: one key's verifications (or the keys' of the identity
+    /// whose externalId is `Owner`'s) per day, `start..=end` (Unix ms; `start` truncated
+    /// to its day; default everything retained, until now). Needs `read_analytics` for
+    /// all APIs or the key's (an identity's keys in other APIs are left out).
+    pub fn key_verifications(
+        &self,
+        p: &Principal,
+        who: KeyOrOwner<'_>,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> Result<Vec<DailyVerifications>, RbacError> {
+        match who {
+            KeyOrOwner::Key(id) => validate_key_id("keyId", id)?,
+            KeyOrOwner::Owner(owner) => check_len("ownerId", owner, MAX_NAME_CHARS)?,
+        }
+        let access =
+            ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
+        let end = end.unwrap_or_else(|| self.now());
+        let start = floor(start.unwrap_or(0).max(0), DAY);
+        if start > end {
+            return Err(ValidationError::new("start", "must be before end").into());
+        }
+        let ws = p.workspace_id.as_str();
+        let counts = self.store.snapshot(|tx| {
+            let filter = VerificationFilter {
+                workspace_id: ws,
+                api_id: None,
+                key_ids: &[],
+                identity_id: None,
+                start,
+                end,
+            };
+            match who {
+                KeyOrOwner::Key(id) => {
+                    let key = match has_prefix(id, IdPrefix::Key) {
+                        true => tx.get_key(ws, id)?,
+                        false => None,
+                    };
+                    let key = key.ok_or_else(|| RbacError::not_found(Resource::Key, id))?;
+                    if !access.admits(key.api_id.as_deref()) {
+                        return Err(ApiAccess::denied("read_analytics", key.api_id.as_deref()));
+                    }
+                    let ids = [id.to_string()];
+                    Ok(tx.verification_counts(&VerificationFilter { key_ids: &ids, ..filter })?)
+                }
+                KeyOrOwner::Owner(owner) => {
+                    let Some(identity) = tx.identity_by_external_id(ws, owner)? else {
+                        return Ok(Vec::new());
+                    };
+                    let counts = tx.verification_counts(&VerificationFilter {
+                        identity_id: Some(&identity.id),
+                        ..filter
+                    })?;
+                    Ok(counts
+                        .into_iter()
+                        .filter(|c| access.admits((!c.api_id.is_empty()).then_some(c.api_id.as_str())))
+                        .collect())
+                }
+            }
+        })?;
+        let mut days: std::collections::BTreeMap<i64, DailyVerifications> = Default::default();
+        for c in counts {
+            let time = floor(c.bucket, DAY);
+            let day = days.entry(time).or_insert(DailyVerifications { time, ..Default::default() });
+            match c.outcome.as_str() {
+                "VALID" => day.success += c.count,
+                "RATE_LIMITED" => day.rate_limited += c.count,
+                "USAGE_EXCEEDED" => day.usage_exceeded += c.count,
+                _ => {}
+            }
+        }
+        Ok(days.into_values().collect())
     }
 
     /// When each of `key_ids` was last verified (the start of the minute, or coarser after

@@ -19,8 +19,8 @@ mod usage;
 mod verify;
 
 pub use analytics::{
-    DEFAULT_RETENTION_DAYS, OrderField, TimeSlice, VerificationsQuery, VerificationsRow,
-    field_name as outcome_field,
+    DEFAULT_RETENTION_DAYS, DailyVerifications, KeyOrOwner, OrderField, TimeSlice, VerificationsQuery,
+    VerificationsRow, field_name as outcome_field,
 };
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 use credits::CreditLedger;

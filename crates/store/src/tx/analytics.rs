@@ -110,11 +110,13 @@ impl AnalyticsTx for DieselTx<'_> {
             ($c:expr) => {{
                 let mut q = v::verification_counts
                     .filter(v::workspace_id.eq(f.workspace_id))
-                    .filter(v::api_id.eq(f.api_id))
                     .filter(v::bucket.ge(f.start))
                     .filter(v::bucket.le(f.end))
                     .select(count_columns!())
                     .into_boxed();
+                if let Some(api_id) = f.api_id {
+                    q = q.filter(v::api_id.eq(api_id));
+                }
                 if !f.key_ids.is_empty() {
                     q = q.filter(v::key_id.eq_any(f.key_ids));
                 }
