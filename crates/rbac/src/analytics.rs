@@ -201,6 +201,23 @@ impl Recorder {
         }
     }
 
+    /// The latest minute each of `key_ids` has a count in (held here, not yet drained).
+    pub fn last_minutes(&self, key_ids: &[&str]) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for shard in self.shards.iter() {
+            for s in shard.lock().keys() {
+                if !key_ids.contains(&&*s.key_id) {
+                    continue;
+                }
+                match out.iter_mut().find(|(id, _)| **id == *s.key_id) {
+                    Some((_, m)) => *m = (*m).max(s.minute),
+                    None => out.push((s.key_id.to_string(), s.minute)),
+                }
+            }
+        }
+        out
+    }
+
     /// Counts dropped so far because the bound was reached.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

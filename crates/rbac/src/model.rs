@@ -304,6 +304,9 @@ pub struct KeySummary {
     pub identity: Option<IdentityView>,
     /// The key's own rate limits, by name.
     pub ratelimits: Vec<RateLimitConfig>,
+    /// When the key was last verified (Unix ms, the start of that minute), from the
+    /// analytics counts (`RbacService::fill_last_used`).
+    pub last_used: Option<i64>,
 }
 
 /// One page of a list (v2's cursor pagination): its items and, when more follow, the sort

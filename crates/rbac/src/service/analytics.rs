@@ -380,13 +380,25 @@ impl<S: RbacStore> RbacService<S> {
         Ok(days.into_values().collect())
     }
 
-    /// When each of `key_ids` was last verified (the start of the minute, or coarser after
-    /// a roll-up), from the flushed counts.
-    pub fn keys_last_used(&self, key_ids: &[&str]) -> Result<HashMap<String, i64>, RbacError> {
-        if self.analytics.is_none() || key_ids.is_empty() {
-            return Ok(HashMap::new());
+    /// Sets `last_used` of each key: the start of the last minute it was verified in, from
+    /// the counts written (a bucket's start after a roll-up) and those still in memory on
+    /// this instance. Nothing when analytics are off.
+    pub fn fill_last_used(&self, keys: &mut [KeySummary]) -> Result<(), RbacError> {
+        let Some(recorder) = &self.analytics else { return Ok(()) };
+        if keys.is_empty() {
+            return Ok(());
         }
-        Ok(self.store.read(|tx| Ok(tx.keys_last_used(key_ids)?))?.into_iter().collect())
+        let ids: Vec<&str> = keys.iter().map(|k| k.key.id.as_str()).collect();
+        let mut last: HashMap<String, i64> =
+            self.store.read(|tx| Ok(tx.keys_last_used(&ids)?))?.into_iter().collect();
+        for (id, minute) in recorder.last_minutes(&ids) {
+            let at = i64::try_from(minute).unwrap_or(i64::MAX);
+            last.entry(id).and_modify(|t| *t = (*t).max(at)).or_insert(at);
+        }
+        for k in keys {
+            k.last_used = last.get(&k.key.id).copied();
+        }
+        Ok(())
     }
 }
 

@@ -365,21 +365,26 @@ impl<S: RbacStore> RbacService<S> {
             KeyLookup::Id(id) => RbacError::not_found(Resource::Key, id),
             KeyLookup::Secret(_) => RbacError::NotFound(Resource::Key, "the key was not found".into()),
         };
-        self.store.snapshot(|tx| {
-            let key = match lookup {
-                KeyLookup::Id(id) if has_prefix(id, IdPrefix::Key) => tx.get_key(ws, id)?,
-                KeyLookup::Id(_) => None,
-                KeyLookup::Secret(secret) => {
-                    tx.key_by_hash(&hash_secret(secret))?.filter(|k| k.workspace_id == ws)
+        self.store
+            .snapshot(|tx| {
+                let key = match lookup {
+                    KeyLookup::Id(id) if has_prefix(id, IdPrefix::Key) => tx.get_key(ws, id)?,
+                    KeyLookup::Id(_) => None,
+                    KeyLookup::Secret(secret) => {
+                        tx.key_by_hash(&hash_secret(secret))?.filter(|k| k.workspace_id == ws)
+                    }
+                };
+                let mut key = key.ok_or_else(not_found)?;
+                if !access.admits(key.api_id.as_deref()) {
+                    return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
                 }
-            };
-            let mut key = key.ok_or_else(not_found)?;
-            if !access.admits(key.api_id.as_deref()) {
-                return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
-            }
-            self.live_credits(&mut [&mut key]);
-            key_summary(tx, key)
-        })
+                self.live_credits(&mut [&mut key]);
+                key_summary(tx, key)
+            })
+            .and_then(|mut s| {
+                self.fill_last_used(std::slice::from_mut(&mut s))?;
+                Ok(s)
+            })
     }
 }
 
@@ -415,6 +420,7 @@ pub fn key_summary(tx: &mut dyn RbacTx, key: Key) -> Result<KeySummary, RbacErro
         roles: roles.into_iter().collect(),
         identity,
         ratelimits,
+        last_used: None,
     })
 }
 

@@ -476,6 +476,7 @@ mod tests {
             roles: vec![],
             identity: Some(IdentityView { identity, ratelimits: shared }),
             ratelimits: key,
+            last_used: None,
         }
     }
 

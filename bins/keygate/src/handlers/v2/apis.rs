@@ -133,7 +133,16 @@ pub async fn list_keys(call: Authed<Json<ListKeysBody>>) -> Result<HttpResponse,
     }
     let (page, _) = call
         .run(move |rbac, p, Json(b)| {
-            rbac.list_api_keys(p, &b.api_id, b.external_id.as_deref(), after.as_deref(), limit, key_summary)
+            let (mut page, total) = rbac.list_api_keys(
+                p,
+                &b.api_id,
+                b.external_id.as_deref(),
+                after.as_deref(),
+                limit,
+                key_summary,
+            )?;
+            rbac.fill_last_used(&mut page.items)?;
+            Ok::<_, keygate_rbac::RbacError>((page, total))
         })
         .await?;
     Ok(ok_page(page, KeyObject::from))

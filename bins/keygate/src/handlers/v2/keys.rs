@@ -63,6 +63,11 @@ pub(crate) struct KeyObject {
     /// The key's own rate limits, by name (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ratelimits: Vec<RatelimitObject>,
+    /// When it was last verified (Unix ms, the start of that minute; absent: never, or
+    /// analytics are off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    last_used: Option<i64>,
 }
 
 impl From<KeySummary> for KeyObject {
@@ -81,6 +86,7 @@ impl From<KeySummary> for KeyObject {
             identity: s.identity.map(IdentityObject::from),
             credits: k.credits.map(|c| CreditsObject::of(Some(c))),
             ratelimits: s.ratelimits.into_iter().map(RatelimitObject::from).collect(),
+            last_used: s.last_used,
         }
     }
 }
