@@ -38,6 +38,19 @@ assert.equal(verified.result.keyId, created.result.keyId);
 assert.deepEqual(verified.result.roles, ["ts-role"]);
 const denied = await unkey.keys.verify({ key: created.result.key, authorization: { permissions: "ts.admin" } });
 assert.deepEqual([denied.result.valid, denied.result.code], [false, "INSUFFICIENT_PERMISSIONS"], JSON.stringify(denied));
+// Analytics: the two verifications above, once written (every 2 s).
+let rows = [];
+for (let i = 0; i < 50 && !(rows[0]?.total >= 2); i++) {
+  if (i > 0) await new Promise((r) => setTimeout(r, 200));
+  rows = (await unkey.analytics.getVerifications({ apiId: "api_sdk", groupBy: "key" })).result ?? [];
+}
+assert.equal(rows[0]?.keyId, created.result.keyId, JSON.stringify(rows));
+assert.deepEqual([rows[0].valid, rows[0].insufficientPermissions, rows[0].total], [1, 1, 2]);
+const perDay = await unkey.keys.getVerifications({ keyId: created.result.keyId });
+assert.equal(perDay.result.verifications[0].success, 1, JSON.stringify(perDay));
+const badGroup = await unkey.analytics.getVerifications({ apiId: "api_sdk", groupBy: "week" });
+assert.equal(badGroup.error.code, "BAD_REQUEST", JSON.stringify(badGroup));
+
 const added = await unkey.keys.addPermissions({ keyId: created.result.keyId, permissions: [{ name: "ts.extra" }] });
 assert.deepEqual(added.result.map((p) => p.name), ["ts.extra", "ts.read"], JSON.stringify(added));
 const removed = await unkey.keys.removePermissions({ keyId: created.result.keyId, permissions: [{ name: "ts.read" }] });

@@ -1,5 +1,5 @@
 //! Verification analytics (API-v2.md §14): every verification counted off the request
-//! path, written to the database once its minute has ended, and read by v1
+//! path, written to the database every 2 s, and read by v1
 //! `analytics.getVerifications` and v2 `keygate.getVerifications`.
 #![allow(clippy::unwrap_used)]
 

@@ -390,9 +390,8 @@ fn spawn_credit_write_behind(state: Weak<AppState>) {
     }
 }
 
-/// How often the verification counts of the minutes that ended are written to the
-/// database (they reach the API within this plus a minute's end), and how often the
-/// roll-up and retention of analytics run.
+/// How often the verification counts held in memory are written to the database (they
+/// reach the API within this), and how often the roll-up and retention of analytics run.
 pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(2);
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
 
@@ -404,7 +403,7 @@ fn spawn_analytics_upkeep(state: Weak<AppState>, retention_days: u64) {
         loop {
             std::thread::sleep(ANALYTICS_FLUSH_INTERVAL);
             let Some(state) = state.upgrade() else { return };
-            if let Err(e) = state.rbac.flush_analytics(false) {
+            if let Err(e) = state.rbac.flush_analytics() {
                 log::warn!("analytics: writing the counts failed (kept for the next try): {e}");
             }
             since_rollup += ANALYTICS_FLUSH_INTERVAL;
@@ -456,7 +455,7 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
         running.server.await.context("server")?;
         // What the last requests spent, in the database before the process ends.
         let state = running.state.clone();
-        let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics(true));
+        let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics());
         match actix_web::rt::task::spawn_blocking(last).await {
             Ok((credits, analytics)) => {
                 if let Err(e) = credits {

@@ -1,8 +1,8 @@
 //! Verification analytics, recorded off the request path (API-v2.md §14): every
 //! verification's outcome adds one to an in-memory count per series (workspace, API, key,
-//! identity, outcome code, tag set, minute), and a background task drains the closed
-//! minutes to the database in one batch ([`Recorder::drain`]), adding to what is there so
-//! that several instances add up.
+//! identity, outcome code, tag set, minute), and a background task drains them to the
+//! database every few seconds in one batch ([`Recorder::drain`]), adding to what is there
+//! so that flushes and instances add up.
 //!
 //! Recording is the in-process rate-limit store's pattern: a fixed number of shards, each a
 //! hash map behind its own `parking_lot` lock, chosen by the series' hash; a series already

@@ -240,9 +240,11 @@ fn fields(pairs: Vec<(String, String)>) -> Result<QueryFields, ApiError> {
             "start" => once(&mut start, "start", v)?,
             "end" => once(&mut end, "end", v)?,
             "limit" => once(&mut limit, "limit", v)?,
-            "keyId" => f.key_ids.push(v),
+            // Repeated, or (as Unkey's v1 SDK sends a list) separated by commas; a tag may
+            // hold a comma, so tags repeat only.
+            "keyId" => f.key_ids.extend(v.split(',').map(str::to_owned)),
             "tag" => f.tags.push(v),
-            "groupBy" => f.group_by.push(v),
+            "groupBy" => f.group_by.extend(v.split(',').map(str::to_owned)),
             other => {
                 return Err(ApiError::bad_request(format!(
                     "{}: not a parameter of this endpoint",

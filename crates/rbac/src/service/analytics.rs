@@ -151,12 +151,13 @@ impl<S: RbacStore> RbacService<S> {
         self.analytics.as_ref()
     }
 
-    /// Writes the counts of the minutes that have ended (every count with `all`: at
-    /// shutdown) to the database in one transaction: how many series. When that fails, the
-    /// counts go back to the recorder (within its bound) for the next flush.
-    pub fn flush_analytics(&self, all: bool) -> Result<usize, RbacError> {
+    /// Writes every count held in memory to the database in one transaction (added to
+    /// what is there: the current minute's row grows with each flush): how many series.
+    /// When that fails, the counts go back to the recorder (within its bound) for the next
+    /// flush.
+    pub fn flush_analytics(&self) -> Result<usize, RbacError> {
         let Some(recorder) = &self.analytics else { return Ok(0) };
-        let drained = recorder.drain(if all { None } else { Some(self.clock.now_ms()) });
+        let drained = recorder.drain(None);
         if drained.is_empty() {
             return Ok(0);
         }
