@@ -79,3 +79,25 @@ fn pump(from: std::io::Result<TcpStream>, to: std::io::Result<TcpStream>) {
         let _ = from.shutdown(Shutdown::Both);
     });
 }
+
+/// Where `host:port` sits in `postgres://user@host:port/db`.
+pub fn host_port_range(url: &str) -> std::ops::Range<usize> {
+    let start = url.find('@').map(|i| i + 1).or_else(|| url.find("://").map(|i| i + 3)).unwrap();
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    start..end
+}
+
+/// The URL with `host:port` replaced by `addr`.
+pub fn via(url: &str, addr: std::net::SocketAddr) -> String {
+    let r = host_port_range(url);
+    format!("{}{addr}{}", &url[..r.start], &url[r.end..])
+}
+
+/// A proxy to the PostgreSQL of `base` (a `postgres://` URL), and `base` through it.
+pub fn proxied_postgres(base: &str) -> (CuttableProxy, String) {
+    use std::net::ToSocketAddrs;
+    let target = base[host_port_range(base)].to_socket_addrs().unwrap().next().unwrap();
+    let proxy = CuttableProxy::start(target).unwrap();
+    let url = via(base, proxy.addr);
+    (proxy, url)
+}

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::TestDb;
-use keygate_tests::proxy::CuttableProxy;
+use keygate_tests::proxy::proxied_postgres;
 use keygate_tests::{TestServer, roles_body, set_body};
 use serde_json::json;
 use std::sync::Arc;
@@ -143,30 +143,13 @@ fn under_traffic_an_instance_renews_its_overrides_before_they_expire() {
     until_refreshed(|| b.limit(body.clone()), |r| r.status == 200 && r.json["limit"] == 7);
 }
 
-/// Where `host:port` sits in `postgres://user@host:port/db`.
-fn host_port_range(url: &str) -> std::ops::Range<usize> {
-    let start = url.find('@').map(|i| i + 1).or_else(|| url.find("://").map(|i| i + 3)).unwrap();
-    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    start..end
-}
-
-/// The URL with `host:port` replaced by `addr`.
-fn via(url: &str, addr: std::net::SocketAddr) -> String {
-    let r = host_port_range(url);
-    format!("{}{addr}{}", &url[..r.start], &url[r.end..])
-}
-
 #[test]
 #[ignore = "needs PostgreSQL: set KEYGATE_TEST_POSTGRES_URL and run with --include-ignored (.ci/run does)"]
 fn postgres_outage_answers_503_and_recovers_without_restart() {
     let base = TestDb::postgres_url()
         .expect("KEYGATE_TEST_POSTGRES_URL must be set for this (ignored by default) test");
-    let target = {
-        use std::net::ToSocketAddrs;
-        base[host_port_range(&base)].to_socket_addrs().unwrap().next().unwrap()
-    };
-    let proxy = CuttableProxy::start(target).unwrap();
-    let db = Arc::new(TestDb::postgres(&via(&base, proxy.addr)));
+    let (proxy, url) = proxied_postgres(&base);
+    let db = Arc::new(TestDb::postgres(&url));
     let s = TestServer::start_with_short_db_timeouts(db);
     let key = s.create_key();
     assert_eq!(s.post("/v1/keys.setPermissions", &set_body(&key, json!([{"name": "before"}]))).status, 200);
