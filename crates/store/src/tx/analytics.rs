@@ -58,6 +58,38 @@ macro_rules! count_columns {
 impl AnalyticsTx for DieselTx<'_> {
     fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()> {
         use verification_counts::dsl as v;
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)] // (a build with PostgreSQL alone)
+        if let DbConn::Pg(c) = &mut *self.conn {
+            // One statement per 5,000 counts (each series once in a batch: a flush's and a
+            // roll-up's are).
+            use diesel::sql_types::{Array, BigInt, Text};
+            for chunk in counts.chunks(5_000) {
+                let rows: Vec<CountRow> = chunk.iter().map(count_row).collect();
+                let column = |f: fn(&CountRow) -> String| rows.iter().map(f).collect::<Vec<String>>();
+                let number = |f: fn(&CountRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
+                diesel::sql_query(
+                    "INSERT INTO verification_counts \
+                     (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count) \
+                     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], \
+                     $6::text[], $7::text[], $8::text[], $9::int8[]) \
+                     ON CONFLICT (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags) \
+                     DO UPDATE SET count = verification_counts.count + EXCLUDED.count",
+                )
+                .bind::<Array<Text>, _>(column(|r| r.0.clone()))
+                .bind::<Array<BigInt>, _>(number(|r| r.1))
+                .bind::<Array<BigInt>, _>(number(|r| r.2))
+                .bind::<Array<Text>, _>(column(|r| r.3.clone()))
+                .bind::<Array<Text>, _>(column(|r| r.4.clone()))
+                .bind::<Array<Text>, _>(column(|r| r.5.clone()))
+                .bind::<Array<Text>, _>(column(|r| r.6.clone()))
+                .bind::<Array<Text>, _>(column(|r| r.7.clone()))
+                .bind::<Array<BigInt>, _>(number(|r| r.8))
+                .execute(c)
+                .map_err(db_err)?;
+            }
+            return Ok(());
+        }
         for c in counts {
             let (ws, width, bucket, api, key, identity, outcome, tags, n) = count_row(c);
             let row = (
