@@ -10,6 +10,7 @@ use keygate_domain::{ValidationError, check_len};
 use keygate_rbac::{KeyOrOwner, OrderField, TimeSlice, VerificationsQuery, VerificationsRow, VerifyCode};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use utoipa::openapi::schema::Schema;
 
 /// The query parameters (documentation: the handler reads the pairs, as `keyId`, `tag` and
 /// `groupBy` may repeat).
@@ -23,9 +24,11 @@ pub(crate) struct VerificationsParams {
     /// Only the keys of the identity with this externalId.
     #[param(min_length = 1, max_length = 255)]
     externalId: Option<String>,
-    /// Only these keys (repeat the parameter for several).
+    /// Only these keys (repeat the parameter for several, or separate them by commas).
+    #[param(schema_with = key_id_list)]
     keyId: Option<Vec<String>>,
     /// Only verifications carrying all these tags (repeat for several).
+    #[param(schema_with = tag_list)]
     tag: Option<Vec<String>>,
     /// Unix ms; truncated to the start of its time slice (an hour unless grouped by day or
     /// month). Default: everything retained.
@@ -34,15 +37,103 @@ pub(crate) struct VerificationsParams {
     /// Unix ms; default now.
     #[param(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
     end: Option<i64>,
-    /// `key`, `identity`, `tags`, `tag`, `hour`, `day`, `month` (repeat for several; not
-    /// `tag` with `tags`).
-    groupBy: Option<Vec<String>>,
+    /// What rows are grouped by (repeat for several; not `tag` with `tags`).
+    groupBy: Option<Vec<GroupBy>>,
     #[param(minimum = 1, maximum = 10_000)]
     limit: Option<u64>,
-    /// `time`, `total` or an outcome's field (`valid`, `notFound`, ...).
-    orderBy: Option<String>,
+    /// `time`, `total` or an outcome's field.
+    orderBy: Option<OrderBy>,
     /// `asc` (default) or `desc`.
-    order: Option<String>,
+    order: Option<Order>,
+}
+
+/// A `groupBy` value.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(crate) enum GroupBy {
+    Key,
+    Identity,
+    Tags,
+    Tag,
+    Hour,
+    Day,
+    Month,
+}
+
+/// An `orderBy` value.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) enum OrderBy {
+    Time,
+    Valid,
+    NotFound,
+    Forbidden,
+    UsageExceeded,
+    RateLimited,
+    Unauthorized,
+    Disabled,
+    InsufficientPermissions,
+    Expired,
+    Total,
+}
+
+/// An `order` value.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(crate) enum Order {
+    Asc,
+    Desc,
+}
+
+/// At most [`MAX_LISTED`] strings of 1 to `max` characters.
+fn list_of(max: usize) -> utoipa::openapi::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(max)))
+        .max_items(Some(MAX_LISTED))
+        .build()
+}
+
+pub(crate) fn key_id_list() -> utoipa::openapi::Array {
+    list_of(MAX_KEY_ID_CHARS)
+}
+
+pub(crate) fn tag_list() -> utoipa::openapi::Array {
+    list_of(MAX_TAG_CHARS)
+}
+
+/// One string of 1 to `max` characters, or a list of them (v2's body).
+fn one_or_many(max: usize) -> Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(max)))
+            .item(list_of(max))
+            .build(),
+    )
+}
+
+pub(crate) fn key_id_one_or_many() -> Schema {
+    one_or_many(MAX_KEY_ID_CHARS)
+}
+
+pub(crate) fn tag_one_or_many() -> Schema {
+    one_or_many(MAX_TAG_CHARS)
+}
+
+/// A `groupBy` value, or a list of them (v2's body).
+pub(crate) fn group_by_one_or_many() -> Schema {
+    use utoipa::PartialSchema;
+    use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(GroupBy::schema())
+            .item(ArrayBuilder::new().items(GroupBy::schema()))
+            .build(),
+    )
 }
 
 /// One row: the counts of one group (and time slice, when grouped by time).
@@ -125,8 +216,10 @@ pub(crate) struct QueryFields {
     pub order: Option<String>,
 }
 
-/// The most keys or tags one query names.
+/// The most keys or tags one query names, and their lengths.
 const MAX_LISTED: usize = 100;
+const MAX_KEY_ID_CHARS: usize = 255;
+const MAX_TAG_CHARS: usize = 512;
 
 impl QueryFields {
     pub(crate) fn into_query(self) -> Result<VerificationsQuery, ApiError> {
@@ -140,7 +233,7 @@ impl QueryFields {
                 return Err(ValidationError::new(field, format!("at most {MAX_LISTED}")).into());
             }
             for v in list {
-                check_len(field, v, if field == "tag" { 512 } else { 255 })?;
+                check_len(field, v, if field == "tag" { MAX_TAG_CHARS } else { MAX_KEY_ID_CHARS })?;
             }
         }
         for (field, v) in [("start", self.start), ("end", self.end)] {
@@ -242,9 +335,9 @@ fn fields(pairs: Vec<(String, String)>) -> Result<QueryFields, ApiError> {
             "limit" => once(&mut limit, "limit", v)?,
             // Repeated, or (as Unkey's v1 SDK sends a list) separated by commas; a tag may
             // hold a comma, so tags repeat only.
-            "keyId" => f.key_ids.extend(v.split(',').map(str::to_owned)),
+            "keyId" => f.key_ids.extend(v.split(',').filter(|k| !k.is_empty()).map(str::to_owned)),
             "tag" => f.tags.push(v),
-            "groupBy" => f.group_by.extend(v.split(',').map(str::to_owned)),
+            "groupBy" => f.group_by.extend(v.split(',').filter(|g| !g.is_empty()).map(str::to_owned)),
             other => {
                 return Err(ApiError::bad_request(format!(
                     "{}: not a parameter of this endpoint",
@@ -366,7 +459,7 @@ pub async fn key_verifications(call: Authed<Query<KeyVerificationsQuery>>) -> Re
 }
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(get_verifications, key_verifications))]
+#[openapi(paths(get_verifications, key_verifications), components(schemas(GroupBy, OrderBy, Order)))]
 struct Doc;
 
 /// This room's part of the v1 document.

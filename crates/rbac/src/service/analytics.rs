@@ -203,7 +203,8 @@ impl<S: RbacStore> RbacService<S> {
             Some(_) => return Err(ApiAccess::denied("read_analytics", Some(&q.api_id))),
             None => return Err(ApiAccess::denied("read_analytics", None)),
         }
-        let end = q.end.unwrap_or_else(|| self.now());
+        // No `end`: now, or (a `start` in the future) an empty range.
+        let end = q.end.unwrap_or_else(|| self.now().max(q.start.unwrap_or(0)));
         let slice_start = |t: i64| match q.time.unwrap_or(TimeSlice::Hour) {
             TimeSlice::Hour => floor(t, HOUR),
             TimeSlice::Day => floor(t, DAY),
@@ -324,7 +325,7 @@ impl<S: RbacStore> RbacService<S> {
         }
         let access =
             ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
-        let end = end.unwrap_or_else(|| self.now());
+        let end = end.unwrap_or_else(|| self.now().max(start.unwrap_or(0)));
         let start = floor(start.unwrap_or(0).max(0), DAY);
         if start > end {
             return Err(ValidationError::new("start", "must be before end").into());

@@ -37,8 +37,10 @@ pub(crate) struct GetVerificationsBody {
     #[schema(min_length = 1, max_length = 255)]
     external_id: Option<String>,
     /// Only these keys.
+    #[schema(schema_with = crate::handlers::analytics::key_id_one_or_many)]
     key_id: Option<OneOrMany>,
     /// Only verifications carrying all these tags.
+    #[schema(schema_with = crate::handlers::analytics::tag_one_or_many)]
     tag: Option<OneOrMany>,
     /// Unix ms (truncated to the start of its time slice).
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 9_007_199_254_740_991_i64)]
@@ -46,20 +48,20 @@ pub(crate) struct GetVerificationsBody {
     /// Unix ms; default now.
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 9_007_199_254_740_991_i64)]
     end: Option<Number>,
-    /// `key`, `identity`, `tags`, `tag`, `hour`, `day`, `month`.
+    /// What rows are grouped by (not `tag` with `tags`).
+    #[schema(schema_with = crate::handlers::analytics::group_by_one_or_many)]
     group_by: Option<OneOrMany>,
     #[schema(value_type = Option<u64>, minimum = 1, maximum = 10_000)]
     limit: Option<Number>,
+    #[schema(value_type = Option<crate::handlers::analytics::OrderBy>)]
     order_by: Option<String>,
+    #[schema(value_type = Option<crate::handlers::analytics::Order>)]
     order: Option<String>,
 }
 
+/// An optional integer of the body (`1.0` is 1, as JSON Schema says).
 fn integer(name: &str, n: Option<Number>) -> Result<Option<i64>, ApiError> {
-    n.map(|n| {
-        n.as_i64()
-            .ok_or_else(|| ApiError::from(keygate_domain::ValidationError::new(name, "must be an integer")))
-    })
-    .transpose()
+    Ok(n.map(|n| crate::http::integer(name, &n, 0)).transpose()?.map(|v| v as i64))
 }
 
 /// Verification counts of an API's keys, grouped
@@ -89,7 +91,14 @@ pub async fn get_verifications(call: Authed<Json<GetVerificationsBody>>) -> Resu
 }
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(get_verifications))]
+#[openapi(
+    paths(get_verifications),
+    components(schemas(
+        crate::handlers::analytics::GroupBy,
+        crate::handlers::analytics::OrderBy,
+        crate::handlers::analytics::Order
+    ))
+)]
 struct Doc;
 
 /// This room's part of the v2 document.
