@@ -91,6 +91,7 @@ pub fn document(api: Api) -> Value {
             v2::ratelimit::openapi(),
             v2::apis::openapi(),
             v2::analytics::openapi(),
+            v2::ratelimit_analytics::openapi(),
             v2::credits::openapi(),
             v2::identities::openapi(),
             v2::keys::openapi(),

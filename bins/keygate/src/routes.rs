@@ -98,6 +98,7 @@ route_table! {
     "/v2/permissions.deleteRole" ["POST"] => v2::permissions::delete_role,
     "/v2/permissions.setRolePermissions" ["POST"] => v2::permissions::set_role_permissions,
     "/v2/keygate.getVerifications" ["POST"] => v2::analytics::get_verifications,
+    "/v2/keygate.getRatelimits" ["POST"] => v2::ratelimit_analytics::get_ratelimits,
     "/v2/liveness" ["GET"] => v2::liveness,
     "/docs/errors" ["GET"] => system::error_docs,
     "/openapi.json" ["GET"] => system::openapi,

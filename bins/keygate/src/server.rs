@@ -82,7 +82,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         rbac = rbac.with_shared_credits(redis.clone());
     }
     if let Some(a) = config.analytics {
-        rbac = rbac.with_analytics(Arc::new(keygate_rbac::analytics::Recorder::new(a.max_series)));
+        rbac = rbac
+            .with_analytics(Arc::new(keygate_rbac::analytics::Recorder::new(a.max_series)))
+            .with_ratelimit_analytics(Arc::new(keygate_rbac::ratelimit_analytics::LimitRecorder::new(
+                a.max_series,
+            )));
     }
     let bootstrap_root_key = bootstrap(&rbac, config.root_key.clone())?;
     // Local counters: where the database stands now, before anything is cached. Shared:
@@ -455,7 +459,7 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
         running.server.await.context("server")?;
         // What the last requests spent, in the database before the process ends.
         let state = running.state.clone();
-        let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics());
+        let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics_final());
         match actix_web::rt::task::spawn_blocking(last).await {
             Ok((credits, analytics)) => {
                 if let Err(e) = credits {

@@ -363,6 +363,71 @@ pub struct VerificationFilter<'a> {
     pub end: i64,
 }
 
+/// Rate-limit analytics (API-v2.md §14.1): decisions per namespace and time bucket, and
+/// the heaviest identifiers per namespace-hour.
+pub trait RatelimitAnalyticsTx {
+    /// Adds each count to its row (created when absent): instances add up.
+    fn add_ratelimit_counts(&mut self, counts: &[RatelimitCount]) -> R<()>;
+    /// Adds each identifier's count to its row (created when absent).
+    fn add_identifier_counts(&mut self, counts: &[IdentifierCount]) -> R<()>;
+    /// The namespace's counts in buckets starting in `start..=end`, of every width.
+    fn ratelimit_counts(
+        &mut self,
+        workspace_id: &str,
+        namespace_id: &str,
+        start: i64,
+        end: i64,
+    ) -> R<Vec<RatelimitCount>>;
+    /// The namespace's identifiers in buckets starting in `start..=end`, summed over the
+    /// range: the `limit` heaviest by denials (`by_denied`) or by total, heaviest first
+    /// (then by identifier).
+    fn top_identifiers(
+        &mut self,
+        workspace_id: &str,
+        namespace_id: &str,
+        range: (i64, i64),
+        by_denied: bool,
+        limit: usize,
+    ) -> R<Vec<IdentifierCount>>;
+    /// Moves the namespace counts of buckets of `from` ms starting before `before` into
+    /// buckets of `to` ms (added to what is there), serialized against other instances:
+    /// how many rows it moved.
+    fn roll_up_ratelimit_counts(&mut self, from: i64, to: i64, before: i64) -> R<usize>;
+    /// Moves the identifier counts of buckets of `from` ms (0: an hour still open to
+    /// every instance's writes) starting before `before` into buckets of `to` ms, keeping
+    /// per namespace and new bucket only the `keep` heaviest by total and the `keep`
+    /// heaviest by denials; serialized against other instances: how many rows it read.
+    fn trim_identifier_counts(&mut self, from: i64, to: i64, before: i64, keep: usize) -> R<usize>;
+    /// Deletes the namespace and identifier counts of buckets starting before `before`.
+    fn delete_ratelimit_counts_before(&mut self, before: i64) -> R<usize>;
+}
+
+/// A namespace's rate-limit decisions in one bucket, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RatelimitCount {
+    pub workspace_id: String,
+    /// A namespace's id, or `verify:<name>` (the limits of keys and identities).
+    pub namespace_id: String,
+    /// The bucket's length (ms) and start (Unix ms).
+    pub width: i64,
+    pub bucket: i64,
+    pub passed: u64,
+    pub denied: u64,
+}
+
+/// An identifier's rate-limit decisions in one namespace and bucket, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentifierCount {
+    pub workspace_id: String,
+    pub namespace_id: String,
+    /// The bucket's length (ms; 0: an hour still open) and start (Unix ms).
+    pub width: i64,
+    pub bucket: i64,
+    pub identifier: String,
+    pub passed: u64,
+    pub denied: u64,
+}
+
 /// Change counters (`crate::counters`), by name.
 pub trait CounterTx {
     /// Adds one to each named counter (an absent one becomes 1) in this transaction, under
@@ -392,6 +457,7 @@ pub trait RbacTx:
     + NamespaceTx
     + AuditTx
     + AnalyticsTx
+    + RatelimitAnalyticsTx
     + CounterTx
 {
 }
@@ -407,6 +473,7 @@ impl<T> RbacTx for T where
         + NamespaceTx
         + AuditTx
         + AnalyticsTx
+        + RatelimitAnalyticsTx
         + CounterTx
 {
 }

@@ -185,6 +185,29 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    ratelimit_counts (workspace_id, namespace_id, width, bucket) {
+        workspace_id -> Text,
+        namespace_id -> Text,
+        width -> BigInt,
+        bucket -> BigInt,
+        passed -> BigInt,
+        denied -> BigInt,
+    }
+}
+
+diesel::table! {
+    ratelimit_identifiers (workspace_id, namespace_id, width, bucket, identifier) {
+        workspace_id -> Text,
+        namespace_id -> Text,
+        width -> BigInt,
+        bucket -> BigInt,
+        identifier -> Text,
+        passed -> BigInt,
+        denied -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     apis,
     identities,

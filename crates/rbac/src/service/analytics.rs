@@ -125,6 +125,7 @@ impl<S: RbacStore> RbacService<S> {
     /// Counts a verification's outcome, in memory (nothing when analytics are off, or when
     /// neither the key nor the caller's workspace is known). No I/O.
     pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
+        self.record_verification_limits(v);
         let Some(recorder) = &self.analytics else { return };
         let (workspace_id, api_id, key_id, identity_id) = match &v.key {
             Some(k) => {
@@ -151,11 +152,26 @@ impl<S: RbacStore> RbacService<S> {
         self.analytics.as_ref()
     }
 
-    /// Writes every count held in memory to the database in one transaction (added to
-    /// what is there: the current minute's row grows with each flush): how many series.
-    /// When that fails, the counts go back to the recorder (within its bound) for the next
-    /// flush.
+    /// Writes every count held in memory to the database (added to what is there: the
+    /// current minute's row grows with each flush), the verifications' in one transaction
+    /// and the rate-limit decisions' in another: how many rows. When a write fails, its
+    /// counts go back to their recorder (within its bound) for the next flush.
     pub fn flush_analytics(&self) -> Result<usize, RbacError> {
+        self.flush_all_analytics(false)
+    }
+
+    /// [`Self::flush_analytics`] at shutdown: nothing is held after.
+    pub fn flush_analytics_final(&self) -> Result<usize, RbacError> {
+        self.flush_all_analytics(true)
+    }
+
+    fn flush_all_analytics(&self, final_flush: bool) -> Result<usize, RbacError> {
+        let limits = self.flush_ratelimit_analytics(final_flush);
+        let verifications = self.flush_verification_counts();
+        Ok(limits? + verifications?)
+    }
+
+    fn flush_verification_counts(&self) -> Result<usize, RbacError> {
         let Some(recorder) = &self.analytics else { return Ok(0) };
         let drained = recorder.drain(None);
         if drained.is_empty() {
@@ -172,7 +188,8 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// Rolls minutes older than a day into hours and hours older than 30 days into days,
-    /// and deletes days older than `retention_days` (idempotent; several instances may run
+    /// and deletes days older than `retention_days`, for verifications and rate-limit
+    /// decisions (whose closed hours keep their heaviest identifiers only) (idempotent; several instances may run
     /// it): how many rows it moved or deleted.
     pub fn roll_up_analytics(&self, retention_days: u64) -> Result<usize, RbacError> {
         let now = self.now();
@@ -184,6 +201,7 @@ impl<S: RbacStore> RbacService<S> {
             self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(MINUTE, HOUR, hours_from)?))?;
         n += self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(HOUR, DAY, days_from)?))?;
         n += self.store.transaction(|tx| Ok(tx.delete_verification_counts_before(kept_from)?))?;
+        n += self.roll_up_ratelimit_analytics(hours_from, days_from, kept_from)?;
         Ok(n)
     }
 

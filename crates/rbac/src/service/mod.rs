@@ -15,6 +15,7 @@ mod keys;
 mod links;
 mod namespaces;
 mod overrides;
+mod ratelimit_analytics;
 mod usage;
 mod verify;
 
@@ -35,6 +36,9 @@ pub use identities::{
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
+pub use ratelimit_analytics::{
+    LimitSlice, RatelimitsQuery, RatelimitsRow, TOP_IDENTIFIERS, VERIFY_NAMESPACE_PREFIX,
+};
 pub use usage::{MAX_VERIFY_RATELIMITS, Pending, validate_usage};
 use verify::VerifyCache;
 pub use verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
@@ -109,6 +113,8 @@ pub struct RbacService<S> {
     credits: CreditLedger,
     /// Where verifications are counted for analytics (`analytics`); `None`: off.
     analytics: Option<Arc<crate::analytics::Recorder>>,
+    /// Where rate-limit decisions are counted for analytics (`ratelimit_analytics`).
+    limit_analytics: Option<Arc<crate::ratelimit_analytics::LimitRecorder>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -127,6 +133,7 @@ impl<S: RbacStore> RbacService<S> {
             limiter: Arc::new(keygate_ratelimit::MemoryStore::new()),
             credits: CreditLedger::Memory(Arc::default()),
             analytics: None,
+            limit_analytics: None,
         }
     }
 

@@ -382,6 +382,8 @@ mod identities_tx;
 mod keys_tx;
 #[path = "namespaces.rs"]
 mod namespaces_tx;
+#[path = "ratelimit_analytics.rs"]
+mod ratelimit_analytics_tx;
 #[path = "root_keys.rs"]
 mod root_keys_tx;
 #[path = "workspaces.rs"]

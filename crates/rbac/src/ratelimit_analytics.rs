@@ -1,0 +1,586 @@
+//! Rate-limit analytics, recorded off the request path (API-v2.md §14.1): every decision
+//! adds one to its namespace's count of the minute (passed or denied), and to its
+//! identifier's count in the namespace's heavy-hitters sketch of the hour. A background
+//! task drains both to the database every few seconds ([`LimitRecorder::drain`]), as the
+//! verification recorder's counts are ([`crate::analytics`]).
+//!
+//! Recording takes one lock: the shard of the decision's (namespace, identifier), one of a
+//! fixed number, each a pair of hash maps behind a `parking_lot` mutex; counts already held
+//! are found by borrowed parts, so the common case allocates nothing.
+//!
+//! **The sketch.** Identifiers are partitioned over the shards by hash, and each shard
+//! keeps at most [`SKETCH_CAPACITY`] identifiers per namespace-hour. When a new identifier
+//! finds its sketch full, the lighter half is evicted at once and the sketch's `floor`
+//! becomes the heaviest count evicted; a newcomer is ranked as if it had `floor` already
+//! (Lossy Counting's rule), so it is not evicted before it could have overtaken. The counts
+//! written are only what each identifier was seen doing while held: never more than the
+//! truth, and exact for every identifier held since its first decision of the hour, which
+//! is every identifier when a shard sees at most [`SKETCH_CAPACITY`] of them, and in any
+//! stream every identifier heavier than `2/capacity` of its shard's hour but for what it
+//! did before it was that heavy (an identifier is evicted only while its count is at or
+//! under half the shard's hour / (capacity/2)). With 16 shards of 256, a namespace-hour
+//! keeps up to 4,096 identifiers; the top 100 of them by total and by denials are kept
+//! when the hour closes (`trim` in the service).
+//!
+//! Memory is bounded: at most `max_entries` counts (namespace-minutes and identifiers)
+//! wait here; beyond that a new namespace-minute's decisions are dropped and counted in
+//! [`LimitRecorder::dropped`] and `keygate_analytics_dropped_total`, and a new identifier
+//! makes room in its sketch (or, its sketch empty, goes uncounted per identifier).
+
+use hashbrown::{Equivalent, HashMap};
+use parking_lot::Mutex;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+const MINUTE_MS: u64 = 60_000;
+const HOUR_MS: u64 = 3_600_000;
+/// Shards of the recorder (and so partitions of a namespace's identifiers).
+pub const SHARDS: usize = 16;
+/// Identifiers one shard's sketch holds per namespace-hour.
+pub const SKETCH_CAPACITY: usize = 256;
+
+/// One rate-limit decision, as it is counted.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitDecision<'a> {
+    pub workspace_id: &'a str,
+    /// A namespace's id, or `verify:<name>` for the limits of keys and identities.
+    pub namespace_id: &'a str,
+    pub identifier: &'a str,
+    pub passed: bool,
+    /// When (Unix ms).
+    pub at_ms: u64,
+}
+
+/// A namespace's decisions in one minute, drained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceMinute {
+    pub workspace_id: Box<str>,
+    pub namespace_id: Box<str>,
+    /// The minute's start (Unix ms).
+    pub minute: u64,
+    pub passed: u64,
+    pub denied: u64,
+}
+
+/// What an identifier did in a namespace-hour since the last drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentifierHour {
+    pub workspace_id: Box<str>,
+    pub namespace_id: Box<str>,
+    /// The hour's start (Unix ms).
+    pub hour: u64,
+    pub identifier: Box<str>,
+    pub passed: u64,
+    pub denied: u64,
+}
+
+/// What one drain took.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Drained {
+    pub minutes: Vec<NamespaceMinute>,
+    pub identifiers: Vec<IdentifierHour>,
+}
+
+impl Drained {
+    pub fn is_empty(&self) -> bool {
+        self.minutes.is_empty() && self.identifiers.is_empty()
+    }
+}
+
+/// A namespace and a bucket start: the key of both maps of a shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Slot {
+    namespace_id: Box<str>,
+    start: u64,
+}
+
+struct SlotRef<'a> {
+    namespace_id: &'a str,
+    start: u64,
+}
+
+impl Hash for SlotRef<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // As `Slot`'s derived `Hash`.
+        self.namespace_id.hash(h);
+        self.start.hash(h);
+    }
+}
+
+impl Equivalent<Slot> for SlotRef<'_> {
+    fn equivalent(&self, s: &Slot) -> bool {
+        s.start == self.start && *s.namespace_id == *self.namespace_id
+    }
+}
+
+#[derive(Debug)]
+struct MinuteCount {
+    workspace_id: Box<str>,
+    passed: u64,
+    denied: u64,
+}
+
+/// An identifier held by a sketch: what it was seen doing while held, what of that was
+/// drained already, and the rank it entered with.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    passed: u64,
+    denied: u64,
+    drained_passed: u64,
+    drained_denied: u64,
+    floor: u64,
+}
+
+impl Held {
+    fn rank(&self) -> u64 {
+        self.floor + self.passed + self.denied
+    }
+}
+
+#[derive(Debug)]
+struct Sketch {
+    workspace_id: Box<str>,
+    floor: u64,
+    held: HashMap<Box<str>, Held, foldhash::fast::FixedState>,
+}
+
+impl Sketch {
+    /// Evicts the lighter half (at least one): how many went.
+    fn evict_lighter_half(&mut self) -> usize {
+        let mut ranks: Vec<u64> = self.held.values().map(Held::rank).collect();
+        if ranks.is_empty() {
+            return 0;
+        }
+        let mid = (ranks.len() - 1) / 2;
+        let (_, cut, _) = ranks.select_nth_unstable(mid);
+        let cut = *cut;
+        let before = self.held.len();
+        let mut evicted_max = self.floor;
+        self.held.retain(|_, h| {
+            let keep = h.rank() > cut;
+            if !keep {
+                evicted_max = evicted_max.max(h.rank());
+            }
+            keep
+        });
+        self.floor = evicted_max;
+        before - self.held.len()
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    minutes: HashMap<Slot, MinuteCount, foldhash::fast::FixedState>,
+    hours: HashMap<Slot, Sketch, foldhash::fast::FixedState>,
+}
+
+/// The in-memory counts; see the module docs.
+pub struct LimitRecorder {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: foldhash::fast::FixedState,
+    max_entries: usize,
+    entries: AtomicUsize,
+    dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for LimitRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimitRecorder")
+            .field("entries", &self.entries)
+            .field("max_entries", &self.max_entries)
+            .field("dropped", &self.dropped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LimitRecorder {
+    /// A recorder holding at most `max_entries` counts between drains.
+    pub fn new(max_entries: usize) -> Self {
+        let hasher = foldhash::fast::FixedState::with_seed(0x726c_5f61_6e61_6c79);
+        Self {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        minutes: HashMap::with_hasher(hasher),
+                        hours: HashMap::with_hasher(hasher),
+                    })
+                })
+                .collect(),
+            hasher,
+            max_entries,
+            entries: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes room for one more count: false when full.
+    fn take(&self) -> bool {
+        if self.entries.fetch_add(1, Ordering::AcqRel) >= self.max_entries {
+            self.entries.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn drop_counts(&self, n: u64) {
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+        metrics::counter!("keygate_analytics_dropped_total").increment(n);
+    }
+
+    fn shard_of(&self, namespace_id: &str, identifier: &str) -> &Mutex<Shard> {
+        let mut h = self.hasher.build_hasher();
+        namespace_id.hash(&mut h);
+        identifier.hash(&mut h);
+        &self.shards[h.finish() as usize % self.shards.len()]
+    }
+
+    /// Counts one decision; see the module docs for what is dropped when full.
+    pub fn record(&self, d: &LimitDecision<'_>) {
+        let mut shard = self.shard_of(d.namespace_id, d.identifier).lock();
+        let minute = SlotRef { namespace_id: d.namespace_id, start: d.at_ms - d.at_ms % MINUTE_MS };
+        match shard.minutes.get_mut(&minute) {
+            Some(c) => add(&mut c.passed, &mut c.denied, d.passed, 1),
+            None => {
+                if !self.take() {
+                    self.drop_counts(1);
+                    return;
+                }
+                let mut c = MinuteCount { workspace_id: d.workspace_id.into(), passed: 0, denied: 0 };
+                add(&mut c.passed, &mut c.denied, d.passed, 1);
+                shard.minutes.insert(Slot { namespace_id: d.namespace_id.into(), start: minute.start }, c);
+            }
+        }
+        let hour = SlotRef { namespace_id: d.namespace_id, start: d.at_ms - d.at_ms % HOUR_MS };
+        if let Some(h) = shard.hours.get_mut(&hour).and_then(|s| s.held.get_mut(d.identifier)) {
+            add(&mut h.passed, &mut h.denied, d.passed, 1);
+            return;
+        }
+        let held = Held::default();
+        if !self.hold(&mut shard, d.workspace_id, &hour, d.identifier, held, d.passed, 1) {
+            self.drop_counts(1);
+        }
+    }
+
+    /// Adds an identifier not held yet to its sketch (made room for, when full), counting
+    /// `n` decisions: false when there is no room at all.
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        &self,
+        shard: &mut Shard,
+        workspace_id: &str,
+        hour: &SlotRef<'_>,
+        identifier: &str,
+        mut held: Held,
+        passed: bool,
+        n: u64,
+    ) -> bool {
+        if !shard.hours.contains_key(hour) {
+            if !self.take() {
+                return false;
+            }
+            let sketch = Sketch {
+                workspace_id: workspace_id.into(),
+                floor: 0,
+                held: HashMap::with_hasher(self.hasher),
+            };
+            shard.hours.insert(Slot { namespace_id: hour.namespace_id.into(), start: hour.start }, sketch);
+        }
+        let Some(sketch) = shard.hours.get_mut(hour) else { return false };
+        if sketch.held.len() >= SKETCH_CAPACITY {
+            let evicted = sketch.evict_lighter_half();
+            self.entries.fetch_sub(evicted, Ordering::AcqRel);
+        }
+        if !self.take() {
+            // Full: this sketch makes room, if it has any to make.
+            let evicted = sketch.evict_lighter_half();
+            self.entries.fetch_sub(evicted, Ordering::AcqRel);
+            if evicted == 0 || !self.take() {
+                return false;
+            }
+        }
+        held.floor = sketch.floor;
+        add(&mut held.passed, &mut held.denied, passed, n);
+        sketch.held.insert(identifier.into(), held);
+        true
+    }
+
+    /// Takes every namespace-minute held (one count per namespace and minute) and what
+    /// each identifier did since the last drain; forgets the sketches of hours that ended
+    /// by `now_ms` (every sketch, with `None`: at shutdown).
+    pub fn drain(&self, now_ms: Option<u64>) -> Drained {
+        let mut out = Drained::default();
+        let mut minutes: HashMap<Slot, MinuteCount> = HashMap::new();
+        let mut freed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            freed += shard.minutes.len();
+            for (slot, c) in shard.minutes.drain() {
+                match minutes.get_mut(&slot) {
+                    Some(m) => {
+                        m.passed += c.passed;
+                        m.denied += c.denied;
+                    }
+                    None => drop(minutes.insert(slot, c)),
+                }
+            }
+            let mut closed = Vec::new();
+            for (slot, sketch) in shard.hours.iter_mut() {
+                for (identifier, h) in sketch.held.iter_mut() {
+                    let (passed, denied) = (h.passed - h.drained_passed, h.denied - h.drained_denied);
+                    if passed + denied > 0 {
+                        out.identifiers.push(IdentifierHour {
+                            workspace_id: sketch.workspace_id.clone(),
+                            namespace_id: slot.namespace_id.clone(),
+                            hour: slot.start,
+                            identifier: identifier.clone(),
+                            passed,
+                            denied,
+                        });
+                        (h.drained_passed, h.drained_denied) = (h.passed, h.denied);
+                    }
+                }
+                if now_ms.is_none_or(|now| slot.start + HOUR_MS <= now) {
+                    closed.push(slot.clone());
+                }
+            }
+            for slot in closed {
+                if let Some(sketch) = shard.hours.remove(&slot) {
+                    freed += 1 + sketch.held.len();
+                }
+            }
+        }
+        self.entries.fetch_sub(freed, Ordering::AcqRel);
+        out.minutes = minutes
+            .into_iter()
+            .map(|(slot, c)| NamespaceMinute {
+                workspace_id: c.workspace_id,
+                namespace_id: slot.namespace_id,
+                minute: slot.start,
+                passed: c.passed,
+                denied: c.denied,
+            })
+            .collect();
+        out
+    }
+
+    /// Puts drained counts back (a write that failed), within the bound (beyond it they
+    /// are dropped and counted).
+    pub fn restore(&self, drained: Drained) {
+        for m in drained.minutes {
+            let mut shard = self.shard_of(&m.namespace_id, "").lock();
+            let slot = SlotRef { namespace_id: &m.namespace_id, start: m.minute };
+            if let Some(c) = shard.minutes.get_mut(&slot) {
+                c.passed += m.passed;
+                c.denied += m.denied;
+                continue;
+            }
+            if !self.take() {
+                self.drop_counts(m.passed + m.denied);
+                continue;
+            }
+            let c = MinuteCount { workspace_id: m.workspace_id, passed: m.passed, denied: m.denied };
+            shard.minutes.insert(Slot { namespace_id: m.namespace_id, start: m.minute }, c);
+        }
+        for i in drained.identifiers {
+            let mut shard = self.shard_of(&i.namespace_id, &i.identifier).lock();
+            let hour = SlotRef { namespace_id: &i.namespace_id, start: i.hour };
+            if let Some(h) = shard.hours.get_mut(&hour).and_then(|s| s.held.get_mut(&*i.identifier)) {
+                // Still held: not drained after all.
+                h.drained_passed -= i.passed.min(h.drained_passed);
+                h.drained_denied -= i.denied.min(h.drained_denied);
+                continue;
+            }
+            let held = Held { passed: i.passed, ..Held::default() };
+            if !self.hold(&mut shard, &i.workspace_id, &hour, &i.identifier, held, false, i.denied) {
+                self.drop_counts(i.passed + i.denied);
+            }
+        }
+    }
+
+    /// Counts dropped so far because the bound was reached.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Counts held now (namespace-minutes and identifiers).
+    pub fn entries(&self) -> usize {
+        self.entries.load(Ordering::Relaxed)
+    }
+}
+
+fn add(passed: &mut u64, denied: &mut u64, was_passed: bool, n: u64) {
+    match was_passed {
+        true => *passed += n,
+        false => *denied += n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(ns: &str, identifier: &str, passed: bool, at_ms: u64) -> LimitDecision<'static> {
+        let (ns, identifier) = (ns.to_string().leak(), identifier.to_string().leak());
+        LimitDecision { workspace_id: "ws", namespace_id: ns, identifier, passed, at_ms }
+    }
+
+    fn by_identifier(d: &Drained) -> std::collections::BTreeMap<(String, u64, String), (u64, u64)> {
+        let mut out = std::collections::BTreeMap::new();
+        for i in &d.identifiers {
+            let e =
+                out.entry((i.namespace_id.to_string(), i.hour, i.identifier.to_string())).or_insert((0, 0));
+            e.0 += i.passed;
+            e.1 += i.denied;
+        }
+        out
+    }
+
+    #[test]
+    fn counts_per_namespace_minute_and_identifier_hour() {
+        let r = LimitRecorder::new(1_000);
+        for i in 0..50 {
+            r.record(&decision("ns_a", &format!("user_{}", i % 5), i % 2 == 0, 60_000 + i));
+        }
+        r.record(&decision("ns_a", "user_0", false, 120_000));
+        r.record(&decision("ns_b", "user_0", true, 60_000));
+        let d = r.drain(Some(130_000));
+        let mut minutes: Vec<(String, u64, u64, u64)> =
+            d.minutes.iter().map(|m| (m.namespace_id.to_string(), m.minute, m.passed, m.denied)).collect();
+        minutes.sort();
+        // One row per namespace-minute, whatever the shards.
+        assert_eq!(
+            minutes,
+            vec![
+                ("ns_a".into(), 60_000, 25, 25),
+                ("ns_a".into(), 120_000, 0, 1),
+                ("ns_b".into(), 60_000, 1, 0)
+            ]
+        );
+        let ids = by_identifier(&d);
+        assert_eq!(ids[&("ns_a".into(), 0, "user_0".into())], (5, 6));
+        assert_eq!(ids[&("ns_a".into(), 0, "user_1".into())], (5, 5));
+        assert_eq!(ids.len(), 6);
+        // The hour is still open: its sketch stays, and the next drain has only what is new.
+        r.record(&decision("ns_a", "user_1", true, 140_000));
+        let d = r.drain(Some(150_000));
+        assert_eq!(
+            by_identifier(&d).into_iter().collect::<Vec<_>>(),
+            vec![(("ns_a".into(), 0, "user_1".into()), (1, 0))]
+        );
+        // Closed hours are forgotten: nothing held after.
+        let d = r.drain(Some(HOUR_MS));
+        assert!(d.is_empty());
+        assert_eq!(r.entries(), 0);
+    }
+
+    #[test]
+    fn heavy_identifiers_are_exact_among_many_light_ones() {
+        let r = LimitRecorder::new(1_000_000);
+        let mut truth = std::collections::HashMap::<String, u64>::new();
+        // 200,000 decisions: 3 heavy identifiers (2% each), interleaved with 100,000
+        // identifiers seen once or twice: far more than the sketches hold.
+        for i in 0..200_000u64 {
+            let id = match i % 50 {
+                0 => "heavy_a".to_string(),
+                1 => "heavy_b".to_string(),
+                2 => "heavy_c".to_string(),
+                _ => format!("light_{}", i % 100_000),
+            };
+            r.record(&decision("ns", &id, i % 7 != 0, 1_000));
+            *truth.entry(id).or_default() += 1;
+        }
+        let ids = by_identifier(&r.drain(None));
+        for heavy in ["heavy_a", "heavy_b", "heavy_c"] {
+            let (p, d) = ids[&("ns".into(), 0, heavy.into())];
+            assert_eq!(p + d, truth[heavy], "{heavy}");
+        }
+        // Never more than the truth for anyone; bounded memory.
+        for ((_, _, id), (p, d)) in &ids {
+            assert!(p + d <= truth[id], "{id}");
+        }
+        assert!(ids.len() <= SHARDS * SKETCH_CAPACITY, "{}", ids.len());
+        assert_eq!(r.entries(), 0);
+    }
+
+    #[test]
+    fn beyond_the_bound_counts_are_dropped_and_counted() {
+        let r = LimitRecorder::new(3);
+        // A namespace-minute, its hour's sketch and an identifier fill it.
+        r.record(&decision("ns_a", "x", true, 0));
+        assert_eq!((r.entries(), r.dropped()), (3, 0));
+        // A new namespace-minute: dropped; what is held still counts.
+        r.record(&decision("ns_b", "x", true, 0));
+        assert_eq!(r.dropped(), 1);
+        r.record(&decision("ns_a", "x", false, 0));
+        let d = r.drain(None);
+        let total: u64 = d.minutes.iter().map(|m| m.passed + m.denied).sum();
+        assert_eq!(total, 2);
+        assert_eq!(r.entries(), 0);
+        // Room again after a drain.
+        r.record(&decision("ns_b", "x", true, 0));
+        assert_eq!((r.entries(), r.dropped()), (3, 1));
+    }
+
+    #[test]
+    fn a_full_sketch_makes_room_for_a_newcomer() {
+        // Identifiers of one shard: found by trying.
+        let r = LimitRecorder::new(1_000_000);
+        let shard = |id: &str| r.shard_of("ns", id) as *const _;
+        let same: Vec<String> = (0..100_000)
+            .map(|i| format!("id_{i}"))
+            .filter(|id| shard(id) == shard("id_0"))
+            .take(400)
+            .collect();
+        for (n, id) in same.iter().enumerate() {
+            // The first ten are heavy.
+            for _ in 0..if n < 10 { 50 } else { 1 } {
+                r.record(&decision("ns", id, true, 0));
+            }
+        }
+        let ids = by_identifier(&r.drain(None));
+        assert!(ids.len() <= SKETCH_CAPACITY + 1, "{}", ids.len());
+        for id in &same[..10] {
+            assert_eq!(ids[&("ns".into(), 0, id.clone())], (50, 0));
+        }
+        assert!(ids.contains_key(&("ns".into(), 0, same[399].clone())), "the newest is held");
+    }
+
+    #[test]
+    fn restore_puts_back_what_a_failed_write_took() {
+        let r = LimitRecorder::new(1_000);
+        r.record(&decision("ns", "x", true, 0));
+        r.record(&decision("ns", "y", false, 0));
+        let first = r.drain(Some(1_000));
+        r.record(&decision("ns", "x", true, 1));
+        r.restore(first.clone());
+        // Also after the sketch is gone.
+        let again = r.drain(None);
+        let ids = by_identifier(&again);
+        assert_eq!(ids[&("ns".into(), 0, "x".into())], (2, 0));
+        assert_eq!(ids[&("ns".into(), 0, "y".into())], (0, 1));
+        r.restore(again);
+        let ids = by_identifier(&r.drain(None));
+        assert_eq!(ids[&("ns".into(), 0, "x".into())], (2, 0));
+        assert_eq!(ids[&("ns".into(), 0, "y".into())], (0, 1));
+    }
+
+    #[test]
+    fn threads_add_up() {
+        let r = LimitRecorder::new(100_000);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let r = &r;
+                s.spawn(move || {
+                    for i in 0..10_000u64 {
+                        r.record(&decision("ns", &format!("id_{}", (i + t) % 10), i % 3 == 0, i));
+                    }
+                });
+            }
+        });
+        let d = r.drain(None);
+        let total: u64 = d.minutes.iter().map(|m| m.passed + m.denied).sum();
+        assert_eq!(total, 40_000);
+        let per_id: u64 = d.identifiers.iter().map(|i| i.passed + i.denied).sum();
+        assert_eq!(per_id, 40_000);
+    }
+}

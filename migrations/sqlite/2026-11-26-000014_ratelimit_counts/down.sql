@@ -1,0 +1,2 @@
+DROP TABLE ratelimit_identifiers;
+DROP TABLE ratelimit_counts;
