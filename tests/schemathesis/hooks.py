@@ -110,7 +110,7 @@ def before_call(context, case, **kwargs):
     path = case.operation.path
     if path in ("/v1/analytics.getVerifications", "/v1/keys.getVerifications"):
         _fix_analytics(case.query, path)
-    elif path == "/v2/keygate.getVerifications":
+    elif path in ("/v2/keygate.getVerifications", "/v2/keygate.getRatelimits"):
         _fix_analytics(case.body, path)
     body = case.body
     if not isinstance(body, dict) or not isinstance(body.get("ratelimits"), list):

@@ -309,9 +309,10 @@ fn two_instances_add_up_exactly() {
     assert_eq!(by_tag, [("via0".to_string(), 50), ("via1".to_string(), 50)]);
 }
 
-/// PostgreSQL unreachable for a while under verification load (with Redis, verifications
-/// of cached keys need no SQL): every verification still answers, the counts wait in
-/// memory, and they reach the database once it is back.
+/// PostgreSQL unreachable for 10 s under load (with Redis, verifications of cached keys
+/// and decisions of known namespaces need no SQL): every verification and rate-limit
+/// decision still answers, the counts of both wait in memory, and they reach the database
+/// once it is back.
 #[test]
 #[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
 fn a_database_outage_delays_the_counts_not_the_verifications() {
@@ -327,14 +328,26 @@ fn a_database_outage_delays_the_counts_not_the_verifications() {
     let verify = || s.v2("keys.verifyKey", &json!({"key": secret}));
     assert_eq!(verify().data()["code"], "VALID");
 
+    let limit = || {
+        let r = s.limit(
+            json!({"namespace": "outage", "identifier": "alice", "limit": 1_000_000, "duration": 60_000}),
+        );
+        assert_eq!((r.status, &r.json["success"]), (200, &json!(true)), "{}", r.text);
+    };
+    limit();
+
+    // Ten seconds without the database, under load: every call answers.
     proxy.cut();
     let started = Instant::now();
-    for _ in 0..300 {
+    let mut verified = 1;
+    let mut decided = 1;
+    while started.elapsed() < Duration::from_secs(10) {
         let r = verify();
         assert_eq!((r.status, &r.data()["code"]), (200, &json!("VALID")), "{}", r.text);
+        verified += 1;
+        limit();
+        decided += 1;
     }
-    // Longer than a flush interval: at least one flush failed and kept its counts.
-    std::thread::sleep(Duration::from_secs(3).saturating_sub(started.elapsed()));
     proxy.restore();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -344,11 +357,17 @@ fn a_database_outage_delays_the_counts_not_the_verifications() {
                 .query(&[("apiId", &api)])
                 .bearer_auth(&s.root_key),
         );
-        if r.status == 200 && r.json[0]["valid"] == 301 {
+        let l = s.v2("keygate.getRatelimits", &json!({"namespace": "outage", "groupBy": "day"}));
+        if r.status == 200
+            && r.json[0]["valid"] == verified
+            && l.status == 200
+            && l.data()[0]["passed"] == decided
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "the counts did not reach the database: {}", r.text);
+        assert!(Instant::now() < deadline, "the counts did not reach the database: {} {}", r.text, l.text);
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert_eq!(s.state.rbac.ratelimit_analytics().unwrap().dropped(), 0, "nothing dropped within the bound");
     assert_eq!(s.state.rbac.analytics().unwrap().dropped(), 0, "nothing dropped within the bound");
 }

@@ -17,6 +17,7 @@ fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'st
         "/v2/apis.listKeys" => (&["api.*.read_api", "api.*.read_key"][..], json!({"apiId": apis[0]})),
         "/v2/apis.deleteApi" => (&["api.*.delete_api"][..], json!({"apiId": apis[1]})),
         "/v2/keygate.getVerifications" => (&["api.*.read_analytics"][..], json!({"apiId": apis[0]})),
+        "/v2/keygate.getRatelimits" => (&["ratelimit.*.read_analytics"][..], json!({"namespace": "n"})),
         "/v2/identities.createIdentity" => {
             (&["identity.*.create_identity"][..], json!({"externalId": "routes"}))
         }
@@ -152,7 +153,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 39, "every authenticated v2 route was checked");
+    assert_eq!(checked, 40, "every authenticated v2 route was checked");
 }
 
 #[test]

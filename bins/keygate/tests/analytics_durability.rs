@@ -1,4 +1,4 @@
-//! Analytics across restarts (API-v2.md §14, docs/operations.md *Analytics*): a graceful
+//! Analytics across restarts (API-v2.md §14 and §14.1, docs/operations.md *Analytics*): a graceful
 //! stop writes every count held in memory, so a restart on the same database answers
 //! them all; a `kill -9` loses at most the counts not yet written (the last flush
 //! interval), never more than were made.
@@ -49,23 +49,57 @@ fn verify_n(port: u16, n: u64) -> String {
     api
 }
 
+/// `n` decisions in the namespace `ns` for identifier `who`, through v1.
+fn limit_n(port: u16, ns: &str, who: &str, n: u64) {
+    for _ in 0..n {
+        let body = json!({"namespace": ns, "identifier": who, "limit": 1_000, "duration": 60_000});
+        let (status, v) = call(port, "POST", "/v1/ratelimits.limit", Some(&body));
+        assert_eq!((status, &v["success"]), (200, &json!(true)), "{v}");
+    }
+}
+
+/// The namespace's decisions as `keygate.getRatelimits` counts them: in all, and by
+/// identifier.
+fn decisions(port: u16, ns: &str) -> (u64, Vec<(String, u64)>) {
+    let ask = |body: Value| {
+        let (status, v) = call(port, "POST", "/v2/keygate.getRatelimits", Some(&body));
+        assert_eq!(status, 200, "{v}");
+        v["data"].as_array().unwrap().clone()
+    };
+    let total =
+        ask(json!({"namespace": ns, "groupBy": "day"})).iter().map(|r| r["total"].as_u64().unwrap()).sum();
+    let by_identifier = ask(json!({"namespace": ns, "identifiers": true}))
+        .iter()
+        .map(|r| (r["identifier"].as_str().unwrap().to_string(), r["total"].as_u64().unwrap()))
+        .collect();
+    (total, by_identifier)
+}
+
 #[test]
 fn a_graceful_stop_writes_every_count_and_kill_9_loses_at_most_the_unwritten() {
     let db = TestDb::fresh();
     let port = free_port();
     let mut server = serve(&db.url, port);
     let api = verify_n(port, 25);
+    limit_n(port, "durable", "alice", 7);
+    limit_n(port, "durable", "bob", 2);
     server.terminate();
     assert_eq!(server.wait_exit(Duration::from_secs(15)), Some(0), "stopped gracefully");
     let port = free_port();
     let server = serve(&db.url, port);
     assert_eq!(total(port, &api), 25, "every count was written at the stop");
+    let expected = (9, vec![("alice".to_string(), 7), ("bob".to_string(), 2)]);
+    assert_eq!(decisions(port, "durable"), expected, "and every rate-limit decision");
 
     let killed = verify_n(port, 10);
+    limit_n(port, "killed", "carol", 10);
     drop(server); // SIGKILL
     let port = free_port();
     let _server = serve(&db.url, port);
     let left = total(port, &killed);
     assert!(left <= 10, "never more than were made: {left}");
+    let (left, _) = decisions(port, "killed");
+    assert!(left <= 10, "never more than were made: {left}");
     assert_eq!(total(port, &api), 25, "what was written stays");
+    assert_eq!(decisions(port, "durable"), expected);
 }
