@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# v1 keys.verifyKey with analytics on (every verification counted, written every 2 s)
-# against the same build with KEYGATE_ANALYTICS=off, in one run (issue 33's target:
-# >= 0.95x).
+# v1 keys.verifyKey (or ratelimits.limit) with analytics on (every verification or
+# decision counted, written every 2 s) against the same build with KEYGATE_ANALYTICS=off,
+# in one run (issue 33's target: >= 0.95x).
 #
 #   bash bins/keygate/bench/analytics.sh               # embedded default (SQLite)
 #   SCALE_OUT=1 bash bins/keygate/bench/analytics.sh   # PostgreSQL + Redis (127.0.0.1)
 #   ROUNDS=5 DURATION=10s CONNECTIONS=64 KEYS=1000 bash bins/keygate/bench/analytics.sh
+#   WORKLOAD=limit bash bins/keygate/bench/analytics.sh  # v1 ratelimits.limit instead
+#                                                         # (10,000 rotating identifiers)
 #
 # Two servers share one database: "on" and "off", each one worker pinned to CPU 0; wrk (one
 # thread) on CPU 1. KEYS keys are created, each holding documents.read; verify.lua rotates
@@ -50,10 +52,18 @@ serve() { # port analytics-on|off log
     RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$3" &
 }
 wait_up() { for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$1/v1/liveness" && return; sleep 0.1; done; }
-serve $ON_PORT on "$work/on.log"; on_pid=$!
+# ON_MODE=off makes both sides off: an A/A run that shows the two servers' own skew.
+serve $ON_PORT "${ON_MODE:-on}" "$work/on.log"; on_pid=$!
 wait_up $ON_PORT
 serve $OFF_PORT off "$work/off.log"; off_pid=$!
 wait_up $OFF_PORT
+
+WORKLOAD=${WORKLOAD:-verify}
+case $WORKLOAD in
+  verify) script=verify.lua; label=verifyKey ;;
+  limit) script=limit.lua; label=ratelimits.limit; KEYS=1 ;;
+  *) echo "WORKLOAD is verify or limit" >&2; exit 1 ;;
+esac
 
 for _ in $(seq 1 "$KEYS"); do
   curl -s "http://127.0.0.1:$ON_PORT/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
@@ -75,16 +85,16 @@ run() { # name port script
     | grep '^RESULT' | sed "s/^RESULT/$1/"
 }
 # Warm-up: caches.
-for p in $ON_PORT $OFF_PORT; do taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/verify.lua "http://127.0.0.1:$p" >/dev/null; done
+for p in $ON_PORT $OFF_PORT; do taskset -c 1 wrk -t1 -c8 -d2s -s "bins/keygate/bench/$script" "http://127.0.0.1:$p" >/dev/null; done
 
 for r in $(seq 1 "$ROUNDS"); do
-  run "on round=$r" $ON_PORT verify.lua
-  run "off round=$r" $OFF_PORT verify.lua
+  run "on round=$r" $ON_PORT "$script"
+  run "off round=$r" $OFF_PORT "$script"
 done | tee "$work/results"
 sleep 3 # the last flush
 curl -s "http://127.0.0.1:$ON_PORT/metrics" | grep -E '^keygate_analytics_dropped_total' || echo "keygate_analytics_dropped_total 0"
 
-awk '
+awk -v label="$label" '
   { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
   $1 == "on"  { on[++n] = v["rps"]; onp99[n] = v["p99_us"]; err += v["errors"] }
   $1 == "off" { off[n] = v["rps"]; offp99[n] = v["p99_us"]; err += v["errors"] }
@@ -95,7 +105,7 @@ awk '
   }
   END {
     for (i = 1; i <= n; i++) r[i] = on[i] / off[i]
-    printf "verifyKey, analytics on:  median %.0f req/s, median p99 %d us\n", median(on, n), median(onp99, n)
-    printf "verifyKey, analytics off: median %.0f req/s, median p99 %d us\n", median(off, n), median(offp99, n)
+    printf "%s, analytics on:  median %.0f req/s, median p99 %d us\n", label, median(on, n), median(onp99, n)
+    printf "%s, analytics off: median %.0f req/s, median p99 %d us\n", label, median(off, n), median(offp99, n)
     printf "on/off: median of per-round ratios %.2f (target >= 0.95); non-2xx or socket errors: %d\n", median(r, n), err
   }' "$work/results"

@@ -95,6 +95,9 @@ impl Equivalent<Series> for SeriesRef<'_, '_> {
 /// The in-memory counts; see the module docs.
 pub struct Recorder {
     shards: Box<[Mutex<HashMap<Series, u64, foldhash::fast::FixedState>>]>,
+    /// The latest minute of each key with a series held (`lastUsed` before a flush): set
+    /// when a series is created, cleared when its minute is drained; sharded by key.
+    last_minutes: Box<[Mutex<HashMap<Box<str>, u64, foldhash::fast::FixedState>>]>,
     hasher: foldhash::fast::FixedState,
     max_series: usize,
     series: AtomicUsize,
@@ -120,6 +123,7 @@ impl Recorder {
         let hasher = foldhash::fast::FixedState::with_seed(0x616e_616c_7974_6963);
         Self {
             shards: (0..64).map(|_| Mutex::new(HashMap::with_hasher(hasher))).collect(),
+            last_minutes: (0..16).map(|_| Mutex::new(HashMap::with_hasher(hasher))).collect(),
             hasher,
             max_series,
             series: AtomicUsize::new(0),
@@ -158,6 +162,22 @@ impl Recorder {
             return;
         }
         shard.insert(owned(&key), 1);
+        drop(shard);
+        self.note_minute(outcome.key_id, key.minute);
+    }
+
+    fn last_minutes_of(&self, key_id: &str) -> &Mutex<HashMap<Box<str>, u64, foldhash::fast::FixedState>> {
+        &self.last_minutes[self.hasher.hash_one(key_id) as usize % self.last_minutes.len()]
+    }
+
+    /// `key_id` has a series in `minute` (a new series: a key's first of its kind in a
+    /// minute, so this is off the common path).
+    fn note_minute(&self, key_id: &str, minute: u64) {
+        let mut last = self.last_minutes_of(key_id).lock();
+        match last.get_mut(key_id) {
+            Some(m) => *m = (*m).max(minute),
+            None => drop(last.insert(key_id.into(), minute)),
+        }
     }
 
     /// Takes the counts of the minutes that started before `before_ms` (every count, with
@@ -178,6 +198,13 @@ impl Recorder {
             }
         }
         self.series.fetch_sub(out.len(), Ordering::AcqRel);
+        // What was drained is the database's to tell now; a later minute stays noted.
+        for c in &out {
+            let mut last = self.last_minutes_of(&c.series.key_id).lock();
+            if last.get(&*c.series.key_id).is_some_and(|m| *m <= c.series.minute) {
+                last.remove(&*c.series.key_id);
+            }
+        }
         out
     }
 
@@ -197,25 +224,20 @@ impl Recorder {
                 metrics::counter!("keygate_analytics_dropped_total").increment(count);
                 continue;
             }
+            let (key_id, minute) = (series.key_id.clone(), series.minute);
             shard.insert(series, count);
+            drop(shard);
+            self.note_minute(&key_id, minute);
         }
     }
 
-    /// The latest minute each of `key_ids` has a count in (held here, not yet drained).
+    /// The latest minute each of `key_ids` has a count in (held here, not yet drained):
+    /// a lookup per key, whatever the number of series held.
     pub fn last_minutes(&self, key_ids: &[&str]) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        for shard in self.shards.iter() {
-            for s in shard.lock().keys() {
-                if !key_ids.contains(&&*s.key_id) {
-                    continue;
-                }
-                match out.iter_mut().find(|(id, _)| **id == *s.key_id) {
-                    Some((_, m)) => *m = (*m).max(s.minute),
-                    None => out.push((s.key_id.to_string(), s.minute)),
-                }
-            }
-        }
-        out
+        key_ids
+            .iter()
+            .filter_map(|id| self.last_minutes_of(id).lock().get(*id).map(|m| (id.to_string(), *m)))
+            .collect()
     }
 
     /// Counts dropped so far because the bound was reached.
@@ -290,6 +312,22 @@ mod tests {
         assert!(drained.iter().any(|c| &*c.series.key_id == "key_2" && c.series.minute == 60_000));
         assert!(drained.iter().any(|c| &*c.series.key_id == "key_2" && c.series.minute == 120_000));
         assert_eq!(r.series(), 0);
+    }
+
+    #[test]
+    fn last_minutes_are_those_held() {
+        let r = Recorder::new(100);
+        r.record(&outcome("key_1", VerifyCode::Valid, &[], 60_000));
+        r.record(&outcome("key_1", VerifyCode::Disabled, &[], 125_000));
+        r.record(&outcome("key_2", VerifyCode::Valid, &[], 60_500));
+        let mut last = r.last_minutes(&["key_1", "key_2", "key_3"]);
+        last.sort();
+        assert_eq!(last, [("key_1".to_string(), 120_000), ("key_2".to_string(), 60_000)]);
+        // Drained minutes are the database's; a later one held stays.
+        r.drain(Some(120_000));
+        assert_eq!(r.last_minutes(&["key_1", "key_2"]), [("key_1".to_string(), 120_000)]);
+        r.drain(None);
+        assert!(r.last_minutes(&["key_1"]).is_empty());
     }
 
     #[test]

@@ -15,12 +15,11 @@
 //! (Lossy Counting's rule), so it is not evicted before it could have overtaken. The counts
 //! written are only what each identifier was seen doing while held: never more than the
 //! truth, and exact for every identifier held since its first decision of the hour, which
-//! is every identifier when a shard sees at most [`SKETCH_CAPACITY`] of them, and in any
-//! stream every identifier heavier than `2/capacity` of its shard's hour but for what it
-//! did before it was that heavy (an identifier is evicted only while its count is at or
-//! under half the shard's hour / (capacity/2)). With 16 shards of 256, a namespace-hour
-//! keeps up to 4,096 identifiers; the top 100 of them by total and by denials are kept
-//! when the hour closes (`trim` in the service).
+//! is every identifier when a shard sees at most [`SKETCH_CAPACITY`] of them. An evicted
+//! identifier loses what it had, at most the median rank, which in the worst case (a
+//! stream of distinct identifiers) grows by about one per `capacity/2` newcomers.
+//! With 16 shards of 256, a namespace-hour keeps up to 4,096 identifiers; the top 100 of
+//! them by total and by denials are kept when the hour closes (`trim` in the service).
 //!
 //! Memory is bounded: at most `max_entries` counts (namespace-minutes and identifiers)
 //! wait here; beyond that a new namespace-minute's decisions are dropped and counted in
@@ -305,7 +304,9 @@ impl LimitRecorder {
     }
 
     /// Takes every namespace-minute held (one count per namespace and minute) and what
-    /// each identifier did since the last drain; forgets the sketches of hours that ended
+    /// each identifier did since the last drain (of those that did more while held than
+    /// the sketch's floor: under pressure, the light ones wait, and are lost if evicted);
+    /// forgets the sketches of hours that ended
     /// by `now_ms` (every sketch, with `None`: at shutdown).
     pub fn drain(&self, now_ms: Option<u64>) -> Drained {
         let mut out = Drained::default();
@@ -327,7 +328,10 @@ impl LimitRecorder {
             for (slot, sketch) in shard.hours.iter_mut() {
                 for (identifier, h) in sketch.held.iter_mut() {
                     let (passed, denied) = (h.passed - h.drained_passed, h.denied - h.drained_denied);
-                    if passed + denied > 0 {
+                    // Only identifiers that have done more while held than anyone evicted
+                    // (everyone, while nothing was): others cannot be among the heaviest
+                    // yet, and writing them would cost a row each.
+                    if passed + denied > 0 && h.passed + h.denied > sketch.floor {
                         out.identifiers.push(IdentifierHour {
                             workspace_id: sketch.workspace_id.clone(),
                             namespace_id: slot.namespace_id.clone(),
@@ -532,17 +536,22 @@ mod tests {
             .take(400)
             .collect();
         for (n, id) in same.iter().enumerate() {
-            // The first ten are heavy.
+            // The first ten are heavy (and written: nothing was evicted yet).
             for _ in 0..if n < 10 { 50 } else { 1 } {
                 r.record(&decision("ns", id, true, 0));
             }
         }
-        let ids = by_identifier(&r.drain(None));
-        assert!(ids.len() <= SKETCH_CAPACITY + 1, "{}", ids.len());
+        let ids = by_identifier(&r.drain(Some(1_000)));
+        assert!(ids.len() <= SKETCH_CAPACITY, "{}", ids.len());
         for id in &same[..10] {
             assert_eq!(ids[&("ns".into(), 0, id.clone())], (50, 0));
         }
-        assert!(ids.contains_key(&("ns".into(), 0, same[399].clone())), "the newest is held");
+        assert!(!ids.contains_key(&("ns".into(), 0, same[399].clone())), "light: not written yet");
+        // The newest is held: written once it did more than anyone evicted.
+        r.record(&decision("ns", &same[399], true, 0));
+        r.record(&decision("ns", &same[399], true, 0));
+        let ids = by_identifier(&r.drain(None));
+        assert_eq!(ids[&("ns".into(), 0, same[399].clone())], (3, 0));
     }
 
     #[test]

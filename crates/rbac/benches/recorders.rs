@@ -1,0 +1,57 @@
+//! What analytics cost a request (docs/performance.md, section 10): one verification
+//! counted by `analytics::Recorder`, one rate-limit decision by
+//! `ratelimit_analytics::LimitRecorder`, in their common case (the series or identifier
+//! held already) and their worst (10,000 identifiers rotating through full sketches).
+//!
+//!   cargo bench -p keygate-rbac --bench recorders
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use keygate_rbac::VerifyCode;
+use keygate_rbac::analytics::{Outcome, Recorder};
+use keygate_rbac::ratelimit_analytics::{LimitDecision, LimitRecorder};
+use std::hint::black_box;
+
+fn recorders(c: &mut Criterion) {
+    let identifiers: Vec<String> = (0..10_000).map(|i| format!("user_{i:06}@example.com")).collect();
+    let mut g = c.benchmark_group("record");
+
+    let r = Recorder::new(1_000_000);
+    let tags = vec!["plan:pro".to_string()];
+    let keys: Vec<String> = (0..1_000).map(|i| format!("key_{i:016}")).collect();
+    let mut i = 0;
+    g.bench_function("verification, 1,000 keys", |b| {
+        b.iter(|| {
+            i = (i + 1) % keys.len();
+            r.record(black_box(&Outcome {
+                workspace_id: "ws_1",
+                api_id: Some("api_1"),
+                key_id: &keys[i],
+                identity_id: None,
+                code: VerifyCode::Valid,
+                tags: &tags,
+                at_ms: 1_000,
+            }));
+        })
+    });
+
+    for (name, n) in [("decision, 100 identifiers", 100), ("decision, 10,000 identifiers", 10_000)] {
+        let r = LimitRecorder::new(1_000_000);
+        let mut i = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % n;
+                r.record(black_box(&LimitDecision {
+                    workspace_id: "ws_1",
+                    namespace_id: "rlns_1",
+                    identifier: &identifiers[i],
+                    passed: true,
+                    at_ms: 1_000,
+                }));
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, recorders);
+criterion_main!(benches);
