@@ -92,12 +92,15 @@ impl Equivalent<Series> for SeriesRef<'_, '_> {
     }
 }
 
+/// Keys and the latest minute each has a series in.
+type KeyMinutes = HashMap<Box<str>, u64, foldhash::fast::FixedState>;
+
 /// The in-memory counts; see the module docs.
 pub struct Recorder {
     shards: Box<[Mutex<HashMap<Series, u64, foldhash::fast::FixedState>>]>,
     /// The latest minute of each key with a series held (`lastUsed` before a flush): set
     /// when a series is created, cleared when its minute is drained; sharded by key.
-    last_minutes: Box<[Mutex<HashMap<Box<str>, u64, foldhash::fast::FixedState>>]>,
+    last_minutes: Box<[Mutex<KeyMinutes>]>,
     hasher: foldhash::fast::FixedState,
     max_series: usize,
     series: AtomicUsize,
@@ -166,7 +169,7 @@ impl Recorder {
         self.note_minute(outcome.key_id, key.minute);
     }
 
-    fn last_minutes_of(&self, key_id: &str) -> &Mutex<HashMap<Box<str>, u64, foldhash::fast::FixedState>> {
+    fn last_minutes_of(&self, key_id: &str) -> &Mutex<KeyMinutes> {
         &self.last_minutes[self.hasher.hash_one(key_id) as usize % self.last_minutes.len()]
     }
 
