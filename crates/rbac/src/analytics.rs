@@ -211,29 +211,6 @@ impl Recorder {
         out
     }
 
-    /// Puts drained counts back (a flush that failed), within the bound (beyond it they
-    /// are dropped and counted).
-    pub fn restore(&self, counts: Vec<SeriesCount>) {
-        for SeriesCount { series, count } in counts {
-            let hash = self.hasher.hash_one(&series);
-            let mut shard = self.shards[hash as usize % self.shards.len()].lock();
-            if let Some(n) = shard.get_mut(&series) {
-                *n += count;
-                continue;
-            }
-            if self.series.fetch_add(1, Ordering::AcqRel) >= self.max_series {
-                self.series.fetch_sub(1, Ordering::AcqRel);
-                self.dropped.fetch_add(count, Ordering::Relaxed);
-                metrics::counter!("keygate_analytics_dropped_total").increment(count);
-                continue;
-            }
-            let (key_id, minute) = (series.key_id.clone(), series.minute);
-            shard.insert(series, count);
-            drop(shard);
-            self.note_minute(&key_id, minute);
-        }
-    }
-
     /// The latest minute each of `key_ids` has a count in (held here, not yet drained):
     /// a lookup per key, whatever the number of series held.
     pub fn last_minutes(&self, key_ids: &[&str]) -> Vec<(String, u64)> {

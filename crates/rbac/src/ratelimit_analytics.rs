@@ -254,31 +254,20 @@ impl LimitRecorder {
             add(&mut h.passed, &mut h.denied, d.passed, 1);
             return;
         }
-        let held = Held::default();
-        if !self.hold(&mut shard, d.workspace_id, &hour, d.identifier, held, d.passed, 1) {
+        if !self.hold(&mut shard, d, &hour) {
             self.drop_counts(1);
         }
     }
 
-    /// Adds an identifier not held yet to its sketch (made room for, when full), counting
-    /// `n` decisions: false when there is no room at all.
-    #[allow(clippy::too_many_arguments)]
-    fn hold(
-        &self,
-        shard: &mut Shard,
-        workspace_id: &str,
-        hour: &SlotRef<'_>,
-        identifier: &str,
-        mut held: Held,
-        passed: bool,
-        n: u64,
-    ) -> bool {
+    /// Adds the decision's identifier, not held yet, to its sketch (made room for, when
+    /// full), counting the decision: false when there is no room at all.
+    fn hold(&self, shard: &mut Shard, d: &LimitDecision<'_>, hour: &SlotRef<'_>) -> bool {
         if !shard.hours.contains_key(hour) {
             if !self.take() {
                 return false;
             }
             let sketch = Sketch {
-                workspace_id: workspace_id.into(),
+                workspace_id: d.workspace_id.into(),
                 floor: 0,
                 held: HashMap::with_hasher(self.hasher),
             };
@@ -297,9 +286,9 @@ impl LimitRecorder {
                 return false;
             }
         }
-        held.floor = sketch.floor;
-        add(&mut held.passed, &mut held.denied, passed, n);
-        sketch.held.insert(identifier.into(), held);
+        let mut held = Held { floor: sketch.floor, ..Held::default() };
+        add(&mut held.passed, &mut held.denied, d.passed, 1);
+        sketch.held.insert(d.identifier.into(), held);
         true
     }
 
@@ -365,40 +354,6 @@ impl LimitRecorder {
             })
             .collect();
         out
-    }
-
-    /// Puts drained counts back (a write that failed), within the bound (beyond it they
-    /// are dropped and counted).
-    pub fn restore(&self, drained: Drained) {
-        for m in drained.minutes {
-            let mut shard = self.shard_of(&m.namespace_id, "").lock();
-            let slot = SlotRef { namespace_id: &m.namespace_id, start: m.minute };
-            if let Some(c) = shard.minutes.get_mut(&slot) {
-                c.passed += m.passed;
-                c.denied += m.denied;
-                continue;
-            }
-            if !self.take() {
-                self.drop_counts(m.passed + m.denied);
-                continue;
-            }
-            let c = MinuteCount { workspace_id: m.workspace_id, passed: m.passed, denied: m.denied };
-            shard.minutes.insert(Slot { namespace_id: m.namespace_id, start: m.minute }, c);
-        }
-        for i in drained.identifiers {
-            let mut shard = self.shard_of(&i.namespace_id, &i.identifier).lock();
-            let hour = SlotRef { namespace_id: &i.namespace_id, start: i.hour };
-            if let Some(h) = shard.hours.get_mut(&hour).and_then(|s| s.held.get_mut(&*i.identifier)) {
-                // Still held: not drained after all.
-                h.drained_passed -= i.passed.min(h.drained_passed);
-                h.drained_denied -= i.denied.min(h.drained_denied);
-                continue;
-            }
-            let held = Held { passed: i.passed, ..Held::default() };
-            if !self.hold(&mut shard, &i.workspace_id, &hour, &i.identifier, held, false, i.denied) {
-                self.drop_counts(i.passed + i.denied);
-            }
-        }
     }
 
     /// Counts dropped so far because the bound was reached.
@@ -552,25 +507,6 @@ mod tests {
         r.record(&decision("ns", &same[399], true, 0));
         let ids = by_identifier(&r.drain(None));
         assert_eq!(ids[&("ns".into(), 0, same[399].clone())], (3, 0));
-    }
-
-    #[test]
-    fn restore_puts_back_what_a_failed_write_took() {
-        let r = LimitRecorder::new(1_000);
-        r.record(&decision("ns", "x", true, 0));
-        r.record(&decision("ns", "y", false, 0));
-        let first = r.drain(Some(1_000));
-        r.record(&decision("ns", "x", true, 1));
-        r.restore(first.clone());
-        // Also after the sketch is gone.
-        let again = r.drain(None);
-        let ids = by_identifier(&again);
-        assert_eq!(ids[&("ns".into(), 0, "x".into())], (2, 0));
-        assert_eq!(ids[&("ns".into(), 0, "y".into())], (0, 1));
-        r.restore(again);
-        let ids = by_identifier(&r.drain(None));
-        assert_eq!(ids[&("ns".into(), 0, "x".into())], (2, 0));
-        assert_eq!(ids[&("ns".into(), 0, "y".into())], (0, 1));
     }
 
     #[test]

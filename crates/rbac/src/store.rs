@@ -333,6 +333,11 @@ pub trait AnalyticsTx {
     fn delete_verification_counts_before(&mut self, before: i64) -> R<usize>;
     /// The latest bucket with a count of each key that has one, of `key_ids`.
     fn keys_last_used(&mut self, key_ids: &[&str]) -> R<Vec<(String, i64)>>;
+    /// Records that the analytics flush `id` is written in this transaction: false when it
+    /// was already (an earlier attempt landed; write nothing).
+    fn claim_analytics_flush(&mut self, id: &str, now: i64) -> R<bool>;
+    /// Forgets the flushes written before `before`: how many.
+    fn delete_analytics_flushes_before(&mut self, before: i64) -> R<usize>;
 }
 
 /// A count of verifications, as stored: absent parts are empty strings.

@@ -208,6 +208,13 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    analytics_flushes (id) {
+        id -> Text,
+        written_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     apis,
     identities,

@@ -5,6 +5,7 @@
 use super::*;
 use crate::analytics::{Outcome, Recorder, SeriesCount};
 use crate::store::{VerificationCount, VerificationFilter};
+use keygate_domain::new_id;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 3_600_000;
@@ -152,10 +153,13 @@ impl<S: RbacStore> RbacService<S> {
         self.analytics.as_ref()
     }
 
-    /// Writes every count held in memory to the database (added to what is there: the
-    /// current minute's row grows with each flush), the verifications' in one transaction
-    /// and the rate-limit decisions' in another: how many rows. When a write fails, its
-    /// counts go back to their recorder (within its bound) for the next flush.
+    /// Writes every count held in memory to the database in one transaction (added to
+    /// what is there: the current minute's row grows with each flush): how many rows.
+    /// Each flush has an id, written with it: when its commit is not confirmed (a failure,
+    /// or a reply lost after the commit), the next flush writes it again under that id
+    /// before taking anything new, and the id, found, says it landed the first time, so
+    /// counts are never lost to a failure nor added twice. Meanwhile new counts wait in
+    /// the recorders, within their bounds.
     pub fn flush_analytics(&self) -> Result<usize, RbacError> {
         self.flush_all_analytics(false)
     }
@@ -166,25 +170,37 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     fn flush_all_analytics(&self, final_flush: bool) -> Result<usize, RbacError> {
-        let limits = self.flush_ratelimit_analytics(final_flush);
-        let verifications = self.flush_verification_counts();
-        Ok(limits? + verifications?)
-    }
-
-    fn flush_verification_counts(&self) -> Result<usize, RbacError> {
-        let Some(recorder) = &self.analytics else { return Ok(0) };
-        let drained = recorder.drain(None);
-        if drained.is_empty() {
+        // One flush at a time; an unconfirmed one is settled before anything new is taken.
+        let mut unconfirmed = self.unconfirmed_flush.lock();
+        if let Some(batch) = unconfirmed.take()
+            && let Err(e) = self.write_flush(&batch)
+        {
+            *unconfirmed = Some(batch);
+            return Err(e);
+        }
+        let mut batch = Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
+        if let Some(recorder) = &self.analytics {
+            batch.verifications = recorder.drain(None).iter().map(stored).collect();
+        }
+        (batch.limits, batch.identifiers) = self.drain_ratelimit_analytics(final_flush);
+        if batch.is_empty() {
             return Ok(0);
         }
-        let rows: Vec<VerificationCount> = drained.iter().map(stored).collect();
-        match self.store.transaction(|tx| Ok(tx.add_verification_counts(&rows)?)) {
-            Ok(()) => Ok(rows.len()),
-            Err(e) => {
-                recorder.restore(drained);
-                Err(e)
+        self.write_flush(&batch).inspect_err(|_| *unconfirmed = Some(batch))
+    }
+
+    /// Writes a flush in one transaction, unless its id says it landed already: how many
+    /// rows it wrote.
+    fn write_flush(&self, f: &Flush) -> Result<usize, RbacError> {
+        self.store.transaction(|tx| {
+            if !tx.claim_analytics_flush(&f.id, self.now())? {
+                return Ok(0);
             }
-        }
+            tx.add_verification_counts(&f.verifications)?;
+            tx.add_ratelimit_counts(&f.limits)?;
+            tx.add_identifier_counts(&f.identifiers)?;
+            Ok(f.verifications.len() + f.limits.len() + f.identifiers.len())
+        })
     }
 
     /// Rolls minutes older than a day into hours and hours older than 30 days into days,
@@ -202,6 +218,8 @@ impl<S: RbacStore> RbacService<S> {
         n += self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(HOUR, DAY, days_from)?))?;
         n += self.store.transaction(|tx| Ok(tx.delete_verification_counts_before(kept_from)?))?;
         n += self.roll_up_ratelimit_analytics(hours_from, days_from, kept_from)?;
+        // A flush is settled within seconds; its id is kept a day.
+        self.store.transaction(|tx| Ok(tx.delete_analytics_flushes_before(now - DAY)?))?;
         Ok(n)
     }
 
@@ -419,6 +437,21 @@ impl<S: RbacStore> RbacService<S> {
             k.last_used = last.get(&k.key.id).copied();
         }
         Ok(())
+    }
+}
+
+/// The rows of one flush, and its id.
+#[derive(Debug, Default)]
+pub(crate) struct Flush {
+    id: String,
+    verifications: Vec<VerificationCount>,
+    limits: Vec<crate::store::RatelimitCount>,
+    identifiers: Vec<crate::store::IdentifierCount>,
+}
+
+impl Flush {
+    fn is_empty(&self) -> bool {
+        self.verifications.is_empty() && self.limits.is_empty() && self.identifiers.is_empty()
     }
 }
 

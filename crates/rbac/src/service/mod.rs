@@ -115,6 +115,8 @@ pub struct RbacService<S> {
     analytics: Option<Arc<crate::analytics::Recorder>>,
     /// Where rate-limit decisions are counted for analytics (`ratelimit_analytics`).
     limit_analytics: Option<Arc<crate::ratelimit_analytics::LimitRecorder>>,
+    /// An analytics flush whose commit was not confirmed (`analytics`).
+    unconfirmed_flush: parking_lot::Mutex<Option<analytics::Flush>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -134,6 +136,7 @@ impl<S: RbacStore> RbacService<S> {
             credits: CreditLedger::Memory(Arc::default()),
             analytics: None,
             limit_analytics: None,
+            unconfirmed_flush: Default::default(),
         }
     }
 

@@ -121,24 +121,15 @@ impl<S: RbacStore> RbacService<S> {
         }
     }
 
-    /// Writes the rate-limit counts held in memory (one transaction): how many rows. When
-    /// that fails they go back to the recorder, within its bound.
-    pub(super) fn flush_ratelimit_analytics(&self, final_flush: bool) -> Result<usize, RbacError> {
-        let Some(recorder) = &self.limit_analytics else { return Ok(0) };
-        let drained = recorder.drain((!final_flush).then(|| self.clock.now_ms()));
-        if drained.is_empty() {
-            return Ok(0);
-        }
-        let (counts, identifiers) = stored(&drained);
-        match self.store.transaction(|tx| {
-            tx.add_ratelimit_counts(&counts)?;
-            Ok(tx.add_identifier_counts(&identifiers)?)
-        }) {
-            Ok(()) => Ok(counts.len() + identifiers.len()),
-            Err(e) => {
-                recorder.restore(drained);
-                Err(e)
-            }
+    /// Takes the rate-limit counts held in memory, as the database keeps them (see
+    /// [`LimitRecorder::drain`]; `final_flush`, at shutdown: every sketch).
+    pub(super) fn drain_ratelimit_analytics(
+        &self,
+        final_flush: bool,
+    ) -> (Vec<RatelimitCount>, Vec<IdentifierCount>) {
+        match &self.limit_analytics {
+            Some(recorder) => stored(&recorder.drain((!final_flush).then(|| self.clock.now_ms()))),
+            None => Default::default(),
         }
     }
 

@@ -220,4 +220,28 @@ impl AnalyticsTx for DieselTx<'_> {
             .map_err(db_err)?;
         Ok(rows.into_iter().filter_map(|(k, b)| b.map(|b| (k, b))).collect())
     }
+
+    fn claim_analytics_flush(&mut self, id: &str, now: i64) -> R<bool> {
+        use analytics_flushes::dsl as f;
+        let row = (f::id.eq(id), f::written_at.eq(now));
+        let inserted = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => {
+                diesel::insert_into(f::analytics_flushes).values(row).on_conflict_do_nothing().execute(c)
+            }
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => {
+                diesel::insert_into(f::analytics_flushes).values(row).on_conflict_do_nothing().execute(c)
+            }
+        }
+        .map_err(db_err)?;
+        Ok(inserted == 1)
+    }
+
+    fn delete_analytics_flushes_before(&mut self, before: i64) -> R<usize> {
+        use analytics_flushes::dsl as f;
+        diesel::delete(f::analytics_flushes.filter(f::written_at.lt(before)))
+            .execute(self.conn)
+            .map_err(db_err)
+    }
 }

@@ -1,0 +1,98 @@
+//! An analytics flush whose commit is not confirmed (API-v2.md §14, §14.1): a failure
+//! before the commit loses nothing, and a reply lost after it adds nothing twice: the
+//! next flush writes the same rows under the same id, and the id says whether they landed.
+
+use keygate_domain::ManualClock;
+use keygate_rbac::analytics::Recorder;
+use keygate_rbac::ratelimit_analytics::LimitRecorder;
+use keygate_rbac::{LimitSlice, Principal, RatelimitsQuery, RbacService, RbacStore, RbacTx, StorageError};
+use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The SQL store, made to fail a transaction before it runs, or to report a failure
+/// after it committed (the reply lost).
+#[derive(Debug)]
+struct Unreliable {
+    inner: SqlStore,
+    fail_next: AtomicBool,
+    lose_next_reply: AtomicBool,
+}
+
+impl RbacStore for Unreliable {
+    fn transaction<T, F>(&self, f: F) -> Result<T, keygate_rbac::RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, keygate_rbac::RbacError>,
+    {
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(StorageError::Unavailable("the database is down (test)".into()).into());
+        }
+        let out = self.inner.transaction(f)?;
+        if self.lose_next_reply.swap(false, Ordering::SeqCst) {
+            return Err(StorageError::Unavailable("the connection dropped after COMMIT (test)".into()).into());
+        }
+        Ok(out)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn ping(&self) -> Result<(), StorageError> {
+        self.inner.ping()
+    }
+}
+
+#[test]
+fn an_unconfirmed_flush_is_written_exactly_once() {
+    let db = TestDb::fresh();
+    let inner = SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store = Unreliable { inner, fail_next: AtomicBool::new(false), lose_next_reply: AtomicBool::new(false) };
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let svc = RbacService::new(store, clock.clone())
+        .with_analytics(Arc::new(Recorder::new(1_000)))
+        .with_ratelimit_analytics(Arc::new(LimitRecorder::new(1_000)));
+    let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+    let q = RatelimitsQuery { namespace: "verify:requests".into(), slice: LimitSlice::Day, ..Default::default() };
+    let counted = || -> (u64, u64) {
+        let rows = svc.get_ratelimits(&admin, &q).expect("query");
+        rows.iter().fold((0, 0), |(p, d), r| (p + r.passed, d + r.denied))
+    };
+    let decide = |n: usize, passed: bool| {
+        for _ in 0..n {
+            svc.record_limit(&ws.id, "verify:requests", "key_1", passed);
+        }
+    };
+
+    decide(3, true);
+    // The commit landed, its reply did not: the flush reports a failure...
+    svc.store().lose_next_reply.store(true, Ordering::SeqCst);
+    assert!(svc.flush_analytics().is_err());
+    assert_eq!(counted(), (3, 0), "the rows landed");
+    // ...and the next flush, finding its id, adds nothing twice; it writes what is new.
+    decide(2, false);
+    svc.flush_analytics().expect("flush");
+    assert_eq!(counted(), (3, 2));
+
+    // A failure before the commit: nothing landed, nothing is lost.
+    decide(4, true);
+    svc.store().fail_next.store(true, Ordering::SeqCst);
+    assert!(svc.flush_analytics().is_err());
+    assert_eq!(counted(), (3, 2));
+    decide(1, false);
+    // The unconfirmed flush first, then what came since.
+    svc.flush_analytics().expect("flush");
+    assert_eq!(counted(), (7, 3));
+    assert_eq!(svc.ratelimit_analytics().unwrap().dropped(), 0);
+
+    // The ids are forgotten after a day, by the roll-up.
+    clock.advance(86_400_001);
+    svc.roll_up_analytics(90).expect("roll-up");
+    let left = svc.store().inner.with_conn(|c| {
+        use diesel::prelude::*;
+        keygate_store::schema::analytics_flushes::table.count().get_result::<i64>(c)
+    });
+    assert_eq!(left.expect("count"), 0);
+}
