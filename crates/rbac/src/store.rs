@@ -323,7 +323,7 @@ pub trait AuditTx {
 pub trait AnalyticsTx {
     /// Adds each count to its row (created when absent): instances add up.
     fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()>;
-    /// The counts `filter` selects, of every bucket width.
+    /// The counts `filter` selects, of every bucket width, summed as it says.
     fn verification_counts(&mut self, filter: &VerificationFilter<'_>) -> R<Vec<VerificationCount>>;
     /// Moves the counts of buckets of `from` ms starting before `before` into buckets of
     /// `to` ms (added to what is there), serialized against other instances doing the
@@ -357,7 +357,8 @@ pub struct VerificationCount {
 }
 
 /// Which counts a read takes: a workspace's (API's, when given), buckets starting in
-/// `start..=end`, and optionally some keys and one identity.
+/// `start..=end`, and optionally some keys and one identity; and how the database sums
+/// them before answering.
 #[derive(Debug, Clone, Copy)]
 pub struct VerificationFilter<'a> {
     pub workspace_id: &'a str,
@@ -366,6 +367,21 @@ pub struct VerificationFilter<'a> {
     pub identity_id: Option<&'a str>,
     pub start: i64,
     pub end: i64,
+    pub sums: VerificationSums,
+}
+
+/// How a read's counts are summed in the database: always per outcome; per bucket of
+/// `width` ms (each count's `bucket` then the start of its bucket of that width; `None`:
+/// every bucket in one, `bucket` 0) and per API, key, identity and tag set only when
+/// asked (a part not asked for reads as empty). Fewer rows cross to the service, whatever
+/// the number of keys.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerificationSums {
+    pub width: Option<i64>,
+    pub by_api: bool,
+    pub by_key: bool,
+    pub by_identity: bool,
+    pub by_tags: bool,
 }
 
 /// Rate-limit analytics (API-v2.md §14.1): decisions per namespace and time bucket, and

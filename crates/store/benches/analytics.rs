@@ -121,6 +121,30 @@ fn run(backend: &str, db: &TestDb) {
         }
     }
     report(backend, "30-day per-key per-day getVerifications", samples);
+
+    // The whole API: 90 days per day, and grouped by key.
+    for (name, by_key) in [("90-day whole-API per-day", false), ("90-day whole-API per-key", true)] {
+        let q = VerificationsQuery {
+            api_id: api.clone(),
+            start: Some((NOW - 90 * DAY) as i64),
+            end: Some(NOW as i64),
+            time: (!by_key).then_some(TimeSlice::Day),
+            by_key,
+            ..VerificationsQuery::default()
+        };
+        let mut samples = Vec::new();
+        for i in 0..12 {
+            let t = Instant::now();
+            let rows = svc.get_verifications(&admin, &q).unwrap();
+            let took = t.elapsed();
+            let total: u64 = rows.iter().map(|r| r.total()).sum();
+            assert_eq!(total, VERIFICATIONS, "every verification");
+            if i >= 2 {
+                samples.push(took);
+            }
+        }
+        report(backend, &format!("{name} getVerifications"), samples);
+    }
 }
 
 /// The database's size on disk (SQLite: the file; PostgreSQL: the table and its indexes).

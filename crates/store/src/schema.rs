@@ -215,6 +215,17 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    api_verification_counts (workspace_id, api_id, width, bucket, outcome) {
+        workspace_id -> Text,
+        api_id -> Text,
+        width -> BigInt,
+        bucket -> BigInt,
+        outcome -> Text,
+        count -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     apis,
     identities,

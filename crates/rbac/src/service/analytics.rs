@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::analytics::{Outcome, Recorder, SeriesCount};
-use crate::store::{VerificationCount, VerificationFilter};
+use crate::store::{VerificationCount, VerificationFilter, VerificationSums};
 use keygate_domain::new_id;
 
 const MINUTE: i64 = 60_000;
@@ -268,6 +268,16 @@ impl<S: RbacStore> RbacService<S> {
                 identity_id: identity.as_ref().map(|i| i.id.as_str()),
                 start,
                 end,
+                sums: VerificationSums {
+                    width: q.time.map(|t| match t {
+                        TimeSlice::Hour => HOUR,
+                        TimeSlice::Day | TimeSlice::Month => DAY,
+                    }),
+                    by_api: false,
+                    by_key: q.by_key,
+                    by_identity: q.by_identity,
+                    by_tags: q.by_tags || q.by_tag || !q.tags.is_empty(),
+                },
             };
             let counts = tx.verification_counts(&filter)?;
             let mut identities = HashMap::new();
@@ -375,6 +385,8 @@ impl<S: RbacStore> RbacService<S> {
                 identity_id: None,
                 start,
                 end,
+                // Per day; per API for an identity's keys (whose APIs the caller may not all reach).
+                sums: VerificationSums { width: Some(DAY), by_api: true, ..VerificationSums::default() },
             };
             match who {
                 KeyOrOwner::Key(id) => {

@@ -6,6 +6,25 @@ use keygate_rbac::store::{AnalyticsTx, VerificationCount, VerificationFilter};
 
 type CountRow = (String, i64, i64, String, String, String, String, String, i64);
 
+/// A sum of counts, as `verification_counts` reads them.
+#[derive(diesel::QueryableByName)]
+struct Summed {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    bucket: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    api_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    key_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    identity_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    tags: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    outcome: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    count: i64,
+}
+
 /// A count's series and bucket start (workspace, bucket, API, key, identity, outcome, tags).
 type SeriesBucket = (String, i64, String, String, String, String, String);
 
@@ -55,8 +74,12 @@ macro_rules! count_columns {
     };
 }
 
-impl AnalyticsTx for DieselTx<'_> {
-    fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()> {
+/// An API's count of one outcome in one bucket (workspace, API, width, bucket, outcome).
+type ApiBucket = (String, String, i64, i64, String);
+
+impl DieselTx<'_> {
+    /// Adds each count to its row of `verification_counts` (created when absent).
+    fn upsert_series(&mut self, counts: &[VerificationCount]) -> R<()> {
         use verification_counts::dsl as v;
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)] // (a build with PostgreSQL alone)
@@ -135,37 +158,166 @@ impl AnalyticsTx for DieselTx<'_> {
         Ok(())
     }
 
+    /// Adds each count to its API's row of `api_verification_counts`.
+    fn upsert_api_totals(&mut self, totals: &HashMap<ApiBucket, i64>) -> R<()> {
+        use diesel::sql_types::{BigInt, Text};
+        let sql = "INSERT INTO api_verification_counts (workspace_id, api_id, width, bucket, outcome, count) \
+                   VALUES ($1, $2, $3, $4, $5, $6) \
+                   ON CONFLICT (workspace_id, api_id, width, bucket, outcome) \
+                   DO UPDATE SET count = api_verification_counts.count + excluded.count";
+        for ((ws, api, width, bucket, outcome), n) in totals {
+            let q = diesel::sql_query(sql)
+                .bind::<Text, _>(ws)
+                .bind::<Text, _>(api)
+                .bind::<BigInt, _>(width)
+                .bind::<BigInt, _>(bucket)
+                .bind::<Text, _>(outcome)
+                .bind::<BigInt, _>(n);
+            match &mut *self.conn {
+                #[cfg(feature = "sqlite")]
+                DbConn::Sqlite(c) => q.execute(c),
+                #[cfg(feature = "postgres")]
+                DbConn::Pg(c) => q.execute(c),
+            }
+            .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    /// Whole-API sums from `api_verification_counts`, when the read needs nothing finer.
+    fn api_totals(&mut self, f: &VerificationFilter<'_>, api_id: &str) -> R<Vec<VerificationCount>> {
+        use api_verification_counts::dsl as a;
+        let rows: Vec<(i64, String, i64)> = a::api_verification_counts
+            .filter(a::workspace_id.eq(f.workspace_id))
+            .filter(a::api_id.eq(api_id))
+            .filter(a::bucket.ge(f.start))
+            .filter(a::bucket.le(f.end))
+            .select((a::bucket, a::outcome, a::count))
+            .load(self.conn)
+            .map_err(db_err)?;
+        let width = f.sums.width;
+        let mut sums: HashMap<(i64, String), i64> = HashMap::new();
+        for (bucket, outcome, n) in rows {
+            let bucket = width.map_or(0, |w| bucket - bucket.rem_euclid(w));
+            *sums.entry((bucket, outcome)).or_default() += n;
+        }
+        Ok(sums
+            .into_iter()
+            .map(|((bucket, outcome), n)| {
+                let api = if f.sums.by_api { api_id.to_string() } else { String::new() };
+                let ws = f.workspace_id.to_string();
+                from_row((ws, width.unwrap_or(0), bucket, api, String::new(), String::new(), outcome, "[]".into(), n))
+            })
+            .collect())
+    }
+}
+
+impl AnalyticsTx for DieselTx<'_> {
+    fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()> {
+        self.upsert_series(counts)?;
+        let mut totals: HashMap<ApiBucket, i64> = HashMap::new();
+        for c in counts {
+            let key = (c.workspace_id.clone(), c.api_id.clone(), c.width, c.bucket, c.outcome.clone());
+            *totals.entry(key).or_default() += i64::try_from(c.count).unwrap_or(i64::MAX);
+        }
+        self.upsert_api_totals(&totals)
+    }
+
     fn verification_counts(&mut self, f: &VerificationFilter<'_>) -> R<Vec<VerificationCount>> {
-        use verification_counts::dsl as v;
+        use diesel::sql_types::{BigInt, Text};
+        let g = f.sums;
+        if let Some(api_id) = f.api_id
+            && f.key_ids.is_empty()
+            && f.identity_id.is_none()
+            && !(g.by_key || g.by_identity || g.by_tags)
+        {
+            return self.api_totals(f, api_id);
+        }
+        // Summed in the database; `$n` in order (PostgreSQL's placeholders and SQLite's
+        // numbered parameters). Parts not summed by read as constants.
+        let part = |on: bool, column: &'static str| if on { column } else { "''" };
+        let bucket = match g.width {
+            Some(w) => format!("(bucket - bucket % {w})"),
+            None => "CAST(0 AS BIGINT)".to_string(),
+        };
+        let columns = [
+            bucket.as_str(),
+            part(g.by_api, "api_id"),
+            part(g.by_key, "key_id"),
+            part(g.by_identity, "identity_id"),
+            part(g.by_tags, "tags"),
+        ];
+        let grouped: Vec<&str> = columns.iter().copied().filter(|c| !c.starts_with("''") && !c.starts_with("CAST")).collect();
+        let mut sql = format!(
+            "SELECT {} AS bucket, {} AS api_id, {} AS key_id, {} AS identity_id, {} AS tags, outcome, \
+             CAST(SUM(count) AS BIGINT) AS count FROM verification_counts \
+             WHERE workspace_id = $1 AND bucket >= $2 AND bucket <= $3",
+            columns[0], columns[1], columns[2], columns[3], columns[4]
+        );
+        let mut n = 3;
+        let mut param = || {
+            n += 1;
+            format!("${n}")
+        };
+        if f.api_id.is_some() {
+            sql += &format!(" AND api_id = {}", param());
+        }
+        if !f.key_ids.is_empty() {
+            let list: Vec<String> = f.key_ids.iter().map(|_| param()).collect();
+            sql += &format!(" AND key_id IN ({})", list.join(", "));
+        }
+        if f.identity_id.is_some() {
+            sql += &format!(" AND identity_id = {}", param());
+        }
+        sql += " GROUP BY outcome";
+        for c in grouped {
+            sql += ", ";
+            sql += c;
+        }
         // Boxed per backend (a boxed query names its backend).
         macro_rules! load {
-            ($c:expr) => {{
-                let mut q = v::verification_counts
-                    .filter(v::workspace_id.eq(f.workspace_id))
-                    .filter(v::bucket.ge(f.start))
-                    .filter(v::bucket.le(f.end))
-                    .select(count_columns!())
-                    .into_boxed();
+            ($c:expr, $backend:ty) => {{
+                let mut q = diesel::sql_query(&sql)
+                    .into_boxed::<$backend>()
+                    .bind::<Text, _>(f.workspace_id)
+                    .bind::<BigInt, _>(f.start)
+                    .bind::<BigInt, _>(f.end);
                 if let Some(api_id) = f.api_id {
-                    q = q.filter(v::api_id.eq(api_id));
+                    q = q.bind::<Text, _>(api_id);
                 }
-                if !f.key_ids.is_empty() {
-                    q = q.filter(v::key_id.eq_any(f.key_ids));
+                for key in f.key_ids {
+                    q = q.bind::<Text, _>(key.as_str());
                 }
                 if let Some(id) = f.identity_id {
-                    q = q.filter(v::identity_id.eq(id));
+                    q = q.bind::<Text, _>(id);
                 }
-                q.load::<CountRow>($c)
+                q.load::<Summed>($c)
             }};
         }
-        let rows: Vec<CountRow> = match &mut *self.conn {
+        let rows: Vec<Summed> = match &mut *self.conn {
             #[cfg(feature = "sqlite")]
-            DbConn::Sqlite(c) => load!(c),
+            DbConn::Sqlite(c) => load!(c, diesel::sqlite::Sqlite),
             #[cfg(feature = "postgres")]
-            DbConn::Pg(c) => load!(c),
+            DbConn::Pg(c) => load!(c, diesel::pg::Pg),
         }
         .map_err(db_err)?;
-        Ok(rows.into_iter().map(from_row).collect())
+        let width = g.width.unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                from_row((
+                    f.workspace_id.to_string(),
+                    width,
+                    r.bucket,
+                    r.api_id,
+                    r.key_id,
+                    r.identity_id,
+                    r.outcome,
+                    if r.tags.is_empty() { "[]".to_string() } else { r.tags },
+                    r.count,
+                ))
+            })
+            .collect())
     }
 
     fn roll_up_verification_counts(&mut self, from: i64, to: i64, before: i64) -> R<usize> {
@@ -197,8 +349,24 @@ impl AnalyticsTx for DieselTx<'_> {
                 from_row((ws, to, bucket, api, key, identity, outcome, tags, n))
             })
             .collect();
-        self.add_verification_counts(&counts)?;
+        self.upsert_series(&counts)?;
         diesel::delete(v::verification_counts.filter(v::width.eq(from)).filter(v::bucket.lt(before)))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        // The APIs' sums likewise.
+        use api_verification_counts::dsl as a;
+        let rows: Vec<(String, String, i64, String, i64)> = a::api_verification_counts
+            .filter(a::width.eq(from))
+            .filter(a::bucket.lt(before))
+            .select((a::workspace_id, a::api_id, a::bucket, a::outcome, a::count))
+            .load(self.conn)
+            .map_err(db_err)?;
+        let mut totals: HashMap<ApiBucket, i64> = HashMap::new();
+        for (ws, api, bucket, outcome, n) in rows {
+            *totals.entry((ws, api, to, bucket - bucket.rem_euclid(to), outcome)).or_default() += n;
+        }
+        self.upsert_api_totals(&totals)?;
+        diesel::delete(a::api_verification_counts.filter(a::width.eq(from)).filter(a::bucket.lt(before)))
             .execute(self.conn)
             .map_err(db_err)?;
         Ok(moved)
@@ -206,7 +374,13 @@ impl AnalyticsTx for DieselTx<'_> {
 
     fn delete_verification_counts_before(&mut self, before: i64) -> R<usize> {
         use verification_counts::dsl as v;
-        diesel::delete(v::verification_counts.filter(v::bucket.lt(before))).execute(self.conn).map_err(db_err)
+        let n = diesel::delete(v::verification_counts.filter(v::bucket.lt(before)))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        diesel::delete(api_verification_counts::table.filter(api_verification_counts::bucket.lt(before)))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        Ok(n)
     }
 
     fn keys_last_used(&mut self, key_ids: &[&str]) -> R<Vec<(String, i64)>> {
