@@ -47,15 +47,18 @@ impl RbacStore for Unreliable {
 #[test]
 fn an_unconfirmed_flush_is_written_exactly_once() {
     let db = TestDb::fresh();
-    let inner = SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
-    let store = Unreliable { inner, fail_next: AtomicBool::new(false), lose_next_reply: AtomicBool::new(false) };
+    let inner =
+        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store =
+        Unreliable { inner, fail_next: AtomicBool::new(false), lose_next_reply: AtomicBool::new(false) };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let svc = RbacService::new(store, clock.clone())
         .with_analytics(Arc::new(Recorder::new(1_000)))
         .with_ratelimit_analytics(Arc::new(LimitRecorder::new(1_000)));
     let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh db");
     let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
-    let q = RatelimitsQuery { namespace: "verify:requests".into(), slice: LimitSlice::Day, ..Default::default() };
+    let q =
+        RatelimitsQuery { namespace: "verify:requests".into(), slice: LimitSlice::Day, ..Default::default() };
     let counted = || -> (u64, u64) {
         let rows = svc.get_ratelimits(&admin, &q).expect("query");
         rows.iter().fold((0, 0), |(p, d), r| (p + r.passed, d + r.denied))

@@ -206,7 +206,17 @@ impl DieselTx<'_> {
             .map(|((bucket, outcome), n)| {
                 let api = if f.sums.by_api { api_id.to_string() } else { String::new() };
                 let ws = f.workspace_id.to_string();
-                from_row((ws, width.unwrap_or(0), bucket, api, String::new(), String::new(), outcome, "[]".into(), n))
+                from_row((
+                    ws,
+                    width.unwrap_or(0),
+                    bucket,
+                    api,
+                    String::new(),
+                    String::new(),
+                    outcome,
+                    "[]".into(),
+                    n,
+                ))
             })
             .collect())
     }
@@ -247,7 +257,8 @@ impl AnalyticsTx for DieselTx<'_> {
             part(g.by_identity, "identity_id"),
             part(g.by_tags, "tags"),
         ];
-        let grouped: Vec<&str> = columns.iter().copied().filter(|c| !c.starts_with("''") && !c.starts_with("CAST")).collect();
+        let grouped: Vec<&str> =
+            columns.iter().copied().filter(|c| !c.starts_with("''") && !c.starts_with("CAST")).collect();
         let mut sql = format!(
             "SELECT {} AS bucket, {} AS api_id, {} AS key_id, {} AS identity_id, {} AS tags, outcome, \
              CAST(SUM(count) AS BIGINT) AS count FROM verification_counts \
