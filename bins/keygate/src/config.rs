@@ -318,6 +318,17 @@ pub struct ServeArgs {
     /// into days after 30 days).
     #[arg(long, env = "KEYGATE_ANALYTICS_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=36_500))]
     pub analytics_retention_days: u64,
+    /// The web dashboard under `/dashboard` (docs/dashboard.md); on or off.
+    #[arg(long, env = "KEYGATE_DASHBOARD", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub dashboard: bool,
+    /// The path browsers reach the dashboard at, when a proxy serves it under another
+    /// prefix (links, forms and cookie paths use it); keygate still serves `/dashboard`.
+    #[arg(long, env = "KEYGATE_DASHBOARD_BASE", default_value = "/dashboard", value_parser = dashboard_base)]
+    pub dashboard_base: String,
+    /// Mark the dashboard's cookies `Secure` even when requests do not look like HTTPS
+    /// (they are when the request, or the proxy's `X-Forwarded-Proto`, says https).
+    #[arg(long, env = "KEYGATE_DASHBOARD_SECURE_COOKIES", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub dashboard_secure_cookies: bool,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "KEYGATE_WORKERS", value_parser = positive_usize)]
     pub workers: Option<usize>,
@@ -428,6 +439,10 @@ impl ServeArgs {
                 max_series: self.analytics_max_series as usize,
                 retention_days: self.analytics_retention_days,
             }),
+            dashboard: self.dashboard.then_some(crate::dashboard::DashboardSettings {
+                base: self.dashboard_base,
+                secure_cookies: self.dashboard_secure_cookies,
+            }),
             metrics: match self.metrics.as_str() {
                 "off" => MetricsSetting::Off,
                 "root-key" => MetricsSetting::RootKey,
@@ -490,6 +505,8 @@ pub struct ServerConfig {
     pub audit_retention_days: u64,
     /// Verification analytics; `None`: off.
     pub analytics: Option<AnalyticsSettings>,
+    /// The dashboard; `None`: off.
+    pub dashboard: Option<crate::dashboard::DashboardSettings>,
     /// `GET /metrics`: served openly, to root keys with `metrics.read`, or not at all.
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.
@@ -510,6 +527,23 @@ pub struct ServerConfig {
 pub struct AnalyticsSettings {
     pub max_series: usize,
     pub retention_days: u64,
+}
+
+/// A dashboard base path: `/` then path characters, not ending in `/` (it goes into HTML
+/// attributes and cookie paths).
+fn dashboard_base(s: &str) -> Result<String, String> {
+    let ok = s.starts_with('/')
+        && s.len() > 1
+        && !s.ends_with('/')
+        && s.len() <= 200
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
+    match ok {
+        true => Ok(s.to_string()),
+        false => {
+            Err("a path such as /dashboard or /admin/keygate: letters, digits and / - . _ ~, not ending in /"
+                .into())
+        }
+    }
 }
 
 impl std::fmt::Debug for ServerConfig {

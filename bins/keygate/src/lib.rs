@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod config;
 mod connections;
+pub mod dashboard;
 pub mod error;
 mod handlers;
 mod http;

@@ -133,6 +133,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         metrics_access,
         gateway_policies,
         openapi: Default::default(),
+        dashboard: config.dashboard.clone().map(|d| Arc::new(crate::dashboard::Dashboard::new(d))),
     });
     let metrics_addr = match (&config.metrics_listen, config.metrics) {
         (Some(listen), MetricsSetting::On | MetricsSetting::RootKey) => {
@@ -142,8 +143,14 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     };
 
     let app_state = state.clone();
+    let dashboard = config.dashboard.is_some();
     let mut server = HttpServer::new(move || {
-        App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(routes::configure)
+        App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(|cfg| {
+            if dashboard {
+                crate::dashboard::configure(cfg);
+            }
+            routes::configure(cfg);
+        })
     })
     .workers(workers)
     .max_connections(connections::per_worker(cap, workers))

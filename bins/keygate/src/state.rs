@@ -37,6 +37,8 @@ pub struct AppState {
     pub gateway_policies: keygate_rbac::gateway::GatewayPolicies,
     /// The OpenAPI documents, rendered on first request.
     pub openapi: crate::openapi::Documents,
+    /// The dashboard, when it is on.
+    pub dashboard: Option<Arc<crate::dashboard::Dashboard>>,
 }
 
 /// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).

@@ -32,13 +32,13 @@ pub use query::{
     MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
 };
 pub use service::{
-    AUTH_CACHE_TTL_MS, CreditOp, DEFAULT_RETENTION_DAYS, DailyVerifications, Installed, KeyOrOwner,
-    LimitSlice, LinkMode, MAX_AUDIT_PAGE, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS,
+    AUTH_CACHE_TTL_MS, CreditOp, DEFAULT_RETENTION_DAYS, DailyVerifications, DashboardSession, Installed,
+    KeyOrOwner, LimitSlice, LinkMode, MAX_AUDIT_PAGE, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS,
     MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS,
     MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_OVERRIDES_PER_NAMESPACE, MAX_RATELIMITS,
     MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, MAX_VERIFY_RATELIMITS, OVERRIDE_CACHE_TTL_MS, OrderField,
     OverridesListener, PERM_READ_AUDIT, Pending, RatelimitsQuery, RatelimitsRow, RbacService, RefillSpec,
-    SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk, TOP_IDENTIFIERS, TimeSlice,
+    SESSION_IDLE_MS, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk, TOP_IDENTIFIERS, TimeSlice,
     VERIFY_NAMESPACE_PREFIX, VerificationsQuery, VerificationsRow, check_refill, credit_setting, key_summary,
     key_view, outcome_field, validate_ratelimits, validate_usage,
 };

@@ -57,6 +57,8 @@ pub trait RootKeyTx {
     fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>>;
     /// Whether the root key exists and is not revoked.
     fn root_key_active(&mut self, id: &str) -> R<bool>;
+    /// A root key by id, unless revoked.
+    fn root_key_by_id(&mut self, id: &str) -> R<Option<RootKey>>;
     /// Marks a root key revoked; false when there is no such (unrevoked) key.
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
 }
@@ -449,6 +451,29 @@ pub struct IdentifierCount {
     pub denied: u64,
 }
 
+/// Dashboard sessions, by the hash of their token.
+pub trait SessionTx {
+    fn insert_session(&mut self, session: &StoredSession) -> R<()>;
+    fn session_by_hash(&mut self, token_hash: &str) -> R<Option<StoredSession>>;
+    /// Sets the session's last use.
+    fn touch_session(&mut self, token_hash: &str, now: i64) -> R<()>;
+    /// Whether it existed.
+    fn delete_session(&mut self, token_hash: &str) -> R<bool>;
+    /// Deletes the sessions last used before `before`: how many.
+    fn delete_sessions_seen_before(&mut self, before: i64) -> R<usize>;
+}
+
+/// A dashboard session as stored: never its token, only the token's SHA-256 (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    pub token_hash: String,
+    pub workspace_id: String,
+    pub root_key_id: String,
+    pub csrf_token: String,
+    pub created_at: i64,
+    pub seen_at: i64,
+}
+
 /// Change counters (`crate::counters`), by name.
 pub trait CounterTx {
     /// Adds one to each named counter (an absent one becomes 1) in this transaction, under
@@ -479,6 +504,7 @@ pub trait RbacTx:
     + AuditTx
     + AnalyticsTx
     + RatelimitAnalyticsTx
+    + SessionTx
     + CounterTx
 {
 }
@@ -495,6 +521,7 @@ impl<T> RbacTx for T where
         + AuditTx
         + AnalyticsTx
         + RatelimitAnalyticsTx
+        + SessionTx
         + CounterTx
 {
 }

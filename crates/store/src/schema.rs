@@ -226,6 +226,17 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    dashboard_sessions (token_hash) {
+        token_hash -> Text,
+        workspace_id -> Text,
+        root_key_id -> Text,
+        csrf_token -> Text,
+        created_at -> BigInt,
+        seen_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     apis,
     identities,

@@ -354,6 +354,38 @@ impl<S: RbacStore> RbacService<S> {
         Ok(out)
     }
 
+    /// The workspace's verifications per outcome, in buckets of `width` ms starting in
+    /// `start..=end` (the dashboard's overview): `(bucket start, counts in
+    /// [`VerifyCode::ALL`]'s order)`, ascending. Needs `api.*.read_analytics`.
+    pub fn workspace_verifications(
+        &self,
+        p: &Principal,
+        start: i64,
+        end: i64,
+        width: i64,
+    ) -> Result<Vec<(i64, [u64; 7])>, RbacError> {
+        if !matches!(ApiAccess::of(p, "read_analytics"), Some(ApiAccess::All)) {
+            return Err(ApiAccess::denied("read_analytics", None));
+        }
+        let filter = VerificationFilter {
+            workspace_id: &p.workspace_id,
+            api_id: None,
+            key_ids: &[],
+            identity_id: None,
+            start: floor(start, width),
+            end,
+            sums: VerificationSums { width: Some(width), ..VerificationSums::default() },
+        };
+        let counts = self.store.snapshot(|tx| Ok(tx.verification_counts(&filter)?))?;
+        let mut buckets: BTreeMap<i64, [u64; 7]> = BTreeMap::new();
+        for c in counts {
+            if let Some(i) = VerifyCode::ALL.iter().position(|k| k.as_str() == c.outcome) {
+                buckets.entry(c.bucket).or_default()[i] += c.count;
+            }
+        }
+        Ok(buckets.into_iter().collect())
+    }
+
     /// v1 `keys.getVerifications`: one key's verifications (or the keys' of the identity
     /// whose externalId is `Owner`'s) per day, `start..=end` (Unix ms; `start` truncated
     /// to its day; default everything retained, until now). Needs `read_analytics` for

@@ -16,6 +16,7 @@ mod links;
 mod namespaces;
 mod overrides;
 mod ratelimit_analytics;
+mod sessions;
 mod usage;
 mod verify;
 
@@ -39,6 +40,7 @@ use links::*;
 pub use ratelimit_analytics::{
     LimitSlice, RatelimitsQuery, RatelimitsRow, TOP_IDENTIFIERS, VERIFY_NAMESPACE_PREFIX,
 };
+pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use usage::{MAX_VERIFY_RATELIMITS, Pending, validate_usage};
 use verify::VerifyCache;
 pub use verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};

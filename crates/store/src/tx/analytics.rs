@@ -184,27 +184,42 @@ impl DieselTx<'_> {
         Ok(())
     }
 
-    /// Whole-API sums from `api_verification_counts`, when the read needs nothing finer.
-    fn api_totals(&mut self, f: &VerificationFilter<'_>, api_id: &str) -> R<Vec<VerificationCount>> {
+    /// Sums from `api_verification_counts` (one API's, or the workspace's), when the read
+    /// needs nothing finer than APIs.
+    fn api_totals(&mut self, f: &VerificationFilter<'_>) -> R<Vec<VerificationCount>> {
         use api_verification_counts::dsl as a;
-        let rows: Vec<(i64, String, i64)> = a::api_verification_counts
-            .filter(a::workspace_id.eq(f.workspace_id))
-            .filter(a::api_id.eq(api_id))
-            .filter(a::bucket.ge(f.start))
-            .filter(a::bucket.le(f.end))
-            .select((a::bucket, a::outcome, a::count))
-            .load(self.conn)
-            .map_err(db_err)?;
+        // Boxed per backend (a boxed query names its backend).
+        macro_rules! load {
+            ($c:expr) => {{
+                let mut q = a::api_verification_counts
+                    .filter(a::workspace_id.eq(f.workspace_id))
+                    .filter(a::bucket.ge(f.start))
+                    .filter(a::bucket.le(f.end))
+                    .select((a::api_id, a::bucket, a::outcome, a::count))
+                    .into_boxed();
+                if let Some(api_id) = f.api_id {
+                    q = q.filter(a::api_id.eq(api_id));
+                }
+                q.load::<(String, i64, String, i64)>($c)
+            }};
+        }
+        let rows = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => load!(c),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => load!(c),
+        }
+        .map_err(db_err)?;
         let width = f.sums.width;
-        let mut sums: HashMap<(i64, String), i64> = HashMap::new();
-        for (bucket, outcome, n) in rows {
+        let mut sums: HashMap<(String, i64, String), i64> = HashMap::new();
+        for (api, bucket, outcome, n) in rows {
             let bucket = width.map_or(0, |w| bucket - bucket.rem_euclid(w));
-            *sums.entry((bucket, outcome)).or_default() += n;
+            let api = if f.sums.by_api { api } else { String::new() };
+            *sums.entry((api, bucket, outcome)).or_default() += n;
         }
         Ok(sums
             .into_iter()
-            .map(|((bucket, outcome), n)| {
-                let api = if f.sums.by_api { api_id.to_string() } else { String::new() };
+            .map(|((api, bucket, outcome), n)| {
                 let ws = f.workspace_id.to_string();
                 from_row((
                     ws,
@@ -236,12 +251,8 @@ impl AnalyticsTx for DieselTx<'_> {
     fn verification_counts(&mut self, f: &VerificationFilter<'_>) -> R<Vec<VerificationCount>> {
         use diesel::sql_types::{BigInt, Text};
         let g = f.sums;
-        if let Some(api_id) = f.api_id
-            && f.key_ids.is_empty()
-            && f.identity_id.is_none()
-            && !(g.by_key || g.by_identity || g.by_tags)
-        {
-            return self.api_totals(f, api_id);
+        if f.key_ids.is_empty() && f.identity_id.is_none() && !(g.by_key || g.by_identity || g.by_tags) {
+            return self.api_totals(f);
         }
         // Summed in the database; `$n` in order (PostgreSQL's placeholders and SQLite's
         // numbered parameters). Parts not summed by read as constants.

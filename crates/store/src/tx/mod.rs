@@ -386,5 +386,7 @@ mod namespaces_tx;
 mod ratelimit_analytics_tx;
 #[path = "root_keys.rs"]
 mod root_keys_tx;
+#[path = "sessions.rs"]
+mod sessions_tx;
 #[path = "workspaces.rs"]
 mod workspaces_tx;

@@ -43,6 +43,17 @@ impl RootKeyTx for DieselTx<'_> {
         Ok(found.is_some())
     }
 
+    fn root_key_by_id(&mut self, id: &str) -> R<Option<RootKey>> {
+        let row: Option<RootKeyRow> = root_keys::table
+            .filter(root_keys::id.eq(id))
+            .filter(root_keys::revoked_at.is_null())
+            .select(ROOT_KEY_COLUMNS)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        row.map(root_key).transpose()
+    }
+
     fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>> {
         let rows: Vec<RootKeyRow> = root_keys::table
             .filter(root_keys::workspace_id.eq(workspace_id))

@@ -1,0 +1,191 @@
+//! The dashboard (docs/dashboard.md): server-rendered pages under `/dashboard`, from the
+//! templates of `keygate-web`, acting through the same services as the API with a login
+//! session's root key. One room per concern: [`session`] (the cookie and the signed-in
+//! extractor), [`csrf`] (form tokens), [`login`], [`overview`].
+
+mod csrf;
+mod login;
+mod overview;
+mod session;
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, ContentType};
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{HttpResponse, ResponseError, web};
+use keygate_web::{ErrorPage, Layout, Template};
+
+/// The dashboard's state in the server: its settings, and the login attempts counted per
+/// client address.
+#[derive(Debug)]
+pub struct Dashboard {
+    pub settings: DashboardSettings,
+    logins: keygate_ratelimit::MemoryStore,
+}
+
+impl Dashboard {
+    pub fn new(settings: DashboardSettings) -> Self {
+        Self { settings, logins: keygate_ratelimit::MemoryStore::new() }
+    }
+}
+
+/// The dashboard's settings (`KEYGATE_DASHBOARD*`).
+#[derive(Debug, Clone)]
+pub struct DashboardSettings {
+    /// The path browsers see the dashboard at: `/dashboard`, or a proxy's prefix before it
+    /// (links, form actions and the cookies' `Path` use it).
+    pub base: String,
+    /// `Secure` on every cookie, even when the request does not look like HTTPS.
+    pub secure_cookies: bool,
+}
+
+impl Default for DashboardSettings {
+    fn default() -> Self {
+        Self { base: "/dashboard".into(), secure_cookies: false }
+    }
+}
+
+/// What every dashboard answer carries (CSP without inline scripts or styles, no framing,
+/// no sniffing, no referrer across origins, never cached).
+const SECURITY_HEADERS: [(&str, &str); 5] = [
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'; object-src 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),
+    ("X-Frame-Options", "DENY"),
+    ("Cache-Control", "no-store"),
+];
+
+/// Registers the dashboard's routes, under `/dashboard`.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    let mut headers = DefaultHeaders::new();
+    for h in SECURITY_HEADERS {
+        headers = headers.add(h);
+    }
+    // A form that does not parse (another content type, a field repeated) is refused as a
+    // form without its token: nothing is done.
+    let forms = web::FormConfig::default().limit(16 * 1024).error_handler(|e, _| {
+        log::debug!("dashboard: a form did not parse: {e}");
+        DashError::BadToken { layout: Layout::signed_out(&DashboardSettings::default().base) }.into()
+    });
+    cfg.service(
+        web::scope("/dashboard")
+            .app_data(forms)
+            .wrap(headers)
+            .route("", web::get().to(overview::overview))
+            .route("/", web::get().to(overview::overview))
+            .route("/login", web::get().to(login::form))
+            .route("/login", web::post().to(login::login))
+            .route("/logout", web::post().to(login::logout))
+            .route("/assets/app.css", web::get().to(stylesheet))
+            .default_service(web::to(not_found)),
+    );
+}
+
+async fn stylesheet() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(keygate_web::APP_CSS)
+}
+
+async fn not_found() -> Result<HttpResponse, DashError> {
+    Err(DashError::NotFound)
+}
+
+/// A rendered page.
+fn html(status: StatusCode, page: &impl Template) -> HttpResponse {
+    match page.render() {
+        Ok(body) => HttpResponse::build(status).content_type(ContentType::html()).body(body),
+        Err(e) => {
+            log::error!("dashboard: a page did not render: {e}");
+            HttpResponse::InternalServerError().content_type(ContentType::plaintext()).body("error")
+        }
+    }
+}
+
+/// What a dashboard request can fail with, each a readable page (or the way to one).
+#[derive(Debug)]
+pub(crate) enum DashError {
+    /// Not signed in (or the session ended): to the login page.
+    SignIn {
+        base: String,
+    },
+    /// The root key lacks a permission; the message says which.
+    Forbidden {
+        layout: Layout,
+        message: String,
+    },
+    /// A form without its valid token: nothing was done.
+    BadToken {
+        layout: Layout,
+    },
+    NotFound,
+    /// The store failed: nothing was done.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for DashError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DashError::SignIn { .. } => f.write_str("not signed in"),
+            DashError::Forbidden { message, .. } => write!(f, "forbidden: {message}"),
+            DashError::BadToken { .. } => f.write_str("a form without its token"),
+            DashError::NotFound => f.write_str("not found"),
+            DashError::Unavailable(e) => write!(f, "unavailable: {e}"),
+        }
+    }
+}
+
+impl ResponseError for DashError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            DashError::SignIn { .. } => StatusCode::SEE_OTHER,
+            DashError::Forbidden { .. } | DashError::BadToken { .. } => StatusCode::FORBIDDEN,
+            DashError::NotFound => StatusCode::NOT_FOUND,
+            DashError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let page = |layout: Layout, title: &str, message: &str| {
+            html(self.status_code(), &ErrorPage { layout, title: title.into(), message: message.into() })
+        };
+        let base = DashboardSettings::default().base;
+        match self {
+            DashError::SignIn { base } => {
+                HttpResponse::SeeOther().insert_header((header::LOCATION, format!("{base}/login"))).finish()
+            }
+            DashError::Forbidden { layout, message } => page(layout.clone(), "Not allowed", message),
+            DashError::BadToken { layout } => page(
+                layout.clone(),
+                "Form expired",
+                "This form was sent without its token (or from another page). Nothing was changed: go back, reload and try again.",
+            ),
+            DashError::NotFound => {
+                page(Layout::signed_out(&base), "Not found", "There is no dashboard page at this address.")
+            }
+            DashError::Unavailable(_) => page(
+                Layout::signed_out(&base),
+                "Unavailable",
+                "The store could not be reached. Nothing was changed; try again shortly.",
+            ),
+        }
+    }
+}
+
+impl From<keygate_rbac::RbacError> for DashError {
+    fn from(e: keygate_rbac::RbacError) -> Self {
+        DashError::Unavailable(e.to_string())
+    }
+}
+
+/// Runs blocking work (the services) off the async workers.
+async fn blocking<T, F>(f: F) -> Result<T, DashError>
+where
+    F: FnOnce() -> Result<T, DashError> + Send + 'static,
+    T: Send + 'static,
+{
+    web::block(f).await.map_err(|e| DashError::Unavailable(e.to_string()))?
+}

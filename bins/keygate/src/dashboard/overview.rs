@@ -1,0 +1,81 @@
+//! `GET /dashboard`: the workspace's verifications over the last 24 hours, 7 days or 30
+//! days, as a chart (server-rendered SVG) and per outcome.
+
+use super::session::Signed;
+use super::{DashError, blocking, html};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use keygate_domain::ErrorCode;
+use keygate_rbac::VerifyCode;
+use keygate_web::{BarChart, Bucket, OverviewPage};
+use serde::Deserialize;
+
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 86_400_000;
+const RANGES: [(&str, &str); 3] = [("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days")];
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RangeQuery {
+    range: Option<String>,
+}
+
+pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Result<HttpResponse, DashError> {
+    let Signed { session, layout, state } = signed;
+    // An unknown range is the default one.
+    let range = ["7d", "30d"].into_iter().find(|r| q.range.as_deref() == Some(*r)).unwrap_or("24h");
+    let (slots, width) = match range {
+        "7d" => (7, DAY),
+        "30d" => (30, DAY),
+        _ => (24, HOUR),
+    };
+    let now = state.clock.now_ms() as i64;
+    // The last `slots` buckets, the current one included.
+    let first = now - now.rem_euclid(width) - (slots - 1) * width;
+    let (st, p) = (state.clone(), session.principal.clone());
+    let counted = blocking(move || Ok(st.rbac.workspace_verifications(&p, first, now, width))).await?;
+    let counted = match counted {
+        Ok(c) => c,
+        Err(e) if e.code() == ErrorCode::InsufficientPermissions => {
+            return Err(DashError::Forbidden {
+                layout,
+                message:
+                    "The overview needs the permission api.*.read_analytics: this root key does not hold it."
+                        .into(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut totals = [0u64; 7];
+    let buckets: Vec<Bucket> = (0..slots)
+        .map(|i| {
+            let at = first + i * width;
+            let counts = counted.iter().find(|(t, _)| *t == at).map(|(_, c)| *c).unwrap_or_default();
+            for (t, c) in totals.iter_mut().zip(counts) {
+                *t += c;
+            }
+            let valid = counts[0];
+            Bucket { label: label(at, width), valid, other: counts.iter().sum::<u64>() - valid }
+        })
+        .collect();
+    let outcomes: Vec<(&'static str, u64)> =
+        VerifyCode::ALL.iter().zip(totals).map(|(code, n)| (code.as_str(), n)).collect();
+    let page = OverviewPage {
+        layout,
+        ranges: RANGES.to_vec(),
+        range: range.to_string(),
+        chart: BarChart::new(if width == HOUR { "hour" } else { "day" }, &buckets),
+        total: totals.iter().sum(),
+        outcomes,
+    };
+    Ok(html(StatusCode::OK, &page))
+}
+
+/// A bucket's label: `HH:00` for hours, `YYYY-MM-DD` for days (UTC).
+fn label(at: i64, width: i64) -> String {
+    let Ok(ts) = jiff::Timestamp::from_millisecond(at) else { return String::new() };
+    let dt = ts.to_zoned(jiff::tz::TimeZone::UTC);
+    match width {
+        HOUR => format!("{:02}:00", dt.hour()),
+        _ => format!("{:04}-{:02}-{:02}", dt.year(), dt.month(), dt.day()),
+    }
+}

@@ -1,0 +1,189 @@
+//! keygate's dashboard views (docs/dashboard.md): askama templates compiled into the
+//! binary, their view models, server-rendered SVG charts and the one stylesheet. No HTTP
+//! here: the server's `dashboard` module extracts, calls the services and renders these.
+//! Every value is escaped by askama's HTML escaper; nothing is marked safe.
+
+pub use askama::Template;
+
+/// The stylesheet, served at `<base>/assets/app.css`.
+pub const APP_CSS: &str = include_str!("../assets/app.css");
+
+/// What every page's frame needs.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Where the dashboard is served (`/dashboard`, or a proxy's prefix before it).
+    pub base: String,
+    /// The session's form token; `None` when signed out (no navigation then).
+    pub csrf_token: Option<String>,
+    /// The session's workspace, shown in the header.
+    pub workspace: String,
+}
+
+impl Layout {
+    /// The frame of a page seen signed out.
+    pub fn signed_out(base: &str) -> Self {
+        Self { base: base.to_string(), csrf_token: None, workspace: String::new() }
+    }
+}
+
+/// The login form: a root key and the login's form token.
+#[derive(Debug, Template)]
+#[template(path = "login.html")]
+pub struct LoginPage {
+    pub layout: Layout,
+    pub csrf_token: String,
+    pub error: Option<String>,
+}
+
+/// A page saying what went wrong (403, 404, 429...).
+#[derive(Debug, Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    pub layout: Layout,
+    pub title: String,
+    pub message: String,
+}
+
+/// The overview: verifications of the range, as a chart and per outcome.
+#[derive(Debug, Template)]
+#[template(path = "overview.html")]
+pub struct OverviewPage {
+    pub layout: Layout,
+    /// `(value, label)` of each range the page offers.
+    pub ranges: Vec<(&'static str, &'static str)>,
+    pub range: String,
+    pub chart: BarChart,
+    /// `(outcome, count)`, every outcome.
+    pub outcomes: Vec<(&'static str, u64)>,
+    pub total: u64,
+}
+
+/// One bucket of a chart: when, and how many were valid and not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub label: String,
+    pub valid: u64,
+    pub other: u64,
+}
+
+/// A stacked bar chart laid out for SVG (valid at the bottom, the rest above).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarChart {
+    pub width: u32,
+    pub height: u32,
+    /// The y of the axis.
+    pub base: u32,
+    pub bar_width: u32,
+    /// "hour" or "day".
+    pub slice: &'static str,
+    pub bars: Vec<Bar>,
+    pub first: String,
+    pub last: String,
+}
+
+/// One bar, placed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    pub x: u32,
+    pub label: String,
+    pub valid: u64,
+    pub other: u64,
+    pub valid_y: u32,
+    pub valid_h: u32,
+    pub other_y: u32,
+    pub other_h: u32,
+}
+
+impl BarChart {
+    const WIDTH: u32 = 720;
+    const HEIGHT: u32 = 180;
+    const LABELS: u32 = 14;
+
+    /// The chart of `buckets` (every slot of the range, in order, empty ones included).
+    pub fn new(slice: &'static str, buckets: &[Bucket]) -> Self {
+        let base = Self::HEIGHT - Self::LABELS;
+        let n = buckets.len().max(1) as u32;
+        let slot = Self::WIDTH / n;
+        let bar_width = (slot * 4 / 5).max(1);
+        let max = buckets.iter().map(|b| b.valid + b.other).max().unwrap_or(0).max(1);
+        let scale = |v: u64| ((v as f64 / max as f64) * f64::from(base - 4)).round() as u32;
+        let bars = buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let (valid_h, other_h) = (scale(b.valid), scale(b.other));
+                Bar {
+                    x: i as u32 * slot + (slot - bar_width) / 2,
+                    label: b.label.clone(),
+                    valid: b.valid,
+                    other: b.other,
+                    valid_y: base - valid_h,
+                    valid_h,
+                    other_y: base - valid_h - other_h,
+                    other_h,
+                }
+            })
+            .collect();
+        Self {
+            width: Self::WIDTH,
+            height: Self::HEIGHT,
+            base,
+            bar_width,
+            slice,
+            bars,
+            first: buckets.first().map(|b| b.label.clone()).unwrap_or_default(),
+            last: buckets.last().map(|b| b.label.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout { base: "/dashboard".into(), csrf_token: Some("tok".into()), workspace: "acme".into() }
+    }
+
+    #[test]
+    fn values_are_escaped() {
+        let page = ErrorPage {
+            layout: layout(),
+            title: "<script>alert(1)</script>".into(),
+            message: "\"quoted\" & <b>bold</b>".into(),
+        };
+        let html = page.render().unwrap();
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"), "{html}");
+        assert!(!html.contains("<b>bold</b>"));
+    }
+
+    #[test]
+    fn a_login_page_has_its_token_and_a_labelled_field_and_no_navigation() {
+        let page =
+            LoginPage { layout: Layout::signed_out("/dashboard"), csrf_token: "abc".into(), error: None };
+        let html = page.render().unwrap();
+        assert!(html.contains(r#"name="csrf_token" value="abc""#));
+        assert!(
+            html.contains(r#"<label for="root_key">"#) && html.contains(r#"id="root_key" name="root_key""#)
+        );
+        assert!(!html.contains("Log out"));
+        assert_eq!(html.matches("<h1>").count(), 1);
+    }
+
+    #[test]
+    fn bars_stack_within_the_chart() {
+        let buckets = [
+            Bucket { label: "a".into(), valid: 10, other: 0 },
+            Bucket { label: "b".into(), valid: 5, other: 5 },
+            Bucket { label: "c".into(), valid: 0, other: 0 },
+        ];
+        let c = BarChart::new("hour", &buckets);
+        assert_eq!(c.bars.len(), 3);
+        assert_eq!(c.bars[0].valid_y, 4, "the tallest bar reaches the top margin");
+        assert_eq!(c.bars[1].valid_h + c.bars[1].other_h, c.bars[0].valid_h);
+        assert_eq!((c.bars[2].valid_h, c.bars[2].other_h), (0, 0));
+        assert!(c.bars.iter().all(|b| b.x + c.bar_width <= c.width));
+        assert_eq!((c.first.as_str(), c.last.as_str()), ("a", "c"));
+    }
+}

@@ -1,0 +1,286 @@
+//! The dashboard over HTTP (docs/dashboard.md): the login and its session cookie, form
+//! tokens on every POST, the security headers on every page, sessions ending (idle, logout,
+//! the root key revoked), pages a root key may not see, and the root key never in a page.
+#![allow(clippy::unwrap_used)]
+
+use keygate_tests::TestServer;
+use reqwest::blocking::Client;
+use reqwest::header::HeaderMap;
+use serde_json::json;
+use std::collections::HashMap;
+
+/// A browser without redirects, keeping its cookies by hand (to read their attributes).
+struct Browser<'a> {
+    s: &'a TestServer,
+    client: Client,
+    cookies: HashMap<String, String>,
+}
+
+#[derive(Debug)]
+struct Page {
+    status: u16,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn location(&self) -> Option<&str> {
+        self.headers.get("location").and_then(|v| v.to_str().ok())
+    }
+
+    fn set_cookie(&self, name: &str) -> Option<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with(&format!("{name}=")))
+            .map(str::to_string)
+    }
+
+    /// The value of the form's hidden `csrf_token`.
+    fn csrf(&self) -> String {
+        let marker = r#"name="csrf_token" value=""#;
+        let at = self.body.find(marker).expect("a form token") + marker.len();
+        self.body[at..].split('"').next().unwrap().to_string()
+    }
+}
+
+impl<'a> Browser<'a> {
+    fn new(s: &'a TestServer) -> Self {
+        let client = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Self { s, client, cookies: HashMap::new() }
+    }
+
+    fn send(&mut self, req: reqwest::blocking::RequestBuilder) -> Page {
+        let cookie: Vec<String> = self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let req = if cookie.is_empty() { req } else { req.header("cookie", cookie.join("; ")) };
+        let res = req.send().unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        for c in headers.get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()) {
+            let (pair, attrs) = c.split_once(';').unwrap_or((c, ""));
+            let (name, value) = pair.split_once('=').unwrap();
+            match attrs.contains("Max-Age=0") {
+                true => drop(self.cookies.remove(name)),
+                false => drop(self.cookies.insert(name.to_string(), value.to_string())),
+            }
+        }
+        let body = res.text().unwrap();
+        assert!(status < 500, "no 5xx: {status} {body}");
+        Page { status, headers, body }
+    }
+
+    fn get(&mut self, path: &str) -> Page {
+        let req = self.client.get(self.s.url(path));
+        self.send(req)
+    }
+
+    fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let req = self.client.post(self.s.url(path)).form(form);
+        self.send(req)
+    }
+
+    /// Logs in with `root_key`: the answer to the form.
+    fn login(&mut self, root_key: &str) -> Page {
+        let form = self.get("/dashboard/login");
+        assert_eq!(form.status, 200, "{}", form.body);
+        let token = form.csrf();
+        self.post("/dashboard/login", &[("root_key", root_key), ("csrf_token", &token)])
+    }
+}
+
+/// Every dashboard answer's security headers.
+fn assert_secure_headers(p: &Page) {
+    let h = |n: &str| p.headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let csp = h("content-security-policy");
+    assert!(csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(h("x-content-type-options"), "nosniff");
+    assert_eq!(h("referrer-policy"), "same-origin");
+}
+
+#[test]
+fn a_root_key_logs_in_and_out_and_is_never_shown() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    // Signed out: to the login page.
+    let p = b.get("/dashboard");
+    assert_eq!((p.status, p.location()), (303, Some("/dashboard/login")));
+    assert_secure_headers(&p);
+
+    let form = b.get("/dashboard/login");
+    assert_secure_headers(&form);
+    assert!(form.body.contains(r#"name="root_key""#) && form.body.contains(r#"<label for="root_key">"#));
+    let login_cookie = form.set_cookie("kg_login").unwrap();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/dashboard"] {
+        assert!(login_cookie.contains(attr), "{login_cookie}");
+    }
+
+    // A wrong key: 401, the form again with a message, no session.
+    let wrong = b.login("kg_root_not_a_real_key_0000000000000000");
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    assert!(wrong.body.contains("not valid") && wrong.set_cookie("kg_session").is_none());
+    assert!(!wrong.body.contains("kg_root_not_a_real_key"), "the key typed is not echoed");
+
+    // The right one: a session cookie, and the overview.
+    let ok = b.login(&s.root_key);
+    assert_eq!((ok.status, ok.location()), (303, Some("/dashboard")), "{}", ok.body);
+    let session = ok.set_cookie("kg_session").unwrap();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/dashboard"] {
+        assert!(session.contains(attr), "{session}");
+    }
+    assert!(!session.contains("Secure"), "plain HTTP: {session}");
+    assert!(!session.contains(&s.root_key), "{session}");
+    let overview = b.get("/dashboard");
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert_secure_headers(&overview);
+    assert!(overview.body.contains("<h1>Overview</h1>"));
+    assert_eq!(overview.body.matches("<h1").count(), 1);
+    assert!(!overview.body.contains(&s.root_key), "the root key is in no page");
+    // Signed in, the login page sends to the overview.
+    assert_eq!(b.get("/dashboard/login").location(), Some("/dashboard"));
+    assert_eq!(s.count("dashboard_sessions", "1 = 1"), 1);
+
+    // Logout needs the session's token: without it, 403 and still signed in.
+    let refused = b.post("/dashboard/logout", &[("csrf_token", "forged")]);
+    assert_eq!(refused.status, 403);
+    assert_secure_headers(&refused);
+    assert_eq!(b.get("/dashboard").status, 200);
+    let token = b.get("/dashboard").csrf();
+    let out = b.post("/dashboard/logout", &[("csrf_token", &token)]);
+    assert_eq!((out.status, out.location()), (303, Some("/dashboard/login")));
+    assert_eq!(s.count("dashboard_sessions", "1 = 1"), 0);
+    assert_eq!(b.get("/dashboard").status, 303);
+}
+
+#[test]
+fn forms_without_their_token_change_nothing() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    // A login form's token must match its cookie.
+    let _ = b.get("/dashboard/login");
+    for form in [
+        vec![("root_key", s.root_key.as_str()), ("csrf_token", "forged")],
+        vec![("root_key", s.root_key.as_str())],
+    ] {
+        let p = b.post("/dashboard/login", &form);
+        assert_eq!(p.status, 403, "{}", p.body);
+        assert_secure_headers(&p);
+    }
+    // A body that is not a form at all.
+    let req = b.client.post(s.url("/dashboard/login")).json(&json!({"root_key": s.root_key}));
+    assert_eq!(b.send(req).status, 403);
+    assert_eq!(s.count("dashboard_sessions", "1 = 1"), 0, "no session was made");
+    // Another browser's login token does not pass either.
+    let mut other = Browser::new(&s);
+    let theirs = other.get("/dashboard/login").csrf();
+    let mut mine = Browser::new(&s);
+    let _ = mine.get("/dashboard/login");
+    assert_eq!(
+        mine.post("/dashboard/login", &[("root_key", &s.root_key), ("csrf_token", &theirs)]).status,
+        403
+    );
+}
+
+#[test]
+fn sessions_end_when_idle_or_when_their_root_key_is_revoked() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    // Used within 12 hours: still on (each use counts).
+    s.clock.advance(11 * 3_600_000);
+    assert_eq!(b.get("/dashboard").status, 200);
+    s.clock.advance(11 * 3_600_000);
+    assert_eq!(b.get("/dashboard").status, 200);
+    // 12 hours without use: ended.
+    s.clock.advance(12 * 3_600_000 + 1);
+    assert_eq!(b.get("/dashboard").location(), Some("/dashboard/login"));
+
+    // A root key revoked ends its sessions at once.
+    let (rk, secret) = s.state.rbac.create_root_key(&s.workspace_id, &["*".to_string()]).unwrap();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(secret.expose()).status, 303);
+    assert_eq!(b.get("/dashboard").status, 200);
+    s.state.rbac.revoke_root_key(&rk.id).unwrap();
+    assert_eq!(b.get("/dashboard").location(), Some("/dashboard/login"));
+    assert_eq!(b.login(secret.expose()).status, 401, "nor can it log in again");
+}
+
+#[test]
+fn a_page_the_root_key_may_not_see_is_a_readable_403() {
+    let s = TestServer::start();
+    let (_, secret) = s.state.rbac.create_root_key(&s.workspace_id, &["api.*.read_key".to_string()]).unwrap();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(secret.expose()).status, 303);
+    let p = b.get("/dashboard");
+    assert_eq!(p.status, 403);
+    assert_secure_headers(&p);
+    assert!(p.body.contains("api.*.read_analytics") && p.body.contains("<h1>"), "{}", p.body);
+    assert!(!p.body.contains(secret.expose()));
+    // An unknown page: 404, with the headers too.
+    let p = b.get("/dashboard/nowhere");
+    assert_eq!(p.status, 404);
+    assert_secure_headers(&p);
+}
+
+#[test]
+fn the_overview_counts_the_workspaces_verifications() {
+    let s = TestServer::start();
+    let api = s.v2("apis.createApi", &json!({"name": "shop"})).data()["apiId"].as_str().unwrap().to_string();
+    let secret = s.v2("keys.createKey", &json!({"apiId": api})).data()["key"].as_str().unwrap().to_string();
+    for _ in 0..3 {
+        assert_eq!(s.v2("keys.verifyKey", &json!({"key": secret})).data()["code"], "VALID");
+    }
+    s.v2("keys.verifyKey", &json!({"key": "not-a-key", "apiId": api}));
+    s.clock.advance(61_000);
+    s.state.rbac.flush_analytics().unwrap();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    for range in ["", "?range=7d", "?range=30d"] {
+        let p = b.get(&format!("/dashboard{range}"));
+        assert_eq!(p.status, 200);
+        assert!(p.body.contains("<td>VALID</td><td class=\"n\">3</td>"), "{range}: {}", p.body);
+        assert!(p.body.contains("<svg class=\"chart\""), "a chart");
+    }
+    // The stylesheet is served, and is the page's only style.
+    let css = b.get("/dashboard/assets/app.css");
+    assert_eq!(css.status, 200);
+    assert!(css.headers["content-type"].to_str().unwrap().starts_with("text/css"));
+}
+
+#[test]
+fn login_attempts_are_limited_per_address() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    let mut statuses = Vec::new();
+    for _ in 0..11 {
+        statuses.push(b.login("kg_root_wrong_0000000000000000000000").status);
+    }
+    assert_eq!(statuses[..10], [401; 10]);
+    assert_eq!(statuses[10], 429);
+    // Even the right key waits for the minute to pass.
+    assert_eq!(b.login(&s.root_key).status, 429);
+    s.clock.advance(60_000);
+    assert_eq!(b.login(&s.root_key).status, 303);
+}
+
+#[test]
+fn cookies_are_secure_over_https_and_the_dashboard_can_be_off() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    let form = b.get("/dashboard/login");
+    let req = b
+        .client
+        .post(s.url("/dashboard/login"))
+        .header("x-forwarded-proto", "https")
+        .form(&[("root_key", s.root_key.as_str()), ("csrf_token", &form.csrf())]);
+    let p = b.send(req);
+    assert!(p.set_cookie("kg_session").unwrap().contains("; Secure"), "{:?}", p.headers);
+
+    let db = std::sync::Arc::new(keygate_test_support::TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.dashboard = None;
+    let off = TestServer::start_with(config, db);
+    let r = off.request(off.client.get(off.url("/dashboard/login")));
+    assert_eq!(r.status, 404);
+}
