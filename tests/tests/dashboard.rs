@@ -284,3 +284,139 @@ fn cookies_are_secure_over_https_and_the_dashboard_can_be_off() {
     let r = off.request(off.client.get(off.url("/dashboard/login")));
     assert_eq!(r.status, 404);
 }
+
+/// The form token of a page the browser is signed in to.
+fn token(b: &mut Browser<'_>) -> String {
+    b.get("/dashboard/apis").csrf()
+}
+
+#[test]
+fn apis_and_keys_are_managed_from_the_dashboard() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let empty = b.get("/dashboard/apis");
+    assert!(empty.body.contains("No APIs yet"), "{}", empty.body);
+
+    // An API: a name too short is a form error, nothing created.
+    let t = token(&mut b);
+    let short = b.post("/dashboard/apis", &[("csrf_token", &t), ("name", "x")]);
+    assert_eq!(short.status, 400);
+    assert!(short.body.contains("role=\"alert\""), "{}", short.body);
+    // A name the API refuses comes back with the reason, escaped.
+    let odd = b.post("/dashboard/apis", &[("csrf_token", &t), ("name", "pay<b>ments")]);
+    assert_eq!(odd.status, 400);
+    assert!(!odd.body.contains("<b>"), "{}", odd.body);
+    let created = b.post("/dashboard/apis", &[("csrf_token", &t), ("name", "payments-api")]);
+    assert_eq!(created.status, 303, "{}", created.body);
+    let api_path = created.location().unwrap().to_string();
+    let api_id = api_path.rsplit('/').next().unwrap().to_string();
+    let listed = b.get("/dashboard/apis");
+    assert!(
+        listed.body.contains(&format!(">payments-api</a></td><td><code>{api_id}</code>")),
+        "{}",
+        listed.body
+    );
+    assert!(b.get(&api_path).body.contains("No keys in this API yet"));
+
+    // A key: its secret shown once, and it verifies.
+    let new = b.post(
+        &format!("{api_path}/keys"),
+        &[("csrf_token", &t), ("name", "checkout"), ("externalId", "acme"), ("credits", "5")],
+    );
+    assert_eq!(new.status, 200, "{}", new.body);
+    let marker = r#"id="secret" type="text" readonly value=""#;
+    let at = new.body.find(marker).unwrap() + marker.len();
+    let secret = new.body[at..].split('"').next().unwrap().to_string();
+    let verify = |secret: &str| s.v2("keys.verifyKey", &json!({"key": secret})).data()["code"].clone();
+    assert_eq!(verify(&secret), "VALID");
+    let key_id = s.v2("keys.whoami", &json!({"key": secret})).data()["keyId"].as_str().unwrap().to_string();
+    let key_page = b.get(&format!("/dashboard/keys/{key_id}"));
+    assert_eq!(key_page.status, 200);
+    assert!(key_page.body.contains("acme") && key_page.body.contains("<td>4</td>"), "{}", key_page.body);
+    assert!(!key_page.body.contains(&secret), "the secret is shown only once");
+    // Listed, and found by its identity.
+    assert!(b.get(&api_path).body.contains(&key_id));
+    assert!(b.get(&format!("{api_path}?externalId=acme")).body.contains(&key_id));
+    assert!(b.get(&format!("{api_path}?externalId=nobody")).body.contains("No keys of this identity"));
+    // Bad credits: a form error, no key.
+    let bad = b.post(&format!("{api_path}/keys"), &[("csrf_token", &t), ("credits", "-3")]);
+    assert_eq!(bad.status, 400);
+
+    // Disabled from the dashboard: the API answers DISABLED at once; enabled again.
+    let off =
+        b.post(&format!("/dashboard/keys/{key_id}/enabled"), &[("csrf_token", &t), ("enabled", "false")]);
+    assert_eq!(off.status, 303);
+    assert_eq!(verify(&secret), "DISABLED");
+    b.post(&format!("/dashboard/keys/{key_id}/enabled"), &[("csrf_token", &t), ("enabled", "true")]);
+    assert_eq!(verify(&secret), "VALID");
+    // The audit log names the session's root key as the actor.
+    let actor = s.state.rbac.authenticate(&s.root_key).unwrap().root_key_id.clone();
+    assert!(s.count("audit_events", &format!("action = 'key.update' AND actor_id = '{actor}'")) >= 2);
+    // Deleted: NOT_FOUND, and back to the API.
+    let gone = b.post(&format!("/dashboard/keys/{key_id}/delete"), &[("csrf_token", &t)]);
+    assert_eq!((gone.status, gone.location()), (303, Some(api_path.as_str())));
+    assert_eq!(verify(&secret), "NOT_FOUND");
+    assert_eq!(b.get(&format!("/dashboard/keys/{key_id}")).status, 404);
+    assert_eq!(b.get("/dashboard/apis/api_nowhere").status, 404);
+}
+
+#[test]
+fn every_post_without_its_token_is_refused_and_changes_nothing() {
+    let s = TestServer::start();
+    let api =
+        s.v2("apis.createApi", &json!({"name": "guarded"})).data()["apiId"].as_str().unwrap().to_string();
+    let r = s.v2("keys.createKey", &json!({"apiId": api}));
+    let (key_id, secret) =
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let routes = [
+        ("/dashboard/apis".to_string(), vec![("name", "forged api")]),
+        (format!("/dashboard/apis/{api}/keys"), vec![("name", "forged key")]),
+        (format!("/dashboard/keys/{key_id}/enabled"), vec![("enabled", "false")]),
+        (format!("/dashboard/keys/{key_id}/delete"), vec![]),
+        ("/dashboard/logout".to_string(), vec![]),
+    ];
+    for (path, fields) in &routes {
+        for token in [None, Some("forged")] {
+            let mut form = fields.clone();
+            if let Some(t) = token {
+                form.push(("csrf_token", t));
+            }
+            let p = b.post(path, &form);
+            assert_eq!(p.status, 403, "{path} {token:?}: {}", p.body);
+            assert_secure_headers(&p);
+        }
+    }
+    assert_eq!(
+        s.v2("keys.verifyKey", &json!({"key": secret})).data()["code"],
+        "VALID",
+        "not disabled nor deleted"
+    );
+    assert_eq!(s.count("apis", "1 = 1"), 1, "no API created");
+    assert_eq!(s.count("keys", "1 = 1"), 1, "no key created");
+    assert_eq!(b.get("/dashboard").status, 200, "still signed in");
+}
+
+#[test]
+fn a_read_only_root_key_sees_but_may_not_change() {
+    let s = TestServer::start();
+    let api =
+        s.v2("apis.createApi", &json!({"name": "watched"})).data()["apiId"].as_str().unwrap().to_string();
+    let key_id = s.v2("keys.createKey", &json!({"apiId": api})).data()["keyId"].as_str().unwrap().to_string();
+    let perms = ["api.*.read_api", "api.*.read_key"].map(String::from);
+    let (_, secret) = s.state.rbac.create_root_key(&s.workspace_id, &perms).unwrap();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(secret.expose()).status, 303);
+    assert_eq!(b.get(&format!("/dashboard/apis/{api}")).status, 200);
+    assert_eq!(b.get(&format!("/dashboard/keys/{key_id}")).status, 200);
+    let t = token(&mut b);
+    let p = b.post(&format!("/dashboard/keys/{key_id}/enabled"), &[("csrf_token", &t), ("enabled", "false")]);
+    assert_eq!(p.status, 403);
+    assert!(p.body.contains("api.*.update_key"), "{}", p.body);
+    let p = b.post("/dashboard/apis", &[("csrf_token", &t), ("name", "another")]);
+    assert_eq!(p.status, 403);
+    assert!(p.body.contains("api.*.create_api"), "{}", p.body);
+    assert!(!p.body.contains(secret.expose()));
+}

@@ -101,6 +101,8 @@ pub trait ApiTx {
     /// inserted (safe against a concurrent insert of the same id).
     fn insert_api_if_absent(&mut self, api: &Api) -> R<bool>;
     fn get_api(&mut self, workspace_id: &str, api_id: &str) -> R<Option<Api>>;
+    /// The workspace's APIs by name (then id), at most `limit`.
+    fn list_apis(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Api>>;
     /// Whether the API exists in the workspace; locks it until the transaction ends (a key
     /// created into it and its deletion serialize).
     fn lock_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool>;

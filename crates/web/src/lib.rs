@@ -7,6 +7,8 @@ pub use askama::Template;
 
 /// The stylesheet, served at `<base>/assets/app.css`.
 pub const APP_CSS: &str = include_str!("../assets/app.css");
+/// The one script (progressive enhancement: copy buttons), at `<base>/assets/app.js`.
+pub const APP_JS: &str = include_str!("../assets/app.js");
 
 /// What every page's frame needs.
 #[derive(Debug, Clone)]
@@ -56,6 +58,69 @@ pub struct OverviewPage {
     /// `(outcome, count)`, every outcome.
     pub outcomes: Vec<(&'static str, u64)>,
     pub total: u64,
+}
+
+/// The workspace's APIs, and a form to create one.
+#[derive(Debug, Template)]
+#[template(path = "apis.html")]
+pub struct ApisPage {
+    pub layout: Layout,
+    pub csrf: String,
+    /// `(id, name)` of each API.
+    pub apis: Vec<(String, String)>,
+    pub error: Option<String>,
+}
+
+/// A key as a list shows it.
+#[derive(Debug, Clone)]
+pub struct KeyRow {
+    pub id: String,
+    pub name: String,
+    pub start: String,
+    pub enabled: bool,
+}
+
+/// An API: a page of its keys (filtered by identity), and a form to create one.
+#[derive(Debug, Template)]
+#[template(path = "api.html")]
+pub struct ApiPage {
+    pub layout: Layout,
+    pub csrf: String,
+    pub api_id: String,
+    pub name: String,
+    pub total: u64,
+    /// The identity filter (`externalId`), empty for none.
+    pub external_id: String,
+    pub keys: Vec<KeyRow>,
+    /// The cursor of the next page.
+    pub next: Option<String>,
+    pub error: Option<String>,
+}
+
+/// A new key's secret, shown this once.
+#[derive(Debug, Template)]
+#[template(path = "key_created.html")]
+pub struct KeyCreatedPage {
+    pub layout: Layout,
+    pub key_id: String,
+    pub api_id: String,
+    pub secret: String,
+}
+
+/// A key: what it is and holds, and what can be done to it.
+#[derive(Debug, Template)]
+#[template(path = "key.html")]
+pub struct KeyPage {
+    pub layout: Layout,
+    pub csrf: String,
+    pub key: KeyRow,
+    pub api_id: Option<String>,
+    /// "unlimited", or the uses left.
+    pub credits: String,
+    /// The identity's externalId, or "none".
+    pub identity: String,
+    pub permissions: Vec<String>,
+    pub roles: Vec<String>,
 }
 
 /// One bucket of a chart: when, and how many were valid and not.

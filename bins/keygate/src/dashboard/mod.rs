@@ -3,7 +3,9 @@
 //! session's root key. One room per concern: [`session`] (the cookie and the signed-in
 //! extractor), [`csrf`] (form tokens), [`login`], [`overview`].
 
+mod apis;
 mod csrf;
+mod keys;
 mod login;
 mod overview;
 mod session;
@@ -78,7 +80,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/login", web::get().to(login::form))
             .route("/login", web::post().to(login::login))
             .route("/logout", web::post().to(login::logout))
+            .route("/apis", web::get().to(apis::list))
+            .route("/apis", web::post().to(apis::create))
+            .route("/apis/{api_id}", web::get().to(apis::show))
+            .route("/apis/{api_id}/keys", web::post().to(keys::create))
+            .route("/keys/{key_id}", web::get().to(keys::show))
+            .route("/keys/{key_id}/enabled", web::post().to(keys::set_enabled))
+            .route("/keys/{key_id}/delete", web::post().to(keys::delete))
             .route("/assets/app.css", web::get().to(stylesheet))
+            .route("/assets/app.js", web::get().to(script))
             .default_service(web::to(not_found)),
     );
 }
@@ -88,6 +98,13 @@ async fn stylesheet() -> HttpResponse {
         .content_type("text/css; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
         .body(keygate_web::APP_CSS)
+}
+
+async fn script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(keygate_web::APP_JS)
 }
 
 async fn not_found() -> Result<HttpResponse, DashError> {
@@ -121,6 +138,11 @@ pub(crate) enum DashError {
     BadToken {
         layout: Layout,
     },
+    /// A form the service refused (the message says why): nothing was done.
+    Invalid {
+        layout: Layout,
+        message: String,
+    },
     NotFound,
     /// The store failed: nothing was done.
     Unavailable(String),
@@ -132,6 +154,7 @@ impl std::fmt::Display for DashError {
             DashError::SignIn { .. } => f.write_str("not signed in"),
             DashError::Forbidden { message, .. } => write!(f, "forbidden: {message}"),
             DashError::BadToken { .. } => f.write_str("a form without its token"),
+            DashError::Invalid { message, .. } => write!(f, "invalid: {message}"),
             DashError::NotFound => f.write_str("not found"),
             DashError::Unavailable(e) => write!(f, "unavailable: {e}"),
         }
@@ -143,6 +166,7 @@ impl ResponseError for DashError {
         match self {
             DashError::SignIn { .. } => StatusCode::SEE_OTHER,
             DashError::Forbidden { .. } | DashError::BadToken { .. } => StatusCode::FORBIDDEN,
+            DashError::Invalid { .. } => StatusCode::BAD_REQUEST,
             DashError::NotFound => StatusCode::NOT_FOUND,
             DashError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -158,6 +182,7 @@ impl ResponseError for DashError {
                 HttpResponse::SeeOther().insert_header((header::LOCATION, format!("{base}/login"))).finish()
             }
             DashError::Forbidden { layout, message } => page(layout.clone(), "Not allowed", message),
+            DashError::Invalid { layout, message } => page(layout.clone(), "Check the form", message),
             DashError::BadToken { layout } => page(
                 layout.clone(),
                 "Form expired",
@@ -173,6 +198,43 @@ impl ResponseError for DashError {
             ),
         }
     }
+}
+
+impl DashError {
+    /// A service's refusal as a page: 403 naming the permission, 404, 400 saying what is
+    /// wrong with the form; a store failure as 503.
+    pub(crate) fn from_service(layout: &Layout, e: keygate_rbac::RbacError) -> Self {
+        use keygate_domain::ErrorCode;
+        match e.code() {
+            ErrorCode::InsufficientPermissions | ErrorCode::Forbidden => {
+                DashError::Forbidden { layout: layout.clone(), message: e.to_string() }
+            }
+            ErrorCode::NotFound => DashError::NotFound,
+            ErrorCode::BadRequest | ErrorCode::Conflict => {
+                DashError::Invalid { layout: layout.clone(), message: e.to_string() }
+            }
+            _ => DashError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// Runs a service call off the async workers; its refusal becomes a page (see
+/// [`DashError::from_service`]).
+async fn call<T, F>(layout: &Layout, f: F) -> Result<T, DashError>
+where
+    F: FnOnce() -> Result<T, keygate_rbac::RbacError> + Send + 'static,
+    T: Send + 'static,
+{
+    match web::block(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(DashError::from_service(layout, e)),
+        Err(e) => Err(DashError::Unavailable(e.to_string())),
+    }
+}
+
+/// 303 to `location`.
+fn see_other(location: String) -> HttpResponse {
+    HttpResponse::SeeOther().insert_header((header::LOCATION, location)).finish()
 }
 
 impl From<keygate_rbac::RbacError> for DashError {

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The most APIs [`RbacService::list_apis`] answers.
+pub const MAX_LISTED_APIS: usize = 1_000;
+
 impl<S: RbacStore> RbacService<S> {
     /// `apis.createApi`: a new API of the caller's workspace. Names need not be unique.
     pub fn create_api(&self, p: &Principal, name: &str) -> Result<Api, RbacError> {
@@ -33,6 +36,14 @@ impl<S: RbacStore> RbacService<S> {
         self.store
             .read(|tx| Ok(tx.get_api(&p.workspace_id, api_id)?))?
             .ok_or_else(|| RbacError::not_found(Resource::Api, api_id))
+    }
+
+    /// The workspace's APIs the root key may read (`api.*.read_api`, or
+    /// `api.<apiId>.read_api` for each), by name: at most [`MAX_LISTED_APIS`].
+    pub fn list_apis(&self, p: &Principal) -> Result<Vec<Api>, RbacError> {
+        let access = ApiAccess::of(p, "read_api").ok_or_else(|| ApiAccess::denied("read_api", None))?;
+        let apis = self.store.read(|tx| Ok(tx.list_apis(&p.workspace_id, MAX_LISTED_APIS)?))?;
+        Ok(apis.into_iter().filter(|a| access.admits(Some(&a.id))).collect())
     }
 
     /// `apis.listKeys`: a page of the API's keys by id (those after `after`, at most

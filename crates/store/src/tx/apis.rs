@@ -30,6 +30,20 @@ impl ApiTx for DieselTx<'_> {
         Ok(row.map(|(workspace_id, id, name, created_at)| Api { id, workspace_id, name, created_at }))
     }
 
+    fn list_apis(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Api>> {
+        let rows: Vec<(String, String, String, i64)> = apis::table
+            .filter(apis::workspace_id.eq(workspace_id))
+            .order((apis::name.asc(), apis::id.asc()))
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .select((apis::workspace_id, apis::id, apis::name, apis::created_at))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(workspace_id, id, name, created_at)| Api { id, workspace_id, name, created_at })
+            .collect())
+    }
+
     fn lock_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool> {
         let query = apis::table
             .filter(apis::workspace_id.eq(workspace_id))

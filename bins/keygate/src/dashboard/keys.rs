@@ -1,0 +1,165 @@
+//! `/dashboard/keys/{key_id}` and the key actions: create (the secret shown once),
+//! enable or disable, delete. Each action is a POST with the session's form token, calls
+//! the same service as the API (same checks, same audit events, the session's root key as
+//! the actor) and then shows where it leads.
+
+use super::apis::{KeysQuery, key_row, render_api};
+use super::csrf::matches;
+use super::session::Signed;
+use super::{DashError, call, html, see_other};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use keygate_rbac::{Credits, KeyLookup, KeyUpdate, NewKey};
+use keygate_web::{KeyCreatedPage, KeyPage};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CreateKeyForm {
+    csrf_token: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "externalId")]
+    external_id: Option<String>,
+    credits: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct EnabledForm {
+    csrf_token: Option<String>,
+    enabled: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct TokenForm {
+    csrf_token: Option<String>,
+}
+
+fn token_ok(signed: &Signed, given: Option<&str>) -> Result<(), DashError> {
+    match matches(given.unwrap_or(""), &signed.session.csrf_token) {
+        true => Ok(()),
+        false => Err(DashError::BadToken { layout: signed.layout.clone() }),
+    }
+}
+
+/// A form's text field: trimmed, `None` when empty.
+fn field(v: Option<String>) -> Option<String> {
+    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// `POST /dashboard/apis/{api_id}/keys`: a new key of the API; its secret shown once.
+pub(super) async fn create(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<CreateKeyForm>,
+) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let api_id = path.into_inner();
+    let credits = match field(form.credits) {
+        None => None,
+        Some(c) => match c.parse::<u64>() {
+            Ok(remaining) if remaining <= keygate_domain::MAX_SAFE_INTEGER => {
+                Some(Credits { remaining, refill: None })
+            }
+            _ => {
+                let q = KeysQuery::default();
+                let error = Some(
+                    "Credits: a whole number from 0 to 9007199254740991, or empty for unlimited.".into(),
+                );
+                return render_api(signed, api_id, q, StatusCode::BAD_REQUEST, error).await;
+            }
+        },
+    };
+    let new = NewKey {
+        api_id: Some(api_id.clone()),
+        external_id: field(form.external_id),
+        name: field(form.name),
+        credits,
+        byte_length: Some(16),
+        ..NewKey::default()
+    };
+    let (st, p) = (signed.state.clone(), signed.session.principal.clone());
+    let created = web::block(move || st.rbac.create_key_as(&p, new))
+        .await
+        .map_err(|e| DashError::Unavailable(e.to_string()))?;
+    match created {
+        Ok((key, secret)) => {
+            let page = KeyCreatedPage {
+                layout: signed.layout.clone(),
+                key_id: key.id,
+                api_id,
+                secret: secret.expose().to_string(),
+            };
+            Ok(html(StatusCode::OK, &page))
+        }
+        Err(e) if e.code() == keygate_domain::ErrorCode::BadRequest => {
+            render_api(signed, api_id, KeysQuery::default(), StatusCode::BAD_REQUEST, Some(e.to_string()))
+                .await
+        }
+        Err(e) => Err(DashError::from_service(&signed.layout, e)),
+    }
+}
+
+/// `GET /dashboard/keys/{key_id}`.
+pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<HttpResponse, DashError> {
+    let Signed { session, layout, state } = signed;
+    let (p, id) = (session.principal.clone(), path.into_inner());
+    let summary = call(&layout, move || state.rbac.key_summary(&p, KeyLookup::Id(&id))).await?;
+    let page = KeyPage {
+        csrf: session.csrf_token.clone(),
+        key: key_row(&summary.key),
+        api_id: summary.key.api_id.clone(),
+        credits: summary.key.credits.as_ref().map_or("unlimited".into(), |c| c.remaining.to_string()),
+        identity: summary.identity.as_ref().map_or("none".into(), |i| i.identity.external_id.clone()),
+        permissions: summary.permissions,
+        roles: summary.roles,
+        layout,
+    };
+    Ok(html(StatusCode::OK, &page))
+}
+
+/// `POST /dashboard/keys/{key_id}/enabled`: `enabled=true|false`.
+pub(super) async fn set_enabled(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<EnabledForm>,
+) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let enabled = match form.enabled.as_deref() {
+        Some("true") => true,
+        Some("false") => false,
+        _ => {
+            return Err(DashError::Invalid {
+                layout: signed.layout,
+                message: "enabled: true or false".into(),
+            });
+        }
+    };
+    let id = path.into_inner();
+    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
+    let update = KeyUpdate { enabled: Some(enabled), ..KeyUpdate::default() };
+    call(&signed.layout, move || st.rbac.update_key(&p, &key, update)).await?;
+    Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
+}
+
+/// `POST /dashboard/keys/{key_id}/delete`: then back to the key's API.
+pub(super) async fn delete(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<TokenForm>,
+) -> Result<HttpResponse, DashError> {
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let id = path.into_inner();
+    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
+    let api_id = call(&signed.layout, move || {
+        let summary = st.rbac.key_summary(&p, KeyLookup::Id(&key))?;
+        st.rbac.delete_key(&p, &key)?;
+        Ok(summary.key.api_id)
+    })
+    .await?;
+    let base = &signed.layout.base;
+    Ok(see_other(match api_id {
+        Some(api) => format!("{base}/apis/{api}"),
+        None => format!("{base}/apis"),
+    }))
+}
