@@ -376,6 +376,9 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         (format!("/dashboard/apis/{api}/keys"), vec![("name", "forged key")]),
         (format!("/dashboard/keys/{key_id}/enabled"), vec![("enabled", "false")]),
         (format!("/dashboard/keys/{key_id}/delete"), vec![]),
+        (format!("/dashboard/keys/{key_id}/credits"), vec![("remaining", "1")]),
+        (format!("/dashboard/keys/{key_id}/access"), vec![("permissions", "forged"), ("roles", "")]),
+        (format!("/dashboard/keys/{key_id}/reroll"), vec![]),
         ("/dashboard/logout".to_string(), vec![]),
     ];
     for (path, fields) in &routes {
@@ -419,4 +422,65 @@ fn a_read_only_root_key_sees_but_may_not_change() {
     assert_eq!(p.status, 403);
     assert!(p.body.contains("api.*.create_api"), "{}", p.body);
     assert!(!p.body.contains(secret.expose()));
+}
+
+#[test]
+fn a_keys_credits_access_and_secret_change_from_its_page_and_the_audit_log_shows_it() {
+    let s = TestServer::start();
+    let api =
+        s.v2("apis.createApi", &json!({"name": "billing"})).data()["apiId"].as_str().unwrap().to_string();
+    let r = s.v2("keys.createKey", &json!({"apiId": api, "credits": {"remaining": 2}}));
+    let (key_id, secret) =
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
+    let verify = |secret: &str, perm: Option<&str>| {
+        let mut body = json!({"key": secret});
+        if let Some(p) = perm {
+            body["permissions"] = json!(p);
+        }
+        s.v2("keys.verifyKey", &body).data().clone()
+    };
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let key_path = format!("/dashboard/keys/{key_id}");
+    let t = b.get(&key_path).csrf();
+
+    // Credits: set, then unlimited; a bad value changes nothing.
+    assert_eq!(b.post(&format!("{key_path}/credits"), &[("csrf_token", &t), ("remaining", "7")]).status, 303);
+    assert_eq!(verify(&secret, None)["credits"], 6);
+    assert_eq!(
+        b.post(&format!("{key_path}/credits"), &[("csrf_token", &t), ("remaining", "lots")]).status,
+        400
+    );
+    assert_eq!(b.post(&format!("{key_path}/credits"), &[("csrf_token", &t), ("remaining", "")]).status, 303);
+    assert!(verify(&secret, None).get("credits").is_none(), "unlimited");
+
+    // Permissions and roles, one per line.
+    s.v2("permissions.createRole", &json!({"name": "reader"}));
+    let p = b.post(
+        &format!("{key_path}/access"),
+        &[("csrf_token", &t), ("permissions", "documents.read\ndocuments.write"), ("roles", "reader")],
+    );
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert_eq!(verify(&secret, Some("documents.write"))["code"], "VALID");
+    let page = b.get(&key_path);
+    assert!(page.body.contains("documents.read\ndocuments.write</textarea>"), "{}", page.body);
+    assert!(page.body.contains(">reader</textarea>"));
+
+    // Reroll: a new secret shown once; the old one is gone at once.
+    let rolled = b.post(&format!("{key_path}/reroll"), &[("csrf_token", &t)]);
+    assert_eq!(rolled.status, 200, "{}", rolled.body);
+    let marker = r#"id="secret" type="text" readonly value=""#;
+    let at = rolled.body.find(marker).unwrap() + marker.len();
+    let fresh = rolled.body[at..].split('"').next().unwrap().to_string();
+    assert_eq!(verify(&fresh, None)["code"], "VALID");
+    assert_eq!(verify(&secret, None)["code"], "EXPIRED");
+
+    // The audit log: every change, newest first, filterable.
+    let log = b.get("/dashboard/audit");
+    assert_eq!(log.status, 200);
+    assert_secure_headers(&log);
+    assert!(log.body.contains("key.update") && log.body.contains(&key_id), "{}", log.body);
+    let filtered = b.get("/dashboard/audit?action=api.create");
+    assert!(filtered.body.contains(&api) && !filtered.body.contains("key.update"), "{}", filtered.body);
+    assert!(b.get("/dashboard/audit?action=nothing.like.this").body.contains("No events match"));
 }

@@ -120,7 +120,25 @@ pub struct KeyPage {
     /// The identity's externalId, or "none".
     pub identity: String,
     pub permissions: Vec<String>,
+    /// The permissions linked to the key itself (not through roles): what its form edits.
+    pub direct_permissions: Vec<String>,
     pub roles: Vec<String>,
+    /// The credits field's value: the uses left, or empty for unlimited.
+    pub credits_value: String,
+}
+
+/// The audit log, filtered, a page at a time.
+#[derive(Debug, Template)]
+#[template(path = "audit.html")]
+pub struct AuditPage {
+    pub layout: Layout,
+    pub action: String,
+    pub actor: String,
+    pub resource: String,
+    /// `(when, action, resource, actor)`, newest first.
+    pub events: Vec<(String, String, String, String)>,
+    /// The link to the next (older) page.
+    pub next: Option<String>,
 }
 
 /// One bucket of a chart: when, and how many were valid and not.

@@ -9,7 +9,7 @@ use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use keygate_rbac::{Credits, KeyLookup, KeyUpdate, NewKey};
+use keygate_rbac::{CreditOp, Credits, KeyLookup, KeyUpdate, NewKey};
 use keygate_web::{KeyCreatedPage, KeyPage};
 use serde::Deserialize;
 
@@ -103,14 +103,26 @@ pub(super) async fn create(
 pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<HttpResponse, DashError> {
     let Signed { session, layout, state } = signed;
     let (p, id) = (session.principal.clone(), path.into_inner());
-    let summary = call(&layout, move || state.rbac.key_summary(&p, KeyLookup::Id(&id))).await?;
+    let (summary, direct) = call(&layout, move || {
+        let summary = state.rbac.key_summary(&p, KeyLookup::Id(&id))?;
+        // The key's own permissions (what the form edits), where the root key may read them.
+        let direct = match p.holds("api.*.read_key") {
+            true => state.rbac.get_key(&p, &id)?.permissions.into_iter().map(|n| n.name).collect(),
+            false => summary.permissions.clone(),
+        };
+        Ok((summary, direct))
+    })
+    .await?;
+    let remaining = summary.key.credits.as_ref().map(|c| c.remaining.to_string());
     let page = KeyPage {
         csrf: session.csrf_token.clone(),
         key: key_row(&summary.key),
         api_id: summary.key.api_id.clone(),
-        credits: summary.key.credits.as_ref().map_or("unlimited".into(), |c| c.remaining.to_string()),
+        credits: remaining.clone().unwrap_or_else(|| "unlimited".into()),
+        credits_value: remaining.unwrap_or_default(),
         identity: summary.identity.as_ref().map_or("none".into(), |i| i.identity.external_id.clone()),
         permissions: summary.permissions,
+        direct_permissions: direct,
         roles: summary.roles,
         layout,
     };
@@ -140,6 +152,93 @@ pub(super) async fn set_enabled(
     let update = KeyUpdate { enabled: Some(enabled), ..KeyUpdate::default() };
     call(&signed.layout, move || st.rbac.update_key(&p, &key, update)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CreditsForm {
+    csrf_token: Option<String>,
+    remaining: Option<String>,
+}
+
+/// `POST /dashboard/keys/{key_id}/credits`: `remaining` set (empty: unlimited).
+pub(super) async fn set_credits(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<CreditsForm>,
+) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let value = match field(form.remaining) {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= keygate_domain::MAX_SAFE_INTEGER => Some(n),
+            _ => {
+                let message =
+                    "Credits: a whole number from 0 to 9007199254740991, or empty for unlimited.".into();
+                return Err(DashError::Invalid { layout: signed.layout, message });
+            }
+        },
+    };
+    let id = path.into_inner();
+    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
+    call(&signed.layout, move || st.rbac.update_credits(&p, &key, CreditOp::Set, value)).await?;
+    Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct AccessForm {
+    csrf_token: Option<String>,
+    permissions: Option<String>,
+    roles: Option<String>,
+}
+
+/// Names one per line (or comma-separated), trimmed, empty ones left out.
+fn names(text: Option<String>) -> Vec<String> {
+    text.unwrap_or_default()
+        .split(['\n', ','])
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// `POST /dashboard/keys/{key_id}/access`: the key's permissions and roles replaced (as
+/// `keys.updateKey` with both), missing permissions created.
+pub(super) async fn set_access(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<AccessForm>,
+) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let update = KeyUpdate {
+        permissions: Some(names(form.permissions)),
+        roles: Some(names(form.roles)),
+        ..KeyUpdate::default()
+    };
+    let id = path.into_inner();
+    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
+    call(&signed.layout, move || st.rbac.update_key(&p, &key, update)).await?;
+    Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
+}
+
+/// `POST /dashboard/keys/{key_id}/reroll`: a new secret, shown once; the old one stops
+/// working at once.
+pub(super) async fn reroll(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<TokenForm>,
+) -> Result<HttpResponse, DashError> {
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let id = path.into_inner();
+    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
+    let (key, secret) = call(&signed.layout, move || st.rbac.reroll_key(&p, &key, Some(0))).await?;
+    let page = KeyCreatedPage {
+        layout: signed.layout.clone(),
+        api_id: key.api_id.clone().unwrap_or_default(),
+        key_id: key.id,
+        secret: secret.expose().to_string(),
+    };
+    Ok(html(StatusCode::OK, &page))
 }
 
 /// `POST /dashboard/keys/{key_id}/delete`: then back to the key's API.

@@ -4,6 +4,7 @@
 //! extractor), [`csrf`] (form tokens), [`login`], [`overview`].
 
 mod apis;
+mod audit;
 mod csrf;
 mod keys;
 mod login;
@@ -87,6 +88,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/keys/{key_id}", web::get().to(keys::show))
             .route("/keys/{key_id}/enabled", web::post().to(keys::set_enabled))
             .route("/keys/{key_id}/delete", web::post().to(keys::delete))
+            .route("/keys/{key_id}/credits", web::post().to(keys::set_credits))
+            .route("/keys/{key_id}/access", web::post().to(keys::set_access))
+            .route("/keys/{key_id}/reroll", web::post().to(keys::reroll))
+            .route("/audit", web::get().to(audit::list))
             .route("/assets/app.css", web::get().to(stylesheet))
             .route("/assets/app.js", web::get().to(script))
             .default_service(web::to(not_found)),
