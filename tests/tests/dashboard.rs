@@ -379,6 +379,14 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         (format!("/dashboard/keys/{key_id}/credits"), vec![("remaining", "1")]),
         (format!("/dashboard/keys/{key_id}/access"), vec![("permissions", "forged"), ("roles", "")]),
         (format!("/dashboard/keys/{key_id}/reroll"), vec![]),
+        ("/dashboard/permissions".to_string(), vec![("name", "forged.perm")]),
+        ("/dashboard/roles".to_string(), vec![("name", "forged-role")]),
+        ("/dashboard/identities".to_string(), vec![("externalId", "forged")]),
+        (
+            "/dashboard/ratelimits".to_string(),
+            vec![("namespace", "ns"), ("identifier", "x"), ("limit", "1"), ("duration", "1000")],
+        ),
+        ("/dashboard/ratelimits/delete".to_string(), vec![("namespace", "ns"), ("identifier", "x")]),
         ("/dashboard/logout".to_string(), vec![]),
     ];
     for (path, fields) in &routes {
@@ -399,6 +407,9 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
     );
     assert_eq!(s.count("apis", "1 = 1"), 1, "no API created");
     assert_eq!(s.count("keys", "1 = 1"), 1, "no key created");
+    for table in ["permissions", "roles", "identities", "ratelimit_overrides"] {
+        assert_eq!(s.count(table, "1 = 1"), 0, "nothing in {table}");
+    }
     assert_eq!(b.get("/dashboard").status, 200, "still signed in");
 }
 
@@ -483,4 +494,140 @@ fn a_keys_credits_access_and_secret_change_from_its_page_and_the_audit_log_shows
     let filtered = b.get("/dashboard/audit?action=api.create");
     assert!(filtered.body.contains(&api) && !filtered.body.contains("key.update"), "{}", filtered.body);
     assert!(b.get("/dashboard/audit?action=nothing.like.this").body.contains("No events match"));
+}
+
+#[test]
+fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let t = token(&mut b);
+    assert!(b.get("/dashboard/permissions").body.contains("No permissions yet"));
+
+    // Permissions: created, listed, deleted; a bad name is a 400 page.
+    let p = b.post(
+        "/dashboard/permissions",
+        &[("csrf_token", &t), ("name", "documents.read"), ("description", "Read <docs>")],
+    );
+    assert_eq!(p.status, 303, "{}", p.body);
+    let listed = b.get("/dashboard/permissions");
+    assert!(listed.body.contains("documents.read") && !listed.body.contains("<docs>"), "{}", listed.body);
+    assert_eq!(b.post("/dashboard/permissions", &[("csrf_token", &t), ("name", "has space")]).status, 400);
+    let perm_id = s.v2("permissions.getPermission", &json!({"permission": "documents.read"})).data()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        b.post(&format!("/dashboard/permissions/{perm_id}/delete"), &[("csrf_token", &t)]).status,
+        303
+    );
+    assert_eq!(s.count("permissions", "1 = 1"), 0);
+
+    // Roles: created with permissions (created too), edited, deleted.
+    let r = b.post(
+        "/dashboard/roles",
+        &[("csrf_token", &t), ("name", "editor"), ("permissions", "docs.read\ndocs.write")],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let role = s.v2("permissions.getRole", &json!({"role": "editor"}));
+    assert_eq!(role.data()["permissions"].as_array().unwrap().len(), 2, "{}", role.text);
+    let role_id = role.data()["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        b.post(
+            &format!("/dashboard/roles/{role_id}/permissions"),
+            &[("csrf_token", &t), ("permissions", "docs.read")]
+        )
+        .status,
+        303
+    );
+    assert_eq!(
+        s.v2("permissions.getRole", &json!({"role": "editor"})).data()["permissions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(b.get("/dashboard/roles").body.contains(">docs.read</textarea>"));
+    assert_eq!(b.post(&format!("/dashboard/roles/{role_id}/delete"), &[("csrf_token", &t)]).status, 303);
+    assert_eq!(s.count("roles", "1 = 1"), 0);
+
+    // Identities: created (meta must be a JSON object), searched.
+    assert_eq!(
+        b.post(
+            "/dashboard/identities",
+            &[("csrf_token", &t), ("externalId", "acme"), ("meta", "{\"plan\":\"pro\"}")]
+        )
+        .status,
+        303
+    );
+    assert_eq!(
+        b.post("/dashboard/identities", &[("csrf_token", &t), ("externalId", "beta"), ("meta", "[1]")])
+            .status,
+        400
+    );
+    assert_eq!(s.v2("identities.getIdentity", &json!({"identity": "acme"})).data()["meta"]["plan"], "pro");
+    assert!(b.get("/dashboard/identities").body.contains("acme"));
+    assert!(b.get("/dashboard/identities?search=zzz").body.contains("No identities match"));
+
+    // Overrides: set in a namespace, applied by the next decision, deleted.
+    assert_eq!(
+        s.limit(json!({"namespace": "email", "identifier": "vip", "limit": 1, "duration": 60_000})).status,
+        200
+    );
+    let set = b.post(
+        "/dashboard/ratelimits",
+        &[
+            ("csrf_token", &t),
+            ("namespace", "email"),
+            ("identifier", "vip"),
+            ("limit", "100"),
+            ("duration", "60000"),
+        ],
+    );
+    assert_eq!(
+        (set.status, set.location()),
+        (303, Some("/dashboard/ratelimits?namespace=email")),
+        "{}",
+        set.body
+    );
+    let d = s.limit(json!({"namespace": "email", "identifier": "vip", "limit": 1, "duration": 60_000}));
+    assert_eq!(d.json["limit"], 100, "{}", d.text);
+    let page = b.get("/dashboard/ratelimits?namespace=email");
+    assert!(page.body.contains("<code>vip</code>"), "{}", page.body);
+    assert_eq!(
+        b.post(
+            "/dashboard/ratelimits",
+            &[
+                ("csrf_token", &t),
+                ("namespace", "email"),
+                ("identifier", "x"),
+                ("limit", "1"),
+                ("duration", "5")
+            ]
+        )
+        .status,
+        400
+    );
+    assert_eq!(
+        b.post(
+            "/dashboard/ratelimits/delete",
+            &[("csrf_token", &t), ("namespace", "email"), ("identifier", "vip")]
+        )
+        .status,
+        303
+    );
+    assert!(b.get("/dashboard/ratelimits?namespace=email").body.contains("No overrides"));
+    assert_eq!(b.get("/dashboard/ratelimits?namespace=nowhere").status, 404);
+    for page in [
+        "/dashboard/permissions",
+        "/dashboard/roles",
+        "/dashboard/identities",
+        "/dashboard/ratelimits",
+        "/dashboard/audit",
+    ] {
+        let p = b.get(page);
+        assert_eq!(p.status, 200, "{page}");
+        assert_secure_headers(&p);
+        assert_eq!(p.body.matches("<h1").count(), 1, "{page}: one h1");
+    }
 }

@@ -127,6 +127,50 @@ pub struct KeyPage {
     pub credits_value: String,
 }
 
+/// The workspace's permissions, and forms to create and delete them.
+#[derive(Debug, Template)]
+#[template(path = "permissions.html")]
+pub struct PermissionsPage {
+    pub layout: Layout,
+    pub csrf: String,
+    /// `(id, name, description)`.
+    pub permissions: Vec<(String, String, String)>,
+}
+
+/// The workspace's roles, each with its permissions (editable), and a form to create one.
+#[derive(Debug, Template)]
+#[template(path = "roles.html")]
+pub struct RolesPage {
+    pub layout: Layout,
+    pub csrf: String,
+    /// `(id, name, permission names)`.
+    pub roles: Vec<(String, String, Vec<String>)>,
+}
+
+/// The workspace's identities (searched, a page at a time), and a form to create one.
+#[derive(Debug, Template)]
+#[template(path = "identities.html")]
+pub struct IdentitiesPage {
+    pub layout: Layout,
+    pub csrf: String,
+    pub search: String,
+    /// `(id, externalId, rate limits as text)`.
+    pub identities: Vec<(String, String, String)>,
+    pub next: Option<String>,
+}
+
+/// A namespace's overrides, and forms to set and delete them.
+#[derive(Debug, Template)]
+#[template(path = "ratelimits.html")]
+pub struct RatelimitsPage {
+    pub layout: Layout,
+    pub csrf: String,
+    /// The namespace asked for (empty: none yet).
+    pub namespace: String,
+    /// `(identifier, limit, duration)`.
+    pub overrides: Vec<(String, u64, u64)>,
+}
+
 /// The audit log, filtered, a page at a time.
 #[derive(Debug, Template)]
 #[template(path = "audit.html")]

@@ -1,7 +1,7 @@
 //! `/dashboard/apis`: the workspace's APIs (and creating one), and an API's keys a page at a
 //! time, filtered by identity.
 
-use super::csrf::matches;
+use super::forms::token_ok;
 use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
@@ -53,9 +53,7 @@ pub(super) async fn create(
     form: web::Form<CreateApiForm>,
 ) -> Result<HttpResponse, DashError> {
     let form = form.into_inner();
-    if !matches(form.csrf_token.as_deref().unwrap_or(""), &signed.session.csrf_token) {
-        return Err(DashError::BadToken { layout: signed.layout });
-    }
+    token_ok(&signed, form.csrf_token.as_deref())?;
     let (st, p) = (signed.state.clone(), signed.session.principal.clone());
     let name = form.name.unwrap_or_default();
     let created = web::block(move || st.rbac.create_api(&p, name.trim()))

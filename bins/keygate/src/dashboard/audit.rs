@@ -1,6 +1,7 @@
 //! `/dashboard/audit`: the workspace's audit log, newest first, filtered by action, actor
 //! and resource, 50 events a page. Needs `audit.*.read` (as `audit.list`).
 
+use super::forms::encode;
 use super::session::Signed;
 use super::{DashError, call, html};
 use actix_web::http::StatusCode;
@@ -56,16 +57,6 @@ pub(super) async fn list(signed: Signed, q: web::Query<AuditQuery>) -> Result<Ht
         layout,
     };
     Ok(html(StatusCode::OK, &page))
-}
-
-/// A query value, percent-encoded (everything but unreserved characters).
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            true => (b as char).to_string(),
-            false => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC).

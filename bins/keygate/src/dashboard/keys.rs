@@ -4,7 +4,7 @@
 //! the actor) and then shows where it leads.
 
 use super::apis::{KeysQuery, key_row, render_api};
-use super::csrf::matches;
+use super::forms::{field, names, token_ok};
 use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
@@ -31,18 +31,6 @@ pub(super) struct EnabledForm {
 #[derive(Debug, Deserialize)]
 pub(super) struct TokenForm {
     csrf_token: Option<String>,
-}
-
-fn token_ok(signed: &Signed, given: Option<&str>) -> Result<(), DashError> {
-    match matches(given.unwrap_or(""), &signed.session.csrf_token) {
-        true => Ok(()),
-        false => Err(DashError::BadToken { layout: signed.layout.clone() }),
-    }
-}
-
-/// A form's text field: trimmed, `None` when empty.
-fn field(v: Option<String>) -> Option<String> {
-    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// `POST /dashboard/apis/{api_id}/keys`: a new key of the API; its secret shown once.
@@ -190,15 +178,6 @@ pub(super) struct AccessForm {
     csrf_token: Option<String>,
     permissions: Option<String>,
     roles: Option<String>,
-}
-
-/// Names one per line (or comma-separated), trimmed, empty ones left out.
-fn names(text: Option<String>) -> Vec<String> {
-    text.unwrap_or_default()
-        .split(['\n', ','])
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty())
-        .collect()
 }
 
 /// `POST /dashboard/keys/{key_id}/access`: the key's permissions and roles replaced (as

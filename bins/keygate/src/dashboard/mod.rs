@@ -6,9 +6,13 @@
 mod apis;
 mod audit;
 mod csrf;
+mod forms;
+mod identities;
 mod keys;
 mod login;
 mod overview;
+mod permissions;
+mod ratelimits;
 mod session;
 
 use actix_web::http::StatusCode;
@@ -92,6 +96,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/keys/{key_id}/access", web::post().to(keys::set_access))
             .route("/keys/{key_id}/reroll", web::post().to(keys::reroll))
             .route("/audit", web::get().to(audit::list))
+            .route("/permissions", web::get().to(permissions::list))
+            .route("/permissions", web::post().to(permissions::create))
+            .route("/permissions/{id}/delete", web::post().to(permissions::delete))
+            .route("/roles", web::get().to(permissions::roles))
+            .route("/roles", web::post().to(permissions::create_role))
+            .route("/roles/{id}/permissions", web::post().to(permissions::set_role_permissions))
+            .route("/roles/{id}/delete", web::post().to(permissions::delete_role))
+            .route("/identities", web::get().to(identities::list))
+            .route("/identities", web::post().to(identities::create))
+            .route("/ratelimits", web::get().to(ratelimits::show))
+            .route("/ratelimits", web::post().to(ratelimits::set))
+            .route("/ratelimits/delete", web::post().to(ratelimits::delete))
             .route("/assets/app.css", web::get().to(stylesheet))
             .route("/assets/app.js", web::get().to(script))
             .default_service(web::to(not_found)),

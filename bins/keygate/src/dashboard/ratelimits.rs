@@ -1,0 +1,98 @@
+//! `/dashboard/ratelimits`: a namespace's overrides (by its name or id), set and deleted
+//! through the same service as `ratelimit.*Override`.
+
+use super::forms::{encode, field, number, token_ok};
+use super::session::Signed;
+use super::{DashError, call, html, see_other};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use keygate_domain::{IdPrefix, has_prefix};
+use keygate_rbac::NamespaceRef;
+use keygate_web::RatelimitsPage;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct NamespaceQuery {
+    namespace: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct OverrideForm {
+    csrf_token: Option<String>,
+    namespace: Option<String>,
+    identifier: Option<String>,
+    limit: Option<String>,
+    duration: Option<String>,
+}
+
+/// A namespace as the form names it: an id when it looks like one, else a name.
+fn namespace_ref(ns: &str) -> NamespaceRef {
+    match has_prefix(ns, IdPrefix::Namespace) {
+        true => NamespaceRef { id: Some(ns.to_string()), name: None },
+        false => NamespaceRef { id: None, name: Some(ns.to_string()) },
+    }
+}
+
+pub(super) async fn show(signed: Signed, q: web::Query<NamespaceQuery>) -> Result<HttpResponse, DashError> {
+    let Signed { session, layout, state } = signed;
+    let namespace = field(q.into_inner().namespace).unwrap_or_default();
+    let overrides = match namespace.is_empty() {
+        true => Vec::new(),
+        false => {
+            let (p, ns) = (session.principal.clone(), namespace_ref(&namespace));
+            call(&layout, move || state.rbac.list_overrides(&p, &ns)).await?
+        }
+    };
+    let page = RatelimitsPage {
+        csrf: session.csrf_token.clone(),
+        namespace,
+        overrides: overrides.into_iter().map(|o| (o.identifier, o.limit, o.duration)).collect(),
+        layout,
+    };
+    Ok(html(StatusCode::OK, &page))
+}
+
+fn back(signed: &Signed, namespace: &str) -> HttpResponse {
+    see_other(format!("{}/ratelimits?namespace={}", signed.layout.base, encode(namespace)))
+}
+
+pub(super) async fn set(signed: Signed, form: web::Form<OverrideForm>) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let namespace = field(form.namespace).unwrap_or_default();
+    let identifier = field(form.identifier).unwrap_or_default();
+    let max = keygate_domain::MAX_SAFE_INTEGER;
+    let limit = number(
+        &signed,
+        form.limit.as_deref().unwrap_or(""),
+        max,
+        "Limit: a whole number (0 denies every request).",
+    )?;
+    let duration = number(
+        &signed,
+        form.duration.as_deref().unwrap_or(""),
+        max,
+        "Window: a whole number of ms, at least 1000.",
+    )?;
+    if duration < 1_000 {
+        return Err(DashError::Invalid {
+            layout: signed.layout,
+            message: "Window: at least 1000 ms.".into(),
+        });
+    }
+    let (st, p, ns, id) =
+        (signed.state.clone(), signed.session.principal.clone(), namespace_ref(&namespace), identifier);
+    call(&signed.layout, move || st.rbac.set_override(&p, &ns, &id, limit, duration, false)).await?;
+    Ok(back(&signed, &namespace))
+}
+
+pub(super) async fn delete(signed: Signed, form: web::Form<OverrideForm>) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let namespace = field(form.namespace).unwrap_or_default();
+    let identifier = field(form.identifier).unwrap_or_default();
+    let (st, p, ns, id) =
+        (signed.state.clone(), signed.session.principal.clone(), namespace_ref(&namespace), identifier);
+    call(&signed.layout, move || st.rbac.delete_override(&p, &ns, &id)).await?;
+    Ok(back(&signed, &namespace))
+}
