@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod proxy;
+pub mod webdriver;
 
 use actix_web::dev::ServerHandle;
 use actix_web::web;

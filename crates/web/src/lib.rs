@@ -7,6 +7,8 @@ pub use askama::Template;
 
 /// The stylesheet, served at `<base>/assets/app.css`.
 pub const APP_CSS: &str = include_str!("../assets/app.css");
+/// The icon, at `<base>/assets/favicon.svg`.
+pub const FAVICON_SVG: &str = include_str!("../assets/favicon.svg");
 /// The one script (progressive enhancement: copy buttons), at `<base>/assets/app.js`.
 pub const APP_JS: &str = include_str!("../assets/app.js");
 

@@ -110,6 +110,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/ratelimits/delete", web::post().to(ratelimits::delete))
             .route("/assets/app.css", web::get().to(stylesheet))
             .route("/assets/app.js", web::get().to(script))
+            .route("/assets/favicon.svg", web::get().to(favicon))
             .default_service(web::to(not_found)),
     );
 }
@@ -126,6 +127,13 @@ async fn script() -> HttpResponse {
         .content_type("text/javascript; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
         .body(keygate_web::APP_JS)
+}
+
+async fn favicon() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("image/svg+xml")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=86400"))
+        .body(keygate_web::FAVICON_SVG)
 }
 
 async fn not_found() -> Result<HttpResponse, DashError> {

@@ -1,0 +1,193 @@
+//! The dashboard in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
+//! which `.ci/run` installs): a user logs in with the keyboard only, creates an API and a
+//! key, disables it (a verification then answers DISABLED), sets its credits, rerolls it,
+//! sets an override and reads the audit log. On every page: no console error (CSP
+//! violations included), one `h1`, a label for every form control; a screenshot of each
+//! main page (written to `KEYGATE_SCREENSHOTS`, e.g. `docs/screenshots`, when set).
+#![allow(clippy::unwrap_used)]
+
+use keygate_tests::TestServer;
+use keygate_tests::webdriver::{Browser, ENTER};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+struct Run<'a> {
+    s: &'a TestServer,
+    b: Browser,
+    shots: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Run<'_> {
+    fn url(&self, path: &str) -> String {
+        self.s.url(&format!("/dashboard{path}"))
+    }
+
+    /// Waits until the browser is at `path` (after a form's redirect).
+    fn arrived(&self, path: &str) {
+        let want = self.url(path);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.b.url() != want {
+            assert!(Instant::now() < deadline, "at {} instead of {want}", self.b.url());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The checks every page passes, and its screenshot when `name` is given.
+    fn check(&self, name: Option<&str>) {
+        let page = self.b.url();
+        assert_eq!(self.b.find_all("h1").len(), 1, "{page}: one h1");
+        let unlabelled = self.b.script(
+            "return Array.from(document.querySelectorAll('input:not([type=hidden]),textarea,select'))\
+             .filter(e => !(e.id && document.querySelector('label[for=\"' + e.id + '\"]')) && !e.getAttribute('aria-label'))\
+             .map(e => e.name);",
+        );
+        assert_eq!(unlabelled, json!([]), "{page}: form controls without a label");
+        let errors: Vec<(String, String)> = self
+            .b
+            .console()
+            .into_iter()
+            .filter(|(level, _)| level == "SEVERE" || level == "WARNING")
+            .collect();
+        assert!(errors.is_empty(), "{page}: console errors {errors:?}");
+        assert!(!self.b.source().contains(&self.s.root_key), "{page}: the root key is in the page");
+        if let Some(name) = name {
+            let png = self.b.screenshot();
+            assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}: a PNG");
+            std::fs::write(self.shots.join(format!("{name}.png")), png).unwrap();
+        }
+    }
+
+    fn fill(&self, css: &str, text: &str) {
+        let e = self.b.find(css);
+        self.b.type_into(&e, text);
+    }
+
+    /// Clicks a form's button and waits for the page the form leads to (a new document,
+    /// even when its address is the same).
+    fn press(&self, css: &str) {
+        self.b.script("window.__kgBefore = true; return null;");
+        let e = self.b.find(css);
+        self.b.click(&e);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.b.script("return window.__kgBefore === true && true;") == json!(true)
+            || self.b.script("return document.readyState;") != json!("complete")
+        {
+            assert!(Instant::now() < deadline, "the form led nowhere: {}", self.b.url());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+#[test]
+fn a_user_runs_keygate_from_the_browser() {
+    let s = TestServer::start();
+    let (shots, tmp) = match std::env::var("KEYGATE_SCREENSHOTS") {
+        Ok(dir) => (PathBuf::from(dir), None),
+        Err(_) => {
+            let t = tempfile::tempdir().unwrap();
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    std::fs::create_dir_all(&shots).unwrap();
+    let r = Run { s: &s, b: Browser::start(), shots, _tmp: tmp };
+    let verify = |secret: &str| s.v2("keys.verifyKey", &json!({"key": secret})).data().clone();
+
+    // Signed out: the login page, its field focused; the keyboard alone logs in.
+    r.b.goto(&r.url(""));
+    r.arrived("/login");
+    r.check(Some("login"));
+    let focused = r.b.active();
+    assert_eq!(r.b.attribute(&focused, "id").as_deref(), Some("root_key"));
+    r.b.type_into(&focused, &format!("{}{ENTER}", s.root_key));
+    r.arrived("");
+    r.check(None);
+
+    // An API, then a key in it: its secret shown once, with a working copy button.
+    r.b.goto(&r.url("/apis"));
+    r.check(Some("apis"));
+    r.fill("#name", "storefront");
+    r.press("form[action$='/apis'] button[type=submit]");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !r.b.url().contains("/dashboard/apis/api_") {
+        assert!(Instant::now() < deadline, "no API page: {}", r.b.url());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let api_page = r.b.url();
+    r.fill("#key_name", "checkout");
+    r.fill("#key_external", "acme");
+    r.press("form[action$='/keys'] button[type=submit]");
+    let secret_field = r.b.find("#secret");
+    let secret = r.b.attribute(&secret_field, "value").unwrap();
+    assert_eq!(verify(&secret)["code"], "VALID");
+    assert_eq!(
+        r.b.script("return document.querySelector('button[data-copy-target]').hidden;"),
+        json!(false),
+        "app.js ran"
+    );
+    r.check(Some("key-created"));
+
+    // Listed in its API; its page.
+    r.b.goto(&api_page);
+    r.check(Some("api"));
+    let key_id = s.v2("keys.whoami", &json!({"key": secret})).data()["keyId"].as_str().unwrap().to_string();
+    assert!(r.b.source().contains(&key_id));
+    r.press(&format!("a[href$='/keys/{key_id}']"));
+    r.arrived(&format!("/keys/{key_id}"));
+    r.check(Some("key"));
+
+    // Disabled: the API answers DISABLED at once.
+    r.press("form[action$='/enabled'] button");
+    r.arrived(&format!("/keys/{key_id}"));
+    assert_eq!(verify(&secret)["code"], "DISABLED");
+    r.press("form[action$='/enabled'] button");
+    r.arrived(&format!("/keys/{key_id}"));
+    assert_eq!(verify(&secret)["code"], "VALID");
+
+    // Credits.
+    r.fill("#remaining", "5");
+    r.press("form[action$='/credits'] button");
+    r.arrived(&format!("/keys/{key_id}"));
+    assert_eq!(verify(&secret)["credits"], 4);
+
+    // Reroll: a new secret; the old one stops working.
+    r.press("form[action$='/reroll'] button");
+    let fresh = r.b.attribute(&r.b.find("#secret"), "value").unwrap();
+    assert_ne!(fresh, secret);
+    assert_eq!(verify(&fresh)["code"], "VALID");
+    assert_eq!(verify(&secret)["code"], "EXPIRED");
+    r.check(None);
+
+    // An override in a namespace.
+    s.limit(json!({"namespace": "email", "identifier": "vip", "limit": 1, "duration": 60_000}));
+    r.b.goto(&r.url("/ratelimits?namespace=email"));
+    r.fill("#identifier", "vip");
+    r.fill("#limit", "100");
+    r.press("form[action$='/ratelimits'][method=post] button");
+    r.arrived("/ratelimits?namespace=email");
+    r.check(Some("ratelimits"));
+    assert_eq!(
+        s.limit(json!({"namespace": "email", "identifier": "vip", "limit": 1, "duration": 60_000})).json["limit"],
+        100
+    );
+
+    // The other pages, and the audit log of all this.
+    for (path, name) in [("/identities", "identities"), ("/permissions", "permissions"), ("/roles", "roles")]
+    {
+        r.b.goto(&r.url(path));
+        r.check(Some(name));
+    }
+    r.b.goto(&r.url("/audit"));
+    r.check(Some("audit"));
+    let log = r.b.source();
+    for action in ["api.create", "key.create", "key.update", "ratelimit_override.set"] {
+        assert!(log.contains(action), "the audit log shows {action}");
+    }
+
+    // The overview, once the verifications above are written: a chart, and counts.
+    s.state.rbac.flush_analytics().unwrap();
+    r.b.goto(&r.url(""));
+    assert!(r.b.find_all("svg.chart rect").len() >= 2, "a chart");
+    r.check(Some("overview"));
+}
