@@ -145,11 +145,13 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let app_state = state.clone();
     let dashboard = config.dashboard.is_some();
     let mut server = HttpServer::new(move || {
+        // The API's routes first (the hot paths are tried first), then the dashboard's
+        // scope; the API's JSON 404 answers every other path.
         App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(|cfg| {
+            routes::configure(cfg);
             if dashboard {
                 crate::dashboard::configure(cfg);
             }
-            routes::configure(cfg);
         })
     })
     .workers(workers)
