@@ -369,6 +369,8 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
     let r = s.v2("keys.createKey", &json!({"apiId": api}));
     let (key_id, secret) =
         (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
+    // (The token is checked before anything is looked up.)
+    let identity = "id_not_there";
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
     let routes = [
@@ -382,6 +384,7 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         ("/dashboard/permissions".to_string(), vec![("name", "forged.perm")]),
         ("/dashboard/roles".to_string(), vec![("name", "forged-role")]),
         ("/dashboard/identities".to_string(), vec![("externalId", "forged")]),
+        (format!("/dashboard/identities/{identity}"), vec![("meta", "{}")]),
         (
             "/dashboard/ratelimits".to_string(),
             vec![("namespace", "ns"), ("identifier", "x"), ("limit", "1"), ("duration", "1000")],
@@ -568,6 +571,38 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
     assert_eq!(s.v2("identities.getIdentity", &json!({"identity": "acme"})).data()["meta"]["plan"], "pro");
     assert!(b.get("/dashboard/identities").body.contains("acme"));
     assert!(b.get("/dashboard/identities?search=zzz").body.contains("No identities match"));
+    // An identity's meta and limits, edited.
+    let acme = s.v2("identities.getIdentity", &json!({"identity": "acme"})).data()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let edit = format!("/dashboard/identities/{acme}");
+    assert!(b.get(&edit).body.contains("plan"));
+    let saved = b.post(
+        &edit,
+        &[
+            ("csrf_token", &t),
+            ("meta", "{\"plan\":\"team\"}"),
+            ("ratelimits", "tokens 100 60000 auto\nsearch 5 1000"),
+        ],
+    );
+    assert_eq!((saved.status, saved.location()), (303, Some(edit.as_str())), "{}", saved.body);
+    let got = s.v2("identities.getIdentity", &json!({"identity": "acme"}));
+    assert_eq!(got.data()["meta"]["plan"], "team");
+    assert_eq!(got.data()["ratelimits"].as_array().unwrap().len(), 2, "{}", got.text);
+    assert!(
+        b.get(&edit).body.contains("tokens 100 60000 auto\nsearch 5 1000</textarea>")
+            || b.get(&edit).body.contains("search 5 1000\ntokens 100 60000 auto</textarea>")
+    );
+    assert_eq!(b.post(&edit, &[("csrf_token", &t), ("ratelimits", "tokens lots")]).status, 400);
+    assert_eq!(
+        s.v2("identities.getIdentity", &json!({"identity": "acme"})).data()["ratelimits"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "unchanged"
+    );
 
     // Overrides: set in a namespace, applied by the next decision, deleted.
     assert_eq!(

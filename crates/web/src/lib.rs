@@ -161,6 +161,20 @@ pub struct IdentitiesPage {
     pub next: Option<String>,
 }
 
+/// An identity: its meta and rate limits, editable.
+#[derive(Debug, Template)]
+#[template(path = "identity.html")]
+pub struct IdentityPage {
+    pub layout: Layout,
+    pub csrf: String,
+    pub id: String,
+    pub external_id: String,
+    /// The meta as JSON text (empty: none).
+    pub meta: String,
+    /// One line per limit: `name limit duration [auto]`.
+    pub ratelimits: Vec<String>,
+}
+
 /// A namespace's overrides, and forms to set and delete them.
 #[derive(Debug, Template)]
 #[template(path = "ratelimits.html")]

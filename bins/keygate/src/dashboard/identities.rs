@@ -6,7 +6,9 @@ use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use keygate_web::IdentitiesPage;
+use keygate_domain::Patch;
+use keygate_rbac::NewRateLimit;
+use keygate_web::{IdentitiesPage, IdentityPage};
 use serde::Deserialize;
 
 const PAGE: usize = 50;
@@ -73,4 +75,81 @@ pub(super) async fn create(signed: Signed, form: web::Form<IdentityForm>) -> Res
     let (st, p) = (signed.state.clone(), signed.session.principal.clone());
     call(&signed.layout, move || st.rbac.create_identity(&p, &external_id, meta, &[])).await?;
     Ok(see_other(format!("{}/identities", signed.layout.base)))
+}
+
+/// `GET /dashboard/identities/{id}`.
+pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<HttpResponse, DashError> {
+    let Signed { session, layout, state } = signed;
+    let (p, id) = (session.principal.clone(), path.into_inner());
+    let view = call(&layout, move || state.rbac.get_identity(&p, &id)).await?;
+    let page = IdentityPage {
+        csrf: session.csrf_token.clone(),
+        id: view.identity.id,
+        external_id: view.identity.external_id,
+        meta: view.identity.meta.unwrap_or_default(),
+        ratelimits: view
+            .ratelimits
+            .iter()
+            .map(|l| {
+                format!("{} {} {}{}", l.name, l.limit, l.duration, if l.auto_apply { " auto" } else { "" })
+            })
+            .collect(),
+        layout,
+    };
+    Ok(html(StatusCode::OK, &page))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct EditForm {
+    csrf_token: Option<String>,
+    meta: Option<String>,
+    ratelimits: Option<String>,
+}
+
+/// One limit per line: `name limit duration [auto]`.
+fn limits(signed: &Signed, text: &str) -> Result<Vec<NewRateLimit>, DashError> {
+    let bad = |line: &str| DashError::Invalid {
+        layout: signed.layout.clone(),
+        message: format!("Rate limits: \"{line}\" is not \"name limit window-ms [auto]\"."),
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let (name, limit, duration, auto) = match parts[..] {
+                [n, l, d] => (n, l, d, false),
+                [n, l, d, "auto"] => (n, l, d, true),
+                _ => return Err(bad(line)),
+            };
+            let (Ok(limit), Ok(duration)) = (limit.parse(), duration.parse()) else { return Err(bad(line)) };
+            Ok(NewRateLimit { name: name.to_string(), limit, duration, auto_apply: auto })
+        })
+        .collect()
+}
+
+/// `POST /dashboard/identities/{id}`: meta (a JSON object, or none) and the whole set of
+/// rate limits replaced, as `identities.updateIdentity` does.
+pub(super) async fn update(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<EditForm>,
+) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let meta = match field(form.meta) {
+        None => Patch::Clear,
+        Some(m) if serde_json::from_str::<serde_json::Value>(&m).is_ok_and(|v| v.is_object()) => {
+            Patch::Set(m)
+        }
+        Some(_) => {
+            let message = "Meta: a JSON object, such as {\"plan\": \"pro\"}, or nothing.".into();
+            return Err(DashError::Invalid { layout: signed.layout, message });
+        }
+    };
+    let ratelimits = Patch::Set(limits(&signed, form.ratelimits.as_deref().unwrap_or(""))?);
+    let (st, p, id) = (signed.state.clone(), signed.session.principal.clone(), path.into_inner());
+    let back = format!("{}/identities/{id}", signed.layout.base);
+    call(&signed.layout, move || st.rbac.update_identity(&p, &id, meta, ratelimits)).await?;
+    Ok(see_other(back))
 }

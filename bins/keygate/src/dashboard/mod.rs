@@ -105,6 +105,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/roles/{id}/delete", web::post().to(permissions::delete_role))
             .route("/identities", web::get().to(identities::list))
             .route("/identities", web::post().to(identities::create))
+            .route("/identities/{id}", web::get().to(identities::show))
+            .route("/identities/{id}", web::post().to(identities::update))
             .route("/ratelimits", web::get().to(ratelimits::show))
             .route("/ratelimits", web::post().to(ratelimits::set))
             .route("/ratelimits/delete", web::post().to(ratelimits::delete))
