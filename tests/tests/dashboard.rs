@@ -227,21 +227,45 @@ fn a_page_the_root_key_may_not_see_is_a_readable_403() {
 fn the_overview_counts_the_workspaces_verifications() {
     let s = TestServer::start();
     let api = s.v2("apis.createApi", &json!({"name": "shop"})).data()["apiId"].as_str().unwrap().to_string();
-    let secret = s.v2("keys.createKey", &json!({"apiId": api})).data()["key"].as_str().unwrap().to_string();
+    let r = s.v2("keys.createKey", &json!({"apiId": api, "externalId": "acme"}));
+    let (key_id, secret) =
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
     for _ in 0..3 {
         assert_eq!(s.v2("keys.verifyKey", &json!({"key": secret})).data()["code"], "VALID");
     }
     s.v2("keys.verifyKey", &json!({"key": "not-a-key", "apiId": api}));
+    for _ in 0..3 {
+        s.limit(json!({"namespace": "email", "identifier": "x", "limit": 2, "duration": 60_000}));
+    }
     s.clock.advance(61_000);
     s.state.rbac.flush_analytics().unwrap();
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
-    for range in ["", "?range=7d", "?range=30d"] {
+    for range in ["", "?range=7d", "?range=30d", "?range=<b>"] {
         let p = b.get(&format!("/dashboard{range}"));
         assert_eq!(p.status, 200);
         assert!(p.body.contains("<td>VALID</td><td class=\"n\">3</td>"), "{range}: {}", p.body);
         assert!(p.body.contains("<svg class=\"chart\""), "a chart");
+        // The panels: the key, its identity, the namespace's denial.
+        assert!(p.body.contains(&format!(">{key_id}</a></td><td class=\"n\">3</td>")), "{range}: {}", p.body);
+        assert!(p.body.contains(">acme</a></td><td class=\"n\">3</td>"), "{range}");
+        assert!(
+            p.body.contains(">email</a></td><td class=\"n\">2</td><td class=\"n\">1</td>"),
+            "{range}: {}",
+            p.body
+        );
     }
+    // A key's own usage, on its page.
+    let key = b.get(&format!("/dashboard/keys/{key_id}"));
+    assert!(key.body.contains("Verifications of this key per day: 3 in all"), "{}", key.body);
+    // A root key that may read analytics of APIs but not rate limits: no rate-limit panel.
+    let (_, narrow) =
+        s.state.rbac.create_root_key(&s.workspace_id, &["api.*.read_analytics".to_string()]).unwrap();
+    let mut other = Browser::new(&s);
+    assert_eq!(other.login(narrow.expose()).status, 303);
+    let p = other.get("/dashboard");
+    assert_eq!(p.status, 200);
+    assert!(!p.body.contains("Rate-limit decisions"));
     // The stylesheet is served, and is the page's only style.
     let css = b.get("/dashboard/assets/app.css");
     assert_eq!(css.status, 200);

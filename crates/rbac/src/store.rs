@@ -425,6 +425,14 @@ pub trait RatelimitAnalyticsTx {
     fn trim_identifier_counts(&mut self, from: i64, to: i64, before: i64, keep: usize) -> R<usize>;
     /// Deletes the namespace and identifier counts of buckets starting before `before`.
     fn delete_ratelimit_counts_before(&mut self, before: i64) -> R<usize>;
+    /// The workspace's decisions per namespace (id) in buckets starting in `start..=end`:
+    /// `(namespace id, passed, denied)`.
+    fn ratelimit_namespace_totals(
+        &mut self,
+        workspace_id: &str,
+        start: i64,
+        end: i64,
+    ) -> R<Vec<(String, u64, u64)>>;
 }
 
 /// A namespace's rate-limit decisions in one bucket, as stored.

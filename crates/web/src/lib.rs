@@ -60,6 +60,13 @@ pub struct OverviewPage {
     /// `(outcome, count)`, every outcome.
     pub outcomes: Vec<(&'static str, u64)>,
     pub total: u64,
+    /// The most verified keys: `(key id, total, valid)`.
+    pub top_keys: Vec<(String, u64, u64)>,
+    /// The most verified identities: `(id, externalId, total, valid)`.
+    pub top_identities: Vec<(String, String, u64, u64)>,
+    /// Rate-limit decisions per namespace, most denied first: `(namespace, passed, denied)`;
+    /// `None` when the root key may not read them.
+    pub limits: Option<Vec<(String, u64, u64)>>,
 }
 
 /// The workspace's APIs, and a form to create one.
@@ -127,6 +134,9 @@ pub struct KeyPage {
     pub roles: Vec<String>,
     /// The credits field's value: the uses left, or empty for unlimited.
     pub credits_value: String,
+    /// Its verifications of the last 30 days; `None` when the root key may not read them.
+    pub usage: Option<BarChart>,
+    pub usage_total: u64,
 }
 
 /// The workspace's permissions, and forms to create and delete them.

@@ -5,12 +5,13 @@
 
 use super::apis::{KeysQuery, key_row, render_api};
 use super::forms::{field, names, token_ok};
+use super::overview::{DAY, chart_buckets};
 use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_rbac::{CreditOp, Credits, KeyLookup, KeyUpdate, NewKey};
-use keygate_web::{KeyCreatedPage, KeyPage};
+use keygate_web::{BarChart, KeyCreatedPage, KeyPage};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -91,16 +92,22 @@ pub(super) async fn create(
 pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<HttpResponse, DashError> {
     let Signed { session, layout, state } = signed;
     let (p, id) = (session.principal.clone(), path.into_inner());
-    let (summary, direct) = call(&layout, move || {
+    let now = state.clock.now_ms() as i64;
+    let first = now - now.rem_euclid(DAY) - 29 * DAY;
+    let (summary, direct, usage) = call(&layout, move || {
         let summary = state.rbac.key_summary(&p, KeyLookup::Id(&id))?;
+        // Its usage, where the root key may read it.
+        let usage = state.rbac.verification_buckets(&p, Some(&id), (first, now), DAY).ok();
         // The key's own permissions (what the form edits), where the root key may read them.
         let direct = match p.holds("api.*.read_key") {
             true => state.rbac.get_key(&p, &id)?.permissions.into_iter().map(|n| n.name).collect(),
             false => summary.permissions.clone(),
         };
-        Ok((summary, direct))
+        Ok((summary, direct, usage))
     })
     .await?;
+    let usage = usage.map(|counted| chart_buckets(&counted, first, 30, DAY));
+    let usage_total = usage.as_ref().map_or(0, |(_, totals)| totals.iter().sum());
     let remaining = summary.key.credits.as_ref().map(|c| c.remaining.to_string());
     let page = KeyPage {
         csrf: session.csrf_token.clone(),
@@ -112,6 +119,8 @@ pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<Http
         permissions: summary.permissions,
         direct_permissions: direct,
         roles: summary.roles,
+        usage: usage.map(|(buckets, _)| BarChart::new("day", &buckets)),
+        usage_total,
         layout,
     };
     Ok(html(StatusCode::OK, &page))

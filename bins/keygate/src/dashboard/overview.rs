@@ -10,9 +10,11 @@ use keygate_rbac::VerifyCode;
 use keygate_web::{BarChart, Bucket, OverviewPage};
 use serde::Deserialize;
 
-const HOUR: i64 = 3_600_000;
-const DAY: i64 = 86_400_000;
+pub(super) const HOUR: i64 = 3_600_000;
+pub(super) const DAY: i64 = 86_400_000;
 const RANGES: [(&str, &str); 3] = [("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days")];
+/// Rows of each overview panel.
+const TOP: usize = 10;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct RangeQuery {
@@ -32,7 +34,15 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
     // The last `slots` buckets, the current one included.
     let first = now - now.rem_euclid(width) - (slots - 1) * width;
     let (st, p) = (state.clone(), session.principal.clone());
-    let counted = blocking(move || Ok(st.rbac.workspace_verifications(&p, first, now, width))).await?;
+    let read = blocking(move || {
+        let buckets = st.rbac.verification_buckets(&p, None, (first, now), width);
+        // The panels: each shown when the root key may read it.
+        let top = st.rbac.top_verified(&p, (first, now), TOP).ok();
+        let limits = st.rbac.ratelimit_totals(&p, (first, now), TOP).ok();
+        Ok((buckets, top, limits))
+    })
+    .await?;
+    let (counted, top, limits) = read;
     let counted = match counted {
         Ok(c) => c,
         Err(e) if e.code() == ErrorCode::InsufficientPermissions => {
@@ -45,8 +55,36 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
         }
         Err(e) => return Err(e.into()),
     };
+    let (buckets, totals) = chart_buckets(&counted, first, slots, width);
+    let (top_keys, top_identities) = top.unwrap_or_default();
+    let outcomes: Vec<(&'static str, u64)> =
+        VerifyCode::ALL.iter().zip(totals).map(|(code, n)| (code.as_str(), n)).collect();
+    let page = OverviewPage {
+        layout,
+        ranges: RANGES.to_vec(),
+        range: range.to_string(),
+        chart: BarChart::new(if width == HOUR { "hour" } else { "day" }, &buckets),
+        total: totals.iter().sum(),
+        outcomes,
+        top_keys,
+        top_identities: top_identities
+            .into_iter()
+            .map(|((id, external), t, ok)| (id, external, t, ok))
+            .collect(),
+        limits,
+    };
+    Ok(html(StatusCode::OK, &page))
+}
+
+/// Every slot of the range (empty ones included), and the totals per outcome.
+pub(super) fn chart_buckets(
+    counted: &[(i64, [u64; 7])],
+    first: i64,
+    slots: i64,
+    width: i64,
+) -> (Vec<Bucket>, [u64; 7]) {
     let mut totals = [0u64; 7];
-    let buckets: Vec<Bucket> = (0..slots)
+    let buckets = (0..slots)
         .map(|i| {
             let at = first + i * width;
             let counts = counted.iter().find(|(t, _)| *t == at).map(|(_, c)| *c).unwrap_or_default();
@@ -57,21 +95,11 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
             Bucket { label: label(at, width), valid, other: counts.iter().sum::<u64>() - valid }
         })
         .collect();
-    let outcomes: Vec<(&'static str, u64)> =
-        VerifyCode::ALL.iter().zip(totals).map(|(code, n)| (code.as_str(), n)).collect();
-    let page = OverviewPage {
-        layout,
-        ranges: RANGES.to_vec(),
-        range: range.to_string(),
-        chart: BarChart::new(if width == HOUR { "hour" } else { "day" }, &buckets),
-        total: totals.iter().sum(),
-        outcomes,
-    };
-    Ok(html(StatusCode::OK, &page))
+    (buckets, totals)
 }
 
 /// A bucket's label: `HH:00` for hours, `YYYY-MM-DD` for days (UTC).
-fn label(at: i64, width: i64) -> String {
+pub(super) fn label(at: i64, width: i64) -> String {
     let Ok(ts) = jiff::Timestamp::from_millisecond(at) else { return String::new() };
     let dt = ts.to_zoned(jiff::tz::TimeZone::UTC);
     match width {

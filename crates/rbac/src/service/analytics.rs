@@ -354,23 +354,37 @@ impl<S: RbacStore> RbacService<S> {
         Ok(out)
     }
 
-    /// The workspace's verifications per outcome, in buckets of `width` ms starting in
-    /// `start..=end` (the dashboard's overview): `(bucket start, counts in
-    /// [`VerifyCode::ALL`]'s order)`, ascending. Needs `api.*.read_analytics`.
-    pub fn workspace_verifications(
+    /// The workspace's verifications per outcome (or one key's: `key_id`), in buckets of
+    /// `width` ms starting in `start..=end` (the dashboard's charts): `(bucket start,
+    /// counts in [`VerifyCode::ALL`]'s order)`, ascending. Needs `api.*.read_analytics` (for
+    /// a key, `api.<apiId>.read_analytics` of its API will do).
+    pub fn verification_buckets(
         &self,
         p: &Principal,
-        start: i64,
-        end: i64,
+        key_id: Option<&str>,
+        (start, end): (i64, i64),
         width: i64,
     ) -> Result<Vec<(i64, [u64; 7])>, RbacError> {
-        if !matches!(ApiAccess::of(p, "read_analytics"), Some(ApiAccess::All)) {
+        let access =
+            ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
+        let keys: Vec<String> = key_id.map(str::to_string).into_iter().collect();
+        if let Some(id) = key_id {
+            validate_key_id("keyId", id)?;
+            let key = match has_prefix(id, IdPrefix::Key) {
+                true => self.store.read(|tx| Ok(tx.get_key(&p.workspace_id, id)?))?,
+                false => None,
+            };
+            let key = key.ok_or_else(|| RbacError::not_found(Resource::Key, id))?;
+            if !access.admits(key.api_id.as_deref()) {
+                return Err(ApiAccess::denied("read_analytics", key.api_id.as_deref()));
+            }
+        } else if !matches!(access, ApiAccess::All) {
             return Err(ApiAccess::denied("read_analytics", None));
         }
         let filter = VerificationFilter {
             workspace_id: &p.workspace_id,
             api_id: None,
-            key_ids: &[],
+            key_ids: &keys,
             identity_id: None,
             start: floor(start, width),
             end,
@@ -384,6 +398,61 @@ impl<S: RbacStore> RbacService<S> {
             }
         }
         Ok(buckets.into_iter().collect())
+    }
+
+    /// The workspace's `limit` most verified keys and identities in `start..=end` (the
+    /// dashboard's overview): `(id, total, valid)` each, heaviest first; an identity as
+    /// `(its id, its externalId)`. Needs `api.*.read_analytics`.
+    #[allow(clippy::type_complexity)]
+    pub fn top_verified(
+        &self,
+        p: &Principal,
+        (start, end): (i64, i64),
+        limit: usize,
+    ) -> Result<(Vec<(String, u64, u64)>, Vec<((String, String), u64, u64)>), RbacError> {
+        if !matches!(ApiAccess::of(p, "read_analytics"), Some(ApiAccess::All)) {
+            return Err(ApiAccess::denied("read_analytics", None));
+        }
+        let ws = p.workspace_id.as_str();
+        let filter = VerificationFilter {
+            workspace_id: ws,
+            api_id: None,
+            key_ids: &[],
+            identity_id: None,
+            start,
+            end,
+            sums: VerificationSums { by_key: true, by_identity: true, ..VerificationSums::default() },
+        };
+        let counts = self.store.snapshot(|tx| Ok(tx.verification_counts(&filter)?))?;
+        let mut keys: HashMap<String, (u64, u64)> = HashMap::new();
+        let mut identities: HashMap<String, (u64, u64)> = HashMap::new();
+        for c in counts {
+            let valid = if c.outcome == VerifyCode::Valid.as_str() { c.count } else { 0 };
+            for (map, id) in [(&mut keys, &c.key_id), (&mut identities, &c.identity_id)] {
+                if !id.is_empty() {
+                    let e = map.entry(id.clone()).or_default();
+                    e.0 += c.count;
+                    e.1 += valid;
+                }
+            }
+        }
+        let top = |m: HashMap<String, (u64, u64)>| {
+            let mut v: Vec<(String, u64, u64)> = m.into_iter().map(|(id, (t, ok))| (id, t, ok)).collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            v.truncate(limit);
+            v
+        };
+        let top_identities = top(identities);
+        let named = self.store.read(|tx| {
+            top_identities
+                .into_iter()
+                .map(|(id, t, ok)| {
+                    let external = tx.identity_by_id(ws, &id)?.map(|i| i.external_id).unwrap_or_default();
+                    Ok(((id, external), t, ok))
+                })
+                .collect::<Result<Vec<_>, RbacError>>()
+        })?;
+        Ok((top(keys), named))
     }
 
     /// v1 `keys.getVerifications`: one key's verifications (or the keys' of the identity

@@ -235,6 +235,41 @@ impl<S: RbacStore> RbacService<S> {
     }
 }
 
+impl<S: RbacStore> RbacService<S> {
+    /// The workspace's rate-limit decisions per namespace in `start..=end` (the
+    /// dashboard's overview): `(namespace name, passed, denied)`, most denied first, at most
+    /// `limit`; the limits of keys as `verify:<name>`. Needs `ratelimit.*.read_analytics`.
+    pub fn ratelimit_totals(
+        &self,
+        p: &Principal,
+        (start, end): (i64, i64),
+        limit: usize,
+    ) -> Result<Vec<(String, u64, u64)>, RbacError> {
+        let any = "ratelimit.*.read_analytics";
+        if !p.holds(any) {
+            return Err(RbacError::missing(&[any]));
+        }
+        let ws = p.workspace_id.as_str();
+        self.store.snapshot(|tx| {
+            let mut totals = tx.ratelimit_namespace_totals(ws, start, end)?;
+            totals.sort_by(|a, b| {
+                b.2.cmp(&a.2).then_with(|| (b.1 + b.2).cmp(&(a.1 + a.2))).then_with(|| a.0.cmp(&b.0))
+            });
+            totals.truncate(limit);
+            totals
+                .into_iter()
+                .map(|(ns, passed, denied)| {
+                    let name = match tx.namespace_by_id(ws, &ns)? {
+                        Some(n) => n.name,
+                        None => ns,
+                    };
+                    Ok((name, passed, denied))
+                })
+                .collect()
+        })
+    }
+}
+
 fn floor(t: i64, width: i64) -> i64 {
     t - t.rem_euclid(width)
 }

@@ -326,6 +326,29 @@ impl RatelimitAnalyticsTx for DieselTx<'_> {
         Ok(read)
     }
 
+    fn ratelimit_namespace_totals(
+        &mut self,
+        workspace_id: &str,
+        start: i64,
+        end: i64,
+    ) -> R<Vec<(String, u64, u64)>> {
+        use ratelimit_counts::dsl as r;
+        let rows: Vec<(String, i64, i64)> = r::ratelimit_counts
+            .filter(r::workspace_id.eq(workspace_id))
+            .filter(r::bucket.ge(start))
+            .filter(r::bucket.le(end))
+            .select((r::namespace_id, r::passed, r::denied))
+            .load(self.conn)
+            .map_err(db_err)?;
+        let mut sums: HashMap<String, (u64, u64)> = HashMap::new();
+        for (ns, passed, denied) in rows {
+            let e = sums.entry(ns).or_default();
+            e.0 += uint(passed);
+            e.1 += uint(denied);
+        }
+        Ok(sums.into_iter().map(|(ns, (p, d))| (ns, p, d)).collect())
+    }
+
     fn delete_ratelimit_counts_before(&mut self, before: i64) -> R<usize> {
         let n = diesel::delete(ratelimit_counts::table.filter(ratelimit_counts::bucket.lt(before)))
             .execute(self.conn)
