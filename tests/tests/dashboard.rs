@@ -467,7 +467,11 @@ fn a_keys_credits_access_and_secret_change_from_its_page_and_the_audit_log_shows
     let s = TestServer::start();
     let api =
         s.v2("apis.createApi", &json!({"name": "billing"})).data()["apiId"].as_str().unwrap().to_string();
-    let r = s.v2("keys.createKey", &json!({"apiId": api, "credits": {"remaining": 2}}));
+    let r = s.v2(
+        "keys.createKey",
+        &json!({"apiId": api, "credits": {"remaining": 2, "refill": {"interval": "daily", "amount": 2}},
+                "ratelimits": [{"name": "requests", "limit": 10, "duration": 60_000, "autoApply": true}]}),
+    );
     let (key_id, secret) =
         (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
     let verify = |secret: &str, perm: Option<&str>| {
@@ -480,7 +484,14 @@ fn a_keys_credits_access_and_secret_change_from_its_page_and_the_audit_log_shows
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
     let key_path = format!("/dashboard/keys/{key_id}");
-    let t = b.get(&key_path).csrf();
+    let shown = b.get(&key_path);
+    assert!(
+        shown.body.contains("refilled to 2 every day")
+            && shown.body.contains("requests: 10 per 60000 ms, auto"),
+        "{}",
+        shown.body
+    );
+    let t = shown.csrf();
 
     // Credits: set, then unlimited; a bad value changes nothing.
     assert_eq!(b.post(&format!("{key_path}/credits"), &[("csrf_token", &t), ("remaining", "7")]).status, 303);
@@ -675,7 +686,12 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
         .status,
         303
     );
-    assert!(b.get("/dashboard/ratelimits?namespace=email").body.contains("No overrides"));
+    let listed = b.get("/dashboard/ratelimits?namespace=email");
+    assert!(listed.body.contains("No overrides"));
+    assert!(
+        listed.body.contains("/dashboard/ratelimits?namespace=email\">email</a>"),
+        "the namespaces are listed"
+    );
     assert_eq!(b.get("/dashboard/ratelimits?namespace=nowhere").status, 404);
     for page in [
         "/dashboard/permissions",

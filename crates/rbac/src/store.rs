@@ -292,6 +292,8 @@ pub trait EntityTx {
 pub trait NamespaceTx {
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
     fn namespace_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Named>>;
+    /// The workspace's namespaces by name, at most `limit`.
+    fn list_namespaces(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Named>>;
     /// Locks the namespace's row until the transaction ends (override writes serialize).
     fn lock_namespace(&mut self, namespace_id: &str) -> R<()>;
     fn overrides(&mut self, namespace_id: &str) -> R<Vec<Override>>;

@@ -134,6 +134,9 @@ pub struct KeyPage {
     pub roles: Vec<String>,
     /// The credits field's value: the uses left, or empty for unlimited.
     pub credits_value: String,
+    /// Its own rate limits, and its credits' refill, as text.
+    pub limits: Vec<String>,
+    pub refill: String,
     /// Its verifications of the last 30 days; `None` when the root key may not read them.
     pub usage: Option<BarChart>,
     pub usage_total: u64,
@@ -195,6 +198,8 @@ pub struct RatelimitsPage {
     pub namespace: String,
     /// `(identifier, limit, duration)`.
     pub overrides: Vec<(String, u64, u64)>,
+    /// The workspace's namespaces, when the root key may list them.
+    pub namespaces: Vec<String>,
 }
 
 /// The audit log, filtered, a page at a time.

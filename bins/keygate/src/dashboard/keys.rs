@@ -10,7 +10,7 @@ use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use keygate_rbac::{CreditOp, Credits, KeyLookup, KeyUpdate, NewKey};
+use keygate_rbac::{CreditOp, Credits, KeyLookup, KeyUpdate, NewKey, RefillInterval};
 use keygate_web::{BarChart, KeyCreatedPage, KeyPage};
 use serde::Deserialize;
 
@@ -119,6 +119,28 @@ pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<Http
         permissions: summary.permissions,
         direct_permissions: direct,
         roles: summary.roles,
+        limits: summary
+            .ratelimits
+            .iter()
+            .map(|l| {
+                format!(
+                    "{}: {} per {} ms{}",
+                    l.name,
+                    l.limit,
+                    l.duration,
+                    if l.auto_apply { ", auto" } else { "" }
+                )
+            })
+            .collect(),
+        refill: summary.key.credits.as_ref().and_then(|c| c.refill.as_ref()).map_or(
+            String::new(),
+            |r| match r.interval {
+                RefillInterval::Daily => format!("refilled to {} every day", r.amount),
+                RefillInterval::Monthly => {
+                    format!("refilled to {} on day {} of each month", r.amount, r.day.unwrap_or(1))
+                }
+            },
+        ),
         usage: usage.map(|(buckets, _)| BarChart::new("day", &buckets)),
         usage_total,
         layout,

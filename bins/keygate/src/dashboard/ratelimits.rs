@@ -36,17 +36,22 @@ fn namespace_ref(ns: &str) -> NamespaceRef {
 pub(super) async fn show(signed: Signed, q: web::Query<NamespaceQuery>) -> Result<HttpResponse, DashError> {
     let Signed { session, layout, state } = signed;
     let namespace = field(q.into_inner().namespace).unwrap_or_default();
-    let overrides = match namespace.is_empty() {
-        true => Vec::new(),
-        false => {
-            let (p, ns) = (session.principal.clone(), namespace_ref(&namespace));
-            call(&layout, move || state.rbac.list_overrides(&p, &ns)).await?
-        }
-    };
+    let (p, ns) = (session.principal.clone(), (!namespace.is_empty()).then(|| namespace_ref(&namespace)));
+    let (overrides, namespaces) = call(&layout, move || {
+        let overrides = match &ns {
+            Some(ns) => state.rbac.list_overrides(&p, ns)?,
+            None => Vec::new(),
+        };
+        // The list, when the root key may read every namespace's overrides.
+        let namespaces = state.rbac.list_namespaces(&p).unwrap_or_default();
+        Ok((overrides, namespaces))
+    })
+    .await?;
     let page = RatelimitsPage {
         csrf: session.csrf_token.clone(),
         namespace,
         overrides: overrides.into_iter().map(|o| (o.identifier, o.limit, o.duration)).collect(),
+        namespaces: namespaces.into_iter().map(|n| n.name).collect(),
         layout,
     };
     Ok(html(StatusCode::OK, &page))

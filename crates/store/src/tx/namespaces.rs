@@ -25,6 +25,17 @@ impl NamespaceTx for DieselTx<'_> {
         Ok(row.map(named))
     }
 
+    fn list_namespaces(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Named>> {
+        let rows: Vec<(String, String)> = ratelimit_namespaces::table
+            .filter(ratelimit_namespaces::workspace_id.eq(workspace_id))
+            .order((ratelimit_namespaces::name.asc(), ratelimit_namespaces::id.asc()))
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .select((ratelimit_namespaces::id, ratelimit_namespaces::name))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(named).collect())
+    }
+
     fn lock_namespace(&mut self, namespace_id: &str) -> R<()> {
         let query = ratelimit_namespaces::table
             .filter(ratelimit_namespaces::id.eq(namespace_id))
