@@ -706,3 +706,25 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
         assert_eq!(p.body.matches("<h1").count(), 1, "{page}: one h1");
     }
 }
+
+#[test]
+fn behind_a_proxy_prefix_links_and_cookies_use_it() {
+    let db = std::sync::Arc::new(keygate_test_support::TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.dashboard =
+        Some(keygate::dashboard::DashboardSettings { base: "/admin/keygate".into(), secure_cookies: true });
+    let s = TestServer::start_with(config, db);
+    let mut b = Browser::new(&s);
+    // keygate still serves /dashboard; what it writes names the proxy's path.
+    let p = b.get("/dashboard");
+    assert_eq!(p.location(), Some("/admin/keygate/login"));
+    let form = b.get("/dashboard/login");
+    assert!(form.body.contains(r#"action="/admin/keygate/login""#), "{}", form.body);
+    assert!(form.body.contains(r#"href="/admin/keygate/assets/app.css""#));
+    let cookie = form.set_cookie("kg_login").unwrap();
+    assert!(cookie.contains("Path=/admin/keygate") && cookie.contains("; Secure"), "{cookie}");
+    let ok = b.post("/dashboard/login", &[("root_key", &s.root_key), ("csrf_token", &form.csrf())]);
+    assert_eq!(ok.location(), Some("/admin/keygate"));
+    assert!(ok.set_cookie("kg_session").unwrap().contains("Path=/admin/keygate; Secure"));
+    assert!(b.get("/dashboard").body.contains(r#"href="/admin/keygate/apis""#));
+}

@@ -589,4 +589,14 @@ mod tests {
             assert!(shown.contains("***@"), "{shown}");
         }
     }
+
+    #[test]
+    fn a_dashboard_base_is_a_plain_path() {
+        for ok in ["/dashboard", "/admin/keygate", "/a-b_c.d~e"] {
+            assert_eq!(dashboard_base(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["", "/", "dashboard", "/admin/", "/x;Path=/", "/a b", "/a\"b", "/é"] {
+            assert!(dashboard_base(bad).is_err(), "{bad:?}");
+        }
+    }
 }
