@@ -727,4 +727,9 @@ fn behind_a_proxy_prefix_links_and_cookies_use_it() {
     assert_eq!(ok.location(), Some("/admin/keygate"));
     assert!(ok.set_cookie("kg_session").unwrap().contains("Path=/admin/keygate; Secure"));
     assert!(b.get("/dashboard").body.contains(r#"href="/admin/keygate/apis""#));
+    for missing in ["/dashboard/nowhere", "/dashboard/keys/key_missing"] {
+        let p = b.get(missing);
+        assert_eq!(p.status, 404);
+        assert!(p.body.contains(r#"href="/admin/keygate""#), "{missing}: {}", p.body);
+    }
 }

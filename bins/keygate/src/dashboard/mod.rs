@@ -138,8 +138,12 @@ async fn favicon() -> HttpResponse {
         .body(keygate_web::FAVICON_SVG)
 }
 
-async fn not_found() -> Result<HttpResponse, DashError> {
-    Err(DashError::NotFound)
+async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, DashError> {
+    let base = req
+        .app_data::<web::Data<crate::state::AppState>>()
+        .map(|s| session::settings(s).base)
+        .unwrap_or_else(|| DashboardSettings::default().base);
+    Err(DashError::NotFound { base })
 }
 
 /// A rendered page.
@@ -157,24 +161,15 @@ fn html(status: StatusCode, page: &impl Template) -> HttpResponse {
 #[derive(Debug)]
 pub(crate) enum DashError {
     /// Not signed in (or the session ended): to the login page.
-    SignIn {
-        base: String,
-    },
+    SignIn { base: String },
     /// The root key lacks a permission; the message says which.
-    Forbidden {
-        layout: Layout,
-        message: String,
-    },
+    Forbidden { layout: Layout, message: String },
     /// A form without its valid token: nothing was done.
-    BadToken {
-        layout: Layout,
-    },
+    BadToken { layout: Layout },
     /// A form the service refused (the message says why): nothing was done.
-    Invalid {
-        layout: Layout,
-        message: String,
-    },
-    NotFound,
+    Invalid { layout: Layout, message: String },
+    /// No such page or thing (`base`: where the page's link leads).
+    NotFound { base: String },
     /// The store failed: nothing was done.
     Unavailable(String),
 }
@@ -186,7 +181,7 @@ impl std::fmt::Display for DashError {
             DashError::Forbidden { message, .. } => write!(f, "forbidden: {message}"),
             DashError::BadToken { .. } => f.write_str("a form without its token"),
             DashError::Invalid { message, .. } => write!(f, "invalid: {message}"),
-            DashError::NotFound => f.write_str("not found"),
+            DashError::NotFound { .. } => f.write_str("not found"),
             DashError::Unavailable(e) => write!(f, "unavailable: {e}"),
         }
     }
@@ -198,7 +193,7 @@ impl ResponseError for DashError {
             DashError::SignIn { .. } => StatusCode::SEE_OTHER,
             DashError::Forbidden { .. } | DashError::BadToken { .. } => StatusCode::FORBIDDEN,
             DashError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            DashError::NotFound => StatusCode::NOT_FOUND,
+            DashError::NotFound { .. } => StatusCode::NOT_FOUND,
             DashError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -219,8 +214,8 @@ impl ResponseError for DashError {
                 "Form expired",
                 "This form was sent without its token (or from another page). Nothing was changed: go back, reload and try again.",
             ),
-            DashError::NotFound => {
-                page(Layout::signed_out(&base), "Not found", "There is no dashboard page at this address.")
+            DashError::NotFound { base } => {
+                page(Layout::signed_out(base), "Not found", "There is no dashboard page at this address.")
             }
             DashError::Unavailable(_) => page(
                 Layout::signed_out(&base),
@@ -240,7 +235,7 @@ impl DashError {
             ErrorCode::InsufficientPermissions | ErrorCode::Forbidden => {
                 DashError::Forbidden { layout: layout.clone(), message: e.to_string() }
             }
-            ErrorCode::NotFound => DashError::NotFound,
+            ErrorCode::NotFound => DashError::NotFound { base: layout.base.clone() },
             ErrorCode::BadRequest | ErrorCode::Conflict => {
                 DashError::Invalid { layout: layout.clone(), message: e.to_string() }
             }

@@ -64,7 +64,8 @@ impl FromRequest for Signed {
         let state = req.app_data::<web::Data<AppState>>().cloned();
         let token = cookie(req, SESSION_COOKIE).map(str::to_string);
         Box::pin(async move {
-            let state = state.ok_or(DashError::NotFound)?;
+            let state =
+                state.ok_or_else(|| DashError::NotFound { base: DashboardSettings::default().base })?;
             let base = settings(&state).base;
             let Some(token) = token else { return Err(DashError::SignIn { base }) };
             let st = state.clone();
