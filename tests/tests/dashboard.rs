@@ -363,6 +363,10 @@ fn apis_and_keys_are_managed_from_the_dashboard() {
     assert!(b.get(&api_path).body.contains(&key_id));
     assert!(b.get(&format!("{api_path}?externalId=acme")).body.contains(&key_id));
     assert!(b.get(&format!("{api_path}?externalId=nobody")).body.contains("No keys of this identity"));
+    // Searched by part of its name, or by its id; `%` is a character, not a wildcard.
+    assert!(b.get(&format!("{api_path}?search=heck")).body.contains(&key_id));
+    assert!(b.get(&format!("{api_path}?search={key_id}")).body.contains(&key_id));
+    assert!(b.get(&format!("{api_path}?search=%25")).body.contains("No key matches"));
     // Bad credits: a form error, no key.
     let bad = b.post(&format!("{api_path}/keys"), &[("csrf_token", &t), ("credits", "-3")]);
     assert_eq!(bad.status, 400);

@@ -123,6 +123,9 @@ pub trait ApiTx {
     ) -> R<Vec<Key>>;
     /// How many keys the API holds.
     fn count_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<u64>;
+    /// The API's keys whose id is `text` or whose name contains it (SQL `LIKE`, `%` and
+    /// `_` taken literally), by id, at most `limit`.
+    fn search_api_keys(&mut self, workspace_id: &str, api_id: &str, text: &str, limit: usize) -> R<Vec<Key>>;
 }
 
 /// A key's credits (API-v2.md §12.1).

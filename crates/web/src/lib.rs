@@ -100,6 +100,8 @@ pub struct ApiPage {
     pub total: u64,
     /// The identity filter (`externalId`), empty for none.
     pub external_id: String,
+    /// The search (a key id or part of a name), empty for none.
+    pub search: String,
     pub keys: Vec<KeyRow>,
     /// The cursor of the next page.
     pub next: Option<String>,

@@ -23,6 +23,8 @@ pub(super) struct KeysQuery {
     after: Option<String>,
     #[serde(rename = "externalId")]
     external_id: Option<String>,
+    /// A key id, or part of a key's name.
+    search: Option<String>,
 }
 
 /// `GET /dashboard/apis`.
@@ -88,11 +90,21 @@ pub(super) async fn render_api(
     let Signed { session, layout, state } = signed;
     let p = session.principal.clone();
     let external_id = q.external_id.filter(|e| !e.trim().is_empty());
-    let (id, filter, after) = (api_id.clone(), external_id.clone(), q.after);
+    let search = q.search.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    let (id, filter, after, text) = (api_id.clone(), external_id.clone(), q.after, search.clone());
     let (api, (page, total)) = call(&layout, move || {
         let api = state.rbac.get_api(&p, &id)?;
-        let keys =
-            state.rbac.list_api_keys(&p, &id, filter.as_deref(), after.as_deref(), PAGE, |_, k| Ok(k))?;
+        let keys = match &text {
+            // A search: its matches, on one page.
+            Some(text) => {
+                let found = state.rbac.search_api_keys(&p, &id, text, PAGE)?;
+                let total = state.rbac.list_api_keys(&p, &id, None, None, 0, |_, k| Ok(k))?.1;
+                (keygate_rbac::Page { items: found, next: None }, total)
+            }
+            None => {
+                state.rbac.list_api_keys(&p, &id, filter.as_deref(), after.as_deref(), PAGE, |_, k| Ok(k))?
+            }
+        };
         Ok((api, keys))
     })
     .await?;
@@ -102,6 +114,7 @@ pub(super) async fn render_api(
         name: api.name,
         total,
         external_id: external_id.unwrap_or_default(),
+        search: search.unwrap_or_default(),
         keys: page.items.iter().map(key_row).collect(),
         next: page.next,
         error,

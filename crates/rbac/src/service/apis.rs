@@ -83,6 +83,28 @@ impl<S: RbacStore> RbacService<S> {
         })
     }
 
+    /// The API's keys whose id is `text` or whose name contains it (the dashboard's
+    /// search), by id, at most `limit`. Needs what `apis.listKeys` needs.
+    pub fn search_api_keys(
+        &self,
+        p: &Principal,
+        api_id: &str,
+        text: &str,
+        limit: usize,
+    ) -> Result<Vec<Key>, RbacError> {
+        check_len("apiId", api_id, MAX_NAME_CHARS)?;
+        check_len("search", text, MAX_NAME_CHARS)?;
+        authorize_api(p, "read_api", api_id)?;
+        authorize_api(p, "read_key", api_id)?;
+        let ws = p.workspace_id.as_str();
+        self.store.snapshot(|tx| {
+            if tx.get_api(ws, api_id)?.is_none() {
+                return Err(RbacError::not_found(Resource::Api, api_id));
+            }
+            Ok(tx.search_api_keys(ws, api_id, text, limit)?)
+        })
+    }
+
     /// `apis.deleteApi`: the API and every key in it, in one transaction; the keys verify
     /// NOT_FOUND on the next request on every instance. Needs `api.*.delete_api` or
     /// `api.<apiId>.delete_api`.

@@ -71,6 +71,28 @@ impl ApiTx for DieselTx<'_> {
             .map_err(db_err)
     }
 
+    fn search_api_keys(&mut self, workspace_id: &str, api_id: &str, text: &str, limit: usize) -> R<Vec<Key>> {
+        let mut pattern = String::with_capacity(text.len() + 2);
+        pattern.push('%');
+        for c in text.chars() {
+            if matches!(c, '%' | '_' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('%');
+        let rows: Vec<KeyRow> = keys::table
+            .filter(keys::workspace_id.eq(workspace_id))
+            .filter(keys::api_id.eq(api_id))
+            .filter(keys::id.eq(text).or(keys::name.like(pattern).escape('\\')))
+            .order(keys::id.asc())
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .select(key_columns!())
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().map(key_from_row).collect())
+    }
+
     fn api_keys_page(
         &mut self,
         workspace_id: &str,
