@@ -336,6 +336,7 @@ fn apis_and_keys_are_managed_from_the_dashboard() {
     let api_path = created.location().unwrap().to_string();
     let api_id = api_path.rsplit('/').next().unwrap().to_string();
     let listed = b.get("/dashboard/apis");
+    assert_secure_headers(&listed);
     assert!(
         listed.body.contains(&format!(">payments-api</a></td><td><code>{api_id}</code>")),
         "{}",
@@ -349,6 +350,7 @@ fn apis_and_keys_are_managed_from_the_dashboard() {
         &[("csrf_token", &t), ("name", "checkout"), ("externalId", "acme"), ("credits", "5")],
     );
     assert_eq!(new.status, 200, "{}", new.body);
+    assert_secure_headers(&new);
     let marker = r#"id="secret" type="text" readonly value=""#;
     let at = new.body.find(marker).unwrap() + marker.len();
     let secret = new.body[at..].split('"').next().unwrap().to_string();
@@ -356,6 +358,8 @@ fn apis_and_keys_are_managed_from_the_dashboard() {
     assert_eq!(verify(&secret), "VALID");
     let key_id = s.v2("keys.whoami", &json!({"key": secret})).data()["keyId"].as_str().unwrap().to_string();
     let key_page = b.get(&format!("/dashboard/keys/{key_id}"));
+    assert_secure_headers(&key_page);
+    assert_secure_headers(&b.get(&api_path));
     assert_eq!(key_page.status, 200);
     assert!(key_page.body.contains("acme") && key_page.body.contains("<td>4</td>"), "{}", key_page.body);
     assert!(!key_page.body.contains(&secret), "the secret is shown only once");
@@ -616,6 +620,7 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
         .unwrap()
         .to_string();
     let edit = format!("/dashboard/identities/{acme}");
+    assert_secure_headers(&b.get(&edit));
     assert!(b.get(&edit).body.contains("plan"));
     let saved = b.post(
         &edit,
