@@ -63,6 +63,14 @@ fn three_processes(is_async: bool) -> Run {
     let warm =
         serde_json::json!({"namespace": namespace, "identifier": "warm", "limit": 1, "duration": 60_000});
     assert_eq!(limit(servers[0].1, &warm).0, 200);
+    // Windows are aligned to the duration (a minute here): the load and the read must fall in
+    // one window, so a run that would start in a window's last 15 s waits for the next one.
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let left = 60_000 - now_ms % 60_000;
+    if left < 15_000 {
+        std::thread::sleep(Duration::from_millis(left + 50));
+    }
     let (sent, passed, slowest) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let began = Instant::now();
     std::thread::scope(|scope| {
