@@ -5,6 +5,7 @@ mod file;
 
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
+pub use keygate_store::runtime::AnalyticsSettings;
 use keygate_store::{PoolSettings, RedisSettings};
 use std::time::Duration;
 
@@ -520,13 +521,6 @@ pub struct ServerConfig {
     pub root_key: Option<String>,
     /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
     pub handle_signals: bool,
-}
-
-/// Verification analytics' settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AnalyticsSettings {
-    pub max_series: usize,
-    pub retention_days: u64,
 }
 
 /// A dashboard base path: `/` then path characters, not ending in `/` (it goes into HTML

@@ -6,19 +6,16 @@
 use crate::config::HttpLimits;
 use crate::connections::Connections;
 use keygate_domain::Clock;
-use keygate_ratelimit::RateLimitStore;
-use keygate_rbac::RbacService;
-use keygate_store::{RedisStore, SqlStore};
+use keygate_store::runtime::Runtime;
 use std::sync::Arc;
 
 /// Shared by every worker.
 #[derive(Debug)]
 pub struct AppState {
-    pub rbac: RbacService<SqlStore>,
-    pub limiter: Arc<dyn RateLimitStore>,
-    /// The Redis store when `REDIS_URL` is set: `ratelimits.limit` decides through its
-    /// batched asynchronous path (`limiter` wraps the same store, for everything else).
-    pub redis: Option<Arc<RedisStore>>,
+    /// The service and its stores (`rbac`, `limiter`, `redis`, reached through `Deref`).
+    /// With Redis, `ratelimits.limit` decides through the Redis store's batched
+    /// asynchronous path (`limiter` wraps the same store, for everything else).
+    pub runtime: Runtime,
     /// Pass requests when the shared store is unreachable (contract §5.12).
     pub fail_open: bool,
     pub clock: Arc<dyn Clock>,
@@ -39,6 +36,19 @@ pub struct AppState {
     pub openapi: crate::openapi::Documents,
     /// The dashboard, when it is on.
     pub dashboard: Option<Arc<crate::dashboard::Dashboard>>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
+}
+
+impl AsRef<Runtime> for AppState {
+    fn as_ref(&self) -> &Runtime {
+        &self.runtime
+    }
 }
 
 /// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).

@@ -14,6 +14,8 @@ mod conn;
 mod pool;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+pub mod runtime;
 pub mod schema;
 mod tx;
 
