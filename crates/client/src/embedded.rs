@@ -1,0 +1,258 @@
+//! The embedded back end: keygate in this process, on the database (and Redis) a keygate
+//! server uses, with the server's own verification cache, change counters and rate-limit
+//! stores ([`keygate_store::runtime::Runtime`]). A change made through the server's API is
+//! seen by the next verification here exactly as by the server's (within its 50 ms poll
+//! on SQLite without Redis; at once on PostgreSQL or with Redis).
+
+use crate::error::Error;
+use crate::identities::{Identity, RatelimitResponse};
+use crate::keys::{VerifyCode, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimitResult};
+use keygate_domain::SystemClock;
+use keygate_rbac::{LimitAsk, RbacError, RbacService, Usage, Verification, VerifyScope};
+use keygate_store::SqlStore;
+use keygate_store::runtime::{Runtime, RuntimeSettings};
+use std::sync::Arc;
+
+pub use keygate_store::runtime::AnalyticsSettings;
+
+/// An in-process keygate verifying keys (see the module docs). Cheap to clone: clones
+/// share one runtime; its background upkeep stops, and its pending analytics are written,
+/// when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    runtime: Arc<Runtime>,
+    workspace_id: Option<String>,
+    api_id: Option<String>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.runtime.analytics.is_some()
+            && let Err(e) = self.runtime.rbac.flush_analytics_final()
+        {
+            log::warn!("analytics: writing the last counts failed: {e}");
+        }
+    }
+}
+
+/// Builds an [`Embedded`]: [`Embedded::builder`].
+#[derive(Debug, Clone)]
+pub struct EmbeddedBuilder {
+    settings: RuntimeSettings,
+    workspace_id: Option<String>,
+    api_id: Option<String>,
+}
+
+impl EmbeddedBuilder {
+    /// Rate limits, credits and change counters in Redis (`redis://...`; several URLs,
+    /// comma-separated, for a cluster): the setting a scaled-out server uses, which this
+    /// process must share with it.
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.settings.redis_url = Some(url.into());
+        self
+    }
+
+    /// Redis Cluster (`KEYGATE_REDIS_CLUSTER`).
+    pub fn redis_cluster(mut self, cluster: bool) -> Self {
+        self.settings.redis.cluster = cluster;
+        self
+    }
+
+    /// The prefix of every Redis key (`KEYGATE_REDIS_KEY_PREFIX`): the server's, so that
+    /// both count in the same budgets and see the same change counters.
+    pub fn redis_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.settings.redis.key_prefix = prefix.into();
+        self
+    }
+
+    /// Only keys of this workspace verify (others answer `NOT_FOUND`).
+    pub fn workspace_id(mut self, workspace_id: impl Into<String>) -> Self {
+        self.workspace_id = Some(workspace_id.into());
+        self
+    }
+
+    /// Only keys of this API verify (others answer `NOT_FOUND`).
+    pub fn api_id(mut self, api_id: impl Into<String>) -> Self {
+        self.api_id = Some(api_id.into());
+        self
+    }
+
+    /// Usage analytics of the verifications made here (default on, as the server's);
+    /// `None` records nothing.
+    pub fn analytics(mut self, analytics: Option<AnalyticsSettings>) -> Self {
+        self.settings.analytics = analytics;
+        self
+    }
+
+    /// Largest number of open database connections (default 8).
+    pub fn pool_size(mut self, max: u32) -> Self {
+        self.settings.pool.max_size = max;
+        self
+    }
+
+    /// Opens the database (creating or migrating its schema, as the server does), reads
+    /// the change counters and starts the upkeep threads.
+    pub fn open(self) -> Result<Embedded, Error> {
+        let clock = Arc::new(SystemClock);
+        let runtime = Runtime::open(&self.settings, clock).map_err(|e| Error::Embedded {
+            code: keygate_domain::ErrorCode::ServiceUnavailable.as_str(),
+            message: keygate_domain::redact_in(&e.to_string(), &self.settings.database_url),
+        })?;
+        runtime.sync_counters().map_err(rbac_error)?;
+        let runtime = Arc::new(runtime);
+        keygate_store::runtime::spawn_upkeep(Arc::downgrade(&runtime));
+        Ok(Embedded {
+            inner: Arc::new(Inner { runtime, workspace_id: self.workspace_id, api_id: self.api_id }),
+        })
+    }
+}
+
+impl Embedded {
+    /// The embedded keygate on `database_url` (`sqlite://<file>` or `postgres://...`), with
+    /// the defaults: in-process counters, analytics on.
+    pub fn open(database_url: impl Into<String>) -> Result<Self, Error> {
+        Self::builder(database_url).open()
+    }
+
+    /// A builder, to add Redis, a scope or other settings.
+    pub fn builder(database_url: impl Into<String>) -> EmbeddedBuilder {
+        EmbeddedBuilder { settings: RuntimeSettings::new(database_url), workspace_id: None, api_id: None }
+    }
+
+    /// The RBAC service itself, for what the verifier does not cover (creating keys,
+    /// reading analytics...; see `keygate-rbac`).
+    pub fn rbac(&self) -> &RbacService<SqlStore> {
+        &self.inner.runtime.rbac
+    }
+
+    /// `keys.verifyKey`, in process: from the cache without I/O when it can, else on the
+    /// blocking pool; answered once its credit spend is committed. Bad input (a permission
+    /// query that does not parse, a cost out of bounds) is [`Error::Embedded`] with code
+    /// `BAD_REQUEST`.
+    pub async fn verify(&self, req: &VerifyKeyRequest) -> Result<VerifyKeyResult, Error> {
+        let query = match req.permissions.as_deref() {
+            Some(q) => Some(keygate_rbac::parse_permission_query(q).map_err(|e| Error::Embedded {
+                code: keygate_domain::ErrorCode::BadRequest.as_str(),
+                message: format!("permissions: {e}"),
+            })?),
+            None => None,
+        };
+        let usage = Usage {
+            cost: req.credits.map(|c| c.cost),
+            ratelimits: req
+                .ratelimits
+                .iter()
+                .map(|r| LimitAsk {
+                    name: r.name.clone(),
+                    cost: r.cost,
+                    limit: r.limit,
+                    duration: r.duration,
+                    if_present: false,
+                })
+                .collect(),
+            check_only: false,
+        };
+        let inner = &self.inner;
+        let scope = VerifyScope {
+            workspace_id: inner.workspace_id.as_deref(),
+            api_id: inner.api_id.as_deref(),
+            access: None,
+        };
+        let rbac = &inner.runtime.rbac;
+        let pending = match rbac.verify_cached(&req.key, &scope, query.as_ref(), &usage) {
+            Some(pending) => pending.map_err(rbac_error)?,
+            None => {
+                let this = self.inner.clone();
+                let secret = req.key.clone();
+                let usage = usage.clone();
+                tokio::task::spawn_blocking(move || {
+                    let scope = VerifyScope {
+                        workspace_id: this.workspace_id.as_deref(),
+                        api_id: this.api_id.as_deref(),
+                        access: None,
+                    };
+                    this.runtime.rbac.verify(&secret, &scope, query.as_ref(), &usage)
+                })
+                .await
+                .map_err(|e| Error::Embedded {
+                    code: keygate_domain::ErrorCode::InternalServerError.as_str(),
+                    message: format!("the verification did not finish: {e}"),
+                })?
+                .map_err(rbac_error)?
+            }
+        };
+        let verification = pending.settle().await.map_err(rbac_error)?;
+        rbac.record_verification(&verification, &scope, &req.tags);
+        Ok(result(verification))
+    }
+}
+
+fn rbac_error(e: RbacError) -> Error {
+    Error::Embedded { code: e.code().as_str(), message: e.to_string() }
+}
+
+/// A verification as `keys.verifyKey` answers it (NOT_FOUND says nothing else).
+fn result(v: Verification) -> VerifyKeyResult {
+    let code = match v.code {
+        keygate_rbac::VerifyCode::Valid => VerifyCode::Valid,
+        keygate_rbac::VerifyCode::NotFound => VerifyCode::NotFound,
+        keygate_rbac::VerifyCode::Disabled => VerifyCode::Disabled,
+        keygate_rbac::VerifyCode::Expired => VerifyCode::Expired,
+        keygate_rbac::VerifyCode::InsufficientPermissions => VerifyCode::InsufficientPermissions,
+        keygate_rbac::VerifyCode::UsageExceeded => VerifyCode::UsageExceeded,
+        keygate_rbac::VerifyCode::RateLimited => VerifyCode::RateLimited,
+        #[allow(unreachable_patterns)]
+        _ => VerifyCode::Unknown,
+    };
+    let Some(k) = v.key.filter(|_| code != VerifyCode::NotFound) else {
+        return VerifyKeyResult::not_found();
+    };
+    let object = |text: Option<&str>| text.and_then(|m| serde_json::from_str(m).ok());
+    VerifyKeyResult {
+        valid: code == VerifyCode::Valid,
+        code,
+        meta: object(k.meta.as_deref()),
+        key_id: Some(k.id),
+        enabled: Some(k.enabled),
+        name: k.name,
+        expires: k.expires,
+        permissions: v.permissions,
+        roles: v.roles,
+        credits: v.credits,
+        ratelimits: v
+            .ratelimits
+            .into_iter()
+            .map(|o| VerifyRatelimitResult {
+                id: o.id,
+                name: o.name,
+                limit: o.limit,
+                duration: o.duration,
+                reset: o.reset,
+                remaining: o.remaining,
+                exceeded: o.exceeded,
+                auto_apply: o.auto_apply,
+            })
+            .collect(),
+        identity: v.identity.map(|i| Identity {
+            meta: object(i.identity.meta.as_deref()).unwrap_or_default(),
+            id: i.identity.id,
+            external_id: i.identity.external_id,
+            ratelimits: i
+                .ratelimits
+                .into_iter()
+                .map(|r| RatelimitResponse {
+                    id: r.id,
+                    name: r.name,
+                    limit: r.limit,
+                    duration: r.duration,
+                    auto_apply: r.auto_apply,
+                })
+                .collect(),
+        }),
+    }
+}

@@ -1,0 +1,349 @@
+//! What the middlewares share, whatever the web framework: where the key is read, what a
+//! request asks of it (a permission query, rate limits, a credit cost), and how a refusal
+//! is answered (401, 403, 429 with `Retry-After` and `RateLimit-*`, or 503).
+
+use crate::error::Error;
+use crate::keys::{VerifyCode, VerifyCredits, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimit};
+use crate::verifier::Verifier;
+use std::sync::Arc;
+
+/// The longest key read from a request (as keygate's `keys.verifyKey` takes): a longer
+/// one is refused as not valid without being sent.
+pub const MAX_KEY_CHARS: usize = 512;
+
+/// Protects routes: verifies the key each request carries with a [`Verifier`], and lets
+/// the request through (with the verification in its extensions) or answers the refusal.
+/// The tower layer and the actix-web middleware are built from one. Cheap to clone.
+#[derive(Clone)]
+pub struct Guard {
+    inner: Arc<Policy>,
+}
+
+/// A guard's settings (shared by its clones: a request clones none of them).
+#[derive(Clone)]
+struct Policy {
+    verifier: Verifier,
+    source: KeySource,
+    permissions: Option<String>,
+    ratelimits: Vec<VerifyRatelimit>,
+    cost: Option<u64>,
+    tags: Vec<String>,
+    format: ErrorFormat,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &*self.inner;
+        f.debug_struct("Guard")
+            .field("verifier", &p.verifier)
+            .field("source", &p.source)
+            .field("permissions", &p.permissions)
+            .field("ratelimits", &p.ratelimits)
+            .field("cost", &p.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the key is in a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeySource {
+    /// `Authorization: Bearer <key>` (the default).
+    Bearer,
+    /// The whole value of this header (`X-API-Key`).
+    Header(String),
+}
+
+/// How a refusal's body is written.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum ErrorFormat {
+    /// `application/problem+json` (RFC 9457): `{type, title, status, detail, code}`, with
+    /// `code` the verification's (`NOT_FOUND`, `RATE_LIMITED`, ...) or `MISSING_KEY`,
+    /// `UNAVAILABLE`. The default.
+    #[default]
+    Problem,
+    /// `text/plain`: the detail alone.
+    Text,
+    /// Your own: the content type and body for a refusal.
+    Custom(Arc<RenderRejection>),
+}
+
+/// A function writing a refusal: its content type and body.
+pub type RenderRejection = dyn Fn(&Rejection) -> (String, Vec<u8>) + Send + Sync;
+
+impl std::fmt::Debug for ErrorFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorFormat::Problem => "Problem",
+            ErrorFormat::Text => "Text",
+            ErrorFormat::Custom(_) => "Custom",
+        })
+    }
+}
+
+/// A request the guard refused, with what the answer says.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Rejection {
+    /// 401, 403, 429 or 503.
+    pub status: u16,
+    /// `MISSING_KEY`, `UNAVAILABLE`, or the verification's code (`NOT_FOUND`, ...).
+    pub code: &'static str,
+    /// What went wrong, for the caller.
+    pub detail: String,
+    /// Headers of the answer (`Retry-After`, `RateLimit-*`, `WWW-Authenticate`).
+    pub headers: Vec<(&'static str, String)>,
+    /// The verification, when there was one.
+    pub verification: Option<Box<VerifyKeyResult>>,
+}
+
+impl Rejection {
+    fn new(status: u16, code: &'static str, detail: impl Into<String>) -> Self {
+        Self { status, code, detail: detail.into(), headers: Vec::new(), verification: None }
+    }
+
+    /// The answer's content type and body in `format`.
+    pub fn body(&self, format: &ErrorFormat) -> (String, Vec<u8>) {
+        match format {
+            ErrorFormat::Problem => {
+                let title = match self.status {
+                    401 => "Unauthorized",
+                    403 => "Forbidden",
+                    429 => "Too Many Requests",
+                    _ => "Service Unavailable",
+                };
+                let body = serde_json::json!({
+                    "type": format!("about:blank#{}", self.code.to_ascii_lowercase()),
+                    "title": title,
+                    "status": self.status,
+                    "detail": self.detail,
+                    "code": self.code,
+                });
+                ("application/problem+json".into(), body.to_string().into_bytes())
+            }
+            ErrorFormat::Text => ("text/plain; charset=utf-8".into(), self.detail.clone().into_bytes()),
+            ErrorFormat::Custom(f) => f(self),
+        }
+    }
+}
+
+/// A key that passed the guard: its verification. Handlers read it with the framework's
+/// extractor (`VerifiedKey` in axum and actix-web handlers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifiedKey(Arc<VerifyKeyResult>);
+
+impl VerifiedKey {
+    /// The verification.
+    pub fn result(&self) -> &VerifyKeyResult {
+        &self.0
+    }
+
+    /// The key's id.
+    pub fn key_id(&self) -> &str {
+        self.0.key_id.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the key holds `permission` (directly or through a role).
+    pub fn has_permission(&self, permission: &str) -> bool {
+        self.0.permissions.iter().any(|p| p == permission)
+    }
+
+    /// The externalId of the identity the key is linked to.
+    pub fn external_id(&self) -> Option<&str> {
+        self.0.identity.as_ref().map(|i| i.external_id.as_str())
+    }
+}
+
+impl std::ops::Deref for VerifiedKey {
+    type Target = VerifyKeyResult;
+    fn deref(&self) -> &VerifyKeyResult {
+        &self.0
+    }
+}
+
+impl Guard {
+    /// A guard that lets through any valid key, read from `Authorization: Bearer`.
+    pub fn new(verifier: Verifier) -> Self {
+        let inner = Policy {
+            verifier,
+            source: KeySource::Bearer,
+            permissions: None,
+            ratelimits: Vec::new(),
+            cost: None,
+            tags: Vec::new(),
+            format: ErrorFormat::Problem,
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Policy)) -> Self {
+        change(Arc::make_mut(&mut self.inner));
+        self
+    }
+
+    /// Reads the key from `source`.
+    pub fn key_source(self, source: KeySource) -> Self {
+        self.with(|p| p.source = source)
+    }
+
+    /// Reads the key from the header `name` (its whole value).
+    pub fn key_header(self, name: impl Into<String>) -> Self {
+        self.key_source(KeySource::Header(name.into().to_ascii_lowercase()))
+    }
+
+    /// The key must satisfy this permission query (`documents.read`, `a AND (b OR c)`),
+    /// else 403.
+    pub fn permissions(self, query: impl Into<String>) -> Self {
+        let query = query.into();
+        self.with(|p| p.permissions = Some(query))
+    }
+
+    /// The per-route helper: this guard with `query` required as well (`AND`ed to the
+    /// query it has), for one route or a group of them.
+    pub fn require(&self, query: &str) -> Self {
+        self.clone().with(|p| {
+            p.permissions = Some(match &p.permissions {
+                Some(q) => format!("({q}) AND ({query})"),
+                None => query.to_string(),
+            })
+        })
+    }
+
+    /// Each request also counts against this rate limit of the key or its identity (or an
+    /// ad-hoc one of the key, with `limit` and `duration`), else 429.
+    pub fn ratelimit(self, limit: VerifyRatelimit) -> Self {
+        self.with(|p| p.ratelimits.push(limit))
+    }
+
+    /// Each request spends `cost` credits of a key that has credits (default 1), else 429.
+    pub fn cost(self, cost: u64) -> Self {
+        self.with(|p| p.cost = Some(cost))
+    }
+
+    /// Counts the verifications with this tag in analytics.
+    pub fn tag(self, tag: impl Into<String>) -> Self {
+        let tag = tag.into();
+        self.with(|p| p.tags.push(tag))
+    }
+
+    /// How refusals are written (default [`ErrorFormat::Problem`]).
+    pub fn error_format(self, format: ErrorFormat) -> Self {
+        self.with(|p| p.format = format)
+    }
+
+    /// The format refusals are written in.
+    pub fn format(&self) -> &ErrorFormat {
+        &self.inner.format
+    }
+
+    /// The key in a request, given a way to read its headers by (lower-case) name:
+    /// `Ok(None)` when it carries none.
+    pub fn key_in<'a>(&self, header: impl Fn(&str) -> Option<&'a [u8]>) -> Result<Option<String>, Rejection> {
+        let name = match &self.inner.source {
+            KeySource::Bearer => "authorization",
+            KeySource::Header(h) => h.as_str(),
+        };
+        let Some(raw) = header(name) else { return Ok(None) };
+        let value = std::str::from_utf8(raw)
+            .map_err(|_| self.unauthorized("MALFORMED_KEY", "the API key is not valid text"))?
+            .trim();
+        let key = match &self.inner.source {
+            KeySource::Header(_) => value,
+            KeySource::Bearer => match value.split_once(' ') {
+                Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+                _ => {
+                    return Err(
+                        self.unauthorized("MALFORMED_KEY", "send the API key as Authorization: Bearer <key>")
+                    );
+                }
+            },
+        };
+        if key.chars().count() > MAX_KEY_CHARS {
+            return Err(self.unauthorized("NOT_FOUND", "the API key is not valid"));
+        }
+        Ok((!key.is_empty()).then(|| key.to_string()))
+    }
+
+    /// Verifies `key` (the result of [`Self::key_in`]): the verification when the key may
+    /// pass, else the refusal.
+    pub async fn check(&self, key: Option<String>) -> Result<VerifiedKey, Rejection> {
+        let Some(key) = key else {
+            return Err(self.unauthorized("MISSING_KEY", "this route needs an API key"));
+        };
+        let p = &*self.inner;
+        let req = VerifyKeyRequest {
+            key,
+            permissions: p.permissions.clone(),
+            credits: p.cost.map(|cost| VerifyCredits { cost }),
+            ratelimits: p.ratelimits.clone(),
+            tags: p.tags.clone(),
+        };
+        match p.verifier.verify(&req).await {
+            Ok(v) => refuse_unless_valid(v, now_ms()),
+            Err(e) => Err(unavailable(&e)),
+        }
+    }
+
+    fn unauthorized(&self, code: &'static str, detail: &str) -> Rejection {
+        let mut r = Rejection::new(401, code, detail);
+        r.headers.push(("www-authenticate", "Bearer".into()));
+        r
+    }
+}
+
+/// 503 when no verification could be made: the guard fails closed.
+fn unavailable(e: &Error) -> Rejection {
+    log::warn!("keygate: verification failed, refusing the request: {e}");
+    let mut r = Rejection::new(503, "UNAVAILABLE", "the API key could not be verified now: try again");
+    r.headers.push(("retry-after", "1".into()));
+    r
+}
+
+/// keygate's gateway answer to a verification that is not VALID: 403 for missing
+/// permissions, 429 for the key's rate limits (with `Retry-After`: when the first exceeded
+/// window ends, and `RateLimit-*` of that limit) or its credits (without: they come back
+/// only by a refill or an update), 401 otherwise.
+fn refuse_unless_valid(v: VerifyKeyResult, now: u64) -> Result<VerifiedKey, Rejection> {
+    let mut r = match v.code {
+        VerifyCode::Valid => return Ok(VerifiedKey(Arc::new(v))),
+        VerifyCode::InsufficientPermissions => {
+            Rejection::new(403, "INSUFFICIENT_PERMISSIONS", "the key lacks the required permissions")
+        }
+        VerifyCode::RateLimited => {
+            let mut r = Rejection::new(
+                429,
+                "RATE_LIMITED",
+                "the key's rate limit is exceeded: retry after the window resets",
+            );
+            if let Some(l) = v.ratelimits.iter().filter(|l| l.exceeded).min_by_key(|l| l.reset) {
+                let secs = seconds_until(l.reset, now).to_string();
+                r.headers.push(("retry-after", secs.clone()));
+                r.headers.push(("ratelimit-limit", l.limit.to_string()));
+                r.headers.push(("ratelimit-remaining", l.remaining.to_string()));
+                r.headers.push(("ratelimit-reset", secs));
+            }
+            r
+        }
+        VerifyCode::UsageExceeded => {
+            Rejection::new(429, "USAGE_EXCEEDED", "the key has no credits left for this request")
+        }
+        code => {
+            let mut r =
+                Rejection::new(401, code.as_str(), format!("the API key is not valid ({})", code.as_str()));
+            r.headers.push(("www-authenticate", "Bearer".into()));
+            r
+        }
+    };
+    r.verification = Some(Box::new(v));
+    Err(r)
+}
+
+/// Whole seconds from `now` to `reset` (ms), rounded up.
+fn seconds_until(reset: u64, now: u64) -> u64 {
+    reset.saturating_sub(now).div_ceil(1000)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
