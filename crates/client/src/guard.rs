@@ -347,3 +347,87 @@ fn seconds_until(reset: u64, now: u64) -> u64 {
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::client::Client;
+
+    fn guard() -> Guard {
+        Guard::new(Verifier::remote(Client::new("http://127.0.0.1:9", "kg_root_x").unwrap()))
+    }
+
+    fn key(g: &Guard, name: &'static str, value: &'static str) -> Result<Option<String>, Rejection> {
+        g.key_in(|n| (n == name).then_some(value.as_bytes()))
+    }
+
+    #[test]
+    fn the_key_is_read_from_a_bearer_authorization_or_the_configured_header() {
+        let g = guard();
+        assert_eq!(key(&g, "authorization", "Bearer  abc ").unwrap().as_deref(), Some("abc"));
+        assert_eq!(key(&g, "authorization", "bearer abc").unwrap().as_deref(), Some("abc"));
+        assert_eq!(key(&g, "x-api-key", "abc").unwrap(), None, "not where the guard looks");
+        assert_eq!(key(&g, "authorization", "Bearer ").unwrap_err().code, "MALFORMED_KEY");
+        assert_eq!(key(&g, "authorization", "Basic abc").unwrap_err().code, "MALFORMED_KEY");
+        let g = g.key_header("X-API-Key");
+        assert_eq!(key(&g, "x-api-key", " abc ").unwrap().as_deref(), Some("abc"));
+        assert_eq!(key(&g, "x-api-key", "").unwrap(), None, "an empty header is no key");
+        let long: &'static str = Box::leak("k".repeat(MAX_KEY_CHARS + 1).into_boxed_str());
+        assert_eq!(key(&g, "x-api-key", long).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn require_ands_the_route_query_with_the_guards() {
+        let g = guard().permissions("a OR b");
+        assert_eq!(g.require("c").inner.permissions.as_deref(), Some("(a OR b) AND (c)"));
+        assert_eq!(guard().require("c").inner.permissions.as_deref(), Some("c"));
+        assert_eq!(g.inner.permissions.as_deref(), Some("a OR b"), "the original guard is unchanged");
+    }
+
+    #[test]
+    fn refusals_map_codes_to_statuses_and_rate_limit_headers() {
+        let mut v = VerifyKeyResult::not_found();
+        assert_eq!(refuse_unless_valid(v.clone(), 0).unwrap_err().status, 401);
+        v.code = VerifyCode::InsufficientPermissions;
+        assert_eq!(refuse_unless_valid(v.clone(), 0).unwrap_err().status, 403);
+        v.code = VerifyCode::UsageExceeded;
+        let r = refuse_unless_valid(v.clone(), 0).unwrap_err();
+        assert_eq!((r.status, r.headers.len()), (429, 0), "credits come back by refill: no Retry-After");
+        v.code = VerifyCode::RateLimited;
+        let limit = |name: &str, reset, exceeded| crate::keys::VerifyRatelimitResult {
+            id: name.into(),
+            name: name.into(),
+            limit: 5,
+            duration: 60_000,
+            reset,
+            remaining: 0,
+            exceeded,
+            auto_apply: false,
+        };
+        v.ratelimits = vec![limit("a", 90_000, true), limit("b", 30_000, false), limit("c", 61_001, true)];
+        let r = refuse_unless_valid(v.clone(), 1_000).unwrap_err();
+        let header = |n: &str| r.headers.iter().find(|(h, _)| *h == n).map(|(_, v)| v.as_str());
+        assert_eq!(r.status, 429);
+        assert_eq!(header("retry-after"), Some("61"), "the first exceeded window's end, rounded up");
+        assert_eq!((header("ratelimit-limit"), header("ratelimit-remaining")), (Some("5"), Some("0")));
+        v.code = VerifyCode::Valid;
+        assert!(refuse_unless_valid(v, 0).is_ok());
+    }
+
+    #[test]
+    fn refusal_bodies_are_problem_details_text_or_custom() {
+        let r = Rejection::new(403, "INSUFFICIENT_PERMISSIONS", "no");
+        let (ct, body) = r.body(&ErrorFormat::Problem);
+        assert_eq!(ct, "application/problem+json");
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (json["status"].as_u64(), json["code"].as_str()),
+            (Some(403), Some("INSUFFICIENT_PERMISSIONS"))
+        );
+        assert_eq!(r.body(&ErrorFormat::Text).1, b"no");
+        let custom =
+            ErrorFormat::Custom(Arc::new(|r: &Rejection| ("text/x".into(), r.code.as_bytes().to_vec())));
+        assert_eq!(r.body(&custom), ("text/x".to_string(), b"INSUFFICIENT_PERMISSIONS".to_vec()));
+    }
+}
