@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! KEYGATE_URL=http://127.0.0.1:8080 KEYGATE_ROOT_KEY=kg_root_... \
-//!   cargo run -p keygate-client --features tower --example axum_protect
+//!   cargo run --example axum_protect
 //! curl -H "Authorization: Bearer <a key holding documents.read>" http://127.0.0.1:3000/documents
 //! ```
 //!

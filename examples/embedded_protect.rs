@@ -4,7 +4,7 @@
 //! the next request (SQLite: within 50 ms).
 //!
 //! ```text
-//! DATABASE_URL=sqlite://keygate.db cargo run -p keygate-client --features tower,embedded --example embedded_protect
+//! DATABASE_URL=sqlite://keygate.db cargo run --example embedded_protect
 //! curl -H "Authorization: Bearer <a key holding documents.read>" http://127.0.0.1:3000/documents
 //! ```
 //!
