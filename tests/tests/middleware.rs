@@ -294,3 +294,28 @@ fn the_axum_example_runs_and_protects_its_routes() {
     assert_eq!(write, 403, "documents.write is not held");
     assert_eq!(get(&rt, port, "/documents", Some(&bearer)).status, 429, "KEYGATE_EXAMPLE_LIMIT=1 per minute");
 }
+
+#[test]
+fn a_guard_keygate_refuses_answers_500_never_a_pass() {
+    let s = TestServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let admin = Client::new(&s.base, &s.root_key).unwrap();
+    let req = CreateKeyRequest { api_id: "api_mw".into(), ..Default::default() };
+    let key = format!("Bearer {}", rt.block_on(admin.create_key(&req)).unwrap().key);
+    // A permission query that does not parse, on both back ends; a root key without
+    // api.*.verify_key on the remote one.
+    for back in [Back::Remote, Back::Embedded] {
+        let port = serve(Stack::Axum, guard(&s, back).permissions("documents.read AND ("), &rt);
+        let refused = get(&rt, port, "/limited", Some(&key));
+        assert_eq!(
+            (refused.status, refused.code().as_str()),
+            (500, "MISCONFIGURED"),
+            "{back:?}: {}",
+            refused.body
+        );
+    }
+    let weak = Client::new(&s.base, s.root_key_with(&["api.*.read_key"])).unwrap();
+    let port = serve(Stack::Actix, Guard::new(Verifier::remote(weak)), &rt);
+    let refused = get(&rt, port, "/limited", Some(&key));
+    assert_eq!((refused.status, refused.code().as_str()), (500, "MISCONFIGURED"), "{}", refused.body);
+}

@@ -86,9 +86,11 @@ impl std::fmt::Debug for ErrorFormat {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Rejection {
-    /// 401, 403, 429 or 503.
+    /// 401, 403, 429, 503 (keygate unreachable) or 500 (keygate refused the guard's own
+    /// request: its permission query or root key).
     pub status: u16,
-    /// `MISSING_KEY`, `UNAVAILABLE`, or the verification's code (`NOT_FOUND`, ...).
+    /// `MISSING_KEY`, `MALFORMED_KEY`, `UNAVAILABLE`, `MISCONFIGURED`, or the
+    /// verification's code (`NOT_FOUND`, ...).
     pub code: &'static str,
     /// What went wrong, for the caller.
     pub detail: String,
@@ -111,6 +113,7 @@ impl Rejection {
                     401 => "Unauthorized",
                     403 => "Forbidden",
                     429 => "Too Many Requests",
+                    500 => "Internal Server Error",
                     _ => "Service Unavailable",
                 };
                 let body = serde_json::json!({
@@ -281,7 +284,8 @@ impl Guard {
         };
         match p.verifier.verify(&req).await {
             Ok(v) => refuse_unless_valid(v, now_ms()),
-            Err(e) => Err(unavailable(&e)),
+            Err(e) if e.is_transient() => Err(unavailable(&e)),
+            Err(e) => Err(misconfigured(&e)),
         }
     }
 
@@ -298,6 +302,14 @@ fn unavailable(e: &Error) -> Rejection {
     let mut r = Rejection::new(503, "UNAVAILABLE", "the API key could not be verified now: try again");
     r.headers.push(("retry-after", "1".into()));
     r
+}
+
+/// 500 when keygate refused the verification itself (a permission query that does not
+/// parse, a root key without `api.*.verify_key`): the service's setup is wrong, not the
+/// caller's request; logged as an error.
+fn misconfigured(e: &Error) -> Rejection {
+    log::error!("keygate: the guard's verification was refused, check its settings and root key: {e}");
+    Rejection::new(500, "MISCONFIGURED", "the API key could not be verified: the service is misconfigured")
 }
 
 /// keygate's gateway answer to a verification that is not VALID: 403 for missing
