@@ -1,8 +1,8 @@
 //! `apis.*`: the API objects keys belong to (API-v2.md §10).
 
-use crate::client::{Client, Response};
+use crate::client::{Client, Empty, Response};
 use crate::error::Error;
-use crate::keys::{Empty, Key};
+use crate::keys::Key;
 use serde::{Deserialize, Serialize};
 
 /// An API.

@@ -153,6 +153,11 @@ impl<T> std::ops::Deref for Response<T> {
     }
 }
 
+/// An empty answer (`{}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Empty {}
+
 /// Where a list continues.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,9 +1,8 @@
 //! `identities.*`: the customers of the caller, whose keys share meta and rate limits
 //! (API-v2.md §11).
 
-use crate::client::{Client, Response};
+use crate::client::{Client, Empty, Response};
 use crate::error::Error;
-use crate::keys::Empty;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 

@@ -1,7 +1,7 @@
 //! `keys.*`: create, read, update, reroll, delete and verify keys; their credits,
 //! permissions and roles (API-v2.md §2, §12, §13).
 
-use crate::client::{Client, Response};
+use crate::client::{Client, Empty, Response};
 use crate::error::Error;
 use crate::identities::{Identity, RatelimitRequest, RatelimitResponse};
 use crate::permissions::{Permission, Role};
@@ -460,11 +460,6 @@ pub struct KeyRolesRequest {
     /// Role names (or ids).
     pub roles: Vec<String>,
 }
-
-/// An empty answer (`{}`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Empty {}
 
 impl Client {
     /// `keys.createKey`: a new key; its secret is in the answer, once.

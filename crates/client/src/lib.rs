@@ -91,7 +91,7 @@ pub mod actix;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
-pub use client::{Client, ClientBuilder, Pagination, Response};
+pub use client::{Client, ClientBuilder, Empty, Pagination, Response};
 pub use error::{ApiError, Error, FieldError};
 pub use guard::{ErrorFormat, Guard, KeySource, MAX_KEY_CHARS, Rejection, RenderRejection, VerifiedKey};
 pub use system::Liveness;

@@ -1,8 +1,7 @@
 //! `permissions.*`: permissions, roles and a role's permissions (API-v2.md §3).
 
-use crate::client::{Client, Response};
+use crate::client::{Client, Empty, Response};
 use crate::error::Error;
-use crate::keys::Empty;
 use serde::{Deserialize, Serialize};
 
 /// A permission.

@@ -1,9 +1,8 @@
 //! `ratelimit.*`: rate limiting any identifier in a namespace, and the overrides of a
 //! namespace (API-v2.md §5, §9).
 
-use crate::client::{Client, Response};
+use crate::client::{Client, Empty, Response};
 use crate::error::Error;
-use crate::keys::Empty;
 use serde::{Deserialize, Serialize};
 
 /// `ratelimit.limit`, and one entry of `ratelimit.multiLimit`.
