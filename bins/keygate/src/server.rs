@@ -68,6 +68,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         fail_open: config.ratelimit_fail_open,
         verify_cache: config.verify_cache,
         analytics: config.analytics,
+        change_probe: None,
     };
     let runtime = Runtime::open(&settings, clock.clone()).map_err(|e| match e {
         RuntimeError::Store(e) => {

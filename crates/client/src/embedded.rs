@@ -1,8 +1,11 @@
 //! The embedded back end: keygate in this process, on the database (and Redis) a keygate
 //! server uses, with the server's own verification cache, change counters and rate-limit
 //! stores ([`keygate_store::runtime::Runtime`]). A change made through the server's API is
-//! seen by the next verification here exactly as by the server's (within its 50 ms poll
-//! on SQLite without Redis; at once on PostgreSQL or with Redis).
+//! seen by the next verification here as by the server's: on PostgreSQL and with Redis the
+//! change counters are read per verification; on SQLite without Redis the file's change
+//! number is looked at before a cached answer is trusted (at most every
+//! [`CHANGE_PROBE_EVERY`]; under a steady load a write is seen within that, and the
+//! first verification after a quiet spell always looks).
 
 use crate::error::Error;
 use crate::identities::{Identity, RatelimitResponse};
@@ -14,6 +17,10 @@ use keygate_store::runtime::{Runtime, RuntimeSettings};
 use std::sync::Arc;
 
 pub use keygate_store::runtime::AnalyticsSettings;
+
+/// SQLite without Redis: the longest a cached verification is trusted without looking at
+/// the file's change number (a verification after a quiet spell this long always looks).
+pub const CHANGE_PROBE_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// An in-process keygate verifying keys (see the module docs). Cheap to clone: clones
 /// share one runtime; its background upkeep stops, and its pending analytics are written,
@@ -121,7 +128,9 @@ impl Embedded {
 
     /// A builder, to add Redis, a scope or other settings.
     pub fn builder(database_url: impl Into<String>) -> EmbeddedBuilder {
-        EmbeddedBuilder { settings: RuntimeSettings::new(database_url), workspace_id: None, api_id: None }
+        let mut settings = RuntimeSettings::new(database_url);
+        settings.change_probe = Some(CHANGE_PROBE_EVERY);
+        EmbeddedBuilder { settings, workspace_id: None, api_id: None }
     }
 
     /// The RBAC service itself, for what the verifier does not cover (creating keys,

@@ -85,6 +85,86 @@ pub trait SharedCounters: Send + Sync + fmt::Debug {
     fn publish(&self, changes: &[(String, u64)]) -> Result<(), StorageError>;
 }
 
+/// A cheap sign that the database changed: a number that moves whenever another
+/// connection commits (SQLite's `PRAGMA data_version`), implemented outside this crate.
+/// With local counters it lets a process see another process's writes at its next
+/// verification instead of at its next poll ([`Probe`]).
+pub trait ChangeProbe: Send + Sync + fmt::Debug {
+    /// The database's change number now.
+    fn version(&self) -> Result<u64, StorageError>;
+}
+
+/// A [`ChangeProbe`] and when it was last asked: the probe is asked at most once per
+/// `every`, and never for a verification that follows a look within `every`. A write made
+/// elsewhere is then seen by every verification that starts `every` after it, and by the
+/// first that follows a quiet spell of `every` (as a request after a write through an API
+/// always does); the poll stays the backstop.
+#[derive(Debug)]
+pub struct Probe {
+    probe: std::sync::Arc<dyn ChangeProbe>,
+    every_ns: u64,
+    base: std::time::Instant,
+    /// The version the local counters were last brought up to ([`u64::MAX`]: not yet).
+    seen: AtomicU64,
+    /// When (ns after `base`) the version was last found unchanged or caught up with.
+    looked: AtomicU64,
+}
+
+impl Probe {
+    pub fn new(probe: std::sync::Arc<dyn ChangeProbe>, every: std::time::Duration) -> Self {
+        Self {
+            probe,
+            every_ns: every.as_nanos().try_into().unwrap_or(u64::MAX),
+            base: std::time::Instant::now(),
+            seen: AtomicU64::new(u64::MAX),
+            looked: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos().try_into().unwrap_or(u64::MAX)
+    }
+
+    /// Whether the local counters may be trusted without catching up: looked at within
+    /// `every`, or the version unchanged since (a failing probe: not trusted).
+    pub fn current(&self) -> bool {
+        let now = self.now_ns();
+        let looked = self.looked.load(Ordering::Acquire);
+        if looked != 0 && now.saturating_sub(looked) < self.every_ns {
+            return true;
+        }
+        match self.probe.version() {
+            Ok(v) if v == self.seen.load(Ordering::Acquire) => {
+                self.looked.store(now.max(1), Ordering::Release);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Brings the local counters up to the database when it changed: `poll` reads the
+    /// counters bumped elsewhere. The version is read before the poll, so a commit that
+    /// lands during it is caught by the next look.
+    pub fn catch_up<E>(&self, poll: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        let now = self.now_ns();
+        match self.probe.version() {
+            Ok(v) => {
+                if v != self.seen.load(Ordering::Acquire) {
+                    poll()?;
+                    self.seen.store(v, Ordering::Release);
+                }
+                self.looked.store(now.max(1), Ordering::Release);
+                Ok(())
+            }
+            // No version: poll all the same, and keep asking.
+            Err(e) => {
+                log::debug!("change probe: {e}; polling the counters instead");
+                poll()
+            }
+        }
+    }
+}
+
 /// Where the current counters are read; see the module docs.
 #[derive(Debug)]
 pub enum CounterSource {
@@ -157,6 +237,45 @@ impl LocalCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, Default)]
+    struct FakeProbe {
+        version: AtomicU64,
+        asked: AtomicU64,
+    }
+
+    impl ChangeProbe for FakeProbe {
+        fn version(&self) -> Result<u64, StorageError> {
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            Ok(self.version.load(Ordering::Relaxed))
+        }
+    }
+
+    #[test]
+    fn a_probe_is_asked_after_a_quiet_spell_and_a_moved_version_means_catching_up() {
+        let fake = std::sync::Arc::new(FakeProbe::default());
+        let probe = Probe::new(fake.clone(), std::time::Duration::from_millis(20));
+        assert!(!probe.current(), "never caught up: not current");
+        let polls = AtomicU64::new(0);
+        let poll = || -> Result<(), ()> {
+            polls.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        };
+        probe.catch_up(poll).unwrap();
+        assert_eq!(polls.load(Ordering::Relaxed), 1);
+        let asked = fake.asked.load(Ordering::Relaxed);
+        assert!(probe.current(), "just looked");
+        assert_eq!(fake.asked.load(Ordering::Relaxed), asked, "within `every`: not asked again");
+        fake.version.store(7, Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        assert!(!probe.current(), "after a quiet spell the probe is asked and the version moved");
+        probe.catch_up(poll).unwrap();
+        assert_eq!(polls.load(Ordering::Relaxed), 2, "a moved version polls");
+        probe.catch_up(poll).unwrap();
+        assert_eq!(polls.load(Ordering::Relaxed), 2, "an unchanged one does not");
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        assert!(probe.current(), "unchanged after a quiet spell: current");
+    }
 
     #[test]
     fn a_bump_changes_the_tag_of_its_scope_and_names_map_to_the_same_slot() {

@@ -20,7 +20,7 @@ mod service;
 pub mod store;
 
 pub use cache::Cached;
-pub use counters::{CounterSource, LocalCounters, Scope, SharedCounters};
+pub use counters::{ChangeProbe, CounterSource, LocalCounters, Probe, Scope, SharedCounters};
 pub use error::{RbacError, Resource, StorageError};
 pub use model::*;
 pub use overrides::{

@@ -12,6 +12,8 @@
 mod backend;
 mod conn;
 mod pool;
+#[cfg(feature = "sqlite")]
+mod probe;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]

@@ -167,6 +167,24 @@ impl SqlStore {
         Ok(store)
     }
 
+    /// SQLite: a [`keygate_rbac::ChangeProbe`] of this file (its own connection), for a
+    /// process sharing the file with others ([`keygate_rbac::RbacService::with_change_probe`]);
+    /// `None` for PostgreSQL (its instances read shared counters instead).
+    pub fn change_probe(
+        &self,
+    ) -> Result<Option<std::sync::Arc<dyn keygate_rbac::ChangeProbe>>, StoreOpenError> {
+        match &self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(path) => {
+                let probe = crate::probe::SqliteProbe::open(path)
+                    .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+                Ok(Some(std::sync::Arc::new(probe)))
+            }
+            #[allow(unreachable_patterns)]
+            _ => Ok(None),
+        }
+    }
+
     pub fn backend(&self) -> &Backend {
         &self.backend
     }

@@ -31,6 +31,11 @@ pub struct RuntimeSettings {
     pub verify_cache: bool,
     /// Usage analytics: `Some` records verifications and rate-limit decisions.
     pub analytics: Option<AnalyticsSettings>,
+    /// SQLite without Redis: look at the file's change number at most once per this before
+    /// trusting a cached verification, so that another process's write is seen at the next
+    /// verification, not at the next 50 ms poll ([`keygate_rbac::Probe`]; a look costs
+    /// about 2 us). `None` (the server's setting): the poll alone.
+    pub change_probe: Option<Duration>,
 }
 
 impl RuntimeSettings {
@@ -44,6 +49,7 @@ impl RuntimeSettings {
             fail_open: false,
             verify_cache: true,
             analytics: Some(AnalyticsSettings::default()),
+            change_probe: None,
         }
     }
 }
@@ -106,11 +112,18 @@ impl Runtime {
             (None, "sqlite") => CounterSource::Local(Default::default()),
             (None, _) => CounterSource::Store,
         };
+        let probe = match (&counters, settings.change_probe) {
+            (CounterSource::Local(_), Some(every)) => store.change_probe()?.map(|p| (p, every)),
+            _ => None,
+        };
         let mut rbac = RbacService::new(store, clock)
             .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
             .with_counter_source(counters)
             .with_limiter(limiter.clone())
             .with_verify_cache(settings.verify_cache);
+        if let Some((probe, every)) = probe {
+            rbac = rbac.with_change_probe(probe, every);
+        }
         if let Some(redis) = &redis {
             // Credit counters live in Redis, written behind to the database.
             rbac = rbac.with_shared_credits(redis.clone());

@@ -87,3 +87,50 @@ fn creating_a_key_bumps_its_creation_shard() {
     let value = rbac.store().read(|tx| Ok(tx.counters(std::slice::from_ref(&shard))?)).unwrap();
     assert_eq!(value, vec![1]);
 }
+
+/// Two services on one SQLite file, as a keygate server and an embedded verifier: the
+/// one with a change probe sees the other's write at its next verification (no poll in
+/// between); without one, the cached answer stands until a poll.
+#[test]
+fn a_change_probe_sees_another_process_s_write_at_the_next_verification() {
+    use keygate_rbac::{EntityRef, PermissionQuery, Principal};
+    let db = TestDb::sqlite();
+    let url = db.url.clone();
+    let clock = Arc::new(keygate_domain::SystemClock);
+    let writer = RbacService::new(SqlStore::open(&url, PoolSettings::default()).unwrap(), clock.clone());
+    let reader_store = SqlStore::open(&url, PoolSettings::default()).unwrap();
+    let probe = reader_store.change_probe().unwrap().expect("SQLite has a change probe");
+    let probed = RbacService::new(reader_store, clock.clone())
+        .with_change_probe(probe, std::time::Duration::from_micros(100));
+    let unprobed = RbacService::new(SqlStore::open(&url, PoolSettings::default()).unwrap(), clock);
+    for s in [&probed, &unprobed] {
+        s.poll_changes().unwrap();
+    }
+
+    let ws = writer.create_workspace("shared").unwrap();
+    let admin = Principal::new("test".into(), ws.id.clone(), ["*".to_string()]);
+    let (key, secret) = writer.create_key(&ws.id, None).unwrap();
+    writer.set_permissions(&admin, &key.id, &[EntityRef::by_name("documents.read")]).unwrap();
+    let query = PermissionQuery::Permission("documents.read".into());
+    let scope = VerifyScope::default();
+    let verify =
+        |s: &RbacService<SqlStore>| s.verify_key(secret.expose(), &scope, Some(&query)).unwrap().code;
+    let cached = |s: &RbacService<SqlStore>| {
+        s.verify_cached(secret.expose(), &scope, Some(&query), &Default::default())
+            .map(|p| p.unwrap().wait().unwrap().code)
+    };
+    for s in [&probed, &unprobed] {
+        assert_eq!(verify(s), VerifyCode::Valid);
+        assert_eq!(cached(s), Some(VerifyCode::Valid), "answered from the cache");
+    }
+
+    writer.set_permissions(&admin, &key.id, &[]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    assert_eq!(cached(&probed), None, "the file changed: not answered from the cache");
+    assert_eq!(verify(&probed), VerifyCode::InsufficientPermissions);
+    assert_eq!(cached(&probed), Some(VerifyCode::InsufficientPermissions), "cached again, current");
+    assert_eq!(cached(&unprobed), Some(VerifyCode::Valid), "without a probe: stale until the next poll");
+    unprobed.poll_changes().unwrap();
+    assert_eq!(cached(&unprobed), None);
+    assert_eq!(verify(&unprobed), VerifyCode::InsufficientPermissions);
+}

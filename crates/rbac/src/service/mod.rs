@@ -109,6 +109,9 @@ pub struct RbacService<S> {
     /// Where the change counters are read (`crate::counters`).
     counters: crate::counters::CounterSource,
     verify_cache: VerifyCache,
+    /// With local counters: a cheap look at whether another process wrote the database,
+    /// taken before a cached verification is trusted (`None`: the poll alone).
+    probe: Option<crate::counters::Probe>,
     /// Where the rate limits of keys and identities are counted (`usage`).
     limiter: Arc<dyn keygate_ratelimit::RateLimitStore>,
     /// The credit counters verifications spend (`credits`).
@@ -134,6 +137,7 @@ impl<S: RbacStore> RbacService<S> {
             overrides_listener: None,
             counters: crate::counters::CounterSource::Local(Default::default()),
             verify_cache: VerifyCache::new(true),
+            probe: None,
             limiter: Arc::new(keygate_ratelimit::MemoryStore::new()),
             credits: CreditLedger::Memory(Arc::default()),
             analytics: None,
@@ -175,6 +179,19 @@ impl<S: RbacStore> RbacService<S> {
     /// one database.
     pub fn with_shared_credits(mut self, store: Arc<dyn SharedCredits>) -> Self {
         self.credits = CreditLedger::Shared(credits::SharedLedger::new(store));
+        self
+    }
+
+    /// With local counters, looks at `probe` (at most once per `every`) before trusting a
+    /// cached verification, and catches up with the database's counters when it moved: a
+    /// process sharing its SQLite file with others (a keygate server and an embedded
+    /// verifier) sees their writes at its next verification rather than its next poll.
+    pub fn with_change_probe(
+        mut self,
+        probe: Arc<dyn crate::counters::ChangeProbe>,
+        every: std::time::Duration,
+    ) -> Self {
+        self.probe = Some(crate::counters::Probe::new(probe, every));
         self
     }
 

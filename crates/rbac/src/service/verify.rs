@@ -254,6 +254,9 @@ impl<S: RbacStore> RbacService<S> {
         if let Err(e) = validate_usage(usage) {
             return Some(Err(e.into()));
         }
+        if self.probe.as_ref().is_some_and(|p| !p.current()) {
+            return None;
+        }
         let digest = secret_digest(secret);
         let entry = self.verify_cache.get(&digest)?;
         let (scopes, n) = entry.scopes(&digest);
@@ -303,6 +306,9 @@ impl<S: RbacStore> RbacService<S> {
         validate_usage(usage)?;
         if secret.is_empty() {
             return Ok(Pending::done(not_found()));
+        }
+        if let (Some(probe), CounterSource::Local(_)) = (&self.probe, &self.counters) {
+            probe.catch_up(|| self.poll_changes().map(drop))?;
         }
         let digest = secret_digest(secret);
         let entry = if !self.verify_cache.enabled {
