@@ -58,7 +58,8 @@ fn two_per_hour() -> VerifyRatelimit {
     VerifyRatelimit { name: "mw_limit".into(), limit: Some(2), duration: Some(3_600_000), cost: None }
 }
 
-/// Serves `/read` (needs `documents.read`) and `/limited` (two per hour) behind `guard`;
+/// Serves `/read` (needs `documents.read`), `/limited` (two per hour) and `/whole` (any
+/// valid key: the guard on a whole router or scope) behind `guard`;
 /// its port.
 fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
     match stack {
@@ -66,12 +67,16 @@ fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
             use axum::routing::get;
             use keygate_client::tower::KeygateLayer;
             let handler = |key: VerifiedKey| async move { answer(&key) };
+            // A whole router behind `Router::layer`, and single routes behind `route_layer`.
+            let whole =
+                axum::Router::new().route("/whole", get(handler)).layer(KeygateLayer::new(guard.clone()));
             let app = axum::Router::new()
                 .route("/read", get(handler).route_layer(KeygateLayer::new(guard.require("documents.read"))))
                 .route(
                     "/limited",
                     get(handler).route_layer(KeygateLayer::new(guard.clone().ratelimit(two_per_hour()))),
-                );
+                )
+                .merge(whole);
             let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
             let port = listener.local_addr().unwrap().port();
             rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -90,6 +95,11 @@ fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
                                 web::resource("/read")
                                     .wrap(KeygateMiddleware::new(guard.require("documents.read")))
                                     .route(web::get().to(handler)),
+                            )
+                            .service(
+                                web::scope("/whole")
+                                    .wrap(KeygateMiddleware::new(guard.clone()))
+                                    .route("", web::get().to(handler)),
                             )
                             .service(
                                 web::resource("/limited")
@@ -177,6 +187,11 @@ fn protects(stack: Stack, back: Back) {
     let ok = get(&rt, port, "/read", Some(&reader));
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(ok.body, format!("key={reader_id} permissions=documents.read"), "the extractor is filled");
+
+    // The guard on a whole router or scope: any valid key.
+    assert_eq!(get(&rt, port, "/whole", None).status, 401);
+    let whole = get(&rt, port, "/whole", Some(&plain));
+    assert_eq!((whole.status, whole.body.as_str()), (200, format!("key={plain_id} permissions=").as_str()));
 
     for i in 0..2 {
         let ok = get(&rt, port, "/limited", Some(&plain));
