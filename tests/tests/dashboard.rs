@@ -741,4 +741,8 @@ fn behind_a_proxy_prefix_links_and_cookies_use_it() {
         assert_eq!(p.status, 404);
         assert!(p.body.contains(r#"href="/admin/keygate""#), "{missing}: {}", p.body);
     }
+    // A form that does not parse (a field given twice): refused, its page under the prefix.
+    let bad = b.post("/dashboard/apis", &[("name", "one"), ("name", "two"), ("csrf_token", "x")]);
+    assert_eq!(bad.status, 403);
+    assert!(bad.body.contains(r#"href="/admin/keygate/assets/app.css""#), "{}", bad.body);
 }

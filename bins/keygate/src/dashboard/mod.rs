@@ -72,9 +72,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
     // A form that does not parse (another content type, a field repeated) is refused as a
     // form without its token: nothing is done.
-    let forms = web::FormConfig::default().limit(16 * 1024).error_handler(|e, _| {
+    let forms = web::FormConfig::default().limit(16 * 1024).error_handler(|e, req| {
         log::debug!("dashboard: a form did not parse: {e}");
-        DashError::BadToken { layout: Layout::signed_out(&DashboardSettings::default().base) }.into()
+        let base = match req.app_data::<web::Data<crate::state::AppState>>() {
+            Some(state) => session::settings(state).base,
+            None => DashboardSettings::default().base,
+        };
+        DashError::BadToken { layout: Layout::signed_out(&base) }.into()
     });
     cfg.service(
         web::scope("/dashboard")
