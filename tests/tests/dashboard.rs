@@ -66,7 +66,7 @@ impl<'a> Browser<'a> {
             }
         }
         let body = res.text().unwrap();
-        assert!(status < 500, "no 5xx: {status} {body}");
+        assert!(status < 500 || status == 503, "no 5xx but the store's 503: {status} {body}");
         Page { status, headers, body }
     }
 
@@ -745,4 +745,29 @@ fn behind_a_proxy_prefix_links_and_cookies_use_it() {
     let bad = b.post("/dashboard/apis", &[("name", "one"), ("name", "two"), ("csrf_token", "x")]);
     assert_eq!(bad.status, 403);
     assert!(bad.body.contains(r#"href="/admin/keygate/assets/app.css""#), "{}", bad.body);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: set KEYGATE_TEST_POSTGRES_URL and run with --include-ignored (.ci/run does)"]
+fn the_store_unreachable_is_a_503_page_under_the_proxy_prefix() {
+    let base = keygate_test_support::TestDb::postgres_url()
+        .expect("KEYGATE_TEST_POSTGRES_URL must be set for this (ignored by default) test");
+    let (proxy, url) = keygate_tests::proxy::proxied_postgres(&base);
+    let db = std::sync::Arc::new(keygate_test_support::TestDb::postgres(&url));
+    let mut config = TestServer::config(&db.url);
+    config.pool.connect_timeout = std::time::Duration::from_millis(1_000);
+    config.pool.statement_timeout = std::time::Duration::from_millis(1_000);
+    config.dashboard =
+        Some(keygate::dashboard::DashboardSettings { base: "/admin/keygate".into(), secure_cookies: false });
+    let s = TestServer::start_with(config, db);
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).location(), Some("/admin/keygate"));
+    assert_eq!(b.get("/dashboard/apis").status, 200);
+    proxy.cut();
+    let p = b.get("/dashboard/apis");
+    assert_eq!(p.status, 503, "{}", p.body);
+    assert!(p.body.contains("could not be reached"), "{}", p.body);
+    assert!(p.body.contains(r#"href="/admin/keygate/assets/app.css""#), "links under the prefix: {}", p.body);
+    assert_secure_headers(&p);
+    proxy.restore();
 }

@@ -15,9 +15,10 @@ mod permissions;
 mod ratelimits;
 mod session;
 
+use actix_web::dev::ServiceResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, ContentType};
-use actix_web::middleware::DefaultHeaders;
+use actix_web::middleware::{DefaultHeaders, ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{HttpResponse, ResponseError, web};
 use keygate_web::{ErrorPage, Layout, Template};
 
@@ -80,9 +81,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         };
         DashError::BadToken { layout: Layout::signed_out(&base) }.into()
     });
+    // A store failure is rendered where the request is known, so that its page links under
+    // KEYGATE_DASHBOARD_BASE (the error itself does not know the request).
+    let unavailable = ErrorHandlers::new().handler(StatusCode::SERVICE_UNAVAILABLE, |res| {
+        let base = match res.request().app_data::<web::Data<crate::state::AppState>>() {
+            Some(state) => session::settings(state).base,
+            None => DashboardSettings::default().base,
+        };
+        let (req, _) = res.into_parts();
+        let page = unavailable_page(&base);
+        Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, page).map_into_right_body()))
+    });
     cfg.service(
         web::scope("/dashboard")
             .app_data(forms)
+            .wrap(unavailable)
             .wrap(headers)
             .route("", web::get().to(overview::overview))
             .route("/", web::get().to(overview::overview))
@@ -221,13 +234,22 @@ impl ResponseError for DashError {
             DashError::NotFound { base } => {
                 page(Layout::signed_out(base), "Not found", "There is no dashboard page at this address.")
             }
-            DashError::Unavailable(_) => page(
-                Layout::signed_out(&base),
-                "Unavailable",
-                "The store could not be reached. Nothing was changed; try again shortly.",
-            ),
+            // Rendered again under the configured base by `configure`'s error handler.
+            DashError::Unavailable(_) => unavailable_page(&base),
         }
     }
+}
+
+/// The 503 page: the store could not be reached.
+fn unavailable_page(base: &str) -> HttpResponse {
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &ErrorPage {
+            layout: Layout::signed_out(base),
+            title: "Unavailable".into(),
+            message: "The store could not be reached. Nothing was changed; try again shortly.".into(),
+        },
+    )
 }
 
 impl DashError {
