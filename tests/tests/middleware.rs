@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 use keygate_client::embedded::Embedded;
-use keygate_client::keys::{CreateKeyRequest, VerifyRatelimit};
+use keygate_client::keys::{CreateKeyRequest, CreditsRequest, VerifyRatelimit};
 use keygate_client::{Client, Guard, VerifiedKey, Verifier};
 use keygate_tests::TestServer;
 use serde_json::{Value, json};
@@ -53,13 +53,19 @@ fn answer(key: &VerifiedKey) -> String {
     format!("key={} permissions={}", key.key_id(), key.permissions.join(","))
 }
 
+/// `/paid`'s guard: two credits a request, the key in `X-API-Key`, refusals as plain text.
+fn paid(guard: &Guard) -> Guard {
+    guard.clone().cost(2).key_header("X-API-Key").error_format(keygate_client::ErrorFormat::Text)
+}
+
 /// An hour's ad-hoc limit of 2 per key: `/limited`'s.
 fn two_per_hour() -> VerifyRatelimit {
     VerifyRatelimit { name: "mw_limit".into(), limit: Some(2), duration: Some(3_600_000), cost: None }
 }
 
-/// Serves `/read` (needs `documents.read`), `/limited` (two per hour) and `/whole` (any
-/// valid key: the guard on a whole router or scope) behind `guard`;
+/// Serves `/read` (needs `documents.read`), `/limited` (two per hour), `/paid` (two credits,
+/// the key in `X-API-Key`, text refusals) and `/whole` (any valid key: the guard on a whole
+/// router or scope) behind `guard`;
 /// its port.
 fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
     match stack {
@@ -76,6 +82,7 @@ fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
                     "/limited",
                     get(handler).route_layer(KeygateLayer::new(guard.clone().ratelimit(two_per_hour()))),
                 )
+                .route("/paid", get(handler).route_layer(KeygateLayer::new(paid(&guard))))
                 .merge(whole);
             let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
             let port = listener.local_addr().unwrap().port();
@@ -100,6 +107,11 @@ fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
                                 web::scope("/whole")
                                     .wrap(KeygateMiddleware::new(guard.clone()))
                                     .route("", web::get().to(handler)),
+                            )
+                            .service(
+                                web::resource("/paid")
+                                    .wrap(KeygateMiddleware::new(paid(&guard)))
+                                    .route(web::get().to(handler)),
                             )
                             .service(
                                 web::resource("/limited")
@@ -142,10 +154,15 @@ impl Answer {
 }
 
 fn get(rt: &tokio::runtime::Runtime, port: u16, path: &str, authorization: Option<&str>) -> Answer {
+    let headers: Vec<(&str, &str)> = authorization.map(|a| ("authorization", a)).into_iter().collect();
+    get_with(rt, port, path, &headers)
+}
+
+fn get_with(rt: &tokio::runtime::Runtime, port: u16, path: &str, headers: &[(&str, &str)]) -> Answer {
     rt.block_on(async {
         let mut req = reqwest::Client::new().get(format!("http://127.0.0.1:{port}{path}"));
-        if let Some(a) = authorization {
-            req = req.header("authorization", a);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let res = req.send().await.unwrap();
         let (status, headers) = (res.status().as_u16(), res.headers().clone());
@@ -159,17 +176,22 @@ fn protects(stack: Stack, back: Back) {
     s.clock.set(now_ms());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let admin = Client::new(&s.base, &s.root_key).unwrap();
-    let create = |permissions: &[&str]| {
+    let create_with = |permissions: &[&str], credits: Option<u64>| {
         let req = CreateKeyRequest {
             api_id: "api_mw".into(),
             permissions: permissions.iter().map(|p| p.to_string()).collect(),
+            credits: credits.map(|n| CreditsRequest { remaining: Some(n), refill: None }),
             ..Default::default()
         };
-        let created = rt.block_on(admin.create_key(&req)).unwrap().into_data();
+        rt.block_on(admin.create_key(&req)).unwrap().into_data()
+    };
+    let create = |permissions: &[&str]| {
+        let created = create_with(permissions, None);
         (created.key_id, format!("Bearer {}", created.key))
     };
     let (reader_id, reader) = create(&["documents.read"]);
     let (plain_id, plain) = create(&[]);
+    let with_credits = create_with(&[], Some(3));
     let port = serve(stack, guard(&s, back), &rt);
 
     let missing = get(&rt, port, "/read", None);
@@ -187,6 +209,19 @@ fn protects(stack: Stack, back: Back) {
     let ok = get(&rt, port, "/read", Some(&reader));
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(ok.body, format!("key={reader_id} permissions=documents.read"), "the extractor is filled");
+
+    // Credits, the key in a header of its own, refusals as text.
+    let by_header = [("x-api-key", with_credits.key.as_str())];
+    let paid_ok = get_with(&rt, port, "/paid", &by_header);
+    assert_eq!(paid_ok.status, 200, "{}", paid_ok.body);
+    assert!(paid_ok.body.starts_with(&format!("key={}", with_credits.key_id)), "{}", paid_ok.body);
+    let spent = get_with(&rt, port, "/paid", &by_header);
+    assert_eq!(spent.status, 429, "one credit left, two asked: {}", spent.body);
+    assert_eq!(spent.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(spent.body, "the key has no credits left for this request");
+    assert_eq!(spent.header("retry-after"), None, "credits come back by a refill, not by waiting");
+    let bearer_only = get(&rt, port, "/paid", Some(&format!("Bearer {}", with_credits.key)));
+    assert_eq!((bearer_only.status, bearer_only.body.as_str()), (401, "this route needs an API key"));
 
     // The guard on a whole router or scope: any valid key.
     assert_eq!(get(&rt, port, "/whole", None).status, 401);
