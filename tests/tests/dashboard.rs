@@ -246,6 +246,7 @@ fn the_overview_counts_the_workspaces_verifications() {
         assert_eq!(p.status, 200);
         assert!(p.body.contains("<td>VALID</td><td class=\"n\">3</td>"), "{range}: {}", p.body);
         assert!(p.body.contains("<svg class=\"chart\""), "a chart");
+        assert!(p.body.contains("role=\"img\" aria-label=\"Verifications per "), "labelled: {}", p.body);
         // The panels: the key, its identity, the namespace's denial.
         assert!(p.body.contains(&format!(">{key_id}</a></td><td class=\"n\">3</td>")), "{range}: {}", p.body);
         assert!(p.body.contains(">acme</a></td><td class=\"n\">3</td>"), "{range}");

@@ -239,6 +239,8 @@ pub struct BarChart {
     pub bars: Vec<Bar>,
     pub first: String,
     pub last: String,
+    /// What the chart shows, for screen readers (`aria-label`).
+    pub label: String,
 }
 
 /// One bar, placed.
@@ -293,7 +295,17 @@ impl BarChart {
             bars,
             first: buckets.first().map(|b| b.label.clone()).unwrap_or_default(),
             last: buckets.last().map(|b| b.label.clone()).unwrap_or_default(),
+            label: format!(
+                "Verifications per {slice}: {} in all",
+                buckets.iter().map(|b| b.valid + b.other).sum::<u64>()
+            ),
         }
+    }
+
+    /// The chart with another `aria-label`.
+    pub fn labelled(mut self, label: String) -> Self {
+        self.label = label;
+        self
     }
 }
 

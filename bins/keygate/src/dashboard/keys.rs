@@ -141,7 +141,10 @@ pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<Http
                 }
             },
         ),
-        usage: usage.map(|(buckets, _)| BarChart::new("day", &buckets)),
+        usage: usage.map(|(buckets, _)| {
+            BarChart::new("day", &buckets)
+                .labelled(format!("Verifications of this key per day: {usage_total} in all"))
+        }),
         usage_total,
         layout,
     };
