@@ -72,8 +72,7 @@ pub(super) async fn create(signed: Signed, form: web::Form<IdentityForm>) -> Res
         let message = "Meta: a JSON object, such as {\"plan\": \"pro\"}, or nothing.".into();
         return Err(DashError::Invalid { layout: signed.layout, message });
     }
-    let (st, p) = (signed.state.clone(), signed.session.principal.clone());
-    call(&signed.layout, move || st.rbac.create_identity(&p, &external_id, meta, &[])).await?;
+    signed.run(move |rbac, p| rbac.create_identity(p, &external_id, meta, &[])).await?;
     Ok(see_other(format!("{}/identities", signed.layout.base)))
 }
 
@@ -148,8 +147,8 @@ pub(super) async fn update(
         }
     };
     let ratelimits = Patch::Set(limits(&signed, form.ratelimits.as_deref().unwrap_or(""))?);
-    let (st, p, id) = (signed.state.clone(), signed.session.principal.clone(), path.into_inner());
+    let id = path.into_inner();
     let back = format!("{}/identities/{id}", signed.layout.base);
-    call(&signed.layout, move || st.rbac.update_identity(&p, &id, meta, ratelimits)).await?;
+    signed.run(move |rbac, p| rbac.update_identity(p, &id, meta, ratelimits)).await?;
     Ok(see_other(back))
 }

@@ -170,9 +170,8 @@ pub(super) async fn set_enabled(
         }
     };
     let id = path.into_inner();
-    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
-    let update = KeyUpdate { enabled: Some(enabled), ..KeyUpdate::default() };
-    call(&signed.layout, move || st.rbac.update_key(&p, &key, update)).await?;
+    let (key, update) = (id.clone(), KeyUpdate { enabled: Some(enabled), ..KeyUpdate::default() });
+    signed.run(move |rbac, p| rbac.update_key(p, &key, update)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
 }
 
@@ -202,8 +201,8 @@ pub(super) async fn set_credits(
         },
     };
     let id = path.into_inner();
-    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
-    call(&signed.layout, move || st.rbac.update_credits(&p, &key, CreditOp::Set, value)).await?;
+    let key = id.clone();
+    signed.run(move |rbac, p| rbac.update_credits(p, &key, CreditOp::Set, value)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
 }
 
@@ -229,8 +228,8 @@ pub(super) async fn set_access(
         ..KeyUpdate::default()
     };
     let id = path.into_inner();
-    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
-    call(&signed.layout, move || st.rbac.update_key(&p, &key, update)).await?;
+    let key = id.clone();
+    signed.run(move |rbac, p| rbac.update_key(p, &key, update)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
 }
 
@@ -243,8 +242,7 @@ pub(super) async fn reroll(
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
     let id = path.into_inner();
-    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
-    let (key, secret) = call(&signed.layout, move || st.rbac.reroll_key(&p, &key, Some(0))).await?;
+    let (key, secret) = signed.run(move |rbac, p| rbac.reroll_key(p, &id, Some(0))).await?;
     let page = KeyCreatedPage {
         layout: signed.layout.clone(),
         api_id: key.api_id.clone().unwrap_or_default(),
@@ -262,13 +260,13 @@ pub(super) async fn delete(
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
     let id = path.into_inner();
-    let (st, p, key) = (signed.state.clone(), signed.session.principal.clone(), id.clone());
-    let api_id = call(&signed.layout, move || {
-        let summary = st.rbac.key_summary(&p, KeyLookup::Id(&key))?;
-        st.rbac.delete_key(&p, &key)?;
-        Ok(summary.key.api_id)
-    })
-    .await?;
+    let api_id = signed
+        .run(move |rbac, p| {
+            let summary = rbac.key_summary(p, KeyLookup::Id(&id))?;
+            rbac.delete_key(p, &id)?;
+            Ok(summary.key.api_id)
+        })
+        .await?;
     let base = &signed.layout.base;
     Ok(see_other(match api_id {
         Some(api) => format!("{base}/apis/{api}"),

@@ -284,6 +284,24 @@ where
     }
 }
 
+impl session::Signed {
+    /// Runs a service call as the session's root key, off the async workers (see
+    /// [`call`]): the one way an action of a signed-in page calls the services.
+    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, DashError>
+    where
+        F: FnOnce(
+                &keygate_rbac::RbacService<keygate_store::SqlStore>,
+                &keygate_rbac::Principal,
+            ) -> Result<T, keygate_rbac::RbacError>
+            + Send
+            + 'static,
+        T: Send + 'static,
+    {
+        let (state, principal) = (self.state.clone(), self.session.principal.clone());
+        call(&self.layout, move || f(&state.rbac, &principal)).await
+    }
+}
+
 /// 303 to `location`.
 fn see_other(location: String) -> HttpResponse {
     HttpResponse::SeeOther().insert_header((header::LOCATION, location)).finish()

@@ -45,8 +45,7 @@ pub(super) async fn create(signed: Signed, form: web::Form<EntityForm>) -> Resul
         description: field(form.description),
         ..NewEntity::default()
     };
-    let (st, p) = (signed.state.clone(), signed.session.principal.clone());
-    call(&signed.layout, move || st.rbac.create_entity(&p, EntityKind::Permission, new)).await?;
+    signed.run(move |rbac, p| rbac.create_entity(p, EntityKind::Permission, new)).await?;
     Ok(see_other(format!("{}/permissions", signed.layout.base)))
 }
 
@@ -56,8 +55,8 @@ pub(super) async fn delete(
     form: web::Form<TokenForm>,
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
-    let (st, p, id) = (signed.state.clone(), signed.session.principal.clone(), path.into_inner());
-    call(&signed.layout, move || st.rbac.delete_entity(&p, EntityKind::Permission, &id)).await?;
+    let id = path.into_inner();
+    signed.run(move |rbac, p| rbac.delete_entity(p, EntityKind::Permission, &id)).await?;
     Ok(see_other(format!("{}/permissions", signed.layout.base)))
 }
 
@@ -89,8 +88,7 @@ pub(super) async fn create_role(
         permissions: names(form.permissions),
         ..NewEntity::default()
     };
-    let (st, p) = (signed.state.clone(), signed.session.principal.clone());
-    call(&signed.layout, move || st.rbac.create_entity(&p, EntityKind::Role, new)).await?;
+    signed.run(move |rbac, p| rbac.create_entity(p, EntityKind::Role, new)).await?;
     Ok(see_other(format!("{}/roles", signed.layout.base)))
 }
 
@@ -105,8 +103,8 @@ pub(super) async fn set_role_permissions(
         .into_iter()
         .map(|n| EntityRef { create: Some(true), ..EntityRef::by_name(n) })
         .collect();
-    let (st, p, id) = (signed.state.clone(), signed.session.principal.clone(), path.into_inner());
-    call(&signed.layout, move || st.rbac.set_role_permissions(&p, &id, &refs)).await?;
+    let id = path.into_inner();
+    signed.run(move |rbac, p| rbac.set_role_permissions(p, &id, &refs)).await?;
     Ok(see_other(format!("{}/roles", signed.layout.base)))
 }
 
@@ -116,7 +114,7 @@ pub(super) async fn delete_role(
     form: web::Form<TokenForm>,
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
-    let (st, p, id) = (signed.state.clone(), signed.session.principal.clone(), path.into_inner());
-    call(&signed.layout, move || st.rbac.delete_entity(&p, EntityKind::Role, &id)).await?;
+    let id = path.into_inner();
+    signed.run(move |rbac, p| rbac.delete_entity(p, EntityKind::Role, &id)).await?;
     Ok(see_other(format!("{}/roles", signed.layout.base)))
 }

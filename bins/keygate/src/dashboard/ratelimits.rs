@@ -85,9 +85,8 @@ pub(super) async fn set(signed: Signed, form: web::Form<OverrideForm>) -> Result
             message: "Window: at least 1000 ms.".into(),
         });
     }
-    let (st, p, ns, id) =
-        (signed.state.clone(), signed.session.principal.clone(), namespace_ref(&namespace), identifier);
-    call(&signed.layout, move || st.rbac.set_override(&p, &ns, &id, limit, duration, false)).await?;
+    let ns = namespace_ref(&namespace);
+    signed.run(move |rbac, p| rbac.set_override(p, &ns, &identifier, limit, duration, false)).await?;
     Ok(back(&signed, &namespace))
 }
 
@@ -96,8 +95,7 @@ pub(super) async fn delete(signed: Signed, form: web::Form<OverrideForm>) -> Res
     token_ok(&signed, form.csrf_token.as_deref())?;
     let namespace = field(form.namespace).unwrap_or_default();
     let identifier = field(form.identifier).unwrap_or_default();
-    let (st, p, ns, id) =
-        (signed.state.clone(), signed.session.principal.clone(), namespace_ref(&namespace), identifier);
-    call(&signed.layout, move || st.rbac.delete_override(&p, &ns, &id)).await?;
+    let ns = namespace_ref(&namespace);
+    signed.run(move |rbac, p| rbac.delete_override(p, &ns, &identifier)).await?;
     Ok(back(&signed, &namespace))
 }
