@@ -13,7 +13,7 @@ use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock, redact_in, redact_url, validate_root_key_secret};
 use keygate_rbac::RbacService;
 pub use keygate_store::runtime::{ANALYTICS_FLUSH_INTERVAL, CREDIT_WRITE_BEHIND_INTERVAL};
-use keygate_store::runtime::{Runtime, RuntimeError, RuntimeSettings};
+use keygate_store::runtime::{Runtime, RuntimeError, RuntimeSettings, Upkeep};
 use keygate_store::{RedisSettings, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
@@ -30,6 +30,9 @@ pub struct RunningServer {
     pub state: web::Data<AppState>,
     /// Where `/metrics` listens when it has its own address (`KEYGATE_METRICS_LISTEN`).
     pub metrics_addr: Option<SocketAddr>,
+    /// The background threads (counters, sweeps, write-behind, analytics, audit retention,
+    /// metrics): stopped and waited for when this is dropped.
+    pub upkeep: Upkeep,
     /// A Unix socket's file, removed when this is dropped (after the server has stopped).
     pub socket_file: Option<SocketFile>,
 }
@@ -161,11 +164,14 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         server = server.disable_signals();
     }
     let server = server.shutdown_timeout(5).run();
-    keygate_store::runtime::spawn_upkeep(Arc::downgrade(&state.clone().into_inner()));
+    let host = Arc::downgrade(&state.clone().into_inner());
+    let mut upkeep = keygate_store::runtime::spawn_upkeep(host.clone());
     if config.audit_retention_days > 0 {
-        spawn_audit_retention(Arc::downgrade(&state.clone().into_inner()), config.audit_retention_days);
+        spawn_audit_retention(&mut upkeep, host.clone(), config.audit_retention_days);
     }
-    spawn_metrics_upkeep(Arc::downgrade(&state.clone().into_inner()));
+    upkeep.spawn("keygate-metrics", METRICS_UPKEEP_INTERVAL, host, |state: &AppState, _| {
+        state.metrics.upkeep()
+    });
     log::info!("keygate listening on {addr} ({description})");
     if let Some(m) = metrics_addr {
         log::info!("keygate metrics on http://{m}/metrics");
@@ -178,6 +184,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         state,
         metrics_addr,
         socket_file,
+        upkeep,
     })
 }
 
@@ -210,19 +217,6 @@ fn spawn_metrics_listener(
 
 /// How often the histograms' sample buffers are drained when nobody scrapes.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
-fn spawn_metrics_upkeep(state: Weak<AppState>) {
-    let spawned = std::thread::Builder::new().name("keygate-metrics".into()).spawn(move || {
-        loop {
-            std::thread::sleep(METRICS_UPKEEP_INTERVAL);
-            let Some(state) = state.upgrade() else { return };
-            state.metrics.upkeep();
-        }
-    });
-    if let Err(e) = spawned {
-        log::warn!("could not start the metrics upkeep: {e}");
-    }
-}
 
 /// The HTTP workers: as configured, or one per CPU.
 fn worker_count(config: &ServerConfig) -> usize {
@@ -268,25 +262,22 @@ const AUDIT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 pub const AUDIT_PRUNE_PER_PASS: usize = 5_000;
 
 /// Deletes audit events older than `days`, at most [`AUDIT_PRUNE_PER_PASS`] a pass, once
-/// per [`AUDIT_RETENTION_INTERVAL`]. Stops when the server's state is dropped.
-fn spawn_audit_retention(state: Weak<AppState>, days: u64) {
+/// per [`AUDIT_RETENTION_INTERVAL`], the first pass at start; part of the server's upkeep.
+fn spawn_audit_retention(upkeep: &mut Upkeep, state: Weak<AppState>, days: u64) {
     let keep_ms = i64::try_from(days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
-    let spawned = std::thread::Builder::new().name("keygate-audit-retention".into()).spawn(move || {
-        loop {
-            let Some(state) = state.upgrade() else { return };
+    upkeep.spawn_now(
+        "keygate-audit-retention",
+        AUDIT_RETENTION_INTERVAL,
+        state,
+        move |state: &AppState, _| {
             let cutoff = i64::try_from(state.clock.now_ms()).unwrap_or(i64::MAX).saturating_sub(keep_ms);
             match state.rbac.prune_audit_events(cutoff, AUDIT_PRUNE_PER_PASS) {
                 Ok(0) => {}
                 Ok(n) => log::info!("audit retention: deleted {n} events older than {days} days"),
                 Err(e) => log::warn!("audit retention: {e}"),
             }
-            drop(state);
-            std::thread::sleep(AUDIT_RETENTION_INTERVAL);
-        }
-    });
-    if let Err(e) = spawned {
-        log::warn!("could not start the audit retention: {e}");
-    }
+        },
+    );
 }
 
 /// `keygate serve`: runs until SIGINT or SIGTERM, then stops accepting, lets in-flight
@@ -294,8 +285,12 @@ fn spawn_audit_retention(state: Weak<AppState>, days: u64) {
 pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let running = start(config, Arc::new(SystemClock))?;
+        let mut running = running;
         running.server.await.context("server")?;
-        // What the last requests spent, in the database before the process ends.
+        // The background threads stopped (a task under way finished), then what the last
+        // requests spent into the database: no thread is left in the database's client
+        // library when the process ends.
+        running.upkeep.stop();
         let state = running.state.clone();
         let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics_final());
         match actix_web::rt::task::spawn_blocking(last).await {

@@ -13,7 +13,7 @@ use crate::keys::{VerifyCode, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimit
 use keygate_domain::SystemClock;
 use keygate_rbac::{LimitAsk, RbacError, RbacService, Usage, Verification, VerifyScope};
 use keygate_store::SqlStore;
-use keygate_store::runtime::{Runtime, RuntimeSettings};
+use keygate_store::runtime::{Runtime, RuntimeSettings, Upkeep};
 use std::sync::Arc;
 
 pub use keygate_store::runtime::AnalyticsSettings;
@@ -35,10 +35,13 @@ struct Inner {
     runtime: Arc<Runtime>,
     workspace_id: Option<String>,
     api_id: Option<String>,
+    upkeep: Upkeep,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // The background threads first (a task under way finishes), then the last counts.
+        self.upkeep.stop();
         if self.runtime.analytics.is_some()
             && let Err(e) = self.runtime.rbac.flush_analytics_final()
         {
@@ -112,9 +115,9 @@ impl EmbeddedBuilder {
         })?;
         runtime.sync_counters().map_err(rbac_error)?;
         let runtime = Arc::new(runtime);
-        keygate_store::runtime::spawn_upkeep(Arc::downgrade(&runtime));
+        let upkeep = keygate_store::runtime::spawn_upkeep(Arc::downgrade(&runtime));
         Ok(Embedded {
-            inner: Arc::new(Inner { runtime, workspace_id: self.workspace_id, api_id: self.api_id }),
+            inner: Arc::new(Inner { runtime, workspace_id: self.workspace_id, api_id: self.api_id, upkeep }),
         })
     }
 }

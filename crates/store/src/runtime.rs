@@ -212,18 +212,23 @@ pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(2);
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Starts the background upkeep of the runtime `host` holds, each task on a thread of its
-/// own that stops once `host` is dropped: the sweep of ended rate-limit windows, the
-/// change counters (polled, or republished to Redis; with Redis, the overrides epochs
-/// that local denials rely on), the credit write-behind (with Redis) and the analytics
-/// flush and roll-up (when analytics are on).
-pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) {
-    let Some(strong) = host.upgrade() else { return };
+/// own: the sweep of ended rate-limit windows, the change counters (polled, or
+/// republished to Redis; with Redis, the overrides epochs that local denials rely on), the
+/// credit write-behind (with Redis) and the analytics flush and roll-up (when analytics
+/// are on). The threads stop when `host` is dropped, or when the returned [`Upkeep`] is
+/// stopped or dropped (which waits for a task under way to finish: a process that ends
+/// right after has no thread left in the database's client library).
+pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) -> Upkeep {
+    let mut upkeep = Upkeep::default();
+    let Some(strong) = host.upgrade() else { return upkeep };
     let (redis, analytics) = (strong.as_ref().as_ref().redis.is_some(), strong.as_ref().as_ref().analytics);
     drop(strong);
-    spawn_loop("keygate-sweeper", SWEEP_INTERVAL, host.clone(), |rt, _| {
+    upkeep.spawn("keygate-sweeper", SWEEP_INTERVAL, host.clone(), |h: &T, _| {
+        let rt = h.as_ref();
         rt.limiter.sweep(rt.rbac.clock().now_ms());
     });
-    spawn_loop("keygate-counters", COUNTER_POLL_INTERVAL, host.clone(), |rt, round| {
+    upkeep.spawn("keygate-counters", COUNTER_POLL_INTERVAL, host.clone(), |h: &T, round| {
+        let rt = h.as_ref();
         if let Err(e) = rt.rbac.poll_changes() {
             log::warn!("change counters: polling the database failed: {e}");
         }
@@ -240,15 +245,16 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) {
         }
     });
     if redis {
-        spawn_loop("keygate-credits-behind", CREDIT_WRITE_BEHIND_INTERVAL, host.clone(), |rt, _| {
-            if let Err(e) = rt.rbac.write_behind_credits() {
+        upkeep.spawn("keygate-credits-behind", CREDIT_WRITE_BEHIND_INTERVAL, host.clone(), |h: &T, _| {
+            if let Err(e) = h.as_ref().rbac.write_behind_credits() {
                 log::warn!("credits: writing the live counters behind to the database failed: {e}");
             }
         });
     }
     if let Some(a) = analytics {
         let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;
-        spawn_loop("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |rt, round| {
+        upkeep.spawn("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |h: &T, round| {
+            let rt = h.as_ref();
             if let Err(e) = rt.rbac.flush_analytics() {
                 log::warn!("analytics: writing the counts failed (kept for the next try): {e}");
             }
@@ -260,24 +266,92 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) {
             }
         });
     }
+    upkeep
 }
 
-/// Runs `task` every `interval` (with the round's number) on a thread named `name`, until
-/// `host` is dropped.
-fn spawn_loop<T: AsRef<Runtime> + Send + Sync + 'static>(
-    name: &str,
-    interval: Duration,
-    host: Weak<T>,
-    task: impl Fn(&Runtime, u64) + Send + 'static,
-) {
-    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
-        for round in 0u64.. {
-            std::thread::sleep(interval);
-            let Some(host) = host.upgrade() else { return };
-            task(host.as_ref().as_ref(), round);
+/// Background threads that each run a task at an interval, and stop together: when
+/// [`Upkeep::stop`] is called or the `Upkeep` is dropped (each woken at once, a task under
+/// way finished first), or when the host they serve is dropped.
+#[derive(Debug, Default)]
+pub struct Upkeep {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Upkeep {
+    /// Runs `task` every `interval`, first after one interval (with the round's number), on
+    /// a thread named `name`, while `host` lives and until stopped.
+    pub fn spawn<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        interval: Duration,
+        host: Weak<T>,
+        task: impl Fn(&T, u64) + Send + 'static,
+    ) {
+        self.spawn_from(name, interval, interval, host, task);
+    }
+
+    /// As [`Self::spawn`], the first run at once.
+    pub fn spawn_now<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        interval: Duration,
+        host: Weak<T>,
+        task: impl Fn(&T, u64) + Send + 'static,
+    ) {
+        self.spawn_from(name, Duration::ZERO, interval, host, task);
+    }
+
+    fn spawn_from<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        first: Duration,
+        interval: Duration,
+        host: Weak<T>,
+        task: impl Fn(&T, u64) + Send + 'static,
+    ) {
+        let stop = self.stop.clone();
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+            let mut wait = first;
+            for round in 0u64.. {
+                let deadline = std::time::Instant::now() + wait;
+                wait = interval;
+                loop {
+                    if stop.load(std::sync::atomic::Ordering::Acquire) {
+                        return;
+                    }
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    std::thread::park_timeout(deadline - now);
+                }
+                let Some(host) = host.upgrade() else { return };
+                task(&host, round);
+            }
+        });
+        match spawned {
+            Ok(handle) => self.threads.push(handle),
+            Err(e) => log::warn!("could not start {name}: {e}"),
         }
-    });
-    if let Err(e) = spawned {
-        log::warn!("could not start {name}: {e}");
+    }
+
+    /// Stops every thread and waits for them (a task under way finishes first).
+    pub fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        for t in &self.threads {
+            t.thread().unpark();
+        }
+        for t in self.threads.drain(..) {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Upkeep {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
