@@ -274,6 +274,47 @@ fn the_overview_counts_the_workspaces_verifications() {
 }
 
 #[test]
+fn a_root_key_reading_some_apis_sees_their_sum_on_the_overview() {
+    let s = TestServer::start();
+    let mut apis = Vec::new();
+    for (name, n) in [("shop", 2), ("blog", 5), ("mail", 7)] {
+        let api =
+            s.v2("apis.createApi", &json!({"name": name})).data()["apiId"].as_str().unwrap().to_string();
+        let r = s.v2("keys.createKey", &json!({"apiId": api, "externalId": name}));
+        let secret = r.data()["key"].as_str().unwrap().to_string();
+        for _ in 0..n {
+            assert_eq!(s.v2("keys.verifyKey", &json!({"key": secret})).data()["code"], "VALID");
+        }
+        apis.push((api, r.data()["keyId"].as_str().unwrap().to_string()));
+    }
+    s.clock.advance(61_000);
+    s.state.rbac.flush_analytics().unwrap();
+    // Two of the three APIs: 2 + 5, their keys and identities, not the third's.
+    let perms = [format!("api.{}.read_analytics", apis[0].0), format!("api.{}.read_analytics", apis[1].0)];
+    let (_, scoped) = s.state.rbac.create_root_key(&s.workspace_id, &perms).unwrap();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(scoped.expose()).status, 303);
+    let p = b.get("/dashboard?range=7d");
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(p.body.contains("<td>VALID</td><td class=\"n\">7</td>"), "{}", p.body);
+    assert!(
+        p.body.contains(&format!(">{}</a>", apis[0].1)) && p.body.contains(&format!(">{}</a>", apis[1].1))
+    );
+    assert!(!p.body.contains(&apis[2].1) && !p.body.contains(">mail</a>"), "{}", p.body);
+    assert!(
+        p.body.contains(&format!("/apis/{}\">{}</a>", apis[1].0, apis[1].0)),
+        "the scope named: {}",
+        p.body
+    );
+    // The workspace's root key: all three, no scope line.
+    let mut all = Browser::new(&s);
+    assert_eq!(all.login(&s.root_key).status, 303);
+    let p = all.get("/dashboard?range=7d");
+    assert!(p.body.contains("<td>VALID</td><td class=\"n\">14</td>"), "{}", p.body);
+    assert!(!p.body.contains("Counted: the APIs"));
+}
+
+#[test]
 fn login_attempts_are_limited_per_address() {
     let s = TestServer::start();
     let mut b = Browser::new(&s);

@@ -42,12 +42,14 @@ impl ApiAccess {
             return Some(ApiAccess::All);
         }
         let suffix = format!(".{action}");
-        let ids: Vec<String> = p
+        let mut ids: Vec<String> = p
             .permissions()
             .filter_map(|x| x.strip_prefix("api.")?.strip_suffix(suffix.as_str()))
             .filter(|id| !id.is_empty() && *id != "*")
             .map(str::to_owned)
             .collect();
+        ids.sort_unstable();
+        ids.dedup();
         (!ids.is_empty()).then_some(ApiAccess::Only(ids))
     }
 
@@ -56,6 +58,15 @@ impl ApiAccess {
         match self {
             ApiAccess::All => true,
             ApiAccess::Only(ids) => api_id.is_some_and(|a| ids.iter().any(|i| i == a)),
+        }
+    }
+
+    /// The API filters a workspace-wide read runs with: `[None]` (every API) for `All`,
+    /// else one `Some(apiId)` per API named.
+    pub fn scope(&self) -> Vec<Option<&str>> {
+        match self {
+            ApiAccess::All => vec![None],
+            ApiAccess::Only(ids) => ids.iter().map(|id| Some(id.as_str())).collect(),
         }
     }
 

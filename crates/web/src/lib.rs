@@ -67,6 +67,9 @@ pub struct OverviewPage {
     /// Rate-limit decisions per namespace, most denied first: `(namespace, passed, denied)`;
     /// `None` when the root key may not read them.
     pub limits: Option<Vec<(String, u64, u64)>>,
+    /// The APIs counted when the root key may read only some (`api.<apiId>.read_analytics`);
+    /// empty when it reads them all.
+    pub scope: Vec<String>,
 }
 
 /// The workspace's APIs, and a form to create one.

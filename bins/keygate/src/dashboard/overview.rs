@@ -6,7 +6,7 @@ use super::{DashError, blocking, html};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_domain::ErrorCode;
-use keygate_rbac::VerifyCode;
+use keygate_rbac::{ApiAccess, VerifyCode};
 use keygate_web::{BarChart, Bucket, OverviewPage};
 use serde::Deserialize;
 
@@ -48,9 +48,9 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
         Err(e) if e.code() == ErrorCode::InsufficientPermissions => {
             return Err(DashError::Forbidden {
                 layout,
-                message:
-                    "The overview needs the permission api.*.read_analytics: this root key does not hold it."
-                        .into(),
+                message: "The overview needs the permission api.*.read_analytics (or \
+                          api.<apiId>.read_analytics of some API): this root key holds neither."
+                    .into(),
             });
         }
         Err(e) => return Err(e.into()),
@@ -72,6 +72,10 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
             .map(|((id, external), t, ok)| (id, external, t, ok))
             .collect(),
         limits,
+        scope: match ApiAccess::of(&session.principal, "read_analytics") {
+            Some(ApiAccess::Only(ids)) => ids,
+            _ => Vec::new(),
+        },
     };
     Ok(html(StatusCode::OK, &page))
 }

@@ -356,8 +356,9 @@ impl<S: RbacStore> RbacService<S> {
 
     /// The workspace's verifications per outcome (or one key's: `key_id`), in buckets of
     /// `width` ms starting in `start..=end` (the dashboard's charts): `(bucket start,
-    /// counts in [`VerifyCode::ALL`]'s order)`, ascending. Needs `api.*.read_analytics` (for
-    /// a key, `api.<apiId>.read_analytics` of its API will do).
+    /// counts in [`VerifyCode::ALL`]'s order)`, ascending. Needs `read_analytics` of the
+    /// key's API, or for the workspace's counts `api.*.read_analytics`; a root key holding
+    /// only `api.<apiId>.read_analytics` permissions gets the sum of those APIs.
     pub fn verification_buckets(
         &self,
         p: &Principal,
@@ -378,19 +379,27 @@ impl<S: RbacStore> RbacService<S> {
             if !access.admits(key.api_id.as_deref()) {
                 return Err(ApiAccess::denied("read_analytics", key.api_id.as_deref()));
             }
-        } else if !matches!(access, ApiAccess::All) {
-            return Err(ApiAccess::denied("read_analytics", None));
         }
-        let filter = VerificationFilter {
-            workspace_id: &p.workspace_id,
-            api_id: None,
-            key_ids: &keys,
-            identity_id: None,
-            start: floor(start, width),
-            end,
-            sums: VerificationSums { width: Some(width), ..VerificationSums::default() },
+        let apis = match key_id {
+            Some(_) => vec![None],
+            None => access.scope(),
         };
-        let counts = self.store.snapshot(|tx| Ok(tx.verification_counts(&filter)?))?;
+        let counts = self.store.snapshot(|tx| {
+            let mut counts = Vec::new();
+            for api_id in &apis {
+                let filter = VerificationFilter {
+                    workspace_id: &p.workspace_id,
+                    api_id: *api_id,
+                    key_ids: &keys,
+                    identity_id: None,
+                    start: floor(start, width),
+                    end,
+                    sums: VerificationSums { width: Some(width), ..VerificationSums::default() },
+                };
+                counts.extend(tx.verification_counts(&filter)?);
+            }
+            Ok(counts)
+        })?;
         let mut buckets: BTreeMap<i64, [u64; 7]> = BTreeMap::new();
         for c in counts {
             if let Some(i) = VerifyCode::ALL.iter().position(|k| k.as_str() == c.outcome) {
@@ -402,7 +411,8 @@ impl<S: RbacStore> RbacService<S> {
 
     /// The workspace's `limit` most verified keys and identities in `start..=end` (the
     /// dashboard's overview): `(id, total, valid)` each, heaviest first; an identity as
-    /// `(its id, its externalId)`. Needs `api.*.read_analytics`.
+    /// `(its id, its externalId)`. Needs `api.*.read_analytics`, or counts the APIs of the
+    /// root key's `api.<apiId>.read_analytics` permissions.
     #[allow(clippy::type_complexity)]
     pub fn top_verified(
         &self,
@@ -410,20 +420,25 @@ impl<S: RbacStore> RbacService<S> {
         (start, end): (i64, i64),
         limit: usize,
     ) -> Result<(Vec<(String, u64, u64)>, Vec<((String, String), u64, u64)>), RbacError> {
-        if !matches!(ApiAccess::of(p, "read_analytics"), Some(ApiAccess::All)) {
-            return Err(ApiAccess::denied("read_analytics", None));
-        }
+        let access =
+            ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
         let ws = p.workspace_id.as_str();
-        let filter = VerificationFilter {
-            workspace_id: ws,
-            api_id: None,
-            key_ids: &[],
-            identity_id: None,
-            start,
-            end,
-            sums: VerificationSums { by_key: true, by_identity: true, ..VerificationSums::default() },
-        };
-        let counts = self.store.snapshot(|tx| Ok(tx.verification_counts(&filter)?))?;
+        let counts = self.store.snapshot(|tx| {
+            let mut counts = Vec::new();
+            for api_id in access.scope() {
+                let filter = VerificationFilter {
+                    workspace_id: ws,
+                    api_id,
+                    key_ids: &[],
+                    identity_id: None,
+                    start,
+                    end,
+                    sums: VerificationSums { by_key: true, by_identity: true, ..VerificationSums::default() },
+                };
+                counts.extend(tx.verification_counts(&filter)?);
+            }
+            Ok(counts)
+        })?;
         let mut keys: HashMap<String, (u64, u64)> = HashMap::new();
         let mut identities: HashMap<String, (u64, u64)> = HashMap::new();
         for c in counts {
