@@ -15,12 +15,10 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNECTIONS=${CONNECTIONS:-64}
 ROOT_KEY=kg_root_ab_bench_$(date +%s)_000000
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
+set -- "$(realpath "$1")" "$(realpath "$2")"  # before the cd below
+cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
+require wrk curl taskset
 
 declare -A port key
 port[before]=18601
@@ -30,7 +28,7 @@ for side in before after; do
   DATABASE_URL="sqlite://$work/$side.db" KEYGATE_LISTEN=127.0.0.1:${port[$side]} KEYGATE_WORKERS=1 \
     KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn taskset -c 0 "$bin" 2>"$work/$side.log" &
   pids+=($!)
-  for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:${port[$side]}/v1/liveness" && break; sleep 0.1; done
+  wait_up "${port[$side]}"
   key[$side]=$(curl -s "http://127.0.0.1:${port[$side]}/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
     -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
   cat >"$work/$side-limit.lua" <<LUA

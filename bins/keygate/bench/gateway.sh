@@ -17,27 +17,19 @@
 # on CPU 1: what the gateway costs per request on one core.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-32}
 ROOT_KEY=kg_root_gateway_bench_$(date +%s)_0000
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-command -v nginx >/dev/null || { echo "nginx is missing: apt-get install nginx-light" >&2; exit 1; }
+require wrk nginx curl taskset
 cargo build --release -q -p keygate --bin keygate
-
-work=$(mktemp -d)
 chmod 755 "$work"  # nginx's workers (another user) reach the Unix socket in it
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 KG=18401 UP=18402 PLAIN=18403 AUTH=18404 E204=18405 EXT=18406 UDS=18407
 SOCK=$work/kg.sock
-DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=127.0.0.1:$KG KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY \
-  RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg.log" &
-pids+=($!)
-kg_tcp=$!
-for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$KG/v1/liveness" && break; sleep 0.1; done
+serve_keygate $KG "$work/kg.log" DATABASE_URL="sqlite://$work/k.db"
+kg_tcp=${pids[-1]}
 DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=unix:$SOCK KEYGATE_LISTEN_MODE=0666 KEYGATE_WORKERS=1 \
   RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg-uds.log" &
 pids+=($!)
@@ -121,16 +113,11 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "$s round=$r rps=$rps p50=$p50 p99=$p99 non2xx=${non2xx:-0}$extra"
   done
 done | tee "$work/rounds"
-# Per-round ratios of each setup to ext204 (and to plain), medians over the rounds.
-awk '{ split($2, r, "="); split($3, x, "="); rps[$1, r[2]] = x[2]; seen[$1] = 1; if (r[2] > n) n = r[2] }
-  function median(base, s,   i, j, t, q) {
-    for (i = 1; i <= n; i++) q[i] = rps[s, i] / rps[base, i]
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
-    return (n % 2) ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
-  }
-  END {
-    for (s in seen) {
-      if (s != "plain" && ("plain" in seen)) printf "%-7s / plain:  median of %d per-round throughput ratios %.3f\n", s, n, median("plain", s)
-      if (s != "ext204" && s != "plain" && ("ext204" in seen)) printf "%-7s / ext204: median of %d per-round throughput ratios %.3f\n", s, n, median("ext204", s)
-    }
-  }' "$work/rounds" | sort
+# Per-round ratios of each setup to plain and to ext204, medians over the rounds.
+setups=(${SETUPS:-plain ext204 tcp uds})
+for s in "${setups[@]}"; do
+  for base in plain ext204; do
+    [ "$s" = "$base" ] || [ "$s" = plain ] || [[ " ${setups[*]} " != *" $base "* ]] && continue
+    printf '%-7s / %-7s median of %d per-round throughput ratios %s\n' "$s" "$base:" "$ROUNDS" "$(ratio "$work/rounds" "$s" "$base")"
+  done
+done

@@ -15,6 +15,7 @@
 # Needs: valgrind, wrk (apt-get install valgrind wrk).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
 
 DURATION=${DURATION:-10s}
 KG_PORT=${KG_PORT:-18280}
@@ -22,15 +23,8 @@ BARE_PORT=${BARE_PORT:-18281}
 ROOT_KEY=kg_root_bench_callgrind_$(date +%s)
 export ROOT_KEY
 
-for tool in valgrind callgrind_control wrk; do
-  command -v $tool >/dev/null || { echo "$tool is missing: apt-get install valgrind wrk" >&2; exit 1; }
-done
+require valgrind callgrind_control wrk curl
 cargo build --release -q -p keygate --bin keygate --example bare
-
-work=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
 
 # Self cost of functions whose name matches $2, and the total, in callgrind file $1.
 count() {
@@ -49,7 +43,8 @@ measure() { # name port command...
   local name=$1 port=$2
   shift 2
   valgrind --tool=callgrind --callgrind-out-file="$work/$name.out" "$@" >"$work/$name.log" 2>&1 &
-  pid=$!
+  local pid=$!
+  pids+=("$pid")
   for _ in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.5; done
   wrk -t1 -c4 -d5s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$port" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
@@ -58,7 +53,6 @@ measure() { # name port command...
   callgrind_control -d "$pid" >/dev/null 2>&1
   kill "$pid"
   wait "$pid" 2>/dev/null || true
-  pid=""
   read -r total sha < <(count "$work/$name.out.1" '^sha2::')
   echo "$name $n $total $sha"
 }

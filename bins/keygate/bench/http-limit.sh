@@ -14,6 +14,7 @@
 # Needs: wrk (apt-get install wrk), taskset (util-linux).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
@@ -26,7 +27,7 @@ BARE_PORT=${BARE_PORT:-18181}
 ROOT_KEY=kg_root_bench_$(date +%s)
 export ROOT_KEY
 
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+require wrk curl taskset
 # RabbitMQ (a service of this machine image, unused by keygate) boots a whole Erlang VM
 # every 60 s (at second ~11 of each minute): 0.3-0.5 s of CPU that lands on the server's
 # core while the load generator holds the other, i.e. a 60-340 ms stall in whichever round
@@ -36,27 +37,17 @@ if pgrep -x beam.smp >/dev/null; then
 fi
 cargo build --release -q -p keygate --bin keygate --example bare --example openloop
 
-work=$(mktemp -d)
-cleanup() { kill "${kg_pid:-}" "${bare_pid:-}" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-DATABASE_URL="sqlite://$work/bench.db" KEYGATE_LISTEN=127.0.0.1:$KG_PORT KEYGATE_WORKERS=1 \
-  KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg.log" &
-kg_pid=$!
+serve_keygate $KG_PORT "$work/kg.log" DATABASE_URL="sqlite://$work/bench.db"
 taskset -c 0 target/release/examples/bare 127.0.0.1:$BARE_PORT &
-bare_pid=$!
-for port in $KG_PORT $BARE_PORT; do
-  for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-done
+pids+=($!)
+wait_up $BARE_PORT ""
 
 run() { # name port
-  taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s bins/keygate/bench/limit.lua "http://127.0.0.1:$2" \
-    | grep '^RESULT' | sed "s/^RESULT/$1/"
+  wrk_round "$1" "$2" bins/keygate/bench/limit.lua
 }
 
 # Warm-up: creates the namespace, fills the caches and the 10k budgets.
-taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$KG_PORT" >/dev/null
-taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$BARE_PORT" >/dev/null
+for port in $KG_PORT $BARE_PORT; do CONNECTIONS=8 DURATION=2s run warm $port >/dev/null; done
 
 phase() { # results-file: alternating keygate and bare rounds
   for r in $(seq 1 "$ROUNDS"); do

@@ -14,6 +14,7 @@
 # Needs: wrk (apt-get install wrk), curl, taskset; SCALE_OUT=1 also psql and redis-cli.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
@@ -24,80 +25,33 @@ OFF_PORT=${OFF_PORT:-18381}
 ROOT_KEY=kg_root_bench_verify_$(date +%s)_0000
 export ROOT_KEY
 
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+require wrk curl taskset
 cargo build --release -q -p keygate --bin keygate
+bench_database
+serve_keygate $ON_PORT "$work/on.log" KEYGATE_VERIFY_CACHE=on
+serve_keygate $OFF_PORT "$work/off.log" KEYGATE_VERIFY_CACHE=off
 
-work=$(mktemp -d)
-schema=""
-cleanup() {
-  kill "${on_pid:-}" "${off_pid:-}" 2>/dev/null || true
-  [ -n "$schema" ] && psql -q -h 127.0.0.1 -U postgres test -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-if [ "${SCALE_OUT:-0}" = 1 ]; then
-  schema=kg_bench_$$
-  psql -q -h 127.0.0.1 -U postgres test -c "CREATE SCHEMA $schema" >/dev/null
-  export DATABASE_URL="postgres://postgres@127.0.0.1:5432/test?options=--search_path%3D$schema"
-  export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379} KEYGATE_REDIS_KEY_PREFIX="kgbench$$:"
-else
-  export DATABASE_URL="sqlite://$work/bench.db"
-fi
-
-serve() { # port cache-on|off log
-  KEYGATE_LISTEN=127.0.0.1:$1 KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY KEYGATE_VERIFY_CACHE=$2 \
-    RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$3" &
-}
-wait_up() { for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$1/v1/liveness" && return; sleep 0.1; done; }
-serve $ON_PORT on "$work/on.log"; on_pid=$!
-wait_up $ON_PORT
-serve $OFF_PORT off "$work/off.log"; off_pid=$!
-wait_up $OFF_PORT
-
-for _ in $(seq 1 "$KEYS"); do
-  curl -s "http://127.0.0.1:$ON_PORT/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
-    -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' \
-    | sed -E 's/.*"key":"([^"]+)".*/\1/'
-  echo
-done >"$work/keys.txt"
+create_keys $ON_PORT v1/keys.createKey '{"permissions":["documents.read"]}' "$KEYS" >"$work/keys.txt"
 export KEYS_FILE="$work/keys.txt"
 for key in $(head -1 "$KEYS_FILE") $(tail -1 "$KEYS_FILE"); do
   for p in $ON_PORT $OFF_PORT; do
-    curl -s "http://127.0.0.1:$p/v1/keys.verifyKey" -H 'Content-Type: application/json' \
-      -d "{\"key\":\"$key\",\"authorization\":{\"permissions\":\"documents.read\"}}" | grep -q '"valid":true' \
-      || { echo "a benchmark key does not verify VALID on port $p" >&2; exit 1; }
+    expect_valid $p v1/keys.verifyKey "{\"key\":\"$key\",\"authorization\":{\"permissions\":\"documents.read\"}}"
   done
 done
 
-run() { # name port script
-  taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s "bins/keygate/bench/$3" "http://127.0.0.1:$2" \
-    | grep '^RESULT' | sed "s/^RESULT/$1/"
-}
 # Warm-up: caches, the namespace, the budgets.
-for p in $ON_PORT $OFF_PORT; do taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/verify.lua "http://127.0.0.1:$p" >/dev/null; done
-taskset -c 1 wrk -t1 -c8 -d2s -s bins/keygate/bench/limit.lua "http://127.0.0.1:$ON_PORT" >/dev/null
+CONNECTIONS=8 DURATION=2s wrk_round warm $ON_PORT bins/keygate/bench/verify.lua >/dev/null
+CONNECTIONS=8 DURATION=2s wrk_round warm $OFF_PORT bins/keygate/bench/verify.lua >/dev/null
+CONNECTIONS=8 DURATION=2s wrk_round warm $ON_PORT bins/keygate/bench/limit.lua >/dev/null
 
 for r in $(seq 1 "$ROUNDS"); do
-  run "verify-on round=$r" $ON_PORT verify.lua
-  run "limit-on round=$r" $ON_PORT limit.lua
-  run "verify-off round=$r" $OFF_PORT verify.lua
+  wrk_round "verify-on round=$r" $ON_PORT bins/keygate/bench/verify.lua
+  wrk_round "limit-on round=$r" $ON_PORT bins/keygate/bench/limit.lua
+  wrk_round "verify-off round=$r" $OFF_PORT bins/keygate/bench/verify.lua
 done | tee "$work/results"
 
-awk '
-  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-  $1 == "verify-on"  { on[++n] = v["rps"]; onp99[n] = v["p99_us"]; err += v["errors"] }
-  $1 == "limit-on"   { lim[n] = v["rps"]; err += v["errors"] }
-  $1 == "verify-off" { off[n] = v["rps"]; err += v["errors"] }
-  function median(a, m,   i, j, t, b) {
-    for (i = 1; i <= m; i++) b[i] = a[i]
-    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t }
-    return (m % 2) ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2
-  }
-  END {
-    for (i = 1; i <= n; i++) { r1[i] = on[i] / lim[i]; r2[i] = on[i] / off[i] }
-    printf "verifyKey (cache on):  median %.0f req/s, median p99 %d us\n", median(on, n), median(onp99, n)
-    printf "ratelimits.limit:      median %.0f req/s\n", median(lim, n)
-    printf "verifyKey (cache off): median %.0f req/s\n", median(off, n)
-    printf "verify/limit: median of per-round ratios %.2f; verify on/off: %.2f; non-2xx or socket errors: %d\n", median(r1, n), median(r2, n), err
-  }' "$work/results"
+out=$work/results
+echo "verifyKey (cache on):  median $(median_of "$out" verify-on rps) req/s, median p99 $(median_of "$out" verify-on p99_us) us"
+echo "ratelimits.limit:      median $(median_of "$out" limit-on rps) req/s"
+echo "verifyKey (cache off): median $(median_of "$out" verify-off rps) req/s"
+echo "verify/limit: median of per-round ratios $(ratio "$out" verify-on limit-on); verify on/off: $(ratio "$out" verify-on verify-off); non-2xx or socket errors: $(errors "$out")"

@@ -15,6 +15,7 @@
 # ratios. Needs: wrk (apt-get install wrk), curl, taskset.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
@@ -27,28 +28,13 @@ REM_PORT=${REM_PORT:-18393}
 ROOT_KEY=kg_root_bench_client_$(date +%s)_0000
 export ROOT_KEY
 
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+require wrk curl taskset
 cargo build --release -q -p keygate --bin keygate
 cargo build --release -q -p keygate-client --example hello_bench --features tower,embedded
-
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 export DATABASE_URL="sqlite://$work/bench.db"
+serve_keygate $KG_PORT "$work/keygate.log"
 
-wait_up() { for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$1/$2" && return; sleep 0.1; done
-  echo "nothing listens on $1" >&2; exit 1; }
-KEYGATE_LISTEN=127.0.0.1:$KG_PORT KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn \
-  taskset -c 0 target/release/keygate 2>"$work/keygate.log" & pids+=($!)
-wait_up $KG_PORT v2/liveness
-
-for _ in $(seq 1 "$KEYS"); do
-  curl -s "http://127.0.0.1:$KG_PORT/v2/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
-    -H 'Content-Type: application/json' -d '{"apiId":"api_bench","permissions":["documents.read"]}' \
-    | sed -E 's/.*"key":"([^"]+)".*/\1/'
-  echo
-done >"$work/keys.txt"
+create_keys $KG_PORT v2/keys.createKey '{"apiId":"api_bench","permissions":["documents.read"]}' "$KEYS" >"$work/keys.txt"
 export KEYS_FILE="$work/keys.txt"
 
 hello() { # mode port
@@ -67,22 +53,14 @@ done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$EMB_PORT/")" = 401 ] \
   || { echo "the embedded service lets a request without a key through" >&2; exit 1; }
 
-run() { # port script -> rps
-  taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s "$2" "http://127.0.0.1:$1" \
-    | tee -a "$work/wrk.log" | sed -nE 's/^RESULT rps=([0-9]+).* errors=([0-9]+).*/\1 \2/p'
-}
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-emb_ratios=() rem_ratios=()
-printf '%-6s %10s %10s %10s %10s\n' round none embedded remote server
 for r in $(seq 1 "$ROUNDS"); do
-  read -r none e1 < <(run $NONE_PORT crates/client/bench/hello.lua)
-  read -r emb e2 < <(run $EMB_PORT crates/client/bench/hello.lua)
-  read -r rem e3 < <(run $REM_PORT crates/client/bench/hello.lua)
-  read -r srv e4 < <(run $KG_PORT bins/keygate/bench/verify-v2.lua)
-  [ "$e1$e2$e3$e4" = 0000 ] || { echo "errors in round $r: $e1 $e2 $e3 $e4" >&2; exit 1; }
-  printf '%-6s %10s %10s %10s %10s\n' "$r" "$none" "$emb" "$rem" "$srv"
-  emb_ratios+=("$(awk "BEGIN {print $emb / $none}")")
-  rem_ratios+=("$(awk "BEGIN {print $rem / $srv}")")
-done
-echo "embedded / none (median of rounds): $(printf '%s\n' "${emb_ratios[@]}" | median)"
-echo "remote / keygate server's verifyKey (median of rounds): $(printf '%s\n' "${rem_ratios[@]}" | median)"
+  wrk_round "none round=$r" $NONE_PORT crates/client/bench/hello.lua
+  wrk_round "embedded round=$r" $EMB_PORT crates/client/bench/hello.lua
+  wrk_round "remote round=$r" $REM_PORT crates/client/bench/hello.lua
+  wrk_round "server round=$r" $KG_PORT bins/keygate/bench/verify-v2.lua
+done | tee "$work/results"
+out=$work/results
+[ "$(errors "$out")" = 0 ] || { echo "non-2xx answers or socket errors: $(errors "$out")" >&2; exit 1; }
+for side in none embedded remote server; do echo "$side: median $(median_of "$out" $side rps) req/s"; done
+echo "embedded / none (median of rounds): $(ratio "$out" embedded none)"
+echo "remote / keygate server's verifyKey (median of rounds): $(ratio "$out" remote server)"
