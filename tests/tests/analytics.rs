@@ -189,6 +189,23 @@ fn counts_reach_the_api_within_seconds_and_group_as_asked() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.data()[0]["total"], 4);
     assert_eq!(r.data()[0]["keyId"], json!(f.keys[0]));
+
+    // A key not found, verified with the root key naming the API: counted in the API, its
+    // row grouped by key without a keyId.
+    let r = f.s.request(
+        f.s.client
+            .post(f.s.url("/v1/keys.verifyKey"))
+            .bearer_auth(&f.s.root_key)
+            .json(&json!({"key": "no_such_key_0000", "apiId": f.api})),
+    );
+    assert_eq!(r.json["code"], "NOT_FOUND", "{}", r.text);
+    f.s.clock.advance(61_000);
+    f.s.state.rbac.flush_analytics().unwrap();
+    let by_key = f.rows(&[("groupBy", "key")]);
+    let unknown: Vec<&Value> = by_key.iter().filter(|r| r.get("keyId").is_none()).collect();
+    assert_eq!(unknown.len(), 1, "{by_key:?}");
+    assert_eq!((unknown[0]["notFound"].as_u64(), unknown[0]["total"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(f.rows(&[])[0]["notFound"], 1);
 }
 
 #[test]

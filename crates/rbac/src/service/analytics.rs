@@ -299,7 +299,8 @@ impl<S: RbacStore> RbacService<S> {
             }
             let Some(code) = VerifyCode::ALL.iter().position(|k| k.as_str() == c.outcome) else { continue };
             let time = q.time.map(|_| slice_start(c.bucket));
-            let key = q.by_key.then(|| c.key_id.clone());
+            // Keys not found (no id) are one group, its row without a keyId.
+            let key = q.by_key.then(|| c.key_id.clone()).filter(|id| !id.is_empty());
             let identity = q.by_identity.then(|| c.identity_id.clone());
             let tag_sets: Vec<Option<String>> = match q.by_tag {
                 true => c.tags.iter().cloned().map(Some).collect(),
