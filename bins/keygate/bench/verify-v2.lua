@@ -2,6 +2,7 @@
 -- secret per line), in rotation, with no options: each verification spends what the key
 -- carries (verify-credits.sh checks the keys verify VALID before it measures). Any answer
 -- other than "valid":true counts as an error.
+local common = dofile("bins/keygate/bench/common.lua")
 local requests = {}
 local n = 0
 
@@ -13,21 +14,14 @@ function init(args)
   end
 end
 
-local i = 0
-function request()
-  i = (i % n) + 1
-  return requests[i]
-end
+request = common.rotation(requests)
 
-local invalid = 0
+setup = common.track
+invalid = 0 -- a global: done reads it from each thread
 function response(status, headers, body)
   if status ~= 200 or not string.find(body, '"valid":true', 1, true) then
     invalid = invalid + 1
   end
 end
 
-function done(summary, latency, requests)
-  io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d errors=%d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + invalid))
-end
+done = common.done("invalid")

@@ -1,6 +1,7 @@
 -- wrk script: POST /v1/keys.verifyKey over the keys in KEYS_FILE (one secret per line, each
 -- holding documents.read), in rotation, with a one-permission query (verify-limit.sh checks
 -- that the keys verify VALID before it measures).
+local common = dofile("bins/keygate/bench/common.lua")
 local requests = {}
 local n = 0
 
@@ -12,14 +13,6 @@ function init(args)
   end
 end
 
-local i = 0
-function request()
-  i = (i % n) + 1
-  return requests[i]
-end
+request = common.rotation(requests)
 
-function done(summary, latency, requests)
-  io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d errors=%d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
-end
+done = common.done()

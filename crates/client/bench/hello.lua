@@ -1,5 +1,6 @@
 -- wrk script: GET / with "Authorization: Bearer <key>" over the keys in KEYS_FILE (one
 -- secret per line), in rotation. Any answer other than 200 counts as an error.
+local common = dofile("bins/keygate/bench/common.lua")
 local requests = {}
 local n = 0
 
@@ -10,21 +11,14 @@ function init(args)
   end
 end
 
-local i = 0
-function request()
-  i = (i % n) + 1
-  return requests[i]
-end
+request = common.rotation(requests)
 
-local bad = 0
+setup = common.track
+bad = 0 -- a global: done reads it from each thread
 function response(status, headers, body)
   if status ~= 200 then
     bad = bad + 1
   end
 end
 
-function done(summary, latency, requests)
-  io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d errors=%d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + bad))
-end
+done = common.done("bad")
