@@ -200,7 +200,7 @@ fn counts_reach_the_api_within_seconds_and_group_as_asked() {
     );
     assert_eq!(r.json["code"], "NOT_FOUND", "{}", r.text);
     f.s.clock.advance(61_000);
-    f.s.state.rbac.flush_analytics().unwrap();
+    f.s.state.analytics.flush_analytics().unwrap();
     let by_key = f.rows(&[("groupBy", "key")]);
     let unknown: Vec<&Value> = by_key.iter().filter(|r| r.get("keyId").is_none()).collect();
     assert_eq!(unknown.len(), 1, "{by_key:?}");
@@ -259,23 +259,23 @@ fn bad_queries_are_400_and_need_read_analytics_for_the_api() {
 fn rollups_keep_the_answers_and_retention_deletes() {
     let f = fixture();
     f.flushed();
-    let rbac = &f.s.state.rbac;
+    let analytics = &f.s.state.analytics;
     // Per key (from the series) and for the whole API (from the API's own sums).
     let by_day = || (f.rows(&[("groupBy", "day"), ("groupBy", "key")]), f.rows(&[("groupBy", "day")]));
     let before = by_day();
     assert_eq!(before.1[0]["total"], 7, "{:?}", before.1);
     f.s.clock.advance(2 * DAY);
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "minutes rolled into hours");
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0, "minutes rolled into hours");
     assert_eq!(by_day(), before);
     assert_eq!(f.s.count("verification_counts", "width = 60000"), 0);
     f.s.clock.advance(30 * DAY);
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "hours rolled into days");
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0, "hours rolled into days");
     assert_eq!(by_day(), before);
     assert_eq!(f.s.count("verification_counts", "width = 3600000"), 0);
-    assert_eq!(rbac.roll_up_analytics(90).unwrap(), 0, "idempotent");
+    assert_eq!(analytics.roll_up_analytics(90).unwrap(), 0, "idempotent");
     assert_eq!(by_day(), before);
     f.s.clock.advance(90 * DAY);
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "retention");
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0, "retention");
     assert!(by_day().0.is_empty() && by_day().1.is_empty());
 }
 
@@ -387,6 +387,6 @@ fn a_database_outage_delays_the_counts_not_the_verifications() {
         assert!(Instant::now() < deadline, "the counts did not reach the database: {} {}", r.text, l.text);
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(s.state.rbac.ratelimit_analytics().unwrap().dropped(), 0, "nothing dropped within the bound");
-    assert_eq!(s.state.rbac.analytics().unwrap().dropped(), 0, "nothing dropped within the bound");
+    assert_eq!(s.state.analytics.limit_recorder().unwrap().dropped(), 0, "nothing dropped within the bound");
+    assert_eq!(s.state.analytics.recorder().unwrap().dropped(), 0, "nothing dropped within the bound");
 }

@@ -303,7 +303,7 @@ fn every_operation_answers_its_typed_data() {
         assert_eq!(c.get_override(&ov).await.unwrap_err().status(), Some(404));
 
         // Analytics (written by the server's flush).
-        s.state.rbac.flush_analytics().unwrap();
+        s.state.analytics.flush_analytics().unwrap();
         let rows = c
             .get_verifications(&GetVerificationsRequest {
                 api_id: api_id.clone(),

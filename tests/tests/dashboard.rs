@@ -238,7 +238,7 @@ fn the_overview_counts_the_workspaces_verifications() {
         s.limit(json!({"namespace": "email", "identifier": "x", "limit": 2, "duration": 60_000}));
     }
     s.clock.advance(61_000);
-    s.state.rbac.flush_analytics().unwrap();
+    s.state.analytics.flush_analytics().unwrap();
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
     for range in ["", "?range=7d", "?range=30d", "?range=<b>"] {
@@ -288,7 +288,7 @@ fn a_root_key_reading_some_apis_sees_their_sum_on_the_overview() {
         apis.push((api, r.data()["keyId"].as_str().unwrap().to_string()));
     }
     s.clock.advance(61_000);
-    s.state.rbac.flush_analytics().unwrap();
+    s.state.analytics.flush_analytics().unwrap();
     // Two of the three APIs: 2 + 5, their keys and identities, not the third's.
     let perms = [format!("api.{}.read_analytics", apis[0].0), format!("api.{}.read_analytics", apis[1].0)];
     let (_, scoped) = s.state.rbac.create_root_key(&s.workspace_id, &perms).unwrap();

@@ -189,7 +189,7 @@ fn a_user_runs_keygate_from_the_browser() {
     }
 
     // The overview, once the verifications above are written: a chart, and counts.
-    s.state.rbac.flush_analytics().unwrap();
+    s.state.analytics.flush_analytics().unwrap();
     r.b.goto(&r.url(""));
     assert!(r.b.find_all("svg.chart rect").len() >= 2, "a chart");
     r.check(Some("overview"));

@@ -244,8 +244,8 @@ fn rollups_keep_the_heaviest_identifiers_and_the_answers() {
     assert_eq!(before.1.len(), 100);
     assert_eq!(before.1[0], (json!("busy_00"), 8, 0, 8));
 
-    let rbac = &s.state.rbac;
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0);
+    let analytics = &s.state.analytics;
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0);
     // Closed: the top 100 by total (20 heavy, 10 busy, 70 light) and by denials (heavy).
     let trimmed = top();
     assert_eq!(trimmed, before.1);
@@ -253,16 +253,16 @@ fn rollups_keep_the_heaviest_identifiers_and_the_answers() {
     assert_eq!(s.count("ratelimit_identifiers", "width = 3600000"), 100);
     assert_eq!(by_minute(), before.0);
     s.clock.advance(2 * DAY);
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "minutes rolled into hours");
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0, "minutes rolled into hours");
     assert_eq!(s.count("ratelimit_counts", "width = 60000"), 0);
     assert_eq!((by_minute(), top()), (before.0.clone(), trimmed.clone()));
     s.clock.advance(30 * DAY);
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "hours rolled into days");
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0, "hours rolled into days");
     assert_eq!(s.count("ratelimit_counts", "width = 3600000"), 0);
     assert_eq!(s.count("ratelimit_identifiers", "width = 3600000"), 0);
     assert_eq!((by_minute(), top()), (before.0.clone(), trimmed));
-    assert_eq!(rbac.roll_up_analytics(90).unwrap(), 0, "idempotent");
+    assert_eq!(analytics.roll_up_analytics(90).unwrap(), 0, "idempotent");
     s.clock.advance(90 * DAY);
-    assert!(rbac.roll_up_analytics(90).unwrap() > 0, "retention");
+    assert!(analytics.roll_up_analytics(90).unwrap() > 0, "retention");
     assert!(by_minute().is_empty() && top().is_empty());
 }

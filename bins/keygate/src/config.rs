@@ -5,7 +5,7 @@ mod file;
 
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
-pub use keygate_store::runtime::AnalyticsSettings;
+pub use keygate_runtime::AnalyticsSettings;
 use keygate_store::{PoolSettings, RedisSettings};
 use std::time::Duration;
 

@@ -12,8 +12,8 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock, redact_in, redact_url, validate_root_key_secret};
 use keygate_rbac::RbacService;
-pub use keygate_store::runtime::{ANALYTICS_FLUSH_INTERVAL, CREDIT_WRITE_BEHIND_INTERVAL};
-use keygate_store::runtime::{Runtime, RuntimeError, RuntimeSettings, Upkeep};
+pub use keygate_runtime::{ANALYTICS_FLUSH_INTERVAL, CREDIT_WRITE_BEHIND_INTERVAL};
+use keygate_runtime::{Runtime, RuntimeError, RuntimeSettings, Upkeep};
 use keygate_store::{RedisSettings, SqlStore};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Weak};
@@ -57,7 +57,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading KEYGATE_GATEWAY_POLICIES {path}"))?;
-            keygate_rbac::gateway::GatewayPolicies::from_json(&text)
+            crate::handlers::gateway::policy::GatewayPolicies::from_json(&text)
                 .map_err(|e| anyhow::anyhow!("KEYGATE_GATEWAY_POLICIES {path}: {e}"))?
         }
         None => Default::default(),
@@ -165,7 +165,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
     let server = server.shutdown_timeout(5).run();
     let host = Arc::downgrade(&state.clone().into_inner());
-    let mut upkeep = keygate_store::runtime::spawn_upkeep(host.clone());
+    let mut upkeep = keygate_runtime::spawn_upkeep(host.clone());
     if config.audit_retention_days > 0 {
         spawn_audit_retention(&mut upkeep, host.clone(), config.audit_retention_days);
     }
@@ -292,7 +292,7 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
         // library when the process ends.
         running.upkeep.stop();
         let state = running.state.clone();
-        let last = move || (state.rbac.write_behind_credits(), state.rbac.flush_analytics_final());
+        let last = move || (state.usage.write_behind_credits(), state.analytics.flush_analytics_final());
         match actix_web::rt::task::spawn_blocking(last).await {
             Ok((credits, analytics)) => {
                 if let Err(e) = credits {

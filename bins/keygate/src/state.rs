@@ -6,7 +6,7 @@
 use crate::config::HttpLimits;
 use crate::connections::Connections;
 use keygate_domain::Clock;
-use keygate_store::runtime::Runtime;
+use keygate_runtime::Runtime;
 use std::sync::Arc;
 
 /// Shared by every worker.
@@ -31,7 +31,7 @@ pub struct AppState {
     /// Who may read `/metrics` on the main listener.
     pub metrics_access: MetricsAccess,
     /// Named policies of `/v1/gateway.authorize` (`KEYGATE_GATEWAY_POLICIES`).
-    pub gateway_policies: keygate_rbac::gateway::GatewayPolicies,
+    pub gateway_policies: crate::handlers::gateway::policy::GatewayPolicies,
     /// The OpenAPI documents, rendered on first request.
     pub openapi: crate::openapi::Documents,
     /// The dashboard, when it is on.

@@ -106,11 +106,11 @@ fn answered_credit_spends_survive_kill_9() {
 
 /// The key's remaining credits in its row once it holds `live` (or what it holds after 10 s).
 fn written_behind(db: &str, key_id: &str, live: u64) -> u64 {
-    use keygate_rbac::RbacStore;
+    use keygate_usage::UsageStore;
     let store = keygate_store::SqlStore::open(db, Default::default()).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let row = store.read(|tx| Ok(tx.key_credit_row(key_id)?)).unwrap().unwrap();
+        let row = store.usage_read(|tx| Ok(tx.key_credit_row(key_id)?)).unwrap().unwrap();
         let remaining = row.remaining.unwrap();
         if remaining == live || std::time::Instant::now() > deadline {
             return remaining;

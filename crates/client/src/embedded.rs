@@ -1,6 +1,6 @@
 //! The embedded back end: keygate in this process, on the database (and Redis) a keygate
 //! server uses, with the server's own verification cache, change counters and rate-limit
-//! stores ([`keygate_store::runtime::Runtime`]). A change made through the server's API is
+//! stores ([`keygate_runtime::Runtime`]). A change made through the server's API is
 //! seen by the next verification here as by the server's: on PostgreSQL and with Redis the
 //! change counters are read per verification; on SQLite without Redis the file's change
 //! number is looked at before a cached answer is trusted (at most every
@@ -11,12 +11,13 @@ use crate::error::Error;
 use crate::identities::{Identity, RatelimitResponse};
 use crate::keys::{VerifyCode, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimitResult};
 use keygate_domain::SystemClock;
-use keygate_rbac::{LimitAsk, RbacError, RbacService, Usage, Verification, VerifyScope};
+use keygate_rbac::{RbacError, RbacService, Verification, VerifyScope};
+use keygate_runtime::{Runtime, RuntimeSettings, Upkeep};
 use keygate_store::SqlStore;
-use keygate_store::runtime::{Runtime, RuntimeSettings, Upkeep};
+use keygate_usage::{LimitAsk, Usage};
 use std::sync::Arc;
 
-pub use keygate_store::runtime::AnalyticsSettings;
+pub use keygate_runtime::AnalyticsSettings;
 
 /// SQLite without Redis: the longest a cached verification is trusted without looking at
 /// the file's change number (a verification after a quiet spell this long always looks).
@@ -42,8 +43,8 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The background threads first (a task under way finishes), then the last counts.
         self.upkeep.stop();
-        if self.runtime.analytics.is_some()
-            && let Err(e) = self.runtime.rbac.flush_analytics_final()
+        if self.runtime.analytics_settings.is_some()
+            && let Err(e) = self.runtime.analytics.flush_analytics_final()
         {
             log::warn!("analytics: writing the last counts failed: {e}");
         }
@@ -115,7 +116,7 @@ impl EmbeddedBuilder {
         })?;
         runtime.sync_counters().map_err(rbac_error)?;
         let runtime = Arc::new(runtime);
-        let upkeep = keygate_store::runtime::spawn_upkeep(Arc::downgrade(&runtime));
+        let upkeep = keygate_runtime::spawn_upkeep(Arc::downgrade(&runtime));
         Ok(Embedded {
             inner: Arc::new(Inner { runtime, workspace_id: self.workspace_id, api_id: self.api_id, upkeep }),
         })
@@ -137,9 +138,15 @@ impl Embedded {
     }
 
     /// The RBAC service itself, for what the verifier does not cover (creating keys,
-    /// reading analytics...; see `keygate-rbac`).
+    /// permissions, roles...; see `keygate-rbac`).
     pub fn rbac(&self) -> &RbacService<SqlStore> {
         &self.inner.runtime.rbac
+    }
+
+    /// The whole in-process keygate: its `rbac`, `usage` (credits) and `analytics`
+    /// services (see `keygate-runtime`).
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
     }
 
     /// `keys.verifyKey`, in process: from the cache without I/O when it can, else on the
@@ -175,8 +182,8 @@ impl Embedded {
             api_id: inner.api_id.as_deref(),
             access: None,
         };
-        let rbac = &inner.runtime.rbac;
-        let pending = match rbac.verify_cached(&req.key, &scope, query.as_ref(), &usage) {
+        let runtime = &inner.runtime;
+        let pending = match runtime.usage.verify_cached(&req.key, &scope, query.as_ref(), &usage) {
             Some(pending) => pending.map_err(rbac_error)?,
             None => {
                 let this = self.inner.clone();
@@ -188,7 +195,7 @@ impl Embedded {
                         api_id: this.api_id.as_deref(),
                         access: None,
                     };
-                    this.runtime.rbac.verify(&secret, &scope, query.as_ref(), &usage)
+                    this.runtime.usage.verify(&secret, &scope, query.as_ref(), &usage)
                 })
                 .await
                 .map_err(|e| Error::Embedded {
@@ -199,7 +206,7 @@ impl Embedded {
             }
         };
         let verification = pending.settle().await.map_err(rbac_error)?;
-        rbac.record_verification(&verification, &scope, &req.tags);
+        runtime.analytics.record_verification(&verification, &scope, &req.tags);
         Ok(result(verification))
     }
 }

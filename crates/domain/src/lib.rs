@@ -3,6 +3,7 @@
 //!
 //! Nothing here does I/O; everything is cheap and synchronous.
 
+pub mod calendar;
 mod clock;
 mod error;
 mod ids;

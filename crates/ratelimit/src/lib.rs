@@ -1,6 +1,8 @@
 //! The keygate rate-limit engine.
 //!
 //! * [`decide`]: the decision as a pure function of (window state, request, now).
+//! * [`overrides`]: which of a namespace's overrides applies to an identifier (an exact
+//!   match, else the most specific pattern).
 //! * [`RateLimitStore`]: where window states live; [`MemoryStore`] is the in-process,
 //!   sharded implementation. The shared Redis store implements the same trait in
 //!   `keygate-store`; [`FailOpen`] wraps a shared store for operators who prefer passing
@@ -28,12 +30,17 @@
 
 mod decision;
 mod memory;
+pub mod overrides;
 mod table;
 
 pub use decision::{
     Decision, LimitRequest, WindowState, decide, deny_from_known, fail_open_decision, window_start,
 };
 pub use memory::{AllOrNothing, MemoryStore, MemoryStoreStats};
+pub use overrides::{
+    Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override,
+    OverrideSet, is_pattern, validate_pattern,
+};
 
 use keygate_domain::ErrorCode;
 use std::sync::Arc;

@@ -1,45 +1,49 @@
-//! The keygate RBAC service.
+//! The keygate RBAC service: root keys and their authentication, workspaces, APIs, keys,
+//! identities, permissions and roles and the links between them, rate-limit namespaces and
+//! their overrides, the audit log, dashboard sessions, and `keys.verifyKey`'s check with
+//! its cache and the change counters that keep it exact.
 //!
 //! Knows nothing of HTTP or SQL: it is defined over the storage traits of [`store`], which
 //! the `keygate-store` crate implements for SQLite and PostgreSQL. Every operation
 //! validates, authorizes, resolves and then writes, in that order, and all writes of one
 //! call go through one [`RbacStore::transaction`], so a failed call changes nothing.
+//!
+//! The other capabilities build on this crate and never the other way round:
+//! `keygate-usage` (what a verification spends: rate limits, credits) and
+//! `keygate-analytics` (verification and rate-limit counts). They extend its transactions
+//! ([`RbacTx`]) with their own storage traits, and `keygate-usage` registers its credit
+//! counters through [`CreditCounters`].
 
-pub mod analytics;
 mod cache;
 pub mod counters;
+mod credits;
 mod error;
-pub mod gateway;
 mod model;
-mod overrides;
 mod perms;
 mod query;
-pub mod ratelimit_analytics;
-pub mod refill;
 mod service;
 pub mod store;
 
 pub use cache::Cached;
-pub use counters::{ChangeProbe, CounterSource, LocalCounters, Probe, Scope, SharedCounters};
-pub use error::{RbacError, Resource, StorageError};
-pub use model::*;
-pub use overrides::{
-    Effective, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override, OverrideSet, is_pattern,
-    validate_pattern,
+pub use counters::{ChangeProbe, CounterSource, LocalCounters, Probe, Scope, SharedCounters, Tag};
+pub use credits::{
+    Credits, CreditsUpdate, Refill, RefillInterval, RefillSpec, check_refill, credit_setting, updated_credits,
 };
+pub use error::{RbacError, Resource, StorageError};
+pub use keygate_ratelimit::overrides::{
+    Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override,
+    OverrideSet, is_pattern, validate_pattern,
+};
+pub use model::*;
 pub use perms::ApiAccess;
 pub use query::{
     MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
 };
 pub use service::{
-    AUTH_CACHE_TTL_MS, CreditOp, DEFAULT_RETENTION_DAYS, DailyVerifications, DashboardSession, Installed,
-    KeyOrOwner, LimitSlice, LinkMode, MAX_AUDIT_PAGE, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS,
-    MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS,
-    MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_OVERRIDES_PER_NAMESPACE, MAX_RATELIMITS,
-    MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, MAX_VERIFY_RATELIMITS, OVERRIDE_CACHE_TTL_MS, OrderField,
-    OverridesListener, PERM_READ_AUDIT, Pending, RatelimitsQuery, RatelimitsRow, RbacService, RefillSpec,
-    SESSION_IDLE_MS, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk, TOP_IDENTIFIERS, TimeSlice,
-    VERIFY_NAMESPACE_PREFIX, VerificationsQuery, VerificationsRow, check_refill, credit_setting, key_summary,
-    key_view, outcome_field, validate_ratelimits, validate_usage,
+    AUTH_CACHE_TTL_MS, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
+    MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,
+    MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
+    MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT,
+    RECONCILE_MARGIN_MS, RbacService, SESSION_IDLE_MS, Snapshot, key_summary, key_view, validate_ratelimits,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

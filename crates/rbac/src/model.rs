@@ -1,3 +1,4 @@
+use crate::{Credits, CreditsUpdate};
 use keygate_domain::Named;
 
 /// A workspace.
@@ -101,55 +102,6 @@ pub struct KeyUpdate {
     pub enabled: Option<bool>,
     pub roles: Option<Vec<String>>,
     pub permissions: Option<Vec<String>>,
-}
-
-/// `credits` of an update: `remaining` given sets the counter (cleared: unlimited);
-/// `refill` alone changes the refill and keeps the counter.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CreditsUpdate {
-    pub remaining: keygate_domain::Patch<u64>,
-    pub refill: keygate_domain::Patch<crate::RefillSpec>,
-}
-
-/// A key's credits (API-v2.md §12.1): uses left, and how they refill.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credits {
-    pub remaining: u64,
-    pub refill: Option<Refill>,
-}
-
-/// How a key's credits refill: to `amount`, daily at 00:00 UTC or monthly on `day`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refill {
-    pub interval: RefillInterval,
-    pub amount: u64,
-    /// Monthly only: the day of the month (1–31; a shorter month refills on its last day).
-    pub day: Option<u8>,
-    /// When the last refill happened (Unix ms).
-    pub last_refill_at: Option<i64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefillInterval {
-    Daily,
-    Monthly,
-}
-
-impl RefillInterval {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RefillInterval::Daily => "daily",
-            RefillInterval::Monthly => "monthly",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "daily" => Some(RefillInterval::Daily),
-            "monthly" => Some(RefillInterval::Monthly),
-            _ => None,
-        }
-    }
 }
 
 /// An identity (API-v2.md §11): one customer of the workspace, named by the caller's
@@ -479,40 +431,6 @@ pub struct Verification {
     /// Every rate limit that applied, sorted by name (empty unless the call got as far as
     /// them).
     pub ratelimits: Vec<LimitOutcome>,
-}
-
-/// What a verification asks to spend (API-v2.md §13): its credit cost and the rate limits
-/// it names. The default: cost 1, the auto-applied limits only.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// `None`: 1.
-    pub cost: Option<u64>,
-    pub ratelimits: Vec<LimitAsk>,
-    /// Spend nothing: stop after the permission check (a VALID answer says only that the
-    /// key may pass; a caller spends with a second verification).
-    pub check_only: bool,
-}
-
-/// A rate limit a verification names: a limit of the key or its identity by name (its
-/// `limit`/`duration` replaced for this call when given), or, found nowhere, an ad-hoc
-/// limit of the key (both given).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitAsk {
-    pub name: String,
-    /// `None`: 1.
-    pub cost: Option<u64>,
-    pub limit: Option<u64>,
-    pub duration: Option<u64>,
-    /// Applied only if the key or its identity has a limit of this name (v1's `ratelimit`,
-    /// which names the `default` limit); never ad-hoc.
-    pub if_present: bool,
-}
-
-impl LimitAsk {
-    /// The limit of that name, at cost 1, with its stored values.
-    pub fn named(name: impl Into<String>) -> Self {
-        Self { name: name.into(), cost: None, limit: None, duration: None, if_present: false }
-    }
 }
 
 /// How a rate limit fared in a verification.

@@ -1,6 +1,6 @@
 //! The storage traits the RBAC service is defined over. `keygate-store` implements them
 //! with diesel for SQLite and PostgreSQL (the service is tested over that real store, in
-//! `crates/store/tests/service.rs`).
+//! `crates/rbac/tests/`).
 
 use crate::{
     Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, LimitOwner, Override, RateLimitConfig,
@@ -69,6 +69,8 @@ pub trait KeyTx {
     fn get_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<Key>>;
     /// Writes a key's name, meta, enabled flag, expiry and identity link.
     fn update_key(&mut self, key: &Key, now: i64) -> R<()>;
+    /// Sets a key's credits and refill (`None`: unlimited).
+    fn set_key_credits(&mut self, key_id: &str, credits: Option<&crate::Credits>) -> R<()>;
     /// A key by id, whatever its workspace (the admin CLI).
     fn find_key(&mut self, key_id: &str) -> R<Option<Key>>;
     /// The keys of a workspace, oldest first.
@@ -126,80 +128,6 @@ pub trait ApiTx {
     /// The API's keys whose id is `text` or whose name contains it (SQL `LIKE`, `%` and
     /// `_` taken literally), by id, at most `limit`.
     fn search_api_keys(&mut self, workspace_id: &str, api_id: &str, text: &str, limit: usize) -> R<Vec<Key>>;
-}
-
-/// A key's credits (API-v2.md §12.1).
-pub trait CreditTx {
-    /// Sets a key's credits and refill (`None`: unlimited).
-    fn set_key_credits(&mut self, key_id: &str, credits: Option<&crate::Credits>) -> R<()>;
-    /// Adds `delta` (may be negative) to a key's remaining credits in one statement, never
-    /// below 0 nor above 2^53 - 1; a key without credits is left alone. Answers the remaining credits after.
-    fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>>;
-    /// The credit counters of `key_ids` (sorted, each once), locked until the transaction
-    /// ends (PostgreSQL: `FOR UPDATE`, in id order; SQLite: the writer's lock). Keys gone
-    /// are left out.
-    fn lock_key_credits(&mut self, key_ids: &[&str]) -> R<Vec<CreditRow>>;
-    /// The credit counter of a key, unlocked (`None`: no such key).
-    fn key_credit_row(&mut self, key_id: &str) -> R<Option<CreditRow>>;
-    /// Writes live counters behind (the scale-out ledger, API-v2.md §13.5): each lands only
-    /// on the row's credit version it was loaded from, and only when its change number is
-    /// above the row's; the outcome of each, in order.
-    fn write_behind_credits(&mut self, counters: &[(&str, LiveCredits)]) -> R<Vec<WrittenBehind>>;
-    /// Writes keys' counters: (key id, remaining, last refill), in one statement where the
-    /// backend allows. Keys without credits are left alone.
-    fn write_key_credits(&mut self, counters: &[(&str, u64, Option<i64>)]) -> R<()>;
-    /// Writes a key's credit counter as a process that keeps it in memory holds it, if the
-    /// row still holds `expected` (remaining, last refill): whether it did (a key without
-    /// credits, or changed by another process, is left alone).
-    fn set_key_credit_counter(
-        &mut self,
-        key_id: &str,
-        expected: (u64, Option<i64>),
-        remaining: u64,
-        last_refill_at: Option<i64>,
-    ) -> R<bool>;
-}
-
-/// A key's credit counter as [`CreditTx::lock_key_credits`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreditRow {
-    pub key_id: String,
-    /// `None`: the key has no credits.
-    pub remaining: Option<u64>,
-    pub last_refill_at: Option<i64>,
-    pub refill_amount: Option<u64>,
-    pub created_at: i64,
-    /// Rises with each change of the credits by an update (`updateCredits`, `updateKey`).
-    pub version: i64,
-    /// The change number of the live counter last written behind (scale-out).
-    pub seq: i64,
-}
-
-/// A key's live credit counter, as the scale-out ledger's shared store holds it: the
-/// value, and the row's credit version it was loaded from and its change number since.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LiveCredits {
-    pub remaining: u64,
-    pub last_refill_at: Option<i64>,
-    pub version: i64,
-    pub seq: i64,
-}
-
-/// How a live counter's write-behind went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WrittenBehind {
-    /// The row holds this change or a later one of the same counter.
-    Written,
-    /// The row's credits were changed by an update since the counter was loaded (or the
-    /// key has no credits, or is gone): the counter is out of date.
-    Superseded,
-}
-
-/// What a spend on a key's row came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CreditSpend {
-    pub paid: bool,
-    pub remaining: Option<u64>,
 }
 
 /// Identities, the links of keys to them, and the rate limits of identities and keys.
@@ -328,144 +256,6 @@ pub trait AuditTx {
     fn delete_audit_events_before(&mut self, before: i64, max: usize) -> R<usize>;
 }
 
-/// Verification analytics (API-v2.md §14): counts per series and time bucket.
-pub trait AnalyticsTx {
-    /// Adds each count to its row (created when absent): instances add up.
-    fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()>;
-    /// The counts `filter` selects, of every bucket width, summed as it says.
-    fn verification_counts(&mut self, filter: &VerificationFilter<'_>) -> R<Vec<VerificationCount>>;
-    /// Moves the counts of buckets of `from` ms starting before `before` into buckets of
-    /// `to` ms (added to what is there), serialized against other instances doing the
-    /// same: how many rows it moved.
-    fn roll_up_verification_counts(&mut self, from: i64, to: i64, before: i64) -> R<usize>;
-    /// Deletes the counts of buckets starting before `before`: how many.
-    fn delete_verification_counts_before(&mut self, before: i64) -> R<usize>;
-    /// The latest bucket with a count of each key that has one, of `key_ids`.
-    fn keys_last_used(&mut self, key_ids: &[&str]) -> R<Vec<(String, i64)>>;
-    /// Records that the analytics flush `id` is written in this transaction: false when it
-    /// was already (an earlier attempt landed; write nothing).
-    fn claim_analytics_flush(&mut self, id: &str, now: i64) -> R<bool>;
-    /// Forgets the flushes written before `before`: how many.
-    fn delete_analytics_flushes_before(&mut self, before: i64) -> R<usize>;
-}
-
-/// A count of verifications, as stored: absent parts are empty strings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerificationCount {
-    pub workspace_id: String,
-    /// The bucket's length (ms) and start (Unix ms).
-    pub width: i64,
-    pub bucket: i64,
-    pub api_id: String,
-    pub key_id: String,
-    pub identity_id: String,
-    pub outcome: String,
-    /// Sorted, each once.
-    pub tags: Vec<String>,
-    pub count: u64,
-}
-
-/// Which counts a read takes: a workspace's (API's, when given), buckets starting in
-/// `start..=end`, and optionally some keys and one identity; and how the database sums
-/// them before answering.
-#[derive(Debug, Clone, Copy)]
-pub struct VerificationFilter<'a> {
-    pub workspace_id: &'a str,
-    pub api_id: Option<&'a str>,
-    pub key_ids: &'a [String],
-    pub identity_id: Option<&'a str>,
-    pub start: i64,
-    pub end: i64,
-    pub sums: VerificationSums,
-}
-
-/// How a read's counts are summed in the database: always per outcome; per bucket of
-/// `width` ms (each count's `bucket` then the start of its bucket of that width; `None`:
-/// every bucket in one, `bucket` 0) and per API, key, identity and tag set only when
-/// asked (a part not asked for reads as empty). Fewer rows cross to the service, whatever
-/// the number of keys.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct VerificationSums {
-    pub width: Option<i64>,
-    pub by_api: bool,
-    pub by_key: bool,
-    pub by_identity: bool,
-    pub by_tags: bool,
-}
-
-/// Rate-limit analytics (API-v2.md §14.1): decisions per namespace and time bucket, and
-/// the heaviest identifiers per namespace-hour.
-pub trait RatelimitAnalyticsTx {
-    /// Adds each count to its row (created when absent): instances add up.
-    fn add_ratelimit_counts(&mut self, counts: &[RatelimitCount]) -> R<()>;
-    /// Adds each identifier's count to its row (created when absent).
-    fn add_identifier_counts(&mut self, counts: &[IdentifierCount]) -> R<()>;
-    /// The namespace's counts in buckets starting in `start..=end`, of every width.
-    fn ratelimit_counts(
-        &mut self,
-        workspace_id: &str,
-        namespace_id: &str,
-        start: i64,
-        end: i64,
-    ) -> R<Vec<RatelimitCount>>;
-    /// The namespace's identifiers in buckets starting in `start..=end`, summed over the
-    /// range: the `limit` heaviest by denials (`by_denied`) or by total, heaviest first
-    /// (then by identifier).
-    fn top_identifiers(
-        &mut self,
-        workspace_id: &str,
-        namespace_id: &str,
-        range: (i64, i64),
-        by_denied: bool,
-        limit: usize,
-    ) -> R<Vec<IdentifierCount>>;
-    /// Moves the namespace counts of buckets of `from` ms starting before `before` into
-    /// buckets of `to` ms (added to what is there), serialized against other instances:
-    /// how many rows it moved.
-    fn roll_up_ratelimit_counts(&mut self, from: i64, to: i64, before: i64) -> R<usize>;
-    /// Moves the identifier counts of buckets of `from` ms (0: an hour still open to
-    /// every instance's writes) starting before `before` into buckets of `to` ms, keeping
-    /// per namespace and new bucket only the `keep` heaviest by total and the `keep`
-    /// heaviest by denials; serialized against other instances: how many rows it read.
-    fn trim_identifier_counts(&mut self, from: i64, to: i64, before: i64, keep: usize) -> R<usize>;
-    /// Deletes the namespace and identifier counts of buckets starting before `before`.
-    fn delete_ratelimit_counts_before(&mut self, before: i64) -> R<usize>;
-    /// The workspace's decisions per namespace (id) in buckets starting in `start..=end`:
-    /// `(namespace id, passed, denied)`.
-    fn ratelimit_namespace_totals(
-        &mut self,
-        workspace_id: &str,
-        start: i64,
-        end: i64,
-    ) -> R<Vec<(String, u64, u64)>>;
-}
-
-/// A namespace's rate-limit decisions in one bucket, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RatelimitCount {
-    pub workspace_id: String,
-    /// A namespace's id, or `verify:<name>` (the limits of keys and identities).
-    pub namespace_id: String,
-    /// The bucket's length (ms) and start (Unix ms).
-    pub width: i64,
-    pub bucket: i64,
-    pub passed: u64,
-    pub denied: u64,
-}
-
-/// An identifier's rate-limit decisions in one namespace and bucket, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdentifierCount {
-    pub workspace_id: String,
-    pub namespace_id: String,
-    /// The bucket's length (ms; 0: an hour still open) and start (Unix ms).
-    pub width: i64,
-    pub bucket: i64,
-    pub identifier: String,
-    pub passed: u64,
-    pub denied: u64,
-}
-
 /// Dashboard sessions, by the hash of their token.
 pub trait SessionTx {
     fn insert_session(&mut self, session: &StoredSession) -> R<()>;
@@ -506,19 +296,19 @@ pub trait CounterTx {
     fn root_key_counters(&mut self) -> R<Vec<(String, u64)>>;
 }
 
-/// Everything a transaction offers: what the service's closures receive.
+/// Everything an RBAC transaction offers: what the service's closures receive. The other
+/// capabilities' transactions extend it (`keygate_usage::UsageTx`,
+/// `keygate_analytics::AnalyticsTx`), so their operations read keys, identities and APIs in
+/// the same transaction as their own rows.
 pub trait RbacTx:
     WorkspaceTx
     + RootKeyTx
     + ApiTx
     + IdentityTx
     + KeyTx
-    + CreditTx
     + EntityTx
     + NamespaceTx
     + AuditTx
-    + AnalyticsTx
-    + RatelimitAnalyticsTx
     + SessionTx
     + CounterTx
 {
@@ -530,18 +320,19 @@ impl<T> RbacTx for T where
         + ApiTx
         + IdentityTx
         + KeyTx
-        + CreditTx
         + EntityTx
         + NamespaceTx
         + AuditTx
-        + AnalyticsTx
-        + RatelimitAnalyticsTx
         + SessionTx
         + CounterTx
+        + ?Sized
 {
 }
 
 /// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
+/// The other capabilities' stores extend it with transactions of their own kind
+/// (`keygate_usage::UsageStore`, `keygate_analytics::AnalyticsStore`), which `keygate-store`
+/// serves with the same connection and the same transaction.
 pub trait RbacStore: Send + Sync + std::fmt::Debug {
     fn transaction<T, F>(&self, f: F) -> Result<T, RbacError>
     where

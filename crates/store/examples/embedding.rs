@@ -21,10 +21,12 @@ fn main() -> anyhow::Result<()> {
     let (key, secret) = rbac.create_key(&ws.id, Some("checkout".into()))?;
     rbac.set_permissions(&admin, &key.id, &[EntityRef::by_name("documents.read")])?;
 
-    // Is this key valid, and may it read documents? Scoped to the workspace.
+    // Is this key valid, and may it read documents? Scoped to the workspace. (This is
+    // rbac's check; what a key spends, credits and its own rate limits, is keygate-usage's
+    // `UsageService::verify`.)
     let query = PermissionQuery::Permission("documents.read".into());
     let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None };
-    let verification = rbac.verify_key(secret.expose(), &scope, Some(&query))?;
+    let verification = rbac.check_key(secret.expose(), &scope, Some(&query))?;
     assert_eq!(verification.code, VerifyCode::Valid);
     println!("key {} verifies {:?} with {:?}", key.id, verification.code, verification.permissions);
 

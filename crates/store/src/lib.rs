@@ -1,6 +1,8 @@
 //! keygate storage: the diesel schema, embedded migrations, an r2d2 pool over SQLite or
-//! PostgreSQL (one `MultiConnection`), and the implementation of the RBAC storage traits;
-//! the Redis rate-limit store (`RedisStore`), which implements `keygate-ratelimit`'s trait.
+//! PostgreSQL (one `MultiConnection`), and the implementation of every capability's
+//! storage traits (`keygate-rbac`, `keygate-usage`, `keygate-analytics`), one transaction
+//! serving them all; the Redis store (`RedisStore`), which implements `keygate-ratelimit`'s
+//! trait and the shared change counters and credit counters.
 //!
 //! Cargo features: `sqlite` (default), `postgres` and `redis`, one per backend, so that a
 //! service embedding the crate compiles only what it uses (docs/embedding.md).
@@ -16,8 +18,6 @@ mod pool;
 mod probe;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(feature = "redis")]
-pub mod runtime;
 pub mod schema;
 mod tx;
 

@@ -5,7 +5,9 @@ use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionMa
 use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection, R2D2Connection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use keygate_analytics::{AnalyticsStore, AnalyticsTx};
 use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
+use keygate_usage::{UsageStore, UsageTx};
 use std::time::Duration;
 
 #[cfg(feature = "sqlite")]
@@ -276,11 +278,33 @@ impl SqlStore {
 }
 
 impl SqlStore {
+    /// A write transaction. SQLite: BEGIN IMMEDIATE takes the write lock up front, so
+    /// concurrent writers wait (busy_timeout) instead of failing on a lock upgrade.
+    /// PostgreSQL: a plain BEGIN; writers serialize on the rows they lock.
+    fn write_tx<T>(&self, f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>) -> Result<T, RbacError> {
+        self.run_in("BEGIN IMMEDIATE", "BEGIN", f)
+    }
+
+    /// Reads of one snapshot. SQLite (WAL): a deferred transaction reads one snapshot and
+    /// takes no write lock. PostgreSQL: every statement sees the snapshot of the first.
+    fn snapshot_tx<T>(
+        &self,
+        f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        self.run_in("BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", f)
+    }
+
+    /// Reads outside a transaction.
+    fn read_tx<T>(&self, f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>) -> Result<T, RbacError> {
+        let mut conn = self.conn()?;
+        f(&mut DieselTx::new(&mut conn))
+    }
+
     /// Runs `f` in a transaction begun with `sqlite_begin` / `pg_begin`: committed when `f`
     /// succeeds, rolled back when it fails.
     fn run_in<T, F>(&self, sqlite_begin: &str, pg_begin: &str, f: F) -> Result<T, RbacError>
     where
-        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+        F: FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>,
     {
         // Each begin is read only when its backend's feature is built.
         let _ = (sqlite_begin, pg_begin);
@@ -320,27 +344,21 @@ impl RbacStore for SqlStore {
     where
         F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
     {
-        // SQLite: BEGIN IMMEDIATE takes the write lock up front, so concurrent writers wait
-        // (busy_timeout) instead of failing on a lock upgrade. PostgreSQL: a plain BEGIN;
-        // writers serialize on the rows they lock.
-        self.run_in("BEGIN IMMEDIATE", "BEGIN", f)
+        self.write_tx(|tx| f(tx))
     }
 
     fn snapshot<T, F>(&self, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
     {
-        // SQLite (WAL): a deferred transaction reads one snapshot and takes no write lock.
-        // PostgreSQL: every statement sees the snapshot of the first.
-        self.run_in("BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", f)
+        self.snapshot_tx(|tx| f(tx))
     }
 
     fn read<T, F>(&self, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
     {
-        let mut conn = self.conn()?;
-        f(&mut DieselTx::new(&mut conn))
+        self.read_tx(|tx| f(tx))
     }
 
     fn kind(&self) -> &'static str {
@@ -349,5 +367,47 @@ impl RbacStore for SqlStore {
 
     fn ping(&self) -> Result<(), StorageError> {
         self.with_conn(|c| c.batch_execute("SELECT 1"))
+    }
+}
+
+// One transaction serves every capability: each kind of transaction the capability
+// crates define is the same `DieselTx` on the same connection.
+
+impl UsageStore for SqlStore {
+    fn usage_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn UsageTx) -> Result<T, RbacError>,
+    {
+        self.write_tx(|tx| f(tx))
+    }
+
+    fn usage_read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn UsageTx) -> Result<T, RbacError>,
+    {
+        self.read_tx(|tx| f(tx))
+    }
+}
+
+impl AnalyticsStore for SqlStore {
+    fn analytics_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
+    {
+        self.write_tx(|tx| f(tx))
+    }
+
+    fn analytics_snapshot<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
+    {
+        self.snapshot_tx(|tx| f(tx))
+    }
+
+    fn analytics_read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
+    {
+        self.read_tx(|tx| f(tx))
     }
 }

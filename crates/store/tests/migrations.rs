@@ -48,7 +48,7 @@ fn api_labels_on_keys_become_api_objects() {
     assert_eq!((page.items.len(), total), (2, 2));
     for (label, key_id, secret) in &secrets {
         let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None };
-        let v = svc.verify_key(secret.expose(), &scope, None).expect("verify");
+        let v = svc.check_key(secret.expose(), &scope, None).expect("verify");
         assert_eq!(v.code, VerifyCode::Valid, "{key_id}");
         let key = v.key.expect("key");
         assert_eq!(key.api_id.as_deref(), (!label.is_empty()).then_some(label.as_str()), "{key_id}");

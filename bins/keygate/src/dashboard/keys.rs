@@ -10,7 +10,8 @@ use super::session::Signed;
 use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use keygate_rbac::{CreditOp, Credits, KeyLookup, KeyUpdate, NewKey, RefillInterval};
+use keygate_rbac::{Credits, KeyLookup, KeyUpdate, NewKey, RefillInterval};
+use keygate_usage::CreditOp;
 use keygate_web::{BarChart, KeyCreatedPage, KeyPage};
 use serde::Deserialize;
 
@@ -97,7 +98,7 @@ pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<Http
     let (summary, direct, usage) = call(&layout, move || {
         let summary = state.rbac.key_summary(&p, KeyLookup::Id(&id))?;
         // Its usage, where the root key may read it.
-        let usage = state.rbac.verification_buckets(&p, Some(&id), (first, now), DAY).ok();
+        let usage = state.analytics.verification_buckets(&p, Some(&id), (first, now), DAY).ok();
         // The key's own permissions (what the form edits), where the root key may read them.
         let direct = match p.holds("api.*.read_key") {
             true => state.rbac.get_key(&p, &id)?.permissions.into_iter().map(|n| n.name).collect(),
@@ -171,7 +172,7 @@ pub(super) async fn set_enabled(
     };
     let id = path.into_inner();
     let (key, update) = (id.clone(), KeyUpdate { enabled: Some(enabled), ..KeyUpdate::default() });
-    signed.run(move |rbac, p| rbac.update_key(p, &key, update)).await?;
+    signed.run(move |kg, p| kg.rbac.update_key(p, &key, update)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
 }
 
@@ -202,7 +203,7 @@ pub(super) async fn set_credits(
     };
     let id = path.into_inner();
     let key = id.clone();
-    signed.run(move |rbac, p| rbac.update_credits(p, &key, CreditOp::Set, value)).await?;
+    signed.run(move |kg, p| kg.usage.update_credits(p, &key, CreditOp::Set, value)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
 }
 
@@ -229,7 +230,7 @@ pub(super) async fn set_access(
     };
     let id = path.into_inner();
     let key = id.clone();
-    signed.run(move |rbac, p| rbac.update_key(p, &key, update)).await?;
+    signed.run(move |kg, p| kg.rbac.update_key(p, &key, update)).await?;
     Ok(see_other(format!("{}/keys/{id}", signed.layout.base)))
 }
 
@@ -242,7 +243,7 @@ pub(super) async fn reroll(
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
     let id = path.into_inner();
-    let (key, secret) = signed.run(move |rbac, p| rbac.reroll_key(p, &id, Some(0))).await?;
+    let (key, secret) = signed.run(move |kg, p| kg.rbac.reroll_key(p, &id, Some(0))).await?;
     let page = KeyCreatedPage {
         layout: signed.layout.clone(),
         api_id: key.api_id.clone().unwrap_or_default(),
@@ -261,9 +262,9 @@ pub(super) async fn delete(
     token_ok(&signed, form.csrf_token.as_deref())?;
     let id = path.into_inner();
     let api_id = signed
-        .run(move |rbac, p| {
-            let summary = rbac.key_summary(p, KeyLookup::Id(&id))?;
-            rbac.delete_key(p, &id)?;
+        .run(move |kg, p| {
+            let summary = kg.rbac.key_summary(p, KeyLookup::Id(&id))?;
+            kg.rbac.delete_key(p, &id)?;
             Ok(summary.key.api_id)
         })
         .await?;

@@ -289,16 +289,13 @@ impl session::Signed {
     /// [`call`]): the one way an action of a signed-in page calls the services.
     pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, DashError>
     where
-        F: FnOnce(
-                &keygate_rbac::RbacService<keygate_store::SqlStore>,
-                &keygate_rbac::Principal,
-            ) -> Result<T, keygate_rbac::RbacError>
+        F: FnOnce(&keygate_runtime::Runtime, &keygate_rbac::Principal) -> Result<T, keygate_rbac::RbacError>
             + Send
             + 'static,
         T: Send + 'static,
     {
         let (state, principal) = (self.state.clone(), self.session.principal.clone());
-        call(&self.layout, move || f(&state.rbac, &principal)).await
+        call(&self.layout, move || f(&state.runtime, &principal)).await
     }
 }
 

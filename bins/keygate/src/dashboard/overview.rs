@@ -35,10 +35,10 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
     let first = now - now.rem_euclid(width) - (slots - 1) * width;
     let (st, p) = (state.clone(), session.principal.clone());
     let read = blocking(move || {
-        let buckets = st.rbac.verification_buckets(&p, None, (first, now), width);
+        let buckets = st.analytics.verification_buckets(&p, None, (first, now), width);
         // The panels: each shown when the root key may read it.
-        let top = st.rbac.top_verified(&p, (first, now), TOP).ok();
-        let limits = st.rbac.ratelimit_totals(&p, (first, now), TOP).ok();
+        let top = st.analytics.top_verified(&p, (first, now), TOP).ok();
+        let limits = st.analytics.ratelimit_totals(&p, (first, now), TOP).ok();
         Ok((buckets, top, limits))
     })
     .await?;

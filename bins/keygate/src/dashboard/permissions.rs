@@ -45,7 +45,7 @@ pub(super) async fn create(signed: Signed, form: web::Form<EntityForm>) -> Resul
         description: field(form.description),
         ..NewEntity::default()
     };
-    signed.run(move |rbac, p| rbac.create_entity(p, EntityKind::Permission, new)).await?;
+    signed.run(move |kg, p| kg.rbac.create_entity(p, EntityKind::Permission, new)).await?;
     Ok(see_other(format!("{}/permissions", signed.layout.base)))
 }
 
@@ -56,7 +56,7 @@ pub(super) async fn delete(
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
     let id = path.into_inner();
-    signed.run(move |rbac, p| rbac.delete_entity(p, EntityKind::Permission, &id)).await?;
+    signed.run(move |kg, p| kg.rbac.delete_entity(p, EntityKind::Permission, &id)).await?;
     Ok(see_other(format!("{}/permissions", signed.layout.base)))
 }
 
@@ -88,7 +88,7 @@ pub(super) async fn create_role(
         permissions: names(form.permissions),
         ..NewEntity::default()
     };
-    signed.run(move |rbac, p| rbac.create_entity(p, EntityKind::Role, new)).await?;
+    signed.run(move |kg, p| kg.rbac.create_entity(p, EntityKind::Role, new)).await?;
     Ok(see_other(format!("{}/roles", signed.layout.base)))
 }
 
@@ -104,7 +104,7 @@ pub(super) async fn set_role_permissions(
         .map(|n| EntityRef { create: Some(true), ..EntityRef::by_name(n) })
         .collect();
     let id = path.into_inner();
-    signed.run(move |rbac, p| rbac.set_role_permissions(p, &id, &refs)).await?;
+    signed.run(move |kg, p| kg.rbac.set_role_permissions(p, &id, &refs)).await?;
     Ok(see_other(format!("{}/roles", signed.layout.base)))
 }
 
@@ -115,6 +115,6 @@ pub(super) async fn delete_role(
 ) -> Result<HttpResponse, DashError> {
     token_ok(&signed, form.csrf_token.as_deref())?;
     let id = path.into_inner();
-    signed.run(move |rbac, p| rbac.delete_entity(p, EntityKind::Role, &id)).await?;
+    signed.run(move |kg, p| kg.rbac.delete_entity(p, EntityKind::Role, &id)).await?;
     Ok(see_other(format!("{}/roles", signed.layout.base)))
 }

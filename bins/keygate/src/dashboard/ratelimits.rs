@@ -86,7 +86,7 @@ pub(super) async fn set(signed: Signed, form: web::Form<OverrideForm>) -> Result
         });
     }
     let ns = namespace_ref(&namespace);
-    signed.run(move |rbac, p| rbac.set_override(p, &ns, &identifier, limit, duration, false)).await?;
+    signed.run(move |kg, p| kg.rbac.set_override(p, &ns, &identifier, limit, duration, false)).await?;
     Ok(back(&signed, &namespace))
 }
 
@@ -96,6 +96,6 @@ pub(super) async fn delete(signed: Signed, form: web::Form<OverrideForm>) -> Res
     let namespace = field(form.namespace).unwrap_or_default();
     let identifier = field(form.identifier).unwrap_or_default();
     let ns = namespace_ref(&namespace);
-    signed.run(move |rbac, p| rbac.delete_override(p, &ns, &identifier)).await?;
+    signed.run(move |kg, p| kg.rbac.delete_override(p, &ns, &identifier)).await?;
     Ok(back(&signed, &namespace))
 }

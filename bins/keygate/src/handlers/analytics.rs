@@ -6,8 +6,9 @@ use crate::error::ApiError;
 use crate::http::{Authed, Query};
 use crate::openapi::V1QueryErrors;
 use actix_web::HttpResponse;
+use keygate_analytics::{KeyOrOwner, OrderField, TimeSlice, VerificationsQuery, VerificationsRow};
 use keygate_domain::{ValidationError, check_len};
-use keygate_rbac::{KeyOrOwner, OrderField, TimeSlice, VerificationsQuery, VerificationsRow, VerifyCode};
+use keygate_rbac::VerifyCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa::openapi::schema::Schema;
@@ -370,7 +371,8 @@ fn fields(pairs: Vec<(String, String)>) -> Result<QueryFields, ApiError> {
 pub async fn get_verifications(call: Authed<Query<Vec<(String, String)>>>) -> Result<HttpResponse, ApiError> {
     let Authed { principal, input: Query(pairs), state } = call;
     let q = fields(pairs)?.into_query()?;
-    let rows = Authed { principal, input: q, state }.run(|rbac, p, q| rbac.get_verifications(p, &q)).await?;
+    let rows =
+        Authed { principal, input: q, state }.run(|kg, p, q| kg.analytics.get_verifications(p, &q)).await?;
     Ok(HttpResponse::Ok().json(rows.into_iter().map(RowObject::from).collect::<Vec<_>>()))
 }
 
@@ -438,12 +440,12 @@ pub async fn key_verifications(call: Authed<Query<KeyVerificationsQuery>>) -> Re
         return Err(ValidationError::new("start", "must be before end").into());
     }
     let days = call
-        .run(|rbac, p, Query(q)| {
+        .run(|kg, p, Query(q)| {
             let who = match (&q.key_id, &q.owner_id) {
                 (Some(k), _) => KeyOrOwner::Key(k),
                 (None, o) => KeyOrOwner::Owner(o.as_deref().unwrap_or_default()),
             };
-            rbac.key_verifications(p, who, q.start, q.end)
+            kg.analytics.key_verifications(p, who, q.start, q.end)
         })
         .await?;
     let verifications = days

@@ -33,7 +33,7 @@ impl From<Api> for ApiResponse {
 #[utoipa::path(post, path = "/v1/apis.createApi", operation_id = "apis.createApi", tag = "apis",
     request_body = CreateApiBody, responses((status = 200, description = "OK", body = CreatedApi), V1BodyErrors))]
 pub async fn create_api(call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|rbac, p, Json(b)| rbac.create_api(p, b.name())).await?;
+    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api(p, b.name())).await?;
     Ok(HttpResponse::Ok().json(CreatedApi::new(api.id)))
 }
 
@@ -49,7 +49,7 @@ pub(crate) struct ApiIdQuery {
 #[utoipa::path(get, path = "/v1/apis.getApi", operation_id = "apis.getApi", tag = "apis", params(ApiIdQuery),
     responses((status = 200, description = "OK", body = ApiResponse), V1QueryErrors))]
 pub async fn get_api(call: Authed<Query<ApiIdQuery>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|rbac, p, Query(q)| rbac.get_api(p, &q.api_id)).await?;
+    let api = call.run(|kg, p, Query(q)| kg.rbac.get_api(p, &q.api_id)).await?;
     Ok(HttpResponse::Ok().json(ApiResponse::from(api)))
 }
 
@@ -57,7 +57,7 @@ pub async fn get_api(call: Authed<Query<ApiIdQuery>>) -> Result<HttpResponse, Ap
 #[utoipa::path(post, path = "/v1/apis.deleteApi", operation_id = "apis.deleteApi", tag = "apis",
     request_body = ApiRefBody, responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_api(call: Authed<Json<ApiRefBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, p, Json(b)| rbac.delete_api(p, b.api_id())).await?;
+    call.run(|kg, p, Json(b)| kg.rbac.delete_api(p, b.api_id())).await?;
     Ok(empty())
 }
 
@@ -105,9 +105,9 @@ pub async fn list_keys(call: Authed<Query<ListKeysQuery>>) -> Result<HttpRespons
         }
     }
     let (page, total) = call
-        .run(move |rbac, p, Query(q)| {
+        .run(move |kg, p, Query(q)| {
             let owner = q.owner_id.as_deref();
-            rbac.list_api_keys(p, &q.api_id, owner, q.cursor.as_deref(), limit as usize, key_view)
+            kg.rbac.list_api_keys(p, &q.api_id, owner, q.cursor.as_deref(), limit as usize, key_view)
         })
         .await?;
     let keys = page.items.into_iter().map(KeyResponse::from).collect();

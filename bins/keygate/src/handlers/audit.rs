@@ -98,9 +98,9 @@ impl ListQuery {
     params(ListQuery), responses((status = 200, description = "OK", body = EventPage), V1QueryErrors))]
 pub async fn list_events(call: Authed<Query<ListQuery>>) -> Result<HttpResponse, ApiError> {
     let page = call
-        .run(|rbac, p, Query(q)| {
+        .run(|kg, p, Query(q)| {
             let limit = q.limit.unwrap_or(MAX_AUDIT_PAGE);
-            rbac.list_audit_events(p, &q.filter(), q.cursor.as_deref(), limit)
+            kg.rbac.list_audit_events(p, &q.filter(), q.cursor.as_deref(), limit)
         })
         .await?;
     let events: Vec<Event> = page.items.into_iter().map(Event::from).collect();

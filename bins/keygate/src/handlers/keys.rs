@@ -14,10 +14,11 @@ use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
 };
 use keygate_rbac::{
-    EntityRef, KeyView, LimitAsk, MAX_QUERY_NODES, NewKey, PermissionQuery, Principal, RbacError,
-    RbacService, Usage, Verification, VerifyScope,
+    EntityRef, KeyView, MAX_QUERY_NODES, NewKey, PermissionQuery, Principal, RbacError, RbacService,
+    Verification, VerifyScope,
 };
 use keygate_store::SqlStore;
+use keygate_usage::{LimitAsk, Usage};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
@@ -114,9 +115,9 @@ impl LinkBody for RolesBody {
 /// Runs `op` on the owner and references of the call's body.
 pub(crate) async fn link<B: LinkBody>(call: Authed<Json<B>>, op: LinkOp) -> Result<Vec<NamedItem>, ApiError> {
     let all = call
-        .run(move |rbac, principal, Json(body)| {
+        .run(move |kg, principal, Json(body)| {
             let (owner, refs) = body.into_parts();
-            op(rbac, principal, &owner, &refs)
+            op(&kg.rbac, principal, &owner, &refs)
         })
         .await?;
     Ok(all.into_iter().map(NamedItem::from).collect())
@@ -256,7 +257,7 @@ impl From<KeyView> for KeyResponse {
 #[utoipa::path(get, path = "/v1/keys.getKey", operation_id = "keys.getKey", tag = "keys", params(GetKeyBody),
     responses((status = 200, description = "OK", body = KeyResponse), V1QueryErrors))]
 pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
-    let view = call.run(|rbac, principal, QueryOrJson(q)| rbac.get_key(principal, &q.key_id)).await?;
+    let view = call.run(|kg, principal, QueryOrJson(q)| kg.rbac.get_key(principal, &q.key_id)).await?;
     Ok(HttpResponse::Ok().json(KeyResponse::from(view)))
 }
 
@@ -332,7 +333,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         roles: body.roles.unwrap_or_default(),
         byte_length: None,
     };
-    let (key, secret) = call.run(|rbac, principal, _| rbac.create_key_as(principal, new)).await?;
+    let (key, secret) = call.run(|kg, principal, _| kg.rbac.create_key_as(principal, new)).await?;
     Ok(HttpResponse::Ok().json(CreatedKey::new(key.id, secret.expose().to_string())))
 }
 
@@ -354,7 +355,7 @@ pub(crate) struct DeleteKeyBody {
     request_body = DeleteKeyBody,
     responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, principal, Json(body)| rbac.delete_key(principal, &body.key_id)).await?;
+    call.run(|kg, principal, Json(body)| kg.rbac.delete_key(principal, &body.key_id)).await?;
     Ok(empty())
 }
 
@@ -407,8 +408,8 @@ pub(crate) struct VerifyRatelimit {
 
 /// A request's rate limits (`path`: the field), bounds checked by the service.
 pub(crate) fn limit_asks(path: &str, asks: Vec<Obj<VerifyRatelimit>>) -> Result<Vec<LimitAsk>, ApiError> {
-    if asks.len() > keygate_rbac::MAX_VERIFY_RATELIMITS {
-        let msg = format!("at most {} entries", keygate_rbac::MAX_VERIFY_RATELIMITS);
+    if asks.len() > keygate_usage::MAX_VERIFY_RATELIMITS {
+        let msg = format!("at most {} entries", keygate_usage::MAX_VERIFY_RATELIMITS);
         return Err(ValidationError::new(path, msg).into());
     }
     let number = |field: String, n: Option<Number>, min: u64| n.map(|n| integer(&field, &n, min)).transpose();
@@ -475,7 +476,7 @@ pub(crate) async fn verification(
     state: &web::Data<AppState>,
     call: VerifyCall,
 ) -> Result<Verification, ApiError> {
-    let cached = state.rbac.verify_cached(&call.secret, &call.scope(), call.query.as_ref(), &call.usage);
+    let cached = state.usage.verify_cached(&call.secret, &call.scope(), call.query.as_ref(), &call.usage);
     let (pending, call) = match cached {
         Some(pending) => (pending?, call),
         None => {
@@ -485,7 +486,7 @@ pub(crate) async fn verification(
                     st.rbac.ensure_root_key_current(p)?;
                 }
                 let pending =
-                    st.rbac.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?;
+                    st.usage.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?;
                 Ok((pending, call))
             })
             .await?
@@ -495,7 +496,7 @@ pub(crate) async fn verification(
     // Analytics: counted in memory (a check that spends nothing is counted by the call
     // that follows it).
     if !call.usage.check_only {
-        state.rbac.record_verification(&verification, &call.scope(), &call.tags);
+        state.analytics.record_verification(&verification, &call.scope(), &call.tags);
     }
     Ok(verification)
 }

@@ -95,9 +95,9 @@ pub async fn set_override(call: Authed<Json<SetOverrideBody>>) -> Result<HttpRes
     let duration = integer("duration", &body.duration, 1_000)?;
     let is_async = body.is_async.unwrap_or(false);
     let stored = call
-        .run(move |rbac, principal, Json(body)| {
+        .run(move |kg, principal, Json(body)| {
             let ns = NamespaceRef { id: body.namespace_id, name: body.namespace_name };
-            rbac.set_override(principal, &ns, &body.identifier, limit, duration, is_async)
+            kg.rbac.set_override(principal, &ns, &body.identifier, limit, duration, is_async)
         })
         .await?;
     Ok(HttpResponse::Ok().json(OverrideSet { override_id: stored.id }))
@@ -112,7 +112,7 @@ pub async fn set_override(call: Authed<Json<SetOverrideBody>>) -> Result<HttpRes
 pub async fn get_override(call: Authed<Query<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let identifier = call.input.0.identifier()?;
     let found = call
-        .run(move |rbac, principal, Query(q)| rbac.get_override(principal, &q.namespace(), &identifier))
+        .run(move |kg, principal, Query(q)| kg.rbac.get_override(principal, &q.namespace(), &identifier))
         .await?;
     Ok(HttpResponse::Ok().json(OverrideResponse::from(found)))
 }
@@ -131,7 +131,7 @@ pub(crate) struct OverrideList {
     tag = "ratelimits", params(NamespaceParam),
     responses((status = 200, description = "OK", body = OverrideList), V1QueryErrors))]
 pub async fn list_overrides(call: Authed<Query<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
-    let all = call.run(|rbac, principal, Query(q)| rbac.list_overrides(principal, &q.namespace())).await?;
+    let all = call.run(|kg, principal, Query(q)| kg.rbac.list_overrides(principal, &q.namespace())).await?;
     let total = all.len();
     let overrides: Vec<OverrideResponse> = all.into_iter().map(Into::into).collect();
     Ok(HttpResponse::Ok().json(OverrideList { overrides, total }))
@@ -143,8 +143,8 @@ pub async fn list_overrides(call: Authed<Query<OverrideRefBody>>) -> Result<Http
     responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_override(call: Authed<Json<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let identifier = call.input.0.identifier()?;
-    call.run(move |rbac, principal, Json(body)| {
-        rbac.delete_override(principal, &body.namespace(), &identifier)
+    call.run(move |kg, principal, Json(body)| {
+        kg.rbac.delete_override(principal, &body.namespace(), &identifier)
     })
     .await?;
     Ok(empty())

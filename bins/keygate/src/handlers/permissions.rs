@@ -55,14 +55,14 @@ impl From<RoleView> for RoleResponse {
 
 async fn create(call: Authed<Json<CreateBody>>, kind: EntityKind) -> Result<String, ApiError> {
     let created = call
-        .run(move |rbac, principal, Json(body)| {
+        .run(move |kg, principal, Json(body)| {
             let new = NewEntity {
                 name: body.name,
                 name_field: "name",
                 description: body.description,
                 ..NewEntity::default()
             };
-            rbac.create_entity(principal, kind, new)
+            kg.rbac.create_entity(principal, kind, new)
         })
         .await?;
     Ok(created.id)
@@ -139,7 +139,9 @@ pub(crate) struct RoleIdQuery {
     responses((status = 200, description = "OK", body = EntityResponse), V1QueryErrors))]
 pub async fn get_permission(call: Authed<Query<PermissionIdQuery>>) -> Result<HttpResponse, ApiError> {
     let found = call
-        .run(|rbac, principal, Query(q)| rbac.get_entity(principal, EntityKind::Permission, &q.permission_id))
+        .run(|kg, principal, Query(q)| {
+            kg.rbac.get_entity(principal, EntityKind::Permission, &q.permission_id)
+        })
         .await?;
     Ok(HttpResponse::Ok().json(EntityResponse::from(found)))
 }
@@ -149,7 +151,7 @@ pub async fn get_permission(call: Authed<Query<PermissionIdQuery>>) -> Result<Ht
     tag = "permissions", params(RoleIdQuery),
     responses((status = 200, description = "OK", body = RoleResponse), V1QueryErrors))]
 pub async fn get_role(call: Authed<Query<RoleIdQuery>>) -> Result<HttpResponse, ApiError> {
-    let found = call.run(|rbac, principal, Query(q)| rbac.get_role(principal, &q.role_id)).await?;
+    let found = call.run(|kg, principal, Query(q)| kg.rbac.get_role(principal, &q.role_id)).await?;
     Ok(HttpResponse::Ok().json(RoleResponse::from(found)))
 }
 
@@ -157,7 +159,7 @@ pub async fn get_role(call: Authed<Query<RoleIdQuery>>) -> Result<HttpResponse, 
 #[utoipa::path(get, path = "/v1/permissions.listPermissions", operation_id = "permissions.listPermissions",
     tag = "permissions", responses((status = 200, description = "OK", body = Vec<EntityResponse>), V1QueryErrors))]
 pub async fn list_permissions(call: Authed<()>) -> Result<HttpResponse, ApiError> {
-    let all = call.run(|rbac, principal, ()| rbac.list_entities(principal, EntityKind::Permission)).await?;
+    let all = call.run(|kg, principal, ()| kg.rbac.list_entities(principal, EntityKind::Permission)).await?;
     Ok(HttpResponse::Ok().json(all.into_iter().map(EntityResponse::from).collect::<Vec<_>>()))
 }
 
@@ -165,7 +167,7 @@ pub async fn list_permissions(call: Authed<()>) -> Result<HttpResponse, ApiError
 #[utoipa::path(get, path = "/v1/permissions.listRoles", operation_id = "permissions.listRoles",
     tag = "permissions", responses((status = 200, description = "OK", body = Vec<RoleResponse>), V1QueryErrors))]
 pub async fn list_roles(call: Authed<()>) -> Result<HttpResponse, ApiError> {
-    let all = call.run(|rbac, principal, ()| rbac.list_roles(principal)).await?;
+    let all = call.run(|kg, principal, ()| kg.rbac.list_roles(principal)).await?;
     Ok(HttpResponse::Ok().json(all.into_iter().map(RoleResponse::from).collect::<Vec<_>>()))
 }
 
@@ -191,8 +193,8 @@ pub(crate) struct DeleteRoleBody {
     tag = "permissions", request_body = DeletePermissionBody,
     responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_permission(call: Authed<Json<DeletePermissionBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, principal, Json(body)| {
-        rbac.delete_entity(principal, EntityKind::Permission, &body.permission_id)
+    call.run(|kg, principal, Json(body)| {
+        kg.rbac.delete_entity(principal, EntityKind::Permission, &body.permission_id)
     })
     .await?;
     Ok(empty())
@@ -205,7 +207,7 @@ pub async fn delete_permission(call: Authed<Json<DeletePermissionBody>>) -> Resu
     tag = "permissions", request_body = DeleteRoleBody,
     responses((status = 200, description = "OK", body = Empty), V1BodyErrors))]
 pub async fn delete_role(call: Authed<Json<DeleteRoleBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, principal, Json(body)| rbac.delete_entity(principal, EntityKind::Role, &body.role_id))
+    call.run(|kg, principal, Json(body)| kg.rbac.delete_entity(principal, EntityKind::Role, &body.role_id))
         .await?;
     Ok(empty())
 }

@@ -230,7 +230,7 @@ pub(crate) async fn decide(
         }
     };
     state.metrics.decision(d.0.success);
-    state.rbac.record_limit(&principal.workspace_id, &namespace_id, &v.identifier, d.0.success);
+    state.analytics.record_limit(&principal.workspace_id, &namespace_id, &v.identifier, d.0.success);
     Ok(d)
 }
 

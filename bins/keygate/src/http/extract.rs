@@ -13,8 +13,8 @@ use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
-use keygate_rbac::{Principal, RbacService};
-use keygate_store::SqlStore;
+use keygate_rbac::Principal;
+use keygate_runtime::Runtime;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ where
     /// store is blocking I/O); its error is answered through the one error mapping.
     pub async fn run<T, E, F>(self, op: F) -> Result<T, ApiError>
     where
-        F: FnOnce(&RbacService<SqlStore>, &P, I) -> Result<T, E> + Send + 'static,
+        F: FnOnce(&Runtime, &P, I) -> Result<T, E> + Send + 'static,
         E: Into<ApiError>,
         T: Send + 'static,
     {
@@ -47,7 +47,7 @@ where
             if let Some(p) = principal.principal() {
                 state.rbac.ensure_root_key_current(p)?;
             }
-            op(&state.rbac, &principal, input).map_err(Into::into)
+            op(&state.runtime, &principal, input).map_err(Into::into)
         })
         .await
     }

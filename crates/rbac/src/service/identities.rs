@@ -3,7 +3,7 @@
 //! configurations identities and keys carry (`ratelimits`, in one room with them: the same
 //! rules and storage for both owners).
 
-use super::verify::Changes;
+use super::changes::Changes;
 use super::*;
 
 /// The most rate limits one identity or key carries.

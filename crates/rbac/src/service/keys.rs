@@ -352,7 +352,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// v2's `keys.getKey` / `keys.whoami`: a key of the caller's workspace with the slugs of
-    /// its effective permissions and its roles' names. The root key needs `api.*.read_key`,
+    /// its effective permissions and its roles' names (`last_used` is analytics' to fill). The root key needs `api.*.read_key`,
     /// or `api.<apiId>.read_key` for the key's `apiId`.
     pub fn key_summary(&self, p: &Principal, lookup: KeyLookup<'_>) -> Result<KeySummary, RbacError> {
         match lookup {
@@ -365,26 +365,21 @@ impl<S: RbacStore> RbacService<S> {
             KeyLookup::Id(id) => RbacError::not_found(Resource::Key, id),
             KeyLookup::Secret(_) => RbacError::NotFound(Resource::Key, "the key was not found".into()),
         };
-        self.store
-            .snapshot(|tx| {
-                let key = match lookup {
-                    KeyLookup::Id(id) if has_prefix(id, IdPrefix::Key) => tx.get_key(ws, id)?,
-                    KeyLookup::Id(_) => None,
-                    KeyLookup::Secret(secret) => {
-                        tx.key_by_hash(&hash_secret(secret))?.filter(|k| k.workspace_id == ws)
-                    }
-                };
-                let mut key = key.ok_or_else(not_found)?;
-                if !access.admits(key.api_id.as_deref()) {
-                    return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
+        self.store.snapshot(|tx| {
+            let key = match lookup {
+                KeyLookup::Id(id) if has_prefix(id, IdPrefix::Key) => tx.get_key(ws, id)?,
+                KeyLookup::Id(_) => None,
+                KeyLookup::Secret(secret) => {
+                    tx.key_by_hash(&hash_secret(secret))?.filter(|k| k.workspace_id == ws)
                 }
-                self.live_credits(&mut [&mut key]);
-                key_summary(tx, key)
-            })
-            .and_then(|mut s| {
-                self.fill_last_used(std::slice::from_mut(&mut s))?;
-                Ok(s)
-            })
+            };
+            let mut key = key.ok_or_else(not_found)?;
+            if !access.admits(key.api_id.as_deref()) {
+                return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
+            }
+            self.live_credits(&mut [&mut key]);
+            key_summary(tx, key)
+        })
     }
 }
 
@@ -469,7 +464,7 @@ impl<S: RbacStore> RbacService<S> {
         if let Patch::Set(c) = &credits
             && let Patch::Set(r) = &c.refill
         {
-            super::credits::check_refill("credits.refill", r.clone())?;
+            crate::check_refill("credits.refill", r.clone())?;
         }
 
         // The permissions the call always needs, in some form.
@@ -518,7 +513,7 @@ impl<S: RbacStore> RbacService<S> {
             for resolved in resolved_permissions.iter().chain(resolved_roles.iter()) {
                 resolved.authorize_creation(p)?;
             }
-            let new_credits = super::credits::updated_credits(key.credits.clone(), credits)?;
+            let new_credits = crate::updated_credits(key.credits.clone(), credits)?;
             key.identity_id = match external_id {
                 Patch::Absent => key.identity_id,
                 Patch::Clear => None,

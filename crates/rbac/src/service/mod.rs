@@ -1,35 +1,26 @@
 //! The RBAC service, one file per resource: [`auth`] (root keys), [`apis`] (API objects),
-//! [`keys`] (keys and their links, verification), [`entities`] (permissions and roles), [`overrides`] and
-//! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces, root keys), and
-//! [`links`], what the link operations share. This file holds the service itself.
+//! [`keys`] (keys and their links), [`verify`] (verification and its cache, the change
+//! counters), [`identities`], [`entities`] (permissions and roles), [`overrides`] and
+//! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces, root keys), [`audit`],
+//! [`sessions`] (the dashboard's), and [`links`], what the link operations share. This
+//! file holds the service itself.
 
 mod admin;
-mod analytics;
 mod apis;
 mod audit;
 mod auth;
-mod credits;
+mod changes;
 mod entities;
 mod identities;
 mod keys;
 mod links;
 mod namespaces;
 mod overrides;
-mod ratelimit_analytics;
 mod sessions;
-mod usage;
 mod verify;
 
-pub use analytics::{
-    DEFAULT_RETENTION_DAYS, DailyVerifications, KeyOrOwner, OrderField, TimeSlice, VerificationsQuery,
-    VerificationsRow, field_name as outcome_field,
-};
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
-use credits::CreditLedger;
-pub use credits::{
-    CreditOp, Installed, RefillSpec, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk, check_refill,
-    credit_setting,
-};
+pub use changes::{Changes, RECONCILE_MARGIN_MS};
 pub use identities::{
     MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
     validate_ratelimits,
@@ -37,13 +28,9 @@ pub use identities::{
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
-pub use ratelimit_analytics::{
-    LimitSlice, RatelimitsQuery, RatelimitsRow, TOP_IDENTIFIERS, VERIFY_NAMESPACE_PREFIX,
-};
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
-pub use usage::{MAX_VERIFY_RATELIMITS, Pending, validate_usage};
 use verify::VerifyCache;
-pub use verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
+pub use verify::{Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
 
 use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
 use crate::counters::{Scope, creation_shard};
@@ -56,8 +43,8 @@ use crate::{
     Workspace,
 };
 use crate::{
-    Effective, EntityRef, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override, OverrideSet, StorageError,
-    is_pattern, validate_pattern,
+    Effective, EntityRef, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef,
+    Override, OverrideSet, StorageError, is_pattern, validate_pattern,
 };
 use keygate_domain::{
     Clock, IdPrefix, MAX_NAME_CHARS, Named, Patch, Secret, ValidationError, check_len, digest_hex,
@@ -86,8 +73,20 @@ pub const MAX_KEY_META_BYTES: usize = 64 * 1024;
 /// How long an instance uses a namespace's overrides before reading them again. A change
 /// made through this instance applies at once; through another one, within this time.
 pub const OVERRIDE_CACHE_TTL_MS: u64 = 1_000;
-/// The most overrides one namespace may hold.
-pub const MAX_OVERRIDES_PER_NAMESPACE: usize = 1_000;
+
+/// Where a key's live credit counter is kept apart from its row (`keygate-usage`'s
+/// ledgers, registered with [`RbacService::with_credit_counters`]). A write that changes or
+/// copies a key's credits holds the counter still around it, and reads of keys show the
+/// counter's value.
+pub trait CreditCounters: Send + Sync + std::fmt::Debug {
+    /// Runs `write` (which changes or copies `key_id`'s credits in the database) with the
+    /// key's counter held still: its spends committed first, none taken meanwhile, and the
+    /// counter read from the database again after.
+    fn hold(&self, key_id: &str, write: &mut dyn FnMut() -> Result<(), RbacError>) -> Result<(), RbacError>;
+    /// Puts the live counters' values in place of the rows' in `keys` (a counter out of
+    /// reach leaves the row's).
+    fn overlay(&self, keys: &mut [&mut Key]);
+}
 
 /// Told after a namespace's rate-limit overrides changed (committed). The server passes
 /// it on to a shared rate-limit store, so that every instance reloads them on its next
@@ -108,78 +107,76 @@ pub struct RbacService<S> {
     overrides_listener: Option<Arc<dyn OverridesListener>>,
     /// Where the change counters are read (`crate::counters`).
     counters: crate::counters::CounterSource,
+    /// Where this instance stands with other processes' counters (`changes`).
+    counter_state: changes::CounterState,
     verify_cache: VerifyCache,
     /// With local counters: a cheap look at whether another process wrote the database,
     /// taken before a cached verification is trusted (`None`: the poll alone).
     probe: Option<crate::counters::Probe>,
-    /// Where the rate limits of keys and identities are counted (`usage`).
-    limiter: Arc<dyn keygate_ratelimit::RateLimitStore>,
-    /// The credit counters verifications spend (`credits`).
-    credits: CreditLedger,
-    /// Where verifications are counted for analytics (`analytics`); `None`: off.
-    analytics: Option<Arc<crate::analytics::Recorder>>,
-    /// Where rate-limit decisions are counted for analytics (`ratelimit_analytics`).
-    limit_analytics: Option<Arc<crate::ratelimit_analytics::LimitRecorder>>,
-    /// An analytics flush whose commit was not confirmed (`analytics`).
-    unconfirmed_flush: parking_lot::Mutex<Option<analytics::Flush>>,
+    /// Where keys' live credit counters are kept apart from their rows, if anywhere.
+    credit_counters: Option<Arc<dyn CreditCounters>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
     /// A service with the verification cache on and change counters in memory (right for
     /// one process, or several on one SQLite file with [`Self::poll_changes`] running).
-    pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(store: impl Into<Arc<S>>, clock: Arc<dyn Clock>) -> Self {
         Self {
-            store: Arc::new(store),
+            store: store.into(),
             clock,
             auth: AuthCache::for_root_keys(AUTH_CACHE_TTL_MS),
             namespaces: NamespaceCache::default(),
             overrides: OverrideCache::new(OVERRIDE_CACHE_TTL_MS),
             overrides_listener: None,
             counters: crate::counters::CounterSource::Local(Default::default()),
+            counter_state: Default::default(),
             verify_cache: VerifyCache::new(true),
             probe: None,
-            limiter: Arc::new(keygate_ratelimit::MemoryStore::new()),
-            credits: CreditLedger::Memory(Arc::default()),
-            analytics: None,
-            limit_analytics: None,
-            unconfirmed_flush: Default::default(),
+            credit_counters: None,
         }
-    }
-
-    /// Counts verifications for analytics in `recorder` ([`Self::record_verification`],
-    /// flushed by [`Self::flush_analytics`]).
-    pub fn with_analytics(mut self, recorder: Arc<crate::analytics::Recorder>) -> Self {
-        self.analytics = Some(recorder);
-        self
-    }
-
-    /// Where verifications count the rate limits of keys and identities (default: an
-    /// in-process store; several instances share a Redis store). The budgets are keyed
-    /// apart from every `ratelimit.*` namespace's.
-    pub fn with_limiter(mut self, limiter: Arc<dyn keygate_ratelimit::RateLimitStore>) -> Self {
-        self.limiter = limiter;
-        self
     }
 
     /// Where verifications read the change counters: `Store` or `Shared` when several
     /// instances share a PostgreSQL database.
     pub fn with_counter_source(mut self, source: crate::counters::CounterSource) -> Self {
-        // Credits in memory need the database to be this process's alone, as local
-        // counters do; else each spend is a statement on the key's row.
-        self.credits = match source {
-            crate::counters::CounterSource::Local(_) => CreditLedger::Memory(Arc::default()),
-            _ => CreditLedger::Rows(Arc::default()),
-        };
         self.counters = source;
         self
     }
 
-    /// Keeps the credit counters verifications spend in a shared store (Redis), written
-    /// behind to the database ([`Self::write_behind_credits`]): for several instances on
-    /// one database.
-    pub fn with_shared_credits(mut self, store: Arc<dyn SharedCredits>) -> Self {
-        self.credits = CreditLedger::Shared(credits::SharedLedger::new(store));
+    /// Where the change counters are read (local ones: this process owns the database).
+    pub fn counter_source(&self) -> &crate::counters::CounterSource {
+        &self.counters
+    }
+
+    /// Registers where keys' live credit counters are kept ([`CreditCounters`]).
+    pub fn with_credit_counters(mut self, counters: Arc<dyn CreditCounters>) -> Self {
+        self.credit_counters = Some(counters);
         self
+    }
+
+    /// [`Self::write`], with the key's credit counter held still around it (a write that
+    /// changes or copies the key's credits).
+    pub(crate) fn write_holding_credits<T>(
+        &self,
+        key_id: &str,
+        f: impl FnOnce(&mut dyn RbacTx, &mut Changes) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        let Some(counters) = &self.credit_counters else { return self.write(f) };
+        let (mut f, mut out) = (Some(f), None);
+        counters.hold(key_id, &mut || {
+            let f = f.take().ok_or_else(|| StorageError::Internal("a held write ran twice".into()))?;
+            out = Some(self.write(f)?);
+            Ok(())
+        })?;
+        out.ok_or_else(|| StorageError::Internal("a held write did not run".into()).into())
+    }
+
+    /// Keys as the database holds them, with their live credit counters where those are
+    /// ahead of the rows.
+    pub(crate) fn live_credits(&self, keys: &mut [&mut Key]) {
+        if let Some(counters) = &self.credit_counters {
+            counters.overlay(keys);
+        }
     }
 
     /// With local counters, looks at `probe` (at most once per `every`) before trusting a
@@ -215,7 +212,7 @@ impl<S: RbacStore> RbacService<S> {
         }
     }
 
-    pub fn store(&self) -> &S {
+    pub fn store(&self) -> &Arc<S> {
         &self.store
     }
 
@@ -223,7 +220,7 @@ impl<S: RbacStore> RbacService<S> {
         &self.clock
     }
 
-    fn now(&self) -> i64 {
+    pub(crate) fn now(&self) -> i64 {
         self.clock.now_ms() as i64
     }
 }

@@ -52,7 +52,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// The namespace named `name`, else (v2's `namespace` takes both) the one with that id.
-    pub(super) fn find_namespace(&self, ws: &str, name: &str) -> Result<Option<Named>, RbacError> {
+    pub fn find_namespace(&self, ws: &str, name: &str) -> Result<Option<Named>, RbacError> {
         self.store.read(|tx| match tx.namespace_by_name(ws, name)? {
             None if has_prefix(name, IdPrefix::Namespace) => Ok(tx.namespace_by_id(ws, name)?),
             found => Ok(found),

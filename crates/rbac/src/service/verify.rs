@@ -1,13 +1,15 @@
-//! `keys.verifyKey`, answered from a cache of key snapshots, each used only while the
-//! change counters it was loaded under are current ([`crate::counters`]); and the counters'
-//! upkeep: bumping them with each write, publishing them after its commit, noticing the
-//! writes of other processes.
+//! `keys.verifyKey`'s check, answered from a cache of key snapshots, each used only while
+//! the change counters it was loaded under are current ([`crate::counters`], kept by
+//! [`super::changes`]): the key found by its secret's hash, within the caller's scope,
+//! enabled, not expired, holding what the permission query asks. What a valid key then
+//! spends (rate limits, credits) is `keygate-usage`'s, which keeps what it works out per
+//! key in the entry's attachment ([`Checked::attached`]).
 
-use super::usage::{KeyLimits, validate_usage};
 use super::*;
-use crate::Usage;
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::any::Any;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bound on the cached keys' snapshots, in bytes (approximate: strings and their headers):
 /// about a million keys of a few permissions each. Keys that exist only: their number is
@@ -18,26 +20,35 @@ pub const MAX_CACHED_KEY_BYTES: u64 = 256 << 20;
 /// read until key creation in its shard ends it.
 pub const MAX_CACHED_UNKNOWN_KEYS: u64 = 100_000;
 
+/// What a capability attaches to a key's entry (see [`VerifyEntry::weight`]), per rate
+/// limit of the key or its identity: the limit's applied form.
+const ATTACHED_PER_LIMIT: usize = 96;
+
 /// A cached answer: the key (or none) and the counters it was loaded under.
-#[derive(Debug)]
 pub(crate) struct VerifyEntry {
     tag: Tag,
     /// What a verification needs of a key: its effective permissions and roles, its
     /// identity and the rate limits of both.
     snapshot: Option<KeySummary>,
-    /// The snapshot's limits, worked out once.
-    limits: Option<KeyLimits>,
+    /// What the spending capability works out once per snapshot ([`Checked::attached`]).
+    attached: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
-impl VerifyEntry {
-    fn new(tag: Tag, snapshot: Option<KeySummary>) -> Self {
-        let limits = snapshot.as_ref().map(KeyLimits::of);
-        Self { tag, snapshot, limits }
+impl std::fmt::Debug for VerifyEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyEntry").field("tag", &self.tag).field("snapshot", &self.snapshot).finish()
     }
 }
 
 impl VerifyEntry {
-    /// Roughly the bytes it holds, for the cache's bound.
+    fn new(tag: Tag, snapshot: Option<KeySummary>) -> Self {
+        Self { tag, snapshot, attached: OnceLock::new() }
+    }
+}
+
+impl VerifyEntry {
+    /// Roughly the bytes it holds, for the cache's bound (with what is attached to it,
+    /// counted per rate limit before it is).
     fn weight(&self) -> u32 {
         let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
         let size = 128
@@ -54,9 +65,8 @@ impl VerifyEntry {
                     + s.ratelimits
                         .iter()
                         .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
-                        .map(|l| 64 + l.id.len() + l.name.len())
+                        .map(|l| 64 + ATTACHED_PER_LIMIT + 3 * l.id.len() + 2 * l.name.len())
                         .sum::<usize>()
-                    + self.limits.as_ref().map_or(0, KeyLimits::bytes)
                     + s.identity.as_ref().map_or(0, |i| {
                         64 + i.identity.external_id.len() + i.identity.meta.as_ref().map_or(0, String::len)
                     })
@@ -82,28 +92,11 @@ pub(crate) struct VerifyCache {
     enabled: bool,
     found: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
     unknown: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
-    /// Local counters: the last database sequence number applied (-1: not read yet).
-    polled_seq: AtomicI64,
-    /// Shared counters: whether the shared store holds every change the database does, as
-    /// far as this instance knows. False from start until a reconciliation succeeds, and
-    /// again after any call to the shared store failed; meanwhile the database's counters
-    /// are read.
-    shared_current: AtomicBool,
-    /// Store and shared counters: the root keys' counters as the last poll found them
-    /// (`None`: not polled yet).
-    root_keys_seen: parking_lot::Mutex<Option<HashMap<String, u64>>>,
     /// Verifications that read the store (a miss, a stale entry, or the cache off).
-    loads: std::sync::atomic::AtomicU64,
+    loads: AtomicU64,
     /// Verifications answered from the cache.
-    hits: std::sync::atomic::AtomicU64,
-    /// Shared counters: the time (ms) the last successful reconciliation started; the next
-    /// one publishes what changed since then (less [`RECONCILE_MARGIN_MS`]).
-    reconciled_at: AtomicI64,
+    hits: AtomicU64,
 }
-
-/// How far before the last successful reconciliation the next one reaches back: covers
-/// clock differences between instances and transactions that committed late.
-pub const RECONCILE_MARGIN_MS: i64 = 10_000;
 
 impl std::fmt::Debug for VerifyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,12 +113,8 @@ impl VerifyCache {
                 .weigher(|_, entry: &Arc<VerifyEntry>| entry.weight())
                 .build(),
             unknown: moka::sync::Cache::new(MAX_CACHED_UNKNOWN_KEYS),
-            polled_seq: AtomicI64::new(-1),
-            shared_current: AtomicBool::new(false),
             loads: Default::default(),
             hits: Default::default(),
-            root_keys_seen: parking_lot::Mutex::new(None),
-            reconciled_at: AtomicI64::new(-1),
         }
     }
 
@@ -147,112 +136,57 @@ impl VerifyCache {
     }
 }
 
-/// The counters one write bumps: collected while it runs, bumped in its transaction as its
-/// last step, published after its commit ([`RbacService::write`]).
-#[derive(Debug, Default)]
-pub(super) struct Changes {
-    names: Vec<String>,
-    values: Vec<u64>,
+/// A verification's check, before anything is spent: the answer so far (every code but
+/// the spending ones) and, for a key found in scope, its cached snapshot, which the
+/// spending capability reads.
+#[derive(Debug)]
+pub struct Checked {
+    /// The answer so far: `Valid` means the key may pass, before it spends anything.
+    pub verification: Verification,
+    /// The key found (none when not found or out of scope).
+    pub snapshot: Option<Snapshot>,
 }
 
-impl Changes {
-    pub(super) fn touch(&mut self, scope: Scope<'_>) {
-        let name = scope.name();
-        if !self.names.contains(&name) {
-            self.names.push(name);
-        }
+/// A key's cached snapshot, as a check found it.
+#[derive(Debug, Clone)]
+pub struct Snapshot(Arc<VerifyEntry>);
+
+impl Snapshot {
+    /// What a verification needs of the key: its effective permissions and roles, its
+    /// identity and the rate limits of both.
+    pub fn summary(&self) -> &KeySummary {
+        self.0.snapshot.as_ref().expect("a Snapshot is made of a found key's entry")
+    }
+
+    /// The change counters the snapshot was loaded under: something kept of the key
+    /// elsewhere is current while it was read under the same tag.
+    pub fn tag(&self) -> Tag {
+        self.0.tag
+    }
+
+    /// What the spending capability keeps of this snapshot, worked out by `init` on first
+    /// use and kept with the cache entry (dropped with it when the key changes). One type
+    /// per entry: `None` when another type was attached first.
+    pub fn attached<T: Any + Send + Sync>(&self, init: impl FnOnce(&KeySummary) -> T) -> Option<&T> {
+        self.0.attached.get_or_init(|| Box::new(init(self.summary()))).downcast_ref()
     }
 }
 
 impl<S: RbacStore> RbacService<S> {
-    /// Runs a write transaction; the counters it touched are bumped inside it and published
-    /// after its commit, before the caller answers.
-    pub(super) fn write<T>(
-        &self,
-        f: impl FnOnce(&mut dyn RbacTx, &mut Changes) -> Result<T, RbacError>,
-    ) -> Result<T, RbacError> {
-        let mut changes = Changes::default();
-        let out = self.store.transaction(|tx| {
-            let out = f(tx, &mut changes)?;
-            if !changes.names.is_empty() {
-                changes.values = tx.bump_counters(&changes.names, self.now())?;
-            }
-            Ok(out)
-        })?;
-        self.publish(&changes);
-        Ok(out)
-    }
-
-    /// After a commit: the counters' new values to where verifications read them.
-    fn publish(&self, changes: &Changes) {
-        if changes.names.is_empty() {
-            return;
-        }
-        match &self.counters {
-            CounterSource::Local(local) => local.bump_names(changes.names.iter().map(String::as_str)),
-            CounterSource::Store => {}
-            CounterSource::Shared(shared) => {
-                let pairs: Vec<(String, u64)> =
-                    changes.names.iter().cloned().zip(changes.values.iter().copied()).collect();
-                // The database holds them; reconcile_shared_counters brings them over later,
-                // and until then this instance reads the database's counters.
-                if let Err(e) = shared.publish(&pairs) {
-                    self.verify_cache.shared_current.store(false, Ordering::Release);
-                    log::warn!("change counters not published to the shared store (reconciled later): {e}");
-                }
-            }
-        }
-    }
-
-    /// The current values of `scopes` (at most two), from the configured source.
-    pub(super) fn read_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
-        match &self.counters {
-            CounterSource::Local(local) => Ok(local.read(scopes)),
-            CounterSource::Store => self.store_counters(scopes),
-            CounterSource::Shared(_) if !self.verify_cache.shared_current.load(Ordering::Acquire) => {
-                self.store_counters(scopes)
-            }
-            CounterSource::Shared(shared) => {
-                let names: Vec<String> = scopes.iter().map(Scope::name).collect();
-                match shared.read(&names) {
-                    Ok((epoch, values)) => Ok(Tag { source: epoch, values: first_two(&values) }),
-                    Err(e) => {
-                        self.verify_cache.shared_current.store(false, Ordering::Release);
-                        log::warn!(
-                            "change counters: the shared store did not answer, reading the database's: {e}"
-                        );
-                        self.store_counters(scopes)
-                    }
-                }
-            }
-        }
-    }
-
-    fn store_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
-        let names: Vec<String> = scopes.iter().map(Scope::name).collect();
-        let values = self.store.read(|tx| Ok(tx.counters(&names)?))?;
-        Ok(Tag { source: SOURCE_STORE, values: first_two(&values) })
-    }
-
-    /// [`Self::verify`] answered from the cache alone, when that needs no I/O (local
-    /// counters, a current entry, an in-process limiter; a credit spend is only queued):
-    /// `None` means ask [`Self::verify`] off the request path.
-    pub fn verify_cached(
+    /// [`Self::check`] answered from the cache alone, when that needs no I/O (local
+    /// counters and a current entry), then `then` (what the verification spends), which
+    /// also answers `None` when it would need I/O. `None`: ask again where the caller may
+    /// block. A hit is counted only when `then` answers.
+    pub fn check_cached<R>(
         &self,
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-        usage: &Usage,
-    ) -> Option<Result<Pending, RbacError>>
-    where
-        S: 'static,
-    {
+        then: impl FnOnce(Checked) -> Option<R>,
+    ) -> Option<R> {
         let CounterSource::Local(local) = &self.counters else { return None };
         if !self.verify_cache.enabled || secret.is_empty() {
             return None;
-        }
-        if let Err(e) = validate_usage(usage) {
-            return Some(Err(e.into()));
         }
         if self.probe.as_ref().is_some_and(|p| !p.current()) {
             return None;
@@ -263,49 +197,39 @@ impl<S: RbacStore> RbacService<S> {
         if local.read(&scopes[..n]) != entry.tag {
             return None;
         }
-        let out = self.answer(&entry, scope, query, usage, false)?;
+        let out = then(self.answer(entry, scope, query))?;
         self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
         Some(out)
     }
 
-    /// `keys.verifyKey` with the default usage (cost 1, the auto-applied limits), waiting
-    /// for its spend to commit: [`Self::verify`], then [`Pending::wait`].
-    pub fn verify_key(
+    /// [`Self::check`]'s answer alone: a verification that spends nothing.
+    pub fn check_key(
         &self,
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-    ) -> Result<Verification, RbacError>
-    where
-        S: 'static,
-    {
-        self.verify(secret, scope, query, &Usage::default())?.wait()
+    ) -> Result<Verification, RbacError> {
+        Ok(self.check(secret, scope, query)?.verification)
     }
 
-    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
-    /// `query` is given, holds the permissions it asks for (directly or through its roles);
-    /// then, for such a key, what `usage` spends: its rate limits and its credits
-    /// (API-v2.md §13; RATE_LIMITED or USAGE_EXCEEDED when they do not suffice, nothing
-    /// spent). Needs no root key: the secret is the credential. A cached answer is used
+    /// `keys.verifyKey`'s check: whether `secret` is a key that is enabled, not expired
+    /// and, when `query` is given, holds the permissions it asks for (directly or through
+    /// its roles). Needs no root key: the secret is the credential. A cached answer is used
     /// only while the change counters it was loaded under are current, so a change
-    /// (setPermissions, deleteKey, ...) applies to the next verification.
+    /// (setPermissions, deleteKey, ...) applies to the next verification. What a valid key
+    /// then spends is the caller's to take (`keygate-usage`).
     ///
     /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
     /// exactly as a key that does not exist (a gateway of one tenant never sees another
     /// tenant's keys as valid).
-    pub fn verify(
+    pub fn check(
         &self,
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-        usage: &Usage,
-    ) -> Result<Pending, RbacError>
-    where
-        S: 'static,
-    {
-        validate_usage(usage)?;
+    ) -> Result<Checked, RbacError> {
         if secret.is_empty() {
-            return Ok(Pending::done(not_found()));
+            return Ok(Checked { verification: not_found(), snapshot: None });
         }
         if let (Some(probe), CounterSource::Local(_)) = (&self.probe, &self.counters) {
             probe.catch_up(|| self.poll_changes().map(drop))?;
@@ -332,24 +256,18 @@ impl<S: RbacStore> RbacService<S> {
                 None => self.load_verify_entry(&digest)?,
             }
         };
-        self.answer(&entry, scope, query, usage, true).expect("may wait: always answers")
+        Ok(self.answer(entry, scope, query))
     }
 
-    /// The verification of a snapshot at `now`, within `scope`, against `query`, then what
-    /// it spends (`may_wait`: whether that may do I/O; `None` when it would have to).
+    /// The check of a snapshot at `now`, within `scope`, against `query`.
     fn answer(
         &self,
-        entry: &VerifyEntry,
+        entry: Arc<VerifyEntry>,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-        usage: &Usage,
-        may_wait: bool,
-    ) -> Option<Result<Pending, RbacError>>
-    where
-        S: 'static,
-    {
+    ) -> Checked {
         let Some(s) = entry.snapshot.as_ref().filter(|s| scope.admits(&s.key)) else {
-            return Some(Ok(Pending::done(not_found())));
+            return Checked { verification: not_found(), snapshot: None };
         };
         let holds = |p: &str| s.permissions.binary_search_by(|held| held.as_str().cmp(p)).is_ok();
         let code = if !s.key.enabled {
@@ -370,8 +288,7 @@ impl<S: RbacStore> RbacService<S> {
             credits: None,
             ratelimits: Vec::new(),
         };
-        let limits = entry.limits.as_ref()?;
-        self.spend(v, s, limits, entry.tag, usage, may_wait)
+        Checked { verification: v, snapshot: Some(Snapshot(entry)) }
     }
 
     /// Loads a key's snapshot into the cache, tagged with counters read before the load.
@@ -419,88 +336,6 @@ impl<S: RbacStore> RbacService<S> {
             ("verifications", verified, self.verify_loads()),
         ]
     }
-
-    /// Notices the writes of other processes: with local counters, every counter bumped
-    /// since the last call (the admin CLI writing the same SQLite file); with any source, the
-    /// root keys revoked (or created) elsewhere, whose cached authentications it drops. The
-    /// server calls it once before it serves (which only notes where the database stands)
-    /// and then every 50 ms. Returns how many counters changed.
-    pub fn poll_changes(&self) -> Result<usize, RbacError> {
-        let changed = match &self.counters {
-            CounterSource::Local(local) => {
-                let since = self.verify_cache.polled_seq.load(Ordering::Acquire);
-                if since < 0 {
-                    let seq = self.store.read(|tx| Ok(tx.counters_seq()?))?;
-                    self.verify_cache.polled_seq.store(seq, Ordering::Release);
-                    return Ok(0);
-                }
-                let (changed, last) = self.store.read(|tx| Ok(tx.counters_since(since)?))?;
-                local.bump_names(changed.iter().map(|(name, _)| name.as_str()));
-                self.verify_cache.polled_seq.store(last, Ordering::Release);
-                changed
-            }
-            CounterSource::Store | CounterSource::Shared(_) => {
-                let now: HashMap<String, u64> =
-                    self.store.read(|tx| Ok(tx.root_key_counters()?))?.into_iter().collect();
-                let mut seen = self.verify_cache.root_keys_seen.lock();
-                let changed = match seen.as_ref() {
-                    None => Vec::new(),
-                    Some(before) => now
-                        .iter()
-                        .filter(|(n, v)| before.get(*n) != Some(v))
-                        .map(|(n, v)| (n.clone(), *v))
-                        .collect(),
-                };
-                *seen = Some(now);
-                changed
-            }
-        };
-        for (name, _) in &changed {
-            if let Some(id) = name.strip_prefix("rk:") {
-                self.auth.evict_root_key(id);
-            } else if name == "rk-created" {
-                self.auth.evict_where(Option::is_none);
-            }
-        }
-        Ok(changed.len())
-    }
-
-    /// Shared counters: publishes again the counters the database changed since the last
-    /// successful run (less [`RECONCILE_MARGIN_MS`]; the first run reaches back that
-    /// margin), so that a writer that committed but could not publish (it died, or the
-    /// shared store was unreachable) leaves other instances stale only until this runs.
-    /// After it succeeds this instance trusts the shared store again; after it fails, the
-    /// database's counters are read.
-    pub fn reconcile_shared_counters(&self) -> Result<usize, RbacError> {
-        let CounterSource::Shared(shared) = &self.counters else { return Ok(0) };
-        let started = self.now();
-        let last = self.verify_cache.reconciled_at.load(Ordering::Acquire);
-        let since = if last < 0 { started } else { last }.saturating_sub(RECONCILE_MARGIN_MS);
-        let published = self
-            .store
-            .read(|tx| Ok(tx.counters_changed_since(since)?))
-            .and_then(|changed| match changed.is_empty() {
-                true => Ok(0),
-                false => shared.publish(&changed).map(|()| changed.len()).map_err(RbacError::Storage),
-            })
-            // Reachable at all (the epoch is read, and set when Redis lost its data)?
-            .and_then(|n| shared.read(&[]).map(|_| n).map_err(RbacError::Storage));
-        match published {
-            Ok(n) => {
-                self.verify_cache.reconciled_at.store(started, Ordering::Release);
-                self.verify_cache.shared_current.store(true, Ordering::Release);
-                Ok(n)
-            }
-            Err(e) => {
-                self.verify_cache.shared_current.store(false, Ordering::Release);
-                Err(e)
-            }
-        }
-    }
-}
-
-fn first_two(values: &[u64]) -> [u64; 2] {
-    [values.first().copied().unwrap_or(0), values.get(1).copied().unwrap_or(0)]
 }
 
 fn not_found() -> Verification {

@@ -1,6 +1,6 @@
-//! Credit counters in Redis (`keygate_rbac::SharedCredits`, API-v2.md §13.5 scale-out):
+//! Credit counters in Redis (`keygate_usage::SharedCredits`, API-v2.md §13.5 scale-out):
 //! each key's live counter, spent by one script call, written behind to the key's row by
-//! the service (`keygate_rbac`'s `credits::shared` says how the pieces fit together).
+//! the service (`keygate_usage::ledger::shared` says how the pieces fit together).
 //!
 //! Keys, in [`SHARDS`] shards (a key id's CRC16, as Redis Cluster hashes, modulo
 //! [`SHARDS`]); the shard is the hash tag, so a counter, its lock and its shard's set of
@@ -19,8 +19,8 @@
 //! hold them exactly, and they are written back as integers (`%.0f`).
 
 use super::RedisStore;
-use keygate_rbac::store::{LiveCredits, WrittenBehind};
-use keygate_rbac::{Installed, SharedCredits, SharedSpend, SharedSpendAsk, StorageError};
+use keygate_rbac::StorageError;
+use keygate_usage::{Installed, LiveCredits, SharedCredits, SharedSpend, SharedSpendAsk, WrittenBehind};
 use std::time::Duration;
 
 /// How many shards the counters are split in.

@@ -2,7 +2,7 @@
 //! by range, rolled up into coarser buckets and pruned.
 
 use super::*;
-use keygate_rbac::store::{AnalyticsTx, VerificationCount, VerificationFilter};
+use keygate_analytics::store::{VerificationCount, VerificationCountTx, VerificationFilter};
 
 type CountRow = (String, i64, i64, String, String, String, String, String, i64);
 
@@ -237,7 +237,7 @@ impl DieselTx<'_> {
     }
 }
 
-impl AnalyticsTx for DieselTx<'_> {
+impl VerificationCountTx for DieselTx<'_> {
     fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()> {
         self.upsert_series(counts)?;
         let mut totals: HashMap<ApiBucket, i64> = HashMap::new();

@@ -1,7 +1,7 @@
 //! A key's credits (the credit columns of `keys`).
 
 use super::*;
-use keygate_rbac::store::{CreditRow, LiveCredits, WrittenBehind};
+use keygate_usage::{CreditRow, CreditTx, LiveCredits, WrittenBehind};
 
 /// remaining, refill interval, amount, day, last refill: the credit columns' values.
 type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
@@ -66,8 +66,10 @@ impl DieselTx<'_> {
     }
 }
 
-impl CreditTx for DieselTx<'_> {
-    fn set_key_credits(&mut self, key_id: &str, credits: Option<&Credits>) -> R<()> {
+impl DieselTx<'_> {
+    /// A key's credit setting written whole (`KeyTx::set_key_credits`): a new credit
+    /// version, which live counters loaded before it cannot be written behind over.
+    pub(super) fn write_credit_setting(&mut self, key_id: &str, credits: Option<&Credits>) -> R<()> {
         let (remaining, interval, amount, day, last) = credit_values(credits);
         diesel::update(keys::table.filter(keys::id.eq(key_id)))
             .set((
@@ -83,7 +85,9 @@ impl CreditTx for DieselTx<'_> {
             .map(drop)
             .map_err(db_err)
     }
+}
 
+impl CreditTx for DieselTx<'_> {
     fn add_key_credits(&mut self, key_id: &str, delta: i64) -> R<Option<u64>> {
         // One statement: concurrent changes add up, none is lost; never below 0, never
         // above 2^53 - 1 (so that repeated increments neither leave the JSON-safe range

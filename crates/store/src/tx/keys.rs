@@ -3,6 +3,10 @@
 use super::*;
 
 impl KeyTx for DieselTx<'_> {
+    fn set_key_credits(&mut self, key_id: &str, credits: Option<&Credits>) -> R<()> {
+        self.write_credit_setting(key_id, credits)
+    }
+
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()> {
         diesel::insert_into(keys::table)
             .values((

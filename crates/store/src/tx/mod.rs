@@ -1,5 +1,6 @@
-//! The diesel implementation of the RBAC store's transaction traits, one file per
-//! resource (the traits of `keygate_rbac::store`): what they share is here.
+//! The diesel implementation of the capabilities' transaction traits (`keygate_rbac::store`,
+//! `keygate_usage::store`, `keygate_analytics::store`), one file per resource: what they
+//! share is here.
 
 use crate::conn::DbConn;
 use crate::schema::*;
@@ -7,7 +8,7 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
 use keygate_rbac::store::{
-    ApiTx, AuditTx, CounterTx, CreditTx, EntityTx, IdentityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
+    ApiTx, AuditTx, CounterTx, EntityTx, IdentityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
 };
 use keygate_rbac::{
     Api, AuditEvent, AuditFilter, AuditRecord, Credits, Entity, EntityKind, Identity, Key, LimitOwner,

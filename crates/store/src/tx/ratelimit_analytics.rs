@@ -3,7 +3,7 @@
 //! (identifiers), and pruned.
 
 use super::*;
-use keygate_rbac::store::{IdentifierCount, RatelimitAnalyticsTx, RatelimitCount};
+use keygate_analytics::store::{IdentifierCount, RatelimitCount, RatelimitCountTx};
 
 /// Rows of one statement.
 #[cfg(feature = "postgres")]
@@ -41,7 +41,7 @@ fn serialize(conn: &mut DbConn) -> R<()> {
     Ok(())
 }
 
-impl RatelimitAnalyticsTx for DieselTx<'_> {
+impl RatelimitCountTx for DieselTx<'_> {
     fn add_ratelimit_counts(&mut self, counts: &[RatelimitCount]) -> R<()> {
         use ratelimit_counts::dsl as r;
         #[cfg(feature = "postgres")]

@@ -86,7 +86,8 @@ pub async fn get_verifications(call: Authed<Json<GetVerificationsBody>>) -> Resu
         order: b.order,
     };
     let q = fields.into_query()?;
-    let rows = Authed { principal, input: q, state }.run(|rbac, p, q| rbac.get_verifications(p, &q)).await?;
+    let rows =
+        Authed { principal, input: q, state }.run(|kg, p, q| kg.analytics.get_verifications(p, &q)).await?;
     Ok(ok(rows.into_iter().map(RowObject::from).collect::<Vec<_>>()))
 }
 

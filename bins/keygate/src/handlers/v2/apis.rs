@@ -64,7 +64,7 @@ impl CreatedApi {
     request_body = CreateApiBody,
     responses((status = 200, description = "OK", body = Envelope<CreatedApi>), V2Errors))]
 pub async fn create_api(call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|rbac, p, Json(b)| rbac.create_api(p, b.name())).await?;
+    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api(p, b.name())).await?;
     Ok(ok(CreatedApi::new(api.id)))
 }
 
@@ -80,7 +80,7 @@ pub(crate) struct ApiRefBody {
     request_body = ApiRefBody,
     responses((status = 200, description = "OK", body = Envelope<ApiObject>), V2Errors))]
 pub async fn get_api(call: Authed<Json<ApiRefBody>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|rbac, p, Json(b)| rbac.get_api(p, &b.api_id)).await?;
+    let api = call.run(|kg, p, Json(b)| kg.rbac.get_api(p, &b.api_id)).await?;
     Ok(ok(ApiObject::from(api)))
 }
 
@@ -91,7 +91,7 @@ pub async fn get_api(call: Authed<Json<ApiRefBody>>) -> Result<HttpResponse, Api
     request_body = ApiRefBody,
     responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_api(call: Authed<Json<ApiRefBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, p, Json(b)| rbac.delete_api(p, &b.api_id)).await?;
+    call.run(|kg, p, Json(b)| kg.rbac.delete_api(p, &b.api_id)).await?;
     Ok(ok_empty())
 }
 
@@ -132,8 +132,8 @@ pub async fn list_keys(call: Authed<Json<ListKeysBody>>) -> Result<HttpResponse,
         return Err(precondition("decrypt", "keys are stored hashed: keygate cannot decrypt them"));
     }
     let (page, _) = call
-        .run(move |rbac, p, Json(b)| {
-            let (mut page, total) = rbac.list_api_keys(
+        .run(move |kg, p, Json(b)| {
+            let (mut page, total) = kg.rbac.list_api_keys(
                 p,
                 &b.api_id,
                 b.external_id.as_deref(),
@@ -141,7 +141,7 @@ pub async fn list_keys(call: Authed<Json<ListKeysBody>>) -> Result<HttpResponse,
                 limit,
                 key_summary,
             )?;
-            rbac.fill_last_used(&mut page.items)?;
+            kg.analytics.fill_last_used(&mut page.items)?;
             Ok::<_, keygate_rbac::RbacError>((page, total))
         })
         .await?;

@@ -7,7 +7,8 @@ use crate::http::{Authed, Json, Obj, integer};
 use crate::openapi::V2Errors;
 use actix_web::HttpResponse;
 use keygate_domain::{MAX_SAFE_INTEGER, Patch, ValidationError};
-use keygate_rbac::{CreditOp, Credits, Refill, RefillInterval, RefillSpec, credit_setting};
+use keygate_rbac::{Credits, Refill, RefillInterval, RefillSpec, credit_setting};
+use keygate_usage::CreditOp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
 use utoipa::ToSchema;
@@ -158,7 +159,7 @@ pub async fn update_credits(call: Authed<Json<UpdateCreditsBody>>) -> Result<Htt
     if op == CreditOp::Set && !b.value.is_given() {
         return Err(ValidationError::new("value", "is required (null: unlimited)").into());
     }
-    let after = call.run(move |rbac, p, Json(b)| rbac.update_credits(p, &b.key_id, op, value)).await?;
+    let after = call.run(move |kg, p, Json(b)| kg.usage.update_credits(p, &b.key_id, op, value)).await?;
     Ok(ok(CreditsObject::of(after)))
 }
 

@@ -132,7 +132,7 @@ pub async fn create_identity(mut call: Authed<Json<CreateIdentityBody>>) -> Resu
     let meta = b.meta.take().map(meta_text).transpose()?;
     let limits = new_ratelimits("ratelimits", b.ratelimits.take().unwrap_or_default())?;
     let created =
-        call.run(move |rbac, p, Json(b)| rbac.create_identity(p, &b.external_id, meta, &limits)).await?;
+        call.run(move |kg, p, Json(b)| kg.rbac.create_identity(p, &b.external_id, meta, &limits)).await?;
     Ok(ok(CreatedIdentity { identity_id: created.identity.id }))
 }
 
@@ -148,7 +148,7 @@ pub(crate) struct IdentityRefBody {
     tag = "identities", request_body = IdentityRefBody,
     responses((status = 200, description = "OK", body = Envelope<IdentityObject>), V2Errors))]
 pub async fn get_identity(call: Authed<Json<IdentityRefBody>>) -> Result<HttpResponse, ApiError> {
-    let found = call.run(|rbac, p, Json(b)| rbac.get_identity(p, &b.identity)).await?;
+    let found = call.run(|kg, p, Json(b)| kg.rbac.get_identity(p, &b.identity)).await?;
     Ok(ok(IdentityObject::from(found)))
 }
 
@@ -179,7 +179,7 @@ pub async fn list_identities(call: Authed<Json<ListIdentitiesBody>>) -> Result<H
         return Err(ValidationError::new("search", "must be at most 256 characters").into());
     }
     let page = call
-        .run(move |rbac, p, Json(b)| rbac.list_identities(p, b.search.as_deref(), after.as_deref(), limit))
+        .run(move |kg, p, Json(b)| kg.rbac.list_identities(p, b.search.as_deref(), after.as_deref(), limit))
         .await?;
     Ok(ok_page(page, IdentityObject::from))
 }
@@ -213,7 +213,7 @@ pub async fn update_identity(mut call: Authed<Json<UpdateIdentityBody>>) -> Resu
     let meta = std::mem::take(&mut b.meta).try_map(meta_text)?;
     let limits = std::mem::take(&mut b.ratelimits).try_map(|l| new_ratelimits("ratelimits", l))?;
     let updated =
-        call.run(move |rbac, p, Json(b)| rbac.update_identity(p, &b.identity, meta, limits)).await?;
+        call.run(move |kg, p, Json(b)| kg.rbac.update_identity(p, &b.identity, meta, limits)).await?;
     Ok(ok(IdentityObject::from(updated)))
 }
 
@@ -225,7 +225,7 @@ pub async fn update_identity(mut call: Authed<Json<UpdateIdentityBody>>) -> Resu
     tag = "identities", request_body = IdentityRefBody,
     responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_identity(call: Authed<Json<IdentityRefBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, p, Json(b)| rbac.delete_identity(p, &b.identity)).await?;
+    call.run(|kg, p, Json(b)| kg.rbac.delete_identity(p, &b.identity)).await?;
     Ok(ok_empty())
 }
 

@@ -16,9 +16,12 @@ use actix_web::HttpResponse;
 use keygate_domain::{ErrorCode, MAX_NAME_CHARS, Patch, ValidationError, check_len};
 use keygate_rbac::{
     ApiAccess, EntityKind, KeyLookup, KeySummary, LimitOutcome, LinkMode, MAX_KEY_META_BYTES,
-    MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, NewKey, PermissionQuery, RoleView, Usage, Verification,
+    MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, NewKey, PermissionQuery, RoleView, Verification,
     VerifyCode, parse_permission_query,
 };
+use keygate_rbac::{Principal, RbacError};
+use keygate_runtime::Runtime;
+use keygate_usage::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 use utoipa::ToSchema;
@@ -209,7 +212,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         let msg = format!("must be at most {MAX_KEY_META_BYTES} bytes when serialized");
         return Err(ValidationError::new("meta", msg).into());
     }
-    let (key, secret) = call.run(|rbac, p, _| rbac.create_key_as(p, new)).await?;
+    let (key, secret) = call.run(|kg, p, _| kg.rbac.create_key_as(p, new)).await?;
     Ok(ok(CreatedKey::new(key.id, secret.expose().to_string())))
 }
 
@@ -238,8 +241,15 @@ pub async fn get_key(call: Authed<Json<GetKeyBody>>) -> Result<HttpResponse, Api
     if body.decrypt == Some(true) {
         return Err(precondition("decrypt", "keys are stored hashed: keygate cannot decrypt them"));
     }
-    let found = call.run(|rbac, p, Json(b)| rbac.key_summary(p, KeyLookup::Id(&b.key_id))).await?;
+    let found = call.run(|kg, p, Json(b)| described(kg, p, KeyLookup::Id(&b.key_id))).await?;
     Ok(ok(KeyObject::from(found)))
+}
+
+/// A key as v2 describes it: rbac's summary, with when it was last used (analytics).
+fn described(kg: &Runtime, p: &Principal, lookup: KeyLookup<'_>) -> Result<KeySummary, RbacError> {
+    let mut summary = kg.rbac.key_summary(p, lookup)?;
+    kg.analytics.fill_last_used(std::slice::from_mut(&mut summary))?;
+    Ok(summary)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -255,7 +265,7 @@ pub(crate) struct WhoamiBody {
     responses((status = 200, description = "OK", body = Envelope<KeyObject>), V2Errors))]
 pub async fn whoami(call: Authed<Json<WhoamiBody>>) -> Result<HttpResponse, ApiError> {
     check_len("key", &call.input.0.key, MAX_VERIFY_KEY_CHARS)?;
-    let found = call.run(|rbac, p, Json(b)| rbac.key_summary(p, KeyLookup::Secret(&b.key))).await?;
+    let found = call.run(|kg, p, Json(b)| described(kg, p, KeyLookup::Secret(&b.key))).await?;
     Ok(ok(KeyObject::from(found)))
 }
 
@@ -267,7 +277,7 @@ pub async fn whoami(call: Authed<Json<WhoamiBody>>) -> Result<HttpResponse, ApiE
     responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_key(call: Authed<Json<DeleteKeyBody>>) -> Result<HttpResponse, ApiError> {
     check_key_id(&call.input.0.key_id)?;
-    call.run(|rbac, p, Json(b)| rbac.delete_key(p, &b.key_id)).await?;
+    call.run(|kg, p, Json(b)| kg.rbac.delete_key(p, &b.key_id)).await?;
     Ok(ok_empty())
 }
 
@@ -530,7 +540,7 @@ async fn change<B: KeyLinks>(
     check_key_id(&key_id)?;
     check_count(kind.plural(), &refs, if kind == EntityKind::Role { MAX_ROLES } else { MAX_PERMISSIONS })?;
     let call = Authed { principal, input: (key_id, refs), state };
-    call.run(move |rbac, p, (key_id, refs)| rbac.change_key_links(p, &key_id, kind, mode, &refs)).await
+    call.run(move |kg, p, (key_id, refs)| kg.rbac.change_key_links(p, &key_id, kind, mode, &refs)).await
 }
 
 fn permissions_answer(all: Vec<RoleView>) -> HttpResponse {
@@ -746,7 +756,7 @@ pub async fn update_key(mut call: Authed<Json<UpdateKeyBody>>) -> Result<HttpRes
         roles: b.roles.take(),
         permissions: b.permissions.take(),
     };
-    call.run(move |rbac, p, Json(b)| rbac.update_key(p, &b.key_id, update)).await?;
+    call.run(move |kg, p, Json(b)| kg.rbac.update_key(p, &b.key_id, update)).await?;
     Ok(ok_empty())
 }
 
@@ -775,6 +785,6 @@ pub async fn reroll_key(call: Authed<Json<RerollKeyBody>>) -> Result<HttpRespons
     if expiration.is_some_and(|e| e > MAX_EXPIRES_MS) {
         return Err(ValidationError::new("expiration", format!("must be <= {MAX_EXPIRES_MS}")).into());
     }
-    let (key, secret) = call.run(move |rbac, p, Json(b)| rbac.reroll_key(p, &b.key_id, expiration)).await?;
+    let (key, secret) = call.run(move |kg, p, Json(b)| kg.rbac.reroll_key(p, &b.key_id, expiration)).await?;
     Ok(ok(CreatedKey::new(key.id, secret.expose().to_string())))
 }

@@ -76,7 +76,7 @@ pub async fn set_override(call: Authed<Json<SetOverrideBody>>) -> Result<HttpRes
         return Err(ValidationError::new("duration", format!("must be <= {MAX_DURATION_MS}")).into());
     }
     let stored = call
-        .run(move |rbac, p, Json(b)| rbac.set_override(p, &ns, &b.identifier, limit, duration, false))
+        .run(move |kg, p, Json(b)| kg.rbac.set_override(p, &ns, &b.identifier, limit, duration, false))
         .await?;
     Ok(ok(OverrideSet { override_id: stored.id }))
 }
@@ -95,7 +95,7 @@ pub(crate) struct OverrideRefBody {
     request_body = OverrideRefBody, responses((status = 200, description = "OK", body = Envelope<OverrideObject>), V2Errors))]
 pub async fn get_override(call: Authed<Json<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let ns = namespace(&call.input.0.namespace)?;
-    let found = call.run(move |rbac, p, Json(b)| rbac.get_override(p, &ns, &b.identifier)).await?;
+    let found = call.run(move |kg, p, Json(b)| kg.rbac.get_override(p, &ns, &b.identifier)).await?;
     Ok(ok(OverrideObject::from(found)))
 }
 
@@ -106,7 +106,7 @@ pub async fn get_override(call: Authed<Json<OverrideRefBody>>) -> Result<HttpRes
     request_body = OverrideRefBody, responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_override(call: Authed<Json<OverrideRefBody>>) -> Result<HttpResponse, ApiError> {
     let ns = namespace(&call.input.0.namespace)?;
-    call.run(move |rbac, p, Json(b)| rbac.delete_override(p, &ns, &b.identifier)).await?;
+    call.run(move |kg, p, Json(b)| kg.rbac.delete_override(p, &ns, &b.identifier)).await?;
     Ok(ok_empty())
 }
 
@@ -131,7 +131,7 @@ pub async fn list_overrides(call: Authed<Json<ListOverridesBody>>) -> Result<Htt
     let ns = namespace(&b.namespace)?;
     let limit = page_limit(&b.limit, 10)?;
     let after = decode_cursor(b.cursor.as_deref())?;
-    let page = call.run(move |rbac, p, _| rbac.list_overrides_page(p, &ns, after.as_deref(), limit)).await?;
+    let page = call.run(move |kg, p, _| kg.rbac.list_overrides_page(p, &ns, after.as_deref(), limit)).await?;
     Ok(ok_page(page, OverrideObject::from))
 }
 

@@ -83,7 +83,7 @@ pub async fn create_permission(call: Authed<Json<CreatePermissionBody>>) -> Resu
     check_len("name", &body.name, MAX_TITLE_CHARS)?;
     check_opt_len_allow_empty("description", &body.description, MAX_DESCRIPTION_CHARS)?;
     let created = call
-        .run(|rbac, p, Json(body)| {
+        .run(|kg, p, Json(body)| {
             let new = NewEntity {
                 title: (body.name != body.slug).then_some(body.name),
                 name: body.slug,
@@ -91,7 +91,7 @@ pub async fn create_permission(call: Authed<Json<CreatePermissionBody>>) -> Resu
                 description: body.description,
                 permissions: Vec::new(),
             };
-            rbac.create_entity(p, EntityKind::Permission, new)
+            kg.rbac.create_entity(p, EntityKind::Permission, new)
         })
         .await?;
     Ok(ok(CreatedPermission::new(created.id)))
@@ -119,7 +119,7 @@ pub async fn create_role(call: Authed<Json<CreateRoleBody>>) -> Result<HttpRespo
     check_opt_len_allow_empty("description", &body.description, MAX_DESCRIPTION_CHARS)?;
     check_count("permissions", body.permissions.as_deref().unwrap_or_default(), MAX_PERMISSIONS)?;
     let created = call
-        .run(|rbac, p, Json(body)| {
+        .run(|kg, p, Json(body)| {
             let new = NewEntity {
                 name: body.name,
                 name_field: "name",
@@ -127,7 +127,7 @@ pub async fn create_role(call: Authed<Json<CreateRoleBody>>) -> Result<HttpRespo
                 title: None,
                 permissions: body.permissions.unwrap_or_default(),
             };
-            rbac.create_entity(p, EntityKind::Role, new)
+            kg.rbac.create_entity(p, EntityKind::Role, new)
         })
         .await?;
     Ok(ok(CreatedRole::new(created.id)))
@@ -163,7 +163,7 @@ pub(crate) struct RoleRefBody {
     responses((status = 200, description = "OK", body = Envelope<Permission>), V2Errors))]
 pub async fn get_permission(call: Authed<Json<PermissionRefBody>>) -> Result<HttpResponse, ApiError> {
     let found = call
-        .run(|rbac, p, Json(b)| rbac.find_entity(p, EntityKind::Permission, "permission", &b.permission))
+        .run(|kg, p, Json(b)| kg.rbac.find_entity(p, EntityKind::Permission, "permission", &b.permission))
         .await?;
     Ok(ok(Permission::from(found)))
 }
@@ -175,7 +175,7 @@ pub async fn get_permission(call: Authed<Json<PermissionRefBody>>) -> Result<Htt
     tag = "permissions", request_body = RoleRefBody,
     responses((status = 200, description = "OK", body = Envelope<Role>), V2Errors))]
 pub async fn get_role(call: Authed<Json<RoleRefBody>>) -> Result<HttpResponse, ApiError> {
-    let found = call.run(|rbac, p, Json(b)| rbac.find_role(p, &b.role)).await?;
+    let found = call.run(|kg, p, Json(b)| kg.rbac.find_role(p, &b.role)).await?;
     Ok(ok(Role::from(found)))
 }
 
@@ -186,8 +186,8 @@ pub async fn get_role(call: Authed<Json<RoleRefBody>>) -> Result<HttpResponse, A
     tag = "permissions", request_body = PermissionRefBody,
     responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_permission(call: Authed<Json<PermissionRefBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, p, Json(b)| {
-        rbac.delete_entity_by_ref(p, EntityKind::Permission, "permission", &b.permission)
+    call.run(|kg, p, Json(b)| {
+        kg.rbac.delete_entity_by_ref(p, EntityKind::Permission, "permission", &b.permission)
     })
     .await?;
     Ok(ok_empty())
@@ -200,7 +200,7 @@ pub async fn delete_permission(call: Authed<Json<PermissionRefBody>>) -> Result<
     tag = "permissions", request_body = RoleRefBody,
     responses((status = 200, description = "OK", body = Envelope<Empty>), V2Errors))]
 pub async fn delete_role(call: Authed<Json<RoleRefBody>>) -> Result<HttpResponse, ApiError> {
-    call.run(|rbac, p, Json(b)| rbac.delete_entity_by_ref(p, EntityKind::Role, "role", &b.role)).await?;
+    call.run(|kg, p, Json(b)| kg.rbac.delete_entity_by_ref(p, EntityKind::Role, "role", &b.role)).await?;
     Ok(ok_empty())
 }
 
@@ -225,7 +225,7 @@ async fn list(
     let limit = page_limit(&body.limit, 100)?;
     let after = decode_cursor(body.cursor.as_deref())?;
     check_opt_len_allow_empty("search", &body.search, 256)?;
-    call.run(move |rbac, p, Json(b)| rbac.list_page(p, kind, b.search.as_deref(), after.as_deref(), limit))
+    call.run(move |kg, p, Json(b)| kg.rbac.list_page(p, kind, b.search.as_deref(), after.as_deref(), limit))
         .await
 }
 
@@ -279,14 +279,14 @@ pub async fn set_role_permissions(
         check_len("roleId", other, MAX_NAME_CHARS)?;
     }
     let all = call
-        .run(move |rbac, p, Json(b)| {
+        .run(move |kg, p, Json(b)| {
             // `role` and `roleId` may name one role by its name and its id.
             if let Some(other) = other
-                && !rbac.same_role(p, &role, &other)?
+                && !kg.rbac.same_role(p, &role, &other)?
             {
                 return Err(ValidationError::new("roleId", "names another role than role").into());
             }
-            rbac.set_role_permissions_by_ref(p, &role, &b.permissions)
+            kg.rbac.set_role_permissions_by_ref(p, &role, &b.permissions)
         })
         .await?;
     Ok(ok(all.into_iter().map(Permission::from).collect::<Vec<_>>()))

@@ -6,8 +6,8 @@ use crate::error::ApiError;
 use crate::http::{Authed, Json};
 use crate::openapi::V2Errors;
 use actix_web::HttpResponse;
+use keygate_analytics::{LimitSlice, RatelimitsQuery, RatelimitsRow};
 use keygate_domain::ValidationError;
-use keygate_rbac::{LimitSlice, RatelimitsQuery, RatelimitsRow};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
@@ -98,7 +98,8 @@ pub async fn get_ratelimits(call: Authed<Json<GetRatelimitsBody>>) -> Result<Htt
         slice,
         identifiers: b.identifiers.unwrap_or(false),
     };
-    let rows = Authed { principal, input: q, state }.run(|rbac, p, q| rbac.get_ratelimits(p, &q)).await?;
+    let rows =
+        Authed { principal, input: q, state }.run(|kg, p, q| kg.analytics.get_ratelimits(p, &q)).await?;
     Ok(ok(rows.into_iter().map(RatelimitsRowObject::from).collect::<Vec<_>>()))
 }
 

@@ -2,10 +2,9 @@
 //! before the commit loses nothing, and a reply lost after it adds nothing twice: the
 //! next flush writes the same rows under the same id, and the id says whether they landed.
 
+use keygate_analytics::{AnalyticsService, AnalyticsStore, AnalyticsTx, LimitSlice, RatelimitsQuery};
 use keygate_domain::ManualClock;
-use keygate_rbac::analytics::Recorder;
-use keygate_rbac::ratelimit_analytics::LimitRecorder;
-use keygate_rbac::{LimitSlice, Principal, RatelimitsQuery, RbacService, RbacStore, RbacTx, StorageError};
+use keygate_rbac::{Principal, RbacError, RbacService, RbacStore, RbacTx, StorageError};
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
 use std::sync::Arc;
@@ -20,19 +19,35 @@ struct Unreliable {
     lose_next_reply: AtomicBool,
 }
 
-impl RbacStore for Unreliable {
-    fn transaction<T, F>(&self, f: F) -> Result<T, keygate_rbac::RbacError>
-    where
-        F: FnOnce(&mut dyn RbacTx) -> Result<T, keygate_rbac::RbacError>,
-    {
+impl Unreliable {
+    /// A transaction of the inner store, failed before or after as the test asks.
+    fn unreliably<T>(&self, run: impl FnOnce() -> Result<T, RbacError>) -> Result<T, RbacError> {
         if self.fail_next.swap(false, Ordering::SeqCst) {
             return Err(StorageError::Unavailable("the database is down (test)".into()).into());
         }
-        let out = self.inner.transaction(f)?;
+        let out = run()?;
         if self.lose_next_reply.swap(false, Ordering::SeqCst) {
             return Err(StorageError::Unavailable("the connection dropped after COMMIT (test)".into()).into());
         }
         Ok(out)
+    }
+}
+
+impl AnalyticsStore for Unreliable {
+    fn analytics_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
+    {
+        self.unreliably(|| self.inner.analytics_transaction(f))
+    }
+}
+
+impl RbacStore for Unreliable {
+    fn transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
+    {
+        self.unreliably(|| self.inner.transaction(f))
     }
 
     fn kind(&self) -> &'static str {
@@ -52,10 +67,9 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
     let store =
         Unreliable { inner, fail_next: AtomicBool::new(false), lose_next_reply: AtomicBool::new(false) };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let svc = RbacService::new(store, clock.clone())
-        .with_analytics(Arc::new(Recorder::new(1_000)))
-        .with_ratelimit_analytics(Arc::new(LimitRecorder::new(1_000)));
-    let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let rbac = Arc::new(RbacService::new(store, clock.clone()));
+    let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
+    let (ws, rk, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
     let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
     let q =
         RatelimitsQuery { namespace: "verify:requests".into(), slice: LimitSlice::Day, ..Default::default() };
@@ -71,7 +85,7 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
 
     decide(3, true);
     // The commit landed, its reply did not: the flush reports a failure...
-    svc.store().lose_next_reply.store(true, Ordering::SeqCst);
+    rbac.store().lose_next_reply.store(true, Ordering::SeqCst);
     assert!(svc.flush_analytics().is_err());
     assert_eq!(counted(), (3, 0), "the rows landed");
     // ...and the next flush, finding its id, adds nothing twice; it writes what is new.
@@ -81,19 +95,19 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
 
     // A failure before the commit: nothing landed, nothing is lost.
     decide(4, true);
-    svc.store().fail_next.store(true, Ordering::SeqCst);
+    rbac.store().fail_next.store(true, Ordering::SeqCst);
     assert!(svc.flush_analytics().is_err());
     assert_eq!(counted(), (3, 2));
     decide(1, false);
     // The unconfirmed flush first, then what came since.
     svc.flush_analytics().expect("flush");
     assert_eq!(counted(), (7, 3));
-    assert_eq!(svc.ratelimit_analytics().unwrap().dropped(), 0);
+    assert_eq!(svc.limit_recorder().unwrap().dropped(), 0);
 
     // The ids are forgotten after a day, by the roll-up.
     clock.advance(86_400_001);
     svc.roll_up_analytics(90).expect("roll-up");
-    let left = svc.store().inner.with_conn(|c| {
+    let left = rbac.store().inner.with_conn(|c| {
         use diesel::prelude::*;
         keygate_store::schema::analytics_flushes::table.count().get_result::<i64>(c)
     });

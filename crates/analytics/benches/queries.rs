@@ -4,13 +4,14 @@
 //! timed. Prints the rows, the size on disk and p50/p99 of the query; on SQLite and, when
 //! `KEYGATE_TEST_POSTGRES_URL` is set, on PostgreSQL.
 //!
-//! `KEYGATE_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p keygate-store --bench analytics`
+//! `KEYGATE_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p keygate-analytics --bench queries`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use diesel::RunQueryDsl;
+use keygate_analytics::store::VerificationCount;
+use keygate_analytics::{AnalyticsService, AnalyticsStore, TimeSlice, VerificationsQuery};
 use keygate_domain::ManualClock;
-use keygate_rbac::store::{RbacStore, VerificationCount};
-use keygate_rbac::{Principal, RbacService, TimeSlice, VerificationsQuery, VerifyCode};
+use keygate_rbac::{Principal, RbacService, VerifyCode};
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
 use keygate_test_support::bench::report;
@@ -36,10 +37,11 @@ fn splitmix(x: &mut u64) -> u64 {
 
 fn run(backend: &str, db: &TestDb) {
     let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open");
-    let svc = RbacService::new(store, Arc::new(ManualClock::new(NOW)));
-    let (ws, rk, _) = svc.bootstrap(None).unwrap().unwrap();
+    let rbac = Arc::new(RbacService::new(store, Arc::new(ManualClock::new(NOW))));
+    let svc = AnalyticsService::new(rbac.clone(), None);
+    let (ws, rk, _) = rbac.bootstrap(None).unwrap().unwrap();
     let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
-    let api = svc.create_api(&admin, "bench").unwrap().id;
+    let api = rbac.create_api(&admin, "bench").unwrap().id;
     // The verifications, each in the bucket the roll-ups leave it in.
     let started = Instant::now();
     let mut seed = 7;
@@ -74,11 +76,11 @@ fn run(backend: &str, db: &TestDb) {
         })
         .collect();
     for chunk in rows.chunks(50_000) {
-        svc.store().transaction(|tx| Ok(tx.add_verification_counts(chunk)?)).unwrap();
+        rbac.store().analytics_transaction(|tx| Ok(tx.add_verification_counts(chunk)?)).unwrap();
     }
     if db.is_postgres() {
         // What autovacuum does after such a load: the planner's statistics.
-        svc.store().with_conn(|c| diesel::sql_query("ANALYZE verification_counts").execute(c)).unwrap();
+        rbac.store().with_conn(|c| diesel::sql_query("ANALYZE verification_counts").execute(c)).unwrap();
         #[derive(diesel::QueryableByName)]
         struct Line {
             #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
@@ -90,7 +92,7 @@ fn run(backend: &str, db: &TestDb) {
             ws.id,
             NOW - 30 * DAY
         );
-        let plan: Vec<Line> = svc.store().with_conn(|c| diesel::sql_query(&explain).load(c)).unwrap();
+        let plan: Vec<Line> = rbac.store().with_conn(|c| diesel::sql_query(&explain).load(c)).unwrap();
         for l in plan {
             println!("  {}", l.line);
         }
@@ -100,7 +102,7 @@ fn run(backend: &str, db: &TestDb) {
         rows.len(),
         started.elapsed()
     );
-    println!("{backend}: size on disk {:.1} MiB", size(&svc, db) as f64 / (1 << 20) as f64);
+    println!("{backend}: size on disk {:.1} MiB", size(&rbac, db) as f64 / (1 << 20) as f64);
 
     let q = |key: u64| VerificationsQuery {
         api_id: api.clone(),
@@ -148,7 +150,7 @@ fn run(backend: &str, db: &TestDb) {
 }
 
 /// The database's size on disk (SQLite: the file; PostgreSQL: the table and its indexes).
-fn size(svc: &RbacService<SqlStore>, db: &TestDb) -> u64 {
+fn size(rbac: &RbacService<SqlStore>, db: &TestDb) -> u64 {
     #[derive(diesel::QueryableByName)]
     struct Size {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -156,7 +158,7 @@ fn size(svc: &RbacService<SqlStore>, db: &TestDb) -> u64 {
     }
     if db.is_postgres() {
         let sql = "SELECT pg_total_relation_size('verification_counts')::int8 AS n";
-        return svc.store().with_conn(|c| diesel::sql_query(sql).get_result::<Size>(c)).unwrap().n as u64;
+        return rbac.store().with_conn(|c| diesel::sql_query(sql).get_result::<Size>(c)).unwrap().n as u64;
     }
     let path = db.url.trim_start_matches("sqlite://");
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)

@@ -2,7 +2,7 @@
 //! key is in the store every instance reaches (Redis, `keygate-store`), spent there by one
 //! atomic step ("take `cost` if at least `cost` is left", a due refill first), so a VALID
 //! answer leaves once its spend is in the store. The database's row is brought up to date
-//! behind it ([`RbacService::write_behind_credits`], every instance, about once a second).
+//! behind it ([`crate::UsageService::write_behind_credits`], every instance, about once a second).
 //!
 //! - **Load**: a counter the store does not hold is read from the row and set there only if
 //!   it is still absent (two instances loading at once keep one).
@@ -21,8 +21,10 @@
 //!   the rows again, which lack at most the spends of the last write-behind interval per
 //!   key: those credits are granted again (the bound `docs/operations.md` states).
 
-use super::*;
-use crate::store::{LiveCredits, WrittenBehind};
+use super::{Spent, storage};
+use crate::store::{LiveCredits, UsageStore, WrittenBehind};
+use keygate_rbac::{Key, RbacError, StorageError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A spend as the shared store takes it.
@@ -136,7 +138,7 @@ impl SharedLedger {
 
     /// Spends `cost` of `key`'s credits in the store (loading the counter from the row
     /// first where the store holds none).
-    pub(super) fn spend<S: RbacStore>(
+    pub(crate) fn spend<S: UsageStore>(
         &self,
         db: &S,
         key: &Key,
@@ -173,7 +175,7 @@ impl SharedLedger {
     /// Runs `write` (an update of `key_id` that may change its credits in the database)
     /// with the key's counter locked: its live value written to the row first, the row's
     /// credits after put in the store in its place.
-    pub(super) fn hold<S: RbacStore, T>(
+    pub(crate) fn hold<S: UsageStore, T>(
         &self,
         db: &S,
         key_id: &str,
@@ -196,7 +198,7 @@ impl SharedLedger {
         let out = (|| {
             if let Some(live) = live {
                 // Whatever it says: written, or superseded (then the row is newer).
-                db.transaction(|tx| Ok(tx.write_behind_credits(&[(key_id, live)])?))?;
+                db.usage_transaction(|tx| Ok(tx.write_behind_credits(&[(key_id, live)])?))?;
             }
             write()
         })();
@@ -229,7 +231,7 @@ impl SharedLedger {
     /// The live counters of `keys`' credits, where the store holds them, in place of the
     /// rows' (which lag by at most the write-behind interval). A store out of reach leaves
     /// the rows' values.
-    pub(super) fn overlay(&self, keys: &mut [&mut Key]) {
+    pub(crate) fn overlay(&self, keys: &mut [&mut Key]) {
         let ids: Vec<&str> = keys.iter().filter(|k| k.credits.is_some()).map(|k| k.id.as_str()).collect();
         if ids.is_empty() {
             return;
@@ -255,7 +257,7 @@ impl SharedLedger {
     /// One write-behind pass over every shard with changed counters and no other
     /// instance's pass under way (a shard's lease lasts [`WRITE_BEHIND_LEASE`] after its
     /// last batch, or ends when a pass finds nothing to write): how many counters it wrote.
-    pub(super) fn write_behind<S: RbacStore>(&self, db: &S) -> Result<usize, RbacError> {
+    pub(crate) fn write_behind<S: UsageStore>(&self, db: &S) -> Result<usize, RbacError> {
         let mut written = 0;
         for shard in 0..self.store.shards() {
             loop {
@@ -264,7 +266,7 @@ impl SharedLedger {
                     break;
                 }
                 let rows: Vec<(&str, LiveCredits)> = dirty.iter().map(|(id, l)| (id.as_str(), *l)).collect();
-                let outcomes = db.transaction(|tx| Ok(tx.write_behind_credits(&rows)?))?;
+                let outcomes = db.usage_transaction(|tx| Ok(tx.write_behind_credits(&rows)?))?;
                 let settled: Vec<(String, LiveCredits, WrittenBehind)> =
                     dirty.into_iter().zip(outcomes).map(|((id, l), o)| (id, l, o)).collect();
                 self.store.settle(shard, &settled)?;
@@ -281,8 +283,8 @@ impl SharedLedger {
 }
 
 /// The key's counter as its row holds it (`None`: no such key, or no credits).
-fn row_counter<S: RbacStore>(db: &S, key_id: &str) -> Result<Option<LiveCredits>, StorageError> {
-    let row = db.read(|tx| Ok(tx.key_credit_row(key_id)?)).map_err(storage)?;
+fn row_counter<S: UsageStore>(db: &S, key_id: &str) -> Result<Option<LiveCredits>, StorageError> {
+    let row = db.usage_read(|tx| Ok(tx.key_credit_row(key_id)?)).map_err(storage)?;
     Ok(row.and_then(|r| {
         r.remaining.map(|remaining| LiveCredits {
             remaining,
@@ -295,8 +297,8 @@ fn row_counter<S: RbacStore>(db: &S, key_id: &str) -> Result<Option<LiveCredits>
 
 /// What an update leaves in the store: the row's counter, or that it has none (`None`: the
 /// key is gone; the counter stays until the write-behind drops it).
-fn row_counter_or_version<S: RbacStore>(db: &S, key_id: &str) -> Result<Option<Installed>, StorageError> {
-    let row = db.read(|tx| Ok(tx.key_credit_row(key_id)?)).map_err(storage)?;
+fn row_counter_or_version<S: UsageStore>(db: &S, key_id: &str) -> Result<Option<Installed>, StorageError> {
+    let row = db.usage_read(|tx| Ok(tx.key_credit_row(key_id)?)).map_err(storage)?;
     Ok(row.map(|r| match r.remaining {
         Some(remaining) => Installed::Credits(LiveCredits {
             remaining,

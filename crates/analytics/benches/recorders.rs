@@ -1,14 +1,14 @@
 //! What analytics cost a request (docs/performance.md, section 10): one verification
-//! counted by `analytics::Recorder`, one rate-limit decision by
-//! `ratelimit_analytics::LimitRecorder`, in their common case (the series or identifier
+//! counted by `recorder::Recorder`, one rate-limit decision by
+//! `limit_recorder::LimitRecorder`, in their common case (the series or identifier
 //! held already) and their worst (10,000 identifiers rotating through full sketches).
 //!
-//!   cargo bench -p keygate-rbac --bench recorders
+//!   cargo bench -p keygate-analytics --bench recorders
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use keygate_analytics::limit_recorder::{LimitDecision, LimitRecorder};
+use keygate_analytics::recorder::{Outcome, Recorder};
 use keygate_rbac::VerifyCode;
-use keygate_rbac::analytics::{Outcome, Recorder};
-use keygate_rbac::ratelimit_analytics::{LimitDecision, LimitRecorder};
 use std::hint::black_box;
 
 fn recorders(c: &mut Criterion) {

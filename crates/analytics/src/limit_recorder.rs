@@ -2,7 +2,7 @@
 //! adds one to its namespace's count of the minute (passed or denied), and to its
 //! identifier's count in the namespace's heavy-hitters sketch of the hour. A background
 //! task drains both to the database every few seconds ([`LimitRecorder::drain`]), as the
-//! verification recorder's counts are ([`crate::analytics`]).
+//! verification recorder's counts are ([`crate::recorder`]).
 //!
 //! Recording takes one lock: the shard of the decision's (namespace, identifier), one of a
 //! fixed number, each a pair of hash maps behind a `parking_lot` mutex; counts already held

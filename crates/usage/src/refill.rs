@@ -3,61 +3,14 @@
 //! Unix milliseconds (UTC has no daylight saving), for whichever caller applies refills
 //! with the clock it was given.
 
-use crate::{Refill, RefillInterval};
-
-const DAY_MS: i64 = 86_400_000;
-
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian; Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The civil (year, month, day) of a count of days since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    let (next_year, next_month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
-    (days_from_civil(next_year, next_month, 1) - days_from_civil(year, month, 1)) as u32
-}
-
-/// The instant (Unix ms) of the month's refill: 00:00 UTC on `day`, or on the month's
-/// last day when it is shorter.
-fn monthly_at(year: i64, month: u32, day: u8) -> i64 {
-    let d = u32::from(day.max(1)).min(days_in_month(year, month));
-    days_from_civil(year, month, d) * DAY_MS
-}
+use keygate_domain::calendar;
+use keygate_rbac::{Refill, RefillInterval};
 
 /// The latest refill instant at or before `now` (Unix ms).
 pub fn last_boundary(interval: RefillInterval, day: Option<u8>, now: i64) -> i64 {
     match interval {
-        RefillInterval::Daily => now.div_euclid(DAY_MS) * DAY_MS,
-        RefillInterval::Monthly => {
-            let day = day.unwrap_or(1);
-            let (year, month, _) = civil_from_days(now.div_euclid(DAY_MS));
-            let this_month = monthly_at(year, month, day);
-            if this_month <= now {
-                return this_month;
-            }
-            let (py, pm) = if month == 1 { (year - 1, 12) } else { (year, month - 1) };
-            monthly_at(py, pm, day)
-        }
+        RefillInterval::Daily => calendar::day_start(now),
+        RefillInterval::Monthly => calendar::last_monthly(day.unwrap_or(1), now),
     }
 }
 
@@ -81,6 +34,7 @@ pub fn refill_at(last_refill_at: Option<i64>, since: i64, amount: u64, at: i64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keygate_domain::calendar::{DAY_MS, days_from_civil};
 
     fn at(year: i64, month: u32, day: u32, hour: i64) -> i64 {
         days_from_civil(year, month, day) * DAY_MS + hour * 3_600_000
@@ -99,19 +53,6 @@ mod tests {
         assert_eq!(refill_at(None, created, 5, tomorrow), Some((5, tomorrow)));
         assert_eq!(refill_at(Some(tomorrow), created, 5, tomorrow), None, "already refilled");
         assert_eq!(refill_at(Some(today), created, 7, tomorrow), Some((7, tomorrow)));
-    }
-
-    #[test]
-    fn civil_dates_round_trip() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        for days in [-800_000, -1, 0, 1, 59, 60, 11_016, 19_000, 2_932_896] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
-        }
-        assert_eq!(days_in_month(2024, 2), 29);
-        assert_eq!(days_in_month(2100, 2), 28);
-        assert_eq!(days_in_month(2026, 11), 30);
     }
 
     #[test]

@@ -10,10 +10,13 @@
 //! patterns O(patterns × identifier); the bounds below keep that and the compiled sets
 //! small whatever a root key stores.
 //!
-//! [`MAX_OVERRIDES_PER_NAMESPACE`]: crate::MAX_OVERRIDES_PER_NAMESPACE
+//! Storing overrides, and the cache of a namespace's compiled set, are `keygate-rbac`'s.
 
 use memchr::memmem::Finder;
 use std::collections::HashMap;
+
+/// The most overrides one namespace may hold.
+pub const MAX_OVERRIDES_PER_NAMESPACE: usize = 1_000;
 
 /// The most `*` one pattern may hold.
 pub const MAX_STARS_PER_PATTERN: usize = 8;
@@ -258,7 +261,7 @@ mod tests {
     fn worst_case_patterns_cost_linear_work_and_well_under_a_millisecond() {
         // 1,000 patterns built to defeat a backtracking matcher and each other's prefilters,
         // against a 512-character identifier that almost matches every one of them.
-        let n = crate::MAX_OVERRIDES_PER_NAMESPACE;
+        let n = MAX_OVERRIDES_PER_NAMESPACE;
         let patterns: Vec<Override> = (0..n)
             .map(|i| {
                 let tail = format!("b{i:04}");

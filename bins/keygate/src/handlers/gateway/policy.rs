@@ -3,8 +3,8 @@
 //! gateway's configuration (headers on the auth subrequest, or a named policy), never by
 //! the end user. Parsing only: the server's `gateway` handler runs the checks.
 
-use crate::{PermissionQuery, parse_permission_query};
 use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, validate_namespace_name};
+use keygate_rbac::{PermissionQuery, parse_permission_query};
 use std::collections::HashMap;
 
 /// Where a gateway's rate limit takes its identifier from.

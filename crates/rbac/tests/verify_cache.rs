@@ -17,7 +17,7 @@ fn service(db: &TestDb) -> RbacService<SqlStore> {
 const ANY: VerifyScope<'static> = VerifyScope { workspace_id: None, api_id: None, access: None };
 
 fn code(rbac: &RbacService<SqlStore>, secret: &str) -> VerifyCode {
-    rbac.verify_key(secret, &ANY, None).unwrap().code
+    rbac.check_key(secret, &ANY, None).unwrap().code
 }
 
 #[test]
@@ -113,11 +113,9 @@ fn a_change_probe_sees_another_process_s_write_at_the_next_verification() {
     writer.set_permissions(&admin, &key.id, &[EntityRef::by_name("documents.read")]).unwrap();
     let query = PermissionQuery::Permission("documents.read".into());
     let scope = VerifyScope::default();
-    let verify =
-        |s: &RbacService<SqlStore>| s.verify_key(secret.expose(), &scope, Some(&query)).unwrap().code;
+    let verify = |s: &RbacService<SqlStore>| s.check_key(secret.expose(), &scope, Some(&query)).unwrap().code;
     let cached = |s: &RbacService<SqlStore>| {
-        s.verify_cached(secret.expose(), &scope, Some(&query), &Default::default())
-            .map(|p| p.unwrap().wait().unwrap().code)
+        s.check_cached(secret.expose(), &scope, Some(&query), |c| Some(c.verification.code))
     };
     for s in [&probed, &unprobed] {
         assert_eq!(verify(s), VerifyCode::Valid);

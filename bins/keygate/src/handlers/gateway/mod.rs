@@ -14,9 +14,12 @@ use actix_web::http::header::{AUTHORIZATION, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{ErrorCode, MAX_IDENTIFIER_CHARS, check_len};
 use keygate_ratelimit::{Decision, LimitRequest};
-use keygate_rbac::gateway::{GatewayPolicy, IdentifierSource, PolicySpec};
-use keygate_rbac::{ApiAccess, Usage, Verification, VerifyCode};
+use keygate_rbac::{ApiAccess, Verification, VerifyCode};
+use keygate_usage::Usage;
+use policy::{GatewayPolicy, IdentifierSource, PolicySpec};
 use std::borrow::Cow;
+
+pub mod policy;
 
 /// The gateway's own root key (the end user's key travels in `Authorization` or the key
 /// header).

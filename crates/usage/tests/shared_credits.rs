@@ -5,14 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use keygate_domain::ManualClock;
-use keygate_ratelimit::RateLimitStore;
-use keygate_rbac::store::{LiveCredits, WrittenBehind};
+use keygate_ratelimit::{MemoryStore, RateLimitStore};
 use keygate_rbac::{
-    CounterSource, CreditOp, Credits, Installed, NewKey, Principal, RbacService, RbacStore, Refill,
-    RefillInterval, SharedCredits, SharedSpend, SharedSpendAsk, VerifyCode, VerifyScope,
+    CounterSource, Credits, NewKey, Principal, RbacService, Refill, RefillInterval, VerifyCode, VerifyScope,
 };
-use keygate_store::{PoolSettings, RedisSettings, RedisStore, SqlStore, credit_shard};
+use keygate_store::{PoolSettings, RedisSettings, RedisStore, SqlStore};
 use keygate_test_support::{REDIS_ENV, TestDb, redis_test_prefix, redis_url};
+use keygate_usage::{CreditOp, CreditRow, LiveCredits, SharedCredits, UsageService, UsageStore};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -33,9 +32,15 @@ fn redis(prefix: &str) -> Arc<RedisStore> {
     Arc::new(s)
 }
 
+/// One instance: its RBAC service and usage wired onto it.
+struct Instance {
+    rbac: Arc<RbacService<SqlStore>>,
+    usage: UsageService<SqlStore>,
+}
+
 /// `n` instances on one database and one Redis (with a prefix of its own), sharing `clock`.
 struct Cluster {
-    instances: Vec<Arc<RbacService<SqlStore>>>,
+    instances: Vec<Instance>,
     redis: Arc<RedisStore>,
     prefix: String,
     admin: Principal,
@@ -46,18 +51,18 @@ fn cluster(n: usize, clock: &ManualClock) -> Cluster {
     let db = TestDb::fresh();
     let prefix = redis_test_prefix();
     let redis = redis(&prefix);
-    let instances: Vec<Arc<RbacService<SqlStore>>> = (0..n)
+    let instances: Vec<Instance> = (0..n)
         .map(|_| {
             let store =
                 SqlStore::open(&db.url, PoolSettings { max_size: 8, ..PoolSettings::default() }).unwrap();
-            Arc::new(
-                RbacService::new(store, Arc::new(clock.clone()))
-                    .with_counter_source(CounterSource::Shared(redis.clone()))
-                    .with_shared_credits(redis.clone()),
-            )
+            let rbac = RbacService::new(store, Arc::new(clock.clone()))
+                .with_counter_source(CounterSource::Shared(redis.clone()));
+            let shared: Arc<dyn SharedCredits> = redis.clone();
+            let (rbac, usage) = UsageService::wire(rbac, Arc::new(MemoryStore::new()), Some(shared));
+            Instance { rbac, usage }
         })
         .collect();
-    let (ws, rk, _) = instances[0].bootstrap(None).unwrap().unwrap();
+    let (ws, rk, _) = instances[0].rbac.bootstrap(None).unwrap().unwrap();
     let admin = Principal::new(rk.id, ws.id, ["*".to_string()]);
     Cluster { instances, redis, prefix, admin, _db: db }
 }
@@ -65,20 +70,21 @@ fn cluster(n: usize, clock: &ManualClock) -> Cluster {
 impl Cluster {
     fn key(&self, credits: Credits) -> (String, String) {
         let new = NewKey { credits: Some(credits), enabled: true, ..NewKey::default() };
-        let (key, secret) = self.instances[0].create_key_as(&self.admin, new).unwrap();
+        let (key, secret) = self.instances[0].rbac.create_key_as(&self.admin, new).unwrap();
         (key.id, secret.expose().to_string())
     }
 
     fn verify(&self, instance: usize, secret: &str) -> VerifyCode {
         self.instances[instance % self.instances.len()]
+            .usage
             .verify_key(secret, &VerifyScope::default(), None)
             .unwrap()
             .code
     }
 
     /// The key's row, as the database holds it.
-    fn row(&self, key_id: &str) -> keygate_rbac::store::CreditRow {
-        self.instances[0].store().read(|tx| Ok(tx.key_credit_row(key_id)?)).unwrap().unwrap()
+    fn row(&self, key_id: &str) -> CreditRow {
+        self.instances[0].rbac.store().usage_read(|tx| Ok(tx.key_credit_row(key_id)?)).unwrap().unwrap()
     }
 
     /// The key's counter in Redis.
@@ -89,6 +95,7 @@ impl Cluster {
     /// What `getKey` answers for the key's remaining credits.
     fn remaining(&self, key_id: &str) -> u64 {
         self.instances[1 % self.instances.len()]
+            .rbac
             .get_key(&self.admin, key_id)
             .unwrap()
             .key
@@ -147,11 +154,11 @@ fn spends_across_instances_are_exact_and_written_behind() {
     assert_eq!(c.live(&id).unwrap().remaining, 0);
     assert_eq!(c.row(&id).remaining, Some(300), "not written behind yet");
     assert_eq!(c.remaining(&id), 0, "getKey answers the live counter");
-    assert!(c.instances[2].write_behind_credits().unwrap() >= 1);
+    assert!(c.instances[2].usage.write_behind_credits().unwrap() >= 1);
     let row = c.row(&id);
     assert_eq!(row.remaining, Some(0));
     assert_eq!(row.seq, 300, "one change per paid spend");
-    assert_eq!(c.instances[0].write_behind_credits().unwrap(), 0, "nothing left to write");
+    assert_eq!(c.instances[0].usage.write_behind_credits().unwrap(), 0, "nothing left to write");
 }
 
 /// `updateCredits` on the live counter while verifications spend it, through other
@@ -174,15 +181,15 @@ fn updates_act_on_the_live_counter_and_lose_nothing() {
             let (c, id) = (&c, &id);
             s.spawn(move || {
                 let svc = &c.instances[t % 3];
-                svc.update_credits(&c.admin, id, CreditOp::Increment, Some(3)).unwrap();
-                svc.update_credits(&c.admin, id, CreditOp::Decrement, Some(1)).unwrap();
+                svc.usage.update_credits(&c.admin, id, CreditOp::Increment, Some(3)).unwrap();
+                svc.usage.update_credits(&c.admin, id, CreditOp::Decrement, Some(1)).unwrap();
             });
         }
         // Writes behind racing the rest.
         let c = &c;
         s.spawn(move || {
             for _ in 0..20 {
-                c.instances[1].write_behind_credits().unwrap();
+                c.instances[1].usage.write_behind_credits().unwrap();
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
@@ -190,14 +197,14 @@ fn updates_act_on_the_live_counter_and_lose_nothing() {
     let expected = 1_000 - 400 + 10 * 2;
     assert_eq!(c.remaining(&id), expected);
     // By the instance whose passes hold the shard's lease (another's waits for it to end).
-    c.instances[1].write_behind_credits().unwrap();
+    c.instances[1].usage.write_behind_credits().unwrap();
     assert_eq!(c.row(&id).remaining, Some(expected));
     // A set replaces the counter: the next spend takes from the new value.
-    c.instances[2].update_credits(&c.admin, &id, CreditOp::Set, Some(5)).unwrap();
+    c.instances[2].usage.update_credits(&c.admin, &id, CreditOp::Set, Some(5)).unwrap();
     assert_eq!(c.verify(0, &secret), VerifyCode::Valid);
     assert_eq!(c.remaining(&id), 4);
     // Unlimited: spends take nothing.
-    c.instances[1].update_credits(&c.admin, &id, CreditOp::Set, None).unwrap();
+    c.instances[1].usage.update_credits(&c.admin, &id, CreditOp::Set, None).unwrap();
     for i in 0..5 {
         assert_eq!(c.verify(i, &secret), VerifyCode::Valid);
     }
@@ -214,7 +221,7 @@ fn after_redis_lost_its_data_counters_reload_from_the_rows() {
     for i in 0..10 {
         assert_eq!(c.verify(i, &secret), VerifyCode::Valid);
     }
-    c.instances[0].write_behind_credits().unwrap();
+    c.instances[0].usage.write_behind_credits().unwrap();
     for i in 0..5 {
         assert_eq!(c.verify(i, &secret), VerifyCode::Valid);
     }
@@ -253,44 +260,7 @@ fn a_refill_in_redis_happens_once_per_period_across_instances() {
     assert_eq!(valid.load(Ordering::Relaxed), 10);
     let boundary = ((NOW - NOW % DAY + DAY / 2 + 3 * DAY) / DAY * DAY) as i64;
     assert_eq!(c.live(&id).unwrap().last_refill_at, Some(boundary));
-    c.instances[1].write_behind_credits().unwrap();
+    c.instances[1].usage.write_behind_credits().unwrap();
     let row = c.row(&id);
     assert_eq!((row.remaining, row.last_refill_at), (Some(0), Some(boundary)));
-}
-
-/// The store's steps one by one: a load only where no counter is; a lock stops spends and
-/// an install replaces the counter; a write-behind of a superseded counter removes it.
-#[test]
-#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
-fn the_redis_steps_load_lock_install_and_settle() {
-    let r = redis(&redis_test_prefix());
-    let ask = |load: Option<LiveCredits>| SharedSpendAsk { key_id: "key_steps", cost: 2, refill: None, load };
-    let row = LiveCredits { remaining: 10, last_refill_at: None, version: 3, seq: 7 };
-    assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Missing);
-    assert_eq!(r.spend(&ask(Some(row))).unwrap(), SharedSpend::Decided { paid: true, remaining: 8 });
-    // Another load is ignored: the counter is there.
-    let stale = LiveCredits { remaining: 1_000, ..row };
-    assert_eq!(r.spend(&ask(Some(stale))).unwrap(), SharedSpend::Decided { paid: true, remaining: 6 });
-    let live = r.read(&["key_steps"]).unwrap()[0].unwrap();
-    assert_eq!(live, LiveCredits { remaining: 6, last_refill_at: None, version: 3, seq: 9 });
-    assert_eq!(r.dirty(credit_shard("key_steps"), 1, Duration::from_secs(1), 10).unwrap().len(), 1);
-
-    assert_eq!(r.lock("key_steps", 42, Duration::from_secs(5)).unwrap(), Some(Some(live)));
-    assert_eq!(r.lock("key_steps", 43, Duration::from_secs(5)).unwrap(), None, "held by another");
-    assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Locked);
-    assert!(!r.unlock("key_steps", 43, None).unwrap(), "not the holder");
-    let installed = LiveCredits { remaining: 50, last_refill_at: None, version: 4, seq: 0 };
-    assert!(r.unlock("key_steps", 42, Some(Installed::Credits(installed))).unwrap());
-    assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Decided { paid: true, remaining: 48 });
-
-    // Superseded (the row moved to another version): removed, so the next spend loads.
-    let live = r.read(&["key_steps"]).unwrap()[0].unwrap();
-    let s = credit_shard("key_steps");
-    r.settle(s, &[("key_steps".into(), live, WrittenBehind::Superseded)]).unwrap();
-    assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Missing);
-
-    // Unlimited installed: spends take nothing.
-    assert_eq!(r.lock("key_steps", 44, Duration::from_secs(5)).unwrap(), Some(None));
-    assert!(r.unlock("key_steps", 44, Some(Installed::Unlimited { version: 5 })).unwrap());
-    assert_eq!(r.spend(&ask(Some(row))).unwrap(), SharedSpend::Unlimited);
 }

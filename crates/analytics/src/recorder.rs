@@ -11,8 +11,8 @@
 //! `max_series` series wait to be drained; beyond that a new series' counts are dropped
 //! and counted ([`Recorder::dropped`]), never delaying the verification.
 
-use crate::VerifyCode;
 use hashbrown::{Equivalent, HashMap};
+use keygate_rbac::VerifyCode;
 use parking_lot::Mutex;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -1,15 +1,14 @@
-//! Verification analytics (API-v2.md §14): each verification counted in memory
-//! ([`crate::analytics::Recorder`]), the closed minutes flushed to the database, rolled up
-//! into hours and days, pruned, and read by `analytics.getVerifications`.
+//! The read side of verification analytics (API-v2.md §14): `analytics.getVerifications`
+//! (v1's parameters), v1's `keys.getVerifications`, a key's `lastUsed`, and the dashboard's
+//! charts and top keys, each restricted to what the root key may read.
 
-use super::*;
-use crate::analytics::{Outcome, Recorder, SeriesCount};
-use crate::store::{VerificationCount, VerificationFilter, VerificationSums};
-use keygate_domain::new_id;
-
-const MINUTE: i64 = 60_000;
-const HOUR: i64 = 3_600_000;
-const DAY: i64 = 86_400_000;
+use crate::store::{VerificationFilter, VerificationSums};
+use crate::{AnalyticsService, AnalyticsStore, DAY, HOUR, floor};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, ValidationError, calendar, check_len, has_prefix, validate_key_id,
+};
+use keygate_rbac::{ApiAccess, KeySummary, Principal, RbacError, Resource, VerifyCode};
+use std::collections::{BTreeMap, HashMap};
 
 /// A time slice of `analytics.getVerifications`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,112 +116,10 @@ pub struct DailyVerifications {
     pub usage_exceeded: u64,
 }
 
-/// What stays between two bucket widths before rolling up, and the default retention.
-pub const MINUTES_KEPT_MS: i64 = DAY;
-pub const HOURS_KEPT_MS: i64 = 30 * DAY;
+/// How many days of day rows are kept by default.
 pub const DEFAULT_RETENTION_DAYS: u64 = 90;
 
-impl<S: RbacStore> RbacService<S> {
-    /// Counts a verification's outcome, in memory (nothing when analytics are off, or when
-    /// neither the key nor the caller's workspace is known). No I/O.
-    pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
-        self.record_verification_limits(v);
-        let Some(recorder) = &self.analytics else { return };
-        let (workspace_id, api_id, key_id, identity_id) = match &v.key {
-            Some(k) => {
-                (k.workspace_id.as_str(), k.api_id.as_deref(), k.id.as_str(), k.identity_id.as_deref())
-            }
-            None => match scope.workspace_id {
-                Some(ws) => (ws, scope.api_id, "", None),
-                None => return,
-            },
-        };
-        recorder.record(&Outcome {
-            workspace_id,
-            api_id,
-            key_id,
-            identity_id,
-            code: v.code,
-            tags,
-            at_ms: self.clock.now_ms(),
-        });
-    }
-
-    /// The recorder, when analytics are on.
-    pub fn analytics(&self) -> Option<&Arc<Recorder>> {
-        self.analytics.as_ref()
-    }
-
-    /// Writes every count held in memory to the database in one transaction (added to
-    /// what is there: the current minute's row grows with each flush): how many rows.
-    /// Each flush has an id, written with it: when its commit is not confirmed (a failure,
-    /// or a reply lost after the commit), the next flush writes it again under that id
-    /// before taking anything new, and the id, found, says it landed the first time, so
-    /// counts are never lost to a failure nor added twice. Meanwhile new counts wait in
-    /// the recorders, within their bounds.
-    pub fn flush_analytics(&self) -> Result<usize, RbacError> {
-        self.flush_all_analytics(false)
-    }
-
-    /// [`Self::flush_analytics`] at shutdown: nothing is held after.
-    pub fn flush_analytics_final(&self) -> Result<usize, RbacError> {
-        self.flush_all_analytics(true)
-    }
-
-    fn flush_all_analytics(&self, final_flush: bool) -> Result<usize, RbacError> {
-        // One flush at a time; an unconfirmed one is settled before anything new is taken.
-        let mut unconfirmed = self.unconfirmed_flush.lock();
-        if let Some(batch) = unconfirmed.take()
-            && let Err(e) = self.write_flush(&batch)
-        {
-            *unconfirmed = Some(batch);
-            return Err(e);
-        }
-        let mut batch = Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
-        if let Some(recorder) = &self.analytics {
-            batch.verifications = recorder.drain(None).iter().map(stored).collect();
-        }
-        (batch.limits, batch.identifiers) = self.drain_ratelimit_analytics(final_flush);
-        if batch.is_empty() {
-            return Ok(0);
-        }
-        self.write_flush(&batch).inspect_err(|_| *unconfirmed = Some(batch))
-    }
-
-    /// Writes a flush in one transaction, unless its id says it landed already: how many
-    /// rows it wrote.
-    fn write_flush(&self, f: &Flush) -> Result<usize, RbacError> {
-        self.store.transaction(|tx| {
-            if !tx.claim_analytics_flush(&f.id, self.now())? {
-                return Ok(0);
-            }
-            tx.add_verification_counts(&f.verifications)?;
-            tx.add_ratelimit_counts(&f.limits)?;
-            tx.add_identifier_counts(&f.identifiers)?;
-            Ok(f.verifications.len() + f.limits.len() + f.identifiers.len())
-        })
-    }
-
-    /// Rolls minutes older than a day into hours and hours older than 30 days into days,
-    /// and deletes days older than `retention_days`, for verifications and rate-limit
-    /// decisions (whose closed hours keep their heaviest identifiers only) (idempotent; several instances may run
-    /// it): how many rows it moved or deleted.
-    pub fn roll_up_analytics(&self, retention_days: u64) -> Result<usize, RbacError> {
-        let now = self.now();
-        let hours_from = floor(now - MINUTES_KEPT_MS, HOUR);
-        let days_from = floor(now - HOURS_KEPT_MS, DAY);
-        let kept_from =
-            floor(now - i64::try_from(retention_days).unwrap_or(i64::MAX / DAY).saturating_mul(DAY), DAY);
-        let mut n =
-            self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(MINUTE, HOUR, hours_from)?))?;
-        n += self.store.transaction(|tx| Ok(tx.roll_up_verification_counts(HOUR, DAY, days_from)?))?;
-        n += self.store.transaction(|tx| Ok(tx.delete_verification_counts_before(kept_from)?))?;
-        n += self.roll_up_ratelimit_analytics(hours_from, days_from, kept_from)?;
-        // A flush is settled within seconds; its id is kept a day.
-        self.store.transaction(|tx| Ok(tx.delete_analytics_flushes_before(now - DAY)?))?;
-        Ok(n)
-    }
-
+impl<S: AnalyticsStore> AnalyticsService<S> {
     /// `analytics.getVerifications`: the API's verification counts, grouped as `q` asks.
     /// Needs `api.*.read_analytics` or `api.<apiId>.read_analytics`.
     pub fn get_verifications(
@@ -244,14 +141,14 @@ impl<S: RbacStore> RbacService<S> {
         let slice_start = |t: i64| match q.time.unwrap_or(TimeSlice::Hour) {
             TimeSlice::Hour => floor(t, HOUR),
             TimeSlice::Day => floor(t, DAY),
-            TimeSlice::Month => crate::refill::last_boundary(crate::RefillInterval::Monthly, Some(1), t),
+            TimeSlice::Month => calendar::month_start(t),
         };
         let start = slice_start(q.start.unwrap_or(0).max(0));
         if start > end {
             return Err(ValidationError::new("start", "must be before end").into());
         }
         let ws = p.workspace_id.as_str();
-        let (counts, identities) = self.store.snapshot(|tx| {
+        let (counts, identities) = self.rbac.store().analytics_snapshot(|tx| {
             if tx.get_api(ws, &q.api_id)?.is_none() {
                 return Err(RbacError::not_found(Resource::Api, &q.api_id));
             }
@@ -373,7 +270,7 @@ impl<S: RbacStore> RbacService<S> {
         if let Some(id) = key_id {
             validate_key_id("keyId", id)?;
             let key = match has_prefix(id, IdPrefix::Key) {
-                true => self.store.read(|tx| Ok(tx.get_key(&p.workspace_id, id)?))?,
+                true => self.rbac.store().analytics_read(|tx| Ok(tx.get_key(&p.workspace_id, id)?))?,
                 false => None,
             };
             let key = key.ok_or_else(|| RbacError::not_found(Resource::Key, id))?;
@@ -385,7 +282,7 @@ impl<S: RbacStore> RbacService<S> {
             Some(_) => vec![None],
             None => access.scope(),
         };
-        let counts = self.store.snapshot(|tx| {
+        let counts = self.rbac.store().analytics_snapshot(|tx| {
             let mut counts = Vec::new();
             for api_id in &apis {
                 let filter = VerificationFilter {
@@ -424,7 +321,7 @@ impl<S: RbacStore> RbacService<S> {
         let access =
             ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
         let ws = p.workspace_id.as_str();
-        let counts = self.store.snapshot(|tx| {
+        let counts = self.rbac.store().analytics_snapshot(|tx| {
             let mut counts = Vec::new();
             for api_id in access.scope() {
                 let filter = VerificationFilter {
@@ -459,7 +356,7 @@ impl<S: RbacStore> RbacService<S> {
             v
         };
         let top_identities = top(identities);
-        let named = self.store.read(|tx| {
+        let named = self.rbac.store().analytics_read(|tx| {
             top_identities
                 .into_iter()
                 .map(|(id, t, ok)| {
@@ -494,7 +391,7 @@ impl<S: RbacStore> RbacService<S> {
             return Err(ValidationError::new("start", "must be before end").into());
         }
         let ws = p.workspace_id.as_str();
-        let counts = self.store.snapshot(|tx| {
+        let counts = self.rbac.store().analytics_snapshot(|tx| {
             let filter = VerificationFilter {
                 workspace_id: ws,
                 api_id: None,
@@ -551,13 +448,13 @@ impl<S: RbacStore> RbacService<S> {
     /// the counts written (a bucket's start after a roll-up) and those still in memory on
     /// this instance. Nothing when analytics are off.
     pub fn fill_last_used(&self, keys: &mut [KeySummary]) -> Result<(), RbacError> {
-        let Some(recorder) = &self.analytics else { return Ok(()) };
+        let Some(recorder) = &self.recorder else { return Ok(()) };
         if keys.is_empty() {
             return Ok(());
         }
         let ids: Vec<&str> = keys.iter().map(|k| k.key.id.as_str()).collect();
         let mut last: HashMap<String, i64> =
-            self.store.read(|tx| Ok(tx.keys_last_used(&ids)?))?.into_iter().collect();
+            self.rbac.store().analytics_read(|tx| Ok(tx.keys_last_used(&ids)?))?.into_iter().collect();
         for (id, minute) in recorder.last_minutes(&ids) {
             let at = i64::try_from(minute).unwrap_or(i64::MAX);
             last.entry(id).and_modify(|t| *t = (*t).max(at)).or_insert(at);
@@ -569,40 +466,5 @@ impl<S: RbacStore> RbacService<S> {
     }
 }
 
-/// The rows of one flush, and its id.
-#[derive(Debug, Default)]
-pub(crate) struct Flush {
-    id: String,
-    verifications: Vec<VerificationCount>,
-    limits: Vec<crate::store::RatelimitCount>,
-    identifiers: Vec<crate::store::IdentifierCount>,
-}
-
-impl Flush {
-    fn is_empty(&self) -> bool {
-        self.verifications.is_empty() && self.limits.is_empty() && self.identifiers.is_empty()
-    }
-}
-
 /// What a row groups by: time slice, key, identity, tag set, tag.
 type Group = (Option<i64>, Option<String>, Option<String>, Option<Vec<String>>, Option<String>);
-
-fn floor(t: i64, width: i64) -> i64 {
-    t - t.rem_euclid(width)
-}
-
-/// A drained series as the database keeps it.
-fn stored(c: &SeriesCount) -> VerificationCount {
-    let s = &c.series;
-    VerificationCount {
-        workspace_id: s.workspace_id.to_string(),
-        width: MINUTE,
-        bucket: i64::try_from(s.minute).unwrap_or(i64::MAX),
-        api_id: s.api_id.as_deref().unwrap_or("").to_string(),
-        key_id: s.key_id.to_string(),
-        identity_id: s.identity_id.as_deref().unwrap_or("").to_string(),
-        outcome: s.code.as_str().to_string(),
-        tags: s.tags.iter().map(|t| t.to_string()).collect(),
-        count: c.count,
-    }
-}

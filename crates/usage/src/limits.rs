@@ -1,13 +1,49 @@
-//! What a verification spends (API-v2.md §13): the rate limits of the key and its identity
-//! (§13.1, §13.2), taken all-or-nothing through the rate-limit engine, then the key's
-//! credits (§13.3), through the group commit of [`super::credits`]. A verification that
-//! gets as far as credits answers only once their spend is committed: [`Pending`].
+//! Which rate limits of a key and its identity apply to a verification (API-v2.md §13.1,
+//! §13.2), and their taking: all or nothing through the rate-limit engine, given back when
+//! the verification does not pass after all.
 
-use super::credits::{Commit, Committed, Retry, SpendAsk, Spent};
-use super::*;
-use crate::store::CreditSpend;
-use crate::{LimitAsk, LimitOutcome, Usage};
+use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, check_len};
 use keygate_ratelimit::{AllOrNothing, BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError};
+use keygate_rbac::{
+    Key, KeySummary, LimitOutcome, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS,
+    RateLimitConfig,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// What a verification asks to spend (API-v2.md §13): its credit cost and the rate limits
+/// it names. The default: cost 1, the auto-applied limits only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// `None`: 1.
+    pub cost: Option<u64>,
+    pub ratelimits: Vec<LimitAsk>,
+    /// Spend nothing: stop after the permission check (a VALID answer says only that the
+    /// key may pass; a caller spends with a second verification).
+    pub check_only: bool,
+}
+
+/// A rate limit a verification names: a limit of the key or its identity by name (its
+/// `limit`/`duration` replaced for this call when given), or, found nowhere, an ad-hoc
+/// limit of the key (both given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitAsk {
+    pub name: String,
+    /// `None`: 1.
+    pub cost: Option<u64>,
+    pub limit: Option<u64>,
+    pub duration: Option<u64>,
+    /// Applied only if the key or its identity has a limit of this name (v1's `ratelimit`,
+    /// which names the `default` limit); never ad-hoc.
+    pub if_present: bool,
+}
+
+impl LimitAsk {
+    /// The limit of that name, at cost 1, with its stored values.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: name.into(), cost: None, limit: None, duration: None, if_present: false }
+    }
+}
 
 /// The most rate limits one verification may name.
 pub const MAX_VERIFY_RATELIMITS: usize = 50;
@@ -15,7 +51,7 @@ pub const MAX_VERIFY_RATELIMITS: usize = 50;
 /// A request's usage, before any key is looked up: names of 1–128 characters, each once;
 /// `limit` and `duration` within a stored limit's bounds; costs within 0..2^53 − 1.
 pub fn validate_usage(usage: &Usage) -> Result<(), ValidationError> {
-    let max_cost = keygate_domain::MAX_SAFE_INTEGER;
+    let max_cost = MAX_SAFE_INTEGER;
     if usage.cost.is_some_and(|c| c > max_cost) {
         return Err(ValidationError::new("credits.cost", format!("must be 0 to {max_cost}")));
     }
@@ -55,7 +91,7 @@ pub(crate) struct Applied {
     /// The budget's identifier: the stored limit's id (a key's limit is the key's, an
     /// identity's is shared by its keys), or `<key id>:<name>` for an ad-hoc limit.
     budget: String,
-    request: LimitRequest,
+    pub(crate) request: LimitRequest,
 }
 
 /// Which limits apply (§13.1), sorted by name: every auto-applied limit of the key and of
@@ -130,9 +166,9 @@ fn budget_namespace(key: &Key) -> Arc<String> {
 /// credit counter (the memory ledger's, once found).
 #[derive(Debug, Clone)]
 pub(crate) struct KeyLimits {
-    namespace: Arc<String>,
-    auto: Arc<[Applied]>,
-    counter: Arc<std::sync::OnceLock<Arc<super::credits::Counter>>>,
+    pub(crate) namespace: Arc<String>,
+    pub(crate) auto: Arc<[Applied]>,
+    pub(crate) counter: Arc<std::sync::OnceLock<Arc<crate::ledger::memory::Counter>>>,
 }
 
 impl KeyLimits {
@@ -140,21 +176,15 @@ impl KeyLimits {
         let auto = applied_limits(summary, &[]).unwrap_or_default();
         Self { namespace: budget_namespace(&summary.key), auto: auto.into(), counter: Arc::default() }
     }
-
-    /// The weight of what it holds, for the cache's bound.
-    pub(crate) fn bytes(&self) -> usize {
-        self.namespace.len()
-            + self.auto.iter().map(|a| 96 + a.id.len() + a.name.len() + a.budget.len()).sum::<usize>()
-    }
 }
 
 /// The budgets a verification took, to give back if it does not pass after all.
 #[derive(Debug)]
-struct Taken {
-    limiter: Arc<dyn RateLimitStore>,
-    namespace: Arc<String>,
-    limits: Arc<[Applied]>,
-    now: u64,
+pub(crate) struct Taken {
+    pub(crate) limiter: Arc<dyn RateLimitStore>,
+    pub(crate) namespace: Arc<String>,
+    pub(crate) limits: Arc<[Applied]>,
+    pub(crate) now: u64,
 }
 
 impl Taken {
@@ -173,7 +203,7 @@ impl Taken {
     }
 
     /// All or nothing; `Ok(decisions)` with the call's outcome.
-    fn take(&self) -> Result<AllOrNothing, StoreError> {
+    pub(crate) fn take(&self) -> Result<AllOrNothing, StoreError> {
         if let [l] = &self.limits[..] {
             let key = BudgetKey {
                 namespace_id: &self.namespace,
@@ -189,7 +219,7 @@ impl Taken {
             .unwrap_or(AllOrNothing { passed: false, decisions: Vec::new() }))
     }
 
-    fn give_back(&self) {
+    pub(crate) fn give_back(&self) {
         if let Err(e) = self.limiter.give_back(&self.entries(), self.now) {
             log::warn!("verification: rate-limit budgets not given back: {e}");
         }
@@ -197,7 +227,7 @@ impl Taken {
 }
 
 /// The limits' part of the answer: each limit with its decision.
-fn outcomes(limits: &[Applied], decisions: &[Decision]) -> Vec<LimitOutcome> {
+pub(crate) fn outcomes(limits: &[Applied], decisions: &[Decision]) -> Vec<LimitOutcome> {
     limits
         .iter()
         .zip(decisions)
@@ -214,233 +244,10 @@ fn outcomes(limits: &[Applied], decisions: &[Decision]) -> Vec<LimitOutcome> {
         .collect()
 }
 
-/// A verification, answered once what it spent is committed: [`Self::wait`] blocks for
-/// that, [`Self::settle`] awaits it. Until then it must not be told to anyone.
-#[derive(Debug)]
-#[must_use = "a verification is answered only once its spend is committed: wait or settle it"]
-pub struct Pending {
-    verification: Verification,
-    credits: Option<CreditWait>,
-}
-
-/// What a verification waits for.
-enum CreditWait {
-    /// Its paid spend's commit (the memory ledger), or its retry on the row.
-    Commit { commit: Commit, taken: Option<Taken> },
-    /// Its spend on the row (the rows ledger).
-    Row { reply: tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>, taken: Option<Taken> },
-}
-
-impl std::fmt::Debug for CreditWait {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CreditWait::Commit { .. } => "CreditWait::Commit",
-            CreditWait::Row { .. } => "CreditWait::Row",
-        })
-    }
-}
-
-type Reply<T> = Result<Result<T, StorageError>, tokio::sync::oneshot::error::RecvError>;
-
-fn stopped<T>(reply: Reply<T>) -> Result<T, StorageError> {
-    reply.unwrap_or_else(|_| Err(StorageError::Unavailable("the credit writer stopped".into())))
-}
-
-impl Pending {
-    pub(crate) fn done(verification: Verification) -> Self {
-        Self { verification: counted(verification), credits: None }
-    }
-
-    /// Whether the answer waits for a commit.
-    pub fn is_waiting(&self) -> bool {
-        self.credits.is_some()
-    }
-
-    /// The answer, blocking the thread until the credits' spend is committed.
-    pub fn wait(self) -> Result<Verification, RbacError> {
-        let v = self.verification;
-        match self.credits {
-            None => Ok(v),
-            Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.blocking_recv())),
-            Some(CreditWait::Commit { commit, taken }) => {
-                let (answer, retry) = commit.wait();
-                Self::committed(v, taken, retry, stopped(answer))
-            }
-        }
-    }
-
-    /// The answer, once the credits' spend is committed (see [`Commit::committing`] for
-    /// the memory ledger's group commit).
-    pub async fn settle(self) -> Result<Verification, RbacError> {
-        let v = self.verification;
-        match self.credits {
-            None => Ok(v),
-            Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.await)),
-            Some(CreditWait::Commit { commit, taken }) => {
-                let (committing, retry) = commit.committing();
-                match stopped(committing.await) {
-                    Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry.spend().await)),
-                    other => Self::committed(v, taken, retry, other),
-                }
-            }
-        }
-    }
-
-    /// The answer once the memory ledger's commit is known (a conflict retried by the
-    /// caller's way of waiting, or here, blocking, for [`Self::wait`]).
-    fn committed(
-        v: Verification,
-        taken: Option<Taken>,
-        retry: Retry,
-        commit: Result<Committed, StorageError>,
-    ) -> Result<Verification, RbacError> {
-        match commit {
-            Ok(Committed::Yes) => Ok(counted(v)),
-            Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry.spend().blocking_recv())),
-            Err(e) => Self::failed(taken, e),
-        }
-    }
-
-    fn failed(taken: Option<Taken>, e: StorageError) -> Result<Verification, RbacError> {
-        if let Some(t) = &taken {
-            t.give_back();
-        }
-        Err(e.into())
-    }
-
-    /// The answer once a spend on the row is known.
-    fn spent(
-        mut v: Verification,
-        taken: Option<Taken>,
-        spend: Result<CreditSpend, StorageError>,
-    ) -> Result<Verification, RbacError> {
-        let spend = match spend {
-            Ok(s) => s,
-            Err(e) => return Self::failed(taken, e),
-        };
-        v.credits = spend.remaining;
-        if !spend.paid && spend.remaining.is_some() {
-            usage_exceeded(&mut v, taken.as_ref());
-        }
-        Ok(counted(v))
-    }
-}
-
-/// A verification whose credits cannot pay: USAGE_EXCEEDED, the limits it took given back.
-fn usage_exceeded(v: &mut Verification, taken: Option<&Taken>) {
-    v.code = VerifyCode::UsageExceeded;
-    if let Some(t) = taken {
-        t.give_back();
-        for (o, l) in v.ratelimits.iter_mut().zip(t.limits.iter()) {
-            o.remaining = o.remaining.saturating_add(l.request.cost).min(o.limit);
-        }
-    }
-}
-
-impl<S: RbacStore + 'static> RbacService<S> {
-    /// The spending part of a VALID verification of `summary` (§13.3): its limits, all or
-    /// nothing (RATE_LIMITED: nothing spent), then its credits (committed before the
-    /// answer; USAGE_EXCEEDED: the limits given back). `None` when that needs I/O and
-    /// `may_wait` is false (the caller asks again where it may block); nothing is spent
-    /// then.
-    pub(super) fn spend(
-        &self,
-        mut v: Verification,
-        summary: &KeySummary,
-        limits: &KeyLimits,
-        tag: crate::counters::Tag,
-        usage: &Usage,
-        may_wait: bool,
-    ) -> Option<Result<Pending, RbacError>> {
-        if v.code != VerifyCode::Valid || usage.check_only {
-            return Some(Ok(Pending::done(v)));
-        }
-        let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
-            true => limits.auto.clone(),
-            false => match applied_limits(summary, &usage.ratelimits) {
-                Ok(l) => l.into(),
-                Err(e) => return Some(Err(e.into())),
-            },
-        };
-        if !may_wait && !applied.is_empty() && self.limiter.is_remote() {
-            return None;
-        }
-        let now = self.clock.now_ms();
-        let mut taken = None;
-        if !applied.is_empty() {
-            let t = Taken {
-                limiter: self.limiter.clone(),
-                namespace: limits.namespace.clone(),
-                limits: applied,
-                now,
-            };
-            let outcome = match t.take() {
-                Ok(o) => o,
-                Err(e) => return Some(Err(limit_error(e))),
-            };
-            v.ratelimits = outcomes(&t.limits, &outcome.decisions);
-            if !outcome.passed {
-                v.code = VerifyCode::RateLimited;
-                return Some(Ok(Pending::done(v)));
-            }
-            taken = Some(t);
-        }
-        let cost = usage.cost.unwrap_or(1);
-        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag };
-        let spent = self.credits.spend(&self.store, ask, now as i64, &limits.counter);
-        let give_back = |taken: &Option<Taken>| {
-            if let Some(t) = taken {
-                t.give_back();
-            }
-        };
-        match spent {
-            Err(e) => {
-                give_back(&taken);
-                Some(Err(e.into()))
-            }
-            Ok(Spent::NeedsLoad) => {
-                give_back(&taken);
-                None
-            }
-            Ok(Spent::Unlimited) => Some(Ok(Pending::done(v))),
-            Ok(Spent::Decided { paid: false, remaining, .. }) => {
-                v.credits = Some(remaining);
-                usage_exceeded(&mut v, taken.as_ref());
-                Some(Ok(Pending::done(v)))
-            }
-            Ok(Spent::Decided { paid: true, remaining, commit }) => {
-                v.credits = Some(remaining);
-                let credits = commit.map(|commit| CreditWait::Commit { commit, taken });
-                Some(Ok(match credits {
-                    None => Pending::done(v),
-                    Some(wait) => Pending { verification: v, credits: Some(wait) },
-                }))
-            }
-            Ok(Spent::Later(reply)) => {
-                Some(Ok(Pending { verification: v, credits: Some(CreditWait::Row { reply, taken }) }))
-            }
-        }
-    }
-}
-
-fn limit_error(e: StoreError) -> RbacError {
-    match e {
-        StoreError::Unavailable(why) => StorageError::Unavailable(why).into(),
-        StoreError::CannotAtomically(why) => StorageError::Internal(why).into(),
-    }
-}
-
-/// Counts a verification's outcome (`keygate_verifications_total{code}`); static labels, so
-/// no allocation.
-fn counted(v: Verification) -> Verification {
-    let code = v.code.as_str();
-    metrics::counter!("keygate_verifications_total", "code" => code).increment(1);
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keygate_rbac::{Identity, IdentityView};
 
     fn limit(id: &str, name: &str, auto_apply: bool) -> RateLimitConfig {
         RateLimitConfig { id: id.into(), name: name.into(), limit: 10, duration: 60_000, auto_apply }

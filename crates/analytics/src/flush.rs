@@ -1,0 +1,229 @@
+//! Recording and the write side of analytics: each verification and rate-limit decision
+//! counted in memory (no I/O), the counts flushed to the database in one transaction under
+//! an id that makes a retried flush land once, then rolled up into hours and days (each
+//! closed hour keeping its heaviest identifiers only) and pruned.
+
+use crate::limit_recorder::{Drained, LimitDecision};
+use crate::recorder::{Outcome, SeriesCount};
+use crate::store::{IdentifierCount, RatelimitCount, VerificationCount};
+use crate::{
+    AnalyticsService, AnalyticsStore, DAY, HOUR, MINUTE, TOP_IDENTIFIERS, VERIFY_NAMESPACE_PREFIX, floor,
+};
+use keygate_domain::{IdPrefix, new_id};
+use keygate_rbac::{RateLimitConfig, RbacError, Verification, VerifyScope};
+
+/// How long minutes stay before they are rolled into hours, and hours into days.
+pub const MINUTES_KEPT_MS: i64 = DAY;
+pub const HOURS_KEPT_MS: i64 = 30 * DAY;
+/// How long after an hour ends its identifiers are trimmed (late writes land first).
+const TRIM_AFTER_MS: i64 = 5 * MINUTE;
+
+impl<S: AnalyticsStore> AnalyticsService<S> {
+    /// Counts a verification's outcome, in memory (nothing when analytics are off, or when
+    /// neither the key nor the caller's workspace is known), with the key's and identity's
+    /// rate limits that applied ([`Self::record_limit`]'s counts). No I/O.
+    pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
+        self.record_verification_limits(v);
+        let Some(recorder) = &self.recorder else { return };
+        let (workspace_id, api_id, key_id, identity_id) = match &v.key {
+            Some(k) => {
+                (k.workspace_id.as_str(), k.api_id.as_deref(), k.id.as_str(), k.identity_id.as_deref())
+            }
+            None => match scope.workspace_id {
+                Some(ws) => (ws, scope.api_id, "", None),
+                None => return,
+            },
+        };
+        recorder.record(&Outcome {
+            workspace_id,
+            api_id,
+            key_id,
+            identity_id,
+            code: v.code,
+            tags,
+            at_ms: self.rbac.clock().now_ms(),
+        });
+    }
+
+    /// Counts a decision of a namespace, in memory (nothing when analytics are off). No I/O.
+    pub fn record_limit(&self, workspace_id: &str, namespace_id: &str, identifier: &str, passed: bool) {
+        if let Some(r) = &self.limit_recorder {
+            let at_ms = self.rbac.clock().now_ms();
+            r.record(&LimitDecision { workspace_id, namespace_id, identifier, passed, at_ms });
+        }
+    }
+
+    /// Counts the limits of a verification's key and identity (§13) that applied, each
+    /// under `verify:<name>`, by the key's id (or the identity's, for its limits): all
+    /// passed or all denied, as they are taken.
+    fn record_verification_limits(&self, v: &Verification) {
+        let (Some(r), Some(key)) = (&self.limit_recorder, &v.key) else { return };
+        if v.ratelimits.is_empty() {
+            return;
+        }
+        let passed = !v.ratelimits.iter().any(|l| l.exceeded);
+        let at_ms = self.rbac.clock().now_ms();
+        let identity_limits: &[RateLimitConfig] = v.identity.as_ref().map_or(&[], |i| &i.ratelimits);
+        let mut namespace = String::with_capacity(64);
+        for l in &v.ratelimits {
+            let identifier = match (identity_limits.iter().any(|i| i.id == l.id), &v.identity) {
+                (true, Some(i)) => i.identity.id.as_str(),
+                _ => key.id.as_str(),
+            };
+            namespace.clear();
+            namespace.push_str(VERIFY_NAMESPACE_PREFIX);
+            namespace.push_str(&l.name);
+            r.record(&LimitDecision {
+                workspace_id: &key.workspace_id,
+                namespace_id: &namespace,
+                identifier,
+                passed,
+                at_ms,
+            });
+        }
+    }
+
+    /// Writes every count held in memory to the database in one transaction (added to
+    /// what is there: the current minute's row grows with each flush): how many rows.
+    /// Each flush has an id, written with it: when its commit is not confirmed (a failure,
+    /// or a reply lost after the commit), the next flush writes it again under that id
+    /// before taking anything new, and the id, found, says it landed the first time, so
+    /// counts are never lost to a failure nor added twice. Meanwhile new counts wait in
+    /// the recorders, within their bounds.
+    pub fn flush_analytics(&self) -> Result<usize, RbacError> {
+        self.flush_all(false)
+    }
+
+    /// [`Self::flush_analytics`] at shutdown: nothing is held after.
+    pub fn flush_analytics_final(&self) -> Result<usize, RbacError> {
+        self.flush_all(true)
+    }
+
+    fn flush_all(&self, final_flush: bool) -> Result<usize, RbacError> {
+        // One flush at a time; an unconfirmed one is settled before anything new is taken.
+        let mut unconfirmed = self.unconfirmed_flush.lock();
+        if let Some(batch) = unconfirmed.take()
+            && let Err(e) = self.write_flush(&batch)
+        {
+            *unconfirmed = Some(batch);
+            return Err(e);
+        }
+        let mut batch = Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
+        if let Some(recorder) = &self.recorder {
+            batch.verifications = recorder.drain(None).iter().map(stored).collect();
+        }
+        if let Some(recorder) = &self.limit_recorder {
+            let drained = recorder.drain((!final_flush).then(|| self.rbac.clock().now_ms()));
+            (batch.limits, batch.identifiers) = stored_limits(&drained);
+        }
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        self.write_flush(&batch).inspect_err(|_| *unconfirmed = Some(batch))
+    }
+
+    /// Writes a flush in one transaction, unless its id says it landed already: how many
+    /// rows it wrote.
+    fn write_flush(&self, f: &Flush) -> Result<usize, RbacError> {
+        self.rbac.store().analytics_transaction(|tx| {
+            if !tx.claim_analytics_flush(&f.id, self.now())? {
+                return Ok(0);
+            }
+            tx.add_verification_counts(&f.verifications)?;
+            tx.add_ratelimit_counts(&f.limits)?;
+            tx.add_identifier_counts(&f.identifiers)?;
+            Ok(f.verifications.len() + f.limits.len() + f.identifiers.len())
+        })
+    }
+
+    /// Rolls minutes older than a day into hours and hours older than 30 days into days,
+    /// and deletes days older than `retention_days`, for verifications and rate-limit
+    /// decisions (whose closed hours keep their heaviest identifiers only) (idempotent;
+    /// several instances may run it): how many rows it moved or deleted.
+    pub fn roll_up_analytics(&self, retention_days: u64) -> Result<usize, RbacError> {
+        let now = self.now();
+        let hours_from = floor(now - MINUTES_KEPT_MS, HOUR);
+        let days_from = floor(now - HOURS_KEPT_MS, DAY);
+        let kept_from =
+            floor(now - i64::try_from(retention_days).unwrap_or(i64::MAX / DAY).saturating_mul(DAY), DAY);
+        let closed = floor(now - TRIM_AFTER_MS, HOUR);
+        let keep = TOP_IDENTIFIERS;
+        let store = &**self.rbac.store();
+        let mut n = 0;
+        n += store
+            .analytics_transaction(|tx| Ok(tx.roll_up_verification_counts(MINUTE, HOUR, hours_from)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.roll_up_verification_counts(HOUR, DAY, days_from)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.delete_verification_counts_before(kept_from)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.roll_up_ratelimit_counts(MINUTE, HOUR, hours_from)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.roll_up_ratelimit_counts(HOUR, DAY, days_from)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.trim_identifier_counts(0, HOUR, closed, keep)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.trim_identifier_counts(HOUR, DAY, days_from, keep)?))?;
+        n += store.analytics_transaction(|tx| Ok(tx.delete_ratelimit_counts_before(kept_from)?))?;
+        // A flush is settled within seconds; its id is kept a day.
+        store.analytics_transaction(|tx| Ok(tx.delete_analytics_flushes_before(now - DAY)?))?;
+        Ok(n)
+    }
+}
+
+/// The rows of one flush, and its id.
+#[derive(Debug, Default)]
+pub(crate) struct Flush {
+    id: String,
+    verifications: Vec<VerificationCount>,
+    limits: Vec<RatelimitCount>,
+    identifiers: Vec<IdentifierCount>,
+}
+
+impl Flush {
+    fn is_empty(&self) -> bool {
+        self.verifications.is_empty() && self.limits.is_empty() && self.identifiers.is_empty()
+    }
+}
+
+/// A drained series as the database keeps it.
+fn stored(c: &SeriesCount) -> VerificationCount {
+    let s = &c.series;
+    VerificationCount {
+        workspace_id: s.workspace_id.to_string(),
+        width: MINUTE,
+        bucket: i64::try_from(s.minute).unwrap_or(i64::MAX),
+        api_id: s.api_id.as_deref().unwrap_or("").to_string(),
+        key_id: s.key_id.to_string(),
+        identity_id: s.identity_id.as_deref().unwrap_or("").to_string(),
+        outcome: s.code.as_str().to_string(),
+        tags: s.tags.iter().map(|t| t.to_string()).collect(),
+        count: c.count,
+    }
+}
+
+/// Drained rate-limit counts as the database keeps them (open hours' identifiers at
+/// width 0).
+fn stored_limits(d: &Drained) -> (Vec<RatelimitCount>, Vec<IdentifierCount>) {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let counts = d
+        .minutes
+        .iter()
+        .map(|m| RatelimitCount {
+            workspace_id: m.workspace_id.to_string(),
+            namespace_id: m.namespace_id.to_string(),
+            width: MINUTE,
+            bucket: int(m.minute),
+            passed: m.passed,
+            denied: m.denied,
+        })
+        .collect();
+    let identifiers = d
+        .identifiers
+        .iter()
+        .map(|i| IdentifierCount {
+            workspace_id: i.workspace_id.to_string(),
+            namespace_id: i.namespace_id.to_string(),
+            width: 0,
+            bucket: int(i.hour),
+            identifier: i.identifier.to_string(),
+            passed: i.passed,
+            denied: i.denied,
+        })
+        .collect();
+    (counts, identifiers)
+}

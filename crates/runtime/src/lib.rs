@@ -1,0 +1,213 @@
+//! keygate in process: the capability services wired over the SQL store (`rbac`, and on
+//! it `usage` and `analytics`), the rate-limit store the settings select (in-process, or
+//! Redis), the change counters that keep the verification cache exact, and the background
+//! upkeep that keeps them current ([`upkeep`]). The server composes its HTTP layer around
+//! one of these; `keygate-client`'s embedded verifier is one, so a service embedding
+//! keygate verifies exactly as the server does.
+//!
+//! This crate is the composition only: it chooses the services and stores the settings
+//! ask for, connects them, and runs their upkeep; no behaviour of a capability lives here.
+
+pub mod upkeep;
+
+pub use upkeep::{
+    ANALYTICS_FLUSH_INTERVAL, COUNTER_POLL_INTERVAL, COUNTER_RECONCILE_INTERVAL,
+    CREDIT_WRITE_BEHIND_INTERVAL, SWEEP_INTERVAL, Upkeep, spawn_upkeep,
+};
+
+use keygate_analytics::AnalyticsService;
+use keygate_domain::Clock;
+use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
+use keygate_rbac::{CounterSource, OverridesListener, RbacError, RbacService};
+use keygate_store::{PoolSettings, RedisOpenError, RedisSettings, RedisStore, SqlStore, StoreOpenError};
+use keygate_usage::{SharedCredits, UsageService};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What an in-process keygate is opened with (the server reads these from its
+/// configuration; docs/configuration.md names each).
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// `DATABASE_URL`: `sqlite://<file>` or `postgres://...`.
+    pub database_url: String,
+    /// The database pool.
+    pub pool: PoolSettings,
+    /// `REDIS_URL`: counters, change counters and live credits in Redis (several URLs or a
+    /// cluster as [`RedisStore::open`] takes them); `None`: all in process.
+    pub redis_url: Option<String>,
+    /// The Redis store's settings (`lanes`: one per worker that decides).
+    pub redis: RedisSettings,
+    /// Pass rate-limit requests while Redis is unreachable (contract §5.12).
+    pub fail_open: bool,
+    /// The verification cache (on in production; off only to measure without it).
+    pub verify_cache: bool,
+    /// Usage analytics: `Some` records verifications and rate-limit decisions.
+    pub analytics: Option<AnalyticsSettings>,
+    /// SQLite without Redis: look at the file's change number at most once per this before
+    /// trusting a cached verification, so that another process's write is seen at the next
+    /// verification, not at the next 50 ms poll ([`keygate_rbac::Probe`]; a look costs
+    /// about 2 us). `None` (the server's setting): the poll alone.
+    pub change_probe: Option<Duration>,
+}
+
+impl RuntimeSettings {
+    /// The defaults for `database_url`: no Redis, cache and analytics on.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            pool: PoolSettings::default(),
+            redis_url: None,
+            redis: RedisSettings::default(),
+            fail_open: false,
+            verify_cache: true,
+            analytics: Some(AnalyticsSettings::default()),
+            change_probe: None,
+        }
+    }
+}
+
+/// Usage analytics' bounds (`KEYGATE_ANALYTICS_MAX_SERIES`, `KEYGATE_ANALYTICS_RETENTION_DAYS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnalyticsSettings {
+    /// Distinct series held in memory between flushes.
+    pub max_series: usize,
+    /// Days of day rows kept.
+    pub retention_days: u64,
+}
+
+impl Default for AnalyticsSettings {
+    fn default() -> Self {
+        Self { max_series: 100_000, retention_days: 90 }
+    }
+}
+
+/// Why an in-process keygate could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The database could not be opened or migrated.
+    #[error("opening the database: {0}")]
+    Store(#[from] StoreOpenError),
+    /// `REDIS_URL` is not a Redis address this store can use.
+    #[error("opening Redis: {0}")]
+    Redis(#[from] RedisOpenError),
+    /// The change counters could not be read at start.
+    #[error("reading the change counters: {0}")]
+    Counters(#[from] RbacError),
+}
+
+/// An opened in-process keygate (see the module docs). Start its upkeep with
+/// [`spawn_upkeep`] once it is shared.
+#[derive(Debug)]
+pub struct Runtime {
+    /// Root keys, keys, identities, permissions and roles, namespaces and overrides, audit,
+    /// and the check of a verification.
+    pub rbac: Arc<RbacService<SqlStore>>,
+    /// What verifications spend: rate limits of keys and identities, credits.
+    pub usage: UsageService<SqlStore>,
+    /// Verification and rate-limit counts.
+    pub analytics: AnalyticsService<SqlStore>,
+    /// Where rate-limit decisions are made.
+    pub limiter: Arc<dyn RateLimitStore>,
+    /// The Redis store, when `redis_url` is set (`limiter` wraps it).
+    pub redis: Option<Arc<RedisStore>>,
+    /// "<database>; rate-limit store: <store>", for a startup line.
+    pub description: String,
+    /// The analytics settings in force.
+    pub analytics_settings: Option<AnalyticsSettings>,
+}
+
+impl Runtime {
+    /// Opens the database (migrating it), the rate-limit store and the service. Redis is
+    /// not contacted here: keygate starts while it is down. Nothing is bootstrapped; call
+    /// [`Self::sync_counters`] before the first verification.
+    pub fn open(settings: &RuntimeSettings, clock: Arc<dyn Clock>) -> Result<Self, RuntimeError> {
+        let store = SqlStore::open(&settings.database_url, settings.pool.clone())?;
+        let db = format!("{} {}", store.backend().kind(), store.backend().display_location());
+        let (limiter, redis, limiter_desc) = rate_limit_store(settings)?;
+        let counters = match (&redis, store.backend().kind()) {
+            (Some(redis), _) => CounterSource::Shared(redis.clone()),
+            (None, "sqlite") => CounterSource::Local(Default::default()),
+            (None, _) => CounterSource::Store,
+        };
+        let probe = match (&counters, settings.change_probe) {
+            (CounterSource::Local(_), Some(every)) => store.change_probe()?.map(|p| (p, every)),
+            _ => None,
+        };
+        let mut rbac = RbacService::new(store, clock)
+            .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
+            .with_counter_source(counters)
+            .with_verify_cache(settings.verify_cache);
+        if let Some((probe, every)) = probe {
+            rbac = rbac.with_change_probe(probe, every);
+        }
+        // With Redis, credit counters live there, written behind to the database.
+        let shared_credits = redis.clone().map(|r| r as Arc<dyn SharedCredits>);
+        let (rbac, usage) = UsageService::wire(rbac, limiter.clone(), shared_credits);
+        let analytics = AnalyticsService::new(rbac.clone(), settings.analytics.map(|a| a.max_series));
+        let description = format!("database: {db}; rate-limit store: {limiter_desc}");
+        Ok(Self {
+            rbac,
+            usage,
+            analytics,
+            limiter,
+            redis,
+            description,
+            analytics_settings: settings.analytics,
+        })
+    }
+
+    /// Local counters: where the database stands now, before anything is cached. Shared:
+    /// trusted once this first reconciliation succeeds (the database's are read until then).
+    pub fn sync_counters(&self) -> Result<(), RbacError> {
+        self.rbac.poll_changes()?;
+        if let Err(e) = self.rbac.reconcile_shared_counters() {
+            log::warn!("change counters: the shared store is not reachable yet, reading the database's: {e}");
+        }
+        Ok(())
+    }
+}
+
+impl AsRef<Runtime> for Runtime {
+    fn as_ref(&self) -> &Runtime {
+        self
+    }
+}
+
+type RateLimitStores = (Arc<dyn RateLimitStore>, Option<Arc<RedisStore>>, String);
+
+/// The rate-limit store the settings select, the Redis store behind it if any, and a
+/// description.
+fn rate_limit_store(settings: &RuntimeSettings) -> Result<RateLimitStores, RuntimeError> {
+    let Some(url) = &settings.redis_url else {
+        return Ok((Arc::new(MemoryStore::new()), None, "memory (in-process)".into()));
+    };
+    let redis = Arc::new(RedisStore::open(url, settings.redis.clone())?);
+    let mut desc = format!("redis {}", redis.display_location());
+    if let Err(e) = redis.ping() {
+        log::warn!("the rate-limit store is not reachable yet: {e}");
+    }
+    let store: Arc<dyn RateLimitStore> = if settings.fail_open {
+        desc.push_str(", failing open");
+        Arc::new(FailOpen(redis.clone()))
+    } else {
+        redis.clone()
+    };
+    Ok((store, Some(redis), desc))
+}
+
+/// Passes override changes on to the rate-limit store (a shared one bumps the namespace's
+/// overrides epoch, so every instance reloads them on its next request). When that fails
+/// the change is committed all the same, and other instances see it within the override
+/// cache's TTL (1 s).
+#[derive(Debug)]
+struct OverridesToLimiter(Arc<dyn RateLimitStore>);
+
+impl OverridesListener for OverridesToLimiter {
+    fn overrides_changed(&self, namespace_id: &str) {
+        if let Err(e) = self.0.bump_overrides_epoch(namespace_id) {
+            log::warn!(
+                "overrides of namespace {namespace_id} changed, but other instances could not be told at once (they reload within 1 s): {e}"
+            );
+        }
+    }
+}

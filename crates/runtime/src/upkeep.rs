@@ -1,0 +1,168 @@
+//! The background upkeep of an in-process keygate: each task on a thread of its own, at
+//! its interval, stopped together.
+
+use crate::Runtime;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often idle expired rate-limit windows are reclaimed.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the database's change counters are polled for writes made by other processes
+/// (local counters; the documented bound is twice this).
+pub const COUNTER_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often recent counter changes are published to the shared store again, and how far
+/// back (shared counters: closes the gap a writer leaves that committed but did not publish).
+pub const COUNTER_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the live credit counters (in Redis) are written behind to the database: the
+/// bound on what a loss of Redis re-grants (`docs/operations.md`).
+pub const CREDIT_WRITE_BEHIND_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the verification counts held in memory are written to the database (they
+/// reach the API within this), and how often the roll-up and retention of analytics run.
+pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(2);
+const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Starts the background upkeep of the runtime `host` holds, each task on a thread of its
+/// own: the sweep of ended rate-limit windows, the change counters (polled, or
+/// republished to Redis; with Redis, the overrides epochs that local denials rely on), the
+/// credit write-behind (with Redis) and the analytics flush and roll-up (when analytics
+/// are on). The threads stop when `host` is dropped, or when the returned [`Upkeep`] is
+/// stopped or dropped (which waits for a task under way to finish: a process that ends
+/// right after has no thread left in the database's client library).
+pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) -> Upkeep {
+    let mut upkeep = Upkeep::default();
+    let Some(strong) = host.upgrade() else { return upkeep };
+    let (redis, analytics) =
+        (strong.as_ref().as_ref().redis.is_some(), strong.as_ref().as_ref().analytics_settings);
+    drop(strong);
+    upkeep.spawn("keygate-sweeper", SWEEP_INTERVAL, host.clone(), |h: &T, _| {
+        let rt = h.as_ref();
+        rt.limiter.sweep(rt.rbac.clock().now_ms());
+    });
+    upkeep.spawn("keygate-counters", COUNTER_POLL_INTERVAL, host.clone(), |h: &T, round| {
+        let rt = h.as_ref();
+        if let Err(e) = rt.rbac.poll_changes() {
+            log::warn!("change counters: polling the database failed: {e}");
+        }
+        if let Some(redis) = &rt.redis
+            && let Err(e) = redis.poll_overrides_epochs()
+        {
+            log::debug!("local denials: reading the overrides epochs failed (they pause): {e}");
+        }
+        let every = (COUNTER_RECONCILE_INTERVAL.as_millis() / COUNTER_POLL_INTERVAL.as_millis()) as u64;
+        if round % every == every - 1
+            && let Err(e) = rt.rbac.reconcile_shared_counters()
+        {
+            log::warn!("change counters: publishing recent changes failed: {e}");
+        }
+    });
+    if redis {
+        upkeep.spawn("keygate-credits-behind", CREDIT_WRITE_BEHIND_INTERVAL, host.clone(), |h: &T, _| {
+            if let Err(e) = h.as_ref().usage.write_behind_credits() {
+                log::warn!("credits: writing the live counters behind to the database failed: {e}");
+            }
+        });
+    }
+    if let Some(a) = analytics {
+        let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;
+        upkeep.spawn("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |h: &T, round| {
+            let rt = h.as_ref();
+            if let Err(e) = rt.analytics.flush_analytics() {
+                log::warn!("analytics: writing the counts failed (kept for the next try): {e}");
+            }
+            // The first roll-up at the first flush, then every ANALYTICS_ROLLUP_INTERVAL.
+            if round % every == 0
+                && let Err(e) = rt.analytics.roll_up_analytics(a.retention_days)
+            {
+                log::warn!("analytics: the roll-up failed (tried again later): {e}");
+            }
+        });
+    }
+    upkeep
+}
+
+/// Background threads that each run a task at an interval, and stop together: when
+/// [`Upkeep::stop`] is called or the `Upkeep` is dropped (each woken at once, a task under
+/// way finished first), or when the host they serve is dropped.
+#[derive(Debug, Default)]
+pub struct Upkeep {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Upkeep {
+    /// Runs `task` every `interval`, first after one interval (with the round's number), on
+    /// a thread named `name`, while `host` lives and until stopped.
+    pub fn spawn<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        interval: Duration,
+        host: Weak<T>,
+        task: impl Fn(&T, u64) + Send + 'static,
+    ) {
+        self.spawn_from(name, interval, interval, host, task);
+    }
+
+    /// As [`Self::spawn`], the first run at once.
+    pub fn spawn_now<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        interval: Duration,
+        host: Weak<T>,
+        task: impl Fn(&T, u64) + Send + 'static,
+    ) {
+        self.spawn_from(name, Duration::ZERO, interval, host, task);
+    }
+
+    fn spawn_from<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        first: Duration,
+        interval: Duration,
+        host: Weak<T>,
+        task: impl Fn(&T, u64) + Send + 'static,
+    ) {
+        let stop = self.stop.clone();
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+            let mut wait = first;
+            for round in 0u64.. {
+                let deadline = std::time::Instant::now() + wait;
+                wait = interval;
+                loop {
+                    if stop.load(std::sync::atomic::Ordering::Acquire) {
+                        return;
+                    }
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    std::thread::park_timeout(deadline - now);
+                }
+                let Some(host) = host.upgrade() else { return };
+                task(&host, round);
+            }
+        });
+        match spawned {
+            Ok(handle) => self.threads.push(handle),
+            Err(e) => log::warn!("could not start {name}: {e}"),
+        }
+    }
+
+    /// Stops every thread and waits for them (a task under way finishes first).
+    pub fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        for t in &self.threads {
+            t.thread().unpark();
+        }
+        for t in self.threads.drain(..) {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Upkeep {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,161 @@
+//! Where the credit counters that verifications spend are kept (API-v2.md §13.5), one of
+//! three ledgers: [`memory`] (one process owns the database: counters in memory, a group
+//! commit led by the waiting verifications), [`rows`] (several instances: each spend a
+//! statement on the key's row, by a writer thread's group commit) or [`shared`] (several
+//! instances: counters in Redis, written behind to the rows). Every spend is committed
+//! before its verification answers.
+
+pub(crate) mod memory;
+pub(crate) mod rows;
+pub mod shared;
+
+use crate::store::{CreditSpend, UsageStore};
+use keygate_rbac::{CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
+use memory::{Commit, Counter, MemoryLedger};
+use rows::CreditQueue;
+use shared::{SharedCredits, SharedLedger, SharedRefill};
+use std::sync::Arc;
+
+/// The ledger of a service: its kind, over the store its counters are written to.
+#[derive(Debug)]
+pub(crate) struct Ledger<S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) kind: Kind,
+}
+
+/// Which ledger.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// In memory, written to the database by group commit: one process owns the database
+    /// (the embedded default, with local change counters).
+    Memory(Arc<MemoryLedger>),
+    /// The key's row, spent by group commit: any number of instances share the database.
+    Rows(Arc<CreditQueue>),
+    /// In a shared store (Redis), written behind to the rows: any number of instances.
+    Shared(SharedLedger),
+}
+
+impl<S> Ledger<S> {
+    /// The ledger that fits: `shared` when given; else in memory when the change counters
+    /// are local (the database is this process's alone), else on the rows.
+    pub(crate) fn new(
+        store: Arc<S>,
+        counters: &CounterSource,
+        shared: Option<Arc<dyn SharedCredits>>,
+    ) -> Self {
+        let kind = match (shared, counters) {
+            (Some(shared), _) => Kind::Shared(SharedLedger::new(shared)),
+            (None, CounterSource::Local(_)) => Kind::Memory(Arc::default()),
+            (None, _) => Kind::Rows(Arc::default()),
+        };
+        Self { store, kind }
+    }
+}
+
+/// A spend a verification asks for: `cost` of `key`'s credits, as the caller may
+/// (`may_wait` false never reads the database); `tag`: the change counters the key's
+/// snapshot was loaded under (a counter loaded under others is read again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpendAsk<'a> {
+    pub(crate) key: &'a Key,
+    pub(crate) cost: u64,
+    pub(crate) may_wait: bool,
+    pub(crate) tag: Tag,
+}
+
+/// What a spend came to.
+pub(crate) enum Spent {
+    /// The key has no credits (any more): nothing to spend.
+    Unlimited,
+    /// Decided: `paid` or not, `remaining` after; a paid spend is answered once `commit`
+    /// says it is committed, or, when `commit` says another process changed the counter,
+    /// spent again on the row through `retry`.
+    Decided { paid: bool, remaining: u64, commit: Option<Commit> },
+    /// Decided by the writer, with the commit (the rows ledger).
+    Later(tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>),
+    /// The counter is not in memory yet and the caller may not wait for the database.
+    NeedsLoad,
+}
+
+impl std::fmt::Debug for Spent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Spent::Unlimited => f.write_str("Unlimited"),
+            Spent::Decided { paid, remaining, .. } => {
+                write!(f, "Decided(paid: {paid}, remaining: {remaining})")
+            }
+            Spent::Later(_) => f.write_str("Later"),
+            Spent::NeedsLoad => f.write_str("NeedsLoad"),
+        }
+    }
+}
+
+impl<S: UsageStore + 'static> Ledger<S> {
+    /// Spends what `ask` says at `now` (a due refill first).
+    /// `counter`: where the caller keeps the key's counter once found (the memory ledger's).
+    pub(crate) fn spend(
+        &self,
+        ask: SpendAsk<'_>,
+        now: i64,
+        counter: &std::sync::OnceLock<Arc<Counter>>,
+    ) -> Result<Spent, StorageError> {
+        let (key, cost) = (ask.key, ask.cost);
+        let Some(credits) = &key.credits else { return Ok(Spent::Unlimited) };
+        let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
+        let store = &self.store;
+        match &self.kind {
+            Kind::Rows(queue) => Ok(Spent::Later(queue.spend(store, &key.id, cost, refill_at))),
+            // A round trip to the shared store: only where the caller may wait.
+            Kind::Shared(_) if !ask.may_wait => Ok(Spent::NeedsLoad),
+            Kind::Shared(ledger) => {
+                let refill = credits.refill.as_ref().zip(refill_at).map(|(r, at)| SharedRefill {
+                    at,
+                    amount: r.amount,
+                    since: key.created_at,
+                });
+                ledger.spend(&**store, key, cost, refill)
+            }
+            Kind::Memory(ledger) => {
+                let counter = counter.get_or_init(|| ledger.counter(&key.id));
+                ledger.spend(store, ask, counter, refill_at)
+            }
+        }
+    }
+
+    /// Runs `write` (which changes `key_id`'s credits in the database) with the key's
+    /// counter held still: its spends committed first, none taken meanwhile, and read
+    /// from the database again after.
+    pub(crate) fn hold<T>(
+        &self,
+        key_id: &str,
+        write: impl FnOnce() -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
+        match &self.kind {
+            Kind::Rows(_) => write(),
+            Kind::Memory(ledger) => ledger.hold(key_id, write),
+            Kind::Shared(ledger) => ledger.hold(&*self.store, key_id, write),
+        }
+    }
+}
+
+/// rbac's writes of a key's credits (`updateKey`, `rerollKey`) hold the counter, and its
+/// reads of keys show the live counters (the shared ledger writes the rows behind).
+impl<S: UsageStore + 'static> CreditCounters for Ledger<S> {
+    fn hold(&self, key_id: &str, write: &mut dyn FnMut() -> Result<(), RbacError>) -> Result<(), RbacError> {
+        Ledger::hold(self, key_id, write)
+    }
+
+    fn overlay(&self, keys: &mut [&mut Key]) {
+        if let Kind::Shared(ledger) = &self.kind {
+            ledger.overlay(keys);
+        }
+    }
+}
+
+/// A service error where a storage error is answered.
+pub(crate) fn storage(e: RbacError) -> StorageError {
+    match e {
+        RbacError::Storage(e) => e,
+        other => StorageError::Internal(other.to_string()),
+    }
+}

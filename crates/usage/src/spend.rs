@@ -1,0 +1,239 @@
+//! What a verification spends (API-v2.md §13): once rbac's check found a valid key, its
+//! rate limits ([`crate::limits`]), then its credits through the ledger
+//! ([`crate::ledger`]). A verification that gets as far as credits answers only once their
+//! spend is committed: [`Pending`].
+
+use crate::UsageService;
+use crate::ledger::memory::{Commit, Committed, Retry};
+use crate::ledger::{SpendAsk, Spent};
+use crate::limits::{Applied, KeyLimits, Taken, Usage, applied_limits, outcomes};
+use crate::store::{CreditSpend, UsageStore};
+use keygate_ratelimit::StoreError;
+use keygate_rbac::{Checked, RbacError, StorageError, Verification, VerifyCode};
+use std::sync::Arc;
+
+/// A verification, answered once what it spent is committed: [`Self::wait`] blocks for
+/// that, [`Self::settle`] awaits it. Until then it must not be told to anyone.
+#[derive(Debug)]
+#[must_use = "a verification is answered only once its spend is committed: wait or settle it"]
+pub struct Pending {
+    verification: Verification,
+    credits: Option<CreditWait>,
+}
+
+/// What a verification waits for.
+enum CreditWait {
+    /// Its paid spend's commit (the memory ledger), or its retry on the row.
+    Commit { commit: Commit, taken: Option<Taken> },
+    /// Its spend on the row (the rows ledger).
+    Row { reply: tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>, taken: Option<Taken> },
+}
+
+impl std::fmt::Debug for CreditWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CreditWait::Commit { .. } => "CreditWait::Commit",
+            CreditWait::Row { .. } => "CreditWait::Row",
+        })
+    }
+}
+
+type Reply<T> = Result<Result<T, StorageError>, tokio::sync::oneshot::error::RecvError>;
+
+fn stopped<T>(reply: Reply<T>) -> Result<T, StorageError> {
+    reply.unwrap_or_else(|_| Err(StorageError::Unavailable("the credit writer stopped".into())))
+}
+
+impl Pending {
+    pub(crate) fn done(verification: Verification) -> Self {
+        Self { verification: counted(verification), credits: None }
+    }
+
+    /// Whether the answer waits for a commit.
+    pub fn is_waiting(&self) -> bool {
+        self.credits.is_some()
+    }
+
+    /// The answer, blocking the thread until the credits' spend is committed.
+    pub fn wait(self) -> Result<Verification, RbacError> {
+        let v = self.verification;
+        match self.credits {
+            None => Ok(v),
+            Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.blocking_recv())),
+            Some(CreditWait::Commit { commit, taken }) => {
+                let (answer, retry) = commit.wait();
+                Self::committed(v, taken, retry, stopped(answer))
+            }
+        }
+    }
+
+    /// The answer, once the credits' spend is committed (see [`Commit::committing`] for
+    /// the memory ledger's group commit).
+    pub async fn settle(self) -> Result<Verification, RbacError> {
+        let v = self.verification;
+        match self.credits {
+            None => Ok(v),
+            Some(CreditWait::Row { reply, taken }) => Self::spent(v, taken, stopped(reply.await)),
+            Some(CreditWait::Commit { commit, taken }) => {
+                let (committing, retry) = commit.committing();
+                match stopped(committing.await) {
+                    Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry.spend().await)),
+                    other => Self::committed(v, taken, retry, other),
+                }
+            }
+        }
+    }
+
+    /// The answer once the memory ledger's commit is known (a conflict retried by the
+    /// caller's way of waiting, or here, blocking, for [`Self::wait`]).
+    fn committed(
+        v: Verification,
+        taken: Option<Taken>,
+        retry: Retry,
+        commit: Result<Committed, StorageError>,
+    ) -> Result<Verification, RbacError> {
+        match commit {
+            Ok(Committed::Yes) => Ok(counted(v)),
+            Ok(Committed::Conflict) => Self::spent(v, taken, stopped(retry.spend().blocking_recv())),
+            Err(e) => Self::failed(taken, e),
+        }
+    }
+
+    fn failed(taken: Option<Taken>, e: StorageError) -> Result<Verification, RbacError> {
+        if let Some(t) = &taken {
+            t.give_back();
+        }
+        Err(e.into())
+    }
+
+    /// The answer once a spend on the row is known.
+    fn spent(
+        mut v: Verification,
+        taken: Option<Taken>,
+        spend: Result<CreditSpend, StorageError>,
+    ) -> Result<Verification, RbacError> {
+        let spend = match spend {
+            Ok(s) => s,
+            Err(e) => return Self::failed(taken, e),
+        };
+        v.credits = spend.remaining;
+        if !spend.paid && spend.remaining.is_some() {
+            usage_exceeded(&mut v, taken.as_ref());
+        }
+        Ok(counted(v))
+    }
+}
+
+/// A verification whose credits cannot pay: USAGE_EXCEEDED, the limits it took given back.
+fn usage_exceeded(v: &mut Verification, taken: Option<&Taken>) {
+    v.code = VerifyCode::UsageExceeded;
+    if let Some(t) = taken {
+        t.give_back();
+        for (o, l) in v.ratelimits.iter_mut().zip(t.limits.iter()) {
+            o.remaining = o.remaining.saturating_add(l.request.cost).min(o.limit);
+        }
+    }
+}
+
+impl<S: UsageStore + 'static> UsageService<S> {
+    /// What a checked verification spends (§13.3), when its check found a VALID key: its
+    /// limits, all or nothing (RATE_LIMITED: nothing spent), then its credits (committed
+    /// before the answer; USAGE_EXCEEDED: the limits given back). Any other answer spends
+    /// nothing. `None` when that needs I/O and `may_wait` is false (the caller asks again
+    /// where it may block); nothing is spent then. `usage` was validated
+    /// ([`crate::validate_usage`]) before the check.
+    pub fn spend(
+        &self,
+        checked: Checked,
+        usage: &Usage,
+        may_wait: bool,
+    ) -> Option<Result<Pending, RbacError>> {
+        let Checked { verification: mut v, snapshot } = checked;
+        let snapshot = match snapshot {
+            Some(s) if v.code == VerifyCode::Valid && !usage.check_only => s,
+            _ => return Some(Ok(Pending::done(v))),
+        };
+        let (summary, tag) = (snapshot.summary(), snapshot.tag());
+        let Some(limits) = snapshot.attached(KeyLimits::of) else { return Some(Ok(Pending::done(v))) };
+        let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
+            true => limits.auto.clone(),
+            false => match applied_limits(summary, &usage.ratelimits) {
+                Ok(l) => l.into(),
+                Err(e) => return Some(Err(e.into())),
+            },
+        };
+        if !may_wait && !applied.is_empty() && self.limiter.is_remote() {
+            return None;
+        }
+        let now = self.rbac.clock().now_ms();
+        let mut taken = None;
+        if !applied.is_empty() {
+            let t = Taken {
+                limiter: self.limiter.clone(),
+                namespace: limits.namespace.clone(),
+                limits: applied,
+                now,
+            };
+            let outcome = match t.take() {
+                Ok(o) => o,
+                Err(e) => return Some(Err(limit_error(e))),
+            };
+            v.ratelimits = outcomes(&t.limits, &outcome.decisions);
+            if !outcome.passed {
+                v.code = VerifyCode::RateLimited;
+                return Some(Ok(Pending::done(v)));
+            }
+            taken = Some(t);
+        }
+        let cost = usage.cost.unwrap_or(1);
+        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag };
+        let spent = self.ledger.spend(ask, now as i64, &limits.counter);
+        let give_back = |taken: &Option<Taken>| {
+            if let Some(t) = taken {
+                t.give_back();
+            }
+        };
+        match spent {
+            Err(e) => {
+                give_back(&taken);
+                Some(Err(e.into()))
+            }
+            Ok(Spent::NeedsLoad) => {
+                give_back(&taken);
+                None
+            }
+            Ok(Spent::Unlimited) => Some(Ok(Pending::done(v))),
+            Ok(Spent::Decided { paid: false, remaining, .. }) => {
+                v.credits = Some(remaining);
+                usage_exceeded(&mut v, taken.as_ref());
+                Some(Ok(Pending::done(v)))
+            }
+            Ok(Spent::Decided { paid: true, remaining, commit }) => {
+                v.credits = Some(remaining);
+                let credits = commit.map(|commit| CreditWait::Commit { commit, taken });
+                Some(Ok(match credits {
+                    None => Pending::done(v),
+                    Some(wait) => Pending { verification: v, credits: Some(wait) },
+                }))
+            }
+            Ok(Spent::Later(reply)) => {
+                Some(Ok(Pending { verification: v, credits: Some(CreditWait::Row { reply, taken }) }))
+            }
+        }
+    }
+}
+
+fn limit_error(e: StoreError) -> RbacError {
+    match e {
+        StoreError::Unavailable(why) => StorageError::Unavailable(why).into(),
+        StoreError::CannotAtomically(why) => StorageError::Internal(why).into(),
+    }
+}
+
+/// Counts a verification's outcome (`keygate_verifications_total{code}`); static labels, so
+/// no allocation.
+fn counted(v: Verification) -> Verification {
+    let code = v.code.as_str();
+    metrics::counter!("keygate_verifications_total", "code" => code).increment(1);
+    v
+}

@@ -1,0 +1,55 @@
+//! `keys.verifyKey` whole: rbac's check ([`keygate_rbac::RbacService::check`]: the key,
+//! its state, its permissions), then what a valid key spends ([`crate::spend`]). The
+//! server, the gateway and the embedded verifier all verify through these.
+
+use crate::limits::{Usage, validate_usage};
+use crate::spend::Pending;
+use crate::{UsageService, UsageStore};
+use keygate_rbac::{PermissionQuery, RbacError, Verification, VerifyScope};
+
+impl<S: UsageStore + 'static> UsageService<S> {
+    /// [`Self::verify`] answered inline, when no step needs I/O (local change counters and
+    /// a current cache entry, an in-process limiter, a credit spend only queued): `None`
+    /// means ask [`Self::verify`] where the caller may block.
+    pub fn verify_cached(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Option<Result<Pending, RbacError>> {
+        if let Err(e) = validate_usage(usage) {
+            return Some(Err(e.into()));
+        }
+        self.rbac.check_cached(secret, scope, query, |checked| self.spend(checked, usage, false))
+    }
+
+    /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
+    /// `query` is given, holds the permissions it asks for, within `scope` (rbac's
+    /// check); then, for such a key, what `usage` spends: its rate limits and its credits
+    /// (API-v2.md §13; RATE_LIMITED or USAGE_EXCEEDED when they do not suffice, nothing
+    /// spent). Needs no root key: the secret is the credential. Answered once the spend is
+    /// committed ([`Pending`]).
+    pub fn verify(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Result<Pending, RbacError> {
+        validate_usage(usage)?;
+        let checked = self.rbac.check(secret, scope, query)?;
+        self.spend(checked, usage, true).expect("may wait: always answers")
+    }
+
+    /// [`Self::verify`] with the default usage (cost 1, the auto-applied limits), waiting
+    /// for its spend to commit.
+    pub fn verify_key(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+    ) -> Result<Verification, RbacError> {
+        self.verify(secret, scope, query, &Usage::default())?.wait()
+    }
+}

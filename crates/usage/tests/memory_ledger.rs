@@ -1,0 +1,113 @@
+//! The memory ledger's group commit over the real SQL store (a temp SQLite file).
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use keygate_domain::ManualClock;
+use keygate_ratelimit::MemoryStore;
+use keygate_rbac::{Principal, RbacService, VerifyScope};
+use keygate_store::{PoolSettings, SqlStore};
+use keygate_test_support::TestDb;
+use keygate_usage::UsageService;
+use std::sync::Arc;
+
+struct Fixture {
+    usage: Arc<UsageService<SqlStore>>,
+    rbac: Arc<RbacService<SqlStore>>,
+    admin: Principal,
+    ws: String,
+    _db: TestDb,
+}
+
+fn fixture() -> Fixture {
+    let db = TestDb::fresh();
+    let store =
+        SqlStore::open(&db.url, PoolSettings { max_size: 8, ..PoolSettings::default() }).expect("open");
+    let rbac = RbacService::new(store, Arc::new(ManualClock::new(1_700_000_000_000)));
+    let (rbac, usage) = UsageService::wire(rbac, Arc::new(MemoryStore::new()), None);
+    let (ws, rk, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+    Fixture { usage: Arc::new(usage), rbac, admin, ws: ws.id, _db: db }
+}
+
+fn count(store: &SqlStore, sql: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct C {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    store.with_conn(|c| diesel::sql_query(sql).get_result::<C>(c)).expect("count").n
+}
+
+/// The embedded group commit, used from the library: verifications awaited on a
+/// multi-threaded runtime (each leads a commit or waits for another's, and a leader passes
+/// the lead on when spends are left after its batch) and blocking ones at the same time
+/// spend exactly the keys' credits, and the rows hold what is left.
+#[test]
+fn credit_spends_awaited_and_blocking_at_once_are_exact() {
+    // A spend left without a leader would hang: that fails here instead.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        spend_awaited_and_blocking_at_once();
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("every spend answered, and exactly (see the thread's panic otherwise)");
+}
+
+fn spend_awaited_and_blocking_at_once() {
+    use keygate_rbac::VerifyCode;
+    use keygate_usage::{CreditOp, Usage};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let f = fixture();
+    let keys: Vec<(String, String)> = (0..50)
+        .map(|i| {
+            let (key, secret) = f.rbac.create_key(&f.ws, Some(format!("paid{i}"))).expect("key");
+            f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(20)).expect("credits");
+            (key.id, secret.expose().to_string())
+        })
+        .collect();
+    let valid = AtomicUsize::new(0);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).build().expect("runtime");
+    std::thread::scope(|scope| {
+        // Blocking callers on the first 10 keys (they wait by leading, blocking).
+        for t in 0..2 {
+            let (f, keys, valid) = (&f, &keys, &valid);
+            scope.spawn(move || {
+                for i in 0..100 {
+                    let secret = &keys[(i + t) % 10].1;
+                    let v = f.usage.verify_key(secret, &VerifyScope::default(), None).expect("verify");
+                    if v.code == VerifyCode::Valid {
+                        valid.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..1_300)
+                .map(|i| {
+                    let (svc, secret) = (f.usage.clone(), keys[i % keys.len()].1.clone());
+                    tokio::spawn(async move {
+                        let (scope, usage) = (VerifyScope::default(), Usage::default());
+                        let pending = match svc.verify_cached(&secret, &scope, None, &usage) {
+                            Some(p) => p,
+                            None => svc.verify(&secret, &scope, None, &usage),
+                        };
+                        pending.expect("verify").settle().await.expect("settle").code == VerifyCode::Valid
+                    })
+                })
+                .collect();
+            for t in tasks {
+                if t.await.expect("task") {
+                    valid.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    });
+    assert_eq!(valid.load(Ordering::Relaxed), 50 * 20);
+    for (id, _) in &keys {
+        let left =
+            count(f.rbac.store(), &format!("SELECT credits_remaining AS n FROM keys WHERE id = '{id}'"));
+        assert_eq!(left, 0, "{id}");
+    }
+}
