@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two keygate binaries side by side on the hot paths, alternating rounds in one run: the
 # forward-auth call alone (GET /v1/gateway.authorize: key, permission, a limit that always
-# passes), ratelimits.limit and keys.verifyKey (cached), wrk at each server directly.
+# passes), ratelimits.limit, keys.verifyKey (cached), and v2 keys.verifyKey over KEYS keys
+# that spend credits and an auto-applied limit ("credits"), wrk at each server directly.
 #
 #   bash bins/keygate/bench/ab.sh BEFORE_BINARY AFTER_BINARY   # ROUNDS=3 DURATION=5s CONNECTIONS=64
 #
@@ -12,6 +13,7 @@
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BEFORE_BINARY AFTER_BINARY" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
+KEYS=${KEYS:-200}
 DURATION=${DURATION:-5s}
 CONNECTIONS=${CONNECTIONS:-64}
 ROOT_KEY=kg_root_ab_bench_$(date +%s)_000000
@@ -31,6 +33,10 @@ for side in before after; do
   wait_up "${port[$side]}"
   key[$side]=$(curl -s "http://127.0.0.1:${port[$side]}/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
     -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
+  create_keys "${port[$side]}" v2/keys.createKey \
+    '{"apiId":"api_ab","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}' \
+    "$KEYS" >"$work/$side-spending.txt"
+  expect_valid "${port[$side]}" v2/keys.verifyKey "{\"key\":\"$(head -1 "$work/$side-spending.txt")\"}"
   cat >"$work/$side-limit.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Authorization"] = "Bearer $ROOT_KEY"
@@ -52,11 +58,13 @@ run() { # side endpoint
       -H "X-Keygate-Ratelimit: namespace=gw; limit=1000000000; duration=60000" "$base/v1/gateway.authorize" ;;
     limit) taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s "$work/$side-limit.lua" "$base/v1/ratelimits.limit" ;;
     verify) taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s "$work/$side-verify.lua" "$base/v1/keys.verifyKey" ;;
+    credits) ROOT_KEY=$ROOT_KEY KEYS_FILE="$work/$side-spending.txt" \
+      taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s bins/keygate/bench/verify-v2.lua "$base" ;;
   esac | awk -v s="$side" -v w="$what" '/Requests\/sec/ {print w, s, $2} /Non-2xx/ {print "NON2XX", w, s, $NF > "/dev/stderr"}'
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-  for what in gateway limit verify; do
+  for what in gateway limit verify credits; do
     for side in before after; do run "$side" "$what"; done
   done
 done | tee "$work/rounds"

@@ -78,7 +78,6 @@ pub fn document(api: Api) -> Value {
     let rooms = match api {
         Api::V1 => vec![
             ratelimit::openapi(),
-            keys::openapi(),
             apis::openapi(),
             analytics::openapi(),
             permissions::openapi(),
@@ -94,14 +93,13 @@ pub fn document(api: Api) -> Value {
             v2::ratelimit_analytics::openapi(),
             v2::credits::openapi(),
             v2::identities::openapi(),
-            v2::keys::openapi(),
             v2::permissions::openapi(),
             v2::overrides::openapi(),
             v2::openapi(),
         ],
     };
     let mut doc = frame(api);
-    for room in rooms {
+    for room in rooms.into_iter().chain(keys::openapi(api)) {
         merge(&mut doc, room);
     }
     refuse_nul_in_requests(&mut doc);

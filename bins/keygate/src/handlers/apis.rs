@@ -1,7 +1,7 @@
 //! v1 `apis.*` (Unkey v1's wire, API-v2.md §10): the same API objects as v2's, created,
 //! read, their keys listed, deleted with their keys.
 
-use super::keys::KeyResponse;
+use super::keys::read::KeyResponse;
 use super::v2::apis::{ApiRefBody, CreateApiBody, CreatedApi};
 use super::{Empty, empty};
 use crate::error::ApiError;

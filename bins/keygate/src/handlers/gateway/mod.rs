@@ -5,7 +5,7 @@
 //! configuration (headers on the subrequest, or a named policy), the gateway
 //! authenticating with its own root key in `X-Keygate-Root-Key`.
 
-use super::keys::{VerifyCall, verification};
+use super::keys::verification::{VerifyCall, verification};
 use super::ratelimit::{ValidLimit, decide};
 use crate::error::ApiError;
 use crate::http::authenticate_secret;
@@ -159,7 +159,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     }
     if policy.ratelimit.is_some() {
         // Passed the policy's limit: now the key's limits and credits.
-        verification = super::keys::verification(&state, call(false)).await?;
+        verification = super::keys::verification::verification(&state, call(false)).await?;
         now = state.clock.now_ms();
         refuse_unless_valid(&verification, now)?;
     }

@@ -8,7 +8,6 @@ pub mod analytics;
 pub mod apis;
 pub mod credits;
 pub mod identities;
-pub mod keys;
 pub mod overrides;
 pub mod permissions;
 pub mod ratelimit;
