@@ -108,7 +108,7 @@ fn route_templates_become_openapi_paths() {
 /// serves): a change to a route, a request or an answer type shows up in them.
 #[test]
 fn the_committed_documents_are_what_the_code_generates() {
-    use keygate::openapi::{Api, render};
+    use keygate::openapi::{Api, document::render};
     let s = TestServer::start();
     for (api, served) in [(Api::V1, "/openapi.json"), (Api::V2, "/openapi-v2.json")] {
         let generated = render(api);
@@ -131,7 +131,7 @@ fn the_committed_documents_are_what_the_code_generates() {
 /// and `null` for an optional field of a JSON body.
 #[test]
 fn request_schemas_refuse_nul_and_take_null_for_optional_fields() {
-    use keygate::openapi::{Api, document};
+    use keygate::openapi::{Api, document::document};
     let doc = document(Api::V2);
     let body = &doc["components"]["schemas"]["ListBody"];
     assert_eq!(body["propertyNames"]["pattern"], "^[^\\u0000]*$");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # nginx + keygate forward auth (docs/gateways.md's configuration) against nginx alone
 # proxying the same upstream and against nginx + an auth server that does nothing,
-# alternating rounds in one run (docs/performance.md, section 8).
+# alternating rounds in one run (docs/performance/gateway.md).
 #
 #   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=10s CONNECTIONS=32
 #   PERF=1 bash bins/keygate/bench/gateway.sh   # + per request: context switches, syscalls

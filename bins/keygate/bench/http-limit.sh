@@ -33,7 +33,7 @@ require wrk curl taskset
 # core while the load generator holds the other, i.e. a 60-340 ms stall in whichever round
 # it hits. Stop it for the benchmark (/etc/init.d/rabbitmq-server stop; start it after).
 if pgrep -x beam.smp >/dev/null; then
-  echo "warning: RabbitMQ (beam.smp) is running: expect one 60-340 ms stall per minute (see docs/performance.md)" >&2
+  echo "warning: RabbitMQ (beam.smp) is running: expect one 60-340 ms stall per minute (see docs/performance/http.md)" >&2
 fi
 cargo build --release -q -p keygate --bin keygate --example bare --example openloop
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What metrics cost on the rate-limit hot path: keygate with KEYGATE_METRICS=on (the
 # default) against KEYGATE_METRICS=off (nothing recorded), alternating rounds in one run
-# (docs/performance.md). One worker each, pinned to CPU 0; wrk on CPU 1.
+# (docs/performance/metrics.md). One worker each, pinned to CPU 0; wrk on CPU 1.
 #
 #   bash bins/keygate/bench/metrics-cost.sh                 # ROUNDS=5 DURATION=10s
 set -euo pipefail

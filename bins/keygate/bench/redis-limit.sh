@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ratelimits.limit in Redis mode against the naive Redis limiter and the in-process store,
-# alternating rounds in one run (docs/performance.md section 6).
+# alternating rounds in one run (docs/performance/redis.md).
 #
 #   bash bins/keygate/bench/redis-limit.sh
 #   ROUNDS=5 DURATION=10s RATE=20000 bash bins/keygate/bench/redis-limit.sh

@@ -440,7 +440,7 @@ impl ServeArgs {
                 max_series: self.analytics_max_series as usize,
                 retention_days: self.analytics_retention_days,
             }),
-            dashboard: self.dashboard.then_some(crate::dashboard::DashboardSettings {
+            dashboard: self.dashboard.then_some(crate::dashboard::settings::DashboardSettings {
                 base: self.dashboard_base,
                 secure_cookies: self.dashboard_secure_cookies,
             }),
@@ -507,7 +507,7 @@ pub struct ServerConfig {
     /// Verification analytics; `None`: off.
     pub analytics: Option<AnalyticsSettings>,
     /// The dashboard; `None`: off.
-    pub dashboard: Option<crate::dashboard::DashboardSettings>,
+    pub dashboard: Option<crate::dashboard::settings::DashboardSettings>,
     /// `GET /metrics`: served openly, to root keys with `metrics.read`, or not at all.
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.

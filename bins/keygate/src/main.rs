@@ -35,7 +35,7 @@ fn main() -> std::process::ExitCode {
             Some(api) => {
                 // Not `print!`: a closed pipe (`| head`) is an error to report, not a panic.
                 use std::io::Write;
-                match std::io::stdout().lock().write_all(keygate::openapi::render(api).as_bytes()) {
+                match std::io::stdout().lock().write_all(keygate::openapi::document::render(api).as_bytes()) {
                     Ok(()) => std::process::ExitCode::SUCCESS,
                     Err(_) => std::process::ExitCode::FAILURE,
                 }

@@ -120,8 +120,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         metrics,
         metrics_access,
         gateway_policies,
-        openapi: Default::default(),
-        dashboard: config.dashboard.clone().map(|d| Arc::new(crate::dashboard::Dashboard::new(d))),
+        openapi: crate::openapi::Documents::new(crate::openapi::document::render),
+        dashboard: config.dashboard.clone().map(|d| Arc::new(crate::dashboard::settings::Dashboard::new(d))),
     });
     let metrics_addr = match (&config.metrics_listen, config.metrics) {
         (Some(listen), MetricsSetting::On | MetricsSetting::RootKey) => {

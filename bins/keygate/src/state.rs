@@ -35,7 +35,7 @@ pub struct AppState {
     /// The OpenAPI documents, rendered on first request.
     pub openapi: crate::openapi::Documents,
     /// The dashboard, when it is on.
-    pub dashboard: Option<Arc<crate::dashboard::Dashboard>>,
+    pub dashboard: Option<Arc<crate::dashboard::settings::Dashboard>>,
 }
 
 impl std::ops::Deref for AppState {

@@ -1,4 +1,4 @@
-//! What analytics cost a request (docs/performance.md, section 10): one verification
+//! What analytics cost a request (docs/performance/analytics.md): one verification
 //! counted by `recorder::Recorder`, one rate-limit decision by
 //! `limit_recorder::LimitRecorder`, in their common case (the series or identifier
 //! held already) and their worst (10,000 identifiers rotating through full sketches).

@@ -7,7 +7,7 @@
 //! 100k short ones): a server's identifier sits in the request buffer it just parsed, so
 //! the bench should not make each decision chase a `String` of its own (a `Vec<String>`
 //! spans ~5.6 MB at 100k, more than the table, and competes with it for the cache; see
-//! docs/performance.md, section 1). `short` identifiers (`user_00012345`, 13 bytes) are
+//! docs/performance/decision.md). `short` identifiers (`user_00012345`, 13 bytes) are
 //! stored inline (up to 15 bytes); `long` ones (`user_00012345@example.com`, 25 bytes) take
 //! the heap path.
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

@@ -1,9 +1,9 @@
 //! `/dashboard/apis`: the workspace's APIs (and creating one), and an API's keys a page at a
 //! time, filtered by identity.
 
+use super::answer::{DashError, call, html, see_other};
 use super::forms::token_ok;
 use super::session::Signed;
-use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_web::{ApiPage, ApisPage, KeyRow};

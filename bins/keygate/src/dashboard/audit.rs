@@ -1,9 +1,9 @@
 //! `/dashboard/audit`: the workspace's audit log, newest first, filtered by action, actor
 //! and resource, 50 events a page. Needs `audit.*.read` (as `audit.list`).
 
+use super::answer::{DashError, call, html};
 use super::forms::encode;
 use super::session::Signed;
-use super::{DashError, call, html};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_rbac::AuditFilter;

@@ -1,6 +1,6 @@
 //! What the dashboard's forms share: the token check and how fields are read.
 
-use super::DashError;
+use super::answer::DashError;
 use super::csrf::matches;
 use super::session::Signed;
 

@@ -1,9 +1,9 @@
 //! `/dashboard/identities`: the workspace's identities, searched by externalId, 50 a page,
 //! and created (with optional meta), through the same service as `identities.*`.
 
+use super::answer::{DashError, call, html, see_other};
 use super::forms::{encode, field, token_ok};
 use super::session::Signed;
-use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_domain::Patch;

@@ -3,11 +3,11 @@
 //! the same service as the API (same checks, same audit events, the session's root key as
 //! the actor) and then shows where it leads.
 
+use super::answer::{DashError, call, html, see_other};
 use super::apis::{KeysQuery, key_row, render_api};
 use super::forms::{field, names, token_ok};
 use super::overview::{DAY, chart_buckets};
 use super::session::Signed;
-use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_rbac::{Credits, KeyLookup, KeyUpdate, NewKey, RefillInterval};

@@ -1,9 +1,10 @@
 //! Login and logout: a root key, given once, becomes a session (its token in an
 //! `HttpOnly; SameSite=Strict` cookie); attempts are limited per client address.
 
+use super::answer::{DashError, blocking, html};
 use super::csrf::{LOGIN_COOKIE, login_token_ok, matches};
 use super::session::{SESSION_COOKIE, Signed, cookie, set_cookie, settings};
-use super::{DashError, DashboardSettings, blocking, html};
+use super::settings::DashboardSettings;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::http::header;

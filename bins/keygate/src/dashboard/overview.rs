@@ -1,8 +1,8 @@
 //! `GET /dashboard`: the workspace's verifications over the last 24 hours, 7 days or 30
 //! days, as a chart (server-rendered SVG) and per outcome.
 
+use super::answer::{DashError, blocking, html};
 use super::session::Signed;
-use super::{DashError, blocking, html};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_domain::ErrorCode;

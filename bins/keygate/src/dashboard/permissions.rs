@@ -2,9 +2,9 @@
 //! created, deleted, and a role's permissions replaced, through the same services as
 //! `permissions.*`.
 
+use super::answer::{DashError, call, html, see_other};
 use super::forms::{field, names, token_ok};
 use super::session::Signed;
-use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_rbac::{EntityKind, EntityRef, NewEntity};

@@ -1,9 +1,9 @@
 //! `/dashboard/ratelimits`: a namespace's overrides (by its name or id), set and deleted
 //! through the same service as `ratelimit.*Override`.
 
+use super::answer::{DashError, call, html, see_other};
 use super::forms::{encode, field, number, token_ok};
 use super::session::Signed;
-use super::{DashError, call, html, see_other};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_domain::{IdPrefix, has_prefix};

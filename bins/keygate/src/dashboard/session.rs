@@ -1,7 +1,8 @@
 //! The session cookie and the signed-in extractor: [`Signed`] is a request whose cookie
 //! names a live session (else the request goes to the login page).
 
-use super::{DashError, DashboardSettings, blocking};
+use super::answer::{DashError, blocking};
+use super::settings::DashboardSettings;
 use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
@@ -78,5 +79,20 @@ impl FromRequest for Signed {
             };
             Ok(Signed { session, layout, state })
         })
+    }
+}
+
+impl Signed {
+    /// Runs a service call as the session's root key, off the async workers (see
+    /// [`call`]): the one way an action of a signed-in page calls the services.
+    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, DashError>
+    where
+        F: FnOnce(&keygate_runtime::Runtime, &keygate_rbac::Principal) -> Result<T, keygate_rbac::RbacError>
+            + Send
+            + 'static,
+        T: Send + 'static,
+    {
+        let (state, principal) = (self.state.clone(), self.session.principal.clone());
+        super::answer::call(&self.layout, move || f(&state.runtime, &principal)).await
     }
 }

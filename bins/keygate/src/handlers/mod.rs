@@ -9,6 +9,7 @@ pub mod keys;
 pub mod overrides;
 pub mod permissions;
 pub mod ratelimit;
+pub mod references;
 pub mod system;
 pub mod v2;
 

@@ -1,7 +1,7 @@
 //! The `permissions.*` endpoints: create, get, list and delete permissions and roles, and
 //! change a role's permissions.
 
-use super::keys::links::{LinkBody, NamedItem, PermissionRef, link};
+use super::references::{LinkBody, NamedItem, PermissionRef, link};
 use super::{Empty, empty};
 use crate::error::ApiError;
 use crate::http::{Authed, Json, Obj, Query};
@@ -282,7 +282,7 @@ struct Doc;
 /// follows the permission-name rule); `add*` and `remove*` take at least one entry.
 pub(crate) fn openapi() -> serde_json::Value {
     let mut doc = crate::openapi::room::<Doc>();
-    super::keys::links::references_need_id_or_name(&mut doc, &["PermissionRef"]);
+    super::references::references_need_id_or_name(&mut doc, &["PermissionRef"]);
     refine_body(&mut doc, "/v1/permissions.createRole", "post", |body| {
         body["properties"]["name"] = crate::openapi::schema_json_of(kinds::role_name());
     });

@@ -1,5 +1,6 @@
 //! The RBAC service, one file per resource: [`auth`] (root keys), [`apis`] (API objects),
-//! [`keys`] (keys and their links), [`verify`] (verification and its cache, the change
+//! [`keys`] (create, read, delete keys), [`key_links`] (their permissions and roles),
+//! [`key_update`], [`verify`] (verification and its cache, the change
 //! counters), [`identities`], [`entities`] (permissions and roles), [`overrides`] and
 //! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces, root keys), [`audit`],
 //! [`sessions`] (the dashboard's), and [`links`], what the link operations share. This
@@ -12,6 +13,8 @@ mod auth;
 mod changes;
 mod entities;
 mod identities;
+mod key_links;
+mod key_update;
 mod keys;
 mod links;
 mod namespaces;

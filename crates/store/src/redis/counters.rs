@@ -43,11 +43,6 @@ impl RedisStore {
     }
 }
 
-/// The change counters' epoch key.
-pub(super) fn epoch_key(prefix: &str) -> String {
-    format!("{prefix}{{cc}}:epoch")
-}
-
 fn unavailable(e: keygate_ratelimit::StoreError) -> StorageError {
     StorageError::Unavailable(e.to_string())
 }
@@ -57,7 +52,7 @@ impl SharedCounters for RedisStore {
         let script = &self.counter_scripts.0;
         // Never 0 or 1 (the tags of local and database counters).
         let fresh_epoch = rand::random::<u64>() | 2;
-        let mut invocation = script.key(epoch_key(&self.prefix));
+        let mut invocation = script.key(super::counters_epoch_key(&self.prefix));
         for n in names {
             invocation.key(self.counter_key(n));
         }

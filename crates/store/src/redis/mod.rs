@@ -297,6 +297,11 @@ fn epoch_key(prefix: &str, namespace_id: &str) -> String {
     format!("{prefix}{{cc}}:ov:{namespace_id}")
 }
 
+/// `<prefix>{cc}:epoch`: the change counters' epoch (`counters.rs`), in their slot.
+fn counters_epoch_key(prefix: &str) -> String {
+    format!("{prefix}{{cc}}:epoch")
+}
+
 impl RedisStore {
     /// The script call for one decision, and the start of its window.
     fn call(

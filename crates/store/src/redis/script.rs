@@ -2,7 +2,7 @@
 //! names (each once), the command's layout, the reply back in the batch's order, and on a
 //! Redis Cluster the checks made apart and the calls grouped by slot.
 
-use super::{Answer, Call, counters, epoch_key};
+use super::{Answer, Call, counters_epoch_key, epoch_key};
 use keygate_ratelimit::StoreError;
 
 /// The decision script: flushes of async tokens, then decisions with their checks (the
@@ -57,7 +57,7 @@ impl<'a> Checks<'a> {
             .map(|(key, _)| match key {
                 CheckKey::Overrides(namespace_id) => epoch_key(prefix, namespace_id),
                 CheckKey::Counter(key) => (*key).to_string(),
-                CheckKey::CounterEpoch => counters::epoch_key(prefix),
+                CheckKey::CounterEpoch => counters_epoch_key(prefix),
             })
             .collect()
     }

@@ -1,7 +1,7 @@
 //! Creating keys, both APIs: v1's and v2's `createKey` (the secret shown once), and v2's
 //! `rerollKey` (a new key copying an existing one's settings).
 
-use super::{CreatedKey, MAX_EXPIRES_MS, MAX_PERMISSIONS, MAX_ROLES, only_false, precondition};
+use super::shared::{CreatedKey, MAX_EXPIRES_MS, MAX_PERMISSIONS, MAX_ROLES, only_false, precondition};
 use crate::error::ApiError;
 use crate::handlers::v2::credits::{CreditsRequest, new_credits};
 use crate::handlers::v2::identities::{RatelimitRequest, new_ratelimits};

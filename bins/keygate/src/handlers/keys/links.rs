@@ -1,20 +1,20 @@
 //! A key's permissions and roles, both APIs: v1's set, add and remove of references (by
-//! id or name, `create` flags), v2's of plain strings (slug or name, or id); and [`link`],
-//! the helper the role operations of `permissions.*` share with v1's key operations.
+//! id or name, `create` flags: [`crate::handlers::references`]), v2's of plain strings
+//! (slug or name, or id).
 
-use super::{MAX_PERMISSIONS, MAX_ROLES};
+use super::shared::{MAX_PERMISSIONS, MAX_ROLES};
 use crate::error::ApiError;
+use crate::handlers::references::{
+    LinkBody, NamedItem, PermissionRef, RoleRef, link, references_need_id_or_name,
+};
 use crate::handlers::v2::permissions::{Permission, Role};
 use crate::handlers::v2::{Envelope, check_count, check_key_id, ok};
 use crate::handlers::{Empty, empty};
 use crate::http::{Authed, Json, Obj};
-use crate::openapi::{Api, V1BodyErrors, V2Errors, kinds, refine_body, require_one_of, schema_mut};
+use crate::openapi::{Api, V1BodyErrors, V2Errors, kinds, refine_body};
 use actix_web::HttpResponse;
-use keygate_domain::Named;
-use keygate_rbac::{EntityKind, EntityRef, LinkMode, Principal, RbacError, RbacService, RoleView};
-use keygate_store::SqlStore;
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use keygate_rbac::{EntityKind, EntityRef, LinkMode, RbacService, RoleView};
+use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
@@ -28,32 +28,6 @@ pub(crate) struct PermissionsBody {
     permissions: Vec<Obj<PermissionRef>>,
 }
 
-/// A permission by id or name; `slug` is an alias of `name` (and wins when both are given).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(expecting = "an object with an id or a name")]
-pub(crate) struct PermissionRef {
-    /// A permission id.
-    #[schema(min_length = 1, max_length = 255)]
-    id: Option<String>,
-    /// A permission name; created when missing unless create is false.
-    #[schema(schema_with = kinds::permission_name)]
-    name: Option<String>,
-    /// Alias of name (wins when both are given).
-    #[schema(schema_with = kinds::permission_name)]
-    slug: Option<String>,
-    create: Option<bool>,
-}
-
-impl From<PermissionRef> for EntityRef {
-    fn from(r: PermissionRef) -> Self {
-        let (name, name_field) = match (r.slug, r.name) {
-            (Some(slug), _) => (Some(slug), "slug"),
-            (None, name) => (name, "name"),
-        };
-        EntityRef { id: r.id, name, create: r.create, name_field, or_id: false }
-    }
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RolesBody {
@@ -62,35 +36,6 @@ pub(crate) struct RolesBody {
     key_id: String,
     #[schema(max_items = 1000, value_type = Vec<RoleRef>)]
     roles: Vec<Obj<RoleRef>>,
-}
-
-/// A role by id or name.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(expecting = "an object with an id or a name")]
-pub(crate) struct RoleRef {
-    /// A role id.
-    #[schema(min_length = 1, max_length = 255)]
-    id: Option<String>,
-    /// A role name; created only with create: true.
-    #[schema(schema_with = kinds::role_name)]
-    name: Option<String>,
-    create: Option<bool>,
-}
-
-impl From<RoleRef> for EntityRef {
-    fn from(r: RoleRef) -> Self {
-        EntityRef { id: r.id, name: r.name, create: r.create, name_field: "name", or_id: false }
-    }
-}
-
-/// A service operation on the links of a key or role: setPermissions, addRoles and the like.
-pub(crate) type LinkOp =
-    fn(&RbacService<SqlStore>, &Principal, &str, &[EntityRef]) -> Result<Vec<Named>, RbacError>;
-
-/// A request body naming an owner (key or role) and listing references.
-pub(crate) trait LinkBody: DeserializeOwned + Send + 'static {
-    /// (the owner's id, the references)
-    fn into_parts(self) -> (String, Vec<EntityRef>);
 }
 
 impl LinkBody for PermissionsBody {
@@ -102,31 +47,6 @@ impl LinkBody for PermissionsBody {
 impl LinkBody for RolesBody {
     fn into_parts(self) -> (String, Vec<EntityRef>) {
         (self.key_id, self.roles.into_iter().map(|Obj(r)| EntityRef::from(r)).collect())
-    }
-}
-
-/// Runs `op` on the owner and references of the call's body.
-pub(crate) async fn link<B: LinkBody>(call: Authed<Json<B>>, op: LinkOp) -> Result<Vec<NamedItem>, ApiError> {
-    let all = call
-        .run(move |kg, principal, Json(body)| {
-            let (owner, refs) = body.into_parts();
-            op(&kg.rbac, principal, &owner, &refs)
-        })
-        .await?;
-    Ok(all.into_iter().map(NamedItem::from).collect())
-}
-
-/// A permission or role as v1's lists show it.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = Named)]
-pub(crate) struct NamedItem {
-    id: String,
-    name: String,
-}
-
-impl From<Named> for NamedItem {
-    fn from(n: Named) -> Self {
-        Self { id: n.id, name: n.name }
     }
 }
 
@@ -310,15 +230,6 @@ pub async fn add_roles_v2(call: Authed<Json<RolesBodyV2>>) -> Result<HttpRespons
     responses((status = 200, description = "OK", body = Envelope<Vec<Role>>), V2Errors))]
 pub async fn remove_roles_v2(call: Authed<Json<RolesBodyV2>>) -> Result<HttpResponse, ApiError> {
     Ok(roles_answer(change(call, EntityKind::Role, LinkMode::Remove).await?))
-}
-
-/// A [`PermissionRef`] or [`RoleRef`] in a room's document needs an id or a name.
-pub(crate) fn references_need_id_or_name(doc: &mut Value, names: &[&str]) {
-    for name in names {
-        let fields: &[&str] =
-            if *name == "PermissionRef" { &["id", "name", "slug"] } else { &["id", "name"] };
-        require_one_of(schema_mut(doc, name), fields, false);
-    }
 }
 
 #[derive(utoipa::OpenApi)]

@@ -2,9 +2,9 @@
 //! permissions and roles), v2's `getKey` and `whoami` (by id or by secret; effective
 //! permissions, roles, identity, credits, limits, `lastUsed`).
 
-use super::{only_false, precondition};
+use super::shared::{only_false, precondition};
 use crate::error::ApiError;
-use crate::handlers::keys::links::NamedItem;
+use crate::handlers::references::NamedItem;
 use crate::handlers::v2::credits::CreditsObject;
 use crate::handlers::v2::identities::{IdentityObject, RatelimitObject};
 use crate::handlers::v2::{Envelope, check_key_id, ok};

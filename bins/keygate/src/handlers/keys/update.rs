@@ -1,7 +1,7 @@
 //! Changing and deleting keys, both APIs: v2's `updateKey` (every field absent, cleared
 //! or set, in one transaction), v1's and v2's `deleteKey`.
 
-use super::{MAX_EXPIRES_MS, MAX_PERMISSIONS, MAX_ROLES};
+use super::shared::{MAX_EXPIRES_MS, MAX_PERMISSIONS, MAX_ROLES};
 use crate::error::ApiError;
 use crate::handlers::v2::credits::RefillRequest;
 use crate::handlers::v2::identities::{RatelimitRequest, new_ratelimits};

@@ -3,8 +3,8 @@
 
 use super::{Empty, Envelope, PageEnvelope, decode_cursor, ok, ok_empty, ok_page, page_limit};
 use crate::error::ApiError;
-use crate::handlers::keys::precondition;
 use crate::handlers::keys::read::KeyObject;
+use crate::handlers::keys::shared::precondition;
 use crate::http::{Authed, Json};
 use crate::openapi::{V2Errors, V2Precondition};
 use actix_web::HttpResponse;
@@ -111,7 +111,7 @@ pub(crate) struct ListKeysBody {
     #[schema(min_length = 1, max_length = 255)]
     external_id: Option<String>,
     /// `true` is 412: keys are stored hashed.
-    #[schema(schema_with = crate::handlers::keys::only_false)]
+    #[schema(schema_with = crate::handlers::keys::shared::only_false)]
     decrypt: Option<bool>,
     /// Accepted; changes nothing (keygate's verification cache is never stale).
     #[allow(dead_code)]

@@ -6,17 +6,18 @@
 //! Each handler room describes its own operations: `#[utoipa::path]` on the handlers,
 //! `ToSchema` on the request and answer types, and an `openapi()` function that lists its
 //! paths and says what the derive cannot (which of two fields is required). This module
-//! holds only the frame: the documents' header, the error answers and components every
-//! room shares, the string kinds the rooms name, and the server-wide rule of
-//! `http::body` (NUL is refused in every string and object key of a request).
+//! holds what the rooms share: the error answers, the string kinds they name, and helpers
+//! to refine a room's part; [`document`] assembles the rooms' parts in the documents' frame,
+//! and [`requests`] adds the server-wide rule of `http::body` to every request schema (NUL
+//! is refused in every string and object key of a request, and an optional field takes
+//! `null`).
 
-use crate::handlers::{analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
-use serde_json::{Map, Value, json};
-use std::borrow::Cow;
+pub mod document;
+mod requests;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::IntoResponses;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
-use utoipa::{IntoResponses, PartialSchema, ToSchema};
 
 /// Which document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,109 +47,28 @@ impl Api {
     }
 }
 
-/// Both documents, each rendered once, when first asked for.
-#[derive(Debug, Default)]
+/// Both documents, each rendered once, when first asked for (by the renderer the server
+/// gives: [`document::render`]).
+#[derive(Debug)]
 pub struct Documents {
+    render: fn(Api) -> String,
     v1: std::sync::OnceLock<String>,
     v2: std::sync::OnceLock<String>,
 }
 
 impl Documents {
+    pub fn new(render: fn(Api) -> String) -> Self {
+        Self { render, v1: Default::default(), v2: Default::default() }
+    }
+
     /// The rendered document.
     pub fn get(&self, api: Api) -> &str {
         let cell = match api {
             Api::V1 => &self.v1,
             Api::V2 => &self.v2,
         };
-        cell.get_or_init(|| render(api))
+        cell.get_or_init(|| (self.render)(api))
     }
-}
-
-/// The document, as JSON text (pretty, ending with a newline): what the server serves and
-/// what `docs/` holds.
-pub fn render(api: Api) -> String {
-    // A document of plain JSON values serializes without fail.
-    let mut out = serde_json::to_string_pretty(&document(api)).unwrap_or_default();
-    out.push('\n');
-    out
-}
-
-/// The document as a JSON value.
-pub fn document(api: Api) -> Value {
-    let rooms = match api {
-        Api::V1 => vec![
-            ratelimit::openapi(),
-            apis::openapi(),
-            analytics::openapi(),
-            permissions::openapi(),
-            overrides::openapi(),
-            audit::openapi(),
-            gateway::openapi(),
-            system::openapi_paths(),
-        ],
-        Api::V2 => vec![
-            v2::ratelimit::openapi(),
-            v2::apis::openapi(),
-            v2::analytics::openapi(),
-            v2::ratelimit_analytics::openapi(),
-            v2::credits::openapi(),
-            v2::identities::openapi(),
-            v2::permissions::openapi(),
-            v2::overrides::openapi(),
-            v2::openapi(),
-        ],
-    };
-    let mut doc = frame(api);
-    for room in rooms.into_iter().chain(keys::openapi(api)) {
-        merge(&mut doc, room);
-    }
-    refuse_nul_in_requests(&mut doc);
-    doc
-}
-
-/// The header, security schemes and shared components of a document.
-fn frame(api: Api) -> Value {
-    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-    use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApiBuilder, Paths};
-    let (title, description) = match api {
-        Api::V1 => (
-            "keygate",
-            "API-key access control and rate limiting; wire-compatible with Unkey's v1 API for \
-             these endpoints. Every response carries Unkey-Request-Id. See docs/api.md for the rules.",
-        ),
-        Api::V2 => (
-            "keygate v2",
-            "keygate's v2 API, wire-compatible with Unkey's v2 API for these operations \
-             (docs/api-v2.md). Every response carries Unkey-Request-Id equal to meta.requestId. \
-             Any other /v2 path answers 404 not_supported.",
-        ),
-    };
-    let root_key = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("A root key")).build();
-    let mut components = ComponentsBuilder::new()
-        .schema("NoNul", NoNul::schema())
-        .security_scheme("rootKey", SecurityScheme::Http(root_key))
-        .responses_from_iter(error_responses(api));
-    match api {
-        Api::V1 => {
-            components = components
-                .schema("ErrorBody", crate::error::ErrorBody::schema())
-                .security_scheme("gatewayRootKey", gateway::security_scheme());
-        }
-        Api::V2 => {
-            for (name, schema) in v2::shared_schemas() {
-                components = components.schema(name, schema);
-            }
-        }
-    }
-    let doc = OpenApiBuilder::new()
-        .info(
-            InfoBuilder::new().title(title).version(env!("CARGO_PKG_VERSION")).description(Some(description)),
-        )
-        .paths(Paths::new())
-        .components(Some(components.build()))
-        .security(Some([SecurityRequirement::new("rootKey", Vec::<String>::new())]))
-        .build();
-    serde_json::to_value(doc).unwrap_or(Value::Null)
 }
 
 /// A schema built in code, as JSON.
@@ -159,30 +79,6 @@ pub(crate) fn schema_json_of(schema: impl serde::Serialize) -> Value {
 /// A room's part of a document: the paths and schemas of a `#[derive(utoipa::OpenApi)]`.
 pub(crate) fn room<D: utoipa::OpenApi>() -> Value {
     serde_json::to_value(D::openapi()).unwrap_or(Value::Null)
-}
-
-/// Adds a room's paths and schemas to the document. Two rooms may share a schema (the
-/// same type); two different schemas of one name are a bug, caught by the tests.
-fn merge(doc: &mut Value, room: Value) {
-    if let Some(paths) = room["paths"].as_object() {
-        for (path, item) in paths {
-            let entry = &mut doc["paths"][path];
-            match (entry.as_object_mut(), item.as_object()) {
-                (Some(ops), Some(new)) => ops.extend(new.clone()),
-                _ => *entry = item.clone(),
-            }
-        }
-    }
-    if let Some(schemas) = room["components"]["schemas"].as_object() {
-        for (name, schema) in schemas {
-            let existing = &doc["components"]["schemas"][name];
-            assert!(
-                existing.is_null() || existing == schema,
-                "two different schemas are named {name} in one OpenAPI document"
-            );
-            doc["components"]["schemas"][name] = schema.clone();
-        }
-    }
 }
 
 /// A room's component schema, to refine (panics when the room has no such schema: the
@@ -232,162 +128,6 @@ pub(crate) const NO_NUL: &str = "^[^\\u0000]*$";
 pub(crate) const PERMISSION_NAME: &str = "^[A-Za-z0-9._:*-]+$";
 /// A display name: no control character (`keygate_domain::validate_display_name`).
 pub(crate) const DISPLAY_NAME: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
-
-/// Any JSON value without a NUL character in a string or an object key: what a request
-/// may hold where the API takes any value (`meta`), or in a field keygate ignores.
-#[derive(Debug)]
-pub(crate) struct NoNul;
-
-impl PartialSchema for NoNul {
-    fn schema() -> RefOr<Schema> {
-        let no_nul_string = || ObjectBuilder::new().schema_type(Type::String).pattern(Some(NO_NUL));
-        let schema = utoipa::openapi::schema::AnyOfBuilder::new()
-            .description(Some(
-                "Any JSON value without a NUL character in a string or a key (NUL is refused in \
-                 every string: docs/api.md)",
-            ))
-            .item(ObjectBuilder::new().schema_type(SchemaType::from_iter([
-                Type::Null,
-                Type::Boolean,
-                Type::Number,
-            ])))
-            .item(no_nul_string())
-            .item(ArrayBuilder::new().items(Ref::from_schema_name("NoNul")))
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Object)
-                    .property_names(Some(no_nul_string()))
-                    .additional_properties(Some(Ref::from_schema_name("NoNul"))),
-            );
-        RefOr::T(Schema::AnyOf(schema.build()))
-    }
-}
-
-impl ToSchema for NoNul {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("NoNul")
-    }
-}
-
-/// The server-wide rule of `http::body` in every request schema (bodies and parameters,
-/// and the component schemas they use): a string with no pattern of its own holds no
-/// NUL, and an object's keys hold none and its other properties are any [`NoNul`] value
-/// (unknown fields are ignored, but NUL is refused in them too).
-fn refuse_nul_in_requests(doc: &mut Value) {
-    let mut used = Vec::new();
-    let mut in_requests = Vec::new();
-    if let Some(paths) = doc["paths"].as_object_mut() {
-        for item in paths.values_mut() {
-            for op in item.as_object_mut().into_iter().flat_map(|ops| ops.values_mut()) {
-                if let Some(body) = op.get_mut("requestBody") {
-                    refs(body, &mut in_requests);
-                    refuse_nul(body, true);
-                }
-                if let Some(params) = op.get_mut("parameters") {
-                    refs(params, &mut in_requests);
-                    refuse_nul(params, false);
-                }
-            }
-        }
-    }
-    // The components request schemas use, and those they use in turn.
-    while let Some(name) = in_requests.pop() {
-        if name == "NoNul" || used.contains(&name) {
-            continue;
-        }
-        let schema = &mut doc["components"]["schemas"][&name];
-        refs(schema, &mut in_requests);
-        refuse_nul(schema, true);
-        used.push(name);
-    }
-}
-
-/// The component names a value's `$ref`s point at.
-fn refs(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, v) in m {
-                match (k.as_str(), v) {
-                    ("$ref", Value::String(r)) => {
-                        out.extend(r.strip_prefix("#/components/schemas/").map(str::to_string))
-                    }
-                    _ => refs(v, out),
-                }
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
-        _ => {}
-    }
-}
-
-/// Applies the NUL rule to every schema within `v`; in a JSON body (`json`), optional
-/// fields take `null` too (a query string has no null).
-fn refuse_nul(v: &mut Value, json: bool) {
-    match v {
-        Value::Object(m) => {
-            let types = match m.get("type") {
-                Some(Value::String(t)) => vec![t.clone()],
-                Some(Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
-                _ => Vec::new(),
-            };
-            if types.iter().any(|t| t == "string") && !m.contains_key("pattern") && !m.contains_key("enum") {
-                m.insert("pattern".into(), NO_NUL.into());
-            }
-            if types.iter().any(|t| t == "object") {
-                m.entry("propertyNames").or_insert_with(|| json!({ "pattern": NO_NUL }));
-                m.entry("additionalProperties")
-                    .or_insert_with(|| json!({ "$ref": "#/components/schemas/NoNul" }));
-                if json {
-                    optional_takes_null(m);
-                }
-            }
-            // A query string or a header has no null: an optional parameter is absent.
-            if !json && let Some(Value::Array(ts)) = m.get_mut("type") {
-                ts.retain(|t| t != "null");
-                if let [only] = ts.as_slice() {
-                    let only = only.clone();
-                    m.insert("type".into(), only);
-                }
-            }
-            // An object's `anyOf`/`oneOf` of `required` alternatives (`require_one_of`)
-            // restates its own properties' types: their patterns are the properties'.
-            let alternatives_of_own = m.contains_key("properties");
-            for (k, v) in m.iter_mut() {
-                // Examples are data, not schemas.
-                let data = matches!(k.as_str(), "example" | "examples" | "enum" | "default");
-                let restated = alternatives_of_own && matches!(k.as_str(), "anyOf" | "oneOf");
-                if !data && !restated {
-                    refuse_nul(v, json);
-                }
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(|v| refuse_nul(v, json)),
-        _ => {}
-    }
-}
-
-/// An optional field of a request may be `null`, which means absent (serde's `Option`):
-/// the properties not `required` take `null` besides their type.
-fn optional_takes_null(object: &mut Map<String, Value>) {
-    let required: Vec<String> = match object.get("required") {
-        Some(Value::Array(r)) => r.iter().filter_map(|f| f.as_str().map(str::to_string)).collect(),
-        _ => Vec::new(),
-    };
-    let Some(Value::Object(properties)) = object.get_mut("properties") else { return };
-    for (name, schema) in properties.iter_mut() {
-        if required.contains(name) {
-            continue;
-        }
-        match schema.get("type").cloned() {
-            Some(Value::String(t)) if t != "null" => schema["type"] = json!([t, "null"]),
-            Some(Value::Array(mut ts)) if !ts.contains(&json!("null")) => {
-                ts.push(json!("null"));
-                schema["type"] = Value::Array(ts);
-            }
-            _ => {}
-        }
-    }
-}
 
 /// The error answers of a document, by status: (status, component name, description).
 /// Operations refer to them (`#/components/responses/...`) through the `IntoResponses`
