@@ -24,7 +24,7 @@ impl Secret {
         hash_secret(&self.0)
     }
     /// A short visible prefix for recognising the secret in listings: at most
-    /// [`MAX_VISIBLE_CHARS`] characters and at most a third of the secret, so a listing
+    /// `MAX_VISIBLE_CHARS` characters and at most a third of the secret, so a listing
     /// never shows enough of a short secret to guess the rest.
     pub fn visible_prefix(&self) -> String {
         let shown = MAX_VISIBLE_CHARS.min(self.0.chars().count() / 3);

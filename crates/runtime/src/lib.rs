@@ -110,7 +110,7 @@ pub struct Runtime {
     pub limiter: Arc<dyn RateLimitStore>,
     /// The Redis store, when `redis_url` is set (`limiter` wraps it).
     pub redis: Option<Arc<RedisStore>>,
-    /// "<database>; rate-limit store: <store>", for a startup line.
+    /// `"<database>; rate-limit store: <store>"`, for a startup line.
     pub description: String,
     /// The analytics settings in force.
     pub analytics_settings: Option<AnalyticsSettings>,

@@ -13,7 +13,7 @@
 //! - [`refill`]: when credits refill.
 //!
 //! Built on `keygate-rbac`: a verification's check is rbac's ([`keygate_rbac::Checked`]),
-//! its writes go through rbac's change counters ([`keygate_rbac::RbacService::write_as`]),
+//! its writes go through rbac's change counters ([`keygate_rbac::RbacService::write_through`]),
 //! and the ledger is registered with rbac as its [`keygate_rbac::CreditCounters`], so that
 //! rbac's own writes of a key's credits (`updateKey`, `rerollKey`) hold the counter.
 

@@ -67,7 +67,7 @@ impl Pending {
         }
     }
 
-    /// The answer, once the credits' spend is committed (see [`Commit::committing`] for
+    /// The answer, once the credits' spend is committed (see `Commit::committing` for
     /// the memory ledger's group commit).
     pub async fn settle(self) -> Result<Verification, RbacError> {
         let v = self.verification;

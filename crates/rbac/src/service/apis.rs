@@ -39,7 +39,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// The workspace's APIs the root key may read (`api.*.read_api`, or
-    /// `api.<apiId>.read_api` for each), by name: at most [`MAX_LISTED_APIS`].
+    /// `api.<apiId>.read_api` for each), by name: at most `MAX_LISTED_APIS`.
     pub fn list_apis(&self, p: &Principal) -> Result<Vec<Api>, RbacError> {
         let access = ApiAccess::of(p, "read_api").ok_or_else(|| ApiAccess::denied("read_api", None))?;
         let apis = self.store.read(|tx| Ok(tx.list_apis(&p.workspace_id, MAX_LISTED_APIS)?))?;

@@ -42,7 +42,7 @@ impl Default for CounterState {
 }
 
 /// The counters one write bumps: collected while it runs, bumped in its transaction as its
-/// last step, published after its commit ([`RbacService::write`]).
+/// last step, published after its commit (`RbacService::write`, [`RbacService::write_through`]).
 #[derive(Debug, Default)]
 pub struct Changes {
     names: Vec<String>,
@@ -86,7 +86,7 @@ impl<S: RbacStore> RbacService<S> {
     /// A write through a transaction of another capability's kind (one that extends
     /// [`RbacTx`], such as `keygate_usage::UsageTx`): `transaction` runs it, touching the
     /// counters its work changes and calling [`Changes::bump`] as its last step, as
-    /// [`Self::write`] does; they are published after its commit.
+    /// `Self::write` does; they are published after its commit.
     pub fn write_through<T>(
         &self,
         transaction: impl FnOnce(&mut Changes) -> Result<T, RbacError>,

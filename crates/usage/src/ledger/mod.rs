@@ -1,6 +1,6 @@
 //! Where the credit counters that verifications spend are kept (API-v2.md §13.5), one of
-//! three ledgers: [`memory`] (one process owns the database: counters in memory, a group
-//! commit led by the waiting verifications), [`rows`] (several instances: each spend a
+//! three ledgers: `memory` (one process owns the database: counters in memory, a group
+//! commit led by the waiting verifications), `rows` (several instances: each spend a
 //! statement on the key's row, by a writer thread's group commit) or [`shared`] (several
 //! instances: counters in Redis, written behind to the rows). Every spend is committed
 //! before its verification answers.

@@ -12,7 +12,7 @@
 //!   then marks each clean unless it changed meanwhile. Any instance may do it (a lease per
 //!   shard keeps them from doing the same work), so a `kill -9` loses no answered spend:
 //!   the store holds it and another instance, or the restarted one, writes it behind.
-//! - **Updates** (`updateCredits`, `updateKey`, `rerollKey`: [`SharedLedger::hold`]): the
+//! - **Updates** (`updateCredits`, `updateKey`, `rerollKey`: `SharedLedger::hold`): the
 //!   counter is locked against spends (a lease), its live value written to the row, the
 //!   update made on the row (which raises its credit version), and the row's new credits
 //!   put in the store in place of the counter before the lock ends: no spend is lost and
