@@ -89,7 +89,7 @@ fn counts_reach_the_api_within_seconds_and_group_as_asked() {
     let f = fixture();
     // lastUsed: the minute of the last verification, from memory before the flush...
     let minute = T0 - T0 % 60_000;
-    let last_used = |key: &str| f.s.v2("keys.getKey", &json!({"keyId": key})).data()["lastUsed"].clone();
+    let last_used = |key: &str| f.s.v2("keys.getKey", &json!({"keyId": key})).data()["lastUsedAt"].clone();
     assert_eq!(last_used(&f.keys[0]), json!(minute));
     f.flushed();
     // ...and from the database after it; a key never verified has none.
@@ -99,7 +99,7 @@ fn counts_reach_the_api_within_seconds_and_group_as_asked() {
     assert!(last_used(&fresh).is_null());
     let listed = f.s.v2("apis.listKeys", &json!({"apiId": f.api}));
     let used: Vec<bool> =
-        listed.data().as_array().unwrap().iter().map(|k| k.get("lastUsed").is_some()).collect();
+        listed.data().as_array().unwrap().iter().map(|k| k.get("lastUsedAt").is_some()).collect();
     assert_eq!(used.iter().filter(|u| **u).count(), 2, "{}", listed.text);
     let all = f.rows(&[]);
     assert_eq!(all.len(), 1, "no grouping: one row");

@@ -35,9 +35,16 @@ fn every_nullable_field_is_kept_when_absent_cleared_by_null_and_set_by_a_value()
     });
     let (id, _) = create(&s, full.clone());
     let before = key(&s, &id);
-    // {keyId} alone: a no-op that answers 200.
+    assert_eq!(before.get("updatedAt"), None, "never updated");
+    // {keyId} alone: a no-op that answers 200 (and leaves the update time alone).
+    s.clock.advance(1_000);
     update(&s, json!({"keyId": id}));
     assert_eq!(key(&s, &id), before);
+    // A change moves `updatedAt` to the time of the update.
+    update(&s, json!({"keyId": id, "name": "renamed"}));
+    let created = before["createdAt"].as_i64().unwrap();
+    assert_eq!(key(&s, &id)["updatedAt"].as_i64(), Some(created + 1_000));
+    update(&s, json!({"keyId": id, "name": "n1"}));
     for (field, value, read, shown) in [
         ("name", json!("n2"), "/name", json!("n2")),
         ("meta", json!({"b": 2}), "/meta", json!({"b": 2})),

@@ -116,9 +116,13 @@ pub struct Key {
     /// Unix ms after which it verifies `EXPIRED`.
     #[serde(default)]
     pub expires: Option<i64>,
-    /// When it was last verified (Unix ms, the start of that minute).
+    /// When it was last updated (Unix ms; absent: never since its creation).
     #[serde(default)]
-    pub last_used: Option<i64>,
+    pub updated_at: Option<i64>,
+    /// When it was last verified (Unix ms, the start of that minute; `lastUsed` from
+    /// keygate servers before it took Unkey's name).
+    #[serde(default, alias = "lastUsed")]
+    pub last_used_at: Option<i64>,
     /// Its credits, when it has a credit setting.
     #[serde(default)]
     pub credits: Option<KeyCredits>,

@@ -173,6 +173,8 @@ pub struct Key {
     pub enabled: bool,
     pub expires: Option<i64>,
     pub created_at: i64,
+    /// When the key's row was last changed by an update (`created_at` until then).
+    pub updated_at: i64,
 }
 
 /// Which keys a verification may find (tenancy): `None` fields do not narrow.

@@ -268,6 +268,7 @@ mod tests {
             enabled: true,
             expires: None,
             created_at: 0,
+            updated_at: 0,
         };
         let identity = Identity {
             id: "id_1".into(),

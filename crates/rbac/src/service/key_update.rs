@@ -96,6 +96,7 @@ impl<S: RbacStore> RbacService<S> {
             for resolved in resolved_permissions.iter().chain(resolved_roles.iter()) {
                 resolved.authorize_creation(p)?;
             }
+            let before = key.clone();
             let new_credits = crate::updated_credits(key.credits.clone(), credits)?;
             key.identity_id = match external_id {
                 Patch::Absent => key.identity_id,
@@ -107,7 +108,16 @@ impl<S: RbacStore> RbacService<S> {
             key.meta = meta.apply(key.meta);
             key.expires = expires.apply(key.expires);
             key.enabled = enabled.unwrap_or(key.enabled);
-            tx.update_key(&key, now)?;
+            // The row's update time moves only when the call changes something (`{keyId}`
+            // alone is a no-op).
+            let changed = key != before
+                || new_credits != key.credits
+                || ratelimits.is_given()
+                || resolved_permissions.is_some()
+                || resolved_roles.is_some();
+            if changed {
+                tx.update_key(&key, now)?;
+            }
             if new_credits != key.credits {
                 tx.set_key_credits(key_id, new_credits.as_ref())?;
             }

@@ -146,6 +146,7 @@ impl<S: RbacStore> RbacService<S> {
                 (secret, start)
             }
         };
+        let now = self.now();
         let key = Key {
             id: new_id(IdPrefix::Key),
             workspace_id: workspace_id.to_string(),
@@ -159,7 +160,8 @@ impl<S: RbacStore> RbacService<S> {
             meta: new.meta,
             enabled: new.enabled,
             expires: new.expires,
-            created_at: self.now(),
+            created_at: now,
+            updated_at: now,
         };
         (key, secret)
     }

@@ -213,6 +213,7 @@ type KeyRow = (
     Option<i64>,
     Option<String>,
     Option<i64>,
+    i64,
 );
 
 /// The columns a [`Key`] is read from, in [`KeyRow`]'s order.
@@ -236,6 +237,7 @@ macro_rules! key_columns {
             keys::last_refill_at,
             keys::key_prefix,
             keys::byte_length,
+            keys::updated_at,
         )
     };
 }
@@ -259,6 +261,7 @@ fn key_from_row(
         last_refill_at,
         prefix,
         byte_length,
+        updated_at,
     ): KeyRow,
 ) -> Key {
     let refill = match (interval.as_deref().and_then(RefillInterval::parse), amount) {
@@ -285,6 +288,7 @@ fn key_from_row(
         enabled,
         expires,
         created_at,
+        updated_at,
     }
 }
 

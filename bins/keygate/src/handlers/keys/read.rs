@@ -1,6 +1,6 @@
 //! Reading a key, both APIs: v1's `getKey` (GET or POST; the key with its direct
 //! permissions and roles), v2's `getKey` and `whoami` (by id or by secret; effective
-//! permissions, roles, identity, credits, limits, `lastUsed`).
+//! permissions, roles, identity, credits, limits, `updatedAt`, `lastUsedAt`).
 
 use super::shared::{only_false, precondition};
 use crate::error::ApiError;
@@ -123,11 +123,15 @@ pub(crate) struct KeyObject {
     /// The key's own rate limits, by name (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ratelimits: Vec<RatelimitObject>,
-    /// When it was last verified (Unix ms, the start of that minute; absent: never, or
-    /// analytics are off).
+    /// When it was last updated (Unix ms; absent: never since its creation).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    last_used: Option<i64>,
+    updated_at: Option<i64>,
+    /// When it was last verified (Unix ms, the start of that minute; absent: never, or
+    /// analytics are off). Unkey's name, which the SDKs read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    last_used_at: Option<i64>,
 }
 
 impl From<KeySummary> for KeyObject {
@@ -146,7 +150,8 @@ impl From<KeySummary> for KeyObject {
             identity: s.identity.map(IdentityObject::from),
             credits: k.credits.map(|c| CreditsObject::of(Some(c))),
             ratelimits: s.ratelimits.into_iter().map(RatelimitObject::from).collect(),
-            last_used: s.last_used,
+            updated_at: (k.updated_at > k.created_at).then_some(k.updated_at),
+            last_used_at: s.last_used,
         }
     }
 }
