@@ -3,6 +3,7 @@
 
 mod file;
 
+use crate::admin::commands::{AuditCmd, BackupArgs, KeysCmd, RootKeysCmd, WorkspacesCmd};
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
 pub use keygate_runtime::AnalyticsSettings;
@@ -150,102 +151,14 @@ pub enum Command {
     /// Read the audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Back up a SQLite database while the server serves.
+    Backup(BackupArgs),
     /// Print an OpenAPI document (what `/openapi.json` or `/openapi-v2.json` serves; the
     /// files in docs/ are this output). Needs no database.
     Openapi {
         /// `v1` (every route outside /v2) or `v2`.
         #[arg(value_parser = ["v1", "v2"])]
         api: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AuditCmd {
-    /// A workspace's audit events, newest first, one JSON object per line.
-    List {
-        /// The workspace, by id or name.
-        #[arg(long)]
-        workspace: String,
-        /// Only this event type (`key.create`, `role.attach_permission`, ...).
-        #[arg(long)]
-        event: Option<String>,
-        /// Only events of this actor (a root key id).
-        #[arg(long)]
-        actor: Option<String>,
-        /// Only events about this resource id.
-        #[arg(long)]
-        resource_id: Option<String>,
-        /// From this time (Unix ms, inclusive).
-        #[arg(long)]
-        since: Option<i64>,
-        /// Until this time (Unix ms, exclusive).
-        #[arg(long)]
-        until: Option<i64>,
-        /// At most this many events (all by default).
-        #[arg(long)]
-        limit: Option<usize>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum WorkspacesCmd {
-    /// Create a workspace (the only command that creates a missing SQLite database).
-    Create {
-        /// The workspace's name (unique).
-        #[arg(long)]
-        name: String,
-    },
-    /// List the workspaces.
-    List,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum RootKeysCmd {
-    /// Create a root key (printed once).
-    Create {
-        /// The workspace, by id or name.
-        #[arg(long)]
-        workspace: String,
-        /// A permission the root key holds; repeat for several (zero allowed).
-        #[arg(long = "permission")]
-        permissions: Vec<String>,
-    },
-    /// List the root keys of a workspace (never their secrets).
-    List {
-        /// The workspace, by id or name.
-        #[arg(long)]
-        workspace: String,
-    },
-    /// Revoke a root key.
-    Revoke {
-        /// The root key's id (rk_...).
-        #[arg(long)]
-        id: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum KeysCmd {
-    /// Create a key (printed once).
-    Create {
-        /// The workspace, by id or name.
-        #[arg(long)]
-        workspace: String,
-        /// The key's name.
-        #[arg(long)]
-        name: Option<String>,
-    },
-    /// List the keys of a workspace (never their secrets).
-    List {
-        /// The workspace, by id or name.
-        #[arg(long)]
-        workspace: String,
-    },
-    /// Delete a key for good, with its links to permissions and roles.
-    Delete {
-        /// The key's id (key_...).
-        #[arg(long)]
-        id: String,
     },
 }
 

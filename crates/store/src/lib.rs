@@ -12,6 +12,7 @@
 //! -> `Internal`), so no caller above this crate sees diesel.
 
 mod backend;
+mod backup;
 mod conn;
 mod pool;
 #[cfg(feature = "sqlite")]
@@ -27,5 +28,6 @@ pub use self::redis::{
     RedisOpenError, RedisSettings, RedisStore, async_overshoot_bound, credit_shard,
 };
 pub use backend::{Backend, BackendError};
+pub use backup::Backup;
 pub use conn::DbConn;
 pub use pool::{PoolSettings, SqlStore, StoreOpenError};

@@ -1,7 +1,11 @@
 //! Admin subcommands: work on the configured database directly and print exactly one JSON
 //! object on stdout; errors are one line on stderr and a non-zero exit.
 
-use crate::config::{AuditCmd, Command, KeysCmd, RootKeysCmd, WorkspacesCmd};
+mod backup;
+pub mod commands;
+
+use crate::config::Command;
+use commands::{AuditCmd, KeysCmd, RootKeysCmd, WorkspacesCmd};
 use keygate_domain::{SystemClock, redact_in};
 use keygate_rbac::{AuditFilter, MAX_AUDIT_PAGE, RbacService};
 use keygate_store::{Backend, PoolSettings, SqlStore};
@@ -43,10 +47,12 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
              (or DATABASE_URL)"
         );
     }
-    let store = SqlStore::open(database_url, PoolSettings { max_size: 2, ..PoolSettings::default() })?;
-    let rbac = RbacService::new(store, Arc::new(SystemClock));
+    let store =
+        Arc::new(SqlStore::open(database_url, PoolSettings { max_size: 2, ..PoolSettings::default() })?);
+    let rbac = RbacService::<SqlStore>::new(store.clone(), Arc::new(SystemClock));
     Ok(match command {
         Command::Serve(_) | Command::Openapi { .. } => anyhow::bail!("not an admin command"),
+        Command::Backup(args) => return backup::run(&store, &args),
         Command::Workspaces(WorkspacesCmd::Create { name }) => {
             let ws = rbac.create_workspace(&name)?;
             json!({ "id": ws.id, "name": ws.name })

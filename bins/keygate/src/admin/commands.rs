@@ -1,0 +1,126 @@
+//! The admin subcommands' arguments (`keygate <group> <command> ...`), apart from the
+//! server's settings in `config`.
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCmd {
+    /// A workspace's audit events, newest first, one JSON object per line.
+    List {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+        /// Only this event type (`key.create`, `role.attach_permission`, ...).
+        #[arg(long)]
+        event: Option<String>,
+        /// Only events of this actor (a root key id).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only events about this resource id.
+        #[arg(long)]
+        resource_id: Option<String>,
+        /// From this time (Unix ms, inclusive).
+        #[arg(long)]
+        since: Option<i64>,
+        /// Until this time (Unix ms, exclusive).
+        #[arg(long)]
+        until: Option<i64>,
+        /// At most this many events (all by default).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspacesCmd {
+    /// Create a workspace (the only command that creates a missing SQLite database).
+    Create {
+        /// The workspace's name (unique).
+        #[arg(long)]
+        name: String,
+    },
+    /// List the workspaces.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RootKeysCmd {
+    /// Create a root key (printed once).
+    Create {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+        /// A permission the root key holds; repeat for several (zero allowed).
+        #[arg(long = "permission")]
+        permissions: Vec<String>,
+    },
+    /// List the root keys of a workspace (never their secrets).
+    List {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+    },
+    /// Revoke a root key.
+    Revoke {
+        /// The root key's id (rk_...).
+        #[arg(long)]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCmd {
+    /// Create a key (printed once).
+    Create {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+        /// The key's name.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the keys of a workspace (never their secrets).
+    List {
+        /// The workspace, by id or name.
+        #[arg(long)]
+        workspace: String,
+    },
+    /// Delete a key for good, with its links to permissions and roles.
+    Delete {
+        /// The key's id (key_...).
+        #[arg(long)]
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The backup file (with `--every`: the directory the backups go to).
+    #[arg(long)]
+    pub to: String,
+    /// Take a backup every this long (`30m`, `1h`, `1d`), until stopped.
+    #[arg(long, value_parser = duration)]
+    pub every: Option<std::time::Duration>,
+    /// With `--every`: how many backups to keep (the oldest go).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: u32,
+}
+
+/// `30s`, `15m`, `1h`, `1d`: a positive duration.
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(digits);
+    let bad = || format!("{s:?}: a number then s, m, h or d");
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(secs) {
+        Some(0) | None => Err(format!("{s:?}: must be positive")),
+        Some(t) => Ok(std::time::Duration::from_secs(t)),
+    }
+}
