@@ -204,6 +204,10 @@ pub struct ServeArgs {
     /// changed: on or off (off: every verification reads the database).
     #[arg(long, env = "KEYGATE_VERIFY_CACHE", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub verify_cache: bool,
+    /// Migration ids `keys.migrateKeys` accepts besides the built-in schemes' own names
+    /// (`sha256_hex`, `sha256_base64`): `ID=SCHEME` entries, comma-separated.
+    #[arg(long, env = "KEYGATE_MIGRATIONS", value_delimiter = ',', value_parser = migration_entry)]
+    pub migrations: Vec<String>,
     /// `GET /metrics` (Prometheus text): `on` (no authentication: labels carry no tenant
     /// data), `root-key` (a root key holding `metrics.read`), or `off`.
     #[arg(long, env = "KEYGATE_METRICS", default_value = "on", value_parser = ["on", "off", "root-key"])]
@@ -279,6 +283,11 @@ pub struct ServeArgs {
 }
 
 /// File permissions in octal, `0000` to `0777` (`660` and `0o660` too).
+/// One `ID=SCHEME` entry of `KEYGATE_MIGRATIONS`.
+fn migration_entry(s: &str) -> Result<String, String> {
+    keygate_rbac::Migrations::parse(&[s]).map(|_| s.trim().to_string()).map_err(|e| e.to_string())
+}
+
 fn file_mode(s: &str) -> Result<u32, String> {
     let digits = s.trim().trim_start_matches("0o");
     match u32::from_str_radix(digits, 8) {
@@ -348,6 +357,7 @@ impl ServeArgs {
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,
+            migrations: self.migrations,
             audit_retention_days: self.audit_retention_days,
             analytics: self.analytics.then_some(AnalyticsSettings {
                 max_series: self.analytics_max_series as usize,
@@ -415,6 +425,8 @@ pub struct ServerConfig {
     pub ratelimit_fail_open: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).
     pub verify_cache: bool,
+    /// `KEYGATE_MIGRATIONS`: migration ids and their schemes, `ID=SCHEME` each.
+    pub migrations: Vec<String>,
     /// Audit events older than this many days are deleted in the background; 0: kept.
     pub audit_retention_days: u64,
     /// Verification analytics; `None`: off.

@@ -76,6 +76,7 @@ route_table! {
     "/v2/identities.updateIdentity" ["POST"] => v2::identities::update_identity,
     "/v2/identities.deleteIdentity" ["POST"] => v2::identities::delete_identity,
     "/v2/keys.createKey" ["POST"] => keys::create::create_key_v2,
+    "/v2/keys.migrateKeys" ["POST"] => keys::import::migrate_keys,
     "/v2/keys.updateCredits" ["POST"] => v2::credits::update_credits,
     "/v2/keys.updateKey" ["POST"] => keys::update::update_key,
     "/v2/keys.rerollKey" ["POST"] => keys::create::reroll_key,

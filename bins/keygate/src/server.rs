@@ -72,6 +72,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         verify_cache: config.verify_cache,
         analytics: config.analytics,
         change_probe: None,
+        migrations: keygate_rbac::Migrations::parse(&config.migrations)
+            .map_err(|e| anyhow::anyhow!("KEYGATE_MIGRATIONS: {e}"))?,
     };
     let runtime = Runtime::open(&settings, clock.clone()).map_err(|e| match e {
         RuntimeError::Store(e) => {

@@ -88,6 +88,8 @@ pub enum Resource {
     Override,
     Workspace,
     RootKey,
+    /// A migration id of `keys.migrateKeys` (API-v2.md §15).
+    Migration,
 }
 
 impl Resource {
@@ -103,6 +105,7 @@ impl Resource {
             Resource::Override => "override",
             Resource::Workspace => "workspace",
             Resource::RootKey => "root key",
+            Resource::Migration => "migration",
         }
     }
 
@@ -118,6 +121,7 @@ impl Resource {
             Resource::Override => "ratelimit_override",
             Resource::Workspace => "workspace",
             Resource::RootKey => "root_key",
+            Resource::Migration => "migration",
         }
     }
 }

@@ -18,6 +18,7 @@ mod cache;
 pub mod counters;
 mod credits;
 mod error;
+pub mod migration;
 mod model;
 mod perms;
 mod query;
@@ -34,6 +35,7 @@ pub use keygate_ratelimit::overrides::{
     Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override,
     OverrideSet, is_pattern, validate_pattern,
 };
+pub use migration::{HashScheme, Migrations};
 pub use model::*;
 pub use perms::ApiAccess;
 pub use query::{
@@ -42,8 +44,9 @@ pub use query::{
 pub use service::{
     AUTH_CACHE_TTL_MS, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
     MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,
-    MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
-    MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT,
-    RECONCILE_MARGIN_MS, RbacService, SESSION_IDLE_MS, Snapshot, key_summary, key_view, validate_ratelimits,
+    MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_MIGRATED_KEYS,
+    MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, Migrated, MigratedKey,
+    OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService,
+    SESSION_IDLE_MS, Snapshot, key_summary, key_view, validate_ratelimits,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};

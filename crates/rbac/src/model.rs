@@ -513,6 +513,8 @@ pub struct AuditEvent {
     /// The role whose permissions changed, for `role.attach_permission` and the like.
     pub role_id: Option<String>,
     pub at: i64,
+    /// More about the change where an event needs it (a migrated key: its migration id).
+    pub detail: Option<String>,
 }
 
 /// An audit event as read back (`audit.listEvents`).
@@ -527,6 +529,7 @@ pub struct AuditRecord {
     pub key_id: Option<String>,
     pub role_id: Option<String>,
     pub at: i64,
+    pub detail: Option<String>,
 }
 
 /// Which audit events to list; `None` fields do not narrow. `since` is inclusive, `until`

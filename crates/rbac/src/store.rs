@@ -95,6 +95,19 @@ pub trait KeyTx {
         now: i64,
     ) -> R<()>;
     fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()>;
+    /// Keys brought in (`keys.migrateKeys`): several at once, each with its hash and
+    /// credits, in as few statements as the backend allows.
+    fn insert_keys(&mut self, keys: &[(Key, String)]) -> R<()>;
+    /// The hashes among `hashes` that are a key's, in any workspace.
+    fn existing_hashes(&mut self, hashes: &[String]) -> R<Vec<String>>;
+    /// Links of several keys at once: (key id, entity id) pairs, none there yet.
+    fn link_keys_entities(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        links: &[(String, String)],
+        now: i64,
+    ) -> R<()>;
 }
 
 /// API objects, and the keys of one.
@@ -137,6 +150,16 @@ pub trait IdentityTx {
     fn insert_identity(&mut self, identity: &Identity) -> R<bool>;
     fn identity_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Identity>>;
     fn identity_by_external_id(&mut self, workspace_id: &str, external_id: &str) -> R<Option<Identity>>;
+    /// The identities with these external ids in the workspace, locked until the
+    /// transaction ends (as [`Self::lock_identity`]).
+    fn lock_identities_by_external_ids(
+        &mut self,
+        workspace_id: &str,
+        external_ids: &[String],
+    ) -> R<Vec<Identity>>;
+    /// Inserts the identities whose `external_id` is not taken in the workspace, in as few
+    /// statements as the backend allows: the ids of those inserted.
+    fn insert_identities_if_absent(&mut self, identities: &[Identity]) -> R<Vec<String>>;
     /// Whether the identity exists in the workspace; locks it until the transaction ends.
     fn lock_identity(&mut self, workspace_id: &str, id: &str) -> R<bool>;
     /// A keyset page of the workspace's identities: `external_id`s sorting (bytes

@@ -18,7 +18,7 @@ pub use upkeep::{
 use keygate_analytics::AnalyticsService;
 use keygate_domain::Clock;
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
-use keygate_rbac::{CounterSource, OverridesListener, RbacError, RbacService};
+use keygate_rbac::{CounterSource, Migrations, OverridesListener, RbacError, RbacService};
 use keygate_store::{PoolSettings, RedisOpenError, RedisSettings, RedisStore, SqlStore, StoreOpenError};
 use keygate_usage::{SharedCredits, UsageService};
 use std::sync::Arc;
@@ -48,6 +48,8 @@ pub struct RuntimeSettings {
     /// verification, not at the next 50 ms poll ([`keygate_rbac::Probe`]; a look costs
     /// about 2 us). `None` (the server's setting): the poll alone.
     pub change_probe: Option<Duration>,
+    /// The migration ids `keys.migrateKeys` accepts besides the built-in schemes' names.
+    pub migrations: Migrations,
 }
 
 impl RuntimeSettings {
@@ -62,6 +64,7 @@ impl RuntimeSettings {
             verify_cache: true,
             analytics: Some(AnalyticsSettings::default()),
             change_probe: None,
+            migrations: Migrations::default(),
         }
     }
 }
@@ -136,7 +139,8 @@ impl Runtime {
         let mut rbac = RbacService::new(store, clock)
             .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
             .with_counter_source(counters)
-            .with_verify_cache(settings.verify_cache);
+            .with_verify_cache(settings.verify_cache)
+            .with_migrations(settings.migrations.clone());
         if let Some((probe, every)) = probe {
             rbac = rbac.with_change_probe(probe, every);
         }

@@ -150,6 +150,7 @@ diesel::table! {
         key_id -> Nullable<Text>,
         created_at -> BigInt,
         role_id -> Nullable<Text>,
+        detail -> Nullable<Text>,
     }
 }
 

@@ -77,6 +77,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
                         key_id: Some(key_id.to_string()),
                         role_id: None,
                         at: now,
+                        detail: None,
                     }])?;
                     changes.bump(tx, now)?;
                     Ok(after)

@@ -1,6 +1,8 @@
 """unkey.py 3.2.2 (Unkey's v2 Python SDK) against keygate: every operation keygate serves,
 their typed errors included. Exits non-zero on any mismatch."""
 
+import base64
+import hashlib
 import os
 import time
 
@@ -185,5 +187,22 @@ multi = unkey.ratelimit.multi_limit(request=[
 ]).data
 assert (multi.passed, [c.passed for c in multi.limits]) == (False, [True, False]), multi
 assert multi.limits[0].remaining == 1, "nothing consumed"
+
+# Keys issued elsewhere, brought in by their hashes (keys.migrateKeys): hex and base64.
+legacy = [f"{run}_legacy_a", f"{run}_legacy_b"]
+digest = [hashlib.sha256(k.encode()).digest() for k in legacy]
+moved = unkey.keys.migrate_keys(migration_id="sha256_hex", api_id="api_sdk_py", keys=[
+    {"hash": digest[0].hex(), "name": "legacy", "permissions": [f"{run}.legacy"], "credits": {"remaining": 3}},
+]).data
+assert moved.failed == [] and moved.migrated[0].key_id.startswith("key_"), moved
+assert moved.migrated[0].hash == digest[0].hex()
+b64 = [base64.urlsafe_b64encode(d).decode().rstrip("=") for d in digest]
+again = unkey.keys.migrate_keys(migration_id="sha256_base64", api_id="api_sdk_py", keys=[{"hash": b64[1]}, {"hash": b64[0]}]).data
+assert again.failed == [b64[0]], again
+check = unkey.keys.verify_key(key=legacy[0], permissions=f"{run}.legacy").data
+assert (check.valid, check.credits) == (True, 2), check
+assert unkey.keys.verify_key(key=legacy[1]).data.code == "VALID"
+rejects(unkey.keys.migrate_keys, errors.NotFoundErrorResponse, "migration_not_found",
+        migration_id="nobody", api_id="api_sdk_py", keys=[{"hash": digest[0].hex()}])
 
 print("v2 Python SDK: ok")

@@ -1,6 +1,7 @@
 // @unkey/api 2.5.1 and @unkey/ratelimit 2.1.4 (Unkey's v2 SDKs) against keygate: every
 // operation keygate serves, their typed errors included. Exits non-zero on any mismatch.
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { Unkey } from "@unkey/api";
 import * as errors from "@unkey/api/models/errors";
 import { Ratelimit, Overrides } from "@unkey/ratelimit";
@@ -203,6 +204,27 @@ const multi = await unkey.ratelimit.multiLimit([
 ]);
 assert.deepEqual([multi.data.passed, multi.data.limits.map((l) => l.passed)], [false, [true, false]], show(multi));
 assert.equal(multi.data.limits[0].remaining, 1, "nothing consumed");
+
+// Keys issued elsewhere, brought in by their hashes (keys.migrateKeys): hex and base64.
+const legacy = [`${run}_legacy_a`, `${run}_legacy_b`];
+const sha = (k, enc) => createHash("sha256").update(k).digest(enc);
+const migrated = await unkey.keys.migrateKeys({
+  migrationId: "sha256_hex", apiId: "api_sdk_v2",
+  keys: [{ hash: sha(legacy[0], "hex"), name: "legacy", permissions: [`${run}.legacy`], credits: { remaining: 3 } }],
+});
+assert.deepEqual(migrated.data.failed, [], show(migrated));
+assert.equal(migrated.data.migrated[0].hash, sha(legacy[0], "hex"));
+assert.ok(migrated.data.migrated[0].keyId.startsWith("key_"));
+const viaBase64 = await unkey.keys.migrateKeys({
+  migrationId: "sha256_base64", apiId: "api_sdk_v2",
+  keys: [{ hash: sha(legacy[1], "base64") }, { hash: sha(legacy[0], "base64") }],
+});
+assert.deepEqual(viaBase64.data.failed, [sha(legacy[0], "base64")], "present already: failed");
+const legacyCheck = await unkey.keys.verifyKey({ key: legacy[0], permissions: `${run}.legacy` });
+assert.deepEqual([legacyCheck.data.valid, legacyCheck.data.credits], [true, 2], show(legacyCheck));
+assert.equal((await unkey.keys.verifyKey({ key: legacy[1] })).data.code, "VALID");
+await rejects(unkey.keys.migrateKeys({ migrationId: "nobody", apiId: "api_sdk_v2", keys: [{ hash: sha(legacy[0], "hex") }] }),
+  errors.NotFoundErrorResponse, "migration_not_found");
 
 const limiter = new Ratelimit({ rootKey, baseUrl: serverURL, namespace: `${run}-rl`, limit: 2, duration: "60s" });
 const results = [];

@@ -115,7 +115,8 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
                 )?;
                 lines.extend(page.items.into_iter().map(|e| {
                     json!({ "id": e.id, "event": e.action, "actorId": e.actor_id, "resourceType": e.resource_type,
-                            "resourceId": e.resource_id, "keyId": e.key_id, "roleId": e.role_id, "time": e.at })
+                            "resourceId": e.resource_id, "keyId": e.key_id, "roleId": e.role_id, "time": e.at,
+                            "detail": e.detail })
                 }));
                 match page.next {
                     Some(next) => cursor = Some(next),

@@ -52,6 +52,11 @@ pub(crate) struct Event {
     role_id: Option<String>,
     /// Unix ms.
     time: i64,
+    /// More about the change where the event has it (a migrated key's `key.create`: its
+    /// migration id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    detail: Option<String>,
 }
 
 /// A page of events, and the cursor of the next one.
@@ -75,6 +80,7 @@ impl From<AuditRecord> for Event {
             key_id: e.key_id,
             role_id: e.role_id,
             time: e.at,
+            detail: e.detail,
         }
     }
 }

@@ -133,6 +133,7 @@ impl<S: RbacStore> RbacService<S> {
                 key_id: Some(key_id),
                 role_id: None,
                 at: now,
+                detail: None,
             }));
             tx.insert_audit_events(&events)?;
             Ok(())
@@ -185,5 +186,6 @@ fn api_event(p: &Principal, action: &'static str, api_id: &str, at: i64) -> Audi
         key_id: None,
         role_id: None,
         at,
+        detail: None,
     }
 }

@@ -305,6 +305,7 @@ impl<S: RbacStore> RbacService<S> {
             key_id: None,
             role_id: None,
             at,
+            detail: None,
         }
     }
 }

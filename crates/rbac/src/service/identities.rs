@@ -267,7 +267,7 @@ fn touch_keys(changes: &mut Changes, ws: &str, keys: &[String]) {
     }
 }
 
-fn identity_event(p: &Principal, action: &'static str, id: &str, at: i64) -> AuditEvent {
+pub(super) fn identity_event(p: &Principal, action: &'static str, id: &str, at: i64) -> AuditEvent {
     AuditEvent {
         workspace_id: p.workspace_id.clone(),
         actor_id: p.root_key_id.clone(),
@@ -277,5 +277,6 @@ fn identity_event(p: &Principal, action: &'static str, id: &str, at: i64) -> Aud
         key_id: None,
         role_id: None,
         at,
+        detail: None,
     }
 }

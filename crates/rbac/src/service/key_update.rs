@@ -136,6 +136,7 @@ impl<S: RbacStore> RbacService<S> {
                 key_id: Some(key_id.to_string()),
                 role_id: None,
                 at: now,
+                detail: None,
             }];
             let owner = Owner::Key(key_id);
             for resolved in resolved_permissions.into_iter().chain(resolved_roles) {

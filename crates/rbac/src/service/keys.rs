@@ -121,6 +121,7 @@ impl<S: RbacStore> RbacService<S> {
                 key_id: Some(key.id.clone()),
                 role_id: None,
                 at: key.created_at,
+                detail: None,
             }];
             let owner = Owner::Key(&key.id);
             write_links(tx, p, owner, permissions, LinkMode::Add, key.created_at, &mut events)?;
@@ -194,6 +195,7 @@ impl<S: RbacStore> RbacService<S> {
                 key_id: Some(key_id.to_string()),
                 role_id: None,
                 at: self.now(),
+                detail: None,
             }])?;
             Ok(())
         })
@@ -355,6 +357,7 @@ impl<S: RbacStore> RbacService<S> {
                 key_id: Some(id.to_string()),
                 role_id: None,
                 at: now,
+                detail: None,
             };
             tx.insert_audit_events(&[event("key.create", &key.id), event("key.reroll", key_id)])?;
             secret_out = Some(secret);

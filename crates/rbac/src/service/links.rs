@@ -437,6 +437,7 @@ pub(super) fn write_links(
             Owner::Role(role_id) | Owner::RoleByRef(role_id) => Some(role_id.to_string()),
         },
         at: now,
+        detail: None,
     };
     let created_action = created_action(kind);
     let (attach_action, detach_action) = owner.actions(kind);

@@ -13,6 +13,7 @@ mod auth;
 mod changes;
 mod entities;
 mod identities;
+mod key_import;
 mod key_links;
 mod key_update;
 mod keys;
@@ -28,6 +29,7 @@ pub use identities::{
     MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
     validate_ratelimits,
 };
+pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
@@ -118,6 +120,8 @@ pub struct RbacService<S> {
     probe: Option<crate::counters::Probe>,
     /// Where keys' live credit counters are kept apart from their rows, if anywhere.
     credit_counters: Option<Arc<dyn CreditCounters>>,
+    /// The migration ids `keys.migrateKeys` accepts (`key_import`).
+    migrations: crate::Migrations,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -136,6 +140,7 @@ impl<S: RbacStore> RbacService<S> {
             verify_cache: VerifyCache::new(true),
             probe: None,
             credit_counters: None,
+            migrations: Default::default(),
         }
     }
 
@@ -149,6 +154,12 @@ impl<S: RbacStore> RbacService<S> {
     /// Where the change counters are read (local ones: this process owns the database).
     pub fn counter_source(&self) -> &crate::counters::CounterSource {
         &self.counters
+    }
+
+    /// The migration ids `keys.migrateKeys` accepts besides the built-in schemes' names.
+    pub fn with_migrations(mut self, migrations: crate::Migrations) -> Self {
+        self.migrations = migrations;
+        self
     }
 
     /// Registers where keys' live credit counters are kept ([`CreditCounters`]).

@@ -18,6 +18,7 @@ impl AuditTx for DieselTx<'_> {
                         audit_events::key_id.eq(&e.key_id),
                         audit_events::role_id.eq(&e.role_id),
                         audit_events::created_at.eq(e.at),
+                        audit_events::detail.eq(&e.detail),
                     )
                 })
                 .collect();
@@ -73,6 +74,7 @@ impl AuditTx for DieselTx<'_> {
                         audit_events::key_id,
                         audit_events::role_id,
                         audit_events::created_at,
+                        audit_events::detail,
                     ))
             }};
         }
@@ -104,9 +106,21 @@ impl AuditTx for DieselTx<'_> {
     }
 }
 
-type AuditRow = (String, String, String, String, String, String, Option<String>, Option<String>, i64);
+type AuditRow =
+    (String, String, String, String, String, String, Option<String>, Option<String>, i64, Option<String>);
 
 fn audit_record(r: AuditRow) -> AuditRecord {
-    let (id, workspace_id, actor_id, action, resource_type, resource_id, key_id, role_id, at) = r;
-    AuditRecord { id, workspace_id, actor_id, action, resource_type, resource_id, key_id, role_id, at }
+    let (id, workspace_id, actor_id, action, resource_type, resource_id, key_id, role_id, at, detail) = r;
+    AuditRecord {
+        id,
+        workspace_id,
+        actor_id,
+        action,
+        resource_type,
+        resource_id,
+        key_id,
+        role_id,
+        at,
+        detail,
+    }
 }

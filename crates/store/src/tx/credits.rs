@@ -4,10 +4,10 @@ use super::*;
 use keygate_usage::{CreditRow, CreditTx, LiveCredits, WrittenBehind};
 
 /// remaining, refill interval, amount, day, last refill: the credit columns' values.
-type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
+pub(super) type CreditValues = (Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>);
 
 /// The credit columns' values of a key's credits, in [`CreditsRow`]'s first five.
-fn credit_values(credits: Option<&Credits>) -> CreditValues {
+pub(super) fn credit_values(credits: Option<&Credits>) -> CreditValues {
     let Some(c) = credits else { return (None, None, None, None, None) };
     let remaining = Some(i64::try_from(c.remaining).unwrap_or(i64::MAX));
     match &c.refill {

@@ -70,6 +70,60 @@ impl IdentityTx for DieselTx<'_> {
         Ok(row.map(identity))
     }
 
+    fn lock_identities_by_external_ids(
+        &mut self,
+        workspace_id: &str,
+        external_ids: &[String],
+    ) -> R<Vec<Identity>> {
+        let mut found = Vec::new();
+        for chunk in external_ids.chunks(BATCH_ROWS) {
+            let query = identities::table
+                .filter(identities::workspace_id.eq(workspace_id))
+                .filter(identities::external_id.eq_any(chunk))
+                .select(identity_columns!());
+            let rows: Vec<IdentityRow> = match &mut *self.conn {
+                #[cfg(feature = "postgres")]
+                DbConn::Pg(c) => query.for_no_key_update().load(c),
+                #[cfg(feature = "sqlite")]
+                DbConn::Sqlite(c) => query.load(c),
+            }
+            .map_err(db_err)?;
+            found.extend(rows.into_iter().map(identity));
+        }
+        Ok(found)
+    }
+
+    fn insert_identities_if_absent(&mut self, all: &[Identity]) -> R<Vec<String>> {
+        let mut inserted = Vec::new();
+        for chunk in all.chunks(BATCH_ROWS) {
+            let rows: Vec<_> = chunk
+                .iter()
+                .map(|i| {
+                    (
+                        identities::id.eq(&i.id),
+                        identities::workspace_id.eq(&i.workspace_id),
+                        identities::external_id.eq(&i.external_id),
+                        identities::meta.eq(&i.meta),
+                        identities::created_at.eq(i.created_at),
+                        identities::updated_at.eq(i.updated_at),
+                    )
+                })
+                .collect();
+            // An external id taken meanwhile by another transaction is skipped (after waiting
+            // for it); the caller reads what is stored.
+            let ids: Vec<String> = on_each_backend!(self.conn, c => {
+                diesel::insert_into(identities::table)
+                    .values(&rows)
+                    .on_conflict_do_nothing()
+                    .returning(identities::id)
+                    .get_results(c)
+            })
+            .map_err(db_err)?;
+            inserted.extend(ids);
+        }
+        Ok(inserted)
+    }
+
     fn lock_identity(&mut self, workspace_id: &str, id: &str) -> R<bool> {
         let query = identities::table
             .filter(identities::workspace_id.eq(workspace_id))

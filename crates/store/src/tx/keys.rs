@@ -142,6 +142,89 @@ impl KeyTx for DieselTx<'_> {
         })
     }
 
+    fn insert_keys(&mut self, keys: &[(Key, String)]) -> R<()> {
+        // 20 values a row: 1,000 rows stay within both backends' bound on parameters.
+        for chunk in keys.chunks(BATCH_ROWS) {
+            let rows: Vec<_> = chunk
+                .iter()
+                .map(|(key, hash)| {
+                    let (remaining, interval, amount, day, last_refill) =
+                        super::credits_tx::credit_values(key.credits.as_ref());
+                    (
+                        (
+                            keys::id.eq(&key.id),
+                            keys::workspace_id.eq(&key.workspace_id),
+                            keys::hash.eq(hash),
+                            keys::prefix.eq(&key.start),
+                            keys::name.eq(&key.name),
+                            keys::meta.eq(&key.meta),
+                            keys::enabled.eq(key.enabled),
+                            keys::expires.eq(key.expires),
+                            keys::created_at.eq(key.created_at),
+                            keys::updated_at.eq(key.created_at),
+                        ),
+                        (
+                            keys::api_id.eq(&key.api_id),
+                            keys::identity_id.eq(&key.identity_id),
+                            keys::key_prefix.eq(&key.prefix),
+                            keys::byte_length.eq(key.byte_length.map(i64::from)),
+                            keys::credits_remaining.eq(remaining),
+                            keys::refill_interval.eq(interval),
+                            keys::refill_amount.eq(amount),
+                            keys::refill_day.eq(day),
+                            keys::last_refill_at.eq(last_refill),
+                            // As a key created alone: its credit setting written once.
+                            keys::credit_version.eq(1_i64),
+                        ),
+                    )
+                })
+                .collect();
+            on_each_backend!(self.conn, c => diesel::insert_into(keys::table).values(&rows).execute(c))
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    fn existing_hashes(&mut self, hashes: &[String]) -> R<Vec<String>> {
+        let mut found = Vec::new();
+        for chunk in hashes.chunks(BATCH_ROWS) {
+            let rows: Vec<String> = keys::table
+                .filter(keys::hash.eq_any(chunk))
+                .select(keys::hash)
+                .load(self.conn)
+                .map_err(db_err)?;
+            found.extend(rows);
+        }
+        Ok(found)
+    }
+
+    fn link_keys_entities(
+        &mut self,
+        kind: EntityKind,
+        workspace_id: &str,
+        links: &[(String, String)],
+        now: i64,
+    ) -> R<()> {
+        by_kind!(kind, ent, link, link_col, {
+            for chunk in links.chunks(BATCH_ROWS) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|(key_id, id)| {
+                        (
+                            link::key_id.eq(key_id),
+                            link_col.eq(id),
+                            link::workspace_id.eq(workspace_id),
+                            link::created_at.eq(now),
+                        )
+                    })
+                    .collect();
+                on_each_backend!(self.conn, c => diesel::insert_into(link::table).values(&rows).execute(c))
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
     fn unlink_key_entities(&mut self, kind: EntityKind, key_id: &str, ids: &[String]) -> R<()> {
         by_kind!(kind, ent, link, link_col, {
             diesel::delete(link::table.filter(link::key_id.eq(key_id)).filter(link_col.eq_any(ids)))

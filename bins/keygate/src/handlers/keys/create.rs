@@ -170,7 +170,7 @@ pub async fn create_key_v2(mut call: Authed<Json<CreateKeyBodyV2>>) -> Result<Ht
         api_id: Some(b.api_id),
         external_id: b.external_id,
         ratelimits,
-        credits: new_credits(b.credits)?,
+        credits: new_credits("credits", b.credits)?,
         name: b.name,
         prefix: b.prefix,
         meta: b.meta.map(|m| Value::Object(m).to_string()),

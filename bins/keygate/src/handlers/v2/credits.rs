@@ -56,11 +56,11 @@ pub(crate) struct CreditsRequest {
 }
 
 /// The credit setting of a createKey (`credits`; `None` when absent or unlimited).
-pub(crate) fn new_credits(c: Option<Obj<CreditsRequest>>) -> Result<Option<Credits>, ApiError> {
+pub(crate) fn new_credits(path: &str, c: Option<Obj<CreditsRequest>>) -> Result<Option<Credits>, ApiError> {
     let Some(Obj(c)) = c else { return Ok(None) };
-    let remaining = c.remaining.as_ref().map(|n| integer("credits.remaining", n, 0)).transpose()?;
-    let refill = c.refill.map(|Obj(r)| refill_spec("credits.refill", r)).transpose()?;
-    Ok(credit_setting("credits", remaining, refill)?)
+    let remaining = c.remaining.as_ref().map(|n| integer(&format!("{path}.remaining"), n, 0)).transpose()?;
+    let refill = c.refill.map(|Obj(r)| refill_spec(&format!("{path}.refill"), r)).transpose()?;
+    Ok(credit_setting(path, remaining, refill)?)
 }
 
 /// A key's credits as answers show them.
