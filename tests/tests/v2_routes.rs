@@ -50,6 +50,10 @@ fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'st
             (&["ratelimit.*.delete_override"][..], json!({"namespace": "n", "identifier": "x"}))
         }
         "/v2/keys.createKey" => (&["api.*.create_key"][..], json!({"apiId": "api_1"})),
+        "/v2/keys.migrateKeys" => (
+            &["api.*.create_key"][..],
+            json!({"migrationId": "sha256_hex", "apiId": apis[0], "keys": [{"hash": "ab".repeat(32)}]}),
+        ),
         "/v2/keys.getKey" => (&["api.*.read_key"][..], json!({"keyId": key})),
         "/v2/keys.whoami" => (&["api.*.read_key"][..], json!({"key": "unknown-secret"})),
         "/v2/keys.deleteKey" => (&["api.*.delete_key"][..], json!({"keyId": spare})),
@@ -153,7 +157,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 40, "every authenticated v2 route was checked");
+    assert_eq!(checked, 41, "every authenticated v2 route was checked");
 }
 
 #[test]
@@ -161,7 +165,6 @@ fn unknown_v2_paths_are_not_supported_before_authentication() {
     let s = TestServer::start();
     for path in [
         "/v2/analytics.getVerifications",
-        "/v2/keys.migrateKeys",
         "/v2/permissions.updateRole",
         "/v2",
         "/v2/nope",
