@@ -57,6 +57,9 @@ type R<T> = Result<T, StorageError>;
 /// Rows per multi-row insert: 1,000 rows of at most 8 columns stay well under SQLite's
 /// (32,766) and PostgreSQL's (65,535) bind-parameter limits.
 const BATCH_ROWS: usize = 1_000;
+/// Values per `IN (...)` lookup by a unique index when there may be many (see
+/// `existing_hashes`).
+const PROBE_ROWS: usize = 100;
 
 /// Runs `$body` with `$c` bound to the inner connection of either backend. For the few
 /// statements diesel cannot build for the `MultiConnection` enum (multi-row inserts,
