@@ -163,12 +163,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
 #[test]
 fn unknown_v2_paths_are_not_supported_before_authentication() {
     let s = TestServer::start();
-    for path in [
-        "/v2/analytics.getVerifications",
-        "/v2/permissions.updateRole",
-        "/v2",
-        "/v2/nope",
-    ] {
+    for path in ["/v2/analytics.getVerifications", "/v2/permissions.updateRole", "/v2", "/v2/nope"] {
         let r = s.post_raw(path, None, "x");
         let detail = r.assert_problem(404, "keygate/application/not_supported");
         assert!(detail.contains(path), "{detail}");

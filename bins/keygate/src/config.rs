@@ -3,7 +3,7 @@
 
 mod file;
 
-use crate::admin::commands::{AuditCmd, BackupArgs, KeysCmd, RootKeysCmd, WorkspacesCmd};
+use crate::admin::commands::{AuditCmd, BackupArgs, KeysCmd, RootKeysCmd, StoreCmd, WorkspacesCmd};
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
 pub use keygate_runtime::AnalyticsSettings;
@@ -153,6 +153,9 @@ pub enum Command {
     Audit(AuditCmd),
     /// Back up a SQLite database while the server serves.
     Backup(BackupArgs),
+    /// Copy or compare whole databases (SQLite to PostgreSQL and back).
+    #[command(subcommand)]
+    Store(StoreCmd),
     /// Print an OpenAPI document (what `/openapi.json` or `/openapi-v2.json` serves; the
     /// files in docs/ are this output). Needs no database.
     Openapi {

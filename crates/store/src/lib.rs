@@ -14,6 +14,7 @@
 mod backend;
 mod backup;
 mod conn;
+pub mod copy;
 mod pool;
 #[cfg(feature = "sqlite")]
 mod probe;

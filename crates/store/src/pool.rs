@@ -53,7 +53,7 @@ pub enum StoreOpenError {
 /// Opens connections of the configured backend, with the per-connection settings that
 /// production and tests share (SQLite: foreign keys, WAL, busy timeout).
 #[derive(Debug)]
-struct Manager {
+pub(crate) struct Manager {
     backend: Backend,
     settings: PoolSettings,
 }
@@ -152,6 +152,14 @@ impl std::fmt::Debug for SqlStore {
 impl SqlStore {
     /// Opens the pool and runs pending migrations.
     pub fn open(url: &str, settings: PoolSettings) -> Result<Self, StoreOpenError> {
+        let store = Self::open_as_is(url, settings)?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Opens the pool without migrating (a database another version may be serving: see
+    /// [`Self::schema_is_current`]).
+    pub fn open_as_is(url: &str, settings: PoolSettings) -> Result<Self, StoreOpenError> {
         let backend = Backend::from_url(url)?;
         let manager = Manager { backend: backend.clone(), settings: settings.clone() };
         let pool = Pool::builder()
@@ -164,9 +172,45 @@ impl SqlStore {
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build(manager)
             .map_err(|e| StoreOpenError::Connect(e.to_string()))?;
-        let store = Self { pool, backend };
-        store.migrate()?;
-        Ok(store)
+        Ok(Self { pool, backend })
+    }
+
+    /// Whether the database's applied migrations are exactly this build's: `Ok(())`, or
+    /// why not (some pending: an older schema; some unknown: a newer keygate's).
+    pub fn schema_is_current(&self) -> Result<(), StoreOpenError> {
+        let mut conn = self.conn().map_err(|e| StoreOpenError::Connect(e.to_string()))?;
+        let fail = |e: &dyn std::fmt::Display| StoreOpenError::Migrate(e.to_string());
+        macro_rules! compare {
+            ($c:expr, $migrations:expr, $db:ty) => {{
+                let applied: Vec<String> =
+                    $c.applied_migrations().map_err(|e| fail(&e))?.iter().map(|v| v.to_string()).collect();
+                let known: Vec<String> = diesel::migration::MigrationSource::<$db>::migrations(&$migrations)
+                    .map_err(|e| fail(&e))?
+                    .iter()
+                    .map(|m| m.name().version().to_string())
+                    .collect();
+                (applied, known)
+            }};
+        }
+        let (applied, known) = match &mut *conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => compare!(c, SQLITE_MIGRATIONS, diesel::sqlite::Sqlite),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => compare!(c, POSTGRES_MIGRATIONS, diesel::pg::Pg),
+        };
+        if let Some(pending) = known.iter().find(|v| !applied.contains(v)) {
+            return Err(StoreOpenError::Migrate(format!(
+                "its schema is older than this keygate's (migration {pending} not applied): start \
+                 this version's server on it once"
+            )));
+        }
+        if let Some(unknown) = applied.iter().find(|v| !known.contains(v)) {
+            return Err(StoreOpenError::Migrate(format!(
+                "its schema is newer than this keygate's (migration {unknown} unknown): use the \
+                 keygate that serves it"
+            )));
+        }
+        Ok(())
     }
 
     /// SQLite: a [`keygate_rbac::ChangeProbe`] of this file (its own connection), for a
@@ -191,7 +235,7 @@ impl SqlStore {
         &self.backend
     }
 
-    fn conn(&self) -> Result<PooledConnection<Manager>, StorageError> {
+    pub(crate) fn conn(&self) -> Result<PooledConnection<Manager>, StorageError> {
         self.pool.get().map_err(|e| crate::tx::unavailable(format!("no database connection: {e}")))
     }
 

@@ -91,6 +91,55 @@ pub enum KeysCmd {
         #[arg(long)]
         id: String,
     },
+    /// Import keys issued elsewhere, by their hashes (`keys.migrateKeys`, API-v2.md §15):
+    /// a file of JSON lines, one entry each, 1,000 per transaction. Re-running completes an
+    /// interrupted import: what is there already is reported as failed, nothing doubles.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCmd {
+    /// Copy everything keygate stores from one database to another (SQLite to PostgreSQL
+    /// and back), from one consistent snapshot of the source, then compare every table's
+    /// row count and checksum (docs/operations.md, *Moving to PostgreSQL*).
+    Copy {
+        /// The source database (`sqlite://...` or `postgres://...`); a server may keep
+        /// serving on it.
+        #[arg(long)]
+        from: String,
+        /// The target database: migrated first, and refused when it holds rows.
+        #[arg(long)]
+        to: String,
+        /// Empty a target that holds rows first (its data is lost).
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Compare two databases table by table (row counts and checksums): exit 0 when they
+    /// hold the same rows.
+    Verify {
+        /// One database.
+        #[arg(long)]
+        from: String,
+        /// The other.
+        #[arg(long)]
+        to: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The API the keys go into (it must exist).
+    #[arg(long)]
+    pub api: String,
+    /// How the hashes were computed: `sha256_hex`, `sha256_base64`, or a migration id
+    /// `--migrations` maps to one.
+    #[arg(long)]
+    pub migration: String,
+    /// Migration ids and their schemes, `ID=SCHEME` (the server's setting).
+    #[arg(long = "migrations", env = "KEYGATE_MIGRATIONS", value_delimiter = ',')]
+    pub migrations: Vec<String>,
+    /// The JSON-lines file (`-`: standard input).
+    pub file: String,
 }
 
 #[derive(Debug, Args)]

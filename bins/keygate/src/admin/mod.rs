@@ -3,6 +3,8 @@
 
 mod backup;
 pub mod commands;
+mod import;
+mod store;
 
 use crate::config::Command;
 use commands::{AuditCmd, KeysCmd, RootKeysCmd, WorkspacesCmd};
@@ -27,13 +29,37 @@ pub fn run(database_url: &str, command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // Stopped part way (`keys import`): what was done, then why it stopped.
+            if let Some(Incomplete { summary, .. }) = e.downcast_ref::<Incomplete>() {
+                println!("{summary}");
+            }
             eprintln!("keygate: {}", redact_in(&format!("{e:#}"), database_url).replace('\n', " "));
             ExitCode::FAILURE
         }
     }
 }
 
+/// A command that stopped part way: its summary of what was done (printed), and why.
+#[derive(Debug)]
+struct Incomplete {
+    summary: serde_json::Value,
+    reason: anyhow::Error,
+}
+
+impl std::fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.reason)
+    }
+}
+
+impl std::error::Error for Incomplete {}
+
 fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::Value> {
+    // Databases named by their own flags, not the configured one.
+    let command = match command {
+        Command::Store(cmd) => return store::run(cmd),
+        other => other,
+    };
     // Only `workspaces create` may start a new SQLite database: any other command run in
     // the wrong directory would otherwise create an empty `keygate.db` and report that
     // nothing is there.
@@ -51,7 +77,9 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
         Arc::new(SqlStore::open(database_url, PoolSettings { max_size: 2, ..PoolSettings::default() })?);
     let rbac = RbacService::<SqlStore>::new(store.clone(), Arc::new(SystemClock));
     Ok(match command {
-        Command::Serve(_) | Command::Openapi { .. } => anyhow::bail!("not an admin command"),
+        Command::Serve(_) | Command::Openapi { .. } | Command::Store(_) => {
+            anyhow::bail!("not an admin command")
+        }
         Command::Backup(args) => return backup::run(&store, &args),
         Command::Workspaces(WorkspacesCmd::Create { name }) => {
             let ws = rbac.create_workspace(&name)?;
@@ -86,6 +114,7 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
             let (key, secret) = rbac.create_key(&ws.id, name)?;
             json!({ "keyId": key.id, "key": secret.expose() })
         }
+        Command::Keys(KeysCmd::Import(args)) => return import::run(rbac, &args),
         Command::Keys(KeysCmd::List { workspace }) => {
             let list: Vec<_> = rbac
                 .list_keys(&workspace)?

@@ -72,6 +72,22 @@ impl<S: RbacStore> RbacService<S> {
         self.delete_key(&admin, key_id)
     }
 
+    /// The workspace holding the API `api_id` (the admin CLI, which has no root key to
+    /// say it). API ids are unique, so there is at most one.
+    pub fn api_workspace(&self, api_id: &str) -> Result<Workspace, RbacError> {
+        check_len("api", api_id, MAX_NAME_CHARS)?;
+        self.store
+            .read(|tx| {
+                for ws in tx.list_workspaces()? {
+                    if tx.get_api(&ws.id, api_id)?.is_some() {
+                        return Ok(Some(ws));
+                    }
+                }
+                Ok(None)
+            })?
+            .ok_or_else(|| RbacError::not_found(Resource::Api, api_id))
+    }
+
     /// A workspace by id or name.
     pub fn find_workspace(&self, id_or_name: &str) -> Result<Workspace, RbacError> {
         self.store

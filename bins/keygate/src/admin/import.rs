@@ -1,0 +1,174 @@
+//! `keygate keys import`: keys issued elsewhere brought in from a file of JSON lines, one
+//! `keys.migrateKeys` entry per line, 1,000 per call (one transaction each).
+//!
+//! A line that is not a valid entry stops the import there: the lines before it are
+//! imported, the summary says how many, and the error names the line. Re-running the same
+//! file after an interruption (a crash, `kill -9`, that error fixed) completes it: the
+//! keys already there are counted as failed and nothing doubles.
+
+use super::Incomplete;
+use super::commands::ImportArgs;
+use crate::handlers::keys::import::MigrateKeyEntry;
+use crate::http::Obj;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use keygate_rbac::{MAX_MIGRATED_KEYS, MigratedKey, Migrations, Principal, RbacError, RbacService};
+use keygate_store::SqlStore;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read};
+use std::time::Instant;
+
+/// The admin CLI's actor in the audit log.
+const ACTOR: &str = "admin-cli";
+
+pub fn run(rbac: RbacService<SqlStore>, args: &ImportArgs) -> anyhow::Result<Value> {
+    let rbac = rbac.with_migrations(Migrations::parse(&args.migrations)?);
+    let ws = rbac.api_workspace(&args.api)?;
+    let principal = Principal::new(ACTOR.into(), ws.id, ["*".to_string()]);
+    let (input, size): (Box<dyn Read>, Option<u64>) = if args.file == "-" {
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let file =
+            std::fs::File::open(&args.file).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file))?;
+        let size = file.metadata().ok().map(|m| m.len());
+        (Box::new(file), size)
+    };
+    let mut import = Import {
+        rbac: &rbac,
+        principal: &principal,
+        args,
+        started: Instant::now(),
+        migrated: 0,
+        failed: 0,
+        progress: progress_bar(size),
+    };
+    let outcome = import.read(BufReader::with_capacity(1 << 16, input));
+    import.progress.finish_and_clear();
+    let summary = import.summary();
+    match outcome {
+        Ok(()) => Ok(summary),
+        Err(reason) => Err(Incomplete { summary, reason }.into()),
+    }
+}
+
+/// A bar on standard error, drawn only when it is a terminal: bytes of the file read, or a
+/// count of lines from standard input.
+fn progress_bar(size: Option<u64>) -> ProgressBar {
+    let target = ProgressDrawTarget::stderr();
+    match size {
+        Some(bytes) => ProgressBar::with_draw_target(Some(bytes), target).with_style(
+            ProgressStyle::with_template("{bar:40} {percent:>3}% {msg} ({elapsed}, {eta} left)")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        None => ProgressBar::with_draw_target(None, target),
+    }
+}
+
+struct Import<'a> {
+    rbac: &'a RbacService<SqlStore>,
+    principal: &'a Principal,
+    args: &'a ImportArgs,
+    started: Instant,
+    migrated: u64,
+    failed: u64,
+    progress: ProgressBar,
+}
+
+impl Import<'_> {
+    /// Reads the lines, submitting a call each 1,000 entries; stops at the first line that
+    /// is not an entry, after submitting those before it.
+    fn read(&mut self, input: impl BufRead) -> anyhow::Result<()> {
+        let mut batch: Vec<MigratedKey> = Vec::with_capacity(MAX_MIGRATED_KEYS);
+        let mut lines: Vec<usize> = Vec::with_capacity(MAX_MIGRATED_KEYS);
+        for (i, line) in input.split(b'\n').enumerate() {
+            let number = i + 1;
+            let line = line.map_err(|e| anyhow::anyhow!("line {number}: cannot read: {e}"))?;
+            self.progress.inc(line.len() as u64 + 1);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match parse(&line) {
+                Ok(entry) => {
+                    batch.push(entry);
+                    lines.push(number);
+                }
+                Err(e) => {
+                    self.submit(&mut batch, &mut lines)?;
+                    anyhow::bail!("line {number}: {e}");
+                }
+            }
+            if batch.len() == MAX_MIGRATED_KEYS {
+                self.submit(&mut batch, &mut lines)?;
+            }
+        }
+        self.submit(&mut batch, &mut lines)
+    }
+
+    /// One `keys.migrateKeys` call for `batch` (emptied). When the service refuses one
+    /// entry (its error names `keys.<i>`), the entries before it are submitted alone and the
+    /// error names that entry's line.
+    fn submit(&mut self, batch: &mut Vec<MigratedKey>, lines: &mut Vec<usize>) -> anyhow::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let result = self.call(batch);
+        let error = match result {
+            Ok(()) => {
+                batch.clear();
+                lines.clear();
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let at = match &error {
+            RbacError::Invalid(v) => entry_index(&v.path),
+            _ => None,
+        };
+        match at {
+            Some(i) if i < batch.len() => {
+                let line = lines[i];
+                if i > 0 {
+                    self.call(&batch[..i])
+                        .map_err(|e| anyhow::anyhow!("lines {}-{}: {e}", lines[0], lines[i - 1]))?;
+                }
+                let RbacError::Invalid(v) = &error else { unreachable!("matched above") };
+                let field = v.path.split_once('.').and_then(|(_, rest)| rest.split_once('.')).map(|(_, f)| f);
+                match field {
+                    Some(f) => anyhow::bail!("line {line}: {f}: {}", v.message),
+                    None => anyhow::bail!("line {line}: {}", v.message),
+                }
+            }
+            _ => anyhow::bail!("lines {}-{}: {error}", lines[0], lines[lines.len() - 1]),
+        }
+    }
+
+    fn call(&mut self, entries: &[MigratedKey]) -> Result<(), RbacError> {
+        let done = self.rbac.migrate_keys(self.principal, &self.args.migration, &self.args.api, entries)?;
+        self.migrated += done.migrated.len() as u64;
+        self.failed += done.failed.len() as u64;
+        self.progress.set_message(format!("{} keys", self.migrated));
+        Ok(())
+    }
+
+    fn summary(&self) -> Value {
+        let seconds = (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+        json!({ "migrated": self.migrated, "failed": self.failed, "seconds": seconds })
+    }
+}
+
+/// One line as an entry, checked as `keys.migrateKeys` checks one.
+fn parse(line: &[u8]) -> Result<MigratedKey, String> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let Obj(entry): Obj<MigrateKeyEntry> =
+        serde_path_to_error::deserialize(&mut de).map_err(|e| match e.path().to_string().as_str() {
+            "." => format!("not an entry: {}", e.inner()),
+            path => format!("{path}: {}", e.inner()),
+        })?;
+    de.end().map_err(|e| format!("not an entry: {e}"))?;
+    // Paths from "": ".credits.remaining: ...".
+    entry.into_migrated("").map_err(|e| e.message.trim_start_matches('.').to_string())
+}
+
+/// `keys.<i>...` → `i`.
+fn entry_index(path: &str) -> Option<usize> {
+    path.strip_prefix("keys.")?.split('.').next()?.parse().ok()
+}
