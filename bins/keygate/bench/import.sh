@@ -8,9 +8,9 @@
 #   SCALE_OUT=1 bash bins/keygate/bench/import.sh   # PostgreSQL (+ Redis) on 127.0.0.1
 #   ROUNDS=3 KEYS=100000 bash bins/keygate/bench/import.sh
 #
-# The file: one entry per key, each with two permissions and an identity (externalId, 1,000
-# identities over the file), every seventh with a name, every thirteenth with meta and
-# credits. Rounds add to one database: round r imports into (r-1)*KEYS keys.
+# The file (bins/keygate/bench/import_file.py): one entry per key, each with two permissions
+# and an identity, some with a name, meta and credits. Rounds add to one database: round r
+# imports into (r-1)*KEYS keys.
 # Needs: curl, taskset, python3; SCALE_OUT=1 also psql.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -27,26 +27,9 @@ cargo build --release -q -p keygate --bin keygate
 bench_database
 serve_keygate $PORT "$work/server.log"
 
-# import_file FILE COUNT SEED: COUNT entries of secrets sk_bench_SEED_<i>.
-import_file() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import hashlib, json, sys
-path, count, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with open(path, "w") as f:
-    for i in range(count):
-        e = {"hash": hashlib.sha256(f"sk_bench_{seed}_{i:08d}_abcdefghij".encode()).hexdigest()}
-        e["externalId"] = f"customer_{i % 1000}"
-        e["permissions"] = ["documents.read", "documents.write"]
-        if i % 7 == 0: e["name"] = f"key {i}"
-        if i % 13 == 0: e["meta"], e["credits"] = {"plan": "pro", "i": i}, {"remaining": 100}
-        f.write(json.dumps(e) + "\n")
-PY
-}
-
 for r in $(seq 1 "$ROUNDS"); do
-  api=$(curl -sS "http://127.0.0.1:$PORT/v2/apis.createApi" -H "Authorization: Bearer $ROOT_KEY" \
-    -H 'Content-Type: application/json' -d "{\"name\":\"import_$r\"}" | sed -E 's/.*"apiId":"([^"]+)".*/\1/')
-  import_file "$work/keys.jsonl" "$KEYS" "$r"
+  api=$(create_api $PORT "import_$r")
+  python3 bins/keygate/bench/import_file.py "$work/keys.jsonl" "$KEYS" "$r"
   summary=$(taskset -c 1 target/release/keygate keys import --api "$api" --migration sha256_hex "$work/keys.jsonl")
   echo "$summary" | R=$r python3 -c '
 import json, os, sys

@@ -74,6 +74,12 @@ create_keys() {
   done
 }
 
+# create_api PORT NAME: a new API's id (v2 apis.createApi).
+create_api() {
+  curl -sS "http://127.0.0.1:$1/v2/apis.createApi" -H "Authorization: Bearer $ROOT_KEY" \
+    -H 'Content-Type: application/json' -d "{\"name\":\"$2\"}" | sed -E 's/.*"apiId":"([^"]+)".*/\1/'
+}
+
 # expect_valid PORT PATH BODY: the verification answers valid, or the benchmark stops (a
 # benchmark of refusals would measure the wrong path).
 expect_valid() {
