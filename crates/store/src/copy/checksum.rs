@@ -12,7 +12,7 @@ pub struct Checksum {
 }
 
 impl Checksum {
-    /// Adds one row, as [`super::rows::for_each_row`] reads it; `Err` when it is not a JSON
+    /// Adds one row, a JSON array as the copy reads it; `Err` when it is not a JSON
     /// array (a bug: the databases produce them).
     pub fn add(&mut self, row: &str) -> Result<(), String> {
         let value: serde_json::Value =

@@ -131,9 +131,14 @@ impl<'c> Transaction<'c> {
         let tx = Self { conn, side, open: true };
         // A table is read, or written, by one statement that takes as long as the table is
         // big: no statement timeout for this transaction (the pool's setting is for requests).
-        #[cfg(feature = "postgres")]
-        if let DbConn::Pg(c) = &mut *tx.conn {
-            c.batch_execute("SET LOCAL statement_timeout = 0").map_err(|e| CopyError::database(side, e))?;
+        match &mut *tx.conn {
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => {
+                c.batch_execute("SET LOCAL statement_timeout = 0")
+                    .map_err(|e| CopyError::database(side, e))?;
+            }
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
         Ok(tx)
     }

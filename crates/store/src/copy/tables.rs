@@ -8,7 +8,7 @@ use diesel::sql_types::{BigInt, Text};
 
 /// Every table, in an order where each table's foreign keys point to tables before it
 /// (`__diesel_schema_migrations` is the target's own). A table a migration adds must be
-/// added here: [`check_tables`] refuses a database holding a table this list does not name.
+/// added here: the copy refuses a database holding a table this list does not name.
 pub const TABLES: [&str; 21] = [
     "workspaces",
     "root_keys",
