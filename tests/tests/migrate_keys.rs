@@ -211,3 +211,54 @@ fn a_configured_migration_id_names_a_scheme() {
     assert_eq!(d["migrated"].as_array().unwrap().len(), 1);
     assert_eq!(verify(&s, "acme_customer_key", json!({}))["code"], "VALID");
 }
+
+#[test]
+fn a_migrated_key_passes_forward_auth_and_the_middlewares_verifiers() {
+    let s = with_api();
+    let secret = "sk_live_from_the_old_service_0123456789";
+    let d = migrate(
+        &s,
+        "sha256_hex",
+        json!([{"hash": hex_of(secret), "name": "old", "permissions": ["docs.read"]}]),
+    );
+    let key_id = d["migrated"][0]["keyId"].as_str().unwrap().to_string();
+
+    // Forward auth, as a gateway calls it.
+    let bearer = format!("Bearer {secret}");
+    let call = |permission: &str| {
+        s.request(
+            s.client
+                .get(s.url("/v1/gateway.authorize"))
+                .header("x-keygate-root-key", &s.root_key)
+                .header("authorization", &bearer)
+                .header("x-keygate-permissions", permission),
+        )
+    };
+    let r = call("docs.read");
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-keygate-key-id"), Some(key_id.as_str()));
+    assert_eq!(call("docs.write").status, 403);
+
+    // keygate-client's verifiers (what its axum and actix middlewares call), both back ends.
+    use keygate_client::keys::VerifyKeyRequest;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let remote = keygate_client::Verifier::remote(keygate_client::Client::new(&s.base, &s.root_key).unwrap());
+    let mut builder = keygate_client::embedded::Embedded::builder(&s.db.url);
+    if let Some(redis) = keygate_test_support::redis_url() {
+        builder = builder
+            .redis_url(redis)
+            .redis_cluster(keygate_test_support::redis_cluster())
+            .redis_key_prefix(keygate_test_support::redis_prefix_for(&s.db.url));
+    }
+    let embedded = keygate_client::Verifier::embedded(builder.open().unwrap());
+    for verifier in [remote, embedded] {
+        let req = VerifyKeyRequest {
+            key: secret.into(),
+            permissions: Some("docs.read".into()),
+            ..Default::default()
+        };
+        let got = rt.block_on(verifier.verify(&req)).unwrap();
+        assert!(got.valid, "{got:?}");
+        assert_eq!(got.key_id.as_deref(), Some(key_id.as_str()));
+    }
+}
