@@ -6,7 +6,6 @@
 //! file after an interruption (a crash, `kill -9`, that error fixed) completes it: the
 //! keys already there are counted as failed and nothing doubles.
 
-use super::Incomplete;
 use super::commands::ImportArgs;
 use crate::handlers::keys::import::MigrateKeyEntry;
 use crate::http::Obj;
@@ -16,6 +15,21 @@ use keygate_store::SqlStore;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read};
 use std::time::Instant;
+
+/// A command that stopped part way: its summary of what was done (printed), and why.
+#[derive(Debug)]
+pub(super) struct Incomplete {
+    pub(super) summary: serde_json::Value,
+    reason: anyhow::Error,
+}
+
+impl std::fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.reason)
+    }
+}
+
+impl std::error::Error for Incomplete {}
 
 /// The admin CLI's actor in the audit log.
 const ACTOR: &str = "admin-cli";

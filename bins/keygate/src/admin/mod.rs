@@ -30,7 +30,7 @@ pub fn run(database_url: &str, command: Command) -> ExitCode {
         }
         Err(e) => {
             // Stopped part way (`keys import`): what was done, then why it stopped.
-            if let Some(Incomplete { summary, .. }) = e.downcast_ref::<Incomplete>() {
+            if let Some(import::Incomplete { summary, .. }) = e.downcast_ref::<import::Incomplete>() {
                 println!("{summary}");
             }
             eprintln!("keygate: {}", redact_in(&format!("{e:#}"), database_url).replace('\n', " "));
@@ -38,21 +38,6 @@ pub fn run(database_url: &str, command: Command) -> ExitCode {
         }
     }
 }
-
-/// A command that stopped part way: its summary of what was done (printed), and why.
-#[derive(Debug)]
-struct Incomplete {
-    summary: serde_json::Value,
-    reason: anyhow::Error,
-}
-
-impl std::fmt::Display for Incomplete {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.reason)
-    }
-}
-
-impl std::error::Error for Incomplete {}
 
 fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::Value> {
     // Databases named by their own flags, not the configured one.

@@ -37,7 +37,10 @@ pub(crate) struct MigrateKeyEntry {
     /// The key's hash on your side, under the migration's scheme: the SHA-256 digest as 64
     /// hex digits (`sha256_hex`, either case) or 43 base64 characters, standard or URL-safe,
     /// padding optional (`sha256_base64`).
-    #[schema(pattern = r"^(?:[0-9A-Fa-f]{64}|[A-Za-z0-9+/_-]{43}=?)$", example = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")]
+    #[schema(
+        pattern = r"^(?:[0-9A-Fa-f]{64}|[A-Za-z0-9+/_-]{43}=?)$",
+        example = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    )]
     pub(crate) hash: String,
     #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
