@@ -160,6 +160,14 @@ fn optional_takes_null(object: &mut Map<String, Value>) {
                 ts.push(json!("null"));
                 schema["type"] = Value::Array(ts);
             }
+            // One of several shapes (a value or a list of them): null is one more.
+            None => {
+                if let Some(Value::Array(alternatives)) = schema.get_mut("oneOf")
+                    && !alternatives.iter().any(|a| a.get("type") == Some(&json!("null")))
+                {
+                    alternatives.push(json!({"type": "null"}));
+                }
+            }
             _ => {}
         }
     }
