@@ -1,16 +1,19 @@
 -- wrk script: POST /v2/keys.verifyKey (root key in ROOT_KEY) over the keys in KEYS_FILE (one
 -- secret per line), in rotation, with no options: each verification spends what the key
--- carries (verify-credits.sh checks the keys verify VALID before it measures). Any answer
--- other than "valid":true counts as an error.
+-- carries (verify-credits.sh checks the keys verify VALID before it measures). PERMISSIONS
+-- (e.g. documents.read) adds that permission query. Any answer other than "valid":true
+-- counts as an error.
 local common = dofile("bins/keygate/bench/common.lua")
 local requests = {}
 local n = 0
 
 function init(args)
   local headers = { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. os.getenv("ROOT_KEY") }
+  local permissions = os.getenv("PERMISSIONS")
+  local query = permissions and string.format(',"permissions":"%s"', permissions) or ""
   for key in io.lines(os.getenv("KEYS_FILE")) do
     n = n + 1
-    requests[n] = wrk.format("POST", "/v2/keys.verifyKey", headers, string.format('{"key":"%s"}', key))
+    requests[n] = wrk.format("POST", "/v2/keys.verifyKey", headers, string.format('{"key":"%s"%s}', key, query))
   end
 end
 
