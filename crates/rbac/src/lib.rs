@@ -18,6 +18,7 @@ mod cache;
 pub mod counters;
 mod credits;
 mod error;
+mod key_cache;
 pub mod migration;
 mod model;
 mod perms;

@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
+use crate::key_cache::KeyCache;
 use std::any::Any;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,11 +87,13 @@ impl VerifyEntry {
     }
 }
 
-/// The verification cache: keys and unknown secrets bounded apart (moka: TinyLFU
-/// admission, so a burst of one-off secrets does not push out what is used often either).
+/// The verification cache: keys and unknown secrets bounded apart. Found keys, looked up
+/// on every verification, are in a sharded map of the project's own ([`KeyCache`]: a hash,
+/// a shared lock, a probe); unknown secrets, which anyone can send, in moka (TinyLFU
+/// admission, so a burst of one-off secrets does not push out what is asked often).
 pub(crate) struct VerifyCache {
     enabled: bool,
-    found: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
+    found: KeyCache<VerifyEntry>,
     unknown: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
     /// Verifications that read the store (a miss, a stale entry, or the cache off).
     loads: AtomicU64,
@@ -100,7 +103,7 @@ pub(crate) struct VerifyCache {
 
 impl std::fmt::Debug for VerifyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VerifyCache(enabled: {}, keys: {})", self.enabled, self.found.entry_count())
+        write!(f, "VerifyCache(enabled: {}, keys: {})", self.enabled, self.found.len())
     }
 }
 
@@ -108,10 +111,7 @@ impl VerifyCache {
     pub(crate) fn new(enabled: bool) -> Self {
         Self {
             enabled,
-            found: moka::sync::Cache::builder()
-                .max_capacity(MAX_CACHED_KEY_BYTES)
-                .weigher(|_, entry: &Arc<VerifyEntry>| entry.weight())
-                .build(),
+            found: KeyCache::new(MAX_CACHED_KEY_BYTES),
             unknown: moka::sync::Cache::new(MAX_CACHED_UNKNOWN_KEYS),
             loads: Default::default(),
             hits: Default::default(),
@@ -126,10 +126,11 @@ impl VerifyCache {
         match entry.snapshot {
             Some(_) => {
                 self.unknown.invalidate(&digest);
-                self.found.insert(digest, entry);
+                let weight = entry.weight();
+                self.found.insert(digest, entry, weight);
             }
             None => {
-                self.found.invalidate(&digest);
+                self.found.remove(&digest);
                 self.unknown.insert(digest, entry);
             }
         }
