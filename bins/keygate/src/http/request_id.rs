@@ -10,7 +10,7 @@ use actix_web::{HttpMessage, web};
 use futures_util::future::{Ready, ready};
 use keygate_domain::{IdPrefix, new_id};
 
-/// Middleware: gives every request an id when it arrives, and its response the
+/// Middleware: gives every response an id, in the
 /// `Unkey-Request-Id` header; an error response is rendered (again) with that id and the
 /// configured docs base, so header and body agree, and its inside detail (500, 503) is
 /// logged under the same id, so an operator finds the log line of the id a client reports.
@@ -51,21 +51,16 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        WithRequestId {
-            id: Some(new_id(IdPrefix::Request)),
-            start: std::time::Instant::now(),
-            inner: self.service.call(req),
-        }
+        WithRequestId { start: std::time::Instant::now(), inner: self.service.call(req) }
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The inner service's future and the id its request was given on arrival.
+    /// The inner service's future, and when its request arrived.
     #[derive(Debug)]
     pub struct WithRequestId<F> {
         #[pin]
         inner: F,
-        id: Option<String>,
         start: std::time::Instant,
     }
 }
@@ -82,8 +77,7 @@ where
     ) -> std::task::Poll<Self::Output> {
         let this = self.project();
         let res = std::task::ready!(this.inner.poll(cx));
-        let id = this.id.take().unwrap_or_else(|| new_id(IdPrefix::Request));
-        let res = finish(res, id);
+        let res = finish(res);
         if let Ok(res) = &res {
             observe(res, this.start.elapsed());
         }
@@ -92,13 +86,15 @@ where
 }
 
 /// Every handler's body is a `BoxBody`, so is the rendered error's: the response is passed
-/// on as it is, without an `EitherBody` around it.
+/// on as it is, without an `EitherBody` around it. The id is made here, when the response
+/// has none: a handler whose body carries the id (v2's envelope, v1's verifyKey) made it
+/// and set the header, and a request gets one id, never two.
 fn finish(
     res: Result<ServiceResponse<BoxBody>, actix_web::Error>,
-    id: String,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let mut res = res?;
     if let Some(err) = res.response().error().and_then(|e| e.as_error::<ApiError>()).cloned() {
+        let id = new_id(IdPrefix::Request);
         err.log_detail(&id);
         let state = res.request().app_data::<web::Data<AppState>>().cloned();
         let docs_base = state.as_ref().map_or("/docs", |s| s.docs_base.as_str());
@@ -108,9 +104,8 @@ fn finish(
         };
         return Ok(res.into_response(rendered));
     }
-    // A handler whose body carries the id (keys.verifyKey) has set the header already.
     if !res.headers().contains_key(&REQUEST_ID)
-        && let Ok(v) = HeaderValue::try_from(id)
+        && let Ok(v) = HeaderValue::try_from(new_id(IdPrefix::Request))
     {
         res.headers_mut().insert(REQUEST_ID, v);
     }
