@@ -108,6 +108,10 @@ pub struct Probe {
     seen: AtomicU64,
     /// When (ns after `base`) the version was last found unchanged or caught up with.
     looked: AtomicU64,
+    /// A caller is asking the probe in [`Self::current`]: the others do not ask too.
+    asking: std::sync::atomic::AtomicBool,
+    /// Held while catching up: callers that need it together read the version once.
+    catching_up: parking_lot::Mutex<()>,
 }
 
 impl Probe {
@@ -118,6 +122,8 @@ impl Probe {
             base: std::time::Instant::now(),
             seen: AtomicU64::new(u64::MAX),
             looked: AtomicU64::new(0),
+            asking: Default::default(),
+            catching_up: parking_lot::Mutex::new(()),
         }
     }
 
@@ -126,26 +132,40 @@ impl Probe {
     }
 
     /// Whether the local counters may be trusted without catching up: looked at within
-    /// `every`, or the version unchanged since (a failing probe: not trusted).
+    /// `every`, or the version unchanged since (a failing probe: not trusted). Single
+    /// flight: while one caller asks the probe, the others are told "not current" and
+    /// catch up, which waits for a look that began after them ([`Self::catch_up`]).
     pub fn current(&self) -> bool {
         let now = self.now_ns();
         let looked = self.looked.load(Ordering::Acquire);
         if looked != 0 && now.saturating_sub(looked) < self.every_ns {
             return true;
         }
-        match self.probe.version() {
+        if self.asking.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let current = match self.probe.version() {
             Ok(v) if v == self.seen.load(Ordering::Acquire) => {
-                self.looked.store(now.max(1), Ordering::Release);
+                self.looked.fetch_max(now.max(1), Ordering::AcqRel);
                 true
             }
             _ => false,
-        }
+        };
+        self.asking.store(false, Ordering::Release);
+        current
     }
 
     /// Brings the local counters up to the database when it changed: `poll` reads the
     /// counters bumped elsewhere. The version is read before the poll, so a commit that
-    /// lands during it is caught by the next look.
+    /// lands during it is caught by the next look. Single flight: callers that catch up
+    /// together take turns, and one whose turn comes after a look that began after it
+    /// needs nothing more (that look saw every commit made before it began).
     pub fn catch_up<E>(&self, poll: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        let began = self.now_ns();
+        let _turn = self.catching_up.lock();
+        if self.looked.load(Ordering::Acquire) > began {
+            return Ok(());
+        }
         let now = self.now_ns();
         match self.probe.version() {
             Ok(v) => {
@@ -153,7 +173,7 @@ impl Probe {
                     poll()?;
                     self.seen.store(v, Ordering::Release);
                 }
-                self.looked.store(now.max(1), Ordering::Release);
+                self.looked.fetch_max(now.max(1), Ordering::AcqRel);
                 Ok(())
             }
             // No version: poll all the same, and keep asking.
@@ -249,6 +269,64 @@ mod tests {
             self.asked.fetch_add(1, Ordering::Relaxed);
             Ok(self.version.load(Ordering::Relaxed))
         }
+    }
+
+    /// A probe whose first answer waits until it is let go.
+    #[derive(Debug)]
+    struct SlowProbe {
+        asked: AtomicU64,
+        go: parking_lot::Mutex<bool>,
+        went: parking_lot::Condvar,
+    }
+
+    impl ChangeProbe for SlowProbe {
+        fn version(&self) -> Result<u64, StorageError> {
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            let mut go = self.go.lock();
+            while !*go {
+                self.went.wait(&mut go);
+            }
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn callers_that_catch_up_together_ask_the_probe_once_more_not_once_each() {
+        let slow = std::sync::Arc::new(SlowProbe {
+            asked: AtomicU64::new(0),
+            go: parking_lot::Mutex::new(false),
+            went: parking_lot::Condvar::new(),
+        });
+        let probe = std::sync::Arc::new(Probe::new(slow.clone(), std::time::Duration::from_secs(60)));
+        let polls = std::sync::Arc::new(AtomicU64::new(0));
+        let catch_up = |probe: std::sync::Arc<Probe>, polls: std::sync::Arc<AtomicU64>| {
+            std::thread::spawn(move || {
+                probe
+                    .catch_up(|| -> Result<(), ()> {
+                        polls.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    })
+                    .unwrap()
+            })
+        };
+        // One caller is asking (its answer held back); eight more arrive meanwhile.
+        let first = catch_up(probe.clone(), polls.clone());
+        while slow.asked.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        let waiting: Vec<_> = (0..8).map(|_| catch_up(probe.clone(), polls.clone())).collect();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        *slow.go.lock() = true;
+        slow.went.notify_all();
+        first.join().unwrap();
+        for t in waiting {
+            t.join().unwrap();
+        }
+        // The first look began before the others arrived, so one more look is needed: it
+        // began after all of them, and serves them all.
+        assert_eq!(slow.asked.load(Ordering::Relaxed), 2, "asked once for the first, once for the rest");
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "the moved version is polled once");
+        assert!(probe.current(), "caught up");
     }
 
     #[test]
