@@ -154,6 +154,61 @@ impl Embedded {
     /// query that does not parse, a cost out of bounds) is [`Error::Embedded`] with code
     /// `BAD_REQUEST`.
     pub async fn verify(&self, req: &VerifyKeyRequest) -> Result<VerifyKeyResult, Error> {
+        self.verify_prepared(&req.key, &PreparedVerify::new(req)?).await
+    }
+
+    /// [`Self::verify`] of `key` with what a request asks read once beforehand
+    /// ([`PreparedVerify::new`]): a middleware asks the same of every request, so its
+    /// permission query is parsed once, not per request.
+    pub async fn verify_prepared(&self, key: &str, asks: &PreparedVerify) -> Result<VerifyKeyResult, Error> {
+        let inner = &self.inner;
+        let scope = VerifyScope {
+            workspace_id: inner.workspace_id.as_deref(),
+            api_id: inner.api_id.as_deref(),
+            access: None,
+        };
+        let runtime = &inner.runtime;
+        let pending = match runtime.usage.verify_cached(key, &scope, asks.query.as_ref(), &asks.usage) {
+            Some(pending) => pending.map_err(rbac_error)?,
+            None => {
+                let this = self.inner.clone();
+                let (secret, asks) = (key.to_string(), asks.clone());
+                tokio::task::spawn_blocking(move || {
+                    let scope = VerifyScope {
+                        workspace_id: this.workspace_id.as_deref(),
+                        api_id: this.api_id.as_deref(),
+                        access: None,
+                    };
+                    this.runtime.usage.verify(&secret, &scope, asks.query.as_ref(), &asks.usage)
+                })
+                .await
+                .map_err(|e| Error::Embedded {
+                    code: keygate_domain::ErrorCode::InternalServerError.as_str(),
+                    message: format!("the verification did not finish: {e}"),
+                })?
+                .map_err(rbac_error)?
+            }
+        };
+        let verification = pending.settle().await.map_err(rbac_error)?;
+        runtime.analytics.record_verification(&verification, &scope, &asks.tags);
+        Ok(result(verification))
+    }
+}
+
+/// What a verification asks besides the key, read once: the permission query parsed, the
+/// credit cost and rate limits as the usage service takes them, the tags
+/// ([`Embedded::verify_prepared`]).
+#[derive(Debug, Clone)]
+pub struct PreparedVerify {
+    query: Option<keygate_rbac::PermissionQuery>,
+    usage: Usage,
+    tags: Vec<String>,
+}
+
+impl PreparedVerify {
+    /// `req`'s asks (its `key` is not kept). A permission query that does not parse is
+    /// [`Error::Embedded`] with code `BAD_REQUEST`.
+    pub fn new(req: &VerifyKeyRequest) -> Result<Self, Error> {
         let query = match req.permissions.as_deref() {
             Some(q) => Some(keygate_rbac::parse_permission_query(q).map_err(|e| Error::Embedded {
                 code: keygate_domain::ErrorCode::BadRequest.as_str(),
@@ -176,38 +231,7 @@ impl Embedded {
                 .collect(),
             check_only: false,
         };
-        let inner = &self.inner;
-        let scope = VerifyScope {
-            workspace_id: inner.workspace_id.as_deref(),
-            api_id: inner.api_id.as_deref(),
-            access: None,
-        };
-        let runtime = &inner.runtime;
-        let pending = match runtime.usage.verify_cached(&req.key, &scope, query.as_ref(), &usage) {
-            Some(pending) => pending.map_err(rbac_error)?,
-            None => {
-                let this = self.inner.clone();
-                let secret = req.key.clone();
-                let usage = usage.clone();
-                tokio::task::spawn_blocking(move || {
-                    let scope = VerifyScope {
-                        workspace_id: this.workspace_id.as_deref(),
-                        api_id: this.api_id.as_deref(),
-                        access: None,
-                    };
-                    this.runtime.usage.verify(&secret, &scope, query.as_ref(), &usage)
-                })
-                .await
-                .map_err(|e| Error::Embedded {
-                    code: keygate_domain::ErrorCode::InternalServerError.as_str(),
-                    message: format!("the verification did not finish: {e}"),
-                })?
-                .map_err(rbac_error)?
-            }
-        };
-        let verification = pending.settle().await.map_err(rbac_error)?;
-        runtime.analytics.record_verification(&verification, &scope, &req.tags);
-        Ok(result(verification))
+        Ok(Self { query, usage, tags: req.tags.clone() })
     }
 }
 

@@ -29,6 +29,11 @@ struct Policy {
     cost: Option<u64>,
     tags: Vec<String>,
     format: ErrorFormat,
+    /// What every request asks, read once for the embedded back end (its permission query
+    /// parsed): on first use, and again after a change. `None`: it does not read (the
+    /// request is then sent as it is, and refused as it would be).
+    #[cfg(feature = "embedded")]
+    prepared: std::sync::OnceLock<Option<crate::embedded::PreparedVerify>>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -175,13 +180,20 @@ impl Guard {
             ratelimits: Vec::new(),
             cost: None,
             tags: Vec::new(),
+            #[cfg(feature = "embedded")]
+            prepared: std::sync::OnceLock::new(),
             format: ErrorFormat::Problem,
         };
         Self { inner: Arc::new(inner) }
     }
 
     fn with(mut self, change: impl FnOnce(&mut Policy)) -> Self {
-        change(Arc::make_mut(&mut self.inner));
+        let policy = Arc::make_mut(&mut self.inner);
+        change(policy);
+        #[cfg(feature = "embedded")]
+        {
+            policy.prepared = std::sync::OnceLock::new();
+        }
         self
     }
 
@@ -275,24 +287,43 @@ impl Guard {
             return Err(self.unauthorized("MISSING_KEY", "this route needs an API key"));
         };
         let p = &*self.inner;
-        let req = VerifyKeyRequest {
-            key,
-            permissions: p.permissions.clone(),
-            credits: p.cost.map(|cost| VerifyCredits { cost }),
-            ratelimits: p.ratelimits.clone(),
-            tags: p.tags.clone(),
-        };
-        match p.verifier.verify(&req).await {
-            Ok(v) => refuse_unless_valid(v, now_ms()),
-            Err(e) if e.is_transient() => Err(unavailable(&e)),
-            Err(e) => Err(misconfigured(&e)),
+        #[cfg(feature = "embedded")]
+        if let Some(embedded) = p.verifier.as_embedded()
+            && let Some(asks) = p
+                .prepared
+                .get_or_init(|| crate::embedded::PreparedVerify::new(&p.request(String::new())).ok())
+        {
+            return answer(embedded.verify_prepared(&key, asks).await);
         }
+        answer(p.verifier.verify(&p.request(key)).await)
     }
 
     fn unauthorized(&self, code: &'static str, detail: &str) -> Rejection {
         let mut r = Rejection::new(401, code, detail);
         r.headers.push(("www-authenticate", "Bearer".into()));
         r
+    }
+}
+
+impl Policy {
+    /// The verification of `key` this guard asks for.
+    fn request(&self, key: String) -> VerifyKeyRequest {
+        VerifyKeyRequest {
+            key,
+            permissions: self.permissions.clone(),
+            credits: self.cost.map(|cost| VerifyCredits { cost }),
+            ratelimits: self.ratelimits.clone(),
+            tags: self.tags.clone(),
+        }
+    }
+}
+
+/// The guard's answer to a verification: through, or the refusal.
+fn answer(verified: Result<VerifyKeyResult, Error>) -> Result<VerifiedKey, Rejection> {
+    match verified {
+        Ok(v) => refuse_unless_valid(v, now_ms()),
+        Err(e) if e.is_transient() => Err(unavailable(&e)),
+        Err(e) => Err(misconfigured(&e)),
     }
 }
 

@@ -33,6 +33,15 @@ impl Verifier {
         Self { backend: Backend::Embedded(embedded) }
     }
 
+    /// The embedded back end, when it is this one.
+    #[cfg(feature = "embedded")]
+    pub(crate) fn as_embedded(&self) -> Option<&crate::embedded::Embedded> {
+        match &self.backend {
+            Backend::Embedded(embedded) => Some(embedded),
+            Backend::Remote(_) => None,
+        }
+    }
+
     /// `keys.verifyKey`: every outcome of the key is `Ok` (read `code`); `Err` means no
     /// answer (keygate unreachable, its store down, a request it refuses).
     pub async fn verify(&self, req: &VerifyKeyRequest) -> Result<VerifyKeyResult, Error> {
