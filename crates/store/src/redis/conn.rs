@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 pub(super) struct Outage {
     down_until: Mutex<Option<Instant>>,
+    /// Bumped by every failure (a connect, a command): a pooled connection last used
+    /// before the latest one is checked before its next use.
+    failures: std::sync::atomic::AtomicU64,
 }
 
 impl Outage {
@@ -37,8 +40,19 @@ impl Outage {
         self.down_until.lock().is_some()
     }
 
+    /// How many failures there were so far.
+    fn failures(&self) -> u64 {
+        self.failures.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A command failed: the connections used before are checked before their next use.
+    fn failed(&self) {
+        self.failures.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     /// A connect failed.
     pub(super) fn down(&self) {
+        self.failed();
         let mut down = self.down_until.lock();
         if down.is_none() {
             // Up to down: one outage (`keygate_store_outages_total`).
@@ -111,12 +125,21 @@ impl SyncConn {
 pub(super) struct Conn {
     inner: SyncConn,
     broken: bool,
+    /// The failure count when it was last known good, and when it was last used: see
+    /// [`Pool::with_conn`].
+    good_at: u64,
+    used: Instant,
 }
+
+/// A pooled connection idle this long is checked before its next use (Redis may have
+/// restarted meanwhile without any call failing).
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 struct Manager {
     target: Target,
     connect_timeout: Duration,
     io_timeout: Duration,
+    outage: Arc<Outage>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -144,7 +167,7 @@ impl r2d2::ManageConnection for Manager {
                 SyncConn::Cluster(Box::new(client.get_connection_with_config(config)?))
             }
         };
-        Ok(Conn { inner, broken: false })
+        Ok(Conn { inner, broken: false, good_at: self.outage.failures(), used: Instant::now() })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
@@ -176,37 +199,71 @@ pub(super) struct Pool {
 impl Pool {
     /// Built lazily: no connection is made here.
     pub(super) fn new(target: Target, settings: &RedisSettings, outage: Arc<Outage>) -> Self {
-        let manager =
-            Manager { target, connect_timeout: settings.connect_timeout, io_timeout: settings.io_timeout };
+        let manager = Manager {
+            target,
+            connect_timeout: settings.connect_timeout,
+            io_timeout: settings.io_timeout,
+            outage: outage.clone(),
+        };
         let pool = r2d2::Pool::builder()
             .max_size(settings.max_size.max(1))
             .min_idle(Some(0))
             .connection_timeout(settings.connect_timeout)
-            // A PING per checkout: these connections are off the hot path (decisions take
-            // the batched path), and after an outage the idle ones are dead; without the
-            // check, the first use of each would fail (a liveness probe saying "down" after
-            // Redis is back). A connection whose command fails is marked broken as well.
-            .test_on_check_out(true)
+            // No PING per checkout: a verification's round trips are counted (a PING would
+            // double them). A connection is checked when it may be dead: after a failure
+            // anywhere, or an idle spell ([`Pool::with_conn`]).
+            .test_on_check_out(false)
             .error_handler(Box::new(QuietErrors))
             .build_unchecked(manager);
         Self { pool, outage }
     }
 
-    /// Runs `f` on a pooled connection; a failure of `f` drops the connection.
+    /// Runs `f` on a pooled connection; a failure of `f` drops the connection. A pooled
+    /// connection is used as it is while nothing failed since it was last used and it was
+    /// used within [`IDLE_CHECK`]; otherwise it is checked first (`PING`), and a dead one
+    /// is dropped for another (after an outage the idle ones are dead: without the check,
+    /// the first use of each would fail, a liveness probe saying "down" after Redis is back).
     pub(super) fn with_conn<T>(
         &self,
         f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         self.outage.check()?;
-        let mut conn = self.pool.get().map_err(|e| {
-            self.outage.down();
-            StoreError::Unavailable(format!("Redis: {e}"))
-        })?;
+        let failures = self.outage.failures();
+        let mut conn = self.checked_conn(failures)?;
         self.outage.up();
-        f(conn.inner.as_dyn()).map_err(|e| {
-            metrics::counter!("keygate_store_errors_total", "store" => "redis").increment(1);
+        match f(conn.inner.as_dyn()) {
+            Ok(out) => {
+                (conn.good_at, conn.used) = (failures, Instant::now());
+                Ok(out)
+            }
+            Err(e) => {
+                metrics::counter!("keygate_store_errors_total", "store" => "redis").increment(1);
+                conn.broken = true;
+                self.outage.failed();
+                Err(StoreError::Unavailable(format!("Redis: {e}")))
+            }
+        }
+    }
+
+    /// A pooled connection fit for use: one that may be dead is checked, and replaced when
+    /// it is (as many times as the pool has connections, then a new one is made).
+    fn checked_conn(&self, failures: u64) -> Result<r2d2::PooledConnection<Manager>, StoreError> {
+        let attempts = self.pool.max_size() + 1;
+        for _ in 0..attempts {
+            let mut conn = self.pool.get().map_err(|e| {
+                self.outage.down();
+                StoreError::Unavailable(format!("Redis: {e}"))
+            })?;
+            if conn.good_at == failures && conn.used.elapsed() < IDLE_CHECK {
+                return Ok(conn);
+            }
+            if redis::cmd("PING").query::<()>(conn.inner.as_dyn()).is_ok() {
+                (conn.good_at, conn.used) = (failures, Instant::now());
+                return Ok(conn);
+            }
             conn.broken = true;
-            StoreError::Unavailable(format!("Redis: {e}"))
-        })
+        }
+        self.outage.down();
+        Err(StoreError::Unavailable("Redis: no connection answers".into()))
     }
 }
