@@ -166,6 +166,7 @@ impl Embedded {
             workspace_id: inner.workspace_id.as_deref(),
             api_id: inner.api_id.as_deref(),
             access: None,
+            root_key: None,
         };
         let runtime = &inner.runtime;
         let pending = match runtime.usage.verify_cached(key, &scope, asks.query.as_ref(), &asks.usage) {
@@ -178,6 +179,7 @@ impl Embedded {
                         workspace_id: this.workspace_id.as_deref(),
                         api_id: this.api_id.as_deref(),
                         access: None,
+                        root_key: None,
                     };
                     this.runtime.usage.verify(&secret, &scope, asks.query.as_ref(), &asks.usage)
                 })

@@ -193,6 +193,13 @@ pub enum CounterSource {
     Shared(std::sync::Arc<dyn SharedCounters>),
 }
 
+impl CounterSource {
+    /// Whether the counters are in this process's memory.
+    pub fn is_local(&self) -> bool {
+        matches!(self, CounterSource::Local(_))
+    }
+}
+
 /// Counter slots in memory: scopes hash to one of a fixed number of slots.
 pub struct LocalCounters {
     slots: Box<[AtomicU64]>,

@@ -178,7 +178,7 @@ pub struct Key {
 }
 
 /// Which keys a verification may find (tenancy): `None` fields do not narrow.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct VerifyScope<'a> {
     /// The workspace of the root key the call carries, if it carries one.
     pub workspace_id: Option<&'a str>,
@@ -186,6 +186,11 @@ pub struct VerifyScope<'a> {
     pub api_id: Option<&'a str>,
     /// The root key's reach (v2: `api.<apiId>.verify_key`), if it is narrowed.
     pub access: Option<&'a crate::ApiAccess>,
+    /// The root key the call carries, checked still current by the verification itself:
+    /// with counters in the database or Redis, its change counter is read with the key's,
+    /// in one read, and a root key revoked meanwhile is refused
+    /// ([`crate::RbacService::ensure_root_key_current`]'s check).
+    pub root_key: Option<&'a Principal>,
 }
 
 impl VerifyScope<'_> {

@@ -14,7 +14,8 @@ fn service(db: &TestDb) -> RbacService<SqlStore> {
     RbacService::new(store, Arc::new(ManualClock::new(1_800_000_000_000)))
 }
 
-const ANY: VerifyScope<'static> = VerifyScope { workspace_id: None, api_id: None, access: None };
+const ANY: VerifyScope<'static> =
+    VerifyScope { workspace_id: None, api_id: None, access: None, root_key: None };
 
 fn code(rbac: &RbacService<SqlStore>, secret: &str) -> VerifyCode {
     rbac.check_key(secret, &ANY, None).unwrap().code

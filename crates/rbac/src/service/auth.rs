@@ -45,10 +45,16 @@ impl<S: RbacStore> RbacService<S> {
             return Ok(());
         };
         let Some(tag) = p.tag() else { return Ok(()) };
-        let id = p.root_key_id.as_str();
-        if self.read_counters(&[Scope::RootKey(id)])? == tag {
+        if self.read_counters(&[Scope::RootKey(&p.root_key_id)])? == tag {
             return Ok(());
         }
+        self.root_key_changed(p)
+    }
+
+    /// The root key `p` changed since it was loaded: it is forgotten (the next request
+    /// loads it again), and this one is refused unless it is still active.
+    pub(super) fn root_key_changed(&self, p: &Principal) -> Result<(), RbacError> {
+        let id = p.root_key_id.as_str();
         self.auth.evict_root_key(id);
         match self.store.read(|tx| Ok(tx.root_key_active(id)?))? {
             true => Ok(()),

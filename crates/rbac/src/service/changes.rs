@@ -148,6 +148,45 @@ impl<S: RbacStore> RbacService<S> {
         }
     }
 
+    /// [`Self::read_counters`] of `scopes` (at most two) and, in the same read, the root
+    /// key `p`'s counter, which is checked against the one `p` was loaded under as
+    /// [`Self::ensure_root_key_current`] does (a revoked root key is an error): one round
+    /// trip where a verification would otherwise make two.
+    pub(super) fn read_counters_and_root_key(
+        &self,
+        scopes: &[Scope<'_>],
+        p: &Principal,
+    ) -> Result<Tag, RbacError> {
+        let (source, values) = match &self.counters {
+            CounterSource::Local(_) => return self.read_counters(scopes),
+            CounterSource::Shared(shared) if self.counter_state.shared_current.load(Ordering::Acquire) => {
+                let names = counter_names(scopes, p);
+                match shared.read(&names) {
+                    Ok(read) => read,
+                    Err(e) => {
+                        self.counter_state.shared_current.store(false, Ordering::Release);
+                        log::warn!(
+                            "change counters: the shared store did not answer, reading the database's: {e}"
+                        );
+                        self.store_counter_values(&names)?
+                    }
+                }
+            }
+            CounterSource::Store | CounterSource::Shared(_) => {
+                self.store_counter_values(&counter_names(scopes, p))?
+            }
+        };
+        let root = Tag { source, values: [values.get(scopes.len()).copied().unwrap_or(0), 0] };
+        if Some(root) != p.tag() {
+            self.root_key_changed(p)?;
+        }
+        Ok(Tag { source, values: first_two(&values[..scopes.len().min(values.len())]) })
+    }
+
+    fn store_counter_values(&self, names: &[String]) -> Result<(u64, Vec<u64>), RbacError> {
+        Ok((SOURCE_STORE, self.store.read(|tx| Ok(tx.counters(names)?))?))
+    }
+
     fn store_counters(&self, scopes: &[Scope<'_>]) -> Result<Tag, RbacError> {
         let names: Vec<String> = scopes.iter().map(Scope::name).collect();
         let values = self.store.read(|tx| Ok(tx.counters(&names)?))?;
@@ -233,6 +272,11 @@ impl<S: RbacStore> RbacService<S> {
             }
         }
     }
+}
+
+/// The counters' names of `scopes`, then the root key `p`'s.
+fn counter_names(scopes: &[Scope<'_>], p: &Principal) -> Vec<String> {
+    scopes.iter().map(Scope::name).chain([p.counter_name().to_string()]).collect()
 }
 
 fn first_two(values: &[u64]) -> [u64; 2] {

@@ -222,34 +222,51 @@ impl<S: RbacStore> RbacService<S> {
     ///
     /// `scope` narrows which keys can be found: a key outside it answers `NOT_FOUND`,
     /// exactly as a key that does not exist (a gateway of one tenant never sees another
-    /// tenant's keys as valid).
+    /// tenant's keys as valid). Its root key, when given, is checked still current first
+    /// (as [`Self::ensure_root_key_current`] does; a revoked one is an error), its change
+    /// counter read with the key's in one read when the key's entry is cached.
     pub fn check(
         &self,
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
     ) -> Result<Checked, RbacError> {
+        // The root key, when its counter is not in memory (where the poll's evictions keep
+        // the root key cache exact): its counter is read with the key's when the key's
+        // entry is cached, else on its own first.
+        let root_key = scope.root_key.filter(|p| p.tag().is_some() && !self.counters.is_local());
         if secret.is_empty() {
+            if let Some(p) = root_key {
+                self.ensure_root_key_current(p)?;
+            }
             return Ok(Checked { verification: not_found(), snapshot: None });
         }
         if let (Some(probe), CounterSource::Local(_)) = (&self.probe, &self.counters) {
             probe.catch_up(|| self.poll_changes().map(drop))?;
         }
         let digest = secret_digest(secret);
+        let cached = if self.verify_cache.enabled { self.verify_cache.get(&digest) } else { None };
+        if let (Some(p), None) = (root_key, &cached) {
+            self.ensure_root_key_current(p)?;
+        }
         let entry = if !self.verify_cache.enabled {
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
             let hash = digest_hex(&digest);
             let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
             Arc::new(VerifyEntry::new(Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot))
         } else {
-            let cached = match self.verify_cache.get(&digest) {
+            let current = match cached {
                 Some(entry) => {
                     let (scopes, n) = entry.scopes(&digest);
-                    (self.read_counters(&scopes[..n])? == entry.tag).then_some(entry)
+                    let tag = match root_key {
+                        None => self.read_counters(&scopes[..n])?,
+                        Some(p) => self.read_counters_and_root_key(&scopes[..n], p)?,
+                    };
+                    (tag == entry.tag).then_some(entry)
                 }
                 None => None,
             };
-            match cached {
+            match current {
                 Some(entry) => {
                     self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
                     entry

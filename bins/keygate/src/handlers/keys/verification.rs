@@ -14,7 +14,8 @@ use std::sync::Arc;
 /// what it spends. Its `Debug` leaves the secret out.
 pub(crate) struct VerifyCall {
     pub secret: String,
-    /// The caller's root key, when it sent one: checked still current on the slow path.
+    /// The caller's root key, when it sent one: checked still current by the verification
+    /// (with the key's counters, off the inline path).
     pub principal: Option<Arc<Principal>>,
     pub api_id: Option<String>,
     pub access: Option<keygate_rbac::ApiAccess>,
@@ -41,6 +42,7 @@ impl VerifyCall {
             workspace_id: self.principal.as_ref().map(|p| p.workspace_id.as_str()),
             api_id: self.api_id.as_deref(),
             access: self.access.as_ref(),
+            root_key: self.principal.as_deref(),
         }
     }
 }
@@ -57,10 +59,9 @@ pub(crate) async fn verification(
         Some(pending) => (pending?, call),
         None => {
             let st = state.clone();
+            // The root key is checked still current by the verification itself, with the
+            // key's change counters (one read).
             blocking(move || {
-                if let Some(p) = &call.principal {
-                    st.rbac.ensure_root_key_current(p)?;
-                }
                 let pending =
                     st.usage.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?;
                 Ok((pending, call))
