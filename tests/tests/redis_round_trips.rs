@@ -1,0 +1,172 @@
+//! How many Redis round trips one verification makes (issue 48), counted by Redis itself:
+//! `MONITOR` on a private server (or a private three-node cluster) that nothing else talks
+//! to shows every command a client sends (those a script runs inside Redis are marked and
+//! left out), less the server's own background traffic (its polls), measured over a quiet
+//! spell of the same server just before.
+#![allow(clippy::unwrap_used)]
+
+use keygate_test_support::{Proc, TestDb, free_port, wait_for_port};
+use keygate_tests::TestServer;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Verifications per measurement.
+const N: u32 = 200;
+
+/// A private Redis server on a free port, stopped when dropped; its URL.
+fn private_redis() -> (Proc, String) {
+    let port = free_port();
+    let mut cmd = std::process::Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+    let proc = Proc::spawn(cmd).terminate_on_drop();
+    wait_for_port(port, "redis-server");
+    (proc, format!("redis://127.0.0.1:{port}"))
+}
+
+/// A server on a fresh database and the Redis at `urls` (seed nodes separated by commas
+/// when `cluster`).
+fn server_on(urls: &str, cluster: bool) -> TestServer {
+    let db = Arc::new(TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.redis_url = Some(urls.to_string());
+    config.redis.cluster = cluster;
+    TestServer::start_with(config, db)
+}
+
+/// The commands clients send to the nodes at `urls`, as `MONITOR` shows them (those a
+/// script runs inside Redis are not round trips and are left out): when (the node's
+/// clock, Unix seconds) and which.
+struct Monitor {
+    seen: Arc<Mutex<Vec<(f64, String)>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(urls: &str) -> Self {
+        let (seen, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
+        let threads = urls
+            .split(',')
+            .map(|url| {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                redis::cmd("MONITOR").query::<()>(&mut conn).unwrap();
+                conn.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                let (seen, stop) = (seen.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(redis::Value::SimpleString(line)) = conn.recv_response() else { continue };
+                        // `1700000000.123456 [0 127.0.0.1:50000] "evalsha" ...`; `[0 lua]` inside scripts.
+                        let Some((time, rest)) = line.split_once(' ') else { continue };
+                        let Some((client, command)) = rest.split_once("] ") else { continue };
+                        if client.ends_with("lua") {
+                            continue;
+                        }
+                        let name = command.split('"').nth(1).unwrap_or("").to_ascii_lowercase();
+                        seen.lock().unwrap().push((time.parse().unwrap_or(0.0), name));
+                    }
+                })
+            })
+            .collect();
+        Self { seen, stop, threads }
+    }
+
+    /// The commands seen between `from` and `to`, by name.
+    fn between(&self, from: f64, to: f64) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (_, name) in self.seen.lock().unwrap().iter().filter(|(t, _)| (from..to).contains(t)) {
+            *out.entry(name.clone()).or_default() += 1;
+        }
+        out
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Now, as Unix seconds (the clock the nodes' `MONITOR` lines use: the same machine).
+fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// Redis round trips per verification of `secret` (v2), each answered `code`, and what
+/// they were: the server's background rate, measured over a quiet second first, is taken
+/// off.
+fn round_trips_per_verification(
+    s: &TestServer,
+    monitor: &Monitor,
+    secret: &str,
+    code: &str,
+) -> (f64, String) {
+    let verify = || {
+        let r = s.v2("keys.verifyKey", &json!({"key": secret}));
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.data()["code"], code, "{}", r.text);
+    };
+    // Loaded and cached first: the count is of a cached verification.
+    verify();
+    verify();
+    let quiet = now();
+    std::thread::sleep(Duration::from_secs(1));
+    let started = now();
+    for _ in 0..N {
+        verify();
+    }
+    let ended = now();
+    // What MONITOR shows arrives a little after the command ran.
+    std::thread::sleep(Duration::from_millis(300));
+    let background = monitor.between(quiet, started);
+    let sent = monitor.between(started, ended);
+    let rate = background.values().sum::<u64>() as f64 / (started - quiet);
+    let per = (sent.values().sum::<u64>() as f64 - rate * (ended - started)) / f64::from(N);
+    (per, format!("{sent:?} in {N} verifications; background {background:?} in a second"))
+}
+
+/// A key of `body` (v2 createKey), its secret.
+fn key(s: &TestServer, body: Value) -> String {
+    s.v2("keys.createKey", &body).data()["key"].as_str().unwrap().to_string()
+}
+
+/// A plain key makes one round trip (one script reads the root key's, the key's and the
+/// workspace's change counters); one with credits and an auto-applied limit of its own
+/// makes at most three (the counters, its limit, its credit spend).
+fn round_trips_are_counted(urls: &str, cluster: bool) {
+    let s = server_on(urls, cluster);
+    let monitor = Monitor::start(urls);
+    let plain = key(&s, json!({"apiId": "api_rt"}));
+    let (per, what) = round_trips_per_verification(&s, &monitor, &plain, "VALID");
+    eprintln!("plain verification: {per:.2} Redis commands ({what})");
+    assert!(per <= 1.05, "a plain verification sends at most one command to Redis, not {per:.2}: {what}");
+
+    let limit = json!({"name": "calls", "limit": 1_000_000, "duration": 60_000, "autoApply": true});
+    let spending =
+        key(&s, json!({"apiId": "api_rt", "credits": {"remaining": 1_000_000}, "ratelimits": [limit]}));
+    let (per, what) = round_trips_per_verification(&s, &monitor, &spending, "VALID");
+    eprintln!("verification spending credits and its own limit: {per:.2} Redis commands ({what})");
+    assert!(
+        per <= 3.05,
+        "a spending verification sends at most three commands to Redis, not {per:.2}: {what}"
+    );
+}
+
+#[test]
+#[ignore = "needs redis-server: starts a private Redis; run with --include-ignored (.ci/run does)"]
+fn a_verification_s_redis_round_trips_on_one_server() {
+    let (_redis, url) = private_redis();
+    round_trips_are_counted(&url, false);
+}
+
+#[test]
+#[ignore = "needs redis-server: starts a private three-node Redis Cluster on 127.0.0.1:7031-7033 (.ci/redis-cluster.sh); run with --include-ignored (.ci/run does)"]
+fn a_verification_s_redis_round_trips_on_a_cluster() {
+    let urls = keygate_test_support::local_redis_cluster(7030);
+    round_trips_are_counted(&urls, true);
+}
