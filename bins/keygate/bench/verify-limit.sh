@@ -9,8 +9,10 @@
 # Two servers share one database: "on" (cache on) and "off" (cache off), each one worker
 # pinned to CPU 0; wrk (one thread) on CPU 1. KEYS keys are created, each holding
 # documents.read; verify.lua rotates over them asking for documents.read, limit.lua over
-# 10,000 identifiers. Rounds alternate verify(on), limit(on), verify(off), so that machine
-# noise hits all three; the ratios are medians of per-round ratios.
+# 10,000 identifiers; verify-v2.lua the same keys with v2 keys.verifyKey, with the query
+# (v2-query) and without (v2-plain). Rounds alternate verify(on), v2-query, v2-plain,
+# limit(on), verify(off), so that machine noise hits them all; the ratios are medians of
+# per-round ratios.
 # Needs: wrk (apt-get install wrk), curl, taskset; SCALE_OUT=1 also psql and redis-cli.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -43,9 +45,12 @@ done
 CONNECTIONS=8 DURATION=2s wrk_round warm $ON_PORT bins/keygate/bench/verify.lua >/dev/null
 CONNECTIONS=8 DURATION=2s wrk_round warm $OFF_PORT bins/keygate/bench/verify.lua >/dev/null
 CONNECTIONS=8 DURATION=2s wrk_round warm $ON_PORT bins/keygate/bench/limit.lua >/dev/null
+CONNECTIONS=8 DURATION=2s wrk_round warm $ON_PORT bins/keygate/bench/verify-v2.lua >/dev/null
 
 for r in $(seq 1 "$ROUNDS"); do
   wrk_round "verify-on round=$r" $ON_PORT bins/keygate/bench/verify.lua
+  PERMISSIONS=documents.read wrk_round "v2-query round=$r" $ON_PORT bins/keygate/bench/verify-v2.lua
+  wrk_round "v2-plain round=$r" $ON_PORT bins/keygate/bench/verify-v2.lua
   wrk_round "limit-on round=$r" $ON_PORT bins/keygate/bench/limit.lua
   wrk_round "verify-off round=$r" $OFF_PORT bins/keygate/bench/verify.lua
 done | tee "$work/results"
@@ -54,4 +59,5 @@ out=$work/results
 echo "verifyKey (cache on):  median $(median_of "$out" verify-on rps) req/s, median p99 $(median_of "$out" verify-on p99_us) us"
 echo "ratelimits.limit:      median $(median_of "$out" limit-on rps) req/s"
 echo "verifyKey (cache off): median $(median_of "$out" verify-off rps) req/s"
-echo "verify/limit: median of per-round ratios $(ratio "$out" verify-on limit-on); verify on/off: $(ratio "$out" verify-on verify-off); non-2xx or socket errors: $(errors "$out")"
+echo "v2 verifyKey:          median $(median_of "$out" v2-query rps) req/s with the query, $(median_of "$out" v2-plain rps) without"
+echo "verify/limit: median of per-round ratios $(ratio "$out" verify-on limit-on) (v1), $(ratio "$out" v2-query limit-on) (v2 with the query), $(ratio "$out" v2-plain limit-on) (v2 without); verify on/off: $(ratio "$out" verify-on verify-off); non-2xx or socket errors: $(errors "$out")"
