@@ -25,7 +25,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
         self.record_verification_limits(v);
         let Some(recorder) = &self.recorder else { return };
-        let (workspace_id, api_id, key_id, identity_id) = match &v.key {
+        let (workspace_id, api_id, key_id, identity_id) = match v.key() {
             Some(k) => {
                 (k.workspace_id.as_str(), k.api_id.as_deref(), k.id.as_str(), k.identity_id.as_deref())
             }
@@ -57,16 +57,16 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     /// under `verify:<name>`, by the key's id (or the identity's, for its limits): all
     /// passed or all denied, as they are taken.
     fn record_verification_limits(&self, v: &Verification) {
-        let (Some(r), Some(key)) = (&self.limit_recorder, &v.key) else { return };
+        let (Some(r), Some(key)) = (&self.limit_recorder, v.key()) else { return };
         if v.ratelimits.is_empty() {
             return;
         }
         let passed = !v.ratelimits.iter().any(|l| l.exceeded);
         let at_ms = self.rbac.clock().now_ms();
-        let identity_limits: &[RateLimitConfig] = v.identity.as_ref().map_or(&[], |i| &i.ratelimits);
+        let identity_limits: &[RateLimitConfig] = v.identity().map_or(&[], |i| &i.ratelimits);
         let mut namespace = String::with_capacity(64);
         for l in &v.ratelimits {
-            let identifier = match (identity_limits.iter().any(|i| i.id == l.id), &v.identity) {
+            let identifier = match (identity_limits.iter().any(|i| i.id == l.id), v.identity()) {
                 (true, Some(i)) => i.identity.id.as_str(),
                 _ => key.id.as_str(),
             };

@@ -254,7 +254,7 @@ fn result(v: Verification) -> VerifyKeyResult {
         #[allow(unreachable_patterns)]
         _ => VerifyCode::Unknown,
     };
-    let Some(k) = v.key.filter(|_| code != VerifyCode::NotFound) else {
+    let Some(k) = v.key().filter(|_| code != VerifyCode::NotFound) else {
         return VerifyKeyResult::not_found();
     };
     let object = |text: Option<&str>| text.and_then(|m| serde_json::from_str(m).ok());
@@ -262,19 +262,19 @@ fn result(v: Verification) -> VerifyKeyResult {
         valid: code == VerifyCode::Valid,
         code,
         meta: object(k.meta.as_deref()),
-        key_id: Some(k.id),
+        key_id: Some(k.id.clone()),
         enabled: Some(k.enabled),
-        name: k.name,
+        name: k.name.clone(),
         expires: k.expires,
-        permissions: v.permissions,
-        roles: v.roles,
+        permissions: v.permissions().to_vec(),
+        roles: v.roles().to_vec(),
         credits: v.credits,
         ratelimits: v
             .ratelimits
-            .into_iter()
+            .iter()
             .map(|o| VerifyRatelimitResult {
-                id: o.id,
-                name: o.name,
+                id: o.id.clone(),
+                name: o.name.clone(),
                 limit: o.limit,
                 duration: o.duration,
                 reset: o.reset,
@@ -283,16 +283,16 @@ fn result(v: Verification) -> VerifyKeyResult {
                 auto_apply: o.auto_apply,
             })
             .collect(),
-        identity: v.identity.map(|i| Identity {
+        identity: v.identity().map(|i| Identity {
             meta: object(i.identity.meta.as_deref()).unwrap_or_default(),
-            id: i.identity.id,
-            external_id: i.identity.external_id,
+            id: i.identity.id.clone(),
+            external_id: i.identity.external_id.clone(),
             ratelimits: i
                 .ratelimits
-                .into_iter()
+                .iter()
                 .map(|r| RatelimitResponse {
-                    id: r.id,
-                    name: r.name,
+                    id: r.id.clone(),
+                    name: r.name.clone(),
                     limit: r.limit,
                     duration: r.duration,
                     auto_apply: r.auto_apply,

@@ -291,8 +291,8 @@ fn verify_key_reads_the_key_and_its_effective_permissions() {
         .create_key_as(&f.admin, NewKey { permissions: vec!["a.read".into()], ..NewKey::default() })
         .expect("create");
     let v = f.svc.check_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
-    assert_eq!((v.code, v.key.as_ref().map(|k| k.id.as_str())), (VerifyCode::Valid, Some(key.id.as_str())));
-    assert_eq!(v.permissions, ["a.read"]);
+    assert_eq!((v.code, v.key().map(|k| k.id.as_str())), (VerifyCode::Valid, Some(key.id.as_str())));
+    assert_eq!(v.permissions(), ["a.read"]);
     let q = PermissionQuery::And(vec![
         PermissionQuery::Permission("a.read".into()),
         PermissionQuery::Permission("a.write".into()),
@@ -351,7 +351,7 @@ fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
     f.svc.add_roles(&f.admin, &key.id, &[EntityRef::by_id(&role.id)]).expect("role on key");
     let v = f.svc.check_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
     assert_eq!(
-        (v.code, v.permissions.clone()),
+        (v.code, v.permissions().to_vec()),
         (VerifyCode::Valid, vec!["doc.read".into(), "doc.write".into()])
     );
 
@@ -360,12 +360,12 @@ fn roles_carry_permissions_to_their_keys_and_deletes_detach_everywhere() {
     let write = view.permissions.iter().find(|p| p.name == "doc.write").expect("write").id.clone();
     f.svc.delete_entity(&f.admin, EntityKind::Permission, &write).expect("delete permission");
     assert_eq!(
-        f.svc.check_key(secret.expose(), &VerifyScope::default(), None).expect("verify").permissions,
+        f.svc.check_key(secret.expose(), &VerifyScope::default(), None).expect("verify").permissions(),
         ["doc.read"]
     );
     f.svc.delete_entity(&f.admin, EntityKind::Role, &role.id).expect("delete role");
     let v = f.svc.check_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
-    assert!(v.permissions.is_empty() && v.roles.is_empty(), "{v:?}");
+    assert!(v.permissions().is_empty() && v.roles().is_empty(), "{v:?}");
     let gone = f.svc.delete_entity(&f.admin, EntityKind::Role, &role.id).expect_err("gone");
     assert_eq!(gone.code(), ErrorCode::NotFound);
     assert_eq!(perm_names(&f), ["doc.read"]);
@@ -561,7 +561,7 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
         None,
     );
     let v = v.expect("verify");
-    assert!(v.key.is_none() && v.permissions.is_empty(), "nothing of the key is shown: {v:?}");
+    assert!(v.key().is_none() && v.permissions().is_empty(), "nothing of the key is shown: {v:?}");
     assert_eq!(f.svc.get_key(&f.admin, &key.id).expect("get").key.api_id.as_deref(), Some("api_a"));
     // A key created without an apiId is not found by a call that names one.
     let (_, plain) = f.svc.create_key_as(&f.admin, new(None)).expect("create");

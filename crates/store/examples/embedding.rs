@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
     let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None, root_key: None };
     let verification = rbac.check_key(secret.expose(), &scope, Some(&query))?;
     assert_eq!(verification.code, VerifyCode::Valid);
-    println!("key {} verifies {:?} with {:?}", key.id, verification.code, verification.permissions);
+    println!("key {} verifies {:?} with {:?}", key.id, verification.code, verification.permissions());
 
     // May this caller make one more request? 2 per minute for "user_42".
     let limiter = MemoryStore::new();

@@ -148,9 +148,18 @@ pub struct Checked {
     pub snapshot: Option<Snapshot>,
 }
 
-/// A key's cached snapshot, as a check found it.
+/// A key's cached snapshot, as a check found it. Two are equal when their keys' summaries
+/// are.
 #[derive(Debug, Clone)]
 pub struct Snapshot(Arc<VerifyEntry>);
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.summary() == other.summary()
+    }
+}
+
+impl Eq for Snapshot {}
 
 impl Snapshot {
     /// What a verification needs of the key: its effective permissions and roles, its
@@ -297,16 +306,9 @@ impl<S: RbacStore> RbacService<S> {
         } else {
             VerifyCode::Valid
         };
-        let v = Verification {
-            code,
-            key: Some(s.key.clone()),
-            permissions: s.permissions.clone(),
-            roles: s.roles.clone(),
-            identity: s.identity.clone(),
-            credits: None,
-            ratelimits: Vec::new(),
-        };
-        Checked { verification: v, snapshot: Some(Snapshot(entry)) }
+        let snapshot = Snapshot(entry);
+        let v = Verification { code, found: Some(snapshot.clone()), credits: None, ratelimits: Vec::new() };
+        Checked { verification: v, snapshot: Some(snapshot) }
     }
 
     /// Loads a key's snapshot into the cache, tagged with counters read before the load.
@@ -357,15 +359,7 @@ impl<S: RbacStore> RbacService<S> {
 }
 
 fn not_found() -> Verification {
-    Verification {
-        code: VerifyCode::NotFound,
-        key: None,
-        permissions: Vec::new(),
-        roles: Vec::new(),
-        identity: None,
-        credits: None,
-        ratelimits: Vec::new(),
-    }
+    Verification { code: VerifyCode::NotFound, found: None, credits: None, ratelimits: Vec::new() }
 }
 
 /// The key whose secret hashes to `hash`, with what a verification needs of it, in one

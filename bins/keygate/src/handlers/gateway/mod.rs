@@ -117,7 +117,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     };
     let mut verification = verification(&state, call(policy.ratelimit.is_some())).await?;
     refuse_unless_valid(&verification, state.clock.now_ms())?;
-    let key_id = verification.key.as_ref().map(|k| k.id.clone()).unwrap_or_default();
+    let key_id = verification.key().map(|k| k.id.clone()).unwrap_or_default();
 
     // The rate limit, only for a key that may pass.
     let decision = match &policy.ratelimit {
@@ -229,7 +229,7 @@ fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String
 
 /// The key's name and small metadata, for the gateway to pass upstream.
 fn pass_key_fields(res: &mut actix_web::HttpResponseBuilder, v: &Verification) {
-    let Some(key) = &v.key else { return };
+    let Some(key) = v.key() else { return };
     if let Some(name) =
         key.name.as_deref().filter(|n| n.is_ascii() && !n.chars().any(|c| c.is_ascii_control()))
     {

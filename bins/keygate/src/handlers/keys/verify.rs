@@ -174,23 +174,23 @@ fn permission_query(path: &str, v: &Value, nodes: &mut usize) -> Result<Permissi
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct VerifyKeyResponse {
+pub(crate) struct VerifyKeyResponse<'a> {
     /// Unkey's verifyKey body carries the request id (unkey-py requires it); equal to the
     /// `Unkey-Request-Id` header.
-    request_id: String,
+    request_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    key_id: Option<String>,
+    key_id: Option<&'a str>,
     /// The key's `apiId` label, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    api_id: Option<String>,
+    api_id: Option<&'a str>,
     valid: bool,
     #[schema(schema_with = verify_codes)]
     code: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    name: Option<String>,
+    name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, nullable = false)]
     meta: Option<Value>,
@@ -200,8 +200,8 @@ pub(crate) struct VerifyKeyResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     enabled: Option<bool>,
-    permissions: Vec<String>,
-    roles: Vec<String>,
+    permissions: &'a [String],
+    roles: &'a [String],
     /// The key's credits left after this verification, when it has credits.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -213,7 +213,7 @@ pub(crate) struct VerifyKeyResponse {
     /// The identity the key is linked to.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    identity: Option<V1Identity>,
+    identity: Option<V1Identity<'a>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -226,9 +226,9 @@ pub(crate) struct V1Ratelimit {
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct V1Identity {
-    id: String,
-    external_id: String,
+pub(crate) struct V1Identity<'a> {
+    id: &'a str,
+    external_id: &'a str,
     #[schema(value_type = Object)]
     meta: Value,
 }
@@ -241,22 +241,22 @@ pub(crate) fn verify_codes() -> utoipa::openapi::Object {
         .build()
 }
 
-impl VerifyKeyResponse {
-    fn new(v: Verification, request_id: String) -> Self {
-        let valid = v.valid();
-        let key = v.key;
+impl<'a> VerifyKeyResponse<'a> {
+    /// The answer to `v`, borrowing from it (nothing of the key is copied).
+    fn new(v: &'a Verification, request_id: &'a str) -> Self {
+        let key = v.key();
         Self {
             request_id,
-            valid,
+            valid: v.valid(),
             code: v.code.as_str(),
-            key_id: key.as_ref().map(|k| k.id.clone()),
-            api_id: key.as_ref().and_then(|k| k.api_id.clone()),
-            name: key.as_ref().and_then(|k| k.name.clone()),
-            meta: key.as_ref().and_then(|k| k.meta.as_deref()).and_then(|m| serde_json::from_str(m).ok()),
-            expires: key.as_ref().and_then(|k| k.expires),
-            enabled: key.as_ref().map(|k| k.enabled),
-            permissions: v.permissions,
-            roles: v.roles,
+            key_id: key.map(|k| k.id.as_str()),
+            api_id: key.and_then(|k| k.api_id.as_deref()),
+            name: key.and_then(|k| k.name.as_deref()),
+            meta: key.and_then(|k| k.meta.as_deref()).and_then(|m| serde_json::from_str(m).ok()),
+            expires: key.and_then(|k| k.expires),
+            enabled: key.map(|k| k.enabled),
+            permissions: v.permissions(),
+            roles: v.roles(),
             remaining: v.credits,
             ratelimit: v
                 .ratelimits
@@ -264,15 +264,15 @@ impl VerifyKeyResponse {
                 .find(|l| l.name == "default")
                 .or(v.ratelimits.first())
                 .map(|l| V1Ratelimit { limit: l.limit, remaining: l.remaining, reset: l.reset }),
-            identity: v.identity.map(|i| V1Identity {
+            identity: v.identity().map(|i| V1Identity {
                 meta: i
                     .identity
                     .meta
                     .as_deref()
                     .and_then(|m| serde_json::from_str(m).ok())
                     .unwrap_or_else(|| Value::Object(Map::new())),
-                id: i.identity.id,
-                external_id: i.identity.external_id,
+                id: &i.identity.id,
+                external_id: &i.identity.external_id,
             }),
         }
     }
@@ -319,7 +319,7 @@ pub async fn verify_key(
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))
-        .json(VerifyKeyResponse::new(verification, request_id)))
+        .json(VerifyKeyResponse::new(&verification, &request_id)))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -388,19 +388,19 @@ fn query(text: &str) -> Result<PermissionQuery, ApiError> {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = VerifyKeyResult)]
-pub(crate) struct VerifyAnswer {
+pub(crate) struct VerifyAnswer<'a> {
     valid: bool,
     #[schema(schema_with = verify_codes)]
     code: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    key_id: Option<String>,
+    key_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     enabled: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    name: Option<String>,
+    name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, nullable = false)]
     meta: Option<Value>,
@@ -409,10 +409,10 @@ pub(crate) struct VerifyAnswer {
     expires: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    permissions: Option<Vec<String>>,
+    permissions: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    roles: Option<Vec<String>>,
+    roles: Option<&'a [String]>,
     /// The key's credits left after this verification, when it has credits.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -420,7 +420,7 @@ pub(crate) struct VerifyAnswer {
     /// Every rate limit that applied, by name.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    ratelimits: Option<Vec<LimitResult>>,
+    ratelimits: Option<Vec<LimitResult<'a>>>,
     /// The identity the key is linked to.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -431,9 +431,9 @@ pub(crate) struct VerifyAnswer {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = VerifyKeyRatelimitData)]
-pub(crate) struct LimitResult {
-    id: String,
-    name: String,
+pub(crate) struct LimitResult<'a> {
+    id: &'a str,
+    name: &'a str,
     limit: u64,
     duration: u64,
     /// Unix ms at which the window ends.
@@ -443,11 +443,11 @@ pub(crate) struct LimitResult {
     auto_apply: bool,
 }
 
-impl From<LimitOutcome> for LimitResult {
-    fn from(o: LimitOutcome) -> Self {
+impl<'a> From<&'a LimitOutcome> for LimitResult<'a> {
+    fn from(o: &'a LimitOutcome) -> Self {
         Self {
-            id: o.id,
-            name: o.name,
+            id: &o.id,
+            name: &o.name,
             limit: o.limit,
             duration: o.duration,
             reset: o.reset,
@@ -458,11 +458,12 @@ impl From<LimitOutcome> for LimitResult {
     }
 }
 
-impl From<Verification> for VerifyAnswer {
-    fn from(v: Verification) -> Self {
-        let valid = v.valid();
-        let code = v.code.as_str();
-        match v.key.filter(|_| v.code != VerifyCode::NotFound) {
+impl<'a> From<&'a Verification> for VerifyAnswer<'a> {
+    /// The answer to `v`, borrowing from it (nothing of the key is copied but its
+    /// identity).
+    fn from(v: &'a Verification) -> Self {
+        let (valid, code) = (v.valid(), v.code.as_str());
+        match v.key().filter(|_| v.code != VerifyCode::NotFound) {
             // NOT_FOUND says nothing else (API-v2.md §2.3).
             None => Self {
                 valid,
@@ -482,16 +483,16 @@ impl From<Verification> for VerifyAnswer {
                 valid,
                 code,
                 meta: k.meta.as_deref().and_then(|m| serde_json::from_str(m).ok()),
-                key_id: Some(k.id),
+                key_id: Some(&k.id),
                 enabled: Some(k.enabled),
-                name: k.name,
+                name: k.name.as_deref(),
                 expires: k.expires,
-                permissions: Some(v.permissions),
-                roles: Some(v.roles),
+                permissions: Some(v.permissions()),
+                roles: Some(v.roles()),
                 credits: v.credits,
                 ratelimits: (!v.ratelimits.is_empty())
-                    .then(|| v.ratelimits.into_iter().map(LimitResult::from).collect()),
-                identity: v.identity.map(IdentityObject::from),
+                    .then(|| v.ratelimits.iter().map(LimitResult::from).collect()),
+                identity: v.identity().cloned().map(IdentityObject::from),
             },
         }
     }
@@ -532,7 +533,7 @@ pub async fn verify_key_v2(call: Authed<Json<VerifyKeyBodyV2>>) -> Result<HttpRe
         usage: Usage { cost, ratelimits, check_only: false },
         tags: b.tags.unwrap_or_default(),
     };
-    Ok(ok(VerifyAnswer::from(verification(&state, call).await?)))
+    Ok(ok(VerifyAnswer::from(&verification(&state, call).await?)))
 }
 
 #[derive(utoipa::OpenApi)]
