@@ -25,6 +25,7 @@ mod perms;
 mod query;
 mod service;
 pub mod store;
+mod verification;
 
 pub use cache::Cached;
 pub use counters::{ChangeProbe, CounterSource, LocalCounters, Probe, Scope, SharedCounters, Tag};
@@ -51,3 +52,4 @@ pub use service::{
     SESSION_IDLE_MS, Snapshot, key_summary, key_view, validate_ratelimits,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};
+pub use verification::{LimitOutcome, Verification, VerifyCode};
