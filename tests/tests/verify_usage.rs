@@ -126,6 +126,49 @@ fn usage_exceeded_gives_the_limits_of_the_call_back() {
     assert_eq!(remaining_of(&s, &id), 99);
 }
 
+/// A key's own limits and its identity's (kept apart: the identity's are shared by its
+/// keys) are taken all or nothing with the credits: a refusal at any step takes nothing,
+/// and the answer shows every budget as it is.
+#[test]
+fn own_and_identity_limits_and_credits_are_taken_all_or_nothing() {
+    let s = TestServer::start();
+    let r = s.v2(
+        "identities.createIdentity",
+        &json!({"externalId": "team", "ratelimits": [limit("shared", 3, true)]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let (id, secret) = create(
+        &s,
+        json!({"externalId": "team", "credits": {"remaining": 2}, "ratelimits": [limit("own", 3, true)]}),
+    );
+    // (code, credits, [(own remaining, exceeded), (shared remaining, exceeded)])
+    let step = |extra: Value| {
+        let v = verify(&s, &secret, extra);
+        let rl = |name: &str| {
+            let l = v["ratelimits"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone();
+            (l["remaining"].as_u64().unwrap(), l["exceeded"].as_bool().unwrap())
+        };
+        (code(&v).to_string(), v["credits"].clone(), [rl("own"), rl("shared")])
+    };
+    let ok = |c: u64, own: u64, shared: u64| ("VALID".to_string(), json!(c), [(own, false), (shared, false)]);
+    assert_eq!(step(json!({})), ok(1, 2, 2));
+    // The key's own limit refuses: the identity's given back, no credit spent.
+    let over = step(json!({"ratelimits": [{"name": "own", "cost": 5}]}));
+    assert_eq!((over.0.as_str(), over.2), ("RATE_LIMITED", [(2, true), (2, false)]));
+    assert_eq!(remaining_of(&s, &id), 1);
+    assert_eq!(step(json!({})), ok(0, 1, 1));
+    // No credits left: neither limit taken.
+    let v = step(json!({}));
+    assert_eq!((v.0.as_str(), v.1, v.2), ("USAGE_EXCEEDED", json!(0), [(1, false), (1, false)]));
+    s.v2("keys.updateCredits", &json!({"keyId": id, "operation": "set", "value": 10}));
+    // Both budgets still had one left: the refusals took nothing.
+    assert_eq!(step(json!({})), ok(9, 0, 0));
+    // The identity's refuses first; the key's own is shown as it is.
+    let v = step(json!({}));
+    assert_eq!((v.0.as_str(), v.2), ("RATE_LIMITED", [(0, true), (0, true)]));
+    assert_eq!(remaining_of(&s, &id), 9);
+}
+
 #[test]
 fn limits_are_found_on_the_key_then_its_identity_and_identity_limits_are_shared() {
     let s = TestServer::start();

@@ -3,12 +3,14 @@
 //! instances: `crates/usage/tests/shared_credits.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use keygate_ratelimit::RateLimitStore;
+use keygate_ratelimit::{BudgetKey, Entry, LimitRequest, RateLimitStore};
 use keygate_store::{RedisSettings, RedisStore, credit_shard};
 use keygate_test_support::{REDIS_ENV, redis_test_prefix, redis_url};
 use keygate_usage::{Installed, LiveCredits, SharedCredits, SharedSpend, SharedSpendAsk, WrittenBehind};
 use std::sync::Arc;
 use std::time::Duration;
+
+const NOW: u64 = 1_800_000_000_000;
 
 fn redis(prefix: &str) -> Arc<RedisStore> {
     let url =
@@ -29,13 +31,26 @@ fn redis(prefix: &str) -> Arc<RedisStore> {
 #[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
 fn the_redis_steps_load_lock_install_and_settle() {
     let r = redis(&redis_test_prefix());
-    let ask = |load: Option<LiveCredits>| SharedSpendAsk { key_id: "key_steps", cost: 2, refill: None, load };
+    let ask = |load: Option<LiveCredits>| SharedSpendAsk {
+        key_id: "key_steps",
+        cost: 2,
+        refill: None,
+        load,
+        limits: &[],
+        now_ms: NOW,
+    };
     let row = LiveCredits { remaining: 10, last_refill_at: None, version: 3, seq: 7 };
     assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Missing);
-    assert_eq!(r.spend(&ask(Some(row))).unwrap(), SharedSpend::Decided { paid: true, remaining: 8 });
+    assert_eq!(
+        r.spend(&ask(Some(row))).unwrap(),
+        SharedSpend::Decided { paid: true, remaining: 8, limits: vec![] }
+    );
     // Another load is ignored: the counter is there.
     let stale = LiveCredits { remaining: 1_000, ..row };
-    assert_eq!(r.spend(&ask(Some(stale))).unwrap(), SharedSpend::Decided { paid: true, remaining: 6 });
+    assert_eq!(
+        r.spend(&ask(Some(stale))).unwrap(),
+        SharedSpend::Decided { paid: true, remaining: 6, limits: vec![] }
+    );
     let live = r.read(&["key_steps"]).unwrap()[0].unwrap();
     assert_eq!(live, LiveCredits { remaining: 6, last_refill_at: None, version: 3, seq: 9 });
     assert_eq!(r.dirty(credit_shard("key_steps"), 1, Duration::from_secs(1), 10).unwrap().len(), 1);
@@ -46,7 +61,10 @@ fn the_redis_steps_load_lock_install_and_settle() {
     assert!(!r.unlock("key_steps", 43, None).unwrap(), "not the holder");
     let installed = LiveCredits { remaining: 50, last_refill_at: None, version: 4, seq: 0 };
     assert!(r.unlock("key_steps", 42, Some(Installed::Credits(installed))).unwrap());
-    assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Decided { paid: true, remaining: 48 });
+    assert_eq!(
+        r.spend(&ask(None)).unwrap(),
+        SharedSpend::Decided { paid: true, remaining: 48, limits: vec![] }
+    );
 
     // Superseded (the row moved to another version): removed, so the next spend loads.
     let live = r.read(&["key_steps"]).unwrap()[0].unwrap();
@@ -57,5 +75,67 @@ fn the_redis_steps_load_lock_install_and_settle() {
     // Unlimited installed: spends take nothing.
     assert_eq!(r.lock("key_steps", 44, Duration::from_secs(5)).unwrap(), Some(None));
     assert!(r.unlock("key_steps", 44, Some(Installed::Unlimited { version: 5 })).unwrap());
-    assert_eq!(r.spend(&ask(Some(row))).unwrap(), SharedSpend::Unlimited);
+    assert_eq!(r.spend(&ask(Some(row))).unwrap(), SharedSpend::Unlimited { limits: vec![] });
+}
+
+/// A spend takes the key's own limits with it, all or nothing, in the counter's slot: a
+/// limit that does not fit spends nothing and takes nothing; credits that do not pay take
+/// no limit; a paid spend takes them all; and the rate-limit store finds the same budgets
+/// under the namespace the store names (`limits_namespace`).
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_spend_takes_the_keys_own_limits_all_or_nothing() {
+    let r = redis(&redis_test_prefix());
+    let id = "key_limited";
+    let ns = Arc::new(r.limits_namespace(id));
+    let budget =
+        |identifier: &'static str, duration: u64| BudgetKey { namespace_id: &ns, identifier, duration };
+    let req = |limit: u64, cost: u64| LimitRequest { limit, duration: 60_000, cost };
+    let left = |identifier: &'static str, limit: u64| {
+        r.limit(budget(identifier, 60_000), LimitRequest { limit, duration: 60_000, cost: 0 }, NOW)
+            .unwrap()
+            .remaining
+    };
+    let row = LiveCredits { remaining: 5, last_refill_at: None, version: 1, seq: 0 };
+    let spend = |cost: u64, limits: &[Entry<'_>]| {
+        r.spend(&SharedSpendAsk { key_id: id, cost, refill: None, load: Some(row), limits, now_ms: NOW })
+            .unwrap()
+    };
+    let decided = |s: &SharedSpend| match s {
+        SharedSpend::Decided { limits, .. }
+        | SharedSpend::RateLimited { limits }
+        | SharedSpend::Unlimited { limits } => {
+            limits.iter().map(|d| (d.success, d.remaining)).collect::<Vec<_>>()
+        }
+        other => panic!("{other:?}"),
+    };
+
+    // Paid: both taken.
+    let both = [(budget("a", 60_000), req(3, 1)), (budget("b", 60_000), req(10, 4))];
+    let s = spend(2, &both);
+    assert!(matches!(s, SharedSpend::Decided { paid: true, remaining: 3, .. }), "{s:?}");
+    assert_eq!(decided(&s), [(true, 2), (true, 6)]);
+    assert_eq!((left("a", 3), left("b", 10)), (2, 6), "the limiter sees the same budgets");
+
+    // `b` does not fit (6 left, cost 7): nothing spent, `a` not taken.
+    let too_much = [(budget("a", 60_000), req(3, 1)), (budget("b", 60_000), req(10, 7))];
+    let s = spend(1, &too_much);
+    assert!(matches!(s, SharedSpend::RateLimited { .. }), "{s:?}");
+    assert_eq!(decided(&s), [(true, 2), (false, 6)], "each budget as it is");
+    assert_eq!((left("a", 3), left("b", 10)), (2, 6));
+    assert_eq!(r.read(&[id]).unwrap()[0].unwrap().remaining, 3, "no credit spent");
+
+    // The credits do not pay (3 left, cost 4): no limit taken.
+    let s = spend(4, &both);
+    assert!(matches!(s, SharedSpend::Decided { paid: false, remaining: 3, .. }), "{s:?}");
+    assert_eq!(decided(&s), [(true, 2), (true, 6)]);
+    assert_eq!((left("a", 3), left("b", 10)), (2, 6));
+
+    // No credits any more (an update): the limits are taken alone.
+    assert_eq!(r.lock(id, 7, Duration::from_secs(5)).unwrap().map(|l| l.is_some()), Some(true));
+    assert!(r.unlock(id, 7, Some(Installed::Unlimited { version: 2 })).unwrap());
+    let s = spend(1, &both);
+    assert!(matches!(s, SharedSpend::Unlimited { .. }), "{s:?}");
+    assert_eq!(decided(&s), [(true, 1), (true, 2)]);
+    assert_eq!((left("a", 3), left("b", 10)), (1, 2));
 }

@@ -3,10 +3,9 @@
 //! the verification does not pass after all.
 
 use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, check_len};
-use keygate_ratelimit::{AllOrNothing, BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError};
+use keygate_ratelimit::{BudgetKey, Decision, Entry, LimitRequest, RateLimitStore, StoreError};
 use keygate_rbac::{
-    Key, KeySummary, LimitOutcome, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS,
-    RateLimitConfig,
+    KeySummary, LimitOutcome, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, RateLimitConfig,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -88,6 +87,8 @@ pub(crate) struct Applied {
     id: String,
     name: String,
     auto_apply: bool,
+    /// An identity's limit (its budget shared by the identity's keys), not the key's own.
+    pub(crate) identity: bool,
     /// The budget's identifier: the stored limit's id (a key's limit is the key's, an
     /// identity's is shared by its keys), or `<key id>:<name>` for an ad-hoc limit.
     budget: String,
@@ -111,10 +112,12 @@ pub(crate) fn applied_limits(
             .find(|l| l.name == name)
             .or_else(|| identity.iter().find(|l| l.name == name))
     };
+    let of_identity = |l: &RateLimitConfig| !summary.ratelimits.iter().any(|k| k.id == l.id);
     let stored = |l: &RateLimitConfig, cost: u64, limit: Option<u64>, duration: Option<u64>| Applied {
         id: l.id.clone(),
         name: l.name.clone(),
         auto_apply: l.auto_apply,
+        identity: of_identity(l),
         budget: l.id.clone(),
         request: LimitRequest {
             limit: limit.unwrap_or(l.limit),
@@ -137,6 +140,7 @@ pub(crate) fn applied_limits(
                 id: format!("adhoc:{}", a.name),
                 name: a.name.clone(),
                 auto_apply: false,
+                identity: false,
                 budget: format!("{}:{}", summary.key.id, a.name),
                 request: LimitRequest { limit, duration, cost },
             },
@@ -153,84 +157,175 @@ pub(crate) fn applied_limits(
     Ok(out.into_values().collect())
 }
 
-/// The budgets of a verification's limits live in one namespace per identity (or per key
-/// without one), never a `ratelimit.*` namespace's. The closing brace makes the Redis
-/// store's cluster hash tag end there, so that every budget of one verification shares a
-/// slot (and one all-or-nothing script call).
-fn budget_namespace(key: &Key) -> Arc<String> {
-    Arc::new(format!("vl:{}}}", key.identity_id.as_deref().unwrap_or(&key.id)))
+/// The budgets of an identity's limits live in one namespace per identity, never a
+/// `ratelimit.*` namespace's. The closing brace makes the Redis store's cluster hash tag end
+/// there, so that every budget of one identity shares a slot (and one all-or-nothing script
+/// call). A key's own limits live in the namespace its credit ledger names (in the slot of
+/// its credit counter when that is in Redis, so one script takes both), else in
+/// `vl:<key id>}`.
+fn identity_namespace(identity_id: &str) -> Arc<String> {
+    Arc::new(format!("vl:{identity_id}}}"))
 }
 
 /// What a cached key's verifications need of its limits, worked out once per snapshot:
-/// its budgets' namespace, the limits that apply when a request names none, and its
+/// its budgets' namespaces, the limits that apply when a request names none, and its
 /// credit counter (the memory ledger's, once found).
 #[derive(Debug, Clone)]
 pub(crate) struct KeyLimits {
-    pub(crate) namespace: Arc<String>,
+    /// The key's own limits' (and ad-hoc limits') namespace.
+    pub(crate) own: Arc<String>,
+    /// Its identity's limits' namespace (`own` without an identity).
+    pub(crate) identity: Arc<String>,
     pub(crate) auto: Arc<[Applied]>,
     pub(crate) counter: Arc<std::sync::OnceLock<Arc<crate::ledger::memory::Counter>>>,
 }
 
 impl KeyLimits {
-    pub(crate) fn of(summary: &KeySummary) -> Self {
+    /// `own`: the namespace of the key's own limits.
+    pub(crate) fn of(summary: &KeySummary, own: String) -> Self {
         let auto = applied_limits(summary, &[]).unwrap_or_default();
-        Self { namespace: budget_namespace(&summary.key), auto: auto.into(), counter: Arc::default() }
+        let own = Arc::new(own);
+        let identity = summary.key.identity_id.as_deref().map_or_else(|| own.clone(), identity_namespace);
+        Self { own, identity, auto: auto.into(), counter: Arc::default() }
     }
+}
+
+/// Which of a verification's limits are taken through the rate-limit store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// All of them.
+    All,
+    /// Its identity's only: the credit ledger takes the key's own with the credit spend.
+    Identity,
 }
 
 /// The budgets a verification took, to give back if it does not pass after all.
 #[derive(Debug)]
 pub(crate) struct Taken {
     pub(crate) limiter: Arc<dyn RateLimitStore>,
-    pub(crate) namespace: Arc<String>,
+    pub(crate) own: Arc<String>,
+    pub(crate) identity: Arc<String>,
     pub(crate) limits: Arc<[Applied]>,
+    pub(crate) held: Held,
     pub(crate) now: u64,
 }
 
+/// What taking a verification's limits came to: whether all fitted, and a decision per
+/// limit (in order; `None` for the limits the credit ledger takes, when all fitted).
+pub(crate) struct TakeOutcome {
+    pub(crate) passed: bool,
+    pub(crate) decisions: Vec<Option<Decision>>,
+}
+
 impl Taken {
-    fn entries(&self) -> Vec<(BudgetKey<'_>, LimitRequest)> {
-        self.limits
-            .iter()
-            .map(|l| {
-                let key = BudgetKey {
-                    namespace_id: &self.namespace,
-                    identifier: &l.budget,
-                    duration: l.request.duration,
-                };
-                (key, l.request)
-            })
-            .collect()
+    /// Whether `l` is taken through the rate-limit store (and given back there).
+    pub(crate) fn holds(&self, l: &Applied) -> bool {
+        self.held == Held::All || l.identity
     }
 
-    /// All or nothing; `Ok(decisions)` with the call's outcome.
-    pub(crate) fn take(&self) -> Result<AllOrNothing, StoreError> {
-        if let [l] = &self.limits[..] {
-            let key = BudgetKey {
-                namespace_id: &self.namespace,
-                identifier: &l.budget,
-                duration: l.request.duration,
-            };
-            let d = self.limiter.limit(key, l.request, self.now)?;
-            return Ok(AllOrNothing { passed: d.success, decisions: vec![d] });
+    fn entry<'a>(&'a self, l: &'a Applied, cost: u64) -> Entry<'a> {
+        let namespace_id = if l.identity { &self.identity } else { &self.own };
+        let key = BudgetKey { namespace_id, identifier: &l.budget, duration: l.request.duration };
+        (key, LimitRequest { cost, ..l.request })
+    }
+
+    /// The key's own limits as the credit ledger takes them (with the spend), when it does.
+    pub(crate) fn for_ledger(&self) -> Vec<Entry<'_>> {
+        match self.held {
+            Held::All => Vec::new(),
+            Held::Identity => {
+                self.limits.iter().filter(|l| !l.identity).map(|l| self.entry(l, l.request.cost)).collect()
+            }
         }
-        Ok(self
-            .limiter
-            .limit_all(&self.entries(), &[], self.now)?
-            .unwrap_or(AllOrNothing { passed: false, decisions: Vec::new() }))
     }
 
-    pub(crate) fn give_back(&self) {
-        if let Err(e) = self.limiter.give_back(&self.entries(), self.now) {
+    /// Takes the limits it holds, all or nothing, in two groups, each one script call in
+    /// one slot: the identity's (shared by its keys, in the identity's slot), then the
+    /// key's own (in the key's). A group that does not fit gives back the groups before it;
+    /// the groups after it are only read (at cost 0: how much is left), as are the key's
+    /// own limits the ledger takes when its identity's did not fit. A group between two
+    /// others is never seen half-taken by this verification's answer; concurrent ones may
+    /// see a budget taken for an instant and given back (a denial, never an admission).
+    pub(crate) fn take(&self) -> Result<TakeOutcome, StoreError> {
+        let mut decisions = vec![None; self.limits.len()];
+        let groups = [true, false].map(|identity| -> Vec<usize> {
+            (0..self.limits.len()).filter(|&i| self.limits[i].identity == identity).collect()
+        });
+        let mut passed = true;
+        let mut before: Option<&Vec<usize>> = None;
+        for group in groups.iter().filter(|g| !g.is_empty()) {
+            let takes = self.holds(&self.limits[group[0]]);
+            if passed && !takes {
+                continue;
+            }
+            let cost = |l: &Applied| if passed { l.request.cost } else { 0 };
+            let entries: Vec<Entry<'_>> =
+                group.iter().map(|&i| self.entry(&self.limits[i], cost(&self.limits[i]))).collect();
+            let got = self.all_or_nothing(&entries)?;
+            for (&i, d) in group.iter().zip(got.1) {
+                let l = &self.limits[i].request;
+                // Read at cost 0: whether the limit's own cost would have fitted.
+                let d = if passed { d } else { Decision { success: fits(d.remaining, l.cost), ..d } };
+                decisions[i] = Some(d);
+            }
+            if passed && !got.0 {
+                passed = false;
+                if let Some(g) = before {
+                    self.give_back_of(g);
+                    for &i in g {
+                        if let Some(d) = decisions[i].as_mut() {
+                            d.remaining =
+                                d.remaining.saturating_add(self.limits[i].request.cost).min(d.limit);
+                        }
+                    }
+                }
+            }
+            before = Some(group);
+        }
+        Ok(TakeOutcome { passed, decisions })
+    }
+
+    /// One group's all-or-nothing call (a single limit: the one-budget script).
+    fn all_or_nothing(&self, entries: &[Entry<'_>]) -> Result<(bool, Vec<Decision>), StoreError> {
+        if let [(key, req)] = entries {
+            let d = self.limiter.limit(*key, *req, self.now)?;
+            return Ok((d.success, vec![d]));
+        }
+        Ok(match self.limiter.limit_all(entries, &[], self.now)? {
+            Some(o) => (o.passed, o.decisions),
+            None => return Err(StoreError::Unavailable("an all-or-nothing call answered nothing".into())),
+        })
+    }
+
+    fn give_back_of(&self, which: &[usize]) {
+        let entries: Vec<Entry<'_>> =
+            which.iter().map(|&i| self.entry(&self.limits[i], self.limits[i].request.cost)).collect();
+        if let Err(e) = self.limiter.give_back(&entries, self.now) {
             log::warn!("verification: rate-limit budgets not given back: {e}");
+        }
+    }
+
+    /// Gives back what it took through the rate-limit store.
+    pub(crate) fn give_back(&self) {
+        let held: Vec<usize> = (0..self.limits.len()).filter(|&i| self.holds(&self.limits[i])).collect();
+        if !held.is_empty() {
+            self.give_back_of(&held);
         }
     }
 }
 
+/// Whether a budget with `remaining` left takes `cost` (the decision rule: cost 0 passes
+/// while anything is left).
+fn fits(remaining: u64, cost: u64) -> bool {
+    if cost == 0 { remaining > 0 } else { remaining >= cost }
+}
+
 /// The limits' part of the answer: each limit with its decision.
-pub(crate) fn outcomes(limits: &[Applied], decisions: &[Decision]) -> Vec<LimitOutcome> {
+pub(crate) fn outcomes(limits: &[Applied], decisions: &[Option<Decision>]) -> Vec<LimitOutcome> {
     limits
         .iter()
         .zip(decisions)
+        .filter_map(|(l, d)| d.as_ref().map(|d| (l, d)))
         .map(|(l, d)| LimitOutcome {
             id: l.id.clone(),
             name: l.name.clone(),
@@ -247,7 +342,7 @@ pub(crate) fn outcomes(limits: &[Applied], decisions: &[Decision]) -> Vec<LimitO
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keygate_rbac::{Identity, IdentityView};
+    use keygate_rbac::{Identity, IdentityView, Key};
 
     fn limit(id: &str, name: &str, auto_apply: bool) -> RateLimitConfig {
         RateLimitConfig { id: id.into(), name: name.into(), limit: 10, duration: 60_000, auto_apply }

@@ -6,9 +6,9 @@
 use crate::UsageService;
 use crate::ledger::memory::{Commit, Committed, Retry};
 use crate::ledger::{SpendAsk, Spent};
-use crate::limits::{Applied, KeyLimits, Taken, Usage, applied_limits, outcomes};
+use crate::limits::{Applied, Held, KeyLimits, Taken, Usage, applied_limits, outcomes};
 use crate::store::{CreditSpend, UsageStore};
-use keygate_ratelimit::StoreError;
+use keygate_ratelimit::{Decision, StoreError};
 use keygate_rbac::{Checked, RbacError, StorageError, Verification, VerifyCode};
 use std::sync::Arc;
 
@@ -126,10 +126,16 @@ impl Pending {
 
 /// A verification whose credits cannot pay: USAGE_EXCEEDED, the limits it took given back.
 fn usage_exceeded(v: &mut Verification, taken: Option<&Taken>) {
-    v.code = VerifyCode::UsageExceeded;
+    refused(v, taken, VerifyCode::UsageExceeded);
+}
+
+/// A verification refused after it took limits through the rate-limit store: those given
+/// back, and answered as they are again (the ones the ledger decided, it never took).
+fn refused(v: &mut Verification, taken: Option<&Taken>, code: VerifyCode) {
+    v.code = code;
     if let Some(t) = taken {
         t.give_back();
-        for (o, l) in v.ratelimits.iter_mut().zip(t.limits.iter()) {
+        for (o, l) in v.ratelimits.iter_mut().zip(t.limits.iter()).filter(|(_, l)| t.holds(l)) {
             o.remaining = o.remaining.saturating_add(l.request.cost).min(o.limit);
         }
     }
@@ -154,7 +160,9 @@ impl<S: UsageStore + 'static> UsageService<S> {
             _ => return Some(Ok(Pending::done(v))),
         };
         let (summary, tag) = (snapshot.summary(), snapshot.tag());
-        let Some(limits) = snapshot.attached(KeyLimits::of) else { return Some(Ok(Pending::done(v))) };
+        let ledger = &self.ledger;
+        let own = |s: &keygate_rbac::KeySummary| KeyLimits::of(s, ledger.limits_namespace(&s.key.id));
+        let Some(limits) = snapshot.attached(own) else { return Some(Ok(Pending::done(v))) };
         let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
             true => limits.auto.clone(),
             false => match applied_limits(summary, &usage.ratelimits) {
@@ -162,53 +170,76 @@ impl<S: UsageStore + 'static> UsageService<S> {
                 Err(e) => return Some(Err(e.into())),
             },
         };
-        if !may_wait && !applied.is_empty() && self.limiter.is_remote() {
+        // The shared ledger takes the key's own limits with its credit spend: one step.
+        let with_spend = self.ledger.takes_limits() && summary.key.credits.is_some();
+        if !may_wait && (with_spend || (!applied.is_empty() && self.limiter.is_remote())) {
             return None;
         }
         let now = self.rbac.clock().now_ms();
-        let mut taken = None;
-        if !applied.is_empty() {
-            let t = Taken {
-                limiter: self.limiter.clone(),
-                namespace: limits.namespace.clone(),
-                limits: applied,
-                now,
-            };
+        let t = Taken {
+            limiter: self.limiter.clone(),
+            own: limits.own.clone(),
+            identity: limits.identity.clone(),
+            limits: applied,
+            held: if with_spend { Held::Identity } else { Held::All },
+            now,
+        };
+        let mut decisions = Vec::new();
+        if !t.limits.is_empty() {
             let outcome = match t.take() {
                 Ok(o) => o,
                 Err(e) => return Some(Err(limit_error(e))),
             };
-            v.ratelimits = outcomes(&t.limits, &outcome.decisions);
+            decisions = outcome.decisions;
             if !outcome.passed {
+                v.ratelimits = outcomes(&t.limits, &decisions);
                 v.code = VerifyCode::RateLimited;
                 return Some(Ok(Pending::done(v)));
             }
-            taken = Some(t);
         }
+        let for_ledger = t.for_ledger();
         let cost = usage.cost.unwrap_or(1);
-        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag };
+        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag, limits: &for_ledger };
         let spent = self.ledger.spend(ask, now as i64, &limits.counter);
-        let give_back = |taken: &Option<Taken>| {
-            if let Some(t) = taken {
-                t.give_back();
+        drop(for_ledger);
+        let taken = (!t.limits.is_empty()).then_some(t);
+        // The answer's limits: the decisions the ledger made on the key's own limits put
+        // in their places among the rate-limit store's.
+        let mut answer = |mut v: Verification, ledgers: Vec<Decision>| {
+            if let Some(t) = &taken {
+                let mut ledgers = ledgers.into_iter();
+                for (d, l) in decisions.iter_mut().zip(t.limits.iter()) {
+                    if !t.holds(l) {
+                        *d = ledgers.next();
+                    }
+                }
+                v.ratelimits = outcomes(&t.limits, &decisions);
             }
+            v
         };
         match spent {
             Err(e) => {
-                give_back(&taken);
+                give_back(taken.as_ref());
                 Some(Err(e.into()))
             }
             Ok(Spent::NeedsLoad) => {
-                give_back(&taken);
+                give_back(taken.as_ref());
                 None
             }
-            Ok(Spent::Unlimited) => Some(Ok(Pending::done(v))),
-            Ok(Spent::Decided { paid: false, remaining, .. }) => {
+            Ok(Spent::RateLimited { limits }) => {
+                let mut v = answer(v, limits);
+                refused(&mut v, taken.as_ref(), VerifyCode::RateLimited);
+                Some(Ok(Pending::done(v)))
+            }
+            Ok(Spent::Unlimited { limits }) => Some(Ok(Pending::done(answer(v, limits)))),
+            Ok(Spent::Decided { paid: false, remaining, limits, .. }) => {
+                let mut v = answer(v, limits);
                 v.credits = Some(remaining);
                 usage_exceeded(&mut v, taken.as_ref());
                 Some(Ok(Pending::done(v)))
             }
-            Ok(Spent::Decided { paid: true, remaining, commit }) => {
+            Ok(Spent::Decided { paid: true, remaining, commit, limits }) => {
+                let mut v = answer(v, limits);
                 v.credits = Some(remaining);
                 let credits = commit.map(|commit| CreditWait::Commit { commit, taken });
                 Some(Ok(match credits {
@@ -217,9 +248,16 @@ impl<S: UsageStore + 'static> UsageService<S> {
                 }))
             }
             Ok(Spent::Later(reply)) => {
+                let v = answer(v, Vec::new());
                 Some(Ok(Pending { verification: v, credits: Some(CreditWait::Row { reply, taken }) }))
             }
         }
+    }
+}
+
+fn give_back(taken: Option<&Taken>) {
+    if let Some(t) = taken {
+        t.give_back();
     }
 }
 

@@ -18,7 +18,8 @@
 //! change counters. Numbers are at most 2^53 − 1 (the contract's bound): Lua's doubles
 //! hold them exactly, and they are written back as integers (`%.0f`).
 
-use super::RedisStore;
+use super::{EXPIRY_SLACK_MS, RedisStore};
+use keygate_ratelimit::{Decision, window_start};
 use keygate_rbac::StorageError;
 use keygate_usage::{Installed, LiveCredits, SharedCredits, SharedSpend, SharedSpendAsk, WrittenBehind};
 use std::time::Duration;
@@ -29,49 +30,8 @@ pub const SHARDS: u16 = 64;
 /// How long a counter written behind lives without change.
 pub const IDLE_MS: u64 = 24 * 3_600_000;
 
-/// A spend: `KEYS` counter, lock, dirty set; `ARGV` key id, cost, refill start (-1: no
-/// refill), refill amount, the key's creation, load (1: the row's counter follows), its
-/// remaining, last refill, version, change number, and the idle expiry. Answers `{code,
-/// remaining}`: 1 paid, 0 not, 2 missing, 3 locked, 4 unlimited.
-pub(crate) const SPEND: &str = r"
-local function int(x) return string.format('%.0f', x) end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {3, 0} end
-local c = redis.call('HMGET', KEYS[1], 'r', 'l', 'n', 'u')
-if c[4] == '1' then return {4, 0} end
-local r, l, n
-if not c[1] then
-  if ARGV[6] ~= '1' then return {2, 0} end
-  r, l, n = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[10])
-  redis.call('HSET', KEYS[1], 'r', ARGV[7], 'l', l, 'v', ARGV[9], 'n', ARGV[10])
-  redis.call('PEXPIRE', KEYS[1], ARGV[11])
-else
-  r, l, n = tonumber(c[1]), c[2], tonumber(c[3])
-end
-local changed = false
-local at = tonumber(ARGV[3])
-if at >= 0 then
-  local last = tonumber(ARGV[5])
-  if l ~= '' then last = tonumber(l) end
-  if last < at then
-    r, l, changed = tonumber(ARGV[4]), ARGV[3], true
-  end
-end
-local cost = tonumber(ARGV[2])
-local paid = 0
-if r > 0 and r >= cost then
-  paid = 1
-  if cost > 0 then
-    r, changed = r - cost, true
-  end
-end
-if changed then
-  n = n + 1
-  redis.call('HSET', KEYS[1], 'r', int(r), 'l', l, 'n', int(n))
-  redis.call('PERSIST', KEYS[1])
-  redis.call('SADD', KEYS[3], ARGV[1])
-end
-return {paid, r}
-";
+/// A spend with the key's own limits (its layout is at its top).
+pub(crate) const SPEND: &str = include_str!("spend.lua");
 
 /// An update's lock: `KEYS` counter, lock; `ARGV` token, lease (ms). Answers `{}` when
 /// another holds it, else `{'1'}` and the counter's `r, l, v, n` when it has credits.
@@ -228,12 +188,31 @@ fn last_refill(l: Option<i64>) -> String {
 impl SharedCredits for RedisStore {
     fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError> {
         let shard = shard_of(ask.key_id);
+        let counter = self.credit_key(shard, "k:", ask.key_id);
+        let windows: Vec<(Vec<u8>, u64)> = ask
+            .limits
+            .iter()
+            .map(|(key, req)| {
+                let start = window_start(ask.now_ms, req.duration.max(1));
+                (self.key(key, start), start)
+            })
+            .collect();
+        if self.cluster {
+            let slot = redis::cluster_routing::Slot::for_key(counter.as_bytes());
+            if windows.iter().any(|(k, _)| redis::cluster_routing::Slot::for_key(k) != slot) {
+                return Err(StorageError::Internal(
+                    "a key's own limits must be in its credit counter's slot (limits_namespace)".into(),
+                ));
+            }
+        }
         let mut call = self.credit_scripts.spend.prepare_invoke();
-        call.key(self.credit_key(shard, "k:", ask.key_id))
+        call.key(counter)
             .key(self.credit_key(shard, "lock:", ask.key_id))
-            .key(self.credit_key(shard, "dirty", ""))
-            .arg(ask.key_id)
-            .arg(ask.cost);
+            .key(self.credit_key(shard, "dirty", ""));
+        for (key, _) in &windows {
+            call.key(key.as_slice());
+        }
+        call.arg(ask.key_id).arg(ask.cost);
         match ask.refill {
             Some(r) => call.arg(r.at).arg(r.amount).arg(r.since),
             None => call.arg(-1).arg(0).arg(0),
@@ -244,15 +223,47 @@ impl SharedCredits for RedisStore {
             }
             None => call.arg(0).arg(0).arg("").arg(0).arg(0),
         };
-        call.arg(IDLE_MS);
-        let (code, remaining): (u8, u64) = self.run(&call)?;
+        call.arg(IDLE_MS).arg(ask.limits.len());
+        for ((_, req), (_, start)) in ask.limits.iter().zip(&windows) {
+            let reset = start.saturating_add(req.duration.max(1));
+            call.arg(req.limit).arg(req.cost).arg(reset.saturating_sub(ask.now_ms) + EXPIRY_SLACK_MS);
+        }
+        let reply: Vec<i64> = self.run(&call)?;
+        let (code, remaining) = match reply[..] {
+            [code, remaining, ..] => (code, u64::try_from(remaining).map_err(|_| bad_answer())?),
+            _ => return Err(bad_answer()),
+        };
+        let limits = || -> Result<Vec<Decision>, StorageError> {
+            if reply.len() != 2 + 2 * ask.limits.len() {
+                return Err(bad_answer());
+            }
+            Ok(ask
+                .limits
+                .iter()
+                .zip(&windows)
+                .zip(reply[2..].chunks(2))
+                .map(|(((_, req), (_, start)), pair)| Decision {
+                    success: pair[0] == 1,
+                    limit: req.limit,
+                    remaining: req.limit.saturating_sub(u64::try_from(pair[1]).unwrap_or(0)),
+                    reset: start.saturating_add(req.duration.max(1)),
+                })
+                .collect())
+        };
         Ok(match code {
-            0 | 1 => SharedSpend::Decided { paid: code == 1, remaining },
+            0 | 1 => SharedSpend::Decided { paid: code == 1, remaining, limits: limits()? },
             2 => SharedSpend::Missing,
             3 => SharedSpend::Locked,
-            4 => SharedSpend::Unlimited,
+            4 => SharedSpend::Unlimited { limits: limits()? },
+            5 => SharedSpend::RateLimited { limits: limits()? },
             _ => return Err(bad_answer()),
         })
+    }
+
+    fn limits_namespace(&self, key_id: &str) -> String {
+        // The closing brace ends the budget keys' hash tag there: `{cr<shard>}`, the
+        // counter's (see `RedisStore::key`).
+        format!("cr{}}}", shard_of(key_id))
     }
 
     fn lock(

@@ -232,7 +232,7 @@ impl MemoryLedger {
         counter: &Arc<Counter>,
         refill_at: Option<i64>,
     ) -> Result<Spent, StorageError> {
-        let SpendAsk { key, cost, may_wait, tag } = ask;
+        let SpendAsk { key, cost, may_wait, tag, .. } = ask;
         self.committer.get_or_init(|| {
             let (rows, row_store) = (self.rows.clone(), store.clone());
             let _ = self.retrier.set(Box::new(move |key_id, cost, refill_at| {
@@ -274,7 +274,7 @@ impl MemoryLedger {
                 v
             }
         };
-        let Some(mut value) = value else { return Ok(Spent::Unlimited) };
+        let Some(mut value) = value else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
         let mut changed = false;
         if let (Some(r), Some(at)) = (key.credits.as_ref().and_then(|c| c.refill.as_ref()), refill_at)
             && let Some((to, at)) =
@@ -317,7 +317,7 @@ impl MemoryLedger {
             let retry = Retry { counter: counter.clone(), cost, refill_at, ledger: self.clone() };
             Commit { reply, retry, ledger: self.clone(), seq: state_pending }
         });
-        Ok(Spent::Decided { paid, remaining: value.remaining, commit })
+        Ok(Spent::Decided { paid, remaining: value.remaining, commit, limits: Vec::new() })
     }
 
     fn queue(&self, mut write: CounterWrite) -> u64 {

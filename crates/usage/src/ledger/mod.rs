@@ -10,6 +10,7 @@ pub(crate) mod rows;
 pub mod shared;
 
 use crate::store::{CreditSpend, UsageStore};
+use keygate_ratelimit::{Decision, Entry};
 use keygate_rbac::{CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
 use memory::{Commit, Counter, MemoryLedger};
 use rows::CreditQueue;
@@ -54,23 +55,29 @@ impl<S> Ledger<S> {
 
 /// A spend a verification asks for: `cost` of `key`'s credits, as the caller may
 /// (`may_wait` false never reads the database); `tag`: the change counters the key's
-/// snapshot was loaded under (a counter loaded under others is read again).
+/// snapshot was loaded under (a counter loaded under others is read again); `limits`: the
+/// key's own rate limits, taken with the spend, all or nothing, by a ledger that
+/// [takes limits](Ledger::takes_limits) (empty for the others).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SpendAsk<'a> {
     pub(crate) key: &'a Key,
     pub(crate) cost: u64,
     pub(crate) may_wait: bool,
     pub(crate) tag: Tag,
+    pub(crate) limits: &'a [Entry<'a>],
 }
 
-/// What a spend came to.
+/// What a spend came to. `limits`: the decisions on the ask's limits, in order (taken when
+/// it paid, or the key is unlimited; else nothing taken, and each budget as it is).
 pub(crate) enum Spent {
     /// The key has no credits (any more): nothing to spend.
-    Unlimited,
+    Unlimited { limits: Vec<Decision> },
     /// Decided: `paid` or not, `remaining` after; a paid spend is answered once `commit`
     /// says it is committed, or, when `commit` says another process changed the counter,
     /// spent again on the row through `retry`.
-    Decided { paid: bool, remaining: u64, commit: Option<Commit> },
+    Decided { paid: bool, remaining: u64, commit: Option<Commit>, limits: Vec<Decision> },
+    /// One of the ask's limits did not fit: nothing spent, nothing taken.
+    RateLimited { limits: Vec<Decision> },
     /// Decided by the writer, with the commit (the rows ledger).
     Later(tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>),
     /// The counter is not in memory yet and the caller may not wait for the database.
@@ -80,7 +87,8 @@ pub(crate) enum Spent {
 impl std::fmt::Debug for Spent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Spent::Unlimited => f.write_str("Unlimited"),
+            Spent::Unlimited { .. } => f.write_str("Unlimited"),
+            Spent::RateLimited { .. } => f.write_str("RateLimited"),
             Spent::Decided { paid, remaining, .. } => {
                 write!(f, "Decided(paid: {paid}, remaining: {remaining})")
             }
@@ -100,7 +108,8 @@ impl<S: UsageStore + 'static> Ledger<S> {
         counter: &std::sync::OnceLock<Arc<Counter>>,
     ) -> Result<Spent, StorageError> {
         let (key, cost) = (ask.key, ask.cost);
-        let Some(credits) = &key.credits else { return Ok(Spent::Unlimited) };
+        let Some(credits) = &key.credits else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
+        debug_assert!(ask.limits.is_empty() || self.takes_limits(), "only the shared ledger takes limits");
         let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
         let store = &self.store;
         match &self.kind {
@@ -113,12 +122,27 @@ impl<S: UsageStore + 'static> Ledger<S> {
                     amount: r.amount,
                     since: key.created_at,
                 });
-                ledger.spend(&**store, key, cost, refill)
+                ledger.spend(&**store, key, cost, refill, (ask.limits, now.max(0) as u64))
             }
             Kind::Memory(ledger) => {
                 let counter = counter.get_or_init(|| ledger.counter(&key.id));
                 ledger.spend(store, ask, counter, refill_at)
             }
+        }
+    }
+
+    /// Whether it takes a key's own rate limits with its credit spend, in one step (the
+    /// shared ledger: one Redis script, in the slot of the key's counter).
+    pub(crate) fn takes_limits(&self) -> bool {
+        matches!(self.kind, Kind::Shared(_))
+    }
+
+    /// The namespace of `key_id`'s own rate limits: in the slot of its credit counter for
+    /// the shared ledger, so that [`SpendAsk::limits`] can be taken with the spend.
+    pub(crate) fn limits_namespace(&self, key_id: &str) -> String {
+        match &self.kind {
+            Kind::Shared(ledger) => ledger.limits_namespace(key_id),
+            _ => format!("vl:{key_id}}}"),
         }
     }
 

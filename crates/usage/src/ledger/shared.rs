@@ -23,6 +23,7 @@
 
 use super::{Spent, storage};
 use crate::store::{LiveCredits, UsageStore, WrittenBehind};
+use keygate_ratelimit::{Decision, Entry};
 use keygate_rbac::{Key, RbacError, StorageError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,12 @@ use std::time::Duration;
 pub struct SharedSpendAsk<'a> {
     pub key_id: &'a str,
     pub cost: u64,
+    /// The key's own rate limits, in the namespace [`SharedCredits::limits_namespace`]
+    /// names: taken with the spend, all or nothing (none taken when one does not fit or
+    /// the credits do not pay; all taken when it pays or the key has no credits), at
+    /// `now_ms`.
+    pub limits: &'a [Entry<'a>],
+    pub now_ms: u64,
     /// The refill due at the start of the current period, if the key refills.
     pub refill: Option<SharedRefill>,
     /// The counter as the key's row holds it, set only where the store holds none (without
@@ -49,13 +56,16 @@ pub struct SharedRefill {
     pub since: i64,
 }
 
-/// What a spend in the shared store came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a spend in the shared store came to. `limits`: a decision per limit of the ask, in
+/// order (when nothing was taken, each budget as it is).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SharedSpend {
     /// Decided: `paid` or not, `remaining` after.
-    Decided { paid: bool, remaining: u64 },
-    /// The key has no credits (an update made it unlimited).
-    Unlimited,
+    Decided { paid: bool, remaining: u64, limits: Vec<Decision> },
+    /// The key has no credits (an update made it unlimited): the limits were taken.
+    Unlimited { limits: Vec<Decision> },
+    /// A limit did not fit: nothing spent, nothing taken.
+    RateLimited { limits: Vec<Decision> },
     /// The store holds no counter for the key: load it ([`SharedSpendAsk::load`]).
     Missing,
     /// An update holds the counter: ask again shortly.
@@ -75,9 +85,13 @@ pub enum Installed {
 /// A shared store of credit counters (Redis), implemented outside this crate. Counters are
 /// split in [`Self::shards`] shards (the write-behind works shard by shard).
 pub trait SharedCredits: Send + Sync + std::fmt::Debug {
-    /// Spends as `ask` says, atomically: a due refill, then `cost` if at least `cost` is
-    /// left (and more than 0).
+    /// Spends as `ask` says, atomically: its limits decided, a due refill, then `cost` if
+    /// at least `cost` is left (and more than 0), and the limits taken if it paid.
     fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError>;
+    /// The rate-limit namespace whose budgets share the place (a Redis Cluster's slot) of
+    /// `key_id`'s counter: where the key's own limits live, so that [`Self::spend`] takes
+    /// them with the spend and the rate-limit store finds them there too.
+    fn limits_namespace(&self, key_id: &str) -> String;
     /// Locks a key's counter against spends for at most `lease`, for `token`: `None` when
     /// another holds the lock; else the live counter (`None`: the store holds none).
     fn lock(
@@ -136,27 +150,39 @@ impl SharedLedger {
         Self { store, token: rand::random() }
     }
 
-    /// Spends `cost` of `key`'s credits in the store (loading the counter from the row
-    /// first where the store holds none).
+    /// See [`SharedCredits::limits_namespace`].
+    pub(crate) fn limits_namespace(&self, key_id: &str) -> String {
+        self.store.limits_namespace(key_id)
+    }
+
+    /// Spends `cost` of `key`'s credits in the store with its own `limits` (loading the
+    /// counter from the row first where the store holds none).
     pub(crate) fn spend<S: UsageStore>(
         &self,
         db: &S,
         key: &Key,
         cost: u64,
         refill: Option<SharedRefill>,
+        (limits, now_ms): (&[Entry<'_>], u64),
     ) -> Result<Spent, StorageError> {
         let deadline = std::time::Instant::now() + LOCK_WAIT;
         let mut load = None;
         loop {
-            let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load };
+            let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load, limits, now_ms };
             match self.store.spend(&ask)? {
-                SharedSpend::Decided { paid, remaining } => {
-                    return Ok(Spent::Decided { paid, remaining, commit: None });
+                SharedSpend::Decided { paid, remaining, limits } => {
+                    return Ok(Spent::Decided { paid, remaining, commit: None, limits });
                 }
-                SharedSpend::Unlimited => return Ok(Spent::Unlimited),
+                SharedSpend::Unlimited { limits } => return Ok(Spent::Unlimited { limits }),
+                SharedSpend::RateLimited { limits } => return Ok(Spent::RateLimited { limits }),
                 SharedSpend::Missing => match row_counter(db, &key.id)? {
                     Some(live) => load = Some(live),
-                    None => return Ok(Spent::Unlimited),
+                    None if limits.is_empty() => return Ok(Spent::Unlimited { limits: Vec::new() }),
+                    // The row lost its credits since the key was read (an update racing this
+                    // verification, which the next request sees): nothing taken; retry.
+                    None => {
+                        return Err(StorageError::Unavailable("the key's credits changed; try again".into()));
+                    }
                 },
                 SharedSpend::Locked => {
                     if std::time::Instant::now() >= deadline {
