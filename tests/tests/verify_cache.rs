@@ -227,13 +227,18 @@ fn revoked_on_a_refused_by_b_next(redis: bool) {
         TestServer::start_with(config, db.clone())
     };
     let (a, b) = (start(&db), start(&db));
-    let (_, secret) = create_key(&a, json!({}));
+    let (_, plain) = create_key(&a, json!({}));
+    // A key that spends: with one Redis its spend's script checks the root key's counter.
+    let spending = json!({"credits": {"remaining": 1_000_000}, "ratelimits": [{"name": "l", "limit": 1_000_000, "duration": 60_000, "autoApply": true}]});
+    let (_, spends) = create_key(&a, spending);
     for round in 0..20 {
+        let secret = if round % 2 == 0 { &plain } else { &spends };
         let (rk, root) = a.state.rbac.create_root_key("default", &["*".to_string()]).unwrap();
         let root = root.expose().to_string();
         let list = || b.request(b.client.get(b.url("/v1/permissions.listPermissions")).bearer_auth(&root));
         let verify_as =
             || b.request(b.client.post(b.url(VERIFY)).bearer_auth(&root).json(&json!({"key": secret})));
+        assert_eq!(verify_as().status, 200, "round {round} (cached)");
         let limit_as = || {
             let body = json!({"identifier": format!("u{round}"), "limit": 1000, "duration": 60_000});
             b.request(b.client.post(b.url("/v1/ratelimits.limit")).bearer_auth(&root).json(&body))
@@ -290,7 +295,9 @@ fn an_api_deleted_through_one_instance_is_gone_for_the_next_verification_on_anot
 
 /// keys.updateKey and keys.rerollKey through A, 50 times each: B's next verification, right
 /// after A answered, sees the change (disabled, permissions replaced, the original expired).
-fn update_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
+/// `spending`: the key has credits and a limit (with one Redis, its spend's script checks
+/// the change counters in place of a read).
+fn update_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize, spending: bool) {
     let v2_verify = |s: &TestServer, secret: &str, q: Option<&str>| -> String {
         let mut body = json!({"key": secret});
         if let Some(q) = q {
@@ -298,8 +305,13 @@ fn update_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
         }
         s.v2("keys.verifyKey", &body).data()["code"].as_str().unwrap().to_string()
     };
-    let created =
-        a.v2("keys.createKey", &json!({"apiId": "api_fresh", "permissions": ["p.0"]})).data().clone();
+    let mut body = json!({"apiId": "api_fresh", "permissions": ["p.0"]});
+    if spending {
+        body["credits"] = json!({"remaining": 1_000_000});
+        body["ratelimits"] =
+            json!([{"name": "l", "limit": 1_000_000, "duration": 60_000, "autoApply": true}]);
+    }
+    let created = a.v2("keys.createKey", &body).data().clone();
     let (key, mut secret) =
         (created["keyId"].as_str().unwrap().to_string(), created["key"].as_str().unwrap().to_string());
     let mut key = key;
@@ -337,7 +349,8 @@ fn update_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
 #[test]
 fn key_updates_and_rerolls_apply_to_the_next_verification() {
     let s = TestServer::start();
-    update_on_a_verify_on_b(&s, &s, 5);
+    update_on_a_verify_on_b(&s, &s, 5, false);
+    update_on_a_verify_on_b(&s, &s, 5, true);
 }
 
 #[test]
@@ -346,5 +359,6 @@ fn key_updates_and_rerolls_through_one_instance_apply_to_the_next_verification_o
     scale_out();
     let db = Arc::new(TestDb::fresh());
     let (a, b) = (TestServer::start_on(db.clone()), TestServer::start_on(db));
-    update_on_a_verify_on_b(&a, &b, 50);
+    update_on_a_verify_on_b(&a, &b, 50, false);
+    update_on_a_verify_on_b(&a, &b, 30, true);
 }

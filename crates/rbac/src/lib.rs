@@ -44,7 +44,7 @@ pub use query::{
     MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
 };
 pub use service::{
-    AUTH_CACHE_TTL_MS, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
+    AUTH_CACHE_TTL_MS, Assumed, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
     MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,
     MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_MIGRATED_KEYS,
     MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, Migrated, MigratedKey,

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use keygate_ratelimit::{BudgetKey, Entry, LimitRequest, RateLimitStore};
+use keygate_rbac::Assumed;
 use keygate_store::{RedisSettings, RedisStore, credit_shard};
 use keygate_test_support::{REDIS_ENV, redis_test_prefix, redis_url};
 use keygate_usage::{Installed, LiveCredits, SharedCredits, SharedSpend, SharedSpendAsk, WrittenBehind};
@@ -38,6 +39,7 @@ fn the_redis_steps_load_lock_install_and_settle() {
         load,
         limits: &[],
         now_ms: NOW,
+        assumed: None,
     };
     let row = LiveCredits { remaining: 10, last_refill_at: None, version: 3, seq: 7 };
     assert_eq!(r.spend(&ask(None)).unwrap(), SharedSpend::Missing);
@@ -98,8 +100,16 @@ fn a_spend_takes_the_keys_own_limits_all_or_nothing() {
     };
     let row = LiveCredits { remaining: 5, last_refill_at: None, version: 1, seq: 0 };
     let spend = |cost: u64, limits: &[Entry<'_>]| {
-        r.spend(&SharedSpendAsk { key_id: id, cost, refill: None, load: Some(row), limits, now_ms: NOW })
-            .unwrap()
+        r.spend(&SharedSpendAsk {
+            key_id: id,
+            cost,
+            refill: None,
+            load: Some(row),
+            limits,
+            now_ms: NOW,
+            assumed: None,
+        })
+        .unwrap()
     };
     let decided = |s: &SharedSpend| match s {
         SharedSpend::Decided { limits, .. }
@@ -138,4 +148,53 @@ fn a_spend_takes_the_keys_own_limits_all_or_nothing() {
     assert!(matches!(s, SharedSpend::Unlimited { .. }), "{s:?}");
     assert_eq!(decided(&s), [(true, 1), (true, 2)]);
     assert_eq!((left("a", 3), left("b", 10)), (1, 2));
+}
+
+/// On one Redis a spend checks the change counters its answer assumed, in the same step:
+/// one moved (or the epoch changed), nothing is done. A cluster cannot (another slot).
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_spend_checks_the_change_counters_its_answer_assumed() {
+    let r = redis(&redis_test_prefix());
+    if keygate_test_support::redis_cluster() {
+        assert!(!r.checks_counters(), "a cluster keeps counters and credits in different slots");
+        return;
+    }
+    assert!(r.checks_counters());
+    let names = ["key:key_assumed".to_string(), "ws:ws_assumed".to_string()];
+    let publish = |c: &[(String, u64)]| keygate_rbac::SharedCounters::publish(&*r, c).unwrap();
+    publish(&[(names[0].clone(), 4), (names[1].clone(), 9)]);
+    let (epoch, values) = keygate_rbac::SharedCounters::read(&*r, &names).unwrap();
+    assert_eq!(values, [4, 9]);
+    let row = LiveCredits { remaining: 5, last_refill_at: None, version: 1, seq: 0 };
+    let spend = |assumed: &Assumed| {
+        let ask = SharedSpendAsk {
+            key_id: "key_assumed",
+            cost: 1,
+            refill: None,
+            load: Some(row),
+            limits: &[],
+            now_ms: NOW,
+            assumed: Some(assumed),
+        };
+        r.spend(&ask).unwrap()
+    };
+    let current = Assumed { epoch, counters: vec![(names[0].clone(), 4), (names[1].clone(), 9)] };
+    assert_eq!(spend(&current), SharedSpend::Decided { paid: true, remaining: 4, limits: vec![] });
+    publish(&[(names[1].clone(), 10)]);
+    assert_eq!(spend(&current), SharedSpend::Stale, "the workspace's counter moved");
+    let other_epoch =
+        Assumed { epoch: epoch ^ 4, counters: vec![(names[0].clone(), 4), (names[1].clone(), 10)] };
+    assert_eq!(spend(&other_epoch), SharedSpend::Stale, "another epoch");
+    let absent = Assumed { epoch, counters: vec![(names[0].clone(), 4), ("key:never".into(), 0)] };
+    assert_eq!(
+        spend(&absent),
+        SharedSpend::Decided { paid: true, remaining: 3, limits: vec![] },
+        "absent = 0"
+    );
+    assert_eq!(
+        SharedCredits::read(&*r, &["key_assumed"]).unwrap()[0].unwrap().remaining,
+        3,
+        "the stale spends took nothing"
+    );
 }

@@ -9,7 +9,7 @@ use crate::ledger::{SpendAsk, Spent};
 use crate::limits::{Applied, Held, KeyLimits, Taken, Usage, applied_limits, outcomes};
 use crate::store::{CreditSpend, UsageStore};
 use keygate_ratelimit::{Decision, StoreError};
-use keygate_rbac::{Checked, RbacError, StorageError, Verification, VerifyCode};
+use keygate_rbac::{Assumed, Checked, RbacError, StorageError, Verification, VerifyCode};
 use std::sync::Arc;
 
 /// A verification, answered once what it spent is committed: [`Self::wait`] blocks for
@@ -147,12 +147,16 @@ impl<S: UsageStore + 'static> UsageService<S> {
     /// before the answer; USAGE_EXCEEDED: the limits given back). Any other answer spends
     /// nothing. `None` when that needs I/O and `may_wait` is false (the caller asks again
     /// where it may block); nothing is spent then. `usage` was validated
-    /// ([`crate::validate_usage`]) before the check.
+    /// ([`crate::validate_usage`]) before the check. `assumed`: the change counters the
+    /// check's answer assumed (`RbacService::check_assuming`), checked with the credit
+    /// spend; `None` (nothing spent) when one moved, or when the answer could not be
+    /// confirmed that way: the caller checks again.
     pub fn spend(
         &self,
         checked: Checked,
         usage: &Usage,
         may_wait: bool,
+        assumed: Option<&Assumed>,
     ) -> Option<Result<Pending, RbacError>> {
         let Checked { verification: mut v, snapshot } = checked;
         let snapshot = match snapshot {
@@ -162,14 +166,21 @@ impl<S: UsageStore + 'static> UsageService<S> {
         let (summary, tag) = (snapshot.summary(), snapshot.tag());
         let ledger = &self.ledger;
         let own = |s: &keygate_rbac::KeySummary| KeyLimits::of(s, ledger.limits_namespace(&s.key.id));
-        let Some(limits) = snapshot.attached(own) else { return Some(Ok(Pending::done(v))) };
+        let Some(limits) = snapshot.attached(own) else {
+            return if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) };
+        };
         let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
             true => limits.auto.clone(),
             false => match applied_limits(summary, &usage.ratelimits) {
                 Ok(l) => l.into(),
+                Err(_) if assumed.is_some() => return None,
                 Err(e) => return Some(Err(e.into())),
             },
         };
+        if assumed.is_some() && !(self.ledger.assumes_counters() && applied.iter().all(|l| !l.identity)) {
+            // Only the ledger's one step can confirm the answer.
+            return None;
+        }
         // The shared ledger takes the key's own limits with its credit spend: one step.
         let with_spend = self.ledger.takes_limits() && summary.key.credits.is_some();
         if !may_wait && (with_spend || (!applied.is_empty() && self.limiter.is_remote())) {
@@ -199,7 +210,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         }
         let for_ledger = t.for_ledger();
         let cost = usage.cost.unwrap_or(1);
-        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag, limits: &for_ledger };
+        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag, limits: &for_ledger, assumed };
         let spent = self.ledger.spend(ask, now as i64, &limits.counter);
         drop(for_ledger);
         let taken = (!t.limits.is_empty()).then_some(t);
@@ -222,7 +233,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
                 give_back(taken.as_ref());
                 Some(Err(e.into()))
             }
-            Ok(Spent::NeedsLoad) => {
+            Ok(Spent::NeedsLoad | Spent::Stale) => {
                 give_back(taken.as_ref());
                 None
             }

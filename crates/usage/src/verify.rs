@@ -5,7 +5,7 @@
 use crate::limits::{Usage, validate_usage};
 use crate::spend::Pending;
 use crate::{UsageService, UsageStore};
-use keygate_rbac::{PermissionQuery, RbacError, Verification, VerifyScope};
+use keygate_rbac::{KeySummary, PermissionQuery, RbacError, Verification, VerifyCode, VerifyScope};
 
 impl<S: UsageStore + 'static> UsageService<S> {
     /// [`Self::verify`] answered inline, when no step needs I/O (local change counters and
@@ -21,7 +21,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         if let Err(e) = validate_usage(usage) {
             return Some(Err(e.into()));
         }
-        self.rbac.check_cached(secret, scope, query, |checked| self.spend(checked, usage, false))
+        self.rbac.check_cached(secret, scope, query, |checked| self.spend(checked, usage, false, None))
     }
 
     /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
@@ -38,8 +38,36 @@ impl<S: UsageStore + 'static> UsageService<S> {
         usage: &Usage,
     ) -> Result<Pending, RbacError> {
         validate_usage(usage)?;
+        if let Some(answer) = self.verify_assuming(secret, scope, query, usage) {
+            return answer;
+        }
         let checked = self.rbac.check(secret, scope, query)?;
-        self.spend(checked, usage, true).expect("may wait: always answers")
+        self.spend(checked, usage, true, None).expect("may wait: always answers")
+    }
+
+    /// [`Self::verify`] in one round trip to the shared store where it can: a cached key
+    /// that spends credits (and has no identity limits, which live elsewhere) is answered
+    /// from its cache entry, and its change counters are checked by the credit spend's own
+    /// script (one Redis), which does nothing when one moved. `None`: verify the usual
+    /// way (counters read, then the spend).
+    fn verify_assuming(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Option<Result<Pending, RbacError>> {
+        if usage.check_only || !self.ledger.assumes_counters() {
+            return None;
+        }
+        let wants = |s: &KeySummary| {
+            s.key.credits.is_some() && s.identity.as_ref().is_none_or(|i| i.ratelimits.is_empty())
+        };
+        let (checked, assumed) = self.rbac.check_assuming(secret, scope, query, wants)?;
+        if checked.verification.code != VerifyCode::Valid {
+            return None;
+        }
+        self.spend(checked, usage, true, Some(&assumed))
     }
 
     /// [`Self::verify`] with the default usage (cost 1, the auto-applied limits), waiting

@@ -21,7 +21,7 @@ pub(super) struct CounterState {
     /// far as this instance knows. False from start until a reconciliation succeeds, and
     /// again after any call to the shared store failed; meanwhile the database's counters
     /// are read.
-    shared_current: AtomicBool,
+    pub(super) shared_current: AtomicBool,
     /// Store and shared counters: the root keys' counters as the last poll found them
     /// (`None`: not polled yet).
     root_keys_seen: parking_lot::Mutex<Option<HashMap<String, u64>>>,

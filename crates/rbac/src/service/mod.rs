@@ -35,7 +35,7 @@ pub use links::LinkMode;
 use links::*;
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 use verify::VerifyCache;
-pub use verify::{Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
+pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
 
 use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
 use crate::counters::{Scope, creation_shard};

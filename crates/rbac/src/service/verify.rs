@@ -182,6 +182,14 @@ impl Snapshot {
     }
 }
 
+/// What an answer of [`RbacService::check_assuming`] assumes: the shared store's epoch and
+/// the named change counters at these values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assumed {
+    pub epoch: u64,
+    pub counters: Vec<(String, u64)>,
+}
+
 impl<S: RbacStore> RbacService<S> {
     /// [`Self::check`] answered from the cache alone, when that needs no I/O (local
     /// counters and a current entry), then `then` (what the verification spends), which
@@ -284,6 +292,51 @@ impl<S: RbacStore> RbacService<S> {
             }
         };
         Ok(self.answer(entry, scope, query))
+    }
+
+    /// [`Self::check`] of a cached answer without reading its change counters: the
+    /// answer and the counter values it holds only while they are unchanged, for a caller
+    /// that checks them itself in the same atomic step as what it does with the answer
+    /// (the credit spend in Redis: one round trip where a read and a spend take two), and
+    /// otherwise calls [`Self::check`]. `None` unless the counters are a shared store's
+    /// that is trusted, and the key is cached; and when `wants` says no to the key.
+    pub fn check_assuming(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        wants: impl FnOnce(&KeySummary) -> bool,
+    ) -> Option<(Checked, Assumed)> {
+        if !matches!(self.counters, CounterSource::Shared(_))
+            || !self.verify_cache.enabled
+            || !self.counter_state.shared_current.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        let digest = secret_digest(secret);
+        let entry = self.verify_cache.get(&digest)?;
+        if !entry.snapshot.as_ref().is_some_and(wants) {
+            return None;
+        }
+        let (scopes, n) = entry.scopes(&digest);
+        let mut counters: Vec<(String, u64)> =
+            scopes[..n].iter().zip(entry.tag.values).map(|(s, v)| (s.name(), v)).collect();
+        if let Some(p) = scope.root_key {
+            match p.tag() {
+                Some(t) if t.source == entry.tag.source => {
+                    counters.push((p.counter_name().to_string(), t.values[0]))
+                }
+                Some(_) => return None,
+                None => {}
+            }
+        }
+        let assumed = Assumed { epoch: entry.tag.source, counters };
+        let checked = self.answer(entry, scope, query);
+        if checked.verification.code == VerifyCode::Valid {
+            // (Other answers are not used: the caller checks them again.)
+            self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        Some((checked, assumed))
     }
 
     /// The check of a snapshot at `now`, within `scope`, against `query`.

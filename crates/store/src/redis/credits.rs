@@ -198,6 +198,11 @@ impl SharedCredits for RedisStore {
             })
             .collect();
         if self.cluster {
+            if ask.assumed.is_some() {
+                return Err(StorageError::Internal(
+                    "a cluster cannot check change counters with a spend".into(),
+                ));
+            }
             let slot = redis::cluster_routing::Slot::for_key(counter.as_bytes());
             if windows.iter().any(|(k, _)| redis::cluster_routing::Slot::for_key(k) != slot) {
                 return Err(StorageError::Internal(
@@ -211,6 +216,12 @@ impl SharedCredits for RedisStore {
             .key(self.credit_key(shard, "dirty", ""));
         for (key, _) in &windows {
             call.key(key.as_slice());
+        }
+        if let Some(a) = ask.assumed {
+            call.key(super::counters_epoch_key(&self.prefix));
+            for (name, _) in &a.counters {
+                call.key(self.counter_key(name));
+            }
         }
         call.arg(ask.key_id).arg(ask.cost);
         match ask.refill {
@@ -228,6 +239,16 @@ impl SharedCredits for RedisStore {
             let reset = start.saturating_add(req.duration.max(1));
             call.arg(req.limit).arg(req.cost).arg(reset.saturating_sub(ask.now_ms) + EXPIRY_SLACK_MS);
         }
+        match ask.assumed {
+            None => call.arg(0),
+            Some(a) => {
+                call.arg(a.counters.len() + 1).arg(a.epoch);
+                for (_, value) in &a.counters {
+                    call.arg(*value);
+                }
+                &mut call
+            }
+        };
         let reply: Vec<i64> = self.run(&call)?;
         let (code, remaining) = match reply[..] {
             [code, remaining, ..] => (code, u64::try_from(remaining).map_err(|_| bad_answer())?),
@@ -256,8 +277,13 @@ impl SharedCredits for RedisStore {
             3 => SharedSpend::Locked,
             4 => SharedSpend::Unlimited { limits: limits()? },
             5 => SharedSpend::RateLimited { limits: limits()? },
+            6 => SharedSpend::Stale,
             _ => return Err(bad_answer()),
         })
+    }
+
+    fn checks_counters(&self) -> bool {
+        !self.cluster
     }
 
     fn limits_namespace(&self, key_id: &str) -> String {

@@ -6,18 +6,26 @@
 --                refill, version, change number, the idle expiry
 --   ARGV[12]     m
 --   ARGV[10+3i], ARGV[11+3i], ARGV[12+3i]  limit i: limit, cost, key TTL (ms)
+--   ARGV[13+3m]  k, then ARGV[13+3m+j] the value KEYS[3+m+j] must hold (j = 1..k; an
+--                absent key holds '0'): the change counters' epoch and the counters the
+--                caller's answer assumed (a single Redis only: they are in another slot)
 -- Limits are decided in order, each on top of the earlier ones (cost 0 passes while
 -- used < limit; else used + cost <= limit). Answers {code, remaining, then per limit
 -- fitted (1/0) and used}: code 1 paid (limits taken), 0 not paid (nothing taken), 2 the
 -- counter is missing, 3 locked (nothing decided, no limits answered), 4 the key has no
 -- credits (limits taken), 5 a limit did not fit (nothing spent or taken). `used` is after
--- the limit when taken, else the budget as it is.
+-- the limit when taken, else the budget as it is. Code 6: an assumed value moved, nothing
+-- done.
 local function int(x) return string.format('%.0f', x) end
+local m = tonumber(ARGV[12])
+local k = tonumber(ARGV[13 + 3 * m])
+for j = 1, k do
+  if (redis.call('GET', KEYS[3 + m + j]) or '0') ~= ARGV[13 + 3 * m + j] then return {6, 0} end
+end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {3, 0} end
 local c = redis.call('HMGET', KEYS[1], 'r', 'l', 'n', 'u')
 local unlimited = c[4] == '1'
 if not unlimited and not c[1] and ARGV[6] ~= '1' then return {2, 0} end
-local m = tonumber(ARGV[12])
 local before, used, fitted, all = {}, {}, {}, true
 for i = 1, m do
   local key = KEYS[3 + i]

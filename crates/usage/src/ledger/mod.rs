@@ -11,7 +11,7 @@ pub mod shared;
 
 use crate::store::{CreditSpend, UsageStore};
 use keygate_ratelimit::{Decision, Entry};
-use keygate_rbac::{CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
+use keygate_rbac::{Assumed, CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
 use memory::{Commit, Counter, MemoryLedger};
 use rows::CreditQueue;
 use shared::{SharedCredits, SharedLedger, SharedRefill};
@@ -65,6 +65,9 @@ pub(crate) struct SpendAsk<'a> {
     pub(crate) may_wait: bool,
     pub(crate) tag: Tag,
     pub(crate) limits: &'a [Entry<'a>],
+    /// The change counters the caller's answer holds under, checked with the spend by a
+    /// ledger that [assumes counters](Ledger::assumes_counters) ([`Spent::Stale`]).
+    pub(crate) assumed: Option<&'a Assumed>,
 }
 
 /// What a spend came to. `limits`: the decisions on the ask's limits, in order (taken when
@@ -78,6 +81,8 @@ pub(crate) enum Spent {
     Decided { paid: bool, remaining: u64, commit: Option<Commit>, limits: Vec<Decision> },
     /// One of the ask's limits did not fit: nothing spent, nothing taken.
     RateLimited { limits: Vec<Decision> },
+    /// A change counter the ask assumed moved: nothing done.
+    Stale,
     /// Decided by the writer, with the commit (the rows ledger).
     Later(tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>),
     /// The counter is not in memory yet and the caller may not wait for the database.
@@ -89,6 +94,7 @@ impl std::fmt::Debug for Spent {
         match self {
             Spent::Unlimited { .. } => f.write_str("Unlimited"),
             Spent::RateLimited { .. } => f.write_str("RateLimited"),
+            Spent::Stale => f.write_str("Stale"),
             Spent::Decided { paid, remaining, .. } => {
                 write!(f, "Decided(paid: {paid}, remaining: {remaining})")
             }
@@ -109,7 +115,10 @@ impl<S: UsageStore + 'static> Ledger<S> {
     ) -> Result<Spent, StorageError> {
         let (key, cost) = (ask.key, ask.cost);
         let Some(credits) = &key.credits else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
-        debug_assert!(ask.limits.is_empty() || self.takes_limits(), "only the shared ledger takes limits");
+        debug_assert!(
+            (ask.limits.is_empty() && ask.assumed.is_none()) || self.takes_limits(),
+            "only the shared ledger takes limits and checks counters"
+        );
         let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
         let store = &self.store;
         match &self.kind {
@@ -122,7 +131,7 @@ impl<S: UsageStore + 'static> Ledger<S> {
                     amount: r.amount,
                     since: key.created_at,
                 });
-                ledger.spend(&**store, key, cost, refill, (ask.limits, now.max(0) as u64))
+                ledger.spend(&**store, key, cost, refill, (ask.limits, now.max(0) as u64), ask.assumed)
             }
             Kind::Memory(ledger) => {
                 let counter = counter.get_or_init(|| ledger.counter(&key.id));
@@ -135,6 +144,12 @@ impl<S: UsageStore + 'static> Ledger<S> {
     /// shared ledger: one Redis script, in the slot of the key's counter).
     pub(crate) fn takes_limits(&self) -> bool {
         matches!(self.kind, Kind::Shared(_))
+    }
+
+    /// Whether a spend can check the change counters its verification's answer assumed,
+    /// in the same step ([`SpendAsk::assumed`]): the shared ledger on a single Redis.
+    pub(crate) fn assumes_counters(&self) -> bool {
+        matches!(&self.kind, Kind::Shared(l) if l.checks_counters())
     }
 
     /// The namespace of `key_id`'s own rate limits: in the slot of its credit counter for

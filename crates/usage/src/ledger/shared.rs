@@ -24,7 +24,7 @@
 use super::{Spent, storage};
 use crate::store::{LiveCredits, UsageStore, WrittenBehind};
 use keygate_ratelimit::{Decision, Entry};
-use keygate_rbac::{Key, RbacError, StorageError};
+use keygate_rbac::{Assumed, Key, RbacError, StorageError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,10 @@ pub struct SharedSpendAsk<'a> {
     /// `now_ms`.
     pub limits: &'a [Entry<'a>],
     pub now_ms: u64,
+    /// Change counters the caller's answer holds under: nothing is done unless the store
+    /// holds them at these values ([`SharedSpend::Stale`]). Only for a store that
+    /// [checks counters](SharedCredits::checks_counters).
+    pub assumed: Option<&'a Assumed>,
     /// The refill due at the start of the current period, if the key refills.
     pub refill: Option<SharedRefill>,
     /// The counter as the key's row holds it, set only where the store holds none (without
@@ -66,6 +70,8 @@ pub enum SharedSpend {
     Unlimited { limits: Vec<Decision> },
     /// A limit did not fit: nothing spent, nothing taken.
     RateLimited { limits: Vec<Decision> },
+    /// A change counter of [`SharedSpendAsk::assumed`] moved: nothing done.
+    Stale,
     /// The store holds no counter for the key: load it ([`SharedSpendAsk::load`]).
     Missing,
     /// An update holds the counter: ask again shortly.
@@ -92,6 +98,10 @@ pub trait SharedCredits: Send + Sync + std::fmt::Debug {
     /// `key_id`'s counter: where the key's own limits live, so that [`Self::spend`] takes
     /// them with the spend and the rate-limit store finds them there too.
     fn limits_namespace(&self, key_id: &str) -> String;
+    /// Whether [`Self::spend`] can check change counters in the same atomic step
+    /// ([`SharedSpendAsk::assumed`]): the counters and the credits are in one place (a
+    /// single Redis, not a cluster, where they are in different slots).
+    fn checks_counters(&self) -> bool;
     /// Locks a key's counter against spends for at most `lease`, for `token`: `None` when
     /// another holds the lock; else the live counter (`None`: the store holds none).
     fn lock(
@@ -150,6 +160,11 @@ impl SharedLedger {
         Self { store, token: rand::random() }
     }
 
+    /// See [`SharedCredits::checks_counters`].
+    pub(crate) fn checks_counters(&self) -> bool {
+        self.store.checks_counters()
+    }
+
     /// See [`SharedCredits::limits_namespace`].
     pub(crate) fn limits_namespace(&self, key_id: &str) -> String {
         self.store.limits_namespace(key_id)
@@ -164,19 +179,22 @@ impl SharedLedger {
         cost: u64,
         refill: Option<SharedRefill>,
         (limits, now_ms): (&[Entry<'_>], u64),
+        assumed: Option<&Assumed>,
     ) -> Result<Spent, StorageError> {
         let deadline = std::time::Instant::now() + LOCK_WAIT;
         let mut load = None;
         loop {
-            let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load, limits, now_ms };
+            let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load, limits, now_ms, assumed };
             match self.store.spend(&ask)? {
                 SharedSpend::Decided { paid, remaining, limits } => {
                     return Ok(Spent::Decided { paid, remaining, commit: None, limits });
                 }
                 SharedSpend::Unlimited { limits } => return Ok(Spent::Unlimited { limits }),
                 SharedSpend::RateLimited { limits } => return Ok(Spent::RateLimited { limits }),
+                SharedSpend::Stale => return Ok(Spent::Stale),
                 SharedSpend::Missing => match row_counter(db, &key.id)? {
                     Some(live) => load = Some(live),
+                    None if assumed.is_some() => return Ok(Spent::Stale),
                     None if limits.is_empty() => return Ok(Spent::Unlimited { limits: Vec::new() }),
                     // The row lost its credits since the key was read (an update racing this
                     // verification, which the next request sees): nothing taken; retry.
