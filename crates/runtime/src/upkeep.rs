@@ -18,6 +18,9 @@ pub const COUNTER_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 pub const CREDIT_WRITE_BEHIND_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the verification counts held in memory are written to the database (they
 /// reach the API within this), and how often the roll-up and retention of analytics run.
+/// How often SQLite's WAL is checkpointed in the background
+/// ([`keygate_store::WAL_AUTOCHECKPOINT_PAGES`] says why).
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(2);
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
 
@@ -33,7 +36,15 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
     let Some(strong) = host.upgrade() else { return upkeep };
     let (redis, analytics) =
         (strong.as_ref().as_ref().redis.is_some(), strong.as_ref().as_ref().analytics_settings);
+    let sqlite = strong.as_ref().as_ref().rbac.store().backend().kind() == "sqlite";
     drop(strong);
+    if sqlite {
+        upkeep.spawn("keygate-checkpoint", CHECKPOINT_INTERVAL, host.clone(), |h: &T, _| {
+            if let Err(e) = h.as_ref().rbac.store().checkpoint() {
+                log::debug!("SQLite: a background checkpoint failed (the next one tries again): {e}");
+            }
+        });
+    }
     upkeep.spawn("keygate-sweeper", SWEEP_INTERVAL, host.clone(), |h: &T, _| {
         let rt = h.as_ref();
         rt.limiter.sweep(rt.rbac.clock().now_ms());

@@ -31,4 +31,4 @@ pub use self::redis::{
 pub use backend::{Backend, BackendError};
 pub use backup::Backup;
 pub use conn::DbConn;
-pub use pool::{PoolSettings, SqlStore, StoreOpenError};
+pub use pool::{PoolSettings, SqlStore, StoreOpenError, WAL_AUTOCHECKPOINT_PAGES};
