@@ -45,7 +45,7 @@ pub struct AnalyticsService<S> {
     /// Where rate-limit decisions are counted; `None`: off.
     limit_recorder: Option<Arc<LimitRecorder>>,
     /// A flush whose commit was not confirmed ([`flush`]).
-    unconfirmed_flush: parking_lot::Mutex<Option<flush::Flush>>,
+    unconfirmed_flush: parking_lot::Mutex<std::collections::VecDeque<flush::Flush>>,
 }
 
 impl<S: AnalyticsStore> AnalyticsService<S> {

@@ -8,7 +8,7 @@ use keygate_rbac::{Principal, RbacError, RbacService, RbacStore, RbacTx, Storage
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// The SQL store, made to fail a transaction before it runs, or to report a failure
 /// after it committed (the reply lost).
@@ -17,12 +17,15 @@ struct Unreliable {
     inner: SqlStore,
     fail_next: AtomicBool,
     lose_next_reply: AtomicBool,
+    /// Transactions to let through before one fails (negative: none fails).
+    fail_after: AtomicI64,
 }
 
 impl Unreliable {
     /// A transaction of the inner store, failed before or after as the test asks.
     fn unreliably<T>(&self, run: impl FnOnce() -> Result<T, RbacError>) -> Result<T, RbacError> {
-        if self.fail_next.swap(false, Ordering::SeqCst) {
+        if self.fail_next.swap(false, Ordering::SeqCst) || self.fail_after.fetch_sub(1, Ordering::SeqCst) == 0
+        {
             return Err(StorageError::Unavailable("the database is down (test)".into()).into());
         }
         let out = run()?;
@@ -64,8 +67,12 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
     let db = TestDb::fresh();
     let inner =
         SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
-    let store =
-        Unreliable { inner, fail_next: AtomicBool::new(false), lose_next_reply: AtomicBool::new(false) };
+    let store = Unreliable {
+        inner,
+        fail_next: AtomicBool::new(false),
+        lose_next_reply: AtomicBool::new(false),
+        fail_after: AtomicI64::new(-1),
+    };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
     let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
@@ -112,4 +119,43 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
         keygate_store::schema::analytics_flushes::table.count().get_result::<i64>(c)
     });
     assert_eq!(left.expect("count"), 0);
+}
+
+/// A flush of many rows is written in chunks, one transaction each (so that a write
+/// waiting behind it waits for one chunk): a chunk that fails stays queued with those after
+/// it, the chunks before it stay written, and the next flush completes it, each row once.
+#[test]
+fn a_large_flush_is_written_in_chunks_each_exactly_once() {
+    let db = TestDb::fresh();
+    let inner =
+        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store = Unreliable {
+        inner,
+        fail_next: AtomicBool::new(false),
+        lose_next_reply: AtomicBool::new(false),
+        fail_after: AtomicI64::new(-1),
+    };
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let rbac = Arc::new(RbacService::new(store, clock));
+    let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
+    let (ws, _, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
+    for i in 0..450 {
+        svc.record_limit(&ws.id, "verify:requests", &format!("user_{i}"), true);
+    }
+    let identifiers = || -> (usize, i64) {
+        use diesel::prelude::*;
+        use keygate_store::schema::ratelimit_identifiers::dsl as t;
+        let passed =
+            rbac.store().inner.with_conn(|c| t::ratelimit_identifiers.select(t::passed).load::<i64>(c));
+        let passed = passed.expect("count");
+        (passed.len(), passed.iter().sum())
+    };
+    // The namespace's row (one chunk) and the first 200 identifiers land; the next fails.
+    rbac.store().fail_after.store(2, Ordering::SeqCst);
+    assert!(svc.flush_analytics().is_err());
+    assert_eq!(identifiers(), (200, 200));
+    svc.flush_analytics().expect("flush");
+    assert_eq!(identifiers(), (450, 450), "the rest, once");
+    svc.flush_analytics().expect("nothing more");
+    assert_eq!(identifiers(), (450, 450));
 }
