@@ -349,3 +349,12 @@ pub fn redis_addr(url: &str) -> std::net::SocketAddr {
     let host = host.rsplit('@').next().unwrap_or_default();
     host.to_socket_addrs().ok().and_then(|mut a| a.next()).unwrap_or_else(|| panic!("no address in {url}"))
 }
+
+/// The scale-out configuration's URLs are set (PostgreSQL and Redis), for a test that needs
+/// them: fails loudly when they are not. Returns the Redis URL.
+pub fn scale_out() -> String {
+    let pg = std::env::var(keygate_test_support::POSTGRES_ENV).ok();
+    let redis = keygate_test_support::redis_url();
+    assert!(pg.is_some(), "set {} (PostgreSQL) for this test", keygate_test_support::POSTGRES_ENV);
+    redis.expect("set KEYGATE_TEST_REDIS_URL (Redis) for this test")
+}

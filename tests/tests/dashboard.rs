@@ -445,6 +445,8 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
     // (The token is checked before anything is looked up.)
     let identity = "id_not_there";
+    let other_root = s.state.rbac.create_root_key("default", &["api.*.read_key".to_string()]).unwrap().0.id;
+    let root_keys = s.count("root_keys", "revoked_at IS NULL AND enabled");
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
     let routes = [
@@ -464,6 +466,10 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
             vec![("namespace", "ns"), ("identifier", "x"), ("limit", "1"), ("duration", "1000")],
         ),
         ("/dashboard/ratelimits/delete".to_string(), vec![("namespace", "ns"), ("identifier", "x")]),
+        ("/dashboard/root-keys".to_string(), vec![("*", "on")]),
+        (format!("/dashboard/root-keys/{other_root}/enabled"), vec![("enabled", "false")]),
+        (format!("/dashboard/root-keys/{other_root}/reroll"), vec![]),
+        (format!("/dashboard/root-keys/{other_root}/delete"), vec![]),
         ("/dashboard/logout".to_string(), vec![]),
     ];
     for (path, fields) in &routes {
@@ -487,7 +493,92 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
     for table in ["permissions", "roles", "identities", "ratelimit_overrides"] {
         assert_eq!(s.count(table, "1 = 1"), 0, "nothing in {table}");
     }
+    assert_eq!(
+        s.count("root_keys", "revoked_at IS NULL AND enabled"),
+        root_keys,
+        "no root key made or changed"
+    );
     assert_eq!(b.get("/dashboard").status, 200, "still signed in");
+}
+
+/// The secret in a "created" page.
+fn shown_secret(page: &Page) -> String {
+    let marker = r#"id="secret" type="text" readonly value=""#;
+    let at = page.body.find(marker).expect("a secret") + marker.len();
+    page.body[at..].split('"').next().unwrap().to_string()
+}
+
+#[test]
+fn root_keys_are_managed_from_the_dashboard() {
+    let s = TestServer::start();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let list = b.get("/dashboard/root-keys");
+    assert_eq!(list.status, 200);
+    assert_secure_headers(&list);
+    assert!(list.body.contains("the key you signed in with"), "no actions on its own row");
+    let t = list.csrf();
+
+    // Created with the picker and a permission written out: the secret shown once, and it works.
+    let made = b.post(
+        "/dashboard/root-keys",
+        &[
+            ("csrf_token", &t),
+            ("name", "ci-bot"),
+            ("rootkey.*.read_key", "on"),
+            ("more", "api.api_1.read_key"),
+        ],
+    );
+    assert_eq!(made.status, 200, "{}", made.body);
+    assert_secure_headers(&made);
+    let secret = shown_secret(&made);
+    let listed = s.v2_as(&secret, "rootKeys.listKeys", &json!({})).data().clone();
+    let mine = listed.as_array().unwrap().iter().find(|k| k["name"] == "ci-bot").unwrap().clone();
+    let id = mine["keyId"].as_str().unwrap().to_string();
+    assert_eq!(mine["permissions"], json!(["rootkey.*.read_key", "api.api_1.read_key"]));
+    let page = b.get("/dashboard/root-keys");
+    assert!(page.body.contains(&id) && page.body.contains("ci-bot"), "{}", page.body);
+    assert!(!page.body.contains(&secret), "the secret is shown only once");
+
+    // Disabled (refused at once), enabled, rerolled (the old one stops, the new one works).
+    let off =
+        b.post(&format!("/dashboard/root-keys/{id}/enabled"), &[("csrf_token", &t), ("enabled", "false")]);
+    assert_eq!(off.status, 303);
+    s.v2_as(&secret, "rootKeys.listKeys", &json!({})).assert_problem(403, "unkey/authorization/forbidden");
+    assert!(b.get("/dashboard/root-keys").body.contains("(disabled)"));
+    b.post(&format!("/dashboard/root-keys/{id}/enabled"), &[("csrf_token", &t), ("enabled", "true")]);
+    s.v2_as(&secret, "rootKeys.listKeys", &json!({})).data();
+    let rerolled = b.post(&format!("/dashboard/root-keys/{id}/reroll"), &[("csrf_token", &t)]);
+    assert_eq!(rerolled.status, 200, "{}", rerolled.body);
+    let new_secret = shown_secret(&rerolled);
+    s.v2_as(&secret, "rootKeys.listKeys", &json!({})).assert_problem(403, "unkey/authorization/forbidden");
+    let new_id = s.v2_as(&new_secret, "rootKeys.listKeys", &json!({})).data().as_array().unwrap().len();
+    assert!(new_id >= 2);
+
+    // A root key that may read only: the page shows, creating is refused with the reason.
+    let mut reader = Browser::new(&s);
+    assert_eq!(reader.login(&new_secret).status, 303);
+    let rt = reader.get("/dashboard/root-keys").csrf();
+    let refused = reader.post("/dashboard/root-keys", &[("csrf_token", &rt), ("*", "on")]);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    // Deleted from the first session: refused from then on.
+    let new_key_id = s
+        .v2("rootKeys.listKeys", &json!({}))
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "ci-bot" && k["expires"].is_null())
+        .unwrap()["keyId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gone = b.post(&format!("/dashboard/root-keys/{new_key_id}/delete"), &[("csrf_token", &t)]);
+    assert_eq!(gone.status, 303);
+    s.v2_as(&new_secret, "rootKeys.listKeys", &json!({}))
+        .assert_problem(401, "unkey/authentication/key_not_found");
+    let events = s.count("audit_events", "action LIKE 'rootkey.%'");
+    assert_eq!(events, 5, "create, update twice, reroll, delete");
 }
 
 #[test]

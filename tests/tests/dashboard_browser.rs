@@ -1,7 +1,7 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
 //! which `.ci/run` installs): a user logs in with the keyboard only, creates an API and a
 //! key, disables it (a verification then answers DISABLED), sets its credits, rerolls it,
-//! sets an override and reads the audit log. On every page: no console error (CSP
+//! sets an override, creates a root key and reads the audit log. On every page: no console error (CSP
 //! violations included), one `h1`, a label for every form control; a screenshot of each
 //! main page (written to `KEYGATE_SCREENSHOTS`, e.g. `docs/screenshots`, when set).
 //! `#[ignore]`d without a browser: `cargo test -p keygate-tests --test dashboard_browser --
@@ -181,10 +181,25 @@ fn a_user_runs_keygate_from_the_browser() {
         r.b.goto(&r.url(path));
         r.check(Some(name));
     }
+    // A root key with a permission picked and one written out: shown once, it works.
+    r.b.goto(&r.url("/root-keys"));
+    r.check(Some("root-keys"));
+    r.fill("#name", "ci-bot");
+    r.b.click(&r.b.find("input[type=checkbox][name='rootkey.*.read_key']"));
+    r.fill("#more", "api.*.read_key");
+    r.press("form[action$='/root-keys'] button[type=submit]");
+    let root_secret = r.b.attribute(&r.b.find("#secret"), "value").unwrap();
+    r.check(Some("root-key-created"));
+    let listed = s.v2_as(&root_secret, "rootKeys.listKeys", &json!({})).data().clone();
+    let bot = listed.as_array().unwrap().iter().find(|k| k["name"] == "ci-bot").unwrap().clone();
+    assert_eq!(bot["permissions"], json!(["rootkey.*.read_key", "api.*.read_key"]));
+    r.b.goto(&r.url("/root-keys"));
+    assert!(r.b.source().contains(bot["keyId"].as_str().unwrap()));
+    assert!(!r.b.source().contains(&root_secret), "the new root key is shown once only");
     r.b.goto(&r.url("/audit"));
     r.check(Some("audit"));
     let log = r.b.source();
-    for action in ["api.create", "key.create", "key.update", "ratelimit_override.set"] {
+    for action in ["api.create", "key.create", "key.update", "ratelimit_override.set", "rootkey.create"] {
         assert!(log.contains(action), "the audit log shows {action}");
     }
 

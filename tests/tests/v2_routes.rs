@@ -9,7 +9,13 @@ use serde_json::{Value, json};
 /// The permissions a root key needs for each authenticated v2 route (all of them; the
 /// test takes each away in turn), and a body that otherwise succeeds. Earlier cases set
 /// up what later ones use: the route table's order.
-fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'static [&'static str], Value)> {
+fn needs(
+    path: &str,
+    key: &str,
+    spare: &str,
+    apis: &[String; 2],
+    root: &str,
+) -> Option<(&'static [&'static str], Value)> {
     const UPDATE: &str = "api.*.update_key";
     Some(match path {
         "/v2/apis.createApi" => (&["api.*.create_api"][..], json!({"name": "routes"})),
@@ -98,6 +104,16 @@ fn needs(path: &str, key: &str, spare: &str, apis: &[String; 2]) -> Option<(&'st
             &["rbac.*.add_permission_to_role", "rbac.*.remove_permission_from_role"][..],
             json!({"role": "r", "permissions": ["p"]}),
         ),
+        "/v2/rootKeys.createKey" => {
+            (&["rootkey.*.create_key"][..], json!({"permissions": ["api.*.read_key"]}))
+        }
+        "/v2/rootKeys.listKeys" => (&["rootkey.*.read_key"][..], json!({})),
+        "/v2/rootKeys.updateKey" => (&["rootkey.*.update_key"][..], json!({"keyId": root, "name": "x"})),
+        "/v2/rootKeys.rerollKey" => (
+            &["rootkey.*.create_key", "rootkey.*.update_key"][..],
+            json!({"keyId": root, "expiration": null}),
+        ),
+        "/v2/rootKeys.deleteKey" => (&["rootkey.*.delete_key"][..], json!({"keyId": root})),
         _ => return None,
     })
 }
@@ -112,9 +128,10 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         s.v2("apis.createApi", &json!({"name": name})).data()["apiId"].as_str().unwrap().to_string()
     };
     let apis = [api("kept"), api("deleted")];
+    let root = s.state.rbac.create_root_key("default", &["api.*.read_key".to_string()]).unwrap().0.id;
     let all: Vec<&str> = ROUTES
         .iter()
-        .filter_map(|(p, _)| needs(p, &key, &spare, &apis))
+        .filter_map(|(p, _)| needs(p, &key, &spare, &apis, &root))
         .flat_map(|(perms, _)| perms.iter().copied())
         .chain(["ratelimit.*.create_namespace", "rbac.*.create_permission"])
         .collect();
@@ -126,7 +143,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
             r.assert_problem(405, "keygate/application/method_not_allowed");
             assert_eq!(r.header("allow"), Some(allow.as_str()), "{m} {path}");
         }
-        let Some((perms, body)) = needs(path, &key, &spare, &apis) else {
+        let Some((perms, body)) = needs(path, &key, &spare, &apis, &root) else {
             assert_eq!(*path, "/v2/liveness", "{path} needs a case here");
             let r = s.request(s.client.get(s.url(path)));
             assert_eq!(r.data(), &json!({"message": "OK"}));
@@ -157,7 +174,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 41, "every authenticated v2 route was checked");
+    assert_eq!(checked, 46, "every authenticated v2 route was checked");
 }
 
 #[test]

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::TestDb;
-use keygate_tests::TestServer;
 use keygate_tests::proxy::CuttableProxy;
+use keygate_tests::{TestServer, scale_out};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,13 +151,6 @@ fn the_cache_can_be_turned_off() {
 }
 
 /// The Redis the scale-out tests use; they need PostgreSQL too.
-fn scale_out() -> String {
-    let pg = std::env::var(keygate_test_support::POSTGRES_ENV).ok();
-    let redis = keygate_test_support::redis_url();
-    assert!(pg.is_some(), "set {} (PostgreSQL) for this test", keygate_test_support::POSTGRES_ENV);
-    redis.expect("set KEYGATE_TEST_REDIS_URL (Redis) for this test")
-}
-
 /// Write through A, verify through B right after A answered: never stale.
 fn write_on_a_verify_on_b(a: &TestServer, b: &TestServer, rounds: usize) {
     let (key, secret) = create_key(a, json!({"permissions": ["p.0"]}));

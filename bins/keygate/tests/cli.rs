@@ -73,8 +73,14 @@ fn admin_subcommands_print_exact_json() {
         let obj = k.as_object().unwrap();
         let mut fields: Vec<&str> = obj.keys().map(String::as_str).collect();
         fields.sort();
-        assert_eq!(fields, ["createdAt", "id", "permissions", "prefix"]);
-        assert!(secret.starts_with(k["prefix"].as_str().unwrap()) || k["id"] != rk["id"]);
+        assert_eq!(
+            fields,
+            ["createdAt", "enabled", "end", "expires", "id", "lastUsedAt", "name", "permissions", "prefix"]
+        );
+        if k["id"] == rk["id"] {
+            assert!(secret.starts_with(k["prefix"].as_str().unwrap()));
+            assert!(secret.ends_with(k["end"].as_str().unwrap()) && k["end"].as_str().unwrap().len() == 4);
+        }
     }
     assert!(!listed.to_string().contains(secret), "list never shows secrets");
 

@@ -39,7 +39,7 @@ pub use keygate_ratelimit::overrides::{
 };
 pub use migration::{HashScheme, Migrations};
 pub use model::*;
-pub use perms::ApiAccess;
+pub use perms::{ApiAccess, WORKSPACE_PERMISSIONS};
 pub use query::{
     MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
 };
@@ -50,6 +50,10 @@ pub use service::{
     MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, Migrated, MigratedKey,
     OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService,
     SESSION_IDLE_MS, Snapshot, key_summary, key_view, validate_ratelimits,
+};
+pub use service::{
+    MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
+    PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
 };
 pub use store::{EntityKind, RbacStore, RbacTx};
 pub use verification::{LimitOutcome, Verification, VerifyCode};

@@ -14,14 +14,35 @@ pub struct Workspace {
 pub struct RootKey {
     pub id: String,
     pub workspace_id: String,
+    /// The secret's first characters (`start`).
     pub prefix: String,
+    /// The secret's last 4 characters (`end`; `""` for keys made before it was kept).
+    pub end: String,
+    pub name: Option<String>,
+    /// A disabled root key is refused (403) until enabled again.
+    pub enabled: bool,
     pub permissions: Vec<String>,
     pub created_at: i64,
     pub expires_at: Option<i64>,
+    /// When it last authenticated a request (unix ms), written behind: within a minute.
+    pub last_used_at: Option<i64>,
+}
+
+impl RootKey {
+    /// Whether it may authenticate at `now`: `Err` says why not (disabled, or expired).
+    pub fn usable_at(&self, now: i64) -> Result<(), crate::RbacError> {
+        if !self.enabled {
+            return Err(crate::RbacError::Forbidden("the root key is disabled".into()));
+        }
+        if self.expires_at.is_some_and(|e| e <= now) {
+            return Err(crate::RbacError::Forbidden("the root key has expired".into()));
+        }
+        Ok(())
+    }
 }
 
 /// An authenticated root key: who calls, in which workspace, holding what.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Principal {
     pub root_key_id: String,
     pub workspace_id: String,
@@ -33,6 +54,23 @@ pub struct Principal {
     /// That counter's name (`Scope::RootKey(id).name()`), kept: checked on every decision
     /// in Redis mode.
     counter: String,
+    /// When this instance last noted the key's use (unix ms; `RbacService::note_root_key_use`).
+    noted_use: std::sync::atomic::AtomicI64,
+}
+
+impl Clone for Principal {
+    fn clone(&self) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        Self {
+            root_key_id: self.root_key_id.clone(),
+            workspace_id: self.workspace_id.clone(),
+            permissions: self.permissions.clone(),
+            wildcard: self.wildcard,
+            tag: self.tag,
+            counter: self.counter.clone(),
+            noted_use: self.noted_use.load(Relaxed).into(),
+        }
+    }
 }
 
 impl Principal {
@@ -44,7 +82,15 @@ impl Principal {
         let permissions: foldhash::HashSet<String> = permissions.into_iter().collect();
         let wildcard = permissions.contains("*");
         let counter = crate::counters::Scope::RootKey(&root_key_id).name();
-        Self { root_key_id, workspace_id, permissions, wildcard, tag: None, counter }
+        Self { root_key_id, workspace_id, permissions, wildcard, tag: None, counter, noted_use: 0.into() }
+    }
+
+    /// Whether this use should be written down (the last one noted is a minute old or
+    /// more): true for one caller per minute and instance.
+    pub(crate) fn take_use(&self, now: i64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let noted = self.noted_use.load(Relaxed);
+        now - noted >= 60_000 && self.noted_use.compare_exchange(noted, now, Relaxed, Relaxed).is_ok()
     }
 
     /// The principal as loaded under the root key's change counter `tag`.

@@ -24,6 +24,48 @@ pub const PERM_READ_IDENTITY: &str = "identity.*.read_identity";
 pub const PERM_UPDATE_IDENTITY: &str = "identity.*.update_identity";
 pub const PERM_DELETE_IDENTITY: &str = "identity.*.delete_identity";
 
+/// Every workspace-wide permission a root key can hold, by group (the dashboard's picker;
+/// the `<id>`-scoped forms are written out by hand).
+pub const WORKSPACE_PERMISSIONS: &[&str] = &[
+    "*",
+    "api.*.create_api",
+    "api.*.read_api",
+    "api.*.delete_api",
+    "api.*.create_key",
+    "api.*.read_key",
+    "api.*.update_key",
+    "api.*.delete_key",
+    "api.*.verify_key",
+    "api.*.read_analytics",
+    "rbac.*.create_permission",
+    "rbac.*.read_permission",
+    "rbac.*.delete_permission",
+    "rbac.*.create_role",
+    "rbac.*.read_role",
+    "rbac.*.delete_role",
+    "rbac.*.add_permission_to_key",
+    "rbac.*.remove_permission_from_key",
+    "rbac.*.add_role_to_key",
+    "rbac.*.remove_role_from_key",
+    "rbac.*.add_permission_to_role",
+    "rbac.*.remove_permission_from_role",
+    "identity.*.create_identity",
+    "identity.*.read_identity",
+    "identity.*.update_identity",
+    "identity.*.delete_identity",
+    "ratelimit.*.limit",
+    "ratelimit.*.create_namespace",
+    "ratelimit.*.set_override",
+    "ratelimit.*.read_override",
+    "ratelimit.*.delete_override",
+    "ratelimit.*.read_analytics",
+    "rootkey.*.create_key",
+    "rootkey.*.read_key",
+    "rootkey.*.update_key",
+    "rootkey.*.delete_key",
+    "audit.*.read",
+];
+
 /// Which keys a root key may act on for a key action (`read_key`, `update_key`, ...):
 /// `api.*.<action>` (or `*`) reaches every key, `api.<apiId>.<action>` the keys labelled
 /// with that `apiId` (API-v2.md §1.2).

@@ -52,15 +52,21 @@ pub trait WorkspaceTx {
 /// Root keys: stored by hash, never in clear.
 pub trait RootKeyTx {
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()>;
-    /// A root key that is not revoked.
+    /// A root key that is not revoked (disabled or expired ones included).
     fn root_key_by_hash(&mut self, hash: &str) -> R<Option<RootKey>>;
-    fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>>;
-    /// Whether the root key exists and is not revoked.
+    /// Up to `limit` root keys of a workspace (not revoked) by id, those after `after`.
+    fn root_keys_page(&mut self, workspace_id: &str, after: Option<&str>, limit: usize) -> R<Vec<RootKey>>;
+    /// Whether the root key exists, is not revoked and is enabled.
     fn root_key_active(&mut self, id: &str) -> R<bool>;
     /// A root key by id, unless revoked.
     fn root_key_by_id(&mut self, id: &str) -> R<Option<RootKey>>;
+    /// Writes a root key's name, enabled flag, permissions and expiry; false when there is
+    /// no such (unrevoked) key.
+    fn update_root_key(&mut self, key: &RootKey) -> R<bool>;
     /// Marks a root key revoked; false when there is no such (unrevoked) key.
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
+    /// Sets a root key's `last_used_at` to `at` unless it is later already.
+    fn note_root_key_use(&mut self, id: &str, at: i64) -> R<()>;
 }
 
 /// Keys and their links to permissions and roles.

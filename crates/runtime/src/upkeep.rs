@@ -11,7 +11,8 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// (local counters; the documented bound is twice this).
 pub const COUNTER_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often recent counter changes are published to the shared store again, and how far
-/// back (shared counters: closes the gap a writer leaves that committed but did not publish).
+/// back (shared counters: closes the gap a writer leaves that committed but did not publish);
+/// also how often root keys' uses are written (`lastUsedAt`).
 pub const COUNTER_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the live credit counters (in Redis) are written behind to the database: the
 /// bound on what a loss of Redis re-grants (`docs/operations.md`).
@@ -60,10 +61,11 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
             log::debug!("local denials: reading the overrides epochs failed (they pause): {e}");
         }
         let every = (COUNTER_RECONCILE_INTERVAL.as_millis() / COUNTER_POLL_INTERVAL.as_millis()) as u64;
-        if round % every == every - 1
-            && let Err(e) = rt.rbac.reconcile_shared_counters()
-        {
-            log::warn!("change counters: publishing recent changes failed: {e}");
+        if round % every == every - 1 {
+            if let Err(e) = rt.rbac.reconcile_shared_counters() {
+                log::warn!("change counters: publishing recent changes failed: {e}");
+            }
+            rt.rbac.flush_root_key_uses();
         }
     });
     if redis {

@@ -18,6 +18,10 @@ diesel::table! {
         created_at -> BigInt,
         expires_at -> Nullable<BigInt>,
         revoked_at -> Nullable<BigInt>,
+        name -> Nullable<Text>,
+        enabled -> Bool,
+        end_chars -> Text,
+        last_used_at -> Nullable<BigInt>,
     }
 }
 

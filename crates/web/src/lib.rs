@@ -121,6 +121,44 @@ pub struct KeyCreatedPage {
     pub secret: String,
 }
 
+/// The workspace's root keys (a page at a time) with their actions, and a form to create
+/// one with a permission picker.
+#[derive(Debug, Template)]
+#[template(path = "root_keys.html")]
+pub struct RootKeysPage {
+    pub layout: Layout,
+    pub csrf: String,
+    pub keys: Vec<RootKeyRow>,
+    pub next: Option<String>,
+    /// The workspace-wide permissions offered as checkboxes.
+    pub choices: Vec<&'static str>,
+    /// The signed-in root key (its own row has no disable, reroll or delete).
+    pub own_id: String,
+}
+
+/// A root key as the list shows it.
+#[derive(Debug, Clone)]
+pub struct RootKeyRow {
+    pub id: String,
+    pub name: String,
+    /// `start…end` of the secret.
+    pub shown: String,
+    pub enabled: bool,
+    pub permissions: String,
+    pub created: String,
+    pub last_used: String,
+    pub expires: String,
+}
+
+/// A new root key's secret, shown this once.
+#[derive(Debug, Template)]
+#[template(path = "root_key_created.html")]
+pub struct RootKeyCreatedPage {
+    pub layout: Layout,
+    pub key_id: String,
+    pub secret: String,
+}
+
 /// A key: what it is and holds, and what can be done to it.
 #[derive(Debug, Template)]
 #[template(path = "key.html")]

@@ -205,4 +205,36 @@ assert unkey.keys.verify_key(key=legacy[1]).data.code == "VALID"
 rejects(unkey.keys.migrate_keys, errors.NotFoundErrorResponse, "migration_not_found",
         migration_id="nobody", api_id="api_sdk_py", keys=[{"hash": digest[0].hex()}])
 
+# Root keys over the API (rootKeys.*): create, list with cursors, update, reroll, delete.
+made = unkey.root_keys.create_key(permissions=["api.*.read_key", "rootkey.*.read_key"], name=f"{run}_ci").data
+assert made.key_id.startswith("rk_") and made.key.startswith("kg_root_"), made
+child = client(made.key)
+rejects(child.root_keys.create_key, errors.ForbiddenErrorResponse, "insufficient_permissions", permissions=["*"])
+listed, page = [], child.root_keys.list_keys(limit=1)
+while page is not None:
+    listed += page.result.data
+    page = page.next()
+mine = next(k for k in listed if k.key_id == made.key_id)
+assert (mine.name, mine.end, mine.enabled, mine.expires) == (f"{run}_ci", made.key[-4:], True, None), mine
+assert mine.last_used_at > 0 and made.key.startswith(mine.start), mine
+unkey.root_keys.update_key(key_id=made.key_id, name=None, permissions=["rootkey.*.read_key"])
+rejects(child.keys.get_key, errors.ForbiddenErrorResponse, "insufficient_permissions", key_id="key_nothing")
+rerolled = unkey.root_keys.reroll_key(key_id=made.key_id, expiration=0).data
+rejects_with_status(child.root_keys.list_keys, 403, "forbidden")
+assert client(rerolled.key).root_keys.list_keys().result.data
+unkey.root_keys.delete_key(key_id=rerolled.key_id)
+rejects(client(rerolled.key).root_keys.list_keys, errors.UnauthorizedErrorResponse, "key_not_found")
+rejects(unkey.root_keys.delete_key, errors.NotFoundErrorResponse, "root_key_not_found", key_id=rerolled.key_id)
+
+# The Key object's lastUsedAt (Unkey's name, which the SDK reads): set once the key was
+# verified (analytics write the verification within seconds).
+used = unkey.keys.create_key(api_id="api_sdk_py").data
+assert unkey.keys.get_key(key_id=used.key_id).data.last_used_at is None
+assert unkey.keys.verify_key(key=used.key).data.valid
+deadline = time.time() + 15
+while (seen := unkey.keys.get_key(key_id=used.key_id).data.last_used_at) is None:
+    assert time.time() < deadline, "lastUsedAt was never set"
+    time.sleep(0.25)
+assert 0 < seen <= time.time() * 1000, seen
+
 print("v2 Python SDK: ok")

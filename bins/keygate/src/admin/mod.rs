@@ -86,7 +86,11 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
             let keys: Vec<_> = rbac
                 .list_root_keys(&workspace)?
                 .into_iter()
-                .map(|k| json!({ "id": k.id, "prefix": k.prefix, "permissions": k.permissions, "createdAt": k.created_at }))
+                .map(|k| {
+                    json!({ "id": k.id, "name": k.name, "prefix": k.prefix, "end": k.end, "enabled": k.enabled,
+                        "permissions": k.permissions, "createdAt": k.created_at, "expires": k.expires_at,
+                        "lastUsedAt": k.last_used_at })
+                })
                 .collect();
             json!({ "rootKeys": keys })
         }

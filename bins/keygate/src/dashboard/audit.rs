@@ -2,7 +2,7 @@
 //! and resource, 50 events a page. Needs `audit.*.read` (as `audit.list`).
 
 use super::answer::{DashError, call, html};
-use super::forms::encode;
+use super::forms::{encode, when};
 use super::session::Signed;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -57,11 +57,4 @@ pub(super) async fn list(signed: Signed, q: web::Query<AuditQuery>) -> Result<Ht
         layout,
     };
     Ok(html(StatusCode::OK, &page))
-}
-
-/// `YYYY-MM-DD HH:MM:SS` (UTC).
-fn when(at: i64) -> String {
-    jiff::Timestamp::from_millisecond(at)
-        .map(|t| t.to_zoned(jiff::tz::TimeZone::UTC).strftime("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_default()
 }

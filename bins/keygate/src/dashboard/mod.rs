@@ -14,6 +14,7 @@ mod login;
 mod overview;
 mod permissions;
 mod ratelimits;
+mod root_keys;
 mod session;
 pub mod settings;
 
@@ -87,6 +88,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/keys/{key_id}/credits", web::post().to(keys::set_credits))
             .route("/keys/{key_id}/access", web::post().to(keys::set_access))
             .route("/keys/{key_id}/reroll", web::post().to(keys::reroll))
+            .route("/root-keys", web::get().to(root_keys::list))
+            .route("/root-keys", web::post().to(root_keys::create))
+            .route("/root-keys/{id}/enabled", web::post().to(root_keys::set_enabled))
+            .route("/root-keys/{id}/reroll", web::post().to(root_keys::reroll))
+            .route("/root-keys/{id}/delete", web::post().to(root_keys::delete))
             .route("/audit", web::get().to(audit::list))
             .route("/permissions", web::get().to(permissions::list))
             .route("/permissions", web::post().to(permissions::create))

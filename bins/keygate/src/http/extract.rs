@@ -41,11 +41,14 @@ where
         E: Into<ApiError>,
         T: Send + 'static,
     {
-        let Self { principal, input, state } = self;
+        let Self { mut principal, input, state } = self;
         blocking(move || {
-            // A root key revoked through another instance is refused at this request.
-            if let Some(p) = principal.principal() {
-                state.rbac.ensure_root_key_current(p)?;
+            // A root key revoked through another instance is refused at this request, and
+            // one changed there (its permissions) serves it as it is now.
+            if let Some(p) = principal.principal()
+                && let Some(current) = state.rbac.current_root_key(p)?
+            {
+                principal.replace(current);
             }
             op(&state.runtime, &principal, input).map_err(Into::into)
         })
@@ -84,12 +87,19 @@ pub trait Caller: Sized + 'static {
 
     /// The root key that called, if any.
     fn principal(&self) -> Option<&Principal>;
+
+    /// The root key as it is now, found changed since it authenticated the request.
+    fn replace(&mut self, current: Arc<Principal>);
 }
 
 /// A root key is required (401 without a valid one).
 impl Caller for Arc<Principal> {
     fn principal(&self) -> Option<&Principal> {
         Some(self)
+    }
+
+    fn replace(&mut self, current: Arc<Principal>) {
+        *self = current;
     }
 
     async fn authenticate(req: &HttpRequest, state: &web::Data<AppState>) -> Result<Self, ApiError> {
@@ -101,6 +111,10 @@ impl Caller for Arc<Principal> {
 impl Caller for Option<Arc<Principal>> {
     fn principal(&self) -> Option<&Principal> {
         self.as_deref()
+    }
+
+    fn replace(&mut self, current: Arc<Principal>) {
+        *self = Some(current);
     }
 
     async fn authenticate(req: &HttpRequest, state: &web::Data<AppState>) -> Result<Self, ApiError> {

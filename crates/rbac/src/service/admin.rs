@@ -1,4 +1,4 @@
-//! Administration: bootstrap, workspaces, root keys (the admin CLI and the server start).
+//! Administration: bootstrap and workspaces (the admin CLI and the server start).
 
 use super::*;
 
@@ -20,7 +20,8 @@ impl<S: RbacStore> RbacService<S> {
             let ws =
                 Workspace { id: new_id(IdPrefix::Workspace), name: "default".into(), created_at: self.now() };
             tx.insert_workspace(&ws)?;
-            let (rk, secret) = self.insert_root_key(tx, &ws.id, vec!["*".into()], secret)?;
+            let all = NewRootKey { permissions: vec!["*".into()], ..Default::default() };
+            let (rk, secret) = self.insert_root_key(tx, &ws.id, all, secret)?;
             Ok(Some((ws, rk, secret)))
         });
         match result {
@@ -93,63 +94,5 @@ impl<S: RbacStore> RbacService<S> {
         self.store
             .read(|tx| Ok(tx.find_workspace(id_or_name)?))?
             .ok_or_else(|| RbacError::not_found(Resource::Workspace, id_or_name))
-    }
-
-    pub(super) fn insert_root_key(
-        &self,
-        tx: &mut dyn RbacTx,
-        workspace_id: &str,
-        permissions: Vec<String>,
-        secret: Option<Secret>,
-    ) -> Result<(RootKey, Secret), RbacError> {
-        let secret = secret.unwrap_or_else(|| Secret::new(random_token("kg_root")));
-        check_len("rootKey", secret.expose(), 512)?;
-        let rk = RootKey {
-            id: new_id(IdPrefix::RootKey),
-            workspace_id: workspace_id.to_string(),
-            prefix: secret.visible_prefix(),
-            permissions,
-            created_at: self.now(),
-            expires_at: None,
-        };
-        tx.insert_root_key(&rk, &secret.hash())?;
-        Ok((rk, secret))
-    }
-
-    /// Creates a root key with the given permissions (zero allowed) in a workspace given
-    /// by id or name.
-    pub fn create_root_key(
-        &self,
-        workspace: &str,
-        permissions: &[String],
-    ) -> Result<(RootKey, Secret), RbacError> {
-        let mut perms: Vec<String> = Vec::new();
-        for (i, p) in permissions.iter().enumerate() {
-            validate_permission_name(&format!("permissions.{i}"), p)?;
-            if !perms.contains(p) {
-                perms.push(p.clone());
-            }
-        }
-        let ws = self.find_workspace(workspace)?;
-        self.write(|tx, changes| {
-            changes.touch(Scope::RootKeysCreated);
-            self.insert_root_key(tx, &ws.id, perms, None)
-        })
-    }
-
-    pub fn list_root_keys(&self, workspace: &str) -> Result<Vec<RootKey>, RbacError> {
-        let ws = self.find_workspace(workspace)?;
-        self.store.read(|tx| Ok(tx.list_root_keys(&ws.id)?))
-    }
-
-    /// Revokes a root key; this instance rejects it at once.
-    pub fn revoke_root_key(&self, id: &str) -> Result<(), RbacError> {
-        let now = self.now();
-        let revoked = self.write(|tx, changes| {
-            changes.touch(Scope::RootKey(id));
-            Ok(tx.revoke_root_key(id, now)?)
-        })?;
-        self.auth.evict_root_key(id);
-        if revoked { Ok(()) } else { Err(RbacError::not_found(Resource::RootKey, id)) }
     }
 }

@@ -12,7 +12,12 @@ impl<S: RbacStore> RbacService<S> {
     /// caller should call [`Self::refresh_root_key`] off the request path.
     pub fn authenticate_cached(&self, token: &str) -> Option<Cached<Result<Arc<Principal>, RbacError>>> {
         let digest = secret_digest(token);
-        self.auth.lookup(&digest, self.clock.monotonic_ms(), |p| self.check_principal(p.clone()))
+        let hit =
+            self.auth.lookup(&digest, self.clock.monotonic_ms(), |p| self.check_principal(p.clone()))?;
+        if let Ok(p) = &hit.value {
+            self.note_root_key_use(p);
+        }
+        Some(hit)
     }
 
     /// Verifies a root key: cache first, then the store (one read per key at a time).
@@ -28,7 +33,9 @@ impl<S: RbacStore> RbacService<S> {
         if let Some(answer) = cached() {
             return answer;
         }
-        self.check_principal(self.load_root_key(&digest)?)
+        let p = self.check_principal(self.load_root_key(&digest)?)?;
+        self.note_root_key_use(&p);
+        Ok(p)
     }
 
     /// Whether the root key behind `p` is still valid, for every request but the rate-limit
@@ -39,27 +46,35 @@ impl<S: RbacStore> RbacService<S> {
     /// the key is still active, and the cached entry is dropped so that the next request
     /// loads it under the current counter. Runs on the blocking pool.
     pub fn ensure_root_key_current(&self, p: &Principal) -> Result<(), RbacError> {
+        self.current_root_key(p).map(drop)
+    }
+
+    /// [`Self::ensure_root_key_current`], answering the root key as it is now when it
+    /// changed since `p` was loaded (its permissions, say), for the request to run with.
+    pub fn current_root_key(&self, p: &Principal) -> Result<Option<Arc<Principal>>, RbacError> {
         let (crate::counters::CounterSource::Store | crate::counters::CounterSource::Shared(_)) =
             &self.counters
         else {
-            return Ok(());
+            return Ok(None);
         };
-        let Some(tag) = p.tag() else { return Ok(()) };
+        let Some(tag) = p.tag() else { return Ok(None) };
         if self.read_counters(&[Scope::RootKey(&p.root_key_id)])? == tag {
-            return Ok(());
+            return Ok(None);
         }
-        self.root_key_changed(p)
+        self.root_key_changed(p).map(Some)
     }
 
     /// The root key `p` changed since it was loaded: it is forgotten (the next request
-    /// loads it again), and this one is refused unless it is still active.
-    pub(super) fn root_key_changed(&self, p: &Principal) -> Result<(), RbacError> {
+    /// loads it again), and this one is refused unless it is still usable (not deleted,
+    /// disabled or expired); if it is, the key as it is now.
+    pub(super) fn root_key_changed(&self, p: &Principal) -> Result<Arc<Principal>, RbacError> {
         let id = p.root_key_id.as_str();
         self.auth.evict_root_key(id);
-        match self.store.read(|tx| Ok(tx.root_key_active(id)?))? {
-            true => Ok(()),
-            false => self.check_principal(None).map(drop),
-        }
+        let Some(rk) = self.store.read(|tx| Ok(tx.root_key_by_id(id)?))? else {
+            return self.check_principal(None);
+        };
+        rk.usable_at(self.now())?;
+        Ok(Arc::new(Principal::new(rk.id, rk.workspace_id, rk.permissions)))
     }
 
     /// Reads a cached root key again (revoked or changed since?), for
@@ -70,15 +85,16 @@ impl<S: RbacStore> RbacService<S> {
         self.load_root_key(&digest).map(drop)
     }
 
-    /// The root key from the store, into the cache. An expired key is 403 and not cached.
+    /// The root key from the store, into the cache. An expired or disabled key is 403 and
+    /// not cached.
     pub(super) fn load_root_key(&self, digest: &cache::Digest) -> Result<Option<Arc<Principal>>, RbacError> {
         let generation = self.auth.generation();
         let (now, age_origin) = (self.clock.now_ms(), self.clock.monotonic_ms());
         let hash = digest_hex(digest);
         let mut found = self.store.read(|tx| Ok(tx.root_key_by_hash(&hash)?))?;
-        if found.as_ref().is_some_and(|rk| rk.expires_at.is_some_and(|e| e <= now as i64)) {
+        if let Some(Err(refused)) = found.as_ref().map(|rk| rk.usable_at(now as i64)) {
             self.auth.evict(digest);
-            return Err(RbacError::Forbidden("the root key has expired".into()));
+            return Err(refused);
         }
         // With counters in the database or Redis (checked per request by
         // `ensure_root_key_current`): the root key's counter, read after the key (its id is

@@ -2,7 +2,7 @@
 //! [`keys`] (create, read, delete keys), [`key_links`] (their permissions and roles),
 //! [`key_update`], [`verify`] (verification and its cache, the change
 //! counters), [`identities`], [`entities`] (permissions and roles), [`overrides`] and
-//! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces, root keys), [`audit`],
+//! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces), [`root_keys`], [`audit`],
 //! [`sessions`] (the dashboard's), and [`links`], what the link operations share. This
 //! file holds the service itself.
 
@@ -20,6 +20,7 @@ mod keys;
 mod links;
 mod namespaces;
 mod overrides;
+mod root_keys;
 mod sessions;
 mod verify;
 
@@ -33,6 +34,10 @@ pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 use links::*;
+pub use root_keys::{
+    MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
+    PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
+};
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 use verify::VerifyCache;
 pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
@@ -122,6 +127,8 @@ pub struct RbacService<S> {
     credit_counters: Option<Arc<dyn CreditCounters>>,
     /// The migration ids `keys.migrateKeys` accepts (`key_import`).
     migrations: crate::Migrations,
+    /// Root keys' uses noted and not yet written (`root_keys`: id -> unix ms).
+    root_key_uses: parking_lot::Mutex<HashMap<String, i64>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -141,6 +148,7 @@ impl<S: RbacStore> RbacService<S> {
             probe: None,
             credit_counters: None,
             migrations: Default::default(),
+            root_key_uses: Default::default(),
         }
     }
 

@@ -295,29 +295,50 @@ fn key_from_row(
     }
 }
 
-type RootKeyRow = (String, String, String, String, i64, Option<i64>);
+type RootKeyRow =
+    (String, String, String, String, String, Option<String>, bool, i64, Option<i64>, Option<i64>);
 
 fn root_key(row: RootKeyRow) -> R<RootKey> {
-    let (id, workspace_id, prefix, permissions, created_at, expires_at) = row;
+    let (id, workspace_id, prefix, end, permissions, name, enabled, created_at, expires_at, last_used_at) =
+        row;
     let permissions: Vec<String> = serde_json::from_str(&permissions)
         .map_err(|e| StorageError::Internal(format!("root key {id}: bad permissions column: {e}")))?;
-    Ok(RootKey { id, workspace_id, prefix, permissions, created_at, expires_at })
+    Ok(RootKey {
+        id,
+        workspace_id,
+        prefix,
+        end,
+        name,
+        enabled,
+        permissions,
+        created_at,
+        expires_at,
+        last_used_at,
+    })
 }
 
 const ROOT_KEY_COLUMNS: (
     root_keys::id,
     root_keys::workspace_id,
     root_keys::prefix,
+    root_keys::end_chars,
     root_keys::permissions,
+    root_keys::name,
+    root_keys::enabled,
     root_keys::created_at,
     root_keys::expires_at,
+    root_keys::last_used_at,
 ) = (
     root_keys::id,
     root_keys::workspace_id,
     root_keys::prefix,
+    root_keys::end_chars,
     root_keys::permissions,
+    root_keys::name,
+    root_keys::enabled,
     root_keys::created_at,
     root_keys::expires_at,
+    root_keys::last_used_at,
 );
 
 /// The column an entity lookup matches on.

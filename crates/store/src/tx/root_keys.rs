@@ -2,17 +2,22 @@
 
 use super::*;
 
+fn permissions_text(key: &RootKey) -> R<String> {
+    serde_json::to_string(&key.permissions).map_err(|e| StorageError::Internal(e.to_string()))
+}
+
 impl RootKeyTx for DieselTx<'_> {
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()> {
-        let permissions =
-            serde_json::to_string(&key.permissions).map_err(|e| StorageError::Internal(e.to_string()))?;
         diesel::insert_into(root_keys::table)
             .values((
                 root_keys::id.eq(&key.id),
                 root_keys::workspace_id.eq(&key.workspace_id),
                 root_keys::hash.eq(hash),
                 root_keys::prefix.eq(&key.prefix),
-                root_keys::permissions.eq(permissions),
+                root_keys::end_chars.eq(&key.end),
+                root_keys::name.eq(&key.name),
+                root_keys::enabled.eq(key.enabled),
+                root_keys::permissions.eq(permissions_text(key)?),
                 root_keys::created_at.eq(key.created_at),
                 root_keys::expires_at.eq(key.expires_at),
             ))
@@ -36,6 +41,7 @@ impl RootKeyTx for DieselTx<'_> {
         let found: Option<String> = root_keys::table
             .filter(root_keys::id.eq(id))
             .filter(root_keys::revoked_at.is_null())
+            .filter(root_keys::enabled.eq(true))
             .select(root_keys::id)
             .first(self.conn)
             .optional()
@@ -54,15 +60,36 @@ impl RootKeyTx for DieselTx<'_> {
         row.map(root_key).transpose()
     }
 
-    fn list_root_keys(&mut self, workspace_id: &str) -> R<Vec<RootKey>> {
-        let rows: Vec<RootKeyRow> = root_keys::table
+    fn root_keys_page(&mut self, workspace_id: &str, after: Option<&str>, limit: usize) -> R<Vec<RootKey>> {
+        let mut q = root_keys::table
             .filter(root_keys::workspace_id.eq(workspace_id))
             .filter(root_keys::revoked_at.is_null())
-            .order((root_keys::created_at, root_keys::id))
+            .into_boxed();
+        if let Some(after) = after {
+            q = q.filter(root_keys::id.gt(after.to_string()));
+        }
+        let rows: Vec<RootKeyRow> = q
+            .order(root_keys::id)
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
             .select(ROOT_KEY_COLUMNS)
             .load(self.conn)
             .map_err(db_err)?;
         rows.into_iter().map(root_key).collect()
+    }
+
+    fn update_root_key(&mut self, key: &RootKey) -> R<bool> {
+        diesel::update(
+            root_keys::table.filter(root_keys::id.eq(&key.id)).filter(root_keys::revoked_at.is_null()),
+        )
+        .set((
+            root_keys::name.eq(&key.name),
+            root_keys::enabled.eq(key.enabled),
+            root_keys::permissions.eq(permissions_text(key)?),
+            root_keys::expires_at.eq(key.expires_at),
+        ))
+        .execute(self.conn)
+        .map(|n| n > 0)
+        .map_err(db_err)
     }
 
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool> {
@@ -71,5 +98,17 @@ impl RootKeyTx for DieselTx<'_> {
             .execute(self.conn)
             .map(|n| n > 0)
             .map_err(db_err)
+    }
+
+    fn note_root_key_use(&mut self, id: &str, at: i64) -> R<()> {
+        diesel::update(
+            root_keys::table
+                .filter(root_keys::id.eq(id))
+                .filter(root_keys::last_used_at.is_null().or(root_keys::last_used_at.lt(at))),
+        )
+        .set(root_keys::last_used_at.eq(at))
+        .execute(self.conn)
+        .map(drop)
+        .map_err(db_err)
     }
 }

@@ -12,6 +12,7 @@ pub mod overrides;
 pub mod permissions;
 pub mod ratelimit;
 pub mod ratelimit_analytics;
+pub mod root_keys;
 
 use crate::error::{ApiError, REQUEST_ID_HEADER, problems};
 use actix_web::HttpResponse;
