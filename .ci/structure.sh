@@ -22,6 +22,7 @@ fi
 
 # crate:crates it must not depend on (normal dependencies, directly or through others).
 for rule in \
+  "keygate-vault:keygate-domain keygate-ratelimit keygate-rbac keygate-usage keygate-analytics keygate-store keygate-runtime" \
   "keygate-domain:keygate-ratelimit keygate-rbac keygate-usage keygate-analytics keygate-store keygate-runtime" \
   "keygate-ratelimit:keygate-rbac keygate-usage keygate-analytics keygate-store keygate-runtime" \
   "keygate-rbac:keygate-usage keygate-analytics keygate-store keygate-runtime" \

@@ -17,6 +17,9 @@ done
 kg_work
 export KEYGATE_ROOT_KEY="kg_root_sdk_$(date +%s)_${RANDOM}${RANDOM}${RANDOM}"
 export DATABASE_URL="sqlite://$KG_WORK/sdk.db"
+# Recoverable keys need an encryption keyring: a fresh one for this run.
+KEYGATE_ENCRYPTION_KEYS=$("$KG_BIN" encryption new-key --id sdk | python3 -c 'import json, sys; print(json.load(sys.stdin)["entry"])')
+export KEYGATE_ENCRYPTION_KEYS
 kg_start KEYGATE_WORKERS=1 RUST_LOG=warn
 export KEYGATE_URL=$KG_URL
 KEYGATE_KEY_ID=$("$KG_BIN" keys create --workspace default | python3 -c 'import json, sys; print(json.load(sys.stdin)["keyId"])')

@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+/// The keyring every test server seals recoverable keys with: `k1`, 32 bytes of 0x01.
+pub const TEST_KEYRING: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+
 /// 2026-11-22T00:00:00Z, a multiple of every window length the tests use.
 pub const T0: u64 = 1_795_305_600_000;
 
@@ -128,6 +131,8 @@ impl TestServer {
         config.redis.cluster = config.redis_url.is_some() && keygate_test_support::redis_cluster();
         config.redis.key_prefix = keygate_test_support::redis_prefix_for(url);
         config.handle_signals = false;
+        // Recoverable keys (API-v2.md §16) sealed under this test keyring.
+        config.encryption_keys = Some(TEST_KEYRING.to_string());
         config
     }
 

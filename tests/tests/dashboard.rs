@@ -457,6 +457,7 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         (format!("/dashboard/keys/{key_id}/credits"), vec![("remaining", "1")]),
         (format!("/dashboard/keys/{key_id}/access"), vec![("permissions", "forged"), ("roles", "")]),
         (format!("/dashboard/keys/{key_id}/reroll"), vec![]),
+        (format!("/dashboard/keys/{key_id}/reveal"), vec![]),
         ("/dashboard/permissions".to_string(), vec![("name", "forged.perm")]),
         ("/dashboard/roles".to_string(), vec![("name", "forged-role")]),
         ("/dashboard/identities".to_string(), vec![("externalId", "forged")]),
@@ -579,6 +580,38 @@ fn root_keys_are_managed_from_the_dashboard() {
         .assert_problem(401, "unkey/authentication/key_not_found");
     let events = s.count("audit_events", "action LIKE 'rootkey.%'");
     assert_eq!(events, 5, "create, update twice, reroll, delete");
+}
+
+#[test]
+fn a_recoverable_key_is_revealed_once_by_a_post_and_audited() {
+    let s = TestServer::start();
+    let r = s.v2("keys.createKey", &json!({"apiId": "api_shop1", "recoverable": true}));
+    let (id, secret) =
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
+    let plain =
+        s.v2("keys.createKey", &json!({"apiId": "api_shop1"})).data()["keyId"].as_str().unwrap().to_string();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let page = b.get(&format!("/dashboard/keys/{id}"));
+    assert!(!page.body.contains(&secret), "not before it is asked for");
+    let t = page.csrf();
+    let shown = b.post(&format!("/dashboard/keys/{id}/reveal"), &[("csrf_token", &t)]);
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_secure_headers(&shown);
+    assert_eq!(shown.headers.get("cache-control").unwrap(), "no-store");
+    assert_eq!(shown_secret(&shown), secret);
+    assert_eq!(s.count("audit_events", &format!("action = 'key.decrypt' AND resource_id = '{id}'")), 1);
+    assert!(!b.get(&format!("/dashboard/keys/{id}")).body.contains(&secret), "not on the page again");
+    let none = b.post(&format!("/dashboard/keys/{plain}/reveal"), &[("csrf_token", &t)]);
+    assert!(none.status == 200 && none.body.contains("not recoverable"), "{}", none.body);
+    // A root key without decrypt_key: refused, nothing revealed or audited.
+    let mut reader = Browser::new(&s);
+    assert_eq!(reader.login(&s.root_key_with(&["api.*.read_key", "api.*.read_api"])).status, 303);
+    let rt = reader.get(&format!("/dashboard/keys/{id}")).csrf();
+    let refused = reader.post(&format!("/dashboard/keys/{id}/reveal"), &[("csrf_token", &rt)]);
+    assert_eq!(refused.status, 403);
+    assert!(!refused.body.contains(&secret));
+    assert_eq!(s.count("audit_events", "action = 'key.decrypt'"), 1);
 }
 
 #[test]

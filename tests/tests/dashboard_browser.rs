@@ -1,7 +1,7 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
 //! which `.ci/run` installs): a user logs in with the keyboard only, creates an API and a
 //! key, disables it (a verification then answers DISABLED), sets its credits, rerolls it,
-//! sets an override, creates a root key and reads the audit log. On every page: no console error (CSP
+//! sets an override, reveals a recoverable key, creates a root key and reads the audit log. On every page: no console error (CSP
 //! violations included), one `h1`, a label for every form control; a screenshot of each
 //! main page (written to `KEYGATE_SCREENSHOTS`, e.g. `docs/screenshots`, when set).
 //! `#[ignore]`d without a browser: `cargo test -p keygate-tests --test dashboard_browser --
@@ -181,6 +181,16 @@ fn a_user_runs_keygate_from_the_browser() {
         r.b.goto(&r.url(path));
         r.check(Some(name));
     }
+    // A recoverable key revealed from its page (a POST), not in the page once left.
+    let sealed = s.v2("keys.createKey", &json!({"apiId": "api_vault1", "recoverable": true})).data().clone();
+    let (sealed_id, sealed_key) = (sealed["keyId"].as_str().unwrap(), sealed["key"].as_str().unwrap());
+    r.b.goto(&r.url(&format!("/keys/{sealed_id}")));
+    r.press("form[action$='/reveal'] button");
+    assert_eq!(r.b.attribute(&r.b.find("#secret"), "value").as_deref(), Some(sealed_key));
+    r.check(Some("key-revealed"));
+    r.b.goto(&r.url(&format!("/keys/{sealed_id}")));
+    assert!(!r.b.source().contains(sealed_key), "the revealed key is not in the page again");
+
     // A root key with a permission picked and one written out: shown once, it works.
     r.b.goto(&r.url("/root-keys"));
     r.check(Some("root-keys"));

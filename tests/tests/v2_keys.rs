@@ -74,7 +74,7 @@ fn create_get_whoami_and_delete_through_v2_and_v1() {
 }
 
 #[test]
-fn create_refuses_bad_fields_unsupported_features_and_recoverable_keys_and_writes_nothing() {
+fn create_refuses_bad_fields_and_unsupported_features_and_writes_nothing() {
     let s = TestServer::start();
     let before = s.count("keys", "1 = 1");
     for (body, location) in [
@@ -124,8 +124,7 @@ fn create_refuses_bad_fields_unsupported_features_and_recoverable_keys_and_write
     }
     // null means absent.
     create(&s, json!({"apiId": "api_1", "externalId": null, "credits": null}));
-    s.v2("keys.createKey", &json!({"apiId": "api_1", "recoverable": true}))
-        .assert_problem(412, "unkey/application/precondition_failed");
+    // (`recoverable`: tests/tests/recoverable.rs.)
     // A missing role: 404, and neither the key nor the new permission exists.
     s.v2("keys.createKey", &json!({"apiId": "api_1", "permissions": ["fresh.perm"], "roles": ["nope"]}))
         .assert_problem(404, "unkey/data/role_not_found");

@@ -3,7 +3,9 @@
 
 mod file;
 
-use crate::admin::commands::{AuditCmd, BackupArgs, KeysCmd, RootKeysCmd, StoreCmd, WorkspacesCmd};
+use crate::admin::commands::{
+    AuditCmd, BackupArgs, EncryptionCmd, KeysCmd, RootKeysCmd, StoreCmd, WorkspacesCmd,
+};
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
 pub use keygate_runtime::AnalyticsSettings;
@@ -153,6 +155,9 @@ pub enum Command {
     Audit(AuditCmd),
     /// Back up a SQLite database while the server serves.
     Backup(BackupArgs),
+    /// The vault of recoverable keys: rotate the keyring, make a new key.
+    #[command(subcommand)]
+    Encryption(EncryptionCmd),
     /// Copy or compare whole databases (SQLite to PostgreSQL and back).
     #[command(subcommand)]
     Store(StoreCmd),
@@ -283,6 +288,10 @@ pub struct ServeArgs {
     /// Root key to create at first start instead of a random one.
     #[arg(long, env = "KEYGATE_ROOT_KEY", hide_env_values = true)]
     pub root_key: Option<String>,
+    /// The keyring recoverable keys are sealed with (docs/security.md): `id:base64-of-32-bytes`
+    /// entries, comma-separated; the first seals, all open. Without it, `recoverable` is 412.
+    #[arg(long, env = "KEYGATE_ENCRYPTION_KEYS", hide_env_values = true)]
+    pub encryption_keys: Option<String>,
 }
 
 /// File permissions in octal, `0000` to `0777` (`660` and `0o660` too).
@@ -326,6 +335,7 @@ impl std::fmt::Debug for ServeArgs {
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("workers", &self.workers)
             .field("root_key", &self.root_key.as_ref().map(|_| "<redacted>"))
+            .field("encryption_keys", &self.encryption_keys.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
 }
@@ -391,6 +401,7 @@ impl ServeArgs {
                 max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             },
             root_key: self.root_key,
+            encryption_keys: self.encryption_keys,
             handle_signals: true,
         }
     }
@@ -447,6 +458,8 @@ pub struct ServerConfig {
     pub docs_url: Option<String>,
     pub http: HttpLimits,
     pub root_key: Option<String>,
+    /// `KEYGATE_ENCRYPTION_KEYS`, as given (parsed at start).
+    pub encryption_keys: Option<String>,
     /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
     pub handle_signals: bool,
 }
@@ -477,6 +490,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("workers", &self.workers)
             .field("http", &self.http)
             .field("root_key", &self.root_key.as_ref().map(|_| "<redacted>"))
+            .field("encryption_keys", &self.encryption_keys.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
 }

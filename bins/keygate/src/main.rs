@@ -27,7 +27,10 @@ fn main() -> std::process::ExitCode {
                     let msg = urls.iter().fold(format!("{e:#}"), |msg, url| redact_in(&msg, url));
                     // One line (libpq's messages span several).
                     eprintln!("keygate: {}", msg.split_whitespace().collect::<Vec<_>>().join(" "));
-                    std::process::ExitCode::FAILURE
+                    match e.downcast_ref::<keygate::server::MissingEncryptionKeys>() {
+                        Some(_) => std::process::ExitCode::from(2),
+                        None => std::process::ExitCode::FAILURE,
+                    }
                 }
             }
         }

@@ -43,6 +43,25 @@ impl std::fmt::Debug for RunningServer {
     }
 }
 
+/// Recoverable keys are sealed under encryption keys the keyring lacks: keygate does not
+/// start (exit 2), since it could not reveal them.
+#[derive(Debug)]
+pub struct MissingEncryptionKeys(pub Vec<(String, u64)>);
+
+impl std::fmt::Display for MissingEncryptionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named: Vec<String> = self.0.iter().map(|(id, n)| format!("{id} ({n} keys)")).collect();
+        write!(
+            f,
+            "recoverable keys are sealed under encryption key {}, which KEYGATE_ENCRYPTION_KEYS does not hold: \
+             add it back to the keyring (docs/security.md)",
+            named.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for MissingEncryptionKeys {}
+
 /// Opens the stores, bootstraps a fresh database, binds the listener and builds the
 /// server (not yet polled: await `server` or run it on an actix system).
 pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<RunningServer> {
@@ -74,6 +93,12 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         change_probe: None,
         migrations: keygate_rbac::Migrations::parse(&config.migrations)
             .map_err(|e| anyhow::anyhow!("KEYGATE_MIGRATIONS: {e}"))?,
+        vault: config
+            .encryption_keys
+            .as_deref()
+            .map(|spec| keygate_vault::Keyring::parse(spec).map(Arc::new))
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("KEYGATE_ENCRYPTION_KEYS: {e}"))?,
     };
     let runtime = Runtime::open(&settings, clock.clone()).map_err(|e| match e {
         RuntimeError::Store(e) => {
@@ -82,6 +107,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         }
         e => anyhow::anyhow!(e),
     })?;
+    let missing =
+        runtime.rbac.missing_vault_keys().context("reading the recoverable keys' encryption key ids")?;
+    if !missing.is_empty() {
+        return Err(MissingEncryptionKeys(missing).into());
+    }
     let bootstrap_root_key = bootstrap(&runtime.rbac, config.root_key.clone())?;
     runtime.sync_counters().context("reading the change counters")?;
     let docs_base = config.docs_url.clone().unwrap_or_else(|| match addr.tcp() {

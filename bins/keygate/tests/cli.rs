@@ -563,3 +563,64 @@ fn openapi_prints_the_committed_documents_without_a_database() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
 }
+
+/// The vault's keyring from the shell: `encryption new-key`, a server sealing a key with it,
+/// `encryption rotate` to a new first key, and a server refusing to start (exit 2, naming
+/// the id) with a keyring that lacks the id a key is sealed under.
+#[test]
+fn encryption_new_key_rotate_and_a_keyring_missing_an_id_in_use() {
+    const ROOT: &str = "kg_root_cli_vault_0000000000000000";
+    let temp = TestDb::sqlite();
+    let db = temp.url.as_str();
+    let entry = |id: &str| {
+        let out = ok(db, &["encryption", "new-key", "--id", id]);
+        assert_eq!(out["id"], id);
+        out["entry"].as_str().unwrap().to_string()
+    };
+    let (k1, k2) = (entry("k1"), entry("k2"));
+    assert_ne!(k1, k2);
+
+    let port = free_port();
+    let mut cmd = keygate_command(BIN, db, port);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT).env("KEYGATE_ENCRYPTION_KEYS", &k1);
+    let (server, _) = start(cmd);
+    let body = r#"{"apiId":"api_vault","recoverable":true}"#;
+    let answer = http(
+        port,
+        &format!(
+            "POST /v2/keys.createKey HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(server);
+
+    let run = |keys: &str, args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("DATABASE_URL", db)
+            .env("KEYGATE_LISTEN", "127.0.0.1:0")
+            .env("KEYGATE_ENCRYPTION_KEYS", keys)
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap()
+    };
+    // The new key first, the old one still there: every key sealed again under k2.
+    let rotated = run(&format!("{k2},{k1}"), &["encryption", "rotate"]);
+    assert!(rotated.status.success(), "{}", String::from_utf8_lossy(&rotated.stderr));
+    let summary: Value = serde_json::from_slice(&rotated.stdout).unwrap();
+    assert_eq!((summary["sealedUnder"].as_str(), summary["resealed"].as_u64()), (Some("k2"), Some(1)));
+    let again: Value =
+        serde_json::from_slice(&run(&format!("{k2},{k1}"), &["encryption", "rotate"]).stdout).unwrap();
+    assert_eq!(again["resealed"], 0, "resumable: nothing left to do");
+    // Now k1 alone is missing k2: no start, exit 2, the id named, the keys not shown.
+    let refused = run(&k1, &[]);
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("encryption key k2") && !stderr.contains(&k1[3..]), "{stderr}");
+    // k2 alone starts.
+    let mut cmd = keygate_command(BIN, db, free_port());
+    cmd.env("KEYGATE_ENCRYPTION_KEYS", &k2);
+    start(cmd);
+}

@@ -28,6 +28,9 @@ pub enum RbacError {
     Forbidden(String),
     #[error("{0}")]
     InsufficientPermissions(String),
+    /// The operation needs something the deployment lacks (an encryption keyring).
+    #[error("{0}")]
+    Precondition(String),
     /// What was missing, and the message.
     #[error("{1}")]
     NotFound(Resource, String),
@@ -45,6 +48,7 @@ impl RbacError {
             RbacError::Unauthorized(_) => ErrorCode::Unauthorized,
             RbacError::Forbidden(_) => ErrorCode::Forbidden,
             RbacError::InsufficientPermissions(_) => ErrorCode::InsufficientPermissions,
+            RbacError::Precondition(_) => ErrorCode::PreconditionFailed,
             RbacError::NotFound(..) => ErrorCode::NotFound,
             RbacError::Conflict(..) | RbacError::Storage(StorageError::Conflict(_)) => ErrorCode::Conflict,
             RbacError::Storage(StorageError::Unavailable(_)) => ErrorCode::ServiceUnavailable,

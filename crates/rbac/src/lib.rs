@@ -55,5 +55,6 @@ pub use service::{
     MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
     PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
 };
+pub use service::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use store::{EntityKind, RbacStore, RbacTx};
 pub use verification::{LimitOutcome, Verification, VerifyCode};

@@ -277,6 +277,8 @@ pub struct NewKey {
     /// may be ids, and only `create_key` is needed to start the key with permissions and
     /// roles. `None`: v1's form (`kg_` and 43 base-62 characters) and rules.
     pub byte_length: Option<usize>,
+    /// Its plaintext kept sealed in the vault, to be revealed (API-v2.md §16).
+    pub recoverable: bool,
 }
 
 impl Default for NewKey {
@@ -294,6 +296,7 @@ impl Default for NewKey {
             permissions: Vec::new(),
             roles: Vec::new(),
             byte_length: None,
+            recoverable: false,
         }
     }
 }

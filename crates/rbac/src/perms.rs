@@ -37,6 +37,8 @@ pub const WORKSPACE_PERMISSIONS: &[&str] = &[
     "api.*.delete_key",
     "api.*.verify_key",
     "api.*.read_analytics",
+    "api.*.encrypt_key",
+    "api.*.decrypt_key",
     "rbac.*.create_permission",
     "rbac.*.read_permission",
     "rbac.*.delete_permission",

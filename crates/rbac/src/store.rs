@@ -69,6 +69,28 @@ pub trait RootKeyTx {
     fn note_root_key_use(&mut self, id: &str, at: i64) -> R<()>;
 }
 
+/// Recoverable keys' sealed plaintexts (`keys.vault_key_id`, `keys.ciphertext`).
+pub trait KeySecretTx {
+    /// Stores (or with `None` clears) a key's sealed plaintext.
+    fn set_key_secret(&mut self, key_id: &str, sealed: Option<&keygate_vault::Sealed>) -> R<()>;
+    /// The sealed plaintexts of those of `key_ids` (in the workspace) that have one.
+    fn key_secrets(
+        &mut self,
+        workspace_id: &str,
+        key_ids: &[&str],
+    ) -> R<Vec<(String, keygate_vault::Sealed)>>;
+    /// Every keyring key id a key is sealed under, with how many keys each seals.
+    fn vault_key_ids(&mut self) -> R<Vec<(String, u64)>>;
+    /// Up to `limit` recoverable keys (by id, after `after`) not sealed under `key_id`:
+    /// `(keyId, workspaceId, sealed)`.
+    fn key_secrets_not_under(
+        &mut self,
+        key_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<(String, String, keygate_vault::Sealed)>>;
+}
+
 /// Keys and their links to permissions and roles.
 pub trait KeyTx {
     fn insert_key(&mut self, key: &Key, hash: &str) -> R<()>;
@@ -332,6 +354,7 @@ pub trait CounterTx {
 pub trait RbacTx:
     WorkspaceTx
     + RootKeyTx
+    + KeySecretTx
     + ApiTx
     + IdentityTx
     + KeyTx
@@ -346,6 +369,7 @@ pub trait RbacTx:
 impl<T> RbacTx for T where
     T: WorkspaceTx
         + RootKeyTx
+        + KeySecretTx
         + ApiTx
         + IdentityTx
         + KeyTx

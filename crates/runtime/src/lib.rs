@@ -50,6 +50,8 @@ pub struct RuntimeSettings {
     pub change_probe: Option<Duration>,
     /// The migration ids `keys.migrateKeys` accepts besides the built-in schemes' names.
     pub migrations: Migrations,
+    /// The keyring recoverable keys are sealed with; `None`: recoverable keys are refused.
+    pub vault: Option<Arc<keygate_vault::Keyring>>,
 }
 
 impl RuntimeSettings {
@@ -65,6 +67,7 @@ impl RuntimeSettings {
             analytics: Some(AnalyticsSettings::default()),
             change_probe: None,
             migrations: Migrations::default(),
+            vault: None,
         }
     }
 }
@@ -143,6 +146,9 @@ impl Runtime {
             .with_migrations(settings.migrations.clone());
         if let Some((probe, every)) = probe {
             rbac = rbac.with_change_probe(probe, every);
+        }
+        if let Some(keyring) = &settings.vault {
+            rbac = rbac.with_vault(keyring.clone());
         }
         // With Redis, credit counters live there, written behind to the database.
         let shared_credits = redis.clone().map(|r| r as Arc<dyn SharedCredits>);

@@ -57,6 +57,8 @@ diesel::table! {
         byte_length -> Nullable<BigInt>,
         credit_version -> BigInt,
         credit_seq -> BigInt,
+        vault_key_id -> Nullable<Text>,
+        ciphertext -> Nullable<Text>,
     }
 }
 

@@ -159,6 +159,15 @@ pub struct RootKeyCreatedPage {
     pub secret: String,
 }
 
+/// A recoverable key revealed (`plaintext`), or why not: shown once, never cached.
+#[derive(Debug, Template)]
+#[template(path = "key_revealed.html")]
+pub struct KeyRevealedPage {
+    pub layout: Layout,
+    pub key_id: String,
+    pub plaintext: Option<String>,
+}
+
 /// A key: what it is and holds, and what can be done to it.
 #[derive(Debug, Template)]
 #[template(path = "key.html")]

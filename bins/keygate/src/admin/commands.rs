@@ -173,3 +173,24 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
         Some(t) => Ok(std::time::Duration::from_secs(t)),
     }
 }
+
+#[derive(Debug, Subcommand)]
+pub enum EncryptionCmd {
+    /// Seal every recoverable key again under the keyring's first key, while the server
+    /// serves (resumable: run it again after a stop). Progress on stderr, then a summary.
+    Rotate {
+        /// The keyring, as the server's (`id:base64,...`, the new key first).
+        #[arg(long, env = "KEYGATE_ENCRYPTION_KEYS", hide_env_values = true)]
+        encryption_keys: String,
+        /// Keys sealed again per transaction.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        batch: u32,
+    },
+    /// Print a new random keyring entry `<id>:<base64 of 32 bytes>` to put first in
+    /// `KEYGATE_ENCRYPTION_KEYS`.
+    NewKey {
+        /// The new key's id (1 to 64 of A-Z a-z 0-9 _ - .).
+        #[arg(long)]
+        id: String,
+    },
+}

@@ -3,6 +3,7 @@
 
 mod backup;
 pub mod commands;
+mod encryption;
 mod import;
 mod store;
 
@@ -43,6 +44,8 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
     // Databases named by their own flags, not the configured one.
     let command = match command {
         Command::Store(cmd) => return store::run(cmd),
+        // No database at all.
+        Command::Encryption(commands::EncryptionCmd::NewKey { id }) => return encryption::new_key(&id),
         other => other,
     };
     // Only `workspaces create` may start a new SQLite database: any other command run in
@@ -66,6 +69,7 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
             anyhow::bail!("not an admin command")
         }
         Command::Backup(args) => return backup::run(&store, &args),
+        Command::Encryption(cmd) => return encryption::run(rbac, cmd),
         Command::Workspaces(WorkspacesCmd::Create { name }) => {
             let ws = rbac.create_workspace(&name)?;
             json!({ "id": ws.id, "name": ws.name })

@@ -12,7 +12,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use keygate_rbac::{Credits, KeyLookup, KeyUpdate, NewKey, RefillInterval};
 use keygate_usage::CreditOp;
-use keygate_web::{BarChart, KeyCreatedPage, KeyPage};
+use keygate_web::{BarChart, KeyCreatedPage, KeyPage, KeyRevealedPage};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -250,6 +250,28 @@ pub(super) async fn reroll(
         key_id: key.id,
         secret: secret.expose().to_string(),
     };
+    Ok(html(StatusCode::OK, &page))
+}
+
+/// `POST /dashboard/keys/{key_id}/reveal`: a recoverable key's plaintext, once (needs
+/// `decrypt_key`; one `key.decrypt` audit event), or a page saying it is not recoverable.
+pub(super) async fn reveal(
+    signed: Signed,
+    path: web::Path<String>,
+    form: web::Form<TokenForm>,
+) -> Result<HttpResponse, DashError> {
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let id = path.into_inner();
+    let key_id = id.clone();
+    let plaintext = signed
+        .run(move |kg, p| {
+            let summary = kg.rbac.key_summary(p, KeyLookup::Id(&id))?;
+            let key = &summary.key;
+            let mut revealed = kg.rbac.reveal_keys(p, &[(key.id.as_str(), key.api_id.as_deref())])?;
+            Ok(revealed.remove(&key.id).map(|plaintext| plaintext.to_string()))
+        })
+        .await?;
+    let page = KeyRevealedPage { layout: signed.layout.clone(), key_id, plaintext };
     Ok(html(StatusCode::OK, &page))
 }
 

@@ -88,6 +88,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/keys/{key_id}/credits", web::post().to(keys::set_credits))
             .route("/keys/{key_id}/access", web::post().to(keys::set_access))
             .route("/keys/{key_id}/reroll", web::post().to(keys::reroll))
+            .route("/keys/{key_id}/reveal", web::post().to(keys::reveal))
             .route("/root-keys", web::get().to(root_keys::list))
             .route("/root-keys", web::post().to(root_keys::create))
             .route("/root-keys/{id}/enabled", web::post().to(root_keys::set_enabled))

@@ -1,12 +1,12 @@
 //! v1 `apis.*` (Unkey v1's wire, API-v2.md §10): the same API objects as v2's, created,
 //! read, their keys listed, deleted with their keys.
 
-use super::keys::read::KeyResponse;
+use super::keys::read::{KeyResponse, may_decrypt, reveal_all};
 use super::v2::apis::{ApiRefBody, CreateApiBody, CreatedApi};
 use super::{Empty, empty};
 use crate::error::ApiError;
 use crate::http::{Authed, Json, Query};
-use crate::openapi::{V1BodyErrors, V1QueryErrors};
+use crate::openapi::{V1BodyErrors, V1Precondition, V1QueryErrors};
 use actix_web::HttpResponse;
 use keygate_domain::{MAX_NAME_CHARS, ValidationError, check_len};
 use keygate_rbac::{Api, key_view};
@@ -76,6 +76,8 @@ pub(crate) struct ListKeysQuery {
     /// Only the keys of this owner (Unkey v1's `ownerId`; keygate keys have none yet).
     #[param(min_length = 1, max_length = 255)]
     owner_id: Option<String>,
+    /// `true`: add `plaintext` to each recoverable key (needs `decrypt_key`; audited).
+    decrypt: Option<bool>,
 }
 
 /// A page of an API's keys, and how many it holds.
@@ -92,7 +94,7 @@ pub(crate) struct KeyList {
 
 /// A page of an API's keys, by id
 #[utoipa::path(get, path = "/v1/apis.listKeys", operation_id = "apis.listKeys", tag = "apis",
-    params(ListKeysQuery), responses((status = 200, description = "OK", body = KeyList), V1QueryErrors))]
+    params(ListKeysQuery), responses((status = 200, description = "OK", body = KeyList), V1QueryErrors, V1Precondition))]
 pub async fn list_keys(call: Authed<Query<ListKeysQuery>>) -> Result<HttpResponse, ApiError> {
     let q = &call.input.0;
     let limit = q.limit.unwrap_or(100);
@@ -104,13 +106,32 @@ pub async fn list_keys(call: Authed<Query<ListKeysQuery>>) -> Result<HttpRespons
             check_len(field, v, MAX_NAME_CHARS)?;
         }
     }
-    let (page, total) = call
+    let (page, total, mut revealed) = call
         .run(move |kg, p, Query(q)| {
+            let decrypt = q.decrypt == Some(true);
+            if decrypt {
+                may_decrypt(p)?;
+            }
             let owner = q.owner_id.as_deref();
-            kg.rbac.list_api_keys(p, &q.api_id, owner, q.cursor.as_deref(), limit as usize, key_view)
+            let (page, total) =
+                kg.rbac.list_api_keys(p, &q.api_id, owner, q.cursor.as_deref(), limit as usize, key_view)?;
+            let revealed = match decrypt {
+                true => reveal_all(kg, p, page.items.iter().map(|v| &v.key))?,
+                false => Default::default(),
+            };
+            Ok::<_, keygate_rbac::RbacError>((page, total, revealed))
         })
         .await?;
-    let keys = page.items.into_iter().map(KeyResponse::from).collect();
+    let keys = page
+        .items
+        .into_iter()
+        .map(|v| {
+            let plaintext = revealed.remove(&v.key.id);
+            let mut key = KeyResponse::from(v);
+            key.plaintext = plaintext;
+            key
+        })
+        .collect();
     Ok(HttpResponse::Ok().json(KeyList { keys, cursor: page.next, total }))
 }
 

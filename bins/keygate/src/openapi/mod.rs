@@ -139,6 +139,11 @@ const V1_ERRORS: &[(&str, &str, &str)] = &[
     ("404", "NotFound", "Not found"),
     ("408", "RequestTimeout", "The body did not arrive in time"),
     ("409", "Conflict", "The name is taken"),
+    (
+        "412",
+        "PreconditionFailed",
+        "Recoverable keys: no encryption keyring, or a ciphertext that does not open",
+    ),
     ("413", "PayloadTooLarge", "Body over 1 MiB"),
     ("415", "UnsupportedMediaType", "Not application/json"),
     ("500", "InternalError", "Internal error"),
@@ -155,7 +160,11 @@ const V2_ERRORS: &[(&str, &str, &str)] = &[
     ("403", "Forbidden", "Insufficient permissions"),
     ("404", "NotFound", "Not found"),
     ("409", "Conflict", "The name is taken"),
-    ("412", "PreconditionFailed", "Not possible: keys are stored hashed"),
+    (
+        "412",
+        "PreconditionFailed",
+        "Recoverable keys: no encryption keyring, or a ciphertext that does not open",
+    ),
     ("413", "PayloadTooLarge", "Body over 1 MiB"),
     ("415", "UnsupportedMediaType", "Not application/json"),
     ("500", "InternalError", "Internal error"),
@@ -248,7 +257,19 @@ impl IntoResponses for V2Conflict {
     }
 }
 
-/// v2's 412: not possible, keys are stored hashed (`recoverable`, `decrypt`).
+/// v1's 412 (`recoverable`, `decrypt`): no encryption keyring is configured, or a stored
+/// ciphertext does not open.
+#[derive(Debug)]
+pub(crate) struct V1Precondition;
+
+impl IntoResponses for V1Precondition {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refer(V1_ERRORS, &["412"])
+    }
+}
+
+/// v2's 412 (`recoverable`, `decrypt`): no encryption keyring is configured, or a stored
+/// ciphertext does not open.
 #[derive(Debug)]
 pub(crate) struct V2Precondition;
 

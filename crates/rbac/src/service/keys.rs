@@ -89,6 +89,8 @@ impl<S: RbacStore> RbacService<S> {
         if !missing.is_empty() {
             return Err(RbacError::missing(&missing));
         }
+        // Recoverable: `encrypt_key` too (403), and a keyring (412).
+        let keyring = new.recoverable.then(|| self.sealing_keyring(p, new.api_id.as_deref())).transpose()?;
 
         let ws = p.workspace_id.as_str();
         let external_id = new.external_id.clone();
@@ -109,6 +111,9 @@ impl<S: RbacStore> RbacService<S> {
                     Some(super::identities::ensure_identity(tx, p, external_id, key.created_at)?);
             }
             tx.insert_key(&key, &secret.hash())?;
+            if let Some(keyring) = &keyring {
+                self.seal_key(tx, keyring, &key, &secret)?;
+            }
             if !limits.is_empty() {
                 tx.replace_ratelimits(ws, LimitOwner::Key(&key.id), &limits, key.created_at)?;
             }
@@ -325,11 +330,19 @@ impl<S: RbacStore> RbacService<S> {
                 byte_length: Some(original.byte_length.unwrap_or(16) as usize),
                 ..NewKey::default()
             };
+            // A recoverable key's successor is recoverable: `encrypt_key` and a keyring.
+            let keyring = match self.is_recoverable(tx, ws, key_id)? {
+                true => Some(self.sealing_keyring(p, original.api_id.as_deref())?),
+                false => None,
+            };
             let (mut key, secret) = self.new_key(ws, new);
             key.identity_id = original.identity_id.clone();
             changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
             changes.touch(Scope::Key(key_id));
             tx.insert_key(&key, &secret.hash())?;
+            if let Some(keyring) = &keyring {
+                self.seal_key(tx, keyring, &key, &secret)?;
+            }
             for kind in [EntityKind::Permission, EntityKind::Role] {
                 let ids: Vec<String> = tx.key_entities(kind, key_id)?.into_iter().map(|n| n.id).collect();
                 if !ids.is_empty() {

@@ -3,7 +3,7 @@
 //! [`key_update`], [`verify`] (verification and its cache, the change
 //! counters), [`identities`], [`entities`] (permissions and roles), [`overrides`] and
 //! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces), [`root_keys`], [`audit`],
-//! [`sessions`] (the dashboard's), and [`links`], what the link operations share. This
+//! [`sessions`] (the dashboard's), [`vault`] (recoverable keys), and [`links`], what the link operations share. This
 //! file holds the service itself.
 
 mod admin;
@@ -22,6 +22,7 @@ mod namespaces;
 mod overrides;
 mod root_keys;
 mod sessions;
+mod vault;
 mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
@@ -39,6 +40,7 @@ pub use root_keys::{
     PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
 };
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
+pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 use verify::VerifyCache;
 pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
 
@@ -129,6 +131,8 @@ pub struct RbacService<S> {
     migrations: crate::Migrations,
     /// Root keys' uses noted and not yet written (`root_keys`: id -> unix ms).
     root_key_uses: parking_lot::Mutex<HashMap<String, i64>>,
+    /// The keyring recoverable keys are sealed with (`vault`); `None`: none configured.
+    vault: Option<Arc<keygate_vault::Keyring>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -149,6 +153,7 @@ impl<S: RbacStore> RbacService<S> {
             credit_counters: None,
             migrations: Default::default(),
             root_key_uses: Default::default(),
+            vault: None,
         }
     }
 

@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use keygate_domain::{IdPrefix, Named, new_id};
 use keygate_rbac::store::{
-    ApiTx, AuditTx, CounterTx, EntityTx, IdentityTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
+    ApiTx, AuditTx, CounterTx, EntityTx, IdentityTx, KeySecretTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
 };
 use keygate_rbac::{
     Api, AuditEvent, AuditFilter, AuditRecord, Credits, Entity, EntityKind, Identity, Key, LimitOwner,
@@ -417,5 +417,7 @@ mod ratelimit_analytics_tx;
 mod root_keys_tx;
 #[path = "sessions.rs"]
 mod sessions_tx;
+#[path = "vault.rs"]
+mod vault_tx;
 #[path = "workspaces.rs"]
 mod workspaces_tx;

@@ -1,13 +1,13 @@
 //! Creating keys, both APIs: v1's and v2's `createKey` (the secret shown once), and v2's
 //! `rerollKey` (a new key copying an existing one's settings).
 
-use super::shared::{CreatedKey, MAX_EXPIRES_MS, MAX_PERMISSIONS, MAX_ROLES, only_false, precondition};
+use super::shared::{CreatedKey, MAX_EXPIRES_MS, MAX_PERMISSIONS, MAX_ROLES};
 use crate::error::ApiError;
 use crate::handlers::v2::credits::{CreditsRequest, new_credits};
 use crate::handlers::v2::identities::{RatelimitRequest, new_ratelimits};
 use crate::handlers::v2::{Envelope, check_count, check_key_id, check_opt_len, ok};
 use crate::http::{Authed, Json, Obj, integer};
-use crate::openapi::{Api, V1BodyErrors, V2Errors, V2Precondition, kinds};
+use crate::openapi::{Api, V1BodyErrors, V1Precondition, V2Errors, V2Precondition, kinds};
 use actix_web::HttpResponse;
 use keygate_domain::{MAX_NAME_CHARS, ValidationError};
 use keygate_rbac::{MAX_KEY_META_BYTES, MAX_V2_KEY_PREFIX_CHARS, NewKey};
@@ -45,12 +45,15 @@ pub(crate) struct CreateKeyBody {
     /// missing, which needs `identity.*.create_identity`.
     #[schema(min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$")]
     external_id: Option<String>,
+    /// Keep the plaintext sealed in the vault, to be revealed with `decrypt` (needs
+    /// `encrypt_key`, and an encryption keyring: 412 without one).
+    recoverable: Option<bool>,
 }
 
 /// Create a key (the secret is shown once)
 #[utoipa::path(post, path = "/v1/keys.createKey", operation_id = "keys.createKey", tag = "keys",
     request_body = CreateKeyBody,
-    responses((status = 200, description = "OK", body = CreatedKey), V1BodyErrors))]
+    responses((status = 200, description = "OK", body = CreatedKey), V1BodyErrors, V1Precondition))]
 pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpResponse, ApiError> {
     let body = std::mem::take(&mut call.input.0);
     let expires = match &body.expires {
@@ -71,6 +74,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         permissions: body.permissions.unwrap_or_default(),
         roles: body.roles.unwrap_or_default(),
         byte_length: None,
+        recoverable: body.recoverable.unwrap_or(false),
     };
     let (key, secret) = call.run(|kg, principal, _| kg.rbac.create_key_as(principal, new)).await?;
     Ok(HttpResponse::Ok().json(CreatedKey::new(key.id, secret.expose().to_string())))
@@ -115,8 +119,8 @@ pub(crate) struct CreateKeyBodyV2 {
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 4_102_444_800_000_u64)]
     expires: Option<Number>,
     enabled: Option<bool>,
-    /// `true` is 412: keys are stored hashed.
-    #[schema(schema_with = only_false)]
+    /// Keep the plaintext sealed in the vault, to be revealed with `decrypt` (needs
+    /// `encrypt_key`, and an encryption keyring: 412 without one).
     recoverable: Option<bool>,
     /// Links the key to the identity with this externalId, created (without meta or
     /// limits) when missing, which needs `identity.*.create_identity`.
@@ -163,9 +167,6 @@ pub async fn create_key_v2(mut call: Authed<Json<CreateKeyBodyV2>>) -> Result<Ht
         return Err(ValidationError::new("expires", format!("must be <= {MAX_EXPIRES_MS}")).into());
     }
     let ratelimits = new_ratelimits("ratelimits", b.ratelimits.unwrap_or_default())?;
-    if b.recoverable == Some(true) {
-        return Err(precondition("recoverable", "keys are stored hashed: keygate cannot recover them"));
-    }
     let new = NewKey {
         api_id: Some(b.api_id),
         external_id: b.external_id,
@@ -180,6 +181,7 @@ pub async fn create_key_v2(mut call: Authed<Json<CreateKeyBodyV2>>) -> Result<Ht
         permissions: b.permissions.unwrap_or_default(),
         roles: b.roles.unwrap_or_default(),
         byte_length: Some(byte_length as usize),
+        recoverable: b.recoverable.unwrap_or(false),
     };
     if new.meta.as_ref().is_some_and(|m| m.len() > MAX_KEY_META_BYTES) {
         let msg = format!("must be at most {MAX_KEY_META_BYTES} bytes when serialized");
@@ -206,7 +208,7 @@ pub(crate) struct RerollKeyBody {
 /// then the original expires `expiration` ms from now. One transaction.
 #[utoipa::path(post, path = "/v2/keys.rerollKey", operation_id = "keys.rerollKey", tag = "keys",
     request_body = RerollKeyBody,
-    responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors))]
+    responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors, V2Precondition))]
 pub async fn reroll_key(call: Authed<Json<RerollKeyBody>>) -> Result<HttpResponse, ApiError> {
     let b = &call.input.0;
     check_key_id(&b.key_id)?;

@@ -2,16 +2,16 @@
 //! permissions and roles), v2's `getKey` and `whoami` (by id or by secret; effective
 //! permissions, roles, identity, credits, limits, `updatedAt`, `lastUsedAt`).
 
-use super::shared::{only_false, precondition};
 use crate::error::ApiError;
 use crate::handlers::references::NamedItem;
 use crate::handlers::v2::credits::CreditsObject;
 use crate::handlers::v2::identities::{IdentityObject, RatelimitObject};
 use crate::handlers::v2::{Envelope, check_key_id, ok};
 use crate::http::{Authed, Json, QueryOrJson};
-use crate::openapi::{Api, V1BodyErrors, V1QueryErrors, V2Errors, V2Precondition};
+use crate::openapi::{Api, V1BodyErrors, V1Precondition, V1QueryErrors, V2Errors, V2Precondition};
 use actix_web::HttpResponse;
 use keygate_domain::check_len;
+use keygate_rbac::{ApiAccess, Key};
 use keygate_rbac::{KeyLookup, KeySummary, KeyView, MAX_VERIFY_KEY_CHARS, Principal, RbacError};
 use keygate_runtime::Runtime;
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,8 @@ pub(crate) struct GetKeyBody {
     #[schema(min_length = 1, max_length = 255)]
     #[param(min_length = 1, max_length = 255)]
     key_id: String,
+    /// `true`: add `plaintext` when the key is recoverable (needs `decrypt_key`; audited).
+    decrypt: Option<bool>,
 }
 
 /// v1's Key: with its direct permissions and roles.
@@ -51,6 +53,10 @@ pub(crate) struct KeyResponse {
     created_at: i64,
     permissions: Vec<NamedItem>,
     roles: Vec<NamedItem>,
+    /// The key itself, for a recoverable key read with `decrypt=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub(crate) plaintext: Option<String>,
 }
 
 impl From<KeyView> for KeyResponse {
@@ -68,16 +74,50 @@ impl From<KeyView> for KeyResponse {
             created_at: v.key.created_at,
             permissions: v.permissions.into_iter().map(NamedItem::from).collect(),
             roles: v.roles.into_iter().map(NamedItem::from).collect(),
+            plaintext: None,
         }
     }
 }
 
+/// 403 before anything is read, unless `p` holds `decrypt_key` in some form.
+pub(crate) fn may_decrypt(p: &Principal) -> Result<(), RbacError> {
+    ApiAccess::of(p, "decrypt_key").map(drop).ok_or_else(|| ApiAccess::denied("decrypt_key", None))
+}
+
+/// The plaintext of `key` when it is recoverable (one `key.decrypt` audit event).
+fn reveal(kg: &Runtime, p: &Principal, key: &Key) -> Result<Option<String>, RbacError> {
+    Ok(reveal_all(kg, p, [key])?.remove(&key.id))
+}
+
+/// The plaintexts of the recoverable ones of `keys` by key id (one `key.decrypt` audit
+/// event each): `getKey` and `listKeys` with `decrypt`, both APIs.
+pub(crate) fn reveal_all<'a>(
+    kg: &Runtime,
+    p: &Principal,
+    keys: impl IntoIterator<Item = &'a Key>,
+) -> Result<std::collections::HashMap<String, String>, RbacError> {
+    let keys: Vec<(&str, Option<&str>)> =
+        keys.into_iter().map(|k| (k.id.as_str(), k.api_id.as_deref())).collect();
+    let revealed = kg.rbac.reveal_keys(p, &keys)?;
+    Ok(revealed.into_iter().map(|(id, plaintext)| (id, plaintext.to_string())).collect())
+}
+
 /// A key with its direct permissions and roles
 #[utoipa::path(get, path = "/v1/keys.getKey", operation_id = "keys.getKey", tag = "keys", params(GetKeyBody),
-    responses((status = 200, description = "OK", body = KeyResponse), V1QueryErrors))]
+    responses((status = 200, description = "OK", body = KeyResponse), V1QueryErrors, V1Precondition))]
 pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpResponse, ApiError> {
-    let view = call.run(|kg, principal, QueryOrJson(q)| kg.rbac.get_key(principal, &q.key_id)).await?;
-    Ok(HttpResponse::Ok().json(KeyResponse::from(view)))
+    let answer = call
+        .run(|kg, principal, QueryOrJson(q)| {
+            let decrypt = q.decrypt == Some(true);
+            if decrypt {
+                may_decrypt(principal)?;
+            }
+            let view = kg.rbac.get_key(principal, &q.key_id)?;
+            let plaintext = if decrypt { reveal(kg, principal, &view.key)? } else { None };
+            Ok::<_, RbacError>(KeyResponse { plaintext, ..KeyResponse::from(view) })
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 // `POST /v1/keys.getKey` with `{"keyId"}`: the same as the GET (one handler, `get_key`,
@@ -85,7 +125,7 @@ pub async fn get_key(call: Authed<QueryOrJson<GetKeyBody>>) -> Result<HttpRespon
 #[utoipa::path(post, path = "/v1/keys.getKey", operation_id = "keys.getKey.post", tag = "keys",
     summary = "The same, with the key id in a JSON body",
     request_body = GetKeyBody,
-    responses((status = 200, description = "OK", body = KeyResponse), V1BodyErrors))]
+    responses((status = 200, description = "OK", body = KeyResponse), V1BodyErrors, V1Precondition))]
 #[allow(dead_code)]
 fn get_key_post() {}
 
@@ -132,6 +172,10 @@ pub(crate) struct KeyObject {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     last_used_at: Option<i64>,
+    /// The key itself, for a recoverable key read with `decrypt: true` (getKey, listKeys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub(crate) plaintext: Option<String>,
 }
 
 impl From<KeySummary> for KeyObject {
@@ -152,6 +196,7 @@ impl From<KeySummary> for KeyObject {
             ratelimits: s.ratelimits.into_iter().map(RatelimitObject::from).collect(),
             updated_at: (k.updated_at > k.created_at).then_some(k.updated_at),
             last_used_at: s.last_used,
+            plaintext: None,
         }
     }
 }
@@ -162,8 +207,7 @@ impl From<KeySummary> for KeyObject {
 pub(crate) struct GetKeyBodyV2 {
     #[schema(min_length = 3, max_length = 255)]
     key_id: String,
-    /// `true` is 412: keys are stored hashed.
-    #[schema(schema_with = only_false)]
+    /// `true`: add `plaintext` when the key is recoverable (needs `decrypt_key`; audited).
     decrypt: Option<bool>,
 }
 
@@ -174,11 +218,18 @@ pub(crate) struct GetKeyBodyV2 {
 pub async fn get_key_v2(call: Authed<Json<GetKeyBodyV2>>) -> Result<HttpResponse, ApiError> {
     let body = &call.input.0;
     check_key_id(&body.key_id)?;
-    if body.decrypt == Some(true) {
-        return Err(precondition("decrypt", "keys are stored hashed: keygate cannot decrypt them"));
-    }
-    let found = call.run(|kg, p, Json(b)| described(kg, p, KeyLookup::Id(&b.key_id))).await?;
-    Ok(ok(KeyObject::from(found)))
+    let answer = call
+        .run(|kg, p, Json(b)| {
+            let decrypt = b.decrypt == Some(true);
+            if decrypt {
+                may_decrypt(p)?;
+            }
+            let found = described(kg, p, KeyLookup::Id(&b.key_id))?;
+            let plaintext = if decrypt { reveal(kg, p, &found.key)? } else { None };
+            Ok::<_, RbacError>(KeyObject { plaintext, ..KeyObject::from(found) })
+        })
+        .await?;
+    Ok(ok(answer))
 }
 
 /// A key as v2 describes it: rbac's summary, with when it was last used (analytics).

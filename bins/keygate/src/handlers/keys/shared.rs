@@ -1,10 +1,7 @@
 //! What the key rooms share: the bounds of v2's key calls, the created key's answer, and
 //! the 412 of what needs keys stored recoverably.
 
-use crate::error::ApiError;
-use keygate_domain::ErrorCode;
 use serde::Serialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 
 /// The latest `expires` v2 takes (2100-01-01).
@@ -26,19 +23,4 @@ impl CreatedKey {
     pub(crate) fn new(key_id: String, key: String) -> Self {
         Self { key_id, key }
     }
-}
-
-/// 412: a request keygate understands but cannot carry out (keys are stored hashed).
-pub(crate) fn precondition(field: &str, why: &str) -> ApiError {
-    ApiError::new(ErrorCode::PreconditionFailed, format!("{field}: {why}")).at_field(field)
-}
-
-/// `false` or `null`: what keygate can do of a feature that needs keys stored
-/// recoverably (`true` is 412).
-pub(crate) fn only_false() -> utoipa::openapi::Object {
-    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
-    ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
-        .enum_values(Some([Value::Bool(false), Value::Null]))
-        .build()
 }

@@ -3,8 +3,7 @@
 
 use super::{Empty, Envelope, PageEnvelope, decode_cursor, ok, ok_empty, ok_page, page_limit};
 use crate::error::ApiError;
-use crate::handlers::keys::read::KeyObject;
-use crate::handlers::keys::shared::precondition;
+use crate::handlers::keys::read::{KeyObject, may_decrypt, reveal_all};
 use crate::http::{Authed, Json};
 use crate::openapi::{V2Errors, V2Precondition};
 use actix_web::HttpResponse;
@@ -110,8 +109,7 @@ pub(crate) struct ListKeysBody {
     /// Only the keys of this identity.
     #[schema(min_length = 1, max_length = 255)]
     external_id: Option<String>,
-    /// `true` is 412: keys are stored hashed.
-    #[schema(schema_with = crate::handlers::keys::shared::only_false)]
+    /// `true`: add `plaintext` to each recoverable key (needs `decrypt_key`; audited).
     decrypt: Option<bool>,
     /// Accepted; changes nothing (keygate's verification cache is never stale).
     #[allow(dead_code)]
@@ -129,12 +127,13 @@ pub async fn list_keys(call: Authed<Json<ListKeysBody>>) -> Result<HttpResponse,
     if let Some(external_id) = &b.external_id {
         keygate_domain::check_len("externalId", external_id, MAX_NAME_CHARS)?;
     }
-    if b.decrypt == Some(true) {
-        return Err(precondition("decrypt", "keys are stored hashed: keygate cannot decrypt them"));
-    }
-    let (page, _) = call
+    let (page, mut revealed) = call
         .run(move |kg, p, Json(b)| {
-            let (mut page, total) = kg.rbac.list_api_keys(
+            let decrypt = b.decrypt == Some(true);
+            if decrypt {
+                may_decrypt(p)?;
+            }
+            let (mut page, _) = kg.rbac.list_api_keys(
                 p,
                 &b.api_id,
                 b.external_id.as_deref(),
@@ -143,10 +142,19 @@ pub async fn list_keys(call: Authed<Json<ListKeysBody>>) -> Result<HttpResponse,
                 key_summary,
             )?;
             kg.analytics.fill_last_used(&mut page.items)?;
-            Ok::<_, keygate_rbac::RbacError>((page, total))
+            let revealed = match decrypt {
+                true => reveal_all(kg, p, page.items.iter().map(|s| &s.key))?,
+                false => Default::default(),
+            };
+            Ok::<_, keygate_rbac::RbacError>((page, revealed))
         })
         .await?;
-    Ok(ok_page(page, KeyObject::from))
+    Ok(ok_page(page, |s| {
+        let plaintext = revealed.remove(&s.key.id);
+        let mut key = KeyObject::from(s);
+        key.plaintext = plaintext;
+        key
+    }))
 }
 
 #[derive(utoipa::OpenApi)]
