@@ -20,7 +20,10 @@ for backend in ${BACKENDS:-sqlite postgres}; do
     *) echo "FATAL: unknown backend $backend (sqlite, postgres)" >&2; exit 2 ;;
   esac
   root_key="kg_root_schemathesis_$(date +%s)_${RANDOM}${RANDOM}"
-  kg_start DATABASE_URL="$database" KEYGATE_WORKERS=2 KEYGATE_ROOT_KEY="$root_key" RUST_LOG=error
+  # An encryption keyring, as a deployment that offers recoverable keys has: without one,
+  # a schema-valid `recoverable: true` is refused (412).
+  keyring=$("$KG_BIN" encryption new-key --id st | python3 -c 'import json, sys; print(json.load(sys.stdin)["entry"])')
+  kg_start DATABASE_URL="$database" KEYGATE_WORKERS=2 KEYGATE_ROOT_KEY="$root_key" KEYGATE_ENCRYPTION_KEYS="$keyring" RUST_LOG=error
 
   # One worker: schemathesis's workers are threads, and CPython 3.11's ast.parse (which
   # hypothesis calls to describe strategies) is not thread-safe (cpython gh-106905: a

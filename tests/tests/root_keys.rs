@@ -1,7 +1,8 @@
 //! Root keys over the API (API-v2.md §19): create, list, update, reroll, delete; no
 //! escalation (a root key grants only what it holds, an expiring one no longer life than
-//! its own), no self-harm (delete, disable, reroll itself), every change applied on the
-//! next request (on another instance too), audited; a refused call changes nothing.
+//! its own), no self-harm (delete, disable, reroll itself, change its own permissions),
+//! every change applied on the next request (on another instance too), audited; a refused
+//! call changes nothing.
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::TestDb;
@@ -206,12 +207,13 @@ fn a_root_key_cannot_delete_disable_or_reroll_itself_nor_reach_another_workspace
     for (op, body) in [
         ("deleteKey", json!({"keyId": me})),
         ("updateKey", json!({"keyId": me, "enabled": false})),
+        ("updateKey", json!({"keyId": me, "permissions": ["rootkey.*.read_key"]})),
         ("rerollKey", json!({"keyId": me, "expiration": 0})),
     ] {
         s.v2_as(&secret, &format!("rootKeys.{op}"), &body)
             .assert_problem(400, "unkey/application/invalid_input");
     }
-    // It may rename itself, or narrow its own permissions.
+    // It may rename itself.
     s.v2_as(&secret, "rootKeys.updateKey", &json!({"keyId": me, "name": "me"})).data();
     s.v2_as(&secret, "rootKeys.listKeys", &json!({})).data();
 
@@ -250,6 +252,7 @@ fn bad_input_is_a_400_and_changes_nothing() {
         ("updateKey", json!({"name": "x"})),
         ("updateKey", json!({"keyId": "rk"})),
         ("updateKey", json!({"keyId": "rk_x", "enabled": "no"})),
+        ("updateKey", json!({"keyId": "rk_x", "permissions": []})),
         ("rerollKey", json!({"keyId": "rk_x", "expiration": -5})),
         ("deleteKey", json!({"keyId": 7})),
     ] {

@@ -582,18 +582,29 @@ fn encryption_new_key_rotate_and_a_keyring_missing_an_id_in_use() {
 
     let port = free_port();
     let mut cmd = keygate_command(BIN, db, port);
-    cmd.env("KEYGATE_ROOT_KEY", ROOT).env("KEYGATE_ENCRYPTION_KEYS", &k1);
-    let (server, _) = start(cmd);
-    let body = r#"{"apiId":"api_vault","recoverable":true}"#;
-    let answer = http(
-        port,
-        &format!(
-            "POST /v2/keys.createKey HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Every log line on, the access log included: none may hold the plaintext.
+    cmd.env("KEYGATE_ROOT_KEY", ROOT).env("KEYGATE_ENCRYPTION_KEYS", &k1).env("RUST_LOG", "debug");
+    let (mut server, _) = start(cmd);
+    let post = |op: &str, body: &str| {
+        let answer = http(
+            port,
+            &format!(
+                "POST /v2/{op} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let json = answer.split_once("\r\n\r\n").unwrap().1;
+        serde_json::from_str::<Value>(json).unwrap()["data"].clone()
+    };
+    let created = post("keys.createKey", r#"{"apiId":"api_vault","recoverable":true}"#);
+    let (key_id, secret) = (created["keyId"].as_str().unwrap(), created["key"].as_str().unwrap());
+    let revealed = post("keys.getKey", &format!(r#"{{"keyId":"{key_id}","decrypt":true}}"#));
+    assert_eq!(revealed["plaintext"], secret);
+    let logged = server.output(true);
+    assert!(logged.contains("/v2/keys.getKey"), "the access log was on:\n{logged}");
+    assert!(!logged.contains(secret), "the plaintext in a log line:\n{logged}");
     drop(server);
 
     let run = |keys: &str, args: &[&str]| {

@@ -1,6 +1,7 @@
 //! Root keys: made by the bootstrap and the admin CLI, and managed over the API and the
 //! dashboard (`rootKeys.*`, API-v2.md §19). A root key grants only what it holds, gives
-//! no child a longer life than its own, and cannot delete, disable or reroll itself.
+//! no child a longer life than its own, and cannot delete, disable or reroll itself, nor
+//! change its own permissions.
 //! Every change bumps the key's change counter: the next request on every instance sees it.
 
 use super::*;
@@ -200,20 +201,30 @@ impl<S: RbacStore> RbacService<S> {
         self.store.read(|tx| find_root_key(tx, p, id))
     }
 
-    /// `rootKeys.updateKey`: name, enabled flag, permissions (replaced; each one covered by
-    /// the caller). A root key cannot disable itself.
+    /// `rootKeys.updateKey`: name, enabled flag, permissions (replaced: 1 to 1000, each one
+    /// covered by the caller). A root key cannot disable itself or change its own permissions.
     pub fn update_root_key(&self, p: &Principal, id: &str, change: RootKeyChange) -> Result<(), RbacError> {
         check_len("keyId", id, MAX_NAME_CHARS)?;
         if let Patch::Set(name) = &change.name {
             validate_display_name("name", name)?;
         }
         let permissions =
-            change.permissions.as_deref().map(|ps| checked_permissions(ps, true)).transpose()?;
+            change.permissions.as_deref().map(|ps| checked_permissions(ps, false)).transpose()?;
         if !p.holds(PERM_UPDATE_ROOT_KEY) {
             return Err(RbacError::missing(&[PERM_UPDATE_ROOT_KEY]));
         }
-        if change.enabled == Some(false) && id == p.root_key_id {
-            return Err(ValidationError::new("enabled", "a root key cannot disable itself").into());
+        // A key cannot lock itself out: not disabled, nor its permissions changed, by itself.
+        if id == p.root_key_id {
+            if change.enabled == Some(false) {
+                return Err(ValidationError::new("enabled", "a root key cannot disable itself").into());
+            }
+            if permissions.is_some() {
+                return Err(ValidationError::new(
+                    "permissions",
+                    "a root key cannot change its own permissions",
+                )
+                .into());
+            }
         }
         self.write(|tx, changes| {
             changes.touch(Scope::RootKey(id));

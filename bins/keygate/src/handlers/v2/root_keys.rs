@@ -128,7 +128,7 @@ pub(crate) struct UpdateRootKeyBody {
     /// A root key cannot disable itself.
     enabled: Option<bool>,
     /// Replaces the whole set; each one held by the caller.
-    #[schema(max_items = 1000)]
+    #[schema(min_items = 1, max_items = 1000)]
     permissions: Option<Vec<String>>,
 }
 
