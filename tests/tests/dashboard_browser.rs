@@ -1,9 +1,10 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
-//! which `.ci/run` installs): a user logs in with the keyboard only, creates an API and a
-//! key, disables it (a verification then answers DISABLED), sets its credits, rerolls it,
-//! sets an override, reveals a recoverable key, creates a root key and reads the audit log. On every page: no console error (CSP
-//! violations included), one `h1`, a label for every form control; a screenshot of each
-//! main page (written to `KEYGATE_SCREENSHOTS`, e.g. `docs/screenshots`, when set).
+//! which `.ci/run` installs): a user, with the keyboard only (Enter on buttons and links,
+//! Space on checkboxes), logs in, creates an API and a key, disables it (a verification
+//! then answers DISABLED), sets its credits, rerolls it, sets an override, reveals a
+//! recoverable key, creates a root key and reads the audit log. On every page: no console
+//! error (CSP violations included), one `h1`, a label for every form control; a screenshot
+//! of each main page (written to `KEYGATE_SCREENSHOTS`, e.g. `docs/screenshots`, when set).
 //! `#[ignore]`d without a browser: `cargo test -p keygate-tests --test dashboard_browser --
 //! --include-ignored` runs it.
 #![allow(clippy::unwrap_used)]
@@ -19,6 +20,8 @@ struct Run<'a> {
     b: Browser,
     shots: PathBuf,
     _tmp: Option<tempfile::TempDir>,
+    /// Page changes waited for so far (`new_page`'s marks).
+    waits: std::cell::Cell<u64>,
 }
 
 impl Run<'_> {
@@ -66,17 +69,25 @@ impl Run<'_> {
         self.b.type_into(&e, text);
     }
 
-    /// Clicks a form's button and waits for the page the form leads to (a new document,
-    /// even when its address is the same).
+    /// Presses Enter on a form's button (or a link), as a keyboard user does, and waits for
+    /// the page it leads to (a new document, even when its address is the same).
     fn press(&self, css: &str) {
-        self.b.script("window.__kgBefore = true; return null;");
         let e = self.b.find(css);
-        self.b.click(&e);
+        self.new_page(|| self.b.type_into(&e, ENTER));
+    }
+
+    /// Does `act` and waits until it has led to another document, loaded (one the back/forward
+    /// cache restores included: each wait marks the document it leaves with its own number).
+    fn new_page(&self, act: impl FnOnce()) {
+        let mark = self.waits.get() + 1;
+        self.waits.set(mark);
+        self.b.script(&format!("window.__kgMark = {mark}; return null;"));
+        act();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.b.script("return window.__kgBefore === true && true;") == json!(true)
+        while self.b.script(&format!("return window.__kgMark === {mark};")) == json!(true)
             || self.b.script("return document.readyState;") != json!("complete")
         {
-            assert!(Instant::now() < deadline, "the form led nowhere: {}", self.b.url());
+            assert!(Instant::now() < deadline, "no new page: {}", self.b.url());
             std::thread::sleep(Duration::from_millis(25));
         }
     }
@@ -94,7 +105,7 @@ fn a_user_runs_keygate_from_the_browser() {
         }
     };
     std::fs::create_dir_all(&shots).unwrap();
-    let r = Run { s: &s, b: Browser::start(), shots, _tmp: tmp };
+    let r = Run { s: &s, b: Browser::start(), shots, _tmp: tmp, waits: Default::default() };
     let verify = |secret: &str| s.v2("keys.verifyKey", &json!({"key": secret})).data().clone();
 
     // Signed out: the login page, its field focused; the keyboard alone logs in.
@@ -188,14 +199,19 @@ fn a_user_runs_keygate_from_the_browser() {
     r.press("form[action$='/reveal'] button");
     assert_eq!(r.b.attribute(&r.b.find("#secret"), "value").as_deref(), Some(sealed_key));
     r.check(Some("key-revealed"));
-    r.b.goto(&r.url(&format!("/keys/{sealed_id}")));
+    // Back to the key's page (not cached: `no-store`), and reloaded: it is not there.
+    r.new_page(|| drop(r.b.script("history.back(); return null;")));
+    r.arrived(&format!("/keys/{sealed_id}"));
+    r.new_page(|| drop(r.b.script("location.reload(); return null;")));
+    r.arrived(&format!("/keys/{sealed_id}"));
     assert!(!r.b.source().contains(sealed_key), "the revealed key is not in the page again");
 
     // A root key with a permission picked and one written out: shown once, it works.
     r.b.goto(&r.url("/root-keys"));
     r.check(Some("root-keys"));
     r.fill("#name", "ci-bot");
-    r.b.click(&r.b.find("input[type=checkbox][name='rootkey.*.read_key']"));
+    // Space ticks a checkbox.
+    r.b.type_into(&r.b.find("input[type=checkbox][name='rootkey.*.read_key']"), " ");
     r.fill("#more", "api.*.read_key");
     r.press("form[action$='/root-keys'] button[type=submit]");
     let root_secret = r.b.attribute(&r.b.find("#secret"), "value").unwrap();
