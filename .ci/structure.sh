@@ -25,9 +25,10 @@ for rule in \
   "keygate-vault:keygate-domain keygate-ratelimit keygate-rbac keygate-usage keygate-analytics keygate-store keygate-runtime" \
   "keygate-domain:keygate-ratelimit keygate-rbac keygate-usage keygate-analytics keygate-store keygate-runtime" \
   "keygate-ratelimit:keygate-rbac keygate-usage keygate-analytics keygate-store keygate-runtime" \
-  "keygate-rbac:keygate-usage keygate-analytics keygate-store keygate-runtime" \
+  "keygate-rbac:keygate-usage keygate-analytics keygate-portal keygate-store keygate-runtime" \
   "keygate-usage:keygate-analytics keygate-store keygate-runtime" \
-  "keygate-analytics:keygate-usage keygate-store keygate-runtime" \
+  "keygate-analytics:keygate-usage keygate-portal keygate-store keygate-runtime" \
+  "keygate-portal:keygate-usage keygate-store keygate-runtime" \
   "keygate-store:keygate-runtime"; do
   crate=${rule%%:*}
   deps=$(cargo tree -q -p "$crate" -e normal --prefix none | awk '{print $1}' | sort -u)

@@ -285,6 +285,10 @@ pub struct ServeArgs {
     /// Base URL of the error docs put into error bodies (default: this server's /docs).
     #[arg(long, env = "KEYGATE_DOCS_URL")]
     pub docs_url: Option<String>,
+    /// The URL end users reach this server at (docs/portal.md): portal sessions' links are
+    /// `<public URL>/portal/<slug>?code=…` (default: http:// and the listen address).
+    #[arg(long, env = "KEYGATE_PUBLIC_URL", value_parser = public_url)]
+    pub public_url: Option<String>,
     /// Root key to create at first start instead of a random one.
     #[arg(long, env = "KEYGATE_ROOT_KEY", hide_env_values = true)]
     pub root_key: Option<String>,
@@ -394,6 +398,7 @@ impl ServeArgs {
                 statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
             },
             docs_url: self.docs_url,
+            public_url: self.public_url,
             http: HttpLimits {
                 header_timeout: Duration::from_millis(self.header_timeout_ms),
                 body_timeout: Duration::from_millis(self.body_timeout_ms),
@@ -456,12 +461,25 @@ pub struct ServerConfig {
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,
+    /// `KEYGATE_PUBLIC_URL` (no trailing `/`).
+    pub public_url: Option<String>,
     pub http: HttpLimits,
     pub root_key: Option<String>,
     /// `KEYGATE_ENCRYPTION_KEYS`, as given (parsed at start).
     pub encryption_keys: Option<String>,
     /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
     pub handle_signals: bool,
+}
+
+/// A public URL: an absolute http(s) URL with a host and no query (a trailing `/` dropped).
+fn public_url(s: &str) -> Result<String, String> {
+    let trimmed = s.trim_end_matches('/');
+    keygate_portal::validate_url("KEYGATE_PUBLIC_URL", trimmed, &["http", "https"])
+        .map_err(|e| e.to_string())
+        .and_then(|origin| match trimmed[origin.len()..].contains(['?', '#']) {
+            true => Err("a URL without a query or fragment, such as https://keys.example.com".into()),
+            false => Ok(trimmed.to_string()),
+        })
 }
 
 /// A dashboard base path: `/` then path characters, not ending in `/` (it goes into HTML

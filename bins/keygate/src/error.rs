@@ -167,6 +167,8 @@ pub mod problems {
             (ErrorCode::NotFound, Resource::Workspace) => "unkey/data/workspace_not_found",
             (ErrorCode::NotFound, Resource::RootKey) => "unkey/data/root_key_not_found",
             (ErrorCode::NotFound, Resource::Migration) => "unkey/data/migration_not_found",
+            (ErrorCode::NotFound, Resource::Portal) => "unkey/data/portal_not_found",
+            (ErrorCode::Conflict, Resource::Portal) => "unkey/data/portal_already_exists",
             (ErrorCode::Conflict, Resource::Permission) => "unkey/data/permission_already_exists",
             (ErrorCode::Conflict, Resource::Role) => "unkey/data/role_already_exists",
             _ => return None,

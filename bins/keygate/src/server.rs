@@ -99,6 +99,10 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
             .map(|spec| keygate_vault::Keyring::parse(spec).map(Arc::new))
             .transpose()
             .map_err(|e| anyhow::anyhow!("KEYGATE_ENCRYPTION_KEYS: {e}"))?,
+        public_url: config.public_url.clone().unwrap_or_else(|| match addr.tcp() {
+            Some(tcp) => format!("http://{tcp}"),
+            None => "http://localhost".to_string(),
+        }),
     };
     let runtime = Runtime::open(&settings, clock.clone()).map_err(|e| match e {
         RuntimeError::Store(e) => {

@@ -23,6 +23,10 @@ pub enum IdPrefix {
     Override,
     Request,
     AuditEvent,
+    /// A customer portal (API-v2.md §17).
+    Portal,
+    /// A portal session (not a credential).
+    PortalSession,
 }
 
 impl IdPrefix {
@@ -40,6 +44,8 @@ impl IdPrefix {
             IdPrefix::Override => "rlor",
             IdPrefix::Request => "req",
             IdPrefix::AuditEvent => "evt",
+            IdPrefix::Portal => "portal",
+            IdPrefix::PortalSession => "ps",
         }
     }
 }

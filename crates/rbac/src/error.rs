@@ -94,6 +94,8 @@ pub enum Resource {
     RootKey,
     /// A migration id of `keys.migrateKeys` (API-v2.md §15).
     Migration,
+    /// A customer portal (API-v2.md §17).
+    Portal,
 }
 
 impl Resource {
@@ -110,6 +112,7 @@ impl Resource {
             Resource::Workspace => "workspace",
             Resource::RootKey => "root key",
             Resource::Migration => "migration",
+            Resource::Portal => "portal",
         }
     }
 
@@ -126,6 +129,7 @@ impl Resource {
             Resource::Workspace => "workspace",
             Resource::RootKey => "root_key",
             Resource::Migration => "migration",
+            Resource::Portal => "portal",
         }
     }
 }

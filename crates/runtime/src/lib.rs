@@ -17,6 +17,7 @@ pub use upkeep::{
 
 use keygate_analytics::AnalyticsService;
 use keygate_domain::Clock;
+use keygate_portal::PortalService;
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::{CounterSource, Migrations, OverridesListener, RbacError, RbacService};
 use keygate_store::{PoolSettings, RedisOpenError, RedisSettings, RedisStore, SqlStore, StoreOpenError};
@@ -52,6 +53,8 @@ pub struct RuntimeSettings {
     pub migrations: Migrations,
     /// The keyring recoverable keys are sealed with; `None`: recoverable keys are refused.
     pub vault: Option<Arc<keygate_vault::Keyring>>,
+    /// Where end users reach the server (portal sessions' links).
+    pub public_url: String,
 }
 
 impl RuntimeSettings {
@@ -68,6 +71,7 @@ impl RuntimeSettings {
             change_probe: None,
             migrations: Migrations::default(),
             vault: None,
+            public_url: "http://localhost".into(),
         }
     }
 }
@@ -112,6 +116,8 @@ pub struct Runtime {
     pub usage: UsageService<SqlStore>,
     /// Verification and rate-limit counts.
     pub analytics: AnalyticsService<SqlStore>,
+    /// The customer portal (API-v2.md §17).
+    pub portal: PortalService<SqlStore>,
     /// Where rate-limit decisions are made.
     pub limiter: Arc<dyn RateLimitStore>,
     /// The Redis store, when `redis_url` is set (`limiter` wraps it).
@@ -154,11 +160,13 @@ impl Runtime {
         let shared_credits = redis.clone().map(|r| r as Arc<dyn SharedCredits>);
         let (rbac, usage) = UsageService::wire(rbac, limiter.clone(), shared_credits);
         let analytics = AnalyticsService::new(rbac.clone(), settings.analytics.map(|a| a.max_series));
+        let portal = PortalService::new(rbac.clone(), &settings.public_url);
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,
             usage,
             analytics,
+            portal,
             limiter,
             redis,
             description,

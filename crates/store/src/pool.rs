@@ -6,6 +6,7 @@ use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection, R2D2Connection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use keygate_analytics::{AnalyticsStore, AnalyticsTx};
+use keygate_portal::{PortalStore, PortalTx};
 use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
 use keygate_usage::{UsageStore, UsageTx};
 use std::time::Duration;
@@ -502,6 +503,22 @@ impl AnalyticsStore for SqlStore {
     fn analytics_read<T, F>(&self, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
+    {
+        self.read_tx(|tx| f(tx))
+    }
+}
+
+impl PortalStore for SqlStore {
+    fn portal_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn PortalTx) -> Result<T, RbacError>,
+    {
+        self.write_tx(|tx| f(tx))
+    }
+
+    fn portal_read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn PortalTx) -> Result<T, RbacError>,
     {
         self.read_tx(|tx| f(tx))
     }

@@ -269,3 +269,41 @@ diesel::table! {
         changed_at -> BigInt,
     }
 }
+
+diesel::table! {
+    /// Customer portals (API-v2.md §17).
+    portals (id) {
+        id -> Text,
+        workspace_id -> Text,
+        slug -> Text,
+        display_name -> Text,
+        api_id -> Text,
+        enabled -> Bool,
+        logo_url -> Nullable<Text>,
+        primary_color -> Nullable<Text>,
+        created_at -> BigInt,
+        updated_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Portal sessions: codes and tokens by their SHA-256 only.
+    portal_sessions (id) {
+        id -> Text,
+        workspace_id -> Text,
+        portal_id -> Text,
+        external_id -> Text,
+        scopes -> Text,
+        preview -> Bool,
+        return_url -> Nullable<Text>,
+        root_key_id -> Text,
+        code_hash -> Nullable<Text>,
+        code_expires_at -> BigInt,
+        token_hash -> Nullable<Text>,
+        token_expires_at -> Nullable<BigInt>,
+        created_at -> BigInt,
+        revoked_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(portals, portal_sessions);

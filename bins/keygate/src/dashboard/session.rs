@@ -14,16 +14,7 @@ use std::pin::Pin;
 /// The session cookie's name.
 pub(super) const SESSION_COOKIE: &str = "kg_session";
 
-/// A cookie's value from the request's `Cookie` headers.
-pub(super) fn cookie<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
-    req.headers()
-        .get_all(actix_web::http::header::COOKIE)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
+pub(super) use crate::http::cookie;
 
 /// A `Set-Cookie` value: `HttpOnly; SameSite=Strict; Path=<base>`, `Secure` when the
 /// request came over HTTPS (as the proxy says) or the settings ask; `max_age` 0 deletes.

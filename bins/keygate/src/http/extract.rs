@@ -125,6 +125,50 @@ impl Caller for Option<Arc<Principal>> {
     }
 }
 
+/// No authentication (`portal.exchangeCode`: the code is the credential).
+#[derive(Debug)]
+pub struct Anyone;
+
+impl Caller for Anyone {
+    fn principal(&self) -> Option<&Principal> {
+        None
+    }
+
+    fn replace(&mut self, _: Arc<Principal>) {}
+
+    async fn authenticate(_: &HttpRequest, _: &web::Data<AppState>) -> Result<Self, ApiError> {
+        Ok(Anyone)
+    }
+}
+
+/// The portal's end-user operations: the session of the `portal_session` cookie (read
+/// from the database at each request), 401 when missing, unknown, expired or revoked.
+#[derive(Debug)]
+pub struct PortalCaller(pub keygate_portal::PortalContext);
+
+/// The portal session cookie's name (API-v2.md §17).
+const PORTAL_COOKIE: &str = "portal_session";
+
+impl Caller for PortalCaller {
+    fn principal(&self) -> Option<&Principal> {
+        None
+    }
+
+    fn replace(&mut self, _: Arc<Principal>) {}
+
+    async fn authenticate(req: &HttpRequest, state: &web::Data<AppState>) -> Result<Self, ApiError> {
+        let refused = || {
+            ApiError::unauthorized(
+                "a portal session is required: the portal_session cookie is missing, unknown, expired or revoked",
+            )
+        };
+        let token = super::cookie(req, PORTAL_COOKIE).ok_or_else(refused)?.to_string();
+        let state = state.clone();
+        let ctx = blocking(move || state.runtime.portal.session(&token).map_err(ApiError::from)).await?;
+        ctx.map(PortalCaller).ok_or_else(refused)
+    }
+}
+
 /// What a handler reads from the request once its caller is known.
 pub trait Input: Sized + 'static {
     fn read(req: &HttpRequest, payload: Payload) -> impl Future<Output = Result<Self, ApiError>>;

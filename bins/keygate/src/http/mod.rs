@@ -12,5 +12,16 @@ mod request_id;
 pub(crate) use auth::{authenticate, authenticate_secret};
 pub(crate) use blocking::{blocking, in_background};
 pub(crate) use body::{Obj, integer, parse_json, parse_json_as};
-pub(crate) use extract::{Authed, Json, JsonBytes, Query, QueryOrJson};
+pub(crate) use extract::{Anyone, Authed, Json, JsonBytes, PortalCaller, Query, QueryOrJson};
 pub(crate) use request_id::{RequestId, is_v2};
+
+/// A cookie's value from the request's `Cookie` headers.
+pub(crate) fn cookie<'a>(req: &'a actix_web::HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers()
+        .get_all(actix_web::http::header::COOKIE)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}

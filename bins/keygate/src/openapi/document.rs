@@ -39,6 +39,7 @@ pub fn document(api: Api) -> Value {
             v2::permissions::openapi(),
             v2::overrides::openapi(),
             v2::root_keys::openapi(),
+            v2::portal::openapi(),
             v2::openapi(),
         ],
     };
@@ -82,6 +83,12 @@ fn frame(api: Api) -> Value {
             for (name, schema) in v2::shared_schemas() {
                 components = components.schema(name, schema);
             }
+            use utoipa::openapi::security::{ApiKey, ApiKeyValue};
+            let portal = ApiKey::Cookie(ApiKeyValue::with_description(
+                "portal_session",
+                "A portal session's access token (portal.exchangeCode)",
+            ));
+            components = components.security_scheme("portalSession", SecurityScheme::ApiKey(portal));
         }
     }
     let doc = OpenApiBuilder::new()

@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Text};
 /// Every table, in an order where each table's foreign keys point to tables before it
 /// (`__diesel_schema_migrations` is the target's own). A table a migration adds must be
 /// added here: the copy refuses a database holding a table this list does not name.
-pub const TABLES: [&str; 21] = [
+pub const TABLES: [&str; 23] = [
     "workspaces",
     "root_keys",
     "apis",
@@ -30,6 +30,8 @@ pub const TABLES: [&str; 21] = [
     "ratelimit_identifiers",
     "analytics_flushes",
     "dashboard_sessions",
+    "portals",
+    "portal_sessions",
     "change_counters",
 ];
 

@@ -411,6 +411,8 @@ mod identities_tx;
 mod keys_tx;
 #[path = "namespaces.rs"]
 mod namespaces_tx;
+#[path = "portal.rs"]
+mod portal_tx;
 #[path = "ratelimit_analytics.rs"]
 mod ratelimit_analytics_tx;
 #[path = "root_keys.rs"]

@@ -195,10 +195,22 @@ pub async fn create_key_v2(mut call: Authed<Json<CreateKeyBodyV2>>) -> Result<Ht
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RerollKeyBody {
     #[schema(min_length = 3, max_length = 255)]
-    key_id: String,
+    pub(crate) key_id: String,
     /// The original expires this many ms from now (0: at once); null: its expiry stays.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 4_102_444_800_000_u64, example = 0)]
     expiration: Option<Number>,
+}
+
+impl RerollKeyBody {
+    /// Checks the key id; the expiration (ms) it asks for.
+    pub(crate) fn checked(&self) -> Result<Option<u64>, ApiError> {
+        check_key_id(&self.key_id)?;
+        let expiration = self.expiration.as_ref().map(|n| integer("expiration", n, 0)).transpose()?;
+        if expiration.is_some_and(|e| e > MAX_EXPIRES_MS) {
+            return Err(ValidationError::new("expiration", format!("must be <= {MAX_EXPIRES_MS}")).into());
+        }
+        Ok(expiration)
+    }
 }
 
 /// Reroll a key: a new secret for the same key settings
@@ -210,12 +222,7 @@ pub(crate) struct RerollKeyBody {
     request_body = RerollKeyBody,
     responses((status = 200, description = "OK", body = Envelope<CreatedKey>), V2Errors, V2Precondition))]
 pub async fn reroll_key(call: Authed<Json<RerollKeyBody>>) -> Result<HttpResponse, ApiError> {
-    let b = &call.input.0;
-    check_key_id(&b.key_id)?;
-    let expiration = b.expiration.as_ref().map(|n| integer("expiration", n, 0)).transpose()?;
-    if expiration.is_some_and(|e| e > MAX_EXPIRES_MS) {
-        return Err(ValidationError::new("expiration", format!("must be <= {MAX_EXPIRES_MS}")).into());
-    }
+    let expiration = call.input.0.checked()?;
     let (key, secret) = call.run(move |kg, p, Json(b)| kg.rbac.reroll_key(p, &b.key_id, expiration)).await?;
     Ok(ok(CreatedKey::new(key.id, secret.expose().to_string())))
 }

@@ -10,6 +10,7 @@ pub mod credits;
 pub mod identities;
 pub mod overrides;
 pub mod permissions;
+pub mod portal;
 pub mod ratelimit;
 pub mod ratelimit_analytics;
 pub mod root_keys;
