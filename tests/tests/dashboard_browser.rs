@@ -9,6 +9,7 @@
 //! --include-ignored` runs it.
 #![allow(clippy::unwrap_used)]
 
+use keygate_domain::Clock;
 use keygate_tests::TestServer;
 use keygate_tests::webdriver::{Browser, ENTER};
 use serde_json::json;
@@ -234,4 +235,75 @@ fn a_user_runs_keygate_from_the_browser() {
     r.b.goto(&r.url(""));
     assert!(r.b.find_all("svg.chart rect").len() >= 2, "a chart");
     r.check(Some("overview"));
+}
+
+/// Waits until the browser is at `url`.
+fn at(b: &Browser, url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.url() != url {
+        assert!(Instant::now() < deadline, "at {} instead of {url}", b.url());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "needs chromium and chromium-driver (Debian packages; .ci/run installs them) and runs with --include-ignored"]
+fn an_end_user_manages_their_keys_in_the_customer_portal() {
+    let s = TestServer::start();
+    let (shots, tmp) = match std::env::var("KEYGATE_SCREENSHOTS") {
+        Ok(dir) => (PathBuf::from(dir), None),
+        Err(_) => {
+            let t = tempfile::tempdir().unwrap();
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    std::fs::create_dir_all(&shots).unwrap();
+    let r = Run { s: &s, b: Browser::start(), shots, _tmp: tmp, waits: Default::default() };
+    let verify = |secret: &str| s.v2("keys.verifyKey", &json!({"key": secret})).data().clone();
+    // The team's side: an API, its portal, a key of one of its users, a session's link.
+    let api = s.v2("apis.createApi", &json!({"name": "storefront"})).data()["apiId"].clone();
+    let portal =
+        json!({"slug": "acme", "displayName": "Acme API", "keyspaceId": api, "primaryColor": "#7a1f5c"});
+    assert_eq!(s.v2("portal.createPortal", &portal).status, 200);
+    let key = s
+        .v2("keys.createKey", &json!({"apiId": api, "externalId": "user_a", "name": "production"}))
+        .data()
+        .clone();
+    let (key_id, secret) =
+        (key["keyId"].as_str().unwrap().to_string(), key["key"].as_str().unwrap().to_string());
+    assert_eq!(verify(&secret)["code"], "VALID");
+    s.state.analytics.flush_analytics().unwrap();
+    let back = s.url("/v2/liveness");
+    let body = json!({"portal": "acme", "externalId": "user_a", "scopes": ["keys:read", "keys:reroll", "analytics:read"], "returnUrl": back});
+    let link = s.v2("portal.createSession", &body).data()["url"].as_str().unwrap().to_string();
+
+    // The link: the code redeemed into an HttpOnly cookie, gone from the address bar.
+    r.b.goto(&link);
+    at(&r.b, &s.url("/portal/acme"));
+    r.check(Some("portal"));
+    assert_eq!(r.b.script("return document.cookie;"), json!(""), "the session cookie is HttpOnly");
+    assert!(r.b.source().contains(&key_id) && r.b.source().contains("production"));
+    assert!(r.b.find_all("svg.chart").len() >= 2, "a chart in total and one per key");
+
+    // Rolled with the keyboard: the new key shown once, verifying; the old one expires in 24 h.
+    r.press("form[action$='/reroll'] button");
+    let fresh = r.b.attribute(&r.b.find("#secret"), "value").unwrap();
+    r.check(Some("portal-key-rolled"));
+    assert_eq!(verify(&fresh)["code"], "VALID");
+    assert_eq!(verify(&secret)["code"], "VALID", "the old key works until its expiry");
+    let old = s.v2("keys.getKey", &json!({"keyId": key_id})).data()["expires"].as_i64().unwrap();
+    let now = s.clock.now_ms() as i64;
+    assert!((now + 86_400_000 - 5_000..=now + 86_400_000 + 5_000).contains(&old), "{old}");
+    r.b.goto(&s.url("/portal/acme"));
+    assert!(!r.b.source().contains(&fresh), "the new key is not in the page again");
+    r.check(None);
+
+    // The return link, with the keyboard.
+    r.press("nav a");
+    at(&r.b, &back);
+
+    // The link again: a clear "expired" page.
+    r.b.goto(&link);
+    assert_eq!(r.b.find_all("h1").len(), 1);
+    assert!(r.b.source().contains("This link has expired"));
 }

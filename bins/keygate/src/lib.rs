@@ -16,6 +16,7 @@ pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod openapi;
+mod portal;
 pub mod routes;
 pub mod server;
 mod state;

@@ -170,12 +170,13 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let dashboard = config.dashboard.is_some();
     let mut server = HttpServer::new(move || {
         // The API's routes first (the hot paths are tried first), then the dashboard's
-        // scope; the API's JSON 404 answers every other path.
+        // and the customer portal's scopes; the API's JSON 404 answers every other path.
         App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(|cfg| {
             routes::configure(cfg);
             if dashboard {
                 crate::dashboard::configure(cfg);
             }
+            crate::portal::configure(cfg);
         })
     })
     .workers(workers)

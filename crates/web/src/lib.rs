@@ -5,6 +5,9 @@
 
 pub use askama::Template;
 
+pub mod portal;
+pub use portal::{PortalFrame, PortalKey, PortalKeyPage, PortalKeysPage, PortalMessagePage};
+
 /// The stylesheet, served at `<base>/assets/app.css`.
 pub const APP_CSS: &str = include_str!("../assets/app.css");
 /// The icon, at `<base>/assets/favicon.svg`.

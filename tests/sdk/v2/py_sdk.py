@@ -235,6 +235,42 @@ unkey.root_keys.delete_key(key_id=rerolled.key_id)
 rejects(client(rerolled.key).root_keys.list_keys, errors.UnauthorizedErrorResponse, "key_not_found")
 rejects(unkey.root_keys.delete_key, errors.NotFoundErrorResponse, "root_key_not_found", key_id=rerolled.key_id)
 
+# The customer portal (portal.*): a portal, a session minted for one end user, its code
+# exchanged, the user's own keys listed, rerolled and charted, sessions listed and revoked.
+portal_api = unkey.apis.create_api(name=f"{run}-portal").data.api_id
+slug = f"{run}-portal".lower()
+made = unkey.portal.create_portal(request={"slug": slug, "display_name": "Acme", "keyspace_id": portal_api}).data
+portal = unkey.portal.get_portal(request={"portal": slug}).data
+assert (portal.id, portal.keyspace_id, portal.enabled) == (made.portal_id, portal_api, True), portal
+portal = unkey.portal.update_portal(portal=made.portal_id, primary_color="#112233").data
+assert portal.branding.primary_color == "#112233", portal
+rejects(unkey.portal.get_portal, errors.NotFoundErrorResponse, "portal_not_found", request={"portal": "nope-nope"})
+mine = unkey.keys.create_key(api_id=portal_api, external_id=f"{run}_user").data
+theirs = unkey.keys.create_key(api_id=portal_api, external_id=f"{run}_other").data
+session = unkey.portal.create_session(portal=slug, external_id=f"{run}_user",
+                                      scopes=["keys:read", "keys:reroll", "analytics:read"],
+                                      return_url="https://app.example.com/settings").data
+assert session.id.startswith("ps_") and session.url.startswith(f"{server_url}/portal/{slug}?code="), session
+code = session.url.split("code=")[1]
+exchanged = unkey.portal.exchange_code(code=code).data
+assert exchanged.expires_at > time.time() * 1000, exchanged
+rejects(unkey.portal.exchange_code, errors.UnauthorizedErrorResponse, "key_not_found", code=code)
+cookie = {"portal_session": exchanged.access_token}
+assert [k.key_id for k in unkey.portal.list_keys(security=cookie).result.data] == [mine.key_id]
+rejects(unkey.portal.reroll_key, errors.NotFoundErrorResponse, "key_not_found",
+        security=cookie, key_id=theirs.key_id, expiration=0)
+rolled = unkey.portal.reroll_key(security=cookie, key_id=mine.key_id, expiration=0).data
+assert unkey.keys.verify_key(key=rolled.key).data.valid
+now = int(time.time() * 1000)
+chart = unkey.portal.get_verifications(security=cookie, start_time=now - 3_600_000, end_time=now)
+assert chart.bucket_millis == 60_000 and all(len(k.data) >= 60 for k in chart.keys), chart
+groups = unkey.portal.list_sessions(portal=slug).data
+assert [(g.external_id, [x.status.value for x in g.sessions]) for g in groups] == [(f"{run}_user", ["active"])], groups
+assert unkey.portal.revoke_session(portal=slug, external_id=f"{run}_user").data.sessions_revoked == 1
+rejects(unkey.portal.list_keys, errors.UnauthorizedErrorResponse, "key_not_found", security=cookie)
+unkey.portal.delete_portal(portal=made.portal_id)
+rejects(unkey.portal.get_portal, errors.NotFoundErrorResponse, "portal_not_found", request={"portal": slug})
+
 # The Key object's lastUsedAt (Unkey's name, which the SDK reads): set once the key was
 # verified (analytics write the verification within seconds).
 used = unkey.keys.create_key(api_id="api_sdk_py").data

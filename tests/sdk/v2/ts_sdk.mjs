@@ -214,6 +214,36 @@ assert.equal((await unkey.keys.verifyKey({ key: legacy[1] })).data.code, "VALID"
 await rejects(unkey.keys.migrateKeys({ migrationId: "nobody", apiId: "api_sdk_v2", keys: [{ hash: sha(legacy[0], "hex") }] }),
   errors.NotFoundErrorResponse, "migration_not_found");
 
+// The customer portal's session and end-user half (@unkey/api 2.5.1 has no createPortal:
+// the portal is made over plain HTTP): a session minted, its code exchanged, the user's
+// keys listed, rerolled and charted with the portal_session cookie.
+const portalApi = (await unkey.apis.createApi({ name: `${run}-portal` })).data.apiId;
+const slug = `${run}-portal`.toLowerCase();
+const made = await fetch(`${serverURL}/v2/portal.createPortal`, {
+  method: "POST",
+  headers: { authorization: `Bearer ${rootKey}`, "content-type": "application/json" },
+  body: JSON.stringify({ slug, displayName: "Acme", keyspaceId: portalApi }),
+});
+assert.equal(made.status, 200, await made.clone().text());
+const own = (await unkey.keys.createKey({ apiId: portalApi, externalId: `${run}_user` })).data;
+const notOwn = (await unkey.keys.createKey({ apiId: portalApi, externalId: `${run}_other` })).data;
+const minted = await unkey.portal.createSession({ portal: slug, externalId: `${run}_user`, scopes: ["keys:read", "keys:reroll", "analytics:read"] });
+assert.ok(minted.result.data.id.startsWith("ps_"), show(minted.result));
+const code = new URL(minted.result.data.url).searchParams.get("code");
+const exchanged = await unkey.portal.exchangeCode({ code });
+const cookie = { portalSession: exchanged.result.data.accessToken };
+await rejects(unkey.portal.exchangeCode({ code }), errors.UnauthorizedErrorResponse, "key_not_found");
+const portalKeys = [];
+for await (const page of await unkey.portal.listKeys(cookie, { limit: 1 })) {
+  portalKeys.push(...page.result.data.map((k) => k.keyId));
+}
+assert.deepEqual(portalKeys, [own.keyId]);
+await rejects(unkey.portal.rerollKey(cookie, { keyId: notOwn.keyId, expiration: 0 }), errors.NotFoundErrorResponse, "key_not_found");
+const rolled = await unkey.portal.rerollKey(cookie, { keyId: own.keyId, expiration: 0 });
+assert.equal((await unkey.keys.verifyKey({ key: rolled.data.key })).data.code, "VALID");
+const chart = await unkey.portal.getVerifications(cookie, { startTime: Date.now() - 3_600_000, endTime: Date.now() });
+assert.equal(chart.bucketMillis, 60_000, show(chart));
+
 const limiter = new Ratelimit({ rootKey, baseUrl: serverURL, namespace: `${run}-rl`, limit: 2, duration: "60s" });
 const results = [];
 for (let i = 0; i < 3; i++) results.push((await limiter.limit("user")).success);

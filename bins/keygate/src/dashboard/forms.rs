@@ -45,7 +45,7 @@ pub(super) fn encode(v: &str) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC).
-pub(super) fn when(at: i64) -> String {
+pub(crate) fn when(at: i64) -> String {
     jiff::Timestamp::from_millisecond(at)
         .map(|t| t.to_zoned(jiff::tz::TimeZone::UTC).strftime("%Y-%m-%d %H:%M:%S").to_string())
         .unwrap_or_default()

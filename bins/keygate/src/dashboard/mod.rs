@@ -19,6 +19,7 @@ mod session;
 pub mod settings;
 
 use answer::{DashError, unavailable_page};
+pub(crate) use forms::when;
 use settings::DashboardSettings;
 
 use actix_web::dev::ServiceResponse;

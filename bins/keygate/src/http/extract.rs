@@ -147,7 +147,7 @@ impl Caller for Anyone {
 pub struct PortalCaller(pub keygate_portal::PortalContext);
 
 /// The portal session cookie's name (API-v2.md §17).
-const PORTAL_COOKIE: &str = "portal_session";
+pub const PORTAL_COOKIE: &str = "portal_session";
 
 impl Caller for PortalCaller {
     fn principal(&self) -> Option<&Principal> {

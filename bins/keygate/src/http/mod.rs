@@ -12,7 +12,7 @@ mod request_id;
 pub(crate) use auth::{authenticate, authenticate_secret};
 pub(crate) use blocking::{blocking, in_background};
 pub(crate) use body::{Obj, integer, parse_json, parse_json_as};
-pub(crate) use extract::{Anyone, Authed, Json, JsonBytes, PortalCaller, Query, QueryOrJson};
+pub(crate) use extract::{Anyone, Authed, Json, JsonBytes, PORTAL_COOKIE, PortalCaller, Query, QueryOrJson};
 pub(crate) use request_id::{RequestId, is_v2};
 
 /// A cookie's value from the request's `Cookie` headers.

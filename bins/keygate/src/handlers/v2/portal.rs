@@ -67,17 +67,20 @@ impl From<Portal> for PortalObject {
 pub(crate) struct CreatePortalBody {
     #[schema(min_length = 3, max_length = 64, pattern = "^[a-z0-9-]+$")]
     slug: String,
-    #[schema(min_length = 1, max_length = 255)]
+    #[schema(min_length = 1, max_length = 255, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$")]
     display_name: String,
     /// The API (one portal per API).
     #[schema(min_length = 1, max_length = 255)]
     keyspace_id: Option<String>,
-    /// Unkey's deploy platform: not supported.
-    #[schema(value_type = Option<String>)]
+    /// Unkey's deploy platform: not supported (400 `not_supported` when given).
+    #[schema(ignore)]
     app_id: Option<Value>,
     enabled: Option<bool>,
     /// An absolute https URL.
-    #[schema(max_length = 2048)]
+    #[schema(
+        max_length = 2048,
+        pattern = "^https://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][^\\s\"'<>\\\\`\\u0000-\\u001f\\u007f-\\u009f]*)?$"
+    )]
     logo_url: Option<String>,
     #[schema(pattern = "^#[0-9a-fA-F]{6}$")]
     primary_color: Option<String>,
@@ -125,7 +128,7 @@ pub(crate) struct GetPortalBody {
     portal: Option<String>,
     #[schema(min_length = 1, max_length = 255)]
     keyspace_id: Option<String>,
-    #[schema(value_type = Option<String>)]
+    #[schema(ignore)]
     app_id: Option<Value>,
 }
 
@@ -154,16 +157,16 @@ pub(crate) struct UpdatePortalBody {
     portal: String,
     #[schema(min_length = 3, max_length = 64, pattern = "^[a-z0-9-]+$")]
     slug: Option<String>,
-    #[schema(min_length = 1, max_length = 255)]
+    #[schema(min_length = 1, max_length = 255, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$")]
     display_name: Option<String>,
     #[schema(min_length = 1, max_length = 255)]
     keyspace_id: Option<String>,
-    #[schema(value_type = Option<String>)]
+    #[schema(ignore)]
     app_id: Option<Value>,
     enabled: Option<bool>,
     /// Null clears it.
     #[serde(default)]
-    #[schema(value_type = Option<String>, max_length = 2048)]
+    #[schema(value_type = Option<String>, max_length = 2048, pattern = "^https://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][^\\s\"'<>\\\\`\\u0000-\\u001f\\u007f-\\u009f]*)?$")]
     logo_url: Patch<String>,
     /// Null clears it.
     #[serde(default)]
@@ -224,16 +227,33 @@ pub async fn delete_portal(call: Authed<Json<PortalRefBody>>) -> Result<HttpResp
 pub(crate) struct CreateSessionBody {
     #[schema(min_length = 1, max_length = 255)]
     portal: String,
-    #[schema(min_length = 1, max_length = 255)]
+    #[schema(min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$", example = "customer_42")]
     external_id: String,
     /// 1–4 distinct of keys:read, keys:create, keys:reroll, analytics:read.
-    #[schema(min_items = 1, max_items = 4)]
+    #[schema(value_type = Vec<ScopeName>, min_items = 1, max_items = 4)]
     scopes: Vec<String>,
     /// The team looking at what its user sees: no changes.
     preview: Option<bool>,
     /// Where the portal's pages link back to: an absolute http(s) URL.
-    #[schema(max_length = 2048)]
+    #[schema(
+        max_length = 2048,
+        pattern = "^https?://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][^\\s\"'<>\\\\`\\u0000-\\u001f\\u007f-\\u009f]*)?$"
+    )]
     return_url: Option<String>,
+}
+
+/// What a session may do.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(crate) enum ScopeName {
+    #[schema(rename = "keys:read")]
+    KeysRead,
+    #[schema(rename = "keys:create")]
+    KeysCreate,
+    #[schema(rename = "keys:reroll")]
+    KeysReroll,
+    #[schema(rename = "analytics:read")]
+    AnalyticsRead,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -359,7 +379,7 @@ pub async fn list_sessions(call: Authed<Json<ListSessionsBody>>) -> Result<HttpR
 pub(crate) struct RevokeSessionBody {
     #[schema(min_length = 1, max_length = 255)]
     portal: String,
-    #[schema(min_length = 1, max_length = 255)]
+    #[schema(min_length = 1, max_length = 255, pattern = "^[A-Za-z0-9_.-]+$", example = "customer_42")]
     external_id: String,
 }
 
@@ -531,7 +551,10 @@ pub async fn get_verifications(
 ))]
 struct Doc;
 
-/// This room's part of the v2 document.
+/// This room's part of the v2 document: a session's scopes are distinct.
 pub(crate) fn openapi() -> Value {
-    crate::openapi::room::<Doc>()
+    let mut doc = crate::openapi::room::<Doc>();
+    crate::openapi::schema_mut(&mut doc, "CreateSessionBody")["properties"]["scopes"]["uniqueItems"] =
+        true.into();
+    doc
 }
