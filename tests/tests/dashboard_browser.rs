@@ -284,6 +284,8 @@ fn an_end_user_manages_their_keys_in_the_customer_portal() {
     assert_eq!(r.b.script("return document.cookie;"), json!(""), "the session cookie is HttpOnly");
     assert!(r.b.source().contains(&key_id) && r.b.source().contains("production"));
     assert!(r.b.find_all("svg.chart").len() >= 2, "a chart in total and one per key");
+    let drawn = r.b.script("return Array.from(document.querySelectorAll('svg.chart rect.valid')).filter(e => e.getAttribute('height') !== '0').length;");
+    assert_eq!(drawn, json!(2), "the verification is drawn in the total and in the key's chart");
 
     // Rolled with the keyboard: the new key shown once, verifying; the old one expires in 24 h.
     r.press("form[action$='/reroll'] button");

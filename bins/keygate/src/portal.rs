@@ -186,6 +186,7 @@ async fn show(req: HttpRequest, slug: web::Path<String>, state: web::Data<AppSta
     let st = state.clone();
     let ctx2 = ctx.clone();
     let now = state.clock.now_ms() as i64;
+    let end = now - now.rem_euclid(HOUR) + HOUR;
     let load = move || {
         let keys = match ctx2.session.has(PortalScope::KeysRead) {
             true => {
@@ -196,7 +197,8 @@ async fn show(req: HttpRequest, slug: web::Path<String>, state: web::Data<AppSta
             false => Vec::new(),
         };
         let usage = match ctx2.session.has(PortalScope::AnalyticsRead) {
-            true => Some(st.runtime.portal.verifications(&ctx2, now - 24 * HOUR, now, None)?),
+            // The last 24 hours, the current one included.
+            true => Some(st.runtime.portal.verifications(&ctx2, end - 24 * HOUR, end, None)?),
             false => None,
         };
         Ok::<_, RbacError>((keys, usage))

@@ -6,7 +6,7 @@ import hashlib
 import os
 import time
 
-from unkey.py import Unkey, errors
+from unkey.py import Unkey, errors, models
 from unkey.py.utils import BackoffStrategy, RetryConfig
 
 server_url = os.environ["KEYGATE_URL"]
@@ -249,25 +249,32 @@ mine = unkey.keys.create_key(api_id=portal_api, external_id=f"{run}_user").data
 theirs = unkey.keys.create_key(api_id=portal_api, external_id=f"{run}_other").data
 session = unkey.portal.create_session(portal=slug, external_id=f"{run}_user",
                                       scopes=["keys:read", "keys:reroll", "analytics:read"],
-                                      return_url="https://app.example.com/settings").data
+                                      return_url="https://app.example.com/settings").result.data
 assert session.id.startswith("ps_") and session.url.startswith(f"{server_url}/portal/{slug}?code="), session
 code = session.url.split("code=")[1]
-exchanged = unkey.portal.exchange_code(code=code).data
+exchanged = unkey.portal.exchange_code(code=code).result.data
 assert exchanged.expires_at > time.time() * 1000, exchanged
 rejects(unkey.portal.exchange_code, errors.UnauthorizedErrorResponse, "key_not_found", code=code)
-cookie = {"portal_session": exchanged.access_token}
-assert [k.key_id for k in unkey.portal.list_keys(security=cookie).result.data] == [mine.key_id]
+# unkey.py 3.2.2 cannot send its own cookie security scheme (its security code raises "sub
+# type not supported" for any cookie value): the end-user calls take an empty security
+# object and pass the cookie as a header.
+def as_user(security_model):
+    return {"security": security_model.model_construct(portal_session=None),
+            "http_headers": {"Cookie": f"portal_session={exchanged.access_token}"}}
+assert [k.key_id for k in unkey.portal.list_keys(**as_user(models.PortalListKeysSecurity)).result.data] == [mine.key_id]
 rejects(unkey.portal.reroll_key, errors.NotFoundErrorResponse, "key_not_found",
-        security=cookie, key_id=theirs.key_id, expiration=0)
-rolled = unkey.portal.reroll_key(security=cookie, key_id=mine.key_id, expiration=0).data
+        **as_user(models.PortalRerollKeySecurity), key_id=theirs.key_id, expiration=0)
+rolled = unkey.portal.reroll_key(**as_user(models.PortalRerollKeySecurity), key_id=mine.key_id, expiration=0).data
 assert unkey.keys.verify_key(key=rolled.key).data.valid
 now = int(time.time() * 1000)
-chart = unkey.portal.get_verifications(security=cookie, start_time=now - 3_600_000, end_time=now)
+chart = unkey.portal.get_verifications(**as_user(models.PortalGetVerificationsSecurity),
+                                       start_time=now - 3_600_000, end_time=now)
 assert chart.bucket_millis == 60_000 and all(len(k.data) >= 60 for k in chart.keys), chart
 groups = unkey.portal.list_sessions(portal=slug).data
 assert [(g.external_id, [x.status.value for x in g.sessions]) for g in groups] == [(f"{run}_user", ["active"])], groups
 assert unkey.portal.revoke_session(portal=slug, external_id=f"{run}_user").data.sessions_revoked == 1
-rejects(unkey.portal.list_keys, errors.UnauthorizedErrorResponse, "key_not_found", security=cookie)
+rejects(unkey.portal.list_keys, errors.UnauthorizedErrorResponse, "key_not_found",
+        **as_user(models.PortalListKeysSecurity))
 unkey.portal.delete_portal(portal=made.portal_id)
 rejects(unkey.portal.get_portal, errors.NotFoundErrorResponse, "portal_not_found", request={"portal": slug})
 

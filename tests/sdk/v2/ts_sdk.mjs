@@ -242,7 +242,7 @@ await rejects(unkey.portal.rerollKey(cookie, { keyId: notOwn.keyId, expiration: 
 const rolled = await unkey.portal.rerollKey(cookie, { keyId: own.keyId, expiration: 0 });
 assert.equal((await unkey.keys.verifyKey({ key: rolled.data.key })).data.code, "VALID");
 const chart = await unkey.portal.getVerifications(cookie, { startTime: Date.now() - 3_600_000, endTime: Date.now() });
-assert.equal(chart.bucketMillis, 60_000, show(chart));
+assert.ok(chart.data.length >= 60 && chart.data.every((p) => p.total === 0 || p.valid <= p.total), show(chart));
 
 const limiter = new Ratelimit({ rootKey, baseUrl: serverURL, namespace: `${run}-rl`, limit: 2, duration: "60s" });
 const results = [];
