@@ -447,9 +447,16 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
     let identity = "id_not_there";
     let other_root = s.state.rbac.create_root_key("default", &["api.*.read_key".to_string()]).unwrap().0.id;
     let root_keys = s.count("root_keys", "revoked_at IS NULL AND enabled");
+    let portal = json!({"slug": "guarded", "displayName": "Guarded", "keyspaceId": api});
+    let portal_id = s.v2("portal.createPortal", &portal).data()["portalId"].as_str().unwrap().to_string();
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
     let routes = [
+        (
+            "/dashboard/portals".to_string(),
+            vec![("slug", "forged"), ("display_name", "x"), ("api_id", api.as_str())],
+        ),
+        (format!("/dashboard/portals/{portal_id}"), vec![("display_name", "forged")]),
         ("/dashboard/apis".to_string(), vec![("name", "forged api")]),
         (format!("/dashboard/apis/{api}/keys"), vec![("name", "forged key")]),
         (format!("/dashboard/keys/{key_id}/enabled"), vec![("enabled", "false")]),
@@ -499,7 +506,61 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         root_keys,
         "no root key made or changed"
     );
+    assert_eq!(s.count("portals", "display_name = 'Guarded' AND enabled"), 1, "no portal made or changed");
     assert_eq!(b.get("/dashboard").status, 200, "still signed in");
+}
+
+#[test]
+fn portals_are_created_and_edited_from_the_dashboard() {
+    let s = TestServer::start();
+    let api =
+        s.v2("apis.createApi", &json!({"name": "storefront"})).data()["apiId"].as_str().unwrap().to_string();
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let page = b.get("/dashboard/portals");
+    assert_eq!(page.status, 200);
+    assert_secure_headers(&page);
+    assert!(page.body.contains(&format!("<option value=\"{api}\">")), "the API to choose");
+    let csrf = page.csrf();
+    let form = [
+        ("csrf_token", csrf.as_str()),
+        ("slug", "acme"),
+        ("display_name", "Acme keys"),
+        ("api_id", api.as_str()),
+        ("primary_color", "#123456"),
+    ];
+    let created = b.post("/dashboard/portals", &form);
+    assert_eq!(created.status, 303, "{}", created.body);
+    let got = s.v2("portal.getPortal", &json!({"portal": "acme"})).data().clone();
+    assert_eq!(
+        (got["displayName"].as_str(), got["branding"]["primaryColor"].as_str()),
+        (Some("Acme keys"), Some("#123456"))
+    );
+    // A second portal of the same API: a readable 409, nothing made.
+    let again =
+        [("csrf_token", csrf.as_str()), ("slug", "other"), ("display_name", "x"), ("api_id", api.as_str())];
+    let refused = b.post("/dashboard/portals", &again);
+    assert!(refused.status == 400 || refused.status == 409, "{}", refused.status);
+    assert_eq!(s.count("portals", "1=1"), 1);
+    // Edited: renamed, colour cleared, disabled.
+    let id = got["id"].as_str().unwrap();
+    let edit =
+        [("csrf_token", csrf.as_str()), ("display_name", "Acme"), ("logo_url", ""), ("primary_color", "")];
+    assert_eq!(b.post(&format!("/dashboard/portals/{id}"), &edit).status, 303);
+    let got = s.v2("portal.getPortal", &json!({"portal": id})).data().clone();
+    assert_eq!((got["displayName"].as_str(), got["enabled"].as_bool()), (Some("Acme"), Some(false)));
+    assert!(got.get("branding").is_none(), "{got}");
+    let listed = b.get("/dashboard/portals");
+    assert!(listed.body.contains("/portal/acme") && listed.body.contains("disabled"));
+    // A bad colour: a readable 400, nothing changed.
+    let bad = [
+        ("csrf_token", csrf.as_str()),
+        ("display_name", "Acme"),
+        ("primary_color", "red"),
+        ("enabled", "on"),
+    ];
+    assert_eq!(b.post(&format!("/dashboard/portals/{id}"), &bad).status, 400);
+    assert_eq!(s.v2("portal.getPortal", &json!({"portal": id})).data()["enabled"], json!(false));
 }
 
 /// The secret in a "created" page.

@@ -343,6 +343,12 @@ fn sessions_end_with_revocation_their_portal_or_their_root_key_on_another_instan
     assert_eq!(s.v2("rootKeys.deleteKey", &json!({"keyId": minter_id})).status, 200);
     assert_eq!(listed(&t), 401);
 
+    // Counted: sessions minted, exchanged, revoked, and refused exchanges.
+    let metrics = s.request(s.client.get(s.url("/metrics"))).text;
+    for event in ["created", "exchanged", "revoked", "refused"] {
+        assert!(metrics.contains(&format!("keygate_portal_sessions_total{{event=\"{event}\"}}")), "{event}");
+    }
+
     // The portal deleted: its sessions go with it.
     assert_eq!(s.v2("portal.deletePortal", &json!({"portal": id})).status, 200);
     assert_eq!(listed(&other), 401);

@@ -121,6 +121,12 @@ impl<S: PortalStore> PortalService<S> {
         Ok(())
     }
 
+    /// The workspace's portals `p` may read, by slug (the dashboard).
+    pub fn list_portals(&self, p: &Principal) -> Result<Vec<Portal>, RbacError> {
+        let all = self.rbac.store().portal_read(|tx| Ok(tx.workspace_portals(&p.workspace_id)?))?;
+        Ok(all.into_iter().filter(|portal| may(p, &portal.id, "read_portal")).collect())
+    }
+
     /// `portal.getPortal`: needs `read_portal`.
     pub fn get_portal(&self, p: &Principal, r: PortalRef<'_>) -> Result<Portal, RbacError> {
         self.rbac.store().portal_read(|tx| self.find(tx, p, r, "read_portal"))

@@ -65,6 +65,11 @@ pub const WORKSPACE_PERMISSIONS: &[&str] = &[
     "rootkey.*.read_key",
     "rootkey.*.update_key",
     "rootkey.*.delete_key",
+    "portal.*.create_portal",
+    "portal.*.read_portal",
+    "portal.*.update_portal",
+    "portal.*.delete_portal",
+    "portal.*.create_portal_session",
     "audit.*.read",
 ];
 

@@ -6,7 +6,9 @@
 pub use askama::Template;
 
 pub mod portal;
-pub use portal::{PortalFrame, PortalKey, PortalKeyPage, PortalKeysPage, PortalMessagePage};
+pub use portal::{
+    PortalFrame, PortalKey, PortalKeyPage, PortalKeysPage, PortalMessagePage, PortalRow, PortalsPage,
+};
 
 /// The stylesheet, served at `<base>/assets/app.css`.
 pub const APP_CSS: &str = include_str!("../assets/app.css");

@@ -65,3 +65,28 @@ pub struct PortalMessagePage {
     pub title: String,
     pub message: String,
 }
+
+/// One portal as the dashboard edits it.
+#[derive(Debug, Clone)]
+pub struct PortalRow {
+    pub id: String,
+    pub slug: String,
+    pub display_name: String,
+    pub api_id: String,
+    pub enabled: bool,
+    /// Empty when none.
+    pub logo_url: String,
+    pub primary_color: String,
+}
+
+/// `/dashboard/portals`: the workspace's portals, each editable, and a form to create one.
+#[derive(Debug, Template)]
+#[template(path = "portals.html")]
+pub struct PortalsPage {
+    pub layout: crate::Layout,
+    pub csrf: String,
+    pub portals: Vec<PortalRow>,
+    /// `(apiId, name)` of the APIs a portal can show.
+    pub apis: Vec<(String, String)>,
+    pub error: Option<String>,
+}

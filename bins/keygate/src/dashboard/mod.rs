@@ -13,6 +13,7 @@ mod keys;
 mod login;
 mod overview;
 mod permissions;
+mod portals;
 mod ratelimits;
 mod root_keys;
 mod session;
@@ -95,6 +96,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/root-keys/{id}/enabled", web::post().to(root_keys::set_enabled))
             .route("/root-keys/{id}/reroll", web::post().to(root_keys::reroll))
             .route("/root-keys/{id}/delete", web::post().to(root_keys::delete))
+            .route("/portals", web::get().to(portals::list))
+            .route("/portals", web::post().to(portals::create))
+            .route("/portals/{id}", web::post().to(portals::update))
             .route("/audit", web::get().to(audit::list))
             .route("/permissions", web::get().to(permissions::list))
             .route("/permissions", web::post().to(permissions::create))

@@ -161,6 +161,16 @@ impl PortalTx for DieselTx<'_> {
         one_portal!(self, portals::workspace_id.eq(workspace_id).and(portals::api_id.eq(api_id)))
     }
 
+    fn workspace_portals(&mut self, workspace_id: &str) -> R<Vec<Portal>> {
+        portals::table
+            .filter(portals::workspace_id.eq(workspace_id))
+            .order(portals::slug.asc())
+            .select(portal_columns!())
+            .load::<PortalRow>(self.conn)
+            .map(|rows| rows.into_iter().map(portal).collect())
+            .map_err(db_err)
+    }
+
     fn portal_by_slug(&mut self, slug: &str) -> R<Option<Portal>> {
         one_portal!(self, portals::slug.eq(slug))
     }

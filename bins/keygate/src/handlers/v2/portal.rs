@@ -7,9 +7,9 @@ use crate::handlers::keys::create::RerollKeyBody;
 use crate::handlers::keys::read::KeyObject;
 use crate::handlers::keys::shared::CreatedKey;
 use crate::http::{Anyone, Authed, Json, PortalCaller, integer};
-use crate::openapi::V2Errors;
+use crate::openapi::{V2Conflict, V2Errors, V2Precondition};
 use actix_web::HttpResponse;
-use keygate_domain::{Patch, ValidationError};
+use keygate_domain::Patch;
 use keygate_portal::portals::one_ref;
 use keygate_portal::{NewPortal, NewSession, Portal, PortalChange, PortalVerifications, VerificationPoint};
 use keygate_rbac::key_summary;
@@ -71,7 +71,7 @@ pub(crate) struct CreatePortalBody {
     display_name: String,
     /// The API (one portal per API).
     #[schema(min_length = 1, max_length = 255)]
-    keyspace_id: Option<String>,
+    keyspace_id: String,
     /// Unkey's deploy platform: not supported (400 `not_supported` when given).
     #[schema(ignore)]
     app_id: Option<Value>,
@@ -97,19 +97,16 @@ pub(crate) struct CreatedPortal {
 /// Needs `portal.*.create_portal` (404 without). Slug and API each hold one portal (409).
 #[utoipa::path(post, path = "/v2/portal.createPortal", operation_id = "portal.createPortal", tag = "portal",
     request_body = CreatePortalBody,
-    responses((status = 200, description = "OK", body = Envelope<CreatedPortal>), V2Errors))]
+    responses((status = 200, description = "OK", body = Envelope<CreatedPortal>), V2Errors, V2Conflict))]
 pub async fn create_portal(call: Authed<Json<CreatePortalBody>>) -> Result<HttpResponse, ApiError> {
     let b = &call.input.0;
     unsupported(&[("appId", &b.app_id)])?;
-    if b.keyspace_id.is_none() {
-        return Err(ValidationError::new("keyspaceId", "is required").into());
-    }
     let portal = call
         .run(move |kg, p, Json(b)| {
             let new = NewPortal {
                 slug: b.slug,
                 display_name: b.display_name,
-                api_id: b.keyspace_id.unwrap_or_default(),
+                api_id: b.keyspace_id,
                 enabled: b.enabled,
                 logo_url: b.logo_url,
                 primary_color: b.primary_color,
@@ -187,7 +184,7 @@ fn patch(p: Patch<String>) -> Option<Option<String>> {
 /// Disabling it ends its sessions' use (401) and stops new ones.
 #[utoipa::path(post, path = "/v2/portal.updatePortal", operation_id = "portal.updatePortal", tag = "portal",
     request_body = UpdatePortalBody,
-    responses((status = 200, description = "OK", body = Envelope<PortalObject>), V2Errors))]
+    responses((status = 200, description = "OK", body = Envelope<PortalObject>), V2Errors, V2Conflict))]
 pub async fn update_portal(call: Authed<Json<UpdatePortalBody>>) -> Result<HttpResponse, ApiError> {
     unsupported(&[("appId", &call.input.0.app_id)])?;
     let portal = call
@@ -270,7 +267,7 @@ pub(crate) struct CreatedSession {
 /// permissions on its API (403 for the whole call).
 #[utoipa::path(post, path = "/v2/portal.createSession", operation_id = "portal.createSession", tag = "portal",
     request_body = CreateSessionBody,
-    responses((status = 200, description = "OK", body = Envelope<CreatedSession>), V2Errors))]
+    responses((status = 200, description = "OK", body = Envelope<CreatedSession>), V2Errors, V2Precondition))]
 pub async fn create_session(call: Authed<Json<CreateSessionBody>>) -> Result<HttpResponse, ApiError> {
     let (session, url) = call
         .run(move |kg, p, Json(b)| {
