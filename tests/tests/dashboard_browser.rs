@@ -25,7 +25,20 @@ struct Run<'a> {
     waits: std::cell::Cell<u64>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// A browser on `s`; screenshots go to `KEYGATE_SCREENSHOTS` when set.
+    fn start(s: &'a TestServer) -> Self {
+        let (shots, tmp) = match std::env::var("KEYGATE_SCREENSHOTS") {
+            Ok(dir) => (PathBuf::from(dir), None),
+            Err(_) => {
+                let t = tempfile::tempdir().unwrap();
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        std::fs::create_dir_all(&shots).unwrap();
+        Run { s, b: Browser::start(), shots, _tmp: tmp, waits: Default::default() }
+    }
+
     fn url(&self, path: &str) -> String {
         self.s.url(&format!("/dashboard{path}"))
     }
@@ -98,15 +111,7 @@ impl Run<'_> {
 #[ignore = "needs chromium and chromium-driver (Debian packages; .ci/run installs them) and runs with --include-ignored"]
 fn a_user_runs_keygate_from_the_browser() {
     let s = TestServer::start();
-    let (shots, tmp) = match std::env::var("KEYGATE_SCREENSHOTS") {
-        Ok(dir) => (PathBuf::from(dir), None),
-        Err(_) => {
-            let t = tempfile::tempdir().unwrap();
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
-    std::fs::create_dir_all(&shots).unwrap();
-    let r = Run { s: &s, b: Browser::start(), shots, _tmp: tmp, waits: Default::default() };
+    let r = Run::start(&s);
     let verify = |secret: &str| s.v2("keys.verifyKey", &json!({"key": secret})).data().clone();
 
     // Signed out: the login page, its field focused; the keyboard alone logs in.
@@ -250,15 +255,7 @@ fn at(b: &Browser, url: &str) {
 #[ignore = "needs chromium and chromium-driver (Debian packages; .ci/run installs them) and runs with --include-ignored"]
 fn an_end_user_manages_their_keys_in_the_customer_portal() {
     let s = TestServer::start();
-    let (shots, tmp) = match std::env::var("KEYGATE_SCREENSHOTS") {
-        Ok(dir) => (PathBuf::from(dir), None),
-        Err(_) => {
-            let t = tempfile::tempdir().unwrap();
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
-    std::fs::create_dir_all(&shots).unwrap();
-    let r = Run { s: &s, b: Browser::start(), shots, _tmp: tmp, waits: Default::default() };
+    let r = Run::start(&s);
     let verify = |secret: &str| s.v2("keys.verifyKey", &json!({"key": secret})).data().clone();
     // The team's side: an API, its portal, a key of one of its users, a session's link.
     let api = s.v2("apis.createApi", &json!({"name": "storefront"})).data()["apiId"].clone();

@@ -635,3 +635,48 @@ fn encryption_new_key_rotate_and_a_keyring_missing_an_id_in_use() {
     cmd.env("KEYGATE_ENCRYPTION_KEYS", &k2);
     start(cmd);
 }
+
+#[test]
+fn a_portal_session_s_code_and_token_are_in_no_log_line() {
+    const ROOT: &str = "kg_root_cli_portal_000000000000000";
+    let temp = TestDb::sqlite();
+    let port = free_port();
+    let mut cmd = keygate_command(BIN, temp.url.as_str(), port);
+    // Every log line on, the access log included.
+    cmd.env("KEYGATE_ROOT_KEY", ROOT).env("RUST_LOG", "debug");
+    let (mut server, _) = start(cmd);
+    let send = |request: String| http(port, &request);
+    let post = |op: &str, body: &str| {
+        let answer = send(format!(
+            "POST /v2/{op} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        serde_json::from_str::<Value>(answer.split_once("\r\n\r\n").unwrap().1).unwrap()["data"].clone()
+    };
+    let api = post("apis.createApi", r#"{"name":"logged"}"#)["apiId"].as_str().unwrap().to_string();
+    post("portal.createPortal", &format!(r#"{{"slug":"logged","displayName":"L","keyspaceId":"{api}"}}"#));
+    let session =
+        post("portal.createSession", r#"{"portal":"logged","externalId":"u","scopes":["keys:read"]}"#);
+    let url = session["url"].as_str().unwrap();
+    let path = &url[url.find("/portal/").unwrap()..];
+    let code = path.split_once("code=").unwrap().1.to_string();
+    let redirect = send(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    assert!(redirect.starts_with("HTTP/1.1 303"), "{redirect}");
+    let token = redirect
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase().starts_with("set-cookie: portal_session=").then(|| l[27..].to_string())
+        })
+        .unwrap();
+    let token = token.split(';').next().unwrap().to_string();
+    let page = send(format!(
+        "GET /portal/logged HTTP/1.1\r\nHost: x\r\nCookie: portal_session={token}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(!page.contains(&token), "the token in the page");
+    let logged = server.output(true);
+    assert!(logged.contains("/v2/portal.createSession"), "the access log was on:\n{logged}");
+    assert!(!logged.contains(&token) && !logged.contains(&code), "a secret in a log line:\n{logged}");
+}

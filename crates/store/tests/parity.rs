@@ -73,7 +73,7 @@ fn sqlite_columns() -> BTreeSet<(String, String, String, i64)> {
     let sqlite = SqlStore::open(&sqlite_db.url, PoolSettings::default()).expect("sqlite");
     let sqlite_cols = up_down_up(&sqlite, false);
     let tables: BTreeSet<&str> = sqlite_cols.iter().map(|c| c.0.as_str()).collect();
-    assert_eq!(tables.len(), 21, "{tables:?}");
+    assert_eq!(tables.len(), 23, "{tables:?}");
     sqlite_cols
 }
 

@@ -72,15 +72,7 @@ impl ApiTx for DieselTx<'_> {
     }
 
     fn search_api_keys(&mut self, workspace_id: &str, api_id: &str, text: &str, limit: usize) -> R<Vec<Key>> {
-        let mut pattern = String::with_capacity(text.len() + 2);
-        pattern.push('%');
-        for c in text.chars() {
-            if matches!(c, '%' | '_' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push('%');
+        let pattern = format!("%{}%", like_literal(text));
         let rows: Vec<KeyRow> = keys::table
             .filter(keys::workspace_id.eq(workspace_id))
             .filter(keys::api_id.eq(api_id))

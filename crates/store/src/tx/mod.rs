@@ -121,15 +121,18 @@ macro_rules! on_each_keyset {
 /// The `LIKE` pattern (escape `\`) matching any text that contains `search`, ASCII
 /// case-insensitively (the caller lowers the column the same way).
 pub(crate) fn contains_pattern(search: &str) -> String {
-    let mut p = String::with_capacity(search.len() + 2);
-    p.push('%');
-    for ch in search.chars() {
+    format!("%{}%", like_literal(&search.to_ascii_lowercase()))
+}
+
+/// `text` for a `LIKE` pattern (escape `\`): `%`, `_` and `\` taken literally.
+pub(crate) fn like_literal(text: &str) -> String {
+    let mut p = String::with_capacity(text.len() + 2);
+    for ch in text.chars() {
         if matches!(ch, '%' | '_' | '\\') {
             p.push('\\');
         }
-        p.push(ch.to_ascii_lowercase());
+        p.push(ch);
     }
-    p.push('%');
     p
 }
 

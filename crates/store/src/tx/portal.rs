@@ -298,7 +298,9 @@ impl PortalTx for DieselTx<'_> {
                     q = q.filter(sql::<Bool>(&cmp).bind::<Text, _>(after.to_string()));
                 }
                 if let Some(prefix) = prefix {
-                    q = q.filter(portal_sessions::external_id.like(prefix_pattern(prefix)).escape('\\'));
+                    q = q.filter(
+                        portal_sessions::external_id.like(format!("{}%", like_literal(prefix))).escape('\\'),
+                    );
                 }
                 // PostgreSQL orders a DISTINCT only by what it selects: the column
                 // `COLLATE "C"` is selected as it is ordered.
@@ -343,17 +345,4 @@ impl PortalTx for DieselTx<'_> {
         .execute(self.conn)
         .map_err(db_err)
     }
-}
-
-/// The `LIKE` pattern (escape `\`) of the texts starting with `prefix`, taken literally.
-fn prefix_pattern(prefix: &str) -> String {
-    let mut p = String::with_capacity(prefix.len() + 1);
-    for ch in prefix.chars() {
-        if matches!(ch, '%' | '_' | '\\') {
-            p.push('\\');
-        }
-        p.push(ch);
-    }
-    p.push('%');
-    p
 }
