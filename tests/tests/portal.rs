@@ -162,6 +162,21 @@ fn a_session_s_scopes_are_checked_against_the_minting_root_key_and_its_code_work
         json!({"portal": id, "externalId": "user_a", "scopes": ["keys:read"], "returnUrl": "javascript:x"});
     s.v2_as(&minter, "portal.createSession", &body).assert_problem(400, "unkey/application/invalid_input");
 
+    // An API holding recoverable keys: rerolling there seals the successor, so the minter
+    // needs encrypt_key as well.
+    let roller_perms = ["portal.*.create_portal_session".to_string(), format!("api.{api}.create_key")];
+    let roller = s.root_key_with(&roller_perms.iter().map(String::as_str).collect::<Vec<_>>());
+    let reroll = json!({"portal": id, "externalId": "user_a", "scopes": ["keys:reroll"]});
+    assert_eq!(s.v2_as(&roller, "portal.createSession", &reroll).status, 200, "no recoverable key yet");
+    let r = s.v2("keys.createKey", &json!({"apiId": api, "recoverable": true}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let detail = s
+        .v2_as(&roller, "portal.createSession", &reroll)
+        .assert_problem(403, "unkey/authorization/insufficient_permissions");
+    assert!(detail.contains("encrypt_key"), "{detail}");
+    let sealer = s.root_key_with(&[&roller_perms[0], &roller_perms[1], &format!("api.{api}.encrypt_key")]);
+    assert_eq!(s.v2_as(&sealer, "portal.createSession", &reroll).status, 200);
+
     let (session_id, code) =
         mint(&s, &minter, json!({"portal": id, "externalId": "user_a", "scopes": ["keys:read"]}));
     assert!(session_id.starts_with("ps_"));
@@ -329,6 +344,26 @@ fn sessions_end_with_revocation_their_portal_or_their_root_key_on_another_instan
     assert_eq!(s.v2("portal.createSession", &body).status, 412);
     assert_eq!(s.v2("portal.updatePortal", &json!({"portal": id, "enabled": true})).status, 200);
     assert_eq!(listed(&other), 200);
+
+    // A session does no more than its minting root key may now: narrowed, its listing is
+    // refused; restored, it works again.
+    let r = s.v2(
+        "rootKeys.createKey",
+        &json!({"permissions": ["portal.*.create_portal_session", "api.*.read_key", "api.*.read_api"]}),
+    );
+    let (narrowed_id, narrowed) =
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string());
+    let (_, code) =
+        mint(&s, &narrowed, json!({"portal": id, "externalId": "user_c", "scopes": ["keys:read"]}));
+    let t = exchange(&s, &code).data()["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(listed(&t), 200);
+    let change = |perms: Value| {
+        s.v2("rootKeys.updateKey", &json!({"keyId": narrowed_id, "permissions": perms})).status
+    };
+    assert_eq!(change(json!(["portal.*.create_portal_session", "api.*.read_api"])), 200);
+    assert_eq!(listed(&t), 403);
+    assert_eq!(change(json!(["portal.*.create_portal_session", "api.*.read_key", "api.*.read_api"])), 200);
+    assert_eq!(listed(&t), 200);
 
     // The minting root key deleted: its sessions end.
     let r = s.v2(

@@ -63,8 +63,16 @@ impl<S: PortalStore> PortalService<S> {
             if !found.enabled {
                 return Err(RbacError::Precondition(format!("portal {} is disabled: it mints no sessions", found.slug)));
             }
+            // A session that creates keys in an API holding recoverable ones seals their
+            // successors: it needs encrypt_key too.
+            let sealing = scopes.iter().any(|s| matches!(s, PortalScope::KeysCreate | PortalScope::KeysReroll))
+                && tx.api_has_recoverable_keys(&p.workspace_id, &found.api_id)?;
             for scope in &scopes {
-                for action in scope.needs() {
+                let sealed: &[&str] = match sealing && scope.needs().contains(&"create_key") {
+                    true => &["encrypt_key"],
+                    false => &[],
+                };
+                for action in scope.needs().iter().chain(sealed) {
                     if !ApiAccess::of(p, action).is_some_and(|a| a.admits(Some(&found.api_id))) {
                         return Err(RbacError::InsufficientPermissions(format!(
                             "the scope {} needs api.*.{action} (or api.{}.{action}), which the root key lacks",
@@ -155,17 +163,22 @@ impl<S: PortalStore> PortalService<S> {
             return Ok(None);
         }
         let api = &portal.api_id;
+        // A scope works while the minting root key still holds what it needed at mint; a
+        // recoverable key's successor is sealed only if that key may encrypt.
+        let minter =
+            Principal::new(root_key.id.clone(), root_key.workspace_id.clone(), root_key.permissions.clone());
+        let holds = |action: &str| ApiAccess::of(&minter, action).is_some_and(|x| x.admits(Some(api)));
         let mut permissions = Vec::new();
-        for scope in &session.scopes {
+        for scope in session.scopes.iter().filter(|s| s.needs().iter().all(|a| holds(a))) {
             let actions: &[&str] = match scope {
                 PortalScope::KeysRead => &["read_key", "read_api"],
-                PortalScope::KeysCreate => &["create_key", "read_api"],
-                // A reroll creates the successor and expires the original; a recoverable
-                // key's successor is sealed again.
-                PortalScope::KeysReroll => &["create_key", "update_key", "encrypt_key", "read_key"],
+                PortalScope::KeysCreate => &["create_key", "read_api", "encrypt_key"],
+                // A reroll creates the successor and expires the original.
+                PortalScope::KeysReroll => &["create_key", "update_key", "encrypt_key"],
                 PortalScope::AnalyticsRead => &["read_analytics"],
             };
-            permissions.extend(actions.iter().map(|a| format!("api.{api}.{a}")));
+            let granted = actions.iter().filter(|a| **a != "encrypt_key" || holds(a));
+            permissions.extend(granted.map(|a| format!("api.{api}.{a}")));
         }
         let principal = Arc::new(Principal::new(
             format!("portal:{}", session.id),

@@ -14,6 +14,8 @@ pub trait PortalTx: AnalyticsTx {
     fn portal(&mut self, workspace_id: &str, id_or_slug: &str) -> R<Option<Portal>>;
     /// The workspace's portal of an API.
     fn portal_of_api(&mut self, workspace_id: &str, api_id: &str) -> R<Option<Portal>>;
+    /// Whether any key of the API is recoverable (its plaintext sealed in the vault).
+    fn api_has_recoverable_keys(&mut self, workspace_id: &str, api_id: &str) -> R<bool>;
     /// The workspace's portals, by slug.
     fn workspace_portals(&mut self, workspace_id: &str) -> R<Vec<Portal>>;
     /// The portal with this slug, in any workspace (its pages).

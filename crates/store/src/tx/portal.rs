@@ -161,6 +161,18 @@ impl PortalTx for DieselTx<'_> {
         one_portal!(self, portals::workspace_id.eq(workspace_id).and(portals::api_id.eq(api_id)))
     }
 
+    fn api_has_recoverable_keys(&mut self, workspace_id: &str, api_id: &str) -> R<bool> {
+        let found: Option<String> = keys::table
+            .filter(keys::workspace_id.eq(workspace_id))
+            .filter(keys::api_id.eq(api_id))
+            .filter(keys::ciphertext.is_not_null())
+            .select(keys::id)
+            .first(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(found.is_some())
+    }
+
     fn workspace_portals(&mut self, workspace_id: &str) -> R<Vec<Portal>> {
         portals::table
             .filter(portals::workspace_id.eq(workspace_id))
