@@ -3,6 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
+use keygate_analytics::sql::SqlError;
 use keygate_domain::{ErrorCode, IdPrefix, ValidationError, new_id};
 use keygate_ratelimit::StoreError;
 use keygate_rbac::RbacError;
@@ -129,6 +130,22 @@ impl From<RbacError> for ApiError {
     }
 }
 
+impl From<SqlError> for ApiError {
+    fn from(e: SqlError) -> Self {
+        let (code, problem) = match &e {
+            SqlError::Rbac(_) => {
+                let SqlError::Rbac(e) = e else { unreachable!() };
+                return e.into();
+            }
+            SqlError::Invalid(_) => (ErrorCode::BadRequest, problems::INVALID_ANALYTICS_QUERY),
+            SqlError::NotSupported(_) => (ErrorCode::BadRequest, problems::NOT_SUPPORTED),
+            SqlError::TooExpensive(_) => (ErrorCode::BadRequest, problems::QUERY_TOO_EXPENSIVE),
+            SqlError::Busy(_) => (ErrorCode::TooManyRequests, problems::TOO_MANY_QUERIES),
+        };
+        Self::new(code, e.to_string()).with_problem(problem).at_field("query")
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -152,6 +169,12 @@ pub mod problems {
     pub const AUTH_MALFORMED: &str = "unkey/authentication/malformed";
     pub const QUERY_SYNTAX: &str = "user/bad_request/permissions_query_syntax_error";
     pub const NOT_SUPPORTED: &str = "keygate/application/not_supported";
+    /// An analytics query keygate does not accept (API-v2.md §18).
+    pub const INVALID_ANALYTICS_QUERY: &str = "user/bad_request/invalid_analytics_query";
+    /// An analytics query stopped by a bound (§18).
+    pub const QUERY_TOO_EXPENSIVE: &str = "keygate/analytics/query_too_expensive";
+    /// A workspace's analytics queries at their concurrency limit (§18).
+    pub const TOO_MANY_QUERIES: &str = "keygate/analytics/too_many_queries";
 
     /// The type of a 404 or 409 about `r`.
     pub fn of_resource(code: ErrorCode, r: Resource) -> Option<&'static str> {

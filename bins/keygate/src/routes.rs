@@ -116,6 +116,8 @@ route_table! {
     "/v2/portal.getVerifications" ["POST"] => v2::portal::get_verifications,
     "/v2/keygate.getVerifications" ["POST"] => v2::analytics::get_verifications,
     "/v2/keygate.getRatelimits" ["POST"] => v2::ratelimit_analytics::get_ratelimits,
+    "/v2/analytics.getVerifications" ["POST"] => v2::sql::get_verifications,
+    "/v2/analytics.getRatelimits" ["POST"] => v2::sql::get_ratelimits,
     "/v2/liveness" ["GET"] => v2::liveness,
     "/docs/errors" ["GET"] => system::error_docs,
     "/openapi.json" ["GET"] => system::openapi,

@@ -11,6 +11,8 @@
 //! - [`verifications`]: `analytics.getVerifications`, v1's `keys.getVerifications`,
 //!   `lastUsed`, the dashboard's charts.
 //! - [`ratelimits`]: `keygate.getRatelimits` and the dashboard's totals.
+//! - [`sql`]: `analytics.getVerifications` / `analytics.getRatelimits`, a SQL query over
+//!   Unkey's public tables answered from these counts.
 //!
 //! Built on `keygate-rbac`: who may read what (a root key's `read_analytics`
 //! permissions), and the APIs, keys, identities and namespaces the counts name, read in
@@ -20,6 +22,7 @@ pub mod flush;
 pub mod limit_recorder;
 pub mod ratelimits;
 pub mod recorder;
+pub mod sql;
 pub mod store;
 pub mod verifications;
 
@@ -46,6 +49,8 @@ pub struct AnalyticsService<S> {
     limit_recorder: Option<Arc<LimitRecorder>>,
     /// A flush whose commit was not confirmed ([`flush`]).
     unconfirmed_flush: parking_lot::Mutex<std::collections::VecDeque<flush::Flush>>,
+    /// The SQL queries running per workspace.
+    sql_slots: sql::run::Slots,
 }
 
 impl<S: AnalyticsStore> AnalyticsService<S> {
@@ -58,6 +63,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             recorder: max_series.map(|n| Arc::new(Recorder::new(n))),
             limit_recorder: max_series.map(|n| Arc::new(LimitRecorder::new(n))),
             unconfirmed_flush: Default::default(),
+            sql_slots: Default::default(),
         }
     }
 

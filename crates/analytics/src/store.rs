@@ -147,9 +147,9 @@ pub struct IdentifierCount {
 
 /// Everything an analytics transaction offers: the RBAC transaction's operations (APIs,
 /// keys, identities, namespaces) and the counts'.
-pub trait AnalyticsTx: RbacTx + VerificationCountTx + RatelimitCountTx {}
+pub trait AnalyticsTx: RbacTx + VerificationCountTx + RatelimitCountTx + SqlQueryTx {}
 
-impl<T: RbacTx + VerificationCountTx + RatelimitCountTx + ?Sized> AnalyticsTx for T {}
+impl<T: RbacTx + VerificationCountTx + RatelimitCountTx + SqlQueryTx + ?Sized> AnalyticsTx for T {}
 
 /// A store that hands out analytics transactions besides RBAC ones. A closure returning
 /// `Err` rolls its transaction back.
@@ -173,4 +173,15 @@ pub trait AnalyticsStore: RbacStore {
     {
         self.analytics_transaction(f)
     }
+}
+
+/// Analytics in SQL (API-v2.md §18): runs a statement [`crate::sql`] compiled.
+pub trait SqlQueryTx {
+    /// The rows of `q`, each one JSON array text; stopped at `deadline`
+    /// ([`SqlRunError::TooExpensive`]).
+    fn run_analytics_sql(
+        &mut self,
+        q: &crate::sql::Compiled,
+        deadline: std::time::Instant,
+    ) -> Result<Vec<String>, crate::sql::SqlRunError>;
 }

@@ -422,6 +422,8 @@ mod ratelimit_analytics_tx;
 mod root_keys_tx;
 #[path = "sessions.rs"]
 mod sessions_tx;
+#[path = "sql.rs"]
+mod sql_tx;
 #[path = "vault.rs"]
 mod vault_tx;
 #[path = "workspaces.rs"]

@@ -14,6 +14,7 @@ pub mod portal;
 pub mod ratelimit;
 pub mod ratelimit_analytics;
 pub mod root_keys;
+pub mod sql;
 
 use crate::error::{ApiError, REQUEST_ID_HEADER, problems};
 use actix_web::HttpResponse;

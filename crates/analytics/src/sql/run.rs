@@ -1,0 +1,186 @@
+//! The service's entry point: who may read what, at most
+//! [`MAX_CONCURRENT_PER_WORKSPACE`] queries of a workspace at once, the run with its
+//! deadline, and the rows as JSON objects in the query's column order.
+
+use super::{
+    Column, Compiled, Dialect, Family, MAX_CONCURRENT_PER_WORKSPACE, MAX_QUERY_CHARS, Scope, SqlError,
+    TIMEOUT, Ty,
+};
+use crate::{AnalyticsService, AnalyticsStore};
+use keygate_domain::ValidationError;
+use keygate_rbac::{Principal, RbacError};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One answer row: the query's columns, in its order.
+#[derive(Debug, Clone)]
+pub struct SqlRow {
+    names: Arc<[String]>,
+    values: Vec<Value>,
+}
+
+impl SqlRow {
+    /// The value of the column `name` (the last of that name).
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.names.iter().rposition(|n| n == name).and_then(|i| self.values.get(i))
+    }
+
+    /// The values, in column order.
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+}
+
+impl Serialize for SqlRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.values.len()))?;
+        for (n, v) in self.names.iter().zip(&self.values) {
+            m.serialize_entry(n, v)?;
+        }
+        m.end()
+    }
+}
+
+/// The rows of a query.
+pub type SqlAnswer = Vec<SqlRow>;
+
+/// The running queries per workspace.
+#[derive(Debug, Default)]
+pub(crate) struct Slots(parking_lot::Mutex<HashMap<String, usize>>);
+
+struct Slot<'a> {
+    slots: &'a Slots,
+    workspace: String,
+}
+
+impl Slots {
+    fn take(&self, workspace: &str) -> Option<Slot<'_>> {
+        let mut m = self.0.lock();
+        let n = m.entry(workspace.to_string()).or_insert(0);
+        if *n >= MAX_CONCURRENT_PER_WORKSPACE {
+            return None;
+        }
+        *n += 1;
+        Some(Slot { slots: self, workspace: workspace.to_string() })
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut m = self.slots.0.lock();
+        if let Some(n) = m.get_mut(&self.workspace) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.workspace);
+            }
+        }
+    }
+}
+
+impl<S: AnalyticsStore> AnalyticsService<S> {
+    /// `analytics.getVerifications` / `analytics.getRatelimits` (API-v2.md §18): `query`
+    /// over the caller's workspace, limited to the APIs or namespaces its root key may read.
+    pub fn query_sql(&self, p: &Principal, family: Family, query: &str) -> Result<SqlAnswer, SqlError> {
+        let chars = query.chars().count();
+        if chars == 0 || chars > MAX_QUERY_CHARS {
+            return Err(RbacError::from(ValidationError::new(
+                "query",
+                format!("must be 1 to {MAX_QUERY_CHARS} characters (it has {chars})"),
+            ))
+            .into());
+        }
+        let scope = scope_of(p, family)?;
+        let _slot = self.sql_slots.take(&p.workspace_id).ok_or_else(|| {
+            SqlError::Busy(format!(
+                "this workspace already runs {MAX_CONCURRENT_PER_WORKSPACE} analytics queries: retry when one ends"
+            ))
+        })?;
+        let dialect = match self.rbac.store().kind() {
+            "postgres" => Dialect::Postgres,
+            _ => Dialect::Sqlite,
+        };
+        let compiled = super::compile(query, family, &scope, dialect, self.now())?;
+        let deadline = Instant::now() + TIMEOUT;
+        // A failed run rolls its snapshot back (PostgreSQL's is aborted by then).
+        let mut failure = None;
+        let rows = self.rbac.store().analytics_snapshot(|tx| {
+            tx.run_analytics_sql(&compiled, deadline).map_err(|e| {
+                failure = Some(e);
+                RbacError::BadRequest("the analytics query failed".into())
+            })
+        });
+        let rows = match (rows, failure) {
+            (_, Some(f)) => return Err(f.into()),
+            (rows, None) => rows?,
+        };
+        decode(&compiled, rows)
+    }
+}
+
+/// What `p` may read: the whole workspace, or some APIs (namespaces); none: 403.
+fn scope_of(p: &Principal, family: Family) -> Result<Scope, SqlError> {
+    let prefix = match family {
+        Family::Verifications => "api.",
+        Family::Ratelimits => "ratelimit.",
+    };
+    let any = format!("{prefix}*.read_analytics");
+    let only = if p.holds(&any) {
+        None
+    } else {
+        let ids: Vec<String> = p
+            .permissions()
+            .filter_map(|perm| perm.strip_prefix(prefix)?.strip_suffix(".read_analytics"))
+            .filter(|id| !id.is_empty() && !id.contains('*') && !id.contains('.'))
+            .map(str::to_string)
+            .collect();
+        if ids.is_empty() {
+            return Err(RbacError::missing(&[&any]).into());
+        }
+        Some(ids)
+    };
+    Ok(Scope { workspace_id: p.workspace_id.clone(), only })
+}
+
+/// The rows (one JSON array text each) as values of their columns' types: the same JSON
+/// from both backends (floats to 15 significant digits, SQLite's precision).
+fn decode(c: &Compiled, rows: Vec<String>) -> Result<SqlAnswer, SqlError> {
+    let names: Arc<[String]> = c.columns.iter().map(|c| c.name.clone()).collect();
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let values: Vec<Value> = serde_json::from_str(&row).map_err(|e| {
+            SqlError::Rbac(RbacError::Storage(keygate_rbac::StorageError::Internal(format!("row: {e}"))))
+        })?;
+        let values = values.into_iter().zip(&c.columns).map(|(v, col)| normalize(v, col)).collect();
+        out.push(SqlRow { names: names.clone(), values });
+    }
+    Ok(out)
+}
+
+fn normalize(v: Value, c: &Column) -> Value {
+    match (c.ty, v) {
+        (_, Value::Null) => Value::Null,
+        (Ty::Float, Value::Number(n)) => n.as_f64().map_or(Value::Null, float),
+        (Ty::Int | Ty::Time | Ty::Bool, Value::Number(n)) => match n.as_i64() {
+            Some(i) => Value::from(i),
+            None => n.as_f64().map_or(Value::Null, float),
+        },
+        (Ty::Array, Value::String(s)) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+        (_, Value::Number(n)) => match n.as_i64() {
+            Some(i) => Value::from(i),
+            None => n.as_f64().map_or(Value::Null, float),
+        },
+        (_, v) => v,
+    }
+}
+
+/// A float to 15 significant digits.
+fn float(f: f64) -> Value {
+    if !f.is_finite() {
+        return Value::Null;
+    }
+    let rounded: f64 = format!("{f:.14e}").parse().unwrap_or(f);
+    serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number)
+}
