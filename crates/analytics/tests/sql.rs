@@ -26,6 +26,7 @@ const D40: i64 = 1_791_676_800_000;
 struct Fixture {
     _db: TestDb,
     svc: AnalyticsService<SqlStore>,
+    rbac: Arc<RbacService<SqlStore>>,
     admin: Principal,
     /// The two APIs' ids, the two namespaces', the identities'.
     api1: String,
@@ -106,8 +107,8 @@ fn fixture() -> Fixture {
             Ok(())
         })
         .expect("counts");
-    let svc = AnalyticsService::new(rbac, None);
-    Fixture { _db: db, svc, admin, api1, api2, email, sms, alice, bob, other_ws }
+    let svc = AnalyticsService::new(rbac.clone(), None);
+    Fixture { _db: db, svc, rbac, admin, api1, api2, email, sms, alice, bob, other_ws }
 }
 
 impl Fixture {
@@ -477,4 +478,198 @@ fn each_query_answers_its_rows() {
     }
     assert!(failures.is_empty(), "{} of {} queries:\n{}", failures.len(), ANSWERS.len(), failures.join("\n"));
     assert!(ANSWERS.len() >= 60, "the table holds {} queries", ANSWERS.len());
+}
+
+/// What a refused query answers: 400 invalid (`I`), 400 not supported (`N`), 400 too
+/// expensive (`X`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum No {
+    I,
+    N,
+    X,
+}
+
+/// (family, query, how it is refused, a word the message holds).
+const REFUSED: &[(Family, &str, No, &str)] = &[
+    (V, "SELECT * FROM keys", No::I, "unknown table keys"),
+    (V, "SELECT * FROM verification_counts", No::I, "unknown table verification_counts"),
+    (V, "WITH k AS (SELECT * FROM root_keys) SELECT * FROM k", No::I, "root_keys"),
+    (V, "SELECT * FROM (SELECT hash FROM keys) AS s", No::I, "unknown table keys"),
+    (V, "SELECT key_id FROM key_verifications_per_day_v1 UNION SELECT hash FROM keys", No::I, "keys"),
+    (
+        V,
+        "SELECT key_id FROM key_verifications_per_day_v1 WHERE key_id IN (SELECT id FROM workspaces)",
+        No::I,
+        "workspaces",
+    ),
+    (V, "SELECT * FROM main.keys", No::I, "qualified"),
+    (V, "SELECT * FROM default.key_verifications_per_day_v1", No::I, "qualified"),
+    (V, "SELECT * FROM sqlite_master", No::I, "sqlite_master"),
+    (V, "SELECT * FROM pg_catalog.pg_tables", No::I, "qualified"),
+    (V, "SELECT * FROM information_schema.tables", No::I, "qualified"),
+    (V, "SELECT * FROM system.tables", No::I, "qualified"),
+    (V, "SELECT * FROM numbers(10)", No::I, "table function"),
+    (V, "SELECT * FROM file('/etc/passwd')", No::I, "table function"),
+    (V, "SELECT * FROM url('http://example.com', CSV)", No::I, "table function"),
+    (V, "SELECT file('/etc/passwd')", No::I, "function file"),
+    (V, "SELECT sqlite_version()", No::I, "function sqlite_version"),
+    (V, "SELECT pg_read_file('/etc/passwd')", No::I, "function pg_read_file"),
+    (V, "SELECT load_extension('/tmp/x.so')", No::I, "function load_extension"),
+    (V, "SELECT pg_sleep(10)", No::I, "function pg_sleep"),
+    (V, "SELECT randomblob(1000000000)", No::I, "function randomblob"),
+    (V, "SELECT kg_deadline(1)", No::I, "function kg_deadline"),
+    (V, "SELECT current_setting('data_directory')", No::I, "function current_setting"),
+    (V, "SELECT count(*) FROM key_verifications_per_day_v1; DROP TABLE keys", No::I, "one statement"),
+    (V, "SELECT 1; SELECT 2", No::I, "one statement"),
+    (V, "DROP TABLE keys", No::I, "only a SELECT"),
+    (V, "DELETE FROM keys", No::I, "only a SELECT"),
+    (V, "INSERT INTO keys VALUES (1)", No::I, "only a SELECT"),
+    (V, "UPDATE keys SET hash = ''", No::I, "only a SELECT"),
+    (V, "ATTACH DATABASE '/tmp/x' AS x", No::I, ""),
+    (V, "PRAGMA table_info(keys)", No::I, ""),
+    (V, "SET statement_timeout = 0", No::I, "only a SELECT"),
+    (V, "SELECT * FROM key_verifications_per_day_v1 INTO OUTFILE '/tmp/x'", No::I, ""),
+    (V, "SELECT count() FROM key_verifications_per_day_v1 SETTINGS max_threads = 1", No::I, "SETTINGS"),
+    (V, "SELECT count() FROM key_verifications_per_day_v1 FORMAT JSON", No::I, ""),
+    (
+        V,
+        "SELECT count() FROM key_verifications_per_day_v1 /* ; DROP TABLE keys */ ; DROP TABLE keys",
+        No::I,
+        "one statement",
+    ),
+    (
+        V,
+        "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r) SELECT * FROM r",
+        No::I,
+        "RECURSIVE",
+    ),
+    (V, "SELECT CAST(count AS String) FROM key_verifications_per_day_v1", No::I, "CAST"),
+    (V, "SELECT nosuchcolumn FROM key_verifications_per_day_v1", No::I, "unknown column nosuchcolumn"),
+    (V, "SELECT count FROM key_verifications_per_day_v1 WHERE outcome = 1", No::I, "cannot be compared"),
+    (V, "SELECT tags = 'a' FROM key_verifications_per_day_v1", No::I, "has(tags"),
+    (V, "SELECT sum(outcome) FROM key_verifications_per_day_v1", No::I, "sum of a String"),
+    (V, "SELECT count() FROM key_verifications_per_day_v1 WHERE sum(count) > 1", No::I, "HAVING"),
+    (V, "SELECT count() FROM key_verifications_per_day_v1 WHERE time > 'yesterday'", No::I, "not a date"),
+    (V, "SELECT row_number() OVER () FROM key_verifications_per_day_v1", No::I, "OVER"),
+    (V, "SELECT quantile(0.5)(count) FROM key_verifications_per_day_v1", No::I, ""),
+    (V, "SELECT count() FROM key_verifications_per_day_v1 LIMIT (SELECT 1)", No::I, "LIMIT"),
+    (V, "SELECT time + INTERVAL 1 MONTH FROM key_verifications_per_day_v1", No::N, "constant time"),
+    (V, "SELECT * FROM key_verifications_v1", No::N, "key_verifications_per_minute_v1"),
+    (L, "SELECT * FROM ratelimits_v1", No::N, "ratelimits_per_minute_v1"),
+    (L, "SELECT identifier, sum(total) FROM ratelimits_per_day_v1 GROUP BY identifier", No::N, "identifier"),
+    (V, "SELECT * FROM ratelimits_per_day_v1", No::I, "analytics.getVerifications"),
+    (L, "SELECT * FROM key_verifications_per_day_v1", No::I, "analytics.getRatelimits"),
+    (V, "SELECT", No::I, "parse"),
+    (V, "SELEC 1", No::I, "parse"),
+    (V, "SELECT 'unterminated", No::I, "parse"),
+];
+
+#[test]
+fn each_refused_query_is_refused_for_what_it_is_and_changes_nothing() {
+    let f = fixture();
+    let mut failures = Vec::new();
+    for (family, query, want, word) in REFUSED {
+        let kind = match f.run(&f.admin, *family, query) {
+            Ok(rows) => {
+                failures.push(format!("{query}: answered {rows}"));
+                continue;
+            }
+            Err(SqlError::Invalid(m)) => (No::I, m),
+            Err(SqlError::NotSupported(m)) => (No::N, m),
+            Err(SqlError::TooExpensive(m)) => (No::X, m),
+            Err(e) => {
+                failures.push(format!("{query}: {e:?}"));
+                continue;
+            }
+        };
+        if kind.0 != *want || !kind.1.contains(word) {
+            failures.push(format!("{query}: {:?} {:?}, expected {want:?} naming {word:?}", kind.0, kind.1));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {}:\n{}", failures.len(), REFUSED.len(), failures.join("\n"));
+    // Nothing was dropped or written: the counts and the tables are all there.
+    let total = f.run(&f.admin, V, "SELECT sum(count) AS n FROM key_verifications_per_month_v1").unwrap();
+    assert_eq!(total, serde_json::json!([{"n": 128}]));
+    assert_eq!(f.svc_apis(), 2);
+}
+
+impl Fixture {
+    fn svc_apis(&self) -> usize {
+        self.rbac.list_apis(&self.admin).expect("apis").len()
+    }
+}
+
+#[test]
+fn a_root_key_scoped_to_some_apis_or_namespaces_reads_only_those() {
+    let f = fixture();
+    let ws = f.admin.workspace_id.clone();
+    let only_api1 = Principal::new("rk_api1".into(), ws.clone(), [format!("api.{}.read_analytics", f.api1)]);
+    let sum = |p: &Principal, q: &str| f.run(p, V, q).unwrap()[0]["n"].clone();
+    assert_eq!(sum(&only_api1, "SELECT sum(count) AS n FROM key_verifications_per_month_v1"), 120);
+    let sneaky =
+        "SELECT sum(count) AS n FROM key_verifications_per_day_v1 WHERE key_space_id = '$API2' OR 1 = 1";
+    assert_eq!(sum(&only_api1, sneaky), 120);
+    assert_eq!(
+        sum(&only_api1, "SELECT sum(count) AS n FROM key_verifications_per_day_v1 WHERE apiId = '$API2'"),
+        0
+    );
+    let union = "SELECT sum(n) AS n FROM (SELECT sum(count) AS n FROM key_verifications_per_minute_v1 UNION ALL \
+                 SELECT sum(count) FROM key_verifications_per_hour_v1 WHERE key_space_id != '$API1')";
+    assert_eq!(sum(&only_api1, union), 10);
+    // Both APIs, listed one by one: both.
+    let both = Principal::new(
+        "rk_both".into(),
+        ws.clone(),
+        [format!("api.{}.read_analytics", f.api1), format!("api.{}.read_analytics", f.api2)],
+    );
+    assert_eq!(sum(&both, "SELECT sum(count) AS n FROM key_verifications_per_month_v1"), 128);
+    // Rate limits by namespace.
+    let only_email =
+        Principal::new("rk_email".into(), ws.clone(), [format!("ratelimit.{}.read_analytics", f.email)]);
+    let rows = f
+        .run(&only_email, L, "SELECT namespace_name, sum(total) AS t FROM ratelimits_per_day_v1 GROUP BY 1")
+        .unwrap();
+    assert_eq!(rows, serde_json::json!([{"namespace_name": "email", "t": 65}]));
+    // No permission for the family: 403, whatever else the key holds.
+    for (p, family) in [(&only_api1, L), (&only_email, V)] {
+        match f.svc.query_sql(p, family, "SELECT 1") {
+            Err(SqlError::Rbac(e)) => {
+                assert_eq!(e.code(), keygate_domain::ErrorCode::InsufficientPermissions)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let _ = &f.sms;
+}
+
+#[test]
+fn answers_are_capped_at_ten_thousand_rows_and_long_queries_are_stopped() {
+    let f = fixture();
+    // 4 rows joined 7 times: 16,384 rows, capped whatever the LIMIT.
+    let join7 = "SELECT 1 AS x FROM key_verifications_per_minute_v1 a, key_verifications_per_minute_v1 b, \
+                 key_verifications_per_minute_v1 c, key_verifications_per_minute_v1 d, key_verifications_per_minute_v1 e, \
+                 key_verifications_per_minute_v1 f, key_verifications_per_minute_v1 g";
+    for suffix in ["", " LIMIT 10001", " LIMIT 100000"] {
+        let rows = f.run(&f.admin, V, &format!("{join7}{suffix}")).unwrap();
+        assert_eq!(rows.as_array().unwrap().len(), 10_000, "{suffix}");
+    }
+    assert_eq!(f.run(&f.admin, V, &format!("{join7} LIMIT 3")).unwrap().as_array().unwrap().len(), 3);
+    // 4^20 rows: stopped at its deadline.
+    let from: Vec<String> = (0..20).map(|i| format!("key_verifications_per_minute_v1 t{i}")).collect();
+    let forever = format!("SELECT count() AS n FROM {}", from.join(", "));
+    let started = std::time::Instant::now();
+    match f.run(&f.admin, V, &forever) {
+        Err(SqlError::TooExpensive(m)) => assert!(m.contains("5 s"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(30), "stopped only after {took:?}");
+    // The store works on after it (the connection is clean).
+    let total = f.run(&f.admin, V, "SELECT sum(count) AS n FROM key_verifications_per_month_v1").unwrap();
+    assert_eq!(total, serde_json::json!([{"n": 128}]));
+    // Too long, or nested too deep.
+    let long = format!("SELECT 1 AS x{}", " ".repeat(10_000));
+    assert!(matches!(f.run(&f.admin, V, &long), Err(SqlError::Rbac(_))));
+    let deep = format!("SELECT {}1{} AS x", "(".repeat(200), ")".repeat(200));
+    assert!(matches!(f.run(&f.admin, V, &deep), Err(SqlError::Invalid(_) | SqlError::TooExpensive(_))));
 }

@@ -184,3 +184,30 @@ fn float(f: f64) -> Value {
     let rounded: f64 = format!("{f:.14e}").parse().unwrap_or(f);
     serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workspace_runs_at_most_two_queries_at_once_and_others_are_not_counted() {
+        let slots = Slots::default();
+        let a = slots.take("ws_a").expect("first");
+        let b = slots.take("ws_a").expect("second");
+        assert!(slots.take("ws_a").is_none(), "a third waits for one to end");
+        let other = slots.take("ws_b").expect("another workspace is not held back");
+        drop(a);
+        let c = slots.take("ws_a").expect("a slot freed");
+        drop((b, c, other));
+        assert!(slots.0.lock().is_empty(), "no entry left behind");
+    }
+
+    #[test]
+    fn floats_keep_fifteen_significant_digits_and_whole_numbers_stay_whole() {
+        assert_eq!(float(0.1 + 0.2), serde_json::json!(0.3));
+        assert_eq!(float(2.75), serde_json::json!(2.75));
+        assert_eq!(float(f64::NAN), Value::Null);
+        let int = Column { name: "n".into(), ty: Ty::Int };
+        assert_eq!(normalize(serde_json::json!(3), &int), serde_json::json!(3));
+    }
+}
