@@ -24,6 +24,12 @@ fn needs(
         "/v2/apis.deleteApi" => (&["api.*.delete_api"][..], json!({"apiId": apis[1]})),
         "/v2/keygate.getVerifications" => (&["api.*.read_analytics"][..], json!({"apiId": apis[0]})),
         "/v2/keygate.getRatelimits" => (&["ratelimit.*.read_analytics"][..], json!({"namespace": "n"})),
+        "/v2/analytics.getVerifications" => {
+            (&["api.*.read_analytics"][..], json!({"query": "SELECT 1 AS x"}))
+        }
+        "/v2/analytics.getRatelimits" => {
+            (&["ratelimit.*.read_analytics"][..], json!({"query": "SELECT 1 AS x"}))
+        }
         "/v2/identities.createIdentity" => {
             (&["identity.*.create_identity"][..], json!({"externalId": "routes"}))
         }
@@ -179,13 +185,13 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 46, "every authenticated v2 route but the portal's was checked");
+    assert_eq!(checked, 48, "every authenticated v2 route but the portal's was checked");
 }
 
 #[test]
 fn unknown_v2_paths_are_not_supported_before_authentication() {
     let s = TestServer::start();
-    for path in ["/v2/analytics.getVerifications", "/v2/permissions.updateRole", "/v2", "/v2/nope"] {
+    for path in ["/v2/analytics.getGatewayRequests", "/v2/permissions.updateRole", "/v2", "/v2/nope"] {
         let r = s.post_raw(path, None, "x");
         let detail = r.assert_problem(404, "keygate/application/not_supported");
         assert!(detail.contains(path), "{detail}");

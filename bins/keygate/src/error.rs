@@ -142,7 +142,8 @@ impl From<SqlError> for ApiError {
             SqlError::TooExpensive(_) => (ErrorCode::BadRequest, problems::QUERY_TOO_EXPENSIVE),
             SqlError::Busy(_) => (ErrorCode::TooManyRequests, problems::TOO_MANY_QUERIES),
         };
-        Self::new(code, e.to_string()).with_problem(problem).at_field("query")
+        let e = Self::new(code, e.to_string()).with_problem(problem);
+        if code == ErrorCode::BadRequest { e.at_field("query") } else { e }
     }
 }
 

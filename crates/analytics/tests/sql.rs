@@ -673,3 +673,24 @@ fn answers_are_capped_at_ten_thousand_rows_and_long_queries_are_stopped() {
     let deep = format!("SELECT {}1{} AS x", "(".repeat(200), ")".repeat(200));
     assert!(matches!(f.run(&f.admin, V, &deep), Err(SqlError::Invalid(_) | SqlError::TooExpensive(_))));
 }
+
+#[test]
+fn every_example_of_the_docs_runs_on_both_backends() {
+    let f = fixture();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/analytics-sql.md"))
+        .expect("doc");
+    let examples = doc.split("## Examples").nth(1).expect("examples").split("\n## ").next().expect("section");
+    let queries: Vec<&str> = examples
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('`') && l.ends_with('`'))
+        .map(|l| l.trim_matches('`'))
+        .collect();
+    assert_eq!(queries.len(), 15, "{queries:#?}");
+    for q in queries {
+        let family = if q.contains("ratelimits_") { L } else { V };
+        if let Err(e) = f.run(&f.admin, family, q) {
+            panic!("{q}: {e:?}");
+        }
+    }
+}

@@ -289,4 +289,21 @@ while (seen := unkey.keys.get_key(key_id=used.key_id).data.last_used_at) is None
     time.sleep(0.25)
 assert 0 < seen <= time.time() * 1000, seen
 
+# Analytics in SQL (API-v2.md §18): rows as the query names them; a refused query is a typed
+# 400 naming what it refused.
+rows = unkey.analytics.get_verifications(
+    query="SELECT outcome, sum(count) AS n FROM key_verifications_per_day_v1 GROUP BY outcome ORDER BY outcome"
+).data
+assert isinstance(rows, list) and all(list(r) == ["outcome", "n"] for r in rows), rows
+assert any(r["outcome"] == "VALID" and r["n"] >= 1 for r in rows), rows
+limits = unkey.analytics.get_ratelimits(
+    query="SELECT namespace_name, sum(total) AS t FROM ratelimits_per_day_v1 GROUP BY namespace_name"
+).data
+assert isinstance(limits, list), limits
+e = rejects(unkey.analytics.get_verifications, errors.BadRequestErrorResponse, "invalid_analytics_query",
+            query="SELECT * FROM keys")
+assert "keys" in e.data.error.detail, e.data.error.detail
+rejects(unkey.analytics.get_verifications, errors.BadRequestErrorResponse, "not_supported",
+        query="SELECT count() FROM key_verifications_v1")
+
 print("v2 Python SDK: ok")

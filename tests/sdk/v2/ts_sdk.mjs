@@ -252,4 +252,13 @@ const overrides = new Overrides({ rootKey, baseUrl: serverURL });
 await overrides.setOverride({ namespace: `${run}-rl`, identifier: "vip", limit: 10, duration: 60000 });
 assert.equal((await overrides.getOverride({ namespace: `${run}-rl`, identifier: "vip" })).data.limit, 10);
 
+// Analytics in SQL (API-v2.md §18): rows as the query names them; a refused query is a typed 400.
+const sqlRows = await unkey.analytics.getVerifications({
+  query: "SELECT outcome, sum(count) AS n FROM key_verifications_per_day_v1 GROUP BY outcome ORDER BY outcome",
+});
+assert.ok(Array.isArray(sqlRows.data) && sqlRows.data.every((r) => show(Object.keys(r)) === show(["outcome", "n"])), show(sqlRows));
+const sqlLimits = await unkey.analytics.getRatelimits({ query: "SELECT namespace_name, sum(total) AS t FROM ratelimits_per_day_v1 GROUP BY 1" });
+assert.ok(Array.isArray(sqlLimits.data), show(sqlLimits));
+await rejects(unkey.analytics.getVerifications({ query: "SELECT * FROM keys" }), errors.BadRequestErrorResponse, "invalid_analytics_query");
+
 console.log("v2 TypeScript SDKs: ok");
