@@ -4,14 +4,8 @@
 //! floating point, a zero divisor gives NULL, `LIKE` case-sensitive, booleans as 0/1).
 
 use super::query::Tr;
-use super::{Dialect, Param, SqlError, Ty, at};
+use super::{Dialect, Param, R, SqlError, Ty, at, invalid};
 use sqlparser::ast::{CeilFloorKind, DateTimeField, Expr, Ident, InTarget, Spanned, UnaryOperator, Value};
-
-type R<T> = Result<T, SqlError>;
-
-fn invalid<T>(m: impl Into<String>) -> R<T> {
-    Err(SqlError::Invalid(m.into()))
-}
 
 /// A translated expression: its value (SQL text, or a constant not yet bound), its type,
 /// and whether it holds an aggregate.

@@ -6,12 +6,10 @@
 use super::expr::{E, K};
 use super::query::Tr;
 use super::tables::{floor_calendar, floor_width};
-use super::{Dialect, Param, SqlError, Ty, at};
+use super::{Dialect, Param, R, SqlError, Ty, at, invalid};
 use sqlparser::ast::{
     DuplicateTreatment, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Spanned,
 };
-
-type R<T> = Result<T, SqlError>;
 
 const DAY: i64 = 86_400_000;
 
@@ -385,10 +383,6 @@ impl Tr<'_> {
         };
         Ok(E::sql(out, Ty::Float).with_agg(x.agg))
     }
-}
-
-fn invalid<T>(m: impl Into<String>) -> R<T> {
-    Err(SqlError::Invalid(m.into()))
 }
 
 /// `YYYY-MM-DD`, `YYYY-MM-DD hh:mm:ss` or `YYYY-MM-DDThh:mm:ss[Z]` (UTC) as Unix ms.

@@ -223,6 +223,13 @@ impl Binds {
     }
 }
 
+type R<T> = Result<T, SqlError>;
+
+/// A query keygate does not accept, saying why.
+fn invalid<T>(m: impl Into<String>) -> R<T> {
+    Err(SqlError::Invalid(m.into()))
+}
+
 /// `what` at `line:column` of the query (1-based, as the parser counts).
 fn at(what: impl std::fmt::Display, span: sqlparser::tokenizer::Span) -> String {
     if span.start.line == 0 {

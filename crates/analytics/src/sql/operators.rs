@@ -4,14 +4,8 @@
 
 use super::expr::{E, K};
 use super::query::Tr;
-use super::{Dialect, SqlError, Ty, at};
+use super::{Dialect, R, SqlError, Ty, at, invalid};
 use sqlparser::ast::{BinaryOperator, DateTimeField, Expr, Spanned, Value};
-
-type R<T> = Result<T, SqlError>;
-
-fn invalid<T>(m: impl Into<String>) -> R<T> {
-    Err(SqlError::Invalid(m.into()))
-}
 
 impl Tr<'_> {
     pub(super) fn binary(&mut self, l: E, op: &BinaryOperator, r: E, e: &Expr) -> R<E> {

@@ -3,19 +3,15 @@
 //! `c0`, `c1`… (the caller's names are kept beside, for the answer).
 
 use super::expr::E;
-use super::{Binds, Column, Compiled, Dialect, Family, MAX_DEPTH, MAX_ROWS, Scope, SqlError, Ty, at};
+use super::{
+    Binds, Column, Compiled, Dialect, Family, MAX_DEPTH, MAX_ROWS, R, Scope, SqlError, Ty, at, invalid,
+};
 use sqlparser::ast::{
     LimitClause, ObjectName, ObjectNamePart, OrderBy, OrderByKind, OrderBySort, Query, SetExpr, SetOperator,
     SetQuantifier, Spanned, Statement,
 };
 use sqlparser::dialect::ClickHouseDialect;
 use sqlparser::parser::Parser;
-
-type R<T> = Result<T, SqlError>;
-
-fn invalid<T>(m: impl Into<String>) -> R<T> {
-    Err(SqlError::Invalid(m.into()))
-}
 
 /// A relation's columns.
 #[derive(Debug, Clone, Default)]

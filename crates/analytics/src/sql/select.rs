@@ -4,17 +4,11 @@
 use super::expr::E;
 use super::query::{Alias, Col, Frame, Rel, Source, Tr, direction, order_items, single_name};
 use super::tables::{self, Grain};
-use super::{Dialect, SqlError, at};
+use super::{Dialect, R, at, invalid};
 use sqlparser::ast::{
     Distinct, GroupByExpr, Join, JoinConstraint, JoinOperator, OrderBy, Select, SelectFlavor, SelectItem,
     SelectItemQualifiedWildcardKind, Spanned, TableFactor, TableWithJoins,
 };
-
-type R<T> = Result<T, SqlError>;
-
-fn invalid<T>(m: impl Into<String>) -> R<T> {
-    Err(SqlError::Invalid(m.into()))
-}
 
 impl Tr<'_> {
     /// One `SELECT`, with its query's `ORDER BY` (which sees its names).
