@@ -694,3 +694,66 @@ fn every_example_of_the_docs_runs_on_both_backends() {
         }
     }
 }
+
+#[test]
+fn every_table_reads_only_the_caller_s_workspace_however_it_is_asked() {
+    let f = fixture();
+    let ws = f.admin.workspace_id.clone();
+    let tables = [
+        (V, "key_verifications_per_minute_v1"),
+        (V, "key_verifications_per_hour_v1"),
+        (V, "key_verifications_per_day_v1"),
+        (V, "key_verifications_per_month_v1"),
+        (L, "ratelimits_per_minute_v1"),
+        (L, "ratelimits_per_hour_v1"),
+        (L, "ratelimits_per_day_v1"),
+        (L, "ratelimits_per_month_v1"),
+    ];
+    for (family, t) in tables {
+        let n = |q: String| -> Value {
+            match f.run(&f.admin, family, &q) {
+                Ok(rows) => rows[0]["n"].clone(),
+                Err(e) => panic!("{q}: {e:?}"),
+            }
+        };
+        let all = n(format!("SELECT count() AS n FROM {t}"));
+        assert!(all.as_i64().unwrap() > 0, "{t} has rows of the caller");
+        for narrowing in [
+            "WHERE workspace_id = '$OTHER'",
+            "WHERE workspace_id != '$WS'",
+            "WHERE workspace_id = '' /* ' OR 1=1 -- */ OR workspace_id = '$OTHER' -- '",
+            "WHERE workspace_id IN (SELECT '$OTHER')",
+        ] {
+            assert_eq!(
+                n(format!("SELECT count() AS n FROM {t} {narrowing}").replace("$WS", &ws)),
+                0,
+                "{t} {narrowing}"
+            );
+        }
+        for widening in ["WHERE workspace_id = '$OTHER' OR 1=1", "WHERE 1=1 OR workspace_id LIKE '%'", ""] {
+            assert_eq!(n(format!("SELECT count() AS n FROM {t} {widening}")), all, "{t} {widening}");
+        }
+        let distinct = f.run(&f.admin, family, &format!("SELECT DISTINCT workspace_id FROM {t}")).unwrap();
+        assert_eq!(distinct, serde_json::json!([{"workspace_id": ws}]), "{t}");
+        let unioned = format!(
+            "SELECT n FROM (SELECT count() AS n FROM {t} UNION ALL SELECT count() FROM {t} WHERE workspace_id = '$OTHER') ORDER BY n DESC LIMIT 1"
+        );
+        assert_eq!(n(unioned), all, "{t}");
+        for refused in [
+            format!("WITH x AS (SELECT * FROM keys) SELECT * FROM {t}, x"),
+            format!("SELECT * FROM {t} WHERE workspace_id IN (SELECT id FROM workspaces)"),
+            format!("SELECT workspace_id FROM {t} UNION SELECT id FROM workspaces"),
+            format!("SELECT workspace_id FROM {t} UNION ALL SELECT hash FROM keys"),
+            format!("SELECT * FROM {t} JOIN root_keys r ON r.workspace_id = workspace_id"),
+            format!("SELECT file('/etc/passwd') FROM {t}"),
+            format!("SELECT load_extension('x') FROM {t}"),
+            format!("SELECT 1 FROM {t}; SELECT 1 FROM {t}"),
+            format!("SELECT * FROM {t} WHERE '1' = '1'; DELETE FROM keys"),
+        ] {
+            match f.run(&f.admin, family, &refused) {
+                Err(SqlError::Invalid(_)) => {}
+                other => panic!("{refused}: {other:?}"),
+            }
+        }
+    }
+}
