@@ -178,7 +178,7 @@ pub trait AnalyticsStore: RbacStore {
 /// Analytics in SQL (API-v2.md §18): runs a statement [`crate::sql`] compiled.
 pub trait SqlQueryTx {
     /// The rows of `q`, each one JSON array text; stopped at `deadline`
-    /// ([`SqlRunError::TooExpensive`]).
+    /// ([`crate::sql::SqlRunError::TooExpensive`]).
     fn run_analytics_sql(
         &mut self,
         q: &crate::sql::Compiled,

@@ -11,13 +11,13 @@
 //! caller's APIs or namespaces), and every name the query chose (aliases, CTEs) is replaced
 //! by a generated one. Times are Unix milliseconds throughout, as Unkey answers them.
 //!
-//! - [`tables`]: the public tables and their scoped subqueries.
-//! - [`query`]: statements, `WITH`, set operations, `ORDER BY` and `LIMIT`.
-//! - [`select`]: one `SELECT`: `FROM` and joins, projection, `WHERE`, `GROUP BY`, `HAVING`.
-//! - [`expr`]: expressions, names and literals, with their types.
-//! - [`operators`]: operators, `INTERVAL`s and `LIKE` patterns.
-//! - [`functions`]: the allowed functions, each written for both backends.
-//! - [`run`]: the service's entry point (permissions, per-workspace concurrency, the run,
+//! - `tables`: the public tables and their scoped subqueries.
+//! - `query`: statements, `WITH`, set operations, `ORDER BY` and `LIMIT`.
+//! - `select`: one `SELECT`: `FROM` and joins, projection, `WHERE`, `GROUP BY`, `HAVING`.
+//! - `expr`: expressions, names and literals, with their types.
+//! - `operators`: operators, `INTERVAL`s and `LIKE` patterns.
+//! - `functions`: the allowed functions, each written for both backends.
+//! - `run`: the service's entry point (permissions, per-workspace concurrency, the run,
 //!   the rows as JSON).
 
 mod expr;
