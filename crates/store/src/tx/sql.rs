@@ -4,7 +4,7 @@
 //! `kg_deadline` function the statement calls per row it reads or joins.
 
 use super::*;
-use diesel::sql_types::{BigInt, Double, Integer};
+use diesel::sql_types::{BigInt, Double};
 use keygate_analytics::sql::{Compiled, DEADLINE_MARKER, Param, SqlRunError};
 use keygate_analytics::store::SqlQueryTx;
 use std::time::Instant;
@@ -46,7 +46,7 @@ fn failed(e: DieselError) -> SqlRunError {
 #[cfg(feature = "sqlite")]
 diesel::define_sql_function! {
     /// Raises an error once the running analytics query is past its deadline (SQLite).
-    fn kg_deadline(x: Integer) -> Integer;
+    fn kg_deadline(x: diesel::sql_types::Integer) -> diesel::sql_types::Integer;
 }
 
 /// `kg_deadline`'s answer: 1, or (past the deadline) an error that stops the statement.
@@ -55,7 +55,7 @@ diesel::define_sql_function! {
 struct Tick(bool);
 
 #[cfg(feature = "sqlite")]
-impl diesel::serialize::ToSql<Integer, diesel::sqlite::Sqlite> for Tick {
+impl diesel::serialize::ToSql<diesel::sql_types::Integer, diesel::sqlite::Sqlite> for Tick {
     fn to_sql<'b>(
         &'b self,
         out: &mut diesel::serialize::Output<'b, '_, diesel::sqlite::Sqlite>,
