@@ -159,6 +159,19 @@ impl Metrics {
             return Self { handle: None, routes: HashMap::new(), decisions: Default::default(), store };
         }
         let handle = Some(recorder().clone());
+        // The counters of rare events exist from the start, at 0: `rate()` and `increase()`
+        // see their first event, and every metric the dashboard and the alerts read
+        // (deploy/) is in the first scrape.
+        for store in ["database", "redis"] {
+            metrics::counter!("keygate_store_errors_total", "store" => store).increment(0);
+        }
+        metrics::counter!("keygate_store_outages_total", "store" => "redis").increment(0);
+        metrics::counter!("keygate_analytics_dropped_total").increment(0);
+        metrics::counter!("keygate_credit_commits_total").increment(0);
+        metrics::counter!("keygate_credit_writebehind_total").increment(0);
+        for event in ["created", "exchanged", "revoked", "refused"] {
+            metrics::counter!("keygate_portal_sessions_total", "event" => event).increment(0);
+        }
         let routes =
             routes.iter().copied().chain([UNMATCHED]).map(|route| (route, RouteMetrics::default())).collect();
         Self { handle, routes, decisions: Default::default(), store }
