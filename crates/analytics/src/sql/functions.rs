@@ -152,7 +152,7 @@ impl Tr<'_> {
             }
             "today" => {
                 arity(0)?;
-                E { k: K::Time(self.now - self.now.rem_euclid(DAY)), ty: Ty::Time, agg: false }
+                E { k: K::Time(floor_to(self.now, DAY).unwrap_or(self.now)), ty: Ty::Time, agg: false }
             }
             "todate" | "todatetime" => {
                 arity(1)?;
@@ -163,14 +163,14 @@ impl Tr<'_> {
                         SqlError::Invalid(at(format!("{name}: '{s}' is not a date or date-time"), e.span()))
                     })?;
                     return Ok(E {
-                        k: K::Time(if day { t - t.rem_euclid(DAY) } else { t }),
+                        k: K::Time(if day { floor_to(t, DAY).ok_or_else(|| out_of_range(e))? } else { t }),
                         ty: Ty::Time,
                         agg: false,
                     });
                 }
                 if let K::Time(t) = x.k {
                     return Ok(E {
-                        k: K::Time(if day { t - t.rem_euclid(DAY) } else { t }),
+                        k: K::Time(if day { floor_to(t, DAY).ok_or_else(|| out_of_range(e))? } else { t }),
                         ty: Ty::Time,
                         agg: false,
                     });
@@ -385,6 +385,15 @@ impl Tr<'_> {
     }
 }
 
+/// `t` floored to a multiple of `w` (None: out of range).
+fn floor_to(t: i64, w: i64) -> Option<i64> {
+    t.checked_sub(t.rem_euclid(w))
+}
+
+fn out_of_range(e: &Expr) -> SqlError {
+    SqlError::Invalid(at("the time is out of range", e.span()))
+}
+
 /// `YYYY-MM-DD`, `YYYY-MM-DD hh:mm:ss` or `YYYY-MM-DDThh:mm:ss[Z]` (UTC) as Unix ms.
 pub(super) fn parse_time(s: &str) -> Option<i64> {
     let s = s.trim().trim_end_matches('Z');
@@ -401,20 +410,19 @@ pub(super) fn parse_time(s: &str) -> Option<i64> {
 /// last, as ClickHouse does).
 pub(super) fn shift(t: i64, ms: i64, months: i32) -> Option<i64> {
     let z = jiff::Timestamp::from_millisecond(t).ok()?.to_zoned(jiff::tz::TimeZone::UTC);
-    let z = z.checked_add(jiff::Span::new().months(months)).ok()?;
+    let z = z.checked_add(jiff::Span::new().try_months(months).ok()?).ok()?;
     z.timestamp().as_millisecond().checked_add(ms)
 }
 
 /// The start of `t`'s minute, hour, day, week (Sunday), month or year (UTC).
 fn start_of(t: i64, f: &str) -> Option<i64> {
-    let floor = |w: i64| t - t.rem_euclid(w);
     Some(match f {
-        "tostartofminute" => floor(60_000),
-        "tostartofhour" => floor(3_600_000),
-        "tostartofday" => floor(DAY),
+        "tostartofminute" => floor_to(t, 60_000)?,
+        "tostartofhour" => floor_to(t, 3_600_000)?,
+        "tostartofday" => floor_to(t, DAY)?,
         "tostartofweek" => {
             let d = t.div_euclid(DAY);
-            (d - (d + 4).rem_euclid(7)) * DAY
+            (d - (d + 4).rem_euclid(7)).checked_mul(DAY)?
         }
         _ => {
             let z = jiff::Timestamp::from_millisecond(t).ok()?.to_zoned(jiff::tz::TimeZone::UTC);

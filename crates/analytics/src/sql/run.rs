@@ -180,8 +180,9 @@ fn decode(c: &Compiled, rows: Vec<String>) -> Result<SqlAnswer, SqlError> {
     let names: Arc<[String]> = c.columns.iter().map(|c| c.name.clone()).collect();
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
+        // A value JSON cannot carry (an infinite float, on SQLite) refuses the answer.
         let values: Vec<Value> = serde_json::from_str(&row).map_err(|e| {
-            SqlError::Rbac(RbacError::Storage(keygate_rbac::StorageError::Internal(format!("row: {e}"))))
+            SqlError::Invalid(format!("the query's result holds a value JSON cannot carry: {e}"))
         })?;
         let values = values.into_iter().zip(&c.columns).map(|(v, col)| normalize(v, col)).collect();
         out.push(SqlRow { names: names.clone(), values });
