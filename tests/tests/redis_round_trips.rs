@@ -2,9 +2,10 @@
 //! `MONITOR` on a private server (or a private three-node cluster) that nothing else talks
 //! to shows every command a client sends (those a script runs inside Redis are marked and
 //! left out), less the server's own background traffic: the credits' write-behind sweep of
-//! every shard's dirty set (once a second, whichever requests ran) by name, the rest (a
-//! cluster client's checks) by its rate over quiet spells of the same server just before
-//! and after.
+//! every shard's dirty set (once a second, whichever requests ran) by name, the handshake of
+//! a connection the pool opens when a background task and a request want one at the same
+//! moment (once per connection, not per request), the rest (a cluster client's checks) by
+//! its rate over quiet spells of the same server just before and after.
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::{Proc, TestDb, free_port, wait_for_port};
@@ -59,6 +60,9 @@ impl Monitor {
                 conn.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
                 let (seen, stop) = (seen.clone(), stop.clone());
                 std::thread::spawn(move || {
+                    // The clients (connections) that have sent a command other than a
+                    // handshake's.
+                    let mut working = std::collections::HashSet::new();
                     while !stop.load(Ordering::Relaxed) {
                         let Ok(redis::Value::SimpleString(line)) = conn.recv_response() else { continue };
                         // `1700000000.123456 [0 127.0.0.1:50000] "evalsha" ...`; `[0 lua]` inside scripts.
@@ -79,6 +83,14 @@ impl Monitor {
                             let sha = words.next().unwrap_or("");
                             name = format!("evalsha {}", sha.get(..8).unwrap_or(sha));
                         }
+                        // A new connection's handshake: what it sends before its first
+                        // command of work (a cluster client: `PING`s to each node and
+                        // `CLUSTER SLOTS`). A `PING` on a connection that has worked counts.
+                        if HANDSHAKE.contains(&name.as_str()) && !working.contains(client) {
+                            name = format!("handshake {name}");
+                        } else {
+                            working.insert(client.to_string());
+                        }
                         seen.lock().unwrap().push((time.parse().unwrap_or(0.0), name));
                     }
                 })
@@ -87,13 +99,15 @@ impl Monitor {
         Self { seen, stop, threads }
     }
 
-    /// The commands seen between `from` and `to`, by name.
-    fn between(&self, from: f64, to: f64) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
+    /// The commands seen between `from` and `to`, by name: those of work, and the
+    /// handshakes of new connections.
+    fn between(&self, from: f64, to: f64) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+        let (mut work, mut handshakes) = (BTreeMap::new(), BTreeMap::new());
         for (_, name) in self.seen.lock().unwrap().iter().filter(|(t, _)| (from..to).contains(t)) {
-            *out.entry(name.clone()).or_default() += 1;
+            let into = if name.starts_with("handshake ") { &mut handshakes } else { &mut work };
+            *into.entry(name.clone()).or_default() += 1;
         }
-        out
+        (work, handshakes)
     }
 }
 
@@ -105,6 +119,10 @@ impl Drop for Monitor {
         }
     }
 }
+
+/// What a new connection sends before its first command of work (redis-rs: a `PING`; a
+/// cluster connection's `PING`s to each node and its `CLUSTER SLOTS`).
+const HANDSHAKE: [&str; 4] = ["ping", "cluster", "hello", "client"];
 
 /// Now, as Unix seconds (the clock the nodes' `MONITOR` lines use: the same machine).
 fn now() -> f64 {
@@ -141,15 +159,16 @@ fn round_trips_per_verification(
     std::thread::sleep(Duration::from_millis(300));
     // The rest of the background (a cluster client's checks) comes in bursts: its rate is
     // the higher of the quiet seconds before and after the verifications.
-    let (before_bg, after_bg) = (monitor.between(quiet, started), monitor.between(ended, after));
-    let sent = monitor.between(started, ended);
+    let (before_bg, after_bg) = (monitor.between(quiet, started).0, monitor.between(ended, after).0);
+    let (sent, handshakes) = monitor.between(started, ended);
     let rate = |bg: &BTreeMap<String, u64>, secs: f64| bg.values().sum::<u64>() as f64 / secs;
     let rate = rate(&before_bg, started - quiet).max(rate(&after_bg, after - ended));
     let per = (sent.values().sum::<u64>() as f64 - rate * (ended - started)) / f64::from(N);
     (
         per,
         format!(
-            "{sent:?} in {N} verifications; background {before_bg:?} before, {after_bg:?} after, 2 s each"
+            "{sent:?} in {N} verifications (and new connections' {handshakes:?}); background \
+             {before_bg:?} before, {after_bg:?} after, 2 s each"
         ),
     )
 }
