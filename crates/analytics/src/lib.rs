@@ -67,6 +67,14 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         }
     }
 
+    /// At most `capacity` SQL analytics queries of all workspaces at once (default
+    /// [`sql::DEFAULT_MAX_CONCURRENT`]): each holds a database connection while it runs, so
+    /// a server gives them at most part of its pool.
+    pub fn with_sql_capacity(mut self, capacity: usize) -> Self {
+        self.sql_slots = sql::run::Slots::new(capacity);
+        self
+    }
+
     /// The recorder of verifications, when analytics are on.
     pub fn recorder(&self) -> Option<&Arc<Recorder>> {
         self.recorder.as_ref()

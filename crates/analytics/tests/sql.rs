@@ -107,7 +107,7 @@ fn fixture() -> Fixture {
             Ok(())
         })
         .expect("counts");
-    let svc = AnalyticsService::new(rbac.clone(), None);
+    let svc = AnalyticsService::new(rbac.clone(), None).with_sql_capacity(2);
     Fixture { _db: db, svc, rbac, admin, api1, api2, email, sms, alice, bob, other_ws }
 }
 
@@ -662,13 +662,38 @@ fn answers_are_capped_at_ten_thousand_rows_and_long_queries_are_stopped() {
     // 4^20 rows: stopped at its deadline.
     let from: Vec<String> = (0..20).map(|i| format!("key_verifications_per_minute_v1 t{i}")).collect();
     let forever = format!("SELECT count() AS n FROM {}", from.join(", "));
+    // Two at once (the most of one workspace, and the capacity of this service): while
+    // they run, a third of the workspace, and one of another workspace, answer busy.
+    let other = Principal::new(f.admin.root_key_id.clone(), f.other_ws.clone(), ["*".to_string()]);
     let started = std::time::Instant::now();
-    match f.run(&f.admin, V, &forever) {
-        Err(SqlError::TooExpensive(m)) => assert!(m.contains("5 s"), "{m}"),
-        other => panic!("{other:?}"),
-    }
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..2).map(|_| s.spawn(|| f.run(&f.admin, V, &forever))).collect();
+        // They take their slots within milliseconds and hold them for 5 s (a probe sent
+        // before that could take one and leave one of them busy instead).
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
+        let quick = "SELECT 1 AS x";
+        let busy = match f.run(&f.admin, V, quick) {
+            Err(SqlError::Busy(m)) => m,
+            other => panic!("a third query of the workspace: {other:?}"),
+        };
+        assert!(busy.contains("this workspace already runs 2"), "{busy}");
+        match f.run(&other, V, quick) {
+            Err(SqlError::Busy(m)) => {
+                assert!(m.contains("already runs 2 analytics queries, its most"), "{m}")
+            }
+            other => panic!("another workspace past the capacity: {other:?}"),
+        }
+        for run in runs {
+            match run.join().expect("no panic") {
+                Err(SqlError::TooExpensive(m)) => assert!(m.contains("5 s"), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    });
     let took = started.elapsed();
     assert!(took < std::time::Duration::from_secs(30), "stopped only after {took:?}");
+    // Their slots are free again: another workspace runs.
+    assert_eq!(f.run(&other, V, "SELECT 1 AS x").unwrap(), serde_json::json!([{"x": 1}]));
     // The store works on after it (the connection is clean).
     let total = f.run(&f.admin, V, "SELECT sum(count) AS n FROM key_verifications_per_month_v1").unwrap();
     assert_eq!(total, serde_json::json!([{"n": 128}]));

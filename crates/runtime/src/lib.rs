@@ -159,7 +159,9 @@ impl Runtime {
         // With Redis, credit counters live there, written behind to the database.
         let shared_credits = redis.clone().map(|r| r as Arc<dyn SharedCredits>);
         let (rbac, usage) = UsageService::wire(rbac, limiter.clone(), shared_credits);
-        let analytics = AnalyticsService::new(rbac.clone(), settings.analytics.map(|a| a.max_series));
+        // SQL analytics queries hold a pooled connection each for up to 5 s: half the pool.
+        let analytics = AnalyticsService::new(rbac.clone(), settings.analytics.map(|a| a.max_series))
+            .with_sql_capacity(settings.pool.max_size as usize / 2);
         let portal = PortalService::new(rbac.clone(), &settings.public_url);
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {

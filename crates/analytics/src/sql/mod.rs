@@ -43,6 +43,10 @@ pub const MAX_ROWS: i64 = 10_000;
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// Queries of one workspace running at once; one more answers 429.
 pub const MAX_CONCURRENT_PER_WORKSPACE: usize = 2;
+/// Queries of all workspaces running at once unless the service is told otherwise
+/// ([`crate::AnalyticsService::with_sql_capacity`]): half the default database pool, so
+/// that the other half serves what needs the database while queries hold theirs.
+pub const DEFAULT_MAX_CONCURRENT: usize = 4;
 /// The deepest nesting of expressions and subqueries.
 const MAX_DEPTH: usize = 48;
 /// The parser's own recursion limit (below its default, well above any real query).
@@ -146,7 +150,8 @@ pub enum SqlError {
     /// Stopped by a bound (400 `keygate/analytics/query_too_expensive`).
     #[error("{0}")]
     TooExpensive(String),
-    /// The workspace already runs [`MAX_CONCURRENT_PER_WORKSPACE`] queries (429).
+    /// The workspace already runs [`MAX_CONCURRENT_PER_WORKSPACE`] queries, or the
+    /// service its capacity of all workspaces' (429).
     #[error("{0}")]
     Busy(String),
     #[error(transparent)]

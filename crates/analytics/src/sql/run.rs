@@ -1,6 +1,7 @@
 //! The service's entry point: who may read what, at most
-//! [`MAX_CONCURRENT_PER_WORKSPACE`] queries of a workspace at once, the run with its
-//! deadline, and the rows as JSON objects in the query's column order.
+//! [`MAX_CONCURRENT_PER_WORKSPACE`] queries of a workspace at once (and the service's
+//! capacity of all workspaces'), the run with its deadline, and the rows as JSON objects in
+//! the query's column order.
 
 use super::{
     Column, Compiled, Dialect, Family, MAX_CONCURRENT_PER_WORKSPACE, MAX_QUERY_CHARS, Scope, SqlError,
@@ -47,9 +48,19 @@ impl Serialize for SqlRow {
 /// The rows of a query.
 pub type SqlAnswer = Vec<SqlRow>;
 
-/// The running queries per workspace.
-#[derive(Debug, Default)]
-pub(crate) struct Slots(parking_lot::Mutex<HashMap<String, usize>>);
+/// The running queries: per workspace, and in all (each holds a database connection for
+/// up to [`TIMEOUT`], so many workspaces at once must not hold the whole pool).
+#[derive(Debug)]
+pub(crate) struct Slots {
+    running: parking_lot::Mutex<(HashMap<String, usize>, usize)>,
+    capacity: usize,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self::new(super::DEFAULT_MAX_CONCURRENT)
+    }
+}
 
 struct Slot<'a> {
     slots: &'a Slots,
@@ -57,24 +68,42 @@ struct Slot<'a> {
 }
 
 impl Slots {
-    fn take(&self, workspace: &str) -> Option<Slot<'_>> {
-        let mut m = self.0.lock();
-        let n = m.entry(workspace.to_string()).or_insert(0);
-        if *n >= MAX_CONCURRENT_PER_WORKSPACE {
-            return None;
+    /// At most `capacity` queries at once in all (at least one).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self { running: Default::default(), capacity: capacity.max(1) }
+    }
+
+    /// A slot for one query of `workspace`, or why there is none.
+    fn take(&self, workspace: &str) -> Result<Slot<'_>, SqlError> {
+        let mut guard = self.running.lock();
+        let (per_workspace, total) = &mut *guard;
+        let n = per_workspace.get(workspace).copied().unwrap_or(0);
+        if n >= MAX_CONCURRENT_PER_WORKSPACE {
+            return Err(SqlError::Busy(format!(
+                "this workspace already runs {MAX_CONCURRENT_PER_WORKSPACE} analytics queries: retry when one ends"
+            )));
         }
-        *n += 1;
-        Some(Slot { slots: self, workspace: workspace.to_string() })
+        if *total >= self.capacity {
+            return Err(SqlError::Busy(format!(
+                "keygate already runs {} analytics queries, its most at once: retry shortly",
+                self.capacity
+            )));
+        }
+        *per_workspace.entry(workspace.to_string()).or_insert(0) += 1;
+        *total += 1;
+        Ok(Slot { slots: self, workspace: workspace.to_string() })
     }
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut m = self.slots.0.lock();
-        if let Some(n) = m.get_mut(&self.workspace) {
+        let mut guard = self.slots.running.lock();
+        let (per_workspace, total) = &mut *guard;
+        if let Some(n) = per_workspace.get_mut(&self.workspace) {
             *n -= 1;
+            *total -= 1;
             if *n == 0 {
-                m.remove(&self.workspace);
+                per_workspace.remove(&self.workspace);
             }
         }
     }
@@ -93,11 +122,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             .into());
         }
         let scope = scope_of(p, family)?;
-        let _slot = self.sql_slots.take(&p.workspace_id).ok_or_else(|| {
-            SqlError::Busy(format!(
-                "this workspace already runs {MAX_CONCURRENT_PER_WORKSPACE} analytics queries: retry when one ends"
-            ))
-        })?;
+        let _slot = self.sql_slots.take(&p.workspace_id)?;
         let dialect = match self.rbac.store().kind() {
             "postgres" => Dialect::Postgres,
             _ => Dialect::Sqlite,
@@ -225,12 +250,28 @@ mod tests {
         let slots = Slots::default();
         let a = slots.take("ws_a").expect("first");
         let b = slots.take("ws_a").expect("second");
-        assert!(slots.take("ws_a").is_none(), "a third waits for one to end");
+        let third = slots.take("ws_a").err().expect("a third waits for one to end");
+        assert!(matches!(&third, SqlError::Busy(m) if m.contains("this workspace")), "{third}");
         let other = slots.take("ws_b").expect("another workspace is not held back");
         drop(a);
         let c = slots.take("ws_a").expect("a slot freed");
         drop((b, c, other));
-        assert!(slots.0.lock().is_empty(), "no entry left behind");
+        assert_eq!(*slots.running.lock(), (HashMap::new(), 0), "nothing left behind");
+    }
+
+    #[test]
+    fn all_workspaces_together_run_at_most_the_capacity() {
+        let slots = Slots::new(3);
+        let held: Vec<_> = ["ws_a", "ws_b", "ws_c"].iter().map(|w| slots.take(w).expect("room")).collect();
+        let full = slots.take("ws_d").err().expect("a fourth workspace waits");
+        assert!(matches!(&full, SqlError::Busy(m) if m.contains("its most at once")), "{full}");
+        // A refused take holds nothing.
+        assert_eq!(slots.running.lock().1, 3);
+        drop(held);
+        let again = slots.take("ws_d").expect("room once one ends");
+        drop(again);
+        assert_eq!(*slots.running.lock(), (HashMap::new(), 0), "nothing left behind");
+        assert!(Slots::new(0).take("ws_a").is_ok(), "a capacity of 0 is taken as 1");
     }
 
     #[cfg(target_os = "linux")]
