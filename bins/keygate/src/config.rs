@@ -255,6 +255,17 @@ pub struct ServeArgs {
     /// (they are when the request, or the proxy's `X-Forwarded-Proto`, says https).
     #[arg(long, env = "KEYGATE_DASHBOARD_SECURE_COOKIES", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub dashboard_secure_cookies: bool,
+    /// OpenTelemetry traces: the OTLP collector's base URL (`http://collector:4318`; spans
+    /// go to `<it>/v1/traces`, or to the gRPC service there). Unset: no tracing.
+    #[arg(long, env = "KEYGATE_OTLP_ENDPOINT", value_parser = otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
+    /// How spans reach the collector: `http/protobuf` or `grpc`.
+    #[arg(long, env = "KEYGATE_OTLP_PROTOCOL", default_value = "http/protobuf", value_parser = crate::telemetry::OtlpProtocol::parse)]
+    pub otlp_protocol: crate::telemetry::OtlpProtocol,
+    /// The share of traces started here that are exported, 0 to 1 (a request carrying a
+    /// `traceparent` follows its caller's sampling decision).
+    #[arg(long, env = "KEYGATE_OTLP_SAMPLE_RATIO", default_value = "1", value_parser = crate::telemetry::sample_ratio)]
+    pub otlp_sample_ratio: f64,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "KEYGATE_WORKERS", value_parser = positive_usize)]
     pub workers: Option<usize>,
@@ -408,6 +419,11 @@ impl ServeArgs {
             root_key: self.root_key,
             encryption_keys: self.encryption_keys,
             handle_signals: true,
+            tracing: self.otlp_endpoint.map(|endpoint| crate::telemetry::TraceSettings {
+                endpoint,
+                protocol: self.otlp_protocol,
+                sample_ratio: self.otlp_sample_ratio,
+            }),
         }
     }
 }
@@ -469,17 +485,31 @@ pub struct ServerConfig {
     pub encryption_keys: Option<String>,
     /// Stop gracefully on SIGINT/SIGTERM (the binary); off for servers embedded in tests.
     pub handle_signals: bool,
+    /// OpenTelemetry traces; `None`: off. Installed by [`crate::server::run_forever`] (the
+    /// process's subscriber), not by a server embedded in another program.
+    pub tracing: Option<crate::telemetry::TraceSettings>,
+}
+
+/// An OTLP endpoint: an absolute http(s) URL with a host and no query.
+fn otlp_endpoint(s: &str) -> Result<String, String> {
+    http_url("KEYGATE_OTLP_ENDPOINT", s, "http://collector:4318")
 }
 
 /// A public URL: an absolute http(s) URL with a host and no query (a trailing `/` dropped).
 fn public_url(s: &str) -> Result<String, String> {
+    http_url("KEYGATE_PUBLIC_URL", s, "https://keys.example.com")
+}
+
+/// The URL setting `name`: absolute, http(s), with a host and no query or fragment; a
+/// trailing `/` dropped.
+fn http_url(name: &str, s: &str, example: &str) -> Result<String, String> {
     let trimmed = s.trim_end_matches('/');
-    keygate_portal::validate_url("KEYGATE_PUBLIC_URL", trimmed, &["http", "https"])
-        .map_err(|e| e.to_string())
-        .and_then(|origin| match trimmed[origin.len()..].contains(['?', '#']) {
-            true => Err("a URL without a query or fragment, such as https://keys.example.com".into()),
+    keygate_portal::validate_url(name, trimmed, &["http", "https"]).map_err(|e| e.to_string()).and_then(
+        |origin| match trimmed[origin.len()..].contains(['?', '#']) {
+            true => Err(format!("a URL without a query or fragment, such as {example}")),
             false => Ok(trimmed.to_string()),
-        })
+        },
+    )
 }
 
 /// A dashboard base path: `/` then path characters, not ending in `/` (it goes into HTML

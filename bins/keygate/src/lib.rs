@@ -20,6 +20,7 @@ mod portal;
 pub mod routes;
 pub mod server;
 mod state;
+pub mod telemetry;
 
 pub use config::{Cli, Command, HttpLimits, ServeArgs, ServerConfig};
 pub use server::{RunningServer, start};

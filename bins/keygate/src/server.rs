@@ -320,6 +320,8 @@ fn spawn_audit_retention(upkeep: &mut Upkeep, state: Weak<AppState>, days: u64) 
 /// `keygate serve`: runs until SIGINT or SIGTERM, then stops accepting, lets in-flight
 /// requests finish (up to 5 s) and exits.
 pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
+    // Outside the server's runtime: it exports the last spans when dropped, after the server.
+    let _tracing = config.tracing.as_ref().map(crate::telemetry::Tracing::install).transpose()?;
     actix_web::rt::System::new().block_on(async move {
         let running = start(config, Arc::new(SystemClock))?;
         let mut running = running;

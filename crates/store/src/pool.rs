@@ -366,6 +366,7 @@ impl SqlStore {
     /// still meet the busy handler. PostgreSQL: a plain BEGIN; writers serialize on the
     /// rows they lock.
     fn write_tx<T>(&self, f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>) -> Result<T, RbacError> {
+        let _span = self.span("database write").entered();
         if self.backend.kind() != "sqlite" {
             return self.run_in("BEGIN IMMEDIATE", "BEGIN", f);
         }
@@ -387,13 +388,26 @@ impl SqlStore {
         &self,
         f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>,
     ) -> Result<T, RbacError> {
+        let _span = self.span("database snapshot").entered();
         self.run_in("BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", f)
     }
 
     /// Reads outside a transaction.
     fn read_tx<T>(&self, f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>) -> Result<T, RbacError> {
+        let _span = self.span("database read").entered();
         let mut conn = self.conn()?;
         f(&mut DieselTx::new(&mut conn))
+    }
+
+    /// The trace span of one use of the database, `name` (disabled, and free, unless the
+    /// program traces: docs/operations.md, "Observability"). It covers the wait for a
+    /// pooled connection.
+    fn span(&self, name: &'static str) -> tracing::Span {
+        let system = match self.backend.kind() {
+            "postgres" => "postgresql",
+            other => other,
+        };
+        tracing::info_span!("database", otel.name = name, otel.kind = "client", db.system.name = system)
     }
 
     /// Runs `f` in a transaction begun with `sqlite_begin` / `pg_begin`: committed when `f`

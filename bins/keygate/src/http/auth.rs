@@ -47,6 +47,11 @@ pub async fn authenticate(
             root_key_id: principal.root_key_id.clone(),
         });
     }
+    // The request's trace span (when tracing is on) names the caller's workspace.
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("keygate.workspace_id", principal.workspace_id.as_str());
+    }
     Ok(principal)
 }
 

@@ -3,13 +3,24 @@
 use crate::error::ApiError;
 use actix_web::web;
 
-/// Runs blocking work (diesel) off the async workers.
+/// Runs blocking work (diesel) off the async workers. Traced, the work runs in the
+/// request's span, after a `blocking pool wait` span for its time in the pool's queue.
 pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
 where
     F: FnOnce() -> Result<T, ApiError> + Send + 'static,
     T: Send + 'static,
 {
-    web::block(f).await.map_err(ApiError::internal)?
+    let parent = tracing::Span::current();
+    if parent.is_disabled() {
+        return web::block(f).await.map_err(ApiError::internal)?;
+    }
+    let wait = tracing::info_span!(target: "keygate::http", parent: &parent, "blocking pool wait");
+    web::block(move || {
+        drop(wait);
+        parent.in_scope(f)
+    })
+    .await
+    .map_err(ApiError::internal)?
 }
 
 /// Runs blocking work (a cache refresh) on the blocking pool without waiting for it; a

@@ -51,17 +51,38 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        WithRequestId { start: std::time::Instant::now(), inner: self.service.call(req) }
+        let span = request_span(&req);
+        let inner = span.in_scope(|| self.service.call(req));
+        WithRequestId { start: std::time::Instant::now(), inner, span }
     }
 }
 
+/// The request's trace span (docs/operations.md, "Observability"), a child of the caller's
+/// `traceparent`; disabled (and free) when tracing is off. Its route, status, request id
+/// and workspace are recorded as they become known.
+fn request_span(req: &ServiceRequest) -> tracing::Span {
+    use tracing::field::Empty;
+    let span = tracing::info_span!(target: "keygate::http", "request",
+        otel.kind = "server", otel.status_code = Empty,
+        http.request.method = Empty, http.route = Empty, http.response.status_code = Empty,
+        keygate.request_id = Empty, keygate.workspace_id = Empty);
+    if !span.is_disabled() {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        span.record("http.request.method", req.method().as_str());
+        // Whatever the header holds, the request is served (a bad one starts a new trace).
+        let _ = span.set_parent(crate::telemetry::parent_of(req.headers()));
+    }
+    span
+}
+
 pin_project_lite::pin_project! {
-    /// The inner service's future, and when its request arrived.
+    /// The inner service's future, when its request arrived, and its span.
     #[derive(Debug)]
     pub struct WithRequestId<F> {
         #[pin]
         inner: F,
         start: std::time::Instant,
+        span: tracing::Span,
     }
 }
 
@@ -76,10 +97,13 @@ where
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let this = self.project();
-        let res = std::task::ready!(this.inner.poll(cx));
+        let res = std::task::ready!(this.span.in_scope(|| this.inner.poll(cx)));
         let res = finish(res);
         if let Ok(res) = &res {
             observe(res, this.start.elapsed());
+            if !this.span.is_disabled() {
+                record_outcome(this.span, res);
+            }
         }
         std::task::Poll::Ready(res)
     }
@@ -132,6 +156,27 @@ fn observe(res: &ServiceResponse<BoxBody>, elapsed: std::time::Duration) {
         log::info!(target: ACCESS_TARGET, request_id = id, method = method, route = route, status = status,
             latency_ms = ms, workspace_id = ws, root_key_id = rk;
             "{id} {method} {route} {status} {ms:.3}ms workspace={ws} root_key={rk}");
+    }
+}
+
+/// The request's route, status and id on its span (its name: method and route).
+fn record_outcome(span: &tracing::Span, res: &ServiceResponse<BoxBody>) {
+    let req = res.request();
+    let route = req.app_data::<RouteName>().map_or(crate::metrics::UNMATCHED, |r| r.0);
+    let status = res.status();
+    {
+        // Started when first entered: its name is the span's own to change, not a field's.
+        use opentelemetry::trace::TraceContextExt as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        span.context().span().update_name(format!("{} {route}", req.method()));
+    }
+    span.record("http.route", route);
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    if let Some(id) = res.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()) {
+        span.record("keygate.request_id", id);
     }
 }
 

@@ -209,15 +209,21 @@ impl<S: RbacStore> RbacService<S> {
         if self.probe.as_ref().is_some_and(|p| !p.current()) {
             return None;
         }
-        let digest = secret_digest(secret);
-        let entry = self.verify_cache.get(&digest)?;
-        let (scopes, n) = entry.scopes(&digest);
-        if local.read(&scopes[..n]) != entry.tag {
-            return None;
-        }
-        let out = then(self.answer(entry, scope, query))?;
-        self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
-        Some(out)
+        let span = cache_span();
+        let _entered = span.enter();
+        let out = (|| {
+            let digest = secret_digest(secret);
+            let entry = self.verify_cache.get(&digest)?;
+            let (scopes, n) = entry.scopes(&digest);
+            if local.read(&scopes[..n]) != entry.tag {
+                return None;
+            }
+            let out = then(self.answer(entry, scope, query))?;
+            self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+            Some(out)
+        })();
+        span.record("keygate.cache.hit", out.is_some());
+        out
     }
 
     /// [`Self::check`]'s answer alone: a verification that spends nothing.
@@ -261,12 +267,15 @@ impl<S: RbacStore> RbacService<S> {
         if let (Some(probe), CounterSource::Local(_)) = (&self.probe, &self.counters) {
             probe.catch_up(|| self.poll_changes().map(drop))?;
         }
+        let span = cache_span();
+        let _entered = span.enter();
         let digest = secret_digest(secret);
         let cached = if self.verify_cache.enabled { self.verify_cache.get(&digest) } else { None };
         if let (Some(p), None) = (root_key, &cached) {
             self.ensure_root_key_current(p)?;
         }
         let entry = if !self.verify_cache.enabled {
+            span.record("keygate.cache.hit", false);
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
             let hash = digest_hex(&digest);
             let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
@@ -286,9 +295,13 @@ impl<S: RbacStore> RbacService<S> {
             match current {
                 Some(entry) => {
                     self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+                    span.record("keygate.cache.hit", true);
                     entry
                 }
-                None => self.load_verify_entry(&digest)?,
+                None => {
+                    span.record("keygate.cache.hit", false);
+                    self.load_verify_entry(&digest)?
+                }
             }
         };
         Ok(self.answer(entry, scope, query))
@@ -318,6 +331,9 @@ impl<S: RbacStore> RbacService<S> {
         if !entry.snapshot.as_ref().is_some_and(wants) {
             return None;
         }
+        // (A miss, or a key not wanted, shows in the span of the check that follows.)
+        let span = cache_span();
+        let _entered = span.enter();
         let (scopes, n) = entry.scopes(&digest);
         let mut counters: Vec<(String, u64)> =
             scopes[..n].iter().zip(entry.tag.values).map(|(s, v)| (s.name(), v)).collect();
@@ -335,6 +351,7 @@ impl<S: RbacStore> RbacService<S> {
         if checked.verification.code == VerifyCode::Valid {
             // (Other answers are not used: the caller checks them again.)
             self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+            span.record("keygate.cache.hit", true);
         }
         Some((checked, assumed))
     }
@@ -422,4 +439,12 @@ fn load_snapshot(tx: &mut dyn RbacTx, hash: &str) -> Result<Option<KeySummary>, 
         Some(key) => Ok(Some(key_summary(tx, key)?)),
         None => Ok(None),
     }
+}
+
+/// The trace span of a look into the verification cache: `keygate.cache.hit` true when the
+/// answer came from it, false when it did not (where the key was loaded, its database read
+/// is a child). Disabled, and free, unless the program traces (docs/operations.md,
+/// "Observability").
+fn cache_span() -> tracing::Span {
+    tracing::info_span!("verification cache", keygate.cache.hit = tracing::field::Empty)
 }

@@ -227,6 +227,7 @@ impl Pool {
         &self,
         f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
+        let _span = tracing::info_span!("redis", otel.kind = "client", db.system.name = "redis").entered();
         self.outage.check()?;
         let failures = self.outage.failures();
         let mut conn = self.checked_conn(failures)?;
