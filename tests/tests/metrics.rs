@@ -67,6 +67,25 @@ fn metrics_count_a_known_sequence_with_bounded_labels_and_follow_their_settings(
         assert!(after.contains_key(&hit), "{hit} in {text}");
     }
     assert!(after.contains_key("keygate_db_pool_connections{state=\"idle\"}"), "{text}");
+    // The soonest root-key expiry ahead (none: 0); an expired or disabled one does not count.
+    let expiry = "keygate_root_key_next_expiry_timestamp_seconds";
+    assert_eq!(get(&after, expiry), 0.0, "{text}");
+    let now = keygate_domain::Clock::now_ms(&s.clock) as i64;
+    for (days, enabled) in [(10, true), (2, true), (1, false)] {
+        let body = json!({"permissions": ["api.*.read_key"], "expires": now + days * 86_400_000});
+        let r = s.v2("rootKeys.createKey", &body);
+        assert_eq!(r.status, 200, "{}", r.text);
+        if !enabled {
+            let id = r.data()["keyId"].clone();
+            let r = s.v2("rootKeys.updateKey", &json!({"keyId": id, "enabled": false}));
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+    }
+    let (text, all) = scrape(&s);
+    assert_eq!(get(&all, expiry), (now + 2 * 86_400_000) as f64 / 1000.0, "{text}");
+    // Redis's write-behind is not running here (or set from the start): never in the future.
+    let written = get(&all, "keygate_credit_writebehind_last_success_timestamp_seconds");
+    assert!(written == 0.0 || written <= (now as f64 / 1000.0) + 1.0, "{written}");
     // Unknown paths share one label; no identifier, namespace, key id or secret is a label.
     s.request(s.client.get(s.url("/no/such/path/user-secret-identifier-1234")));
     let (text, _) = scrape(&s);

@@ -145,6 +145,9 @@ pub struct Kept {
     pub db_pool: (u32, u32),
     /// Redis: (script calls, decisions they carried).
     pub redis_batches: Option<(u64, u64)>,
+    /// The soonest root-key expiry ahead (unix ms; `Some(None)`: none expires; `None`: not
+    /// known now, the last value stays).
+    pub root_key_next_expiry: Option<Option<i64>>,
 }
 
 /// The route label of a request no route matched.
@@ -169,6 +172,9 @@ impl Metrics {
         metrics::counter!("keygate_analytics_dropped_total").increment(0);
         metrics::counter!("keygate_credit_commits_total").increment(0);
         metrics::counter!("keygate_credit_writebehind_total").increment(0);
+        // 0: never (no credits in Redis, or none written yet), and no root key expiring.
+        metrics::gauge!("keygate_credit_writebehind_last_success_timestamp_seconds").increment(0.0);
+        metrics::gauge!("keygate_root_key_next_expiry_timestamp_seconds").set(0.0);
         for event in ["created", "exchanged", "revoked", "refused"] {
             metrics::counter!("keygate_portal_sessions_total", "event" => event).increment(0);
         }
@@ -207,6 +213,10 @@ impl Metrics {
         metrics::gauge!("keygate_db_pool_connections", "state" => "idle").set(f64::from(idle));
         metrics::gauge!("keygate_db_pool_connections", "state" => "in_use")
             .set(f64::from(open.saturating_sub(idle)));
+        if let Some(next) = kept.root_key_next_expiry {
+            let seconds = next.map_or(0.0, |ms| ms as f64 / 1000.0);
+            metrics::gauge!("keygate_root_key_next_expiry_timestamp_seconds").set(seconds);
+        }
         if let Some((calls, decisions)) = kept.redis_batches {
             metrics::counter!("keygate_redis_round_trips_total").absolute(calls);
             metrics::counter!("keygate_redis_batched_decisions_total").absolute(decisions);

@@ -310,3 +310,31 @@ fn a_verification_is_traced_over_otlp_grpc() {
     let (port, got, _runtime) = grpc_receiver();
     a_verification_is_traced(&format!("http://127.0.0.1:{port}"), "grpc", &got);
 }
+
+#[test]
+fn a_collector_that_is_down_costs_spans_never_a_request() {
+    for protocol in ["http/protobuf", "grpc"] {
+        let db = TestDb::fresh();
+        let port = free_port();
+        let mut cmd = keygate_command(BIN, &db.url, port);
+        // Nothing listens there.
+        cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY)
+            .env("KEYGATE_OTLP_ENDPOINT", format!("http://127.0.0.1:{}", free_port()))
+            .env("KEYGATE_OTLP_PROTOCOL", protocol)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "50");
+        let keygate = start_keygate(cmd);
+        let (status, _, api) = v2(port, "apis.createApi", &json!({"name": "down"}), "");
+        assert_eq!(status, 200, "{protocol}: {api}");
+        let api_id = api["data"]["apiId"].as_str().unwrap().to_string();
+        let (_, _, key) = v2(port, "keys.createKey", &json!({"apiId": api_id}), "");
+        let secret = key["data"]["key"].as_str().unwrap().to_string();
+        let started = Instant::now();
+        for _ in 0..50 {
+            let (status, _, answer) = v2(port, "keys.verifyKey", &json!({"key": secret}), "");
+            assert_eq!((status, &answer["data"]["valid"]), (200, &json!(true)), "{protocol}: {answer}");
+        }
+        // Exports fail in the background (every 50 ms here); requests do not wait for them.
+        assert!(started.elapsed() < Duration::from_secs(20), "{protocol}: {:?}", started.elapsed());
+        keygate.terminate();
+    }
+}

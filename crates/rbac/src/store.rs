@@ -67,6 +67,9 @@ pub trait RootKeyTx {
     fn revoke_root_key(&mut self, id: &str, now: i64) -> R<bool>;
     /// Sets a root key's `last_used_at` to `at` unless it is later already.
     fn note_root_key_use(&mut self, id: &str, at: i64) -> R<()>;
+    /// The soonest expiry after `now` of the root keys (every workspace's) that are enabled,
+    /// not revoked and not expired; `None` when none expires.
+    fn next_root_key_expiry(&mut self, now: i64) -> R<Option<i64>>;
 }
 
 /// Recoverable keys' sealed plaintexts (`keys.vault_key_id`, `keys.ciphertext`).

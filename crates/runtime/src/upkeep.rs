@@ -38,6 +38,15 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
     let (redis, analytics) =
         (strong.as_ref().as_ref().redis.is_some(), strong.as_ref().as_ref().analytics_settings);
     let sqlite = strong.as_ref().as_ref().rbac.store().backend().kind() == "sqlite";
+    // When the live credit counters were last written behind (the lag an alert watches:
+    // deploy/prometheus/keygate-rules.yml), counted from the start.
+    let written = |h: &T| {
+        let now = h.as_ref().rbac.clock().now_ms() as f64 / 1000.0;
+        metrics::gauge!("keygate_credit_writebehind_last_success_timestamp_seconds").set(now);
+    };
+    if redis {
+        written(&strong);
+    }
     drop(strong);
     if sqlite {
         upkeep.spawn("keygate-checkpoint", CHECKPOINT_INTERVAL, host.clone(), |h: &T, _| {
@@ -69,11 +78,15 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
         }
     });
     if redis {
-        upkeep.spawn("keygate-credits-behind", CREDIT_WRITE_BEHIND_INTERVAL, host.clone(), |h: &T, _| {
-            if let Err(e) = h.as_ref().usage.write_behind_credits() {
-                log::warn!("credits: writing the live counters behind to the database failed: {e}");
-            }
-        });
+        upkeep.spawn(
+            "keygate-credits-behind",
+            CREDIT_WRITE_BEHIND_INTERVAL,
+            host.clone(),
+            move |h: &T, _| match h.as_ref().usage.write_behind_credits() {
+                Ok(_) => written(h),
+                Err(e) => log::warn!("credits: writing the live counters behind to the database failed: {e}"),
+            },
+        );
     }
     if let Some(a) = analytics {
         let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;

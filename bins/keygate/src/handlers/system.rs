@@ -120,6 +120,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
                 let b = r.batch_stats();
                 (b.script_calls, b.decisions)
             }),
+            root_key_next_expiry: st.rbac.next_root_key_expiry().ok(),
         };
         Ok(st.metrics.render(&kept))
     })

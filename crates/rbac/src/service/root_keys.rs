@@ -130,6 +130,14 @@ impl<S: RbacStore> RbacService<S> {
         self.store.read(|tx| Ok(tx.root_keys_page(&ws.id, None, usize::MAX >> 1)?))
     }
 
+    /// When the next root key of any workspace expires (unix ms): the soonest expiry ahead
+    /// of the enabled, unrevoked root keys; `None` when none is set to expire (the
+    /// `keygate_root_key_next_expiry_timestamp_seconds` metric and its alert).
+    pub fn next_root_key_expiry(&self) -> Result<Option<i64>, RbacError> {
+        let now = self.clock.now_ms() as i64;
+        self.store.read(|tx| Ok(tx.next_root_key_expiry(now)?))
+    }
+
     /// Revokes a root key by id, whatever its workspace (the admin CLI); this instance
     /// rejects it at once, the others at their next request.
     pub fn revoke_root_key(&self, id: &str) -> Result<(), RbacError> {

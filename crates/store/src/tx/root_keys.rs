@@ -7,6 +7,16 @@ fn permissions_text(key: &RootKey) -> R<String> {
 }
 
 impl RootKeyTx for DieselTx<'_> {
+    fn next_root_key_expiry(&mut self, now: i64) -> R<Option<i64>> {
+        root_keys::table
+            .filter(root_keys::revoked_at.is_null())
+            .filter(root_keys::enabled.eq(true))
+            .filter(root_keys::expires_at.gt(now))
+            .select(diesel::dsl::min(root_keys::expires_at))
+            .first(self.conn)
+            .map_err(db_err)
+    }
+
     fn insert_root_key(&mut self, key: &RootKey, hash: &str) -> R<()> {
         diesel::insert_into(root_keys::table)
             .values((
