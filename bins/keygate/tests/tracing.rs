@@ -338,3 +338,27 @@ fn a_collector_that_is_down_costs_spans_never_a_request() {
         keygate.terminate();
     }
 }
+
+/// Off, a span costs nothing and says nothing: `tracing`'s `log` feature (on in the HTTP
+/// stack) would otherwise hand each span's creation, entry and exit to the log.
+#[test]
+fn with_tracing_off_no_span_reaches_the_log() {
+    let db = TestDb::fresh();
+    let port = free_port();
+    let mut cmd = keygate_command(BIN, &db.url, port);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("RUST_LOG", "trace,actix_server=warn,keygate::access=off");
+    let mut keygate = start_keygate(cmd);
+    let (status, _, api) = v2(port, "apis.createApi", &json!({"name": "quiet"}), "");
+    assert_eq!(status, 200, "{api}");
+    let api_id = api["data"]["apiId"].as_str().unwrap().to_string();
+    let (_, _, key) = v2(port, "keys.createKey", &json!({"apiId": api_id}), "");
+    let secret = key["data"]["key"].as_str().unwrap().to_string();
+    for _ in 0..3 {
+        let (status, _, answer) = v2(port, "keys.verifyKey", &json!({"key": secret}), "");
+        assert_eq!(status, 200, "{answer}");
+    }
+    let log = keygate.output(true);
+    for span in ["verification cache", "blocking pool wait", "database read", "otel.kind", "-> request"] {
+        assert!(!log.contains(span), "{span:?} in the log:\n{log}");
+    }
+}

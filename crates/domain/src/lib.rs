@@ -11,6 +11,7 @@ mod names;
 mod patch;
 mod redact;
 mod secret;
+pub mod trace;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorCode, ValidationError};

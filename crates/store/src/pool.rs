@@ -407,7 +407,9 @@ impl SqlStore {
             "postgres" => "postgresql",
             other => other,
         };
-        tracing::info_span!("database", otel.name = name, otel.kind = "client", db.system.name = system)
+        keygate_domain::trace::span_when_traced(|| {
+            tracing::info_span!("database", otel.name = name, otel.kind = "client", db.system.name = system)
+        })
     }
 
     /// Runs `f` in a transaction begun with `sqlite_begin` / `pg_begin`: committed when `f`

@@ -62,10 +62,12 @@ where
 /// and workspace are recorded as they become known.
 fn request_span(req: &ServiceRequest) -> tracing::Span {
     use tracing::field::Empty;
-    let span = tracing::info_span!(target: "keygate::http", "request",
-        otel.kind = "server", otel.status_code = Empty,
-        http.request.method = Empty, http.route = Empty, http.response.status_code = Empty,
-        keygate.request_id = Empty, keygate.workspace_id = Empty);
+    let span = keygate_domain::trace::span_when_traced(|| {
+        tracing::info_span!(target: "keygate::http", "request",
+            otel.kind = "server", otel.status_code = Empty,
+            http.request.method = Empty, http.route = Empty, http.response.status_code = Empty,
+            keygate.request_id = Empty, keygate.workspace_id = Empty)
+    });
     if !span.is_disabled() {
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         span.record("http.request.method", req.method().as_str());

@@ -227,7 +227,10 @@ impl Pool {
         &self,
         f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
-        let _span = tracing::info_span!("redis", otel.kind = "client", db.system.name = "redis").entered();
+        let _span = keygate_domain::trace::span_when_traced(|| {
+            tracing::info_span!("redis", otel.kind = "client", db.system.name = "redis")
+        })
+        .entered();
         self.outage.check()?;
         let failures = self.outage.failures();
         let mut conn = self.checked_conn(failures)?;
