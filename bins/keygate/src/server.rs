@@ -168,10 +168,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
 
     let app_state = state.clone();
     let dashboard = config.dashboard.is_some();
+    let sample_ratio = config.tracing.as_ref().map_or(0.0, |t| t.sample_ratio);
     let mut server = HttpServer::new(move || {
         // The API's routes first (the hot paths are tried first), then the dashboard's
         // and the customer portal's scopes; the API's JSON 404 answers every other path.
-        App::new().app_data(app_state.clone()).wrap(http::RequestId).configure(|cfg| {
+        App::new().app_data(app_state.clone()).wrap(http::RequestId::new(sample_ratio)).configure(|cfg| {
             routes::configure(cfg);
             if dashboard {
                 crate::dashboard::configure(cfg);
@@ -241,7 +242,7 @@ fn spawn_metrics_listener(
         App::new()
             .app_data(state.clone())
             .app_data(access)
-            .wrap(http::RequestId)
+            .wrap(http::RequestId::default())
             .route("/metrics", web::get().to(crate::handlers::system::metrics))
     })
     .workers(1)

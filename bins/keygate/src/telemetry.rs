@@ -108,8 +108,9 @@ impl Tracing {
                 (exporter, Some(runtime))
             }
         };
-        let sampler =
-            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio.clamp(0.0, 1.0))));
+        // Sampled before any span is made ([`sampled`], in the request's middleware): an
+        // unsampled request then costs no span at all. What reaches the SDK is kept.
+        let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
         let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name("keygate")
             .with_attribute(opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
@@ -143,6 +144,17 @@ impl Drop for Tracing {
         if let Err(e) = self.provider.shutdown() {
             log::warn!("tracing: the last spans could not be exported: {e}");
         }
+    }
+}
+
+/// Whether a request whose caller's trace context is `parent` is traced: as its caller
+/// decided (the `traceparent`'s sampled flag), else with probability `ratio`.
+pub fn sampled(parent: &opentelemetry::Context, ratio: f64) -> bool {
+    use opentelemetry::trace::TraceContextExt as _;
+    let caller = parent.span().span_context().clone();
+    match caller.is_valid() {
+        true => caller.is_sampled(),
+        false => ratio >= 1.0 || (ratio > 0.0 && rand::random::<f64>() < ratio),
     }
 }
 
@@ -196,5 +208,17 @@ mod tests {
         assert!(parent.is_sampled() && parent.is_remote());
         let none = parent_of(&actix_web::http::header::HeaderMap::new());
         assert!(!none.span().span_context().is_valid());
+        // Sampling: the caller's flag, else the ratio.
+        assert!(sampled(&cx, 0.0), "a sampled caller is followed");
+        headers.insert(
+            actix_web::http::header::HeaderName::from_static("traceparent"),
+            actix_web::http::header::HeaderValue::from_static(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+            ),
+        );
+        assert!(!sampled(&parent_of(&headers), 1.0), "an unsampled caller is followed");
+        assert!(sampled(&none, 1.0) && !sampled(&none, 0.0));
+        let kept = (0..10_000).filter(|_| sampled(&none, 0.1)).count();
+        assert!((700..1300).contains(&kept), "{kept} of 10,000 at 0.1");
     }
 }

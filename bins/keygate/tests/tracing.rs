@@ -281,6 +281,34 @@ fn a_verification_is_traced(endpoint: &str, protocol: &str, got: &Shared) {
         }
     }
 
+    // A caller that did not sample its trace is followed: nothing of it is made; a request
+    // without a trace context starts one (ratio 1 here).
+    let unsampled = "4bf92f3577b34da6a3ce929d0e0e4738";
+    let traceparent = format!("traceparent: 00-{unsampled}-{parent_span}-00\r\n");
+    assert_eq!(v2(port, "keys.verifyKey", &json!({"key": secret}), &traceparent).0, 200);
+    let (status, request_id, _) = v2(port, "keys.verifyKey", &json!({"key": secret}), "");
+    assert_eq!(status, 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let root = loop {
+        let found = got
+            .lock()
+            .unwrap()
+            .exports
+            .iter()
+            .flat_map(|e| &e.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .find(|s| attr(s, "keygate.request_id").as_deref() == Some(request_id.as_str()))
+            .cloned();
+        if let Some(root) = found {
+            break root;
+        }
+        assert!(Instant::now() < deadline, "the request without a traceparent was not traced");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(root.parent_span_id.is_empty(), "a root span: {root:?}");
+    assert!(spans_of(got, unsampled).is_empty(), "an unsampled caller's trace was exported");
+
     // The exports: how they came, and the service named.
     let got = got.lock().unwrap();
     if protocol == "grpc" {

@@ -407,7 +407,7 @@ impl SqlStore {
             "postgres" => "postgresql",
             other => other,
         };
-        keygate_domain::trace::span_when_traced(|| {
+        keygate_domain::trace::child_span(|| {
             tracing::info_span!("database", otel.name = name, otel.kind = "client", db.system.name = system)
         })
     }

@@ -48,7 +48,7 @@ pub async fn authenticate(
         });
     }
     // The request's trace span (when tracing is on) names the caller's workspace.
-    let span = keygate_domain::trace::span_when_traced(tracing::Span::current);
+    let span = keygate_domain::trace::current_span();
     if !span.is_disabled() {
         span.record("keygate.workspace_id", principal.workspace_id.as_str());
     }

@@ -10,7 +10,7 @@ where
     F: FnOnce() -> Result<T, ApiError> + Send + 'static,
     T: Send + 'static,
 {
-    let parent = keygate_domain::trace::span_when_traced(tracing::Span::current);
+    let parent = keygate_domain::trace::current_span();
     if parent.is_disabled() {
         return web::block(f).await.map_err(ApiError::internal)?;
     }

@@ -18,7 +18,18 @@ use keygate_domain::{IdPrefix, new_id};
 /// A concrete `Transform` whose future wraps the inner one: no allocation per request (the
 /// generic `from_fn` middleware boxes a future each time).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RequestId;
+pub struct RequestId {
+    /// The share of requests without a caller's trace context that are traced.
+    sample_ratio: f64,
+}
+
+impl RequestId {
+    /// With tracing (`KEYGATE_OTLP_SAMPLE_RATIO`): `sample_ratio` of the requests that
+    /// carry no `traceparent` are traced; one that does follows its caller's decision.
+    pub fn new(sample_ratio: f64) -> Self {
+        Self { sample_ratio }
+    }
+}
 
 impl<S> Transform<S, ServiceRequest> for RequestId
 where
@@ -31,13 +42,14 @@ where
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(RequestIdService { service }))
+        ready(Ok(RequestIdService { service, sample_ratio: self.sample_ratio }))
     }
 }
 
 #[derive(Debug)]
 pub struct RequestIdService<S> {
     service: S,
+    sample_ratio: f64,
 }
 
 impl<S> Service<ServiceRequest> for RequestIdService<S>
@@ -51,28 +63,34 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let span = request_span(&req);
+        let span = request_span(&req, self.sample_ratio);
         let inner = span.in_scope(|| self.service.call(req));
         WithRequestId { start: std::time::Instant::now(), inner, span }
     }
 }
 
-/// The request's trace span (docs/operations.md, "Observability"), a child of the caller's
-/// `traceparent`; disabled (and free) when tracing is off. Its route, status, request id
-/// and workspace are recorded as they become known.
-fn request_span(req: &ServiceRequest) -> tracing::Span {
+/// The request's trace span (docs/operations.md, "Traces"), a child of the caller's
+/// `traceparent`, when the program traces and the request is sampled (its caller's
+/// decision, else `sample_ratio`); disabled otherwise, and then free. Its route, status,
+/// request id and workspace are recorded as they become known.
+fn request_span(req: &ServiceRequest, sample_ratio: f64) -> tracing::Span {
+    if !keygate_domain::trace::traced() {
+        return tracing::Span::none();
+    }
+    let parent = crate::telemetry::parent_of(req.headers());
+    if !crate::telemetry::sampled(&parent, sample_ratio) {
+        return tracing::Span::none();
+    }
     use tracing::field::Empty;
-    let span = keygate_domain::trace::span_when_traced(|| {
-        tracing::info_span!(target: "keygate::http", "request",
-            otel.kind = "server", otel.status_code = Empty,
-            http.request.method = Empty, http.route = Empty, http.response.status_code = Empty,
-            keygate.request_id = Empty, keygate.workspace_id = Empty)
-    });
+    let span = tracing::info_span!(target: "keygate::http", "request",
+        otel.kind = "server", otel.status_code = Empty,
+        http.request.method = Empty, http.route = Empty, http.response.status_code = Empty,
+        keygate.request_id = Empty, keygate.workspace_id = Empty);
     if !span.is_disabled() {
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         span.record("http.request.method", req.method().as_str());
         // Whatever the header holds, the request is served (a bad one starts a new trace).
-        let _ = span.set_parent(crate::telemetry::parent_of(req.headers()));
+        let _ = span.set_parent(parent);
     }
     span
 }

@@ -446,7 +446,7 @@ fn load_snapshot(tx: &mut dyn RbacTx, hash: &str) -> Result<Option<KeySummary>, 
 /// is a child). Disabled, and free, unless the program traces (docs/operations.md,
 /// "Observability").
 fn cache_span() -> tracing::Span {
-    keygate_domain::trace::span_when_traced(|| {
+    keygate_domain::trace::child_span(|| {
         tracing::info_span!("verification cache", keygate.cache.hit = tracing::field::Empty)
     })
 }

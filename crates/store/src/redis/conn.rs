@@ -227,7 +227,7 @@ impl Pool {
         &self,
         f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
-        let _span = keygate_domain::trace::span_when_traced(|| {
+        let _span = keygate_domain::trace::child_span(|| {
             tracing::info_span!("redis", otel.kind = "client", db.system.name = "redis")
         })
         .entered();
