@@ -262,8 +262,8 @@ pub struct ServeArgs {
     /// How spans reach the collector: `http/protobuf` or `grpc`.
     #[arg(long, env = "KEYGATE_OTLP_PROTOCOL", default_value = "http/protobuf", value_parser = crate::telemetry::OtlpProtocol::parse)]
     pub otlp_protocol: crate::telemetry::OtlpProtocol,
-    /// The share of traces started here that are exported, 0 to 1 (a request carrying a
-    /// `traceparent` follows its caller's sampling decision).
+    /// The share of requests without a trace context that are traced, 0 to 1 (a request
+    /// carrying a `traceparent` follows its caller's sampling decision).
     #[arg(long, env = "KEYGATE_OTLP_SAMPLE_RATIO", default_value = "1", value_parser = crate::telemetry::sample_ratio)]
     pub otlp_sample_ratio: f64,
     /// HTTP worker threads (default: one per CPU).

@@ -45,8 +45,8 @@ pub struct TraceSettings {
     /// over HTTP.
     pub endpoint: String,
     pub protocol: OtlpProtocol,
-    /// The share of traces started here that are kept, 0 to 1; a request whose
-    /// `traceparent` says sampled (or not) follows its caller's decision.
+    /// The share of requests without a trace context that are traced, 0 to 1; a request
+    /// whose `traceparent` says sampled (or not) follows its caller's decision.
     pub sample_ratio: f64,
 }
 
