@@ -67,6 +67,10 @@ fn metrics_count_a_known_sequence_with_bounded_labels_and_follow_their_settings(
         assert!(after.contains_key(&hit), "{hit} in {text}");
     }
     assert!(after.contains_key("keygate_db_pool_connections{state=\"idle\"}"), "{text}");
+    // The first verification of the key loaded it on the blocking pool: its wait counted.
+    let waits = "keygate_blocking_wait_seconds_count";
+    assert!(get(&after, waits) > get(&before, waits), "{text}");
+    assert!(text.contains("keygate_blocking_wait_seconds_bucket{le=\"+Inf\"}"), "{text}");
     // The soonest root-key expiry ahead (none: 0); an expired or disabled one does not count.
     let expiry = "keygate_root_key_next_expiry_timestamp_seconds";
     assert_eq!(get(&after, expiry), 0.0, "{text}");

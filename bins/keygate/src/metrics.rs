@@ -85,23 +85,37 @@ impl Latency {
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// The text format's `_bucket`, `_sum` and `_count` lines for `route`.
-    fn render(&self, route: &str, out: &mut String) {
+    /// The text format's `_bucket`, `_sum` and `_count` lines of `metric`, with `labels`
+    /// (`name="value"` pairs separated by commas, or none).
+    fn render(&self, metric: &str, labels: &str, out: &mut String) {
         use std::fmt::Write;
+        let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
         for (i, bound) in
             LATENCY_BUCKETS.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]).enumerate()
         {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{LATENCY_METRIC}_bucket{{route=\"{route}\",le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(out, "{metric}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}");
         }
         let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{LATENCY_METRIC}_sum{{route=\"{route}\"}} {sum}");
-        let _ = writeln!(
-            out,
-            "{LATENCY_METRIC}_count{{route=\"{route}\"}} {}",
-            self.count.load(Ordering::Relaxed)
-        );
+        let labels = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let _ = writeln!(out, "{metric}_sum{labels} {sum}");
+        let _ = writeln!(out, "{metric}_count{labels} {}", self.count.load(Ordering::Relaxed));
+    }
+}
+
+/// Work handed to the blocking pool ([`Metrics::queued`]): when, and where its wait is
+/// counted.
+#[derive(Debug)]
+pub struct Queued {
+    at: std::time::Instant,
+    wait: std::sync::Arc<Latency>,
+}
+
+impl Queued {
+    /// The work starts on a thread of the pool: its wait is counted.
+    pub fn started(self) {
+        self.wait.record(self.at.elapsed());
     }
 }
 
@@ -134,6 +148,9 @@ pub struct Metrics {
     /// `keygate_ratelimit_decisions_total{outcome, store}`: passed, denied.
     decisions: [AtomicU64; 2],
     store: &'static str,
+    /// `keygate_blocking_wait_seconds`: how long work waited for a thread of the
+    /// blocking pool (the pool's saturation).
+    blocking_wait: std::sync::Arc<Latency>,
 }
 
 /// The numbers other parts keep themselves, read at scrape time.
@@ -159,7 +176,13 @@ impl Metrics {
     /// is recorded.
     pub fn new(routes: &[&'static str], store: &'static str, enabled: bool) -> Self {
         if !enabled {
-            return Self { handle: None, routes: HashMap::new(), decisions: Default::default(), store };
+            return Self {
+                handle: None,
+                routes: HashMap::new(),
+                decisions: Default::default(),
+                store,
+                blocking_wait: Default::default(),
+            };
         }
         let handle = Some(recorder().clone());
         // The counters of rare events exist from the start, at 0: `rate()` and `increase()`
@@ -180,7 +203,12 @@ impl Metrics {
         }
         let routes =
             routes.iter().copied().chain([UNMATCHED]).map(|route| (route, RouteMetrics::default())).collect();
-        Self { handle, routes, decisions: Default::default(), store }
+        Self { handle, routes, decisions: Default::default(), store, blocking_wait: Default::default() }
+    }
+
+    /// Work handed to the blocking pool now; [`Queued::started`] counts its wait.
+    pub fn queued(&self) -> Queued {
+        Queued { at: std::time::Instant::now(), wait: self.blocking_wait.clone() }
     }
 
     /// One HTTP request: its route template (or [`UNMATCHED`]), status and duration.
@@ -251,9 +279,15 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE {LATENCY_METRIC} histogram");
         for (route, m) in &routes {
             if m.latency.count.load(Ordering::Relaxed) > 0 {
-                m.latency.render(route, out);
+                m.latency.render(LATENCY_METRIC, &format!("route=\"{route}\""), out);
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP keygate_blocking_wait_seconds Time work waited for a thread of the blocking pool"
+        );
+        let _ = writeln!(out, "# TYPE keygate_blocking_wait_seconds histogram");
+        self.blocking_wait.render("keygate_blocking_wait_seconds", "", out);
         let _ = writeln!(
             out,
             "# HELP keygate_ratelimit_decisions_total Rate-limit decisions by outcome and store"

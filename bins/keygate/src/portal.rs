@@ -140,8 +140,10 @@ fn unavailable(e: impl std::fmt::Display) -> HttpResponse {
 /// The portal of a path's slug (404 page when there is none).
 async fn portal_of(state: &web::Data<AppState>, slug: &str) -> Result<Portal, HttpResponse> {
     let (state, slug) = (state.clone(), slug.to_string());
-    match blocking(move || state.runtime.portal.portal_by_slug(&slug).map_err(crate::error::ApiError::from))
-        .await
+    match blocking(state.metrics.queued(), move || {
+        state.runtime.portal.portal_by_slug(&slug).map_err(crate::error::ApiError::from)
+    })
+    .await
     {
         Ok(Some(p)) => Ok(p),
         Ok(None) => Err(message(StatusCode::NOT_FOUND, None, NO_PORTAL)),
@@ -158,7 +160,11 @@ async fn session_of(
     let ended = || message(StatusCode::UNAUTHORIZED, Some(portal), ENDED);
     let token = cookie(req, PORTAL_COOKIE).ok_or_else(ended)?.to_string();
     let (state, t) = (state.clone(), token.clone());
-    match blocking(move || state.runtime.portal.session(&t).map_err(crate::error::ApiError::from)).await {
+    match blocking(state.metrics.queued(), move || {
+        state.runtime.portal.session(&t).map_err(crate::error::ApiError::from)
+    })
+    .await
+    {
         Ok(Some(ctx)) if ctx.portal.id == portal.id => Ok((token, ctx)),
         Ok(_) => Err(ended()),
         Err(e) => Err(unavailable(e)),
@@ -203,7 +209,7 @@ async fn show(req: HttpRequest, slug: web::Path<String>, state: web::Data<AppSta
         };
         Ok::<_, RbacError>((keys, usage))
     };
-    let loaded = blocking(move || load().map_err(crate::error::ApiError::from)).await;
+    let loaded = blocking(state.metrics.queued(), move || load().map_err(crate::error::ApiError::from)).await;
     let (keys, usage) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
@@ -270,8 +276,10 @@ fn query_code(query: &str) -> Option<&str> {
 /// Redeems a link's code: the cookie set, and the same page without the code.
 async fn redeem(req: &HttpRequest, state: &web::Data<AppState>, portal: &Portal, code: &str) -> HttpResponse {
     let (st, c) = (state.clone(), code.to_string());
-    let exchanged =
-        blocking(move || st.runtime.portal.exchange_code(&c).map_err(crate::error::ApiError::from)).await;
+    let exchanged = blocking(st.metrics.queued(), move || {
+        st.runtime.portal.exchange_code(&c).map_err(crate::error::ApiError::from)
+    })
+    .await;
     let token = match exchanged {
         Ok((token, ctx)) if ctx.portal.id == portal.id => token,
         Ok(_) => return message(StatusCode::UNAUTHORIZED, Some(portal), EXPIRED),
@@ -350,7 +358,7 @@ async fn reroll(
         let (_, secret) = st.runtime.portal.reroll_key(&c, &id, Some(expiration))?;
         Ok::<_, RbacError>((old, secret))
     };
-    let done = blocking(move || Ok(run()))
+    let done = blocking(state.metrics.queued(), move || Ok(run()))
         .await
         .unwrap_or_else(|e| Err(RbacError::Storage(keygate_rbac::StorageError::Unavailable(e.to_string()))));
     let frame = frame(Some(&portal), Some(&ctx));

@@ -198,7 +198,10 @@ pub(crate) async fn decide(
                 None => {
                     let (state, principal, name) =
                         (state.clone(), principal.clone(), v.namespace.to_string());
-                    blocking(move || Ok(state.rbac.resolve_namespace(&principal, &name)?)).await?
+                    blocking(state.metrics.queued(), move || {
+                        Ok(state.rbac.resolve_namespace(&principal, &name)?)
+                    })
+                    .await?
                 }
             }
         }
@@ -253,7 +256,7 @@ pub(crate) async fn cached_overrides(
         return Ok(hit.value);
     }
     let (st, ns, identifier) = (state.clone(), namespace_id.clone(), identifier.to_string());
-    blocking(move || load_overrides(&st, &ns, &identifier)).await
+    blocking(state.metrics.queued(), move || load_overrides(&st, &ns, &identifier)).await
 }
 
 /// How often a decision is retried when the namespace's overrides keep changing under it.
@@ -307,7 +310,7 @@ async fn decide_in_redis(
             Ok(Checked::StaleOverrides) => {
                 stale += 1;
                 let (st, ns, id) = (state.clone(), at.namespace_id.clone(), at.identifier.to_string());
-                overrides = blocking(move || load_overrides(&st, &ns, &id)).await?;
+                overrides = blocking(state.metrics.queued(), move || load_overrides(&st, &ns, &id)).await?;
             }
             Ok(Checked::StaleCounter) => {
                 return_if_revoked(state, principal).await?;
@@ -322,7 +325,7 @@ async fn decide_in_redis(
 /// 401 when the root key was revoked (by the database, off the async workers).
 async fn return_if_revoked(state: &web::Data<AppState>, principal: &Arc<Principal>) -> Result<(), ApiError> {
     let (state, principal) = (state.clone(), principal.clone());
-    blocking(move || Ok(state.rbac.ensure_root_key_current(&principal)?)).await
+    blocking(state.metrics.queued(), move || Ok(state.rbac.ensure_root_key_current(&principal)?)).await
 }
 
 /// Reads the namespace's overrides again into the cache (blocking I/O), under the epoch

@@ -68,12 +68,12 @@ pub async fn readiness(state: web::Data<AppState>) -> Result<HttpResponse, ApiEr
 /// Whether every store answers now, and `{status, services: {database, ratelimit}}`.
 async fn stores(state: &web::Data<AppState>) -> Result<(bool, Health), ApiError> {
     let st = state.clone();
-    let db = blocking(move || Ok(st.rbac.store().ping())).await?;
+    let db = blocking(st.metrics.queued(), move || Ok(st.rbac.store().ping())).await?;
     if let Err(e) = &db {
         log::warn!("health: database: {e}");
     }
     let st = state.clone();
-    let rl = blocking(move || Ok(st.limiter.ping())).await?;
+    let rl = blocking(st.metrics.queued(), move || Ok(st.limiter.ping())).await?;
     if let Err(e) = &rl {
         log::warn!("health: rate-limit store: {e}");
     }
@@ -112,7 +112,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
         MetricsAccess::Open => {}
     }
     let st = state.clone();
-    let text = blocking(move || {
+    let text = blocking(st.metrics.queued(), move || {
         let kept = crate::metrics::Kept {
             caches: st.rbac.cache_hit_counts(),
             db_pool: st.rbac.store().pool_state(),

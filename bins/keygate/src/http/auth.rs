@@ -81,7 +81,7 @@ pub async fn authenticate_secret(
         return hit.value.map_err(ApiError::from);
     }
     let (state, token) = (state.clone(), token.to_string());
-    blocking(move || state.rbac.authenticate(&token).map_err(ApiError::from)).await
+    blocking(state.metrics.queued(), move || state.rbac.authenticate(&token).map_err(ApiError::from)).await
 }
 
 #[cfg(test)]

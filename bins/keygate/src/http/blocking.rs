@@ -3,19 +3,29 @@
 use crate::error::ApiError;
 use actix_web::web;
 
-/// Runs blocking work (diesel) off the async workers. Traced, the work runs in the
-/// request's span, after a `blocking pool wait` span for its time in the pool's queue.
-pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+/// Runs blocking work (diesel) off the async workers. `queued` ([`Metrics::queued`],
+/// taken as the work is handed over) counts its wait for a thread of the pool
+/// (`keygate_blocking_wait_seconds`). Traced, the work runs in the request's span, after a
+/// `blocking pool wait` span for that wait.
+///
+/// [`Metrics::queued`]: crate::metrics::Metrics::queued
+pub async fn blocking<T, F>(queued: crate::metrics::Queued, f: F) -> Result<T, ApiError>
 where
     F: FnOnce() -> Result<T, ApiError> + Send + 'static,
     T: Send + 'static,
 {
     let parent = keygate_domain::trace::current_span();
     if parent.is_disabled() {
-        return web::block(f).await.map_err(ApiError::internal)?;
+        return web::block(move || {
+            queued.started();
+            f()
+        })
+        .await
+        .map_err(ApiError::internal)?;
     }
     let wait = tracing::info_span!(target: "keygate::http", parent: &parent, "blocking pool wait");
     web::block(move || {
+        queued.started();
         drop(wait);
         parent.in_scope(f)
     })

@@ -42,7 +42,7 @@ where
         T: Send + 'static,
     {
         let Self { mut principal, input, state } = self;
-        blocking(move || {
+        blocking(state.metrics.queued(), move || {
             // A root key revoked through another instance is refused at this request, and
             // one changed there (its permissions) serves it as it is now.
             if let Some(p) = principal.principal()
@@ -164,7 +164,10 @@ impl Caller for PortalCaller {
         };
         let token = super::cookie(req, PORTAL_COOKIE).ok_or_else(refused)?.to_string();
         let state = state.clone();
-        let ctx = blocking(move || state.runtime.portal.session(&token).map_err(ApiError::from)).await?;
+        let ctx = blocking(state.metrics.queued(), move || {
+            state.runtime.portal.session(&token).map_err(ApiError::from)
+        })
+        .await?;
         ctx.map(PortalCaller).ok_or_else(refused)
     }
 }

@@ -61,7 +61,7 @@ pub(crate) async fn verification(
             let st = state.clone();
             // The root key is checked still current by the verification itself, with the
             // key's change counters (one read).
-            blocking(move || {
+            blocking(st.metrics.queued(), move || {
                 let pending =
                     st.usage.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?;
                 Ok((pending, call))

@@ -146,7 +146,7 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
 
     let names: Vec<String> = entries.iter().map(|e| e.namespace.to_string()).collect();
     let (st, p) = (state.clone(), principal.clone());
-    let namespace_ids = blocking(move || {
+    let namespace_ids = blocking(st.metrics.queued(), move || {
         st.rbac.ensure_root_key_current(&p)?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         Ok(st.rbac.resolve_namespaces(&p, &names)?)
@@ -173,7 +173,7 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
             .map(|((ns, e), r)| (ns.clone(), e.identifier.to_string(), *r))
             .collect();
         let st = state.clone();
-        let decided = blocking(move || {
+        let decided = blocking(st.metrics.queued(), move || {
             let now = st.clock.now_ms();
             let all: Vec<(BudgetKey<'_>, LimitRequest)> = keys
                 .iter()
@@ -189,7 +189,8 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
                 stale += 1;
                 for (i, (e, ns)) in entries.iter().zip(&namespace_ids).enumerate() {
                     let (st, ns, id) = (state.clone(), ns.clone(), e.identifier.to_string());
-                    overrides[i] = blocking(move || load_overrides(&st, &ns, &id)).await?;
+                    overrides[i] =
+                        blocking(state.metrics.queued(), move || load_overrides(&st, &ns, &id)).await?;
                 }
             }
         }
