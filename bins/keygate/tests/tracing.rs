@@ -281,6 +281,28 @@ fn a_verification_is_traced(endpoint: &str, protocol: &str, got: &Shared) {
         }
     }
 
+    // A rate-limit decision: with Redis, the request's wait for its batch's script call
+    // is a span of its own under the request's (one call serves many requests).
+    let round = "4bf92f3577b34da6a3ce929d0e0e4739";
+    let traceparent = format!("traceparent: 00-{round}-{parent_span}-01\r\n");
+    let body = json!({"namespace": "traced", "identifier": "u", "limit": 5, "duration": 60_000});
+    let (status, _, answer) = v2(port, "ratelimit.limit", &body, &traceparent);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["success"], true, "{answer}");
+    let spans = wait_for_span(got, round, "POST /v2/ratelimit.limit");
+    let what = format!("{spans:#?}");
+    let request = spans.iter().find(|s| hex(&s.parent_span_id) == parent_span).expect("the HTTP span");
+    let batch: Vec<&Span> = spans.iter().filter(|s| s.name == "redis batch").collect();
+    match &redis {
+        Some(_) => {
+            assert_eq!(batch.len(), 1, "{what}");
+            assert_eq!(batch[0].parent_span_id, request.span_id, "{what}");
+            assert_eq!(batch[0].kind, 3, "a client span: {what}");
+            assert_eq!(attr(batch[0], "db.system.name").as_deref(), Some("redis"), "{what}");
+        }
+        None => assert!(batch.is_empty(), "{what}"),
+    }
+
     // A caller that did not sample its trace is followed: nothing of it is made; a request
     // without a trace context starts one (ratio 1 here).
     let unsampled = "4bf92f3577b34da6a3ce929d0e0e4738";

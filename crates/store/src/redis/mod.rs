@@ -347,8 +347,14 @@ impl RedisStore {
             return Ok(Checked::Decided(d));
         }
         let (call, start) = self.call(&key, req, now_ms, overrides_epoch, guard);
+        // The request's wait for its batch's script call (queued behind the calls in
+        // flight, then the round trip): one call serves many requests, so each has a span
+        // for its own wait rather than the call's.
+        let span = keygate_domain::trace::child_span(|| {
+            tracing::info_span!("redis batch", otel.kind = "client", db.system.name = "redis")
+        });
         let answer = self.queue_sync(call)?;
-        let answer = answer
+        let answer = tracing::Instrument::instrument(answer, span)
             .await
             .unwrap_or_else(|_| Err(StoreError::Unavailable("Redis: decision dropped".into())))?;
         if let Some(denials) = &self.denials {
