@@ -90,17 +90,58 @@ fn metrics_count_a_known_sequence_with_bounded_labels_and_follow_their_settings(
     // Redis's write-behind is not running here (or set from the start): never in the future.
     let written = get(&all, "keygate_credit_writebehind_last_success_timestamp_seconds");
     assert!(written == 0.0 || written <= (now as f64 / 1000.0) + 1.0, "{written}");
-    // Unknown paths share one label; no identifier, namespace, key id or secret is a label.
+    // The namespace's own series (one of the first 20 decided on here).
+    let of_namespace = |text: &str, namespace: &str, outcome: &str| -> Vec<f64> {
+        let labels = format!("namespace=\"{namespace}\",outcome=\"{outcome}\"}}");
+        text.lines()
+            .filter(|l| l.starts_with("keygate_ratelimit_namespace_decisions_total{") && l.contains(&labels))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+            .collect()
+    };
+    assert_eq!(of_namespace(&text, "tenant-namespace-x", "passed"), [5.0], "{text}");
+    assert_eq!(of_namespace(&text, "tenant-namespace-x", "denied"), [2.0], "{text}");
+    let workspace = format!("workspace=\"{}\",namespace=\"tenant-namespace-x\"", s.workspace_id);
+    assert!(text.contains(&workspace), "{workspace} in {text}");
+    // Unknown paths share one label; no identifier, key id or secret is a label.
     s.request(s.client.get(s.url("/no/such/path/user-secret-identifier-1234")));
     let (text, _) = scrape(&s);
     assert!(text.contains("route=\"unmatched\""), "{text}");
-    for private in [secret_identifier, "tenant-namespace-x", key_id, secret, &s.root_key, "api_metrics"] {
+    for private in [secret_identifier, key_id, secret, &s.root_key, "api_metrics"] {
         assert!(!text.contains(private), "{private} must not appear in /metrics");
     }
     for line in text.lines().filter(|l| l.starts_with("keygate_http_requests_total")) {
         let route = line.split("route=\"").nth(1).unwrap().split('"').next().unwrap();
         assert!(route == "unmatched" || keygate::routes::ROUTES.iter().any(|(p, _)| *p == route), "{line}");
     }
+
+    // Namespaces beyond KEYGATE_METRICS_NAMESPACES count as `other`; a name is escaped
+    // as the text format wants; 0 keeps every name out.
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.metrics_namespaces = 2;
+    let two = TestServer::start_with(config, db);
+    let hostile = "quote\"back\\slash\nline}";
+    for namespace in [hostile, "second", "third", "fourth", "third"] {
+        let body = json!({"namespace": namespace, "identifier": "u", "limit": 5, "duration": 60_000});
+        assert_eq!(two.limit(body).status, 200);
+    }
+    let (text, _) = scrape(&two);
+    assert_eq!(of_namespace(&text, "quote\\\"back\\\\slash\\nline}", "passed"), [1.0], "{text}");
+    assert_eq!(of_namespace(&text, "second", "passed"), [1.0], "{text}");
+    assert_eq!(of_namespace(&text, "other", "passed"), [3.0], "{text}");
+    assert_eq!(of_namespace(&text, "other", "denied"), [0.0], "{text}");
+    assert!(!text.contains("third") && !text.contains("fourth"), "{text}");
+    let lines = text.lines().filter(|l| l.starts_with("keygate_ratelimit_namespace_decisions_total{"));
+    assert_eq!(lines.count(), 6, "2 namespaces and other, each passed and denied: {text}");
+
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.metrics_namespaces = 0;
+    let none = TestServer::start_with(config, db);
+    none.limit(json!({"namespace": "tenant-namespace-y", "identifier": "u", "limit": 5, "duration": 60_000}));
+    let (text, _) = scrape(&none);
+    assert!(!text.contains("tenant-namespace-y"), "{text}");
+    assert_eq!(of_namespace(&text, "other", "passed"), [1.0], "{text}");
 
     // Settings: a root key with metrics.read; off; its own listener.
     let db = Arc::new(keygate_test_support::TestDb::fresh());

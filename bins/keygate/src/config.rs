@@ -224,6 +224,12 @@ pub struct ServeArgs {
     /// `KEYGATE_METRICS=on`, without authentication there).
     #[arg(long, env = "KEYGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// How many rate-limit namespaces get series of their own in `/metrics`
+    /// (`keygate_ratelimit_namespace_decisions_total`): the first this many decided on
+    /// since the start, labelled with their workspace id and name; the rest count as
+    /// `other`. 0 keeps namespace names out of `/metrics`.
+    #[arg(long, env = "KEYGATE_METRICS_NAMESPACES", default_value_t = 20, value_parser = clap::value_parser!(u16).range(0..=1000))]
+    pub metrics_namespaces: u16,
     /// A JSON file of named policies for `/v1/gateway.authorize` (docs/gateways.md):
     /// `{"policies": {"name": {"permissions": "...", "ratelimit": "...", "keyHeader": "..."}}}`.
     #[arg(long, env = "KEYGATE_GATEWAY_POLICIES")]
@@ -401,6 +407,7 @@ impl ServeArgs {
                 _ => MetricsSetting::On,
             },
             metrics_listen: self.metrics_listen,
+            metrics_namespaces: usize::from(self.metrics_namespaces),
             gateway_policies: self.gateway_policies,
             workers: self.workers,
             pool: PoolSettings {
@@ -472,6 +479,8 @@ pub struct ServerConfig {
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.
     pub metrics_listen: Option<String>,
+    /// Namespaces given series of their own (`KEYGATE_METRICS_NAMESPACES`).
+    pub metrics_namespaces: usize,
     /// The gateway policies file.
     pub gateway_policies: Option<String>,
     pub workers: Option<usize>,

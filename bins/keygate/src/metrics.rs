@@ -3,12 +3,14 @@
 //! errors and outages, Redis batches); caches and pools keep their own numbers, read here
 //! at scrape time; the HTTP layer records requests and decisions through handles made
 //! once, so the hot path does no registry lookup and no allocation. Label values come from
-//! bounded sets only: route templates, status codes, outcomes, store and cache names.
+//! bounded sets only: route templates, status codes, outcomes, store and cache names, and
+//! the first `KEYGATE_METRICS_NAMESPACES` rate-limit namespaces (the rest count as `other`).
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Seconds: 100 us to 5 s.
@@ -147,6 +149,8 @@ pub struct Metrics {
     routes: HashMap<&'static str, RouteMetrics>,
     /// `keygate_ratelimit_decisions_total{outcome, store}`: passed, denied.
     decisions: [AtomicU64; 2],
+    /// `keygate_ratelimit_namespace_decisions_total{workspace, namespace, outcome}`.
+    by_namespace: ByNamespace,
     store: &'static str,
     /// `keygate_blocking_wait_seconds`: how long work waited for a thread of the
     /// blocking pool (the pool's saturation).
@@ -172,14 +176,16 @@ pub const UNMATCHED: &str = "unmatched";
 
 impl Metrics {
     /// Counts for each of `routes` (the route table's templates) and the decisions of
-    /// `store` ("memory", "redis"); with `enabled` false (`KEYGATE_METRICS=off`), nothing
-    /// is recorded.
-    pub fn new(routes: &[&'static str], store: &'static str, enabled: bool) -> Self {
+    /// `store` ("memory", "redis"), the first `namespaces` namespaces' apart; with `enabled`
+    /// false (`KEYGATE_METRICS=off`), nothing is recorded.
+    pub fn new(routes: &[&'static str], store: &'static str, enabled: bool, namespaces: usize) -> Self {
+        let by_namespace = ByNamespace::new(namespaces);
         if !enabled {
             return Self {
                 handle: None,
                 routes: HashMap::new(),
                 decisions: Default::default(),
+                by_namespace,
                 store,
                 blocking_wait: Default::default(),
             };
@@ -203,7 +209,14 @@ impl Metrics {
         }
         let routes =
             routes.iter().copied().chain([UNMATCHED]).map(|route| (route, RouteMetrics::default())).collect();
-        Self { handle, routes, decisions: Default::default(), store, blocking_wait: Default::default() }
+        Self {
+            handle,
+            routes,
+            decisions: Default::default(),
+            by_namespace,
+            store,
+            blocking_wait: Default::default(),
+        }
     }
 
     /// Work handed to the blocking pool now; [`Queued::started`] counts its wait.
@@ -220,10 +233,12 @@ impl Metrics {
         r.by_status[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One rate-limit decision.
-    pub fn decision(&self, passed: bool) {
+    /// One rate-limit decision in the namespace `namespace_id` of `workspace`, which the
+    /// caller named `name` (its name, or its id).
+    pub fn decision(&self, workspace: &str, namespace_id: &Arc<String>, name: &str, passed: bool) {
         if self.handle.is_some() {
             self.decisions[usize::from(!passed)].fetch_add(1, Ordering::Relaxed);
+            self.by_namespace.count(workspace, namespace_id, name, passed);
         }
     }
 
@@ -301,6 +316,7 @@ impl Metrics {
                 "keygate_ratelimit_decisions_total{{outcome=\"{outcome}\",store=\"{store}\"}} {n}"
             );
         }
+        self.by_namespace.render(out);
     }
 
     /// Drains the histograms' buffers (the exporter keeps samples until then).
@@ -309,4 +325,91 @@ impl Metrics {
             handle.run_upkeep();
         }
     }
+}
+
+/// Rate-limit decisions per namespace, a bounded set of series: the first `capacity`
+/// namespaces decided on since the process started get their own (labelled with their
+/// workspace and the name the first caller gave), every later one counts under
+/// `namespace="other"`. A slot is never given back, so each series only grows (a counter's
+/// contract); the set is the same on every scrape. Looked up under a read lock by the
+/// namespace's id, one hash of it per decision; the write lock is taken at most
+/// `capacity` times.
+#[derive(Debug)]
+struct ByNamespace {
+    capacity: usize,
+    named: RwLock<HashMap<Arc<String>, NamespaceCounts>>,
+    other: [AtomicU64; 2],
+}
+
+#[derive(Debug)]
+struct NamespaceCounts {
+    workspace: String,
+    name: String,
+    /// Passed, denied.
+    counts: [AtomicU64; 2],
+}
+
+impl ByNamespace {
+    fn new(capacity: usize) -> Self {
+        Self { capacity, named: RwLock::new(HashMap::new()), other: Default::default() }
+    }
+
+    fn count(&self, workspace: &str, namespace_id: &Arc<String>, name: &str, passed: bool) {
+        let i = usize::from(!passed);
+        {
+            let named = self.named.read();
+            if let Some(ns) = named.get(namespace_id) {
+                ns.counts[i].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if named.len() >= self.capacity {
+                self.other[i].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let mut named = self.named.write();
+        if !named.contains_key(namespace_id) && named.len() < self.capacity {
+            let ns = NamespaceCounts {
+                workspace: workspace.to_string(),
+                name: name.to_string(),
+                counts: Default::default(),
+            };
+            named.insert(namespace_id.clone(), ns);
+        }
+        let counts = named.get(namespace_id).map_or(&self.other, |ns| &ns.counts);
+        counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        const METRIC: &str = "keygate_ratelimit_namespace_decisions_total";
+        let _ = writeln!(
+            out,
+            "# HELP {METRIC} Rate-limit decisions by namespace (the first KEYGATE_METRICS_NAMESPACES; the rest as other) and outcome"
+        );
+        let _ = writeln!(out, "# TYPE {METRIC} counter");
+        let named = self.named.read();
+        let mut named: Vec<&NamespaceCounts> = named.values().collect();
+        named.sort_by(|a, b| (&a.workspace, &a.name).cmp(&(&b.workspace, &b.name)));
+        for (i, outcome) in ["passed", "denied"].iter().enumerate() {
+            for ns in &named {
+                let (workspace, name) = (escape(&ns.workspace), escape(&ns.name));
+                let n = ns.counts[i].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "{METRIC}{{workspace=\"{workspace}\",namespace=\"{name}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+            let n = self.other[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{METRIC}{{namespace=\"other\",outcome=\"{outcome}\"}} {n}");
+        }
+    }
+}
+
+/// A label value in the text format: backslash, double quote and line feed escaped.
+fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return value.into();
+    }
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").into()
 }

@@ -143,6 +143,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         &route_names,
         runtime.limiter.kind(),
         config.metrics != MetricsSetting::Off,
+        config.metrics_namespaces,
     );
     let description = runtime.description.clone();
     let state = web::Data::new(AppState {

@@ -53,11 +53,14 @@ fn prometheus_scrapes_the_decisions_and_requests_of_a_known_sequence() {
     cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("RUST_LOG", "warn,keygate=info");
     let _keygate = start_keygate(cmd);
 
-    // 5 passed and 2 denied decisions, one 404.
+    // 5 passed and 2 denied decisions, one in a namespace whose name needs escaping in the
+    // text format (Prometheus must still parse the scrape), one 404.
     for _ in 0..7 {
         let res = limit(port, r#"{"namespace":"prom","identifier":"u","limit":5,"duration":60000}"#);
         assert!(res.starts_with("HTTP/1.1 200"), "{res}");
     }
+    let res = limit(port, r#"{"namespace":"a\"b\\c\nd","identifier":"u","limit":5,"duration":60000}"#);
+    assert!(res.starts_with("HTTP/1.1 200"), "{res}");
     assert!(
         http(port, "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 404")
     );
@@ -81,9 +84,18 @@ fn prometheus_scrapes_the_decisions_and_requests_of_a_known_sequence() {
     let denied = r#"keygate_ratelimit_decisions_total{outcome="denied",store="memory"}"#;
     let requests = r#"keygate_http_requests_total{route="/v1/ratelimits.limit",status="200"}"#;
     let unmatched = r#"keygate_http_requests_total{route="unmatched",status="404"}"#;
+    let prom_passed = r#"keygate_ratelimit_namespace_decisions_total{namespace="prom",outcome="passed"}"#;
+    let escaped = r#"keygate_ratelimit_namespace_decisions_total{namespace="a\"b\\c\nd",outcome="passed"}"#;
     loop {
-        let got = [query(prom, passed), query(prom, denied), query(prom, requests), query(prom, unmatched)];
-        if got == [Some(5.0), Some(2.0), Some(7.0), Some(1.0)] {
+        let got = [
+            query(prom, passed),
+            query(prom, denied),
+            query(prom, requests),
+            query(prom, unmatched),
+            query(prom, prom_passed),
+            query(prom, escaped),
+        ];
+        if got == [Some(6.0), Some(2.0), Some(8.0), Some(1.0), Some(5.0), Some(1.0)] {
             break;
         }
         assert!(Instant::now() < deadline, "Prometheus answered {got:?}");
@@ -92,7 +104,7 @@ fn prometheus_scrapes_the_decisions_and_requests_of_a_known_sequence() {
     let up = query(prom, r#"up{job="keygate"}"#);
     assert_eq!(up, Some(1.0), "the scrape itself succeeds");
     let latency = query(prom, r#"keygate_http_request_duration_seconds_count{route="/v1/ratelimits.limit"}"#);
-    assert_eq!(latency, Some(7.0));
+    assert_eq!(latency, Some(8.0));
 }
 
 fn which(name: &str) -> Option<std::path::PathBuf> {

@@ -232,7 +232,7 @@ pub(crate) async fn decide(
             (state.limiter.limit(key, req, now)?, overrides.0)
         }
     };
-    state.metrics.decision(d.0.success);
+    state.metrics.decision(&principal.workspace_id, &namespace_id, &v.namespace, d.0.success);
     state.analytics.record_limit(&principal.workspace_id, &namespace_id, &v.identifier, d.0.success);
     Ok(d)
 }

@@ -196,7 +196,7 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
         }
     };
     for ((d, e), ns) in outcome.decisions.iter().zip(&entries).zip(&namespace_ids) {
-        state.metrics.decision(d.success && outcome.passed);
+        state.metrics.decision(&principal.workspace_id, ns, &e.namespace, d.success && outcome.passed);
         state.analytics.record_limit(&principal.workspace_id, ns, &e.identifier, d.success && outcome.passed);
     }
     let limits = entries
