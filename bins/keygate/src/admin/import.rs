@@ -186,3 +186,111 @@ fn parse(line: &[u8]) -> Result<MigratedKey, String> {
 fn entry_index(path: &str) -> Option<usize> {
     path.strip_prefix("keys.")?.split('.').next()?.parse().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The import line reader on any input (issue 52's fuzz targets, bounded for CI).
+    #![allow(clippy::unwrap_used)]
+    use super::parse;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    /// Pieces of entries, put together in any order: most are near-valid lines.
+    fn near_valid() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            "\"hash\"",
+            "\"name\"",
+            "\"externalId\"",
+            "\"meta\"",
+            "\"roles\"",
+            "\"permissions\"",
+            "\"expires\"",
+            "\"enabled\"",
+            "\"credits\"",
+            "\"remaining\"",
+            "\"refill\"",
+            "\"ratelimits\"",
+            "\"limit\"",
+            "\"duration\"",
+            "\"autoApply\"",
+            "null",
+            "true",
+            "-1",
+            "0",
+            "1e400",
+            "18446744073709551616",
+            "4102444800001",
+            "\"\"",
+            "\"a\"",
+            "\"\\u0000\"",
+            "\"\\ud800\"",
+            "\u{e9}",
+            " ",
+        ]);
+        prop::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_bytes_are_an_entry_or_a_reason_never_a_panic(line in prop::collection::vec(any::<u8>(), 0..300)) {
+            if let Err(why) = parse(&line) {
+                prop_assert!(!why.is_empty());
+            }
+        }
+
+        #[test]
+        fn near_valid_lines_never_panic(line in near_valid()) {
+            let _ = parse(line.as_bytes());
+        }
+
+        #[test]
+        fn a_valid_line_reads_back_its_fields(
+            hash in "[0-9a-f]{64}",
+            name in prop::option::of("[A-Za-z0-9 _-]{1,30}"),
+            external_id in prop::option::of("[A-Za-z0-9_.-]{1,40}"),
+            enabled in any::<Option<bool>>(),
+            expires in prop::option::of(0i64..4_102_444_800_000),
+            permissions in prop::collection::vec("[a-z][a-z0-9._:-]{0,20}", 0..4),
+        ) {
+            let mut entry = json!({"hash": hash, "permissions": permissions});
+            for (field, value) in [
+                ("name", name.clone().map(Value::from)),
+                ("externalId", external_id.clone().map(Value::from)),
+                ("enabled", enabled.map(Value::from)),
+                ("expires", expires.map(Value::from)),
+            ] {
+                if let Some(value) = value {
+                    entry[field] = value;
+                }
+            }
+            let key = parse(entry.to_string().as_bytes()).unwrap();
+            prop_assert_eq!(key.hash, hash);
+            prop_assert_eq!(key.name, name);
+            prop_assert_eq!(key.external_id, external_id);
+            prop_assert_eq!(key.enabled, enabled.unwrap_or(true));
+            prop_assert_eq!(key.expires, expires);
+            prop_assert_eq!(key.permissions, permissions);
+        }
+
+        #[test]
+        fn a_field_of_the_wrong_kind_is_refused_by_its_name(
+            field in prop::sample::select(vec!["name", "externalId", "enabled", "expires", "roles", "credits", "meta"]),
+            value in prop::sample::select(vec![json!(12.5), json!([1, 2]), json!({"x": 1}), json!("text"), json!(-3)]),
+        ) {
+            let mut entry = json!({"hash": "a".repeat(64)});
+            entry[field] = value.clone();
+            // Some values are of the field's kind (text for a name): those parse.
+            if let Err(why) = parse(entry.to_string().as_bytes()) {
+                prop_assert!(why.starts_with(field), "{why} (the {field} {value})");
+            }
+        }
+    }
+}

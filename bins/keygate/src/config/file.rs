@@ -108,3 +108,91 @@ pub(super) fn file_args(
     }
     Ok(extra)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The config file reader on any input (issue 52's fuzz targets, bounded for CI): read
+    //! or refused with a message naming the file, never a panic; a value goes through its
+    //! flag's own bounds.
+    #![allow(clippy::unwrap_used)]
+    use crate::config::Cli;
+    use proptest::prelude::*;
+
+    fn read(text: &str) -> Result<Cli, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keygate.toml");
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_str().unwrap().to_string();
+        Cli::try_parse_args_from(["keygate", "--config", &path]).map_err(|e| e.to_string())
+    }
+
+    /// Lines of known keys, values of every kind, and TOML's punctuation.
+    fn near_valid() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(vec![
+            "listen",
+            "workers",
+            "metrics",
+            "metrics_namespaces",
+            "db_pool_size",
+            "verify_cache",
+            "otlp_sample_ratio",
+            "root_key",
+            "unknown_key",
+            "[table]",
+            "a.b",
+        ]);
+        let value = prop::sample::select(vec![
+            "1",
+            "0",
+            "-1",
+            "1001",
+            "99999999999999999999",
+            "true",
+            "\"on\"",
+            "\"\"",
+            "\"\\u00e9\"",
+            "[1, 2]",
+            "{ a = 1 }",
+            "1.5",
+            "nan",
+            "\"127.0.0.1:0\"",
+            "'''x'''",
+            "\"\u{e9}\u{1F600}\"",
+            "",
+        ]);
+        let line = (key, prop::sample::select(vec![" = ", "=", " ", " == "]), value)
+            .prop_map(|(k, eq, v)| format!("{k}{eq}{v}"));
+        prop::collection::vec(line, 0..6).prop_map(|l| l.join("\n"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_text_is_read_or_refused_never_a_panic(text in "(?s)[a-z_ =\"'\\[\\]{}.,0-9\n#\u{e9}\u{1F600}\\\\-]{0,80}") {
+            if let Err(why) = read(&text) {
+                prop_assert!(why.contains("config file"), "{why}");
+            }
+        }
+
+        #[test]
+        fn near_valid_files_never_panic(text in near_valid()) {
+            let _ = read(&text);
+        }
+
+        #[test]
+        fn a_value_goes_through_its_flag_s_bounds(n in -5i64..2000) {
+            let got = read(&format!("metrics_namespaces = {n}"));
+            match got {
+                Ok(cli) => {
+                    prop_assert!((0..=1000).contains(&n), "{n} accepted");
+                    prop_assert_eq!(i64::from(cli.serve.metrics_namespaces), n);
+                }
+                Err(why) => {
+                    prop_assert!(!(0..=1000).contains(&n), "{n} refused: {why}");
+                    prop_assert!(why.contains("metrics_namespaces"), "{why}");
+                }
+            }
+        }
+    }
+}
