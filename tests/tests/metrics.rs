@@ -67,6 +67,10 @@ fn metrics_count_a_known_sequence_with_bounded_labels_and_follow_their_settings(
         assert!(after.contains_key(&hit), "{hit} in {text}");
     }
     assert!(after.contains_key("keygate_db_pool_connections{state=\"idle\"}"), "{text}");
+    // Analytics held in memory until their flush (every few seconds): what the soak watches.
+    for kind in ["verifications", "ratelimits"] {
+        assert!(after.contains_key(&format!("keygate_analytics_held{{kind=\"{kind}\"}}")), "{text}");
+    }
     // The first verification of the key loaded it on the blocking pool: its wait counted.
     let waits = "keygate_blocking_wait_seconds_count";
     assert!(get(&after, waits) > get(&before, waits), "{text}");

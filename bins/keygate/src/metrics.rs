@@ -169,6 +169,9 @@ pub struct Kept {
     /// The soonest root-key expiry ahead (unix ms; `Some(None)`: none expires; `None`: not
     /// known now, the last value stays).
     pub root_key_next_expiry: Option<Option<i64>>,
+    /// Analytics counts held in memory: (verification series, rate-limit counts); `None`
+    /// with analytics off.
+    pub analytics_held: Option<(usize, usize)>,
 }
 
 /// The route label of a request no route matched.
@@ -259,6 +262,10 @@ impl Metrics {
         if let Some(next) = kept.root_key_next_expiry {
             let seconds = next.map_or(0.0, |ms| ms as f64 / 1000.0);
             metrics::gauge!("keygate_root_key_next_expiry_timestamp_seconds").set(seconds);
+        }
+        if let Some((verifications, ratelimits)) = kept.analytics_held {
+            metrics::gauge!("keygate_analytics_held", "kind" => "verifications").set(verifications as f64);
+            metrics::gauge!("keygate_analytics_held", "kind" => "ratelimits").set(ratelimits as f64);
         }
         if let Some((calls, decisions)) = kept.redis_batches {
             metrics::counter!("keygate_redis_round_trips_total").absolute(calls);

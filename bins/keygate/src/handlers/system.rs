@@ -121,6 +121,11 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
                 (b.script_calls, b.decisions)
             }),
             root_key_next_expiry: st.rbac.next_root_key_expiry().ok(),
+            analytics_held: st
+                .analytics
+                .recorder()
+                .zip(st.analytics.limit_recorder())
+                .map(|(v, l)| (v.series(), l.entries())),
         };
         Ok(st.metrics.render(&kept))
     })
