@@ -1,11 +1,13 @@
-//! A TCP proxy the tests can cut: stands between keygate and PostgreSQL to simulate the
-//! database going away (every connection closed, new ones refused) and coming back,
-//! without stopping the PostgreSQL server other tests share.
+//! A TCP proxy the tests can cut: stands between keygate and PostgreSQL or Redis to
+//! simulate the store going away (every connection closed, new ones refused) and coming
+//! back, without stopping the server other tests share; and to inject faults short of
+//! that (tests/tests/faults.rs): added latency, connections dropped while new ones are
+//! accepted, and half-open connections that accept bytes and never answer.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -15,6 +17,16 @@ pub struct CuttableProxy {
     pub addr: SocketAddr,
     down: Arc<AtomicBool>,
     live: Arc<Mutex<Vec<TcpStream>>>,
+    faults: Arc<Faults>,
+}
+
+/// What the proxy does to the bytes it forwards.
+#[derive(Debug, Default)]
+struct Faults {
+    /// Added before each chunk is forwarded, either way (ms).
+    latency_ms: AtomicU64,
+    /// Bytes are read and dropped: the peer's connection stays open and gets no answer.
+    black_hole: AtomicBool,
 }
 
 impl CuttableProxy {
@@ -24,7 +36,8 @@ impl CuttableProxy {
         let addr = listener.local_addr()?;
         let down = Arc::new(AtomicBool::new(false));
         let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (d, l) = (down.clone(), live.clone());
+        let faults: Arc<Faults> = Arc::default();
+        let (d, l, f) = (down.clone(), live.clone(), faults.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -40,11 +53,29 @@ impl CuttableProxy {
                         l.lock().push(c);
                     }
                 }
-                pump(client.try_clone(), server.try_clone());
-                pump(server.try_clone(), client.try_clone());
+                pump(client.try_clone(), server.try_clone(), f.clone());
+                pump(server.try_clone(), client.try_clone(), f.clone());
             }
         });
-        Ok(Self { addr, down, live })
+        Ok(Self { addr, down, live, faults })
+    }
+
+    /// Delays every chunk forwarded, either way, by `latency` (a round trip: twice that).
+    pub fn set_latency(&self, latency: Duration) {
+        self.faults.latency_ms.store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Half-open connections: while on, bytes either way are swallowed, connections stay
+    /// open, and new ones are accepted (and swallowed too).
+    pub fn set_black_hole(&self, on: bool) {
+        self.faults.black_hole.store(on, Ordering::SeqCst);
+    }
+
+    /// Closes every proxied connection; new ones are accepted as before.
+    pub fn drop_connections(&self) {
+        for s in self.live.lock().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
     }
 
     /// Closes every proxied connection and refuses new ones.
@@ -61,14 +92,19 @@ impl CuttableProxy {
     }
 }
 
-fn pump(from: std::io::Result<TcpStream>, to: std::io::Result<TcpStream>) {
+fn pump(from: std::io::Result<TcpStream>, to: std::io::Result<TcpStream>, faults: Arc<Faults>) {
     let (Ok(mut from), Ok(mut to)) = (from, to) else { return };
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
+                Ok(_) if faults.black_hole.load(Ordering::SeqCst) => {}
                 Ok(n) => {
+                    let latency = faults.latency_ms.load(Ordering::SeqCst);
+                    if latency > 0 {
+                        std::thread::sleep(Duration::from_millis(latency));
+                    }
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }
