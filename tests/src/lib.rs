@@ -3,6 +3,7 @@
 //! a [`ManualClock`] so that tests move time instead of sleeping.
 #![allow(clippy::unwrap_used)]
 
+pub mod postgres_server;
 pub mod proxy;
 pub mod webdriver;
 

@@ -2,7 +2,8 @@
 //! PostgreSQL (tests/src/proxy.rs) while three instances serve a load of verifications
 //! that spend credits under an auto-applied key limit, and rate-limit decisions:
 //! added latency (50 ms and 500 ms each way), connections dropped again and again,
-//! half-open connections that swallow every byte, each for 1.5 s of a 4 s run.
+//! half-open connections that swallow every byte, each for 1.5 s; a Redis Cluster failing
+//! over to its replicas; PostgreSQL stopped and started again (run alone).
 //!
 //! Under each, the invariants (docs/operations.md, "Faults"): every request is answered
 //! within its timeouts, with a 200 or a 503 (fail closed); no over-admission (the limit's
@@ -31,10 +32,51 @@ const PACE: Duration = Duration::from_millis(10);
 /// times over, on a loaded CI machine.
 const ANSWER_WITHIN: Duration = Duration::from_secs(4);
 
-/// Where the fault is injected.
-enum Store {
-    Redis,
-    Postgres,
+/// The stores the three instances use, and the proxy in front of one of them.
+struct Target {
+    db: Arc<TestDb>,
+    db_url: String,
+    redis_url: String,
+    cluster: bool,
+    proxy: Option<CuttableProxy>,
+}
+
+impl Target {
+    /// Redis reached through a proxy.
+    fn redis() -> Self {
+        let redis = keygate_tests::scale_out();
+        let db = Arc::new(TestDb::fresh());
+        let proxy = CuttableProxy::start(keygate_tests::redis_addr(&redis)).unwrap();
+        let redis_url = format!("redis://{}", proxy.addr);
+        Self { db_url: db.url.clone(), db, redis_url, cluster: false, proxy: Some(proxy) }
+    }
+
+    /// PostgreSQL reached through a proxy.
+    fn postgres() -> Self {
+        let redis_url = keygate_tests::scale_out();
+        let db = Arc::new(TestDb::fresh());
+        let (proxy, db_url) = proxied_postgres(&db.url);
+        Self { db, db_url, redis_url, cluster: false, proxy: Some(proxy) }
+    }
+
+    /// PostgreSQL reached directly (to be stopped and started), Redis too.
+    fn postgres_server() -> Self {
+        let redis_url = keygate_tests::scale_out();
+        let db = Arc::new(TestDb::fresh());
+        Self { db_url: db.url.clone(), db, redis_url, cluster: false, proxy: None }
+    }
+
+    /// A private Redis Cluster of three masters with a replica each (7051-7056).
+    fn cluster_with_replicas() -> Self {
+        keygate_tests::scale_out();
+        let db = Arc::new(TestDb::fresh());
+        let redis_url = keygate_test_support::local_redis_cluster_with_replicas(7050);
+        Self { db_url: db.url.clone(), db, redis_url, cluster: true, proxy: None }
+    }
+
+    fn proxy(&self) -> &CuttableProxy {
+        self.proxy.as_ref().unwrap()
+    }
 }
 
 #[derive(Default)]
@@ -50,31 +92,20 @@ struct Counts {
     slowest_ms: AtomicU64,
 }
 
-/// Three instances on one fresh database and Redis, `store` reached through a proxy, under
-/// load; `fault` turned on at 1 s and `heal`ed at 2.5 s; the invariants checked.
-fn under_fault(store: Store, fault: impl Fn(&CuttableProxy) + Sync, heal: impl Fn(&CuttableProxy)) {
-    let redis = keygate_tests::scale_out();
-    let db = Arc::new(TestDb::fresh());
-    let (proxy, db_url, redis_url) = match store {
-        Store::Redis => {
-            let proxy = CuttableProxy::start(keygate_tests::redis_addr(&redis)).unwrap();
-            let url = format!("redis://{}", proxy.addr);
-            (proxy, db.url.clone(), url)
-        }
-        Store::Postgres => {
-            let (proxy, url) = proxied_postgres(&db.url);
-            (proxy, url, redis.clone())
-        }
-    };
+/// Three instances on `target`'s stores under load; `fault` turned on at 1 s and `heal`ed
+/// at 2.5 s (or when `fault` and `heal` are done), the load going on for 1.5 s after; the
+/// invariants checked.
+fn under_fault(target: Target, fault: impl Fn(&Target), heal: impl Fn(&Target)) {
     let servers: Vec<TestServer> = (0..3)
         .map(|_| {
-            let mut config = TestServer::config(&db_url);
-            config.redis_url = Some(redis_url.clone());
+            let mut config = TestServer::config(&target.db_url);
+            config.redis_url = Some(target.redis_url.clone());
+            config.redis.cluster = target.cluster;
             config.redis.connect_timeout = Duration::from_millis(500);
             config.redis.io_timeout = Duration::from_millis(500);
             config.pool.connect_timeout = Duration::from_millis(1_000);
             config.pool.statement_timeout = Duration::from_millis(1_000);
-            TestServer::start_with(config, db.clone())
+            TestServer::start_with(config, target.db.clone())
         })
         .collect();
     let a = &servers[0];
@@ -99,7 +130,6 @@ fn under_fault(store: Store, fault: impl Fn(&CuttableProxy) + Sync, heal: impl F
     }
 
     let counts = Counts::default();
-    let began = Instant::now();
     let healed_at = std::sync::OnceLock::<Instant>::new();
     let answered_after_heal = AtomicU64::new(0);
     let fault_at = std::sync::OnceLock::<Instant>::new();
@@ -111,7 +141,8 @@ fn under_fault(store: Store, fault: impl Fn(&CuttableProxy) + Sync, heal: impl F
             let (fault_at, during) = (&fault_at, &served_during_fault);
             scope.spawn(move || {
                 let mut n = 0;
-                while began.elapsed() < Duration::from_secs(4) {
+                // Until 1.5 s after the heal (which may take a while: a failover settling).
+                while healed_at.get().is_none_or(|at| at.elapsed() < Duration::from_millis(1_500)) {
                     n += 1;
                     let spend = (i + n) % 2 == 0;
                     let asked = Instant::now();
@@ -150,10 +181,10 @@ fn under_fault(store: Store, fault: impl Fn(&CuttableProxy) + Sync, heal: impl F
         std::thread::sleep(Duration::from_millis(1_000));
         let on = Instant::now();
         let _ = fault_at.set(on);
-        fault(&proxy);
+        fault(&target);
         // 1.5 s of fault, however long `fault` itself took (some drop connections for it).
         std::thread::sleep(Duration::from_millis(1_500).saturating_sub(on.elapsed()));
-        heal(&proxy);
+        heal(&target);
         let _ = healed_at.set(Instant::now());
     });
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -203,9 +234,9 @@ fn under_fault(store: Store, fault: impl Fn(&CuttableProxy) + Sync, heal: impl F
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_redis_latency_50ms() {
     under_fault(
-        Store::Redis,
-        |p| p.set_latency(Duration::from_millis(50)),
-        |p| p.set_latency(Duration::ZERO),
+        Target::redis(),
+        |t| t.proxy().set_latency(Duration::from_millis(50)),
+        |t| t.proxy().set_latency(Duration::ZERO),
     );
 }
 
@@ -213,9 +244,9 @@ fn injected_redis_latency_50ms() {
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_redis_latency_500ms() {
     under_fault(
-        Store::Redis,
-        |p| p.set_latency(Duration::from_millis(500)),
-        |p| p.set_latency(Duration::ZERO),
+        Target::redis(),
+        |t| t.proxy().set_latency(Duration::from_millis(500)),
+        |t| t.proxy().set_latency(Duration::ZERO),
     );
 }
 
@@ -223,10 +254,10 @@ fn injected_redis_latency_500ms() {
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_redis_connections_dropped_again_and_again() {
     under_fault(
-        Store::Redis,
-        |p| {
+        Target::redis(),
+        |t| {
             for _ in 0..14 {
-                p.drop_connections();
+                t.proxy().drop_connections();
                 std::thread::sleep(Duration::from_millis(100));
             }
         },
@@ -238,10 +269,10 @@ fn injected_redis_connections_dropped_again_and_again() {
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_redis_half_open() {
     under_fault(
-        Store::Redis,
-        |p| p.set_black_hole(true),
-        |p| {
-            p.set_black_hole(false);
+        Target::redis(),
+        |t| t.proxy().set_black_hole(true),
+        |t| {
+            t.proxy().set_black_hole(false);
             // The swallowed connections stay stuck: the clients drop them on their timeouts.
         },
     );
@@ -251,10 +282,10 @@ fn injected_redis_half_open() {
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_postgres_connections_dropped_again_and_again() {
     under_fault(
-        Store::Postgres,
-        |p| {
+        Target::postgres(),
+        |t| {
             for _ in 0..14 {
-                p.drop_connections();
+                t.proxy().drop_connections();
                 std::thread::sleep(Duration::from_millis(100));
             }
         },
@@ -266,8 +297,55 @@ fn injected_postgres_connections_dropped_again_and_again() {
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_postgres_latency_500ms() {
     under_fault(
-        Store::Postgres,
-        |p| p.set_latency(Duration::from_millis(500)),
-        |p| p.set_latency(Duration::ZERO),
+        Target::postgres(),
+        |t| t.proxy().set_latency(Duration::from_millis(500)),
+        |t| t.proxy().set_latency(Duration::ZERO),
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL and redis-server: starts a private Redis Cluster with replicas on 127.0.0.1:7051-7056 (.ci/redis-cluster.sh); run with --include-ignored (.ci/run does)"]
+fn injected_redis_cluster_failover() {
+    under_fault(
+        Target::cluster_with_replicas(),
+        |t| {
+            // Every replica takes over from its master (CLUSTER FAILOVER: the master stops
+            // its clients, the replica catches up, then the roles switch).
+            for url in t.redis_url.split(',') {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn).unwrap();
+                if matches!(&role[0], redis::Value::BulkString(r) if r == b"slave") {
+                    redis::cmd("CLUSTER").arg("FAILOVER").query::<()>(&mut conn).unwrap();
+                }
+            }
+        },
+        |t| {
+            // The cluster whole again, its new masters serving.
+            let seed = t.redis_url.split(',').next().unwrap();
+            let mut conn = redis::Client::open(seed).unwrap().get_connection().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster did not settle: {info}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        },
+    );
+}
+
+/// PostgreSQL stopped and started again under load. It stops the server every other test
+/// shares: ignored, and run alone by `.ci/run` after the suites (its name is skipped there
+/// with `postgres_stopped_and_started_again`).
+#[test]
+#[ignore = "stops the shared PostgreSQL server; .ci/run runs it alone"]
+fn postgres_stopped_and_started_again_under_load() {
+    let _restart = keygate_tests::postgres_server::Restart;
+    under_fault(
+        Target::postgres_server(),
+        |_| keygate_tests::postgres_server::pg_ctl("stop"),
+        |_| keygate_tests::postgres_server::start_and_wait(),
     );
 }

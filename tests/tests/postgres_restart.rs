@@ -4,41 +4,11 @@
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::TestDb;
+use keygate_tests::postgres_server::{Restart, pg_ctl, pg_ready, start_and_wait};
 use keygate_tests::{TestServer, set_body};
 use serde_json::json;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn cluster_version() -> String {
-    let entries = std::fs::read_dir("/etc/postgresql").expect("a local PostgreSQL cluster (/etc/postgresql)");
-    entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).max().unwrap()
-}
-
-fn pg_ctl(action: &str) {
-    let status = Command::new("pg_ctlcluster")
-        .args(["--skip-systemctl-redirect", &cluster_version(), "main", action, "-m", "fast"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "pg_ctlcluster {action} failed");
-}
-
-fn pg_ready() -> bool {
-    Command::new("pg_isready").args(["-h", "127.0.0.1", "-q"]).status().is_ok_and(|s| s.success())
-}
-
-/// Starts PostgreSQL again whatever happens to the test.
-struct Restart;
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        if !pg_ready() {
-            let _ = Command::new("pg_ctlcluster")
-                .args(["--skip-systemctl-redirect", &cluster_version(), "main", "start"])
-                .status();
-        }
-    }
-}
 
 #[test]
 #[ignore = "stops the shared PostgreSQL server; .ci/run runs it alone"]
@@ -63,11 +33,8 @@ fn postgres_stopped_and_started_again() {
     }
     assert_eq!(s.limit(limit).json["remaining"], 8, "cached rate-limit path needs no database");
 
-    pg_ctl("start");
+    start_and_wait();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !pg_ready() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let mut status = 0;
     while Instant::now() < deadline {
         status = s.get_key(&key).status;

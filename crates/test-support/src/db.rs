@@ -115,10 +115,21 @@ pub fn redis_cluster() -> bool {
 /// when it is not up, by `.ci/redis-cluster.sh` (a few milliseconds when it is); its seed
 /// URLs separated by commas. Panics, with the reason, when it cannot be started.
 pub fn local_redis_cluster(base: u16) -> String {
+    redis_cluster_nodes(base, 0)
+}
+
+/// [`local_redis_cluster`] with one replica per master (nodes `base+1..base+6`; which of a
+/// pair is the master changes when a test fails one over): every node's URL.
+pub fn local_redis_cluster_with_replicas(base: u16) -> String {
+    redis_cluster_nodes(base, 1)
+}
+
+fn redis_cluster_nodes(base: u16, replicas: u16) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/redis-cluster.sh");
     let out = std::process::Command::new("bash")
         .arg(script)
         .arg(base.to_string())
+        .arg(replicas.to_string())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
     assert!(
@@ -126,5 +137,5 @@ pub fn local_redis_cluster(base: u16) -> String {
         "the local Redis Cluster (base port {base}) could not be started: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (1..=3).map(|i| format!("redis://127.0.0.1:{}", base + i)).collect::<Vec<_>>().join(",")
+    (1..=3 * (1 + replicas)).map(|i| format!("redis://127.0.0.1:{}", base + i)).collect::<Vec<_>>().join(",")
 }
