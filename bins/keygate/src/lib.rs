@@ -10,6 +10,8 @@ pub mod config;
 mod connections;
 pub mod dashboard;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handlers;
 mod http;
 pub mod listen;

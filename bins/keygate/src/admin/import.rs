@@ -170,7 +170,7 @@ impl Import<'_> {
 }
 
 /// One line as an entry, checked as `keys.migrateKeys` checks one.
-fn parse(line: &[u8]) -> Result<MigratedKey, String> {
+pub(crate) fn parse(line: &[u8]) -> Result<MigratedKey, String> {
     let mut de = serde_json::Deserializer::from_slice(line);
     let Obj(entry): Obj<MigrateKeyEntry> =
         serde_path_to_error::deserialize(&mut de).map_err(|e| match e.path().to_string().as_str() {

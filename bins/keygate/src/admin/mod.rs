@@ -4,7 +4,7 @@
 mod backup;
 pub mod commands;
 mod encryption;
-mod import;
+pub(crate) mod import;
 mod store;
 
 use crate::config::Command;

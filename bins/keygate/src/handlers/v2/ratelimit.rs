@@ -45,7 +45,7 @@ pub(crate) struct LimitBody<'a> {
 
 impl<'a> LimitBody<'a> {
     /// The checks of API-v2.md §5.1; `at` prefixes the paths (`3.` in a multiLimit).
-    fn validate(self, at: &str) -> Result<ValidLimit<'a>, ValidationError> {
+    pub(crate) fn validate(self, at: &str) -> Result<ValidLimit<'a>, ValidationError> {
         let path = |field: &str| format!("{at}{field}");
         validate_namespace_name(&path("namespace"), &self.namespace)?;
         check_len(&path("identifier"), &self.identifier, MAX_IDENTIFIER_CHARS)?;
