@@ -2,6 +2,8 @@
 //! (docs/configuration.md lists them; precedence flag > environment > file > default).
 
 mod file;
+mod values;
+use values::{dashboard_base, file_mode, migration_entry, otlp_endpoint, positive_usize, public_url};
 
 use crate::admin::commands::{
     AuditCmd, BackupArgs, EncryptionCmd, KeysCmd, RootKeysCmd, StoreCmd, WorkspacesCmd,
@@ -212,6 +214,10 @@ pub struct ServeArgs {
     /// changed: on or off (off: every verification reads the database).
     #[arg(long, env = "KEYGATE_VERIFY_CACHE", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub verify_cache: bool,
+    /// The most the verification cache's keys weigh, about (MiB): beyond it, the keys not
+    /// verified recently are evicted first.
+    #[arg(long, env = "KEYGATE_VERIFY_CACHE_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub verify_cache_mb: u64,
     /// Migration ids `keys.migrateKeys` accepts besides the built-in schemes' own names
     /// (`sha256_hex`, `sha256_base64`): `ID=SCHEME` entries, comma-separated.
     #[arg(long, env = "KEYGATE_MIGRATIONS", value_delimiter = ',', value_parser = migration_entry)]
@@ -315,29 +321,6 @@ pub struct ServeArgs {
     pub encryption_keys: Option<String>,
 }
 
-/// File permissions in octal, `0000` to `0777` (`660` and `0o660` too).
-/// One `ID=SCHEME` entry of `KEYGATE_MIGRATIONS`.
-fn migration_entry(s: &str) -> Result<String, String> {
-    keygate_rbac::Migrations::parse(&[s]).map(|_| s.trim().to_string()).map_err(|e| e.to_string())
-}
-
-fn file_mode(s: &str) -> Result<u32, String> {
-    let digits = s.trim().trim_start_matches("0o");
-    match u32::from_str_radix(digits, 8) {
-        Ok(mode) if mode <= 0o777 && !digits.is_empty() => Ok(mode),
-        _ => Err("must be permissions in octal, 0000 to 0777 (e.g. 0660)".into()),
-    }
-}
-
-/// A count of at least 1 (0 workers or connections would be a server that cannot serve).
-fn positive_usize(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// No secret in a `Debug` output: URLs redacted, the root key left out.
 impl std::fmt::Debug for Cli {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -391,6 +374,7 @@ impl ServeArgs {
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
             verify_cache: self.verify_cache,
+            verify_cache_mb: self.verify_cache_mb,
             migrations: self.migrations,
             audit_retention_days: self.audit_retention_days,
             analytics: self.analytics.then_some(AnalyticsSettings {
@@ -467,6 +451,8 @@ pub struct ServerConfig {
     pub ratelimit_fail_open: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).
     pub verify_cache: bool,
+    /// `KEYGATE_VERIFY_CACHE_MB`.
+    pub verify_cache_mb: u64,
     /// `KEYGATE_MIGRATIONS`: migration ids and their schemes, `ID=SCHEME` each.
     pub migrations: Vec<String>,
     /// Audit events older than this many days are deleted in the background; 0: kept.
@@ -497,45 +483,6 @@ pub struct ServerConfig {
     /// OpenTelemetry traces; `None`: off. Installed by [`crate::server::run_forever`] (the
     /// process's subscriber), not by a server embedded in another program.
     pub tracing: Option<crate::telemetry::TraceSettings>,
-}
-
-/// An OTLP endpoint: an absolute http(s) URL with a host and no query.
-fn otlp_endpoint(s: &str) -> Result<String, String> {
-    http_url("KEYGATE_OTLP_ENDPOINT", s, "http://collector:4318")
-}
-
-/// A public URL: an absolute http(s) URL with a host and no query (a trailing `/` dropped).
-fn public_url(s: &str) -> Result<String, String> {
-    http_url("KEYGATE_PUBLIC_URL", s, "https://keys.example.com")
-}
-
-/// The URL setting `name`: absolute, http(s), with a host and no query or fragment; a
-/// trailing `/` dropped.
-fn http_url(name: &str, s: &str, example: &str) -> Result<String, String> {
-    let trimmed = s.trim_end_matches('/');
-    keygate_portal::validate_url(name, trimmed, &["http", "https"]).map_err(|e| e.to_string()).and_then(
-        |origin| match trimmed[origin.len()..].contains(['?', '#']) {
-            true => Err(format!("a URL without a query or fragment, such as {example}")),
-            false => Ok(trimmed.to_string()),
-        },
-    )
-}
-
-/// A dashboard base path: `/` then path characters, not ending in `/` (it goes into HTML
-/// attributes and cookie paths).
-fn dashboard_base(s: &str) -> Result<String, String> {
-    let ok = s.starts_with('/')
-        && s.len() > 1
-        && !s.ends_with('/')
-        && s.len() <= 200
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
-    match ok {
-        true => Ok(s.to_string()),
-        false => {
-            Err("a path such as /dashboard or /admin/keygate: letters, digits and / - . _ ~, not ending in /"
-                .into())
-        }
-    }
 }
 
 impl std::fmt::Debug for ServerConfig {

@@ -42,6 +42,8 @@ pub struct RuntimeSettings {
     pub fail_open: bool,
     /// The verification cache (on in production; off only to measure without it).
     pub verify_cache: bool,
+    /// The most the verification cache's keys weigh, about (bytes).
+    pub verify_cache_bytes: u64,
     /// Usage analytics: `Some` records verifications and rate-limit decisions.
     pub analytics: Option<AnalyticsSettings>,
     /// SQLite without Redis: look at the file's change number at most once per this before
@@ -67,6 +69,7 @@ impl RuntimeSettings {
             redis: RedisSettings::default(),
             fail_open: false,
             verify_cache: true,
+            verify_cache_bytes: keygate_rbac::MAX_CACHED_KEY_BYTES,
             analytics: Some(AnalyticsSettings::default()),
             change_probe: None,
             migrations: Migrations::default(),
@@ -148,7 +151,7 @@ impl Runtime {
         let mut rbac = RbacService::new(store, clock)
             .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
             .with_counter_source(counters)
-            .with_verify_cache(settings.verify_cache)
+            .with_verify_cache_bytes(settings.verify_cache, settings.verify_cache_bytes)
             .with_migrations(settings.migrations.clone());
         if let Some((probe, every)) = probe {
             rbac = rbac.with_change_probe(probe, every);

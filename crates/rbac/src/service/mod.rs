@@ -148,7 +148,7 @@ impl<S: RbacStore> RbacService<S> {
             overrides_listener: None,
             counters: crate::counters::CounterSource::Local(Default::default()),
             counter_state: Default::default(),
-            verify_cache: VerifyCache::new(true),
+            verify_cache: VerifyCache::new(true, MAX_CACHED_KEY_BYTES),
             probe: None,
             credit_counters: None,
             migrations: Default::default(),
@@ -220,8 +220,14 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// Turns the verification cache off (every verification reads the store) or on.
-    pub fn with_verify_cache(mut self, enabled: bool) -> Self {
-        self.verify_cache = VerifyCache::new(enabled);
+    pub fn with_verify_cache(self, enabled: bool) -> Self {
+        self.with_verify_cache_bytes(enabled, MAX_CACHED_KEY_BYTES)
+    }
+
+    /// [`Self::with_verify_cache`], the keys it holds weighing at most about `max_bytes`
+    /// ([`MAX_CACHED_KEY_BYTES`] by default).
+    pub fn with_verify_cache_bytes(mut self, enabled: bool, max_bytes: u64) -> Self {
+        self.verify_cache = VerifyCache::new(enabled, max_bytes);
         self
     }
 

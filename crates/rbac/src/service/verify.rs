@@ -12,8 +12,9 @@ use std::any::Any;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bound on the cached keys' snapshots, in bytes (approximate: strings and their headers):
-/// about a million keys of a few permissions each. Keys that exist only: their number is
+/// The default bound on the cached keys' snapshots, in bytes (approximate: strings and
+/// their headers): about a million keys of a few permissions each (the server's
+/// `KEYGATE_VERIFY_CACHE_MB`; [`crate::RbacService::with_verify_cache_bytes`]). Keys that exist only: their number is
 /// the store's, not the caller's.
 pub const MAX_CACHED_KEY_BYTES: u64 = 256 << 20;
 /// Bound on cached "no such key" answers, apart from the keys: random secrets fill only
@@ -108,10 +109,10 @@ impl std::fmt::Debug for VerifyCache {
 }
 
 impl VerifyCache {
-    pub(crate) fn new(enabled: bool) -> Self {
+    pub(crate) fn new(enabled: bool, max_bytes: u64) -> Self {
         Self {
             enabled,
-            found: KeyCache::new(MAX_CACHED_KEY_BYTES),
+            found: KeyCache::new(max_bytes),
             unknown: moka::sync::Cache::new(MAX_CACHED_UNKNOWN_KEYS),
             loads: Default::default(),
             hits: Default::default(),
