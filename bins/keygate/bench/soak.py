@@ -8,7 +8,8 @@ time, sampled every few seconds, so that a slow leak shows.
 The load: v2 keys.verifyKey over 100 keys that spend credits under an auto-applied limit
 (wrk), ratelimits.limit over 1,000,000 rotating identifiers (wrk), and beside them keys
 created, verified and deleted, SQL analytics queries, key reads and dashboard pages. Every
---interval seconds: the process's RSS, open file descriptors and threads, the analytics
+--interval seconds: the process's RSS, open file descriptors and threads, the database's
+size on disk (file and WAL), the analytics
 counts held in memory, requests per second and the p99 latency of the interval (from
 /metrics), and the 5xx answers of the side load, into soak.csv; soak.png plots them.
 
@@ -158,14 +159,17 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     t = [r["t_s"] / 60 for r in rows]
-    fig, axes = plt.subplots(5, 1, figsize=(9, 12), sharex=True)
     series = [
         ("RSS (MiB)", ["rss_mib"]),
         ("open fds, threads", ["fds", "threads"]),
+        ("database file + WAL (MiB)", ["db_mib"]),
         ("analytics counts held", ["held_verifications", "held_ratelimits"]),
         ("p99 latency (ms, bucket bound)", ["p99_ms"]),
         ("requests per second", ["rps"]),
     ]
+    series = [(title, [c for c in cols if c in rows[0]]) for title, cols in series]
+    series = [(title, cols) for title, cols in series if cols]
+    fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.4 * len(series)), sharex=True)
     for ax, (title, cols) in zip(axes, series):
         for c in cols:
             ax.plot(t, [r[c] for r in rows], label=c)
@@ -184,6 +188,8 @@ def main():
     ap.add_argument("--duration", type=int, default=1800, help="seconds")
     ap.add_argument("--interval", type=int, default=10, help="seconds between samples")
     ap.add_argument("--connections", type=int, default=4, help="per wrk load")
+    ap.add_argument("--verify-cache-mb", type=int, default=16,
+                    help="KEYGATE_VERIFY_CACHE_MB: small, so that the side load's key churn reaches the bound")
     ap.add_argument("--out", default=None, help="directory for soak.csv, soak.png, verdict.json")
     ap.add_argument("--from-csv", default=None, help="plot and judge an earlier run's soak.csv")
     args = ap.parse_args()
@@ -201,7 +207,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     port, root_key = free_port(), f"kg_root_soak_{int(time.time())}_0123456789"
     env = dict(os.environ, DATABASE_URL=f"sqlite://{work}/soak.db", KEYGATE_LISTEN=f"127.0.0.1:{port}",
-               KEYGATE_ROOT_KEY=root_key, RUST_LOG="warn")
+               KEYGATE_ROOT_KEY=root_key, RUST_LOG="warn", KEYGATE_VERIFY_CACHE_MB=str(args.verify_cache_mb))
     keygate = subprocess.Popen([args.bin], env=env, stderr=open(f"{work}/keygate.log", "w"))
     children = [keygate]
     try:
@@ -236,11 +242,14 @@ def main():
                 sys.exit(f"soak: keygate exited ({keygate.returncode}); see {work}/keygate.log")
             after, count_after, held = scrape(server)
             rss, fds, threads = proc(keygate.pid)
+            disk = sum(os.path.getsize(f"{work}/soak.db{s}") for s in ["", "-wal", "-shm"]
+                       if os.path.exists(f"{work}/soak.db{s}"))
             rows.append({
                 "t_s": round(time.time() - start, 1),
                 "rss_mib": round(rss, 1),
                 "fds": fds,
                 "threads": threads,
+                "db_mib": round(disk / 2**20, 1),
                 "held_verifications": held.get("verifications", 0),
                 "held_ratelimits": held.get("ratelimits", 0),
                 "p99_ms": p99_ms(before, after),
