@@ -230,6 +230,14 @@ fn under_fault(target: Target, fault: impl Fn(&Target), heal: impl Fn(&Target)) 
     );
 }
 
+/// The proxy's connections dropped every 100 ms, for the fault's 1.5 s.
+fn drop_connections_for_the_fault(t: &Target) {
+    for _ in 0..14 {
+        t.proxy().drop_connections();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_redis_latency_50ms() {
@@ -253,16 +261,7 @@ fn injected_redis_latency_500ms() {
 #[test]
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_redis_connections_dropped_again_and_again() {
-    under_fault(
-        Target::redis(),
-        |t| {
-            for _ in 0..14 {
-                t.proxy().drop_connections();
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        },
-        |_| {},
-    );
+    under_fault(Target::redis(), drop_connections_for_the_fault, |_| {});
 }
 
 #[test]
@@ -281,16 +280,7 @@ fn injected_redis_half_open() {
 #[test]
 #[ignore = "needs PostgreSQL and Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL; .ci/run sets them)"]
 fn injected_postgres_connections_dropped_again_and_again() {
-    under_fault(
-        Target::postgres(),
-        |t| {
-            for _ in 0..14 {
-                t.proxy().drop_connections();
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        },
-        |_| {},
-    );
+    under_fault(Target::postgres(), drop_connections_for_the_fault, |_| {});
 }
 
 #[test]
