@@ -109,7 +109,8 @@ pub trait KeyTx {
     /// The key whose secret hashes to `hash`, in any workspace (keys.verifyKey).
     fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>>;
     /// Deletes the key of the workspace (its links go with it); whether it existed.
-    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool>;
+    /// Deletes the key; its stored hash, or `None` when there was no such key.
+    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<String>>;
     /// Takes the write lock on the key (PostgreSQL: a row lock; SQLite: the transaction
     /// already holds the database write lock); false when the key does not exist in the
     /// workspace. Must be the first statement of a transaction that changes a key's links,

@@ -133,3 +133,32 @@ fn a_change_probe_sees_another_process_s_write_at_the_next_verification() {
     assert_eq!(cached(&unprobed), None);
     assert_eq!(verify(&unprobed), VerifyCode::InsufficientPermissions);
 }
+
+#[test]
+fn a_deleted_key_leaves_the_cache_at_once() {
+    use keygate_rbac::Principal;
+    let db = TestDb::fresh();
+    let rbac = service(&db);
+    let ws = rbac.create_workspace("w").unwrap();
+    let admin = Principal::new("test".into(), ws.id.clone(), ["*".to_string()]);
+    let keys: Vec<_> = (0..10).map(|_| rbac.create_key(&ws.id, None).unwrap()).collect();
+    for (_, secret) in &keys {
+        assert_eq!(code(&rbac, secret.expose()), VerifyCode::Valid);
+    }
+    assert_eq!(rbac.verify_cache_keys(), 10);
+    for (key, _) in &keys[..4] {
+        rbac.delete_key(&admin, &key.id).unwrap();
+    }
+    // Freed without being verified again (a churn of keys does not fill the cache)...
+    assert_eq!(rbac.verify_cache_keys(), 6);
+    // ...and a deleted key still answers NOT_FOUND, the others VALID from the cache.
+    assert_eq!(code(&rbac, keys[0].1.expose()), VerifyCode::NotFound);
+    let before = rbac.verify_loads();
+    for (_, secret) in &keys[4..] {
+        assert_eq!(code(&rbac, secret.expose()), VerifyCode::Valid);
+    }
+    assert_eq!(rbac.verify_loads(), before);
+    // A failed delete (no such key) changes nothing.
+    assert!(rbac.delete_key(&admin, &keys[0].0.id).is_err());
+    assert_eq!(rbac.verify_cache_keys(), 6);
+}

@@ -178,7 +178,7 @@ impl<S: RbacStore> RbacService<S> {
         validate_key_id("keyId", key_id)?;
         let access = ApiAccess::of(p, "delete_key").ok_or_else(|| ApiAccess::denied("delete_key", None))?;
         let ws = p.workspace_id.as_str();
-        self.write(|tx, changes| {
+        let hash = self.write(|tx, changes| {
             changes.touch(Scope::Key(key_id));
             let not_found = || RbacError::not_found(Resource::Key, key_id);
             if access != ApiAccess::All {
@@ -188,9 +188,8 @@ impl<S: RbacStore> RbacService<S> {
                     return Err(ApiAccess::denied("delete_key", key.api_id.as_deref()));
                 }
             }
-            if !has_prefix(key_id, IdPrefix::Key) || !tx.delete_key(ws, key_id)? {
-                return Err(not_found());
-            }
+            let hash = has_prefix(key_id, IdPrefix::Key).then(|| tx.delete_key(ws, key_id)).transpose()?;
+            let hash = hash.flatten().ok_or_else(not_found)?;
             tx.insert_audit_events(&[AuditEvent {
                 workspace_id: ws.to_string(),
                 actor_id: p.root_key_id.clone(),
@@ -202,8 +201,12 @@ impl<S: RbacStore> RbacService<S> {
                 at: self.now(),
                 detail: None,
             }])?;
-            Ok(())
-        })
+            Ok(hash)
+        })?;
+        // The change counter touched above already keeps every instance from serving the key;
+        // this frees its cache entry here now rather than when the cache's bound pushes it out.
+        self.verify_cache.forget(&hash);
+        Ok(())
     }
 
     /// v2's `keys.getKey` / `keys.whoami`: a key of the caller's workspace with the slugs of

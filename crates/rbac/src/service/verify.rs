@@ -123,6 +123,15 @@ impl VerifyCache {
         self.found.get(digest).or_else(|| self.unknown.get(digest))
     }
 
+    /// Drops the entry of the key whose stored hash is `stored_hash` (a deleted key). A hash
+    /// of another form (a key imported with its own scheme) is left to the bound.
+    pub(crate) fn forget(&self, stored_hash: &str) {
+        let mut digest = [0u8; 32];
+        if hex::decode_to_slice(stored_hash, &mut digest).is_ok() {
+            self.found.remove(&digest);
+        }
+    }
+
     fn put(&self, digest: cache::Digest, entry: Arc<VerifyEntry>) {
         match entry.snapshot {
             Some(_) => {
@@ -410,6 +419,11 @@ impl<S: RbacStore> RbacService<S> {
     /// cache).
     pub fn verify_loads(&self) -> u64 {
         self.verify_cache.loads.load(Ordering::Relaxed)
+    }
+
+    /// Keys held in the verification cache now (found keys; unknown secrets apart).
+    pub fn verify_cache_keys(&self) -> usize {
+        self.verify_cache.found.len()
     }
 
     /// Hits and misses of each cache so far, by name: `root_keys`, `namespaces`,

@@ -86,11 +86,12 @@ impl KeyTx for DieselTx<'_> {
         Ok(row.map(key_from_row))
     }
 
-    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<bool> {
+    fn delete_key(&mut self, workspace_id: &str, key_id: &str) -> R<Option<String>> {
         // Link rows go by ON DELETE CASCADE.
         diesel::delete(keys::table.filter(keys::id.eq(key_id)).filter(keys::workspace_id.eq(workspace_id)))
-            .execute(self.conn)
-            .map(|n| n > 0)
+            .returning(keys::hash)
+            .get_result(self.conn)
+            .optional()
             .map_err(db_err)
     }
 
