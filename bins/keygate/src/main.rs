@@ -1,12 +1,24 @@
 use keygate::{Cli, Command};
 use keygate_domain::redact_in;
 
-/// mimalloc: per-thread heaps and cheap frees from another thread (a verification's spend is
-/// allocated by a worker and released by the credit writer).
+/// jemalloc: per-thread caches, cheap frees from another thread (a verification's spend is
+/// allocated by a worker and released by the credit writer), memory given back to the system
+/// after a few seconds unused (its decay), and statistics of what the process holds
+/// (`keygate_memory_bytes` in `/metrics`). mimalloc 3, before it, held about twice the
+/// memory over the same 30-minute soak (docs/soak/README.md), with nothing to tell what.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
+    // jemalloc's background threads give freed pages back on their decay schedule (10 s);
+    // without them an arena purges only when its own threads allocate again, so the pages a
+    // thread freed before going idle (the rate-limit windows' sweep, a flush) stayed resident.
+    // Not fatal where it cannot start them: the memory is then only given back later.
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        eprintln!(
+            "keygate: the allocator's background threads did not start ({e}); freed memory is given back later"
+        );
+    }
     let cli = Cli::parse_args();
     // The access log (one line per request, target `keygate::access`) is off by default;
     // `RUST_LOG=info` or `RUST_LOG=info,keygate::access=info` turns it on.

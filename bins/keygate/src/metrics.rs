@@ -172,6 +172,20 @@ pub struct Kept {
     /// Analytics counts held in memory: (verification series, rate-limit counts); `None`
     /// with analytics off.
     pub analytics_held: Option<(usize, usize)>,
+    /// Keys held in the verification cache (bounded by `KEYGATE_VERIFY_CACHE_MB`).
+    pub verify_cache_keys: usize,
+}
+
+/// The allocator's own account of the heap: (bytes the program holds, bytes of the
+/// allocator's pages resident in memory). The difference is what it keeps for reuse (freed,
+/// not yet given back); the process's RSS adds to it the C libraries' own heap (SQLite's page
+/// caches, libpq), the stacks and the binary. `None` where jemalloc's statistics cannot be
+/// read.
+fn allocator_bytes() -> Option<(usize, usize)> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are cached; advancing the epoch refreshes them.
+    epoch::advance().ok()?;
+    Some((stats::allocated::read().ok()?, stats::resident::read().ok()?))
 }
 
 /// The route label of a request no route matched.
@@ -270,6 +284,11 @@ impl Metrics {
         if let Some((calls, decisions)) = kept.redis_batches {
             metrics::counter!("keygate_redis_round_trips_total").absolute(calls);
             metrics::counter!("keygate_redis_batched_decisions_total").absolute(decisions);
+        }
+        metrics::gauge!("keygate_verify_cache_keys").set(kept.verify_cache_keys as f64);
+        if let Some((allocated, resident)) = allocator_bytes() {
+            metrics::gauge!("keygate_memory_bytes", "kind" => "allocated").set(allocated as f64);
+            metrics::gauge!("keygate_memory_bytes", "kind" => "resident").set(resident as f64);
         }
         handle.run_upkeep();
         let mut out = handle.render();
