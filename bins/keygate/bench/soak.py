@@ -8,9 +8,10 @@ time, sampled every few seconds, so that a slow leak shows.
 The load: v2 keys.verifyKey over 100 keys that spend credits under an auto-applied limit
 (wrk), ratelimits.limit over 1,000,000 rotating identifiers (wrk), and beside them keys
 created, verified and deleted, SQL analytics queries, key reads and dashboard pages. Every
---interval seconds: the process's RSS, open file descriptors and threads, the database's
-size on disk (file and WAL), the analytics
-counts held in memory, requests per second and the p99 latency of the interval (from
+--interval seconds: the process's RSS (and its anonymous part), the heap as the allocator
+counts it (bytes held, pages resident: `keygate_memory_bytes`), open file descriptors and
+threads, the database's size on disk (file and WAL), the analytics
+counts held in memory, the keys in the verification cache, requests per second and the p99 latency of the interval (from
 /metrics), and the 5xx answers of the side load, into soak.csv; soak.png plots them.
 
 Verdict (verdict.json): RSS at the end within 10 % of RSS at 10 minutes (or a third of the
@@ -120,7 +121,7 @@ def side_load(server, stop):
 
 def scrape(server):
     _, text = server.get("/metrics")
-    buckets, count, held = {}, 0.0, {}
+    buckets, count, held, heap = {}, 0.0, {}, {}
     for line in text.splitlines():
         if line.startswith("keygate_http_request_duration_seconds_bucket{"):
             le = line.split('le="')[1].split('"')[0]
@@ -130,7 +131,12 @@ def scrape(server):
         elif line.startswith("keygate_analytics_held{"):
             kind = line.split('kind="')[1].split('"')[0]
             held[kind] = int(float(line.rsplit(" ", 1)[1]))
-    return buckets, count, held
+        elif line.startswith("keygate_verify_cache_keys "):
+            held["verify_cache"] = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith("keygate_memory_bytes{"):
+            kind = line.split('kind="')[1].split('"')[0]
+            heap[kind] = float(line.rsplit(" ", 1)[1]) / 2**20
+    return buckets, count, held, heap
 
 
 def p99_ms(before, after):
@@ -147,9 +153,8 @@ def p99_ms(before, after):
 
 def proc(pid):
     status = open(f"/proc/{pid}/status").read()
-    rss_kib = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
-    threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))
-    return rss_kib / 1024, len(os.listdir(f"/proc/{pid}/fd")), threads
+    kib = {k: int(re.search(rf"{k}:\s+(\d+)", status).group(1)) for k in ["VmRSS", "RssAnon", "Threads"]}
+    return kib["VmRSS"] / 1024, kib["RssAnon"] / 1024, len(os.listdir(f"/proc/{pid}/fd")), kib["Threads"]
 
 
 def plot(rows, path):
@@ -160,10 +165,11 @@ def plot(rows, path):
 
     t = [r["t_s"] / 60 for r in rows]
     series = [
-        ("RSS (MiB)", ["rss_mib"]),
+        ("memory (MiB)", ["rss_mib", "anon_mib", "heap_resident_mib", "heap_allocated_mib"]),
         ("open fds, threads", ["fds", "threads"]),
         ("database file + WAL (MiB)", ["db_mib"]),
         ("analytics counts held", ["held_verifications", "held_ratelimits"]),
+        ("keys in the verification cache", ["verify_cache_keys"]),
         ("p99 latency (ms, bucket bound)", ["p99_ms"]),
         ("requests per second", ["rps"]),
     ]
@@ -235,23 +241,27 @@ def main():
         side.start()
 
         rows, start = [], time.time()
-        before, count_before, _ = scrape(server)
+        before, count_before, _, _ = scrape(server)
         while time.time() - start < args.duration:
             time.sleep(args.interval)
             if keygate.poll() is not None:
                 sys.exit(f"soak: keygate exited ({keygate.returncode}); see {work}/keygate.log")
-            after, count_after, held = scrape(server)
-            rss, fds, threads = proc(keygate.pid)
+            after, count_after, held, heap = scrape(server)
+            rss, anon, fds, threads = proc(keygate.pid)
             disk = sum(os.path.getsize(f"{work}/soak.db{s}") for s in ["", "-wal", "-shm"]
                        if os.path.exists(f"{work}/soak.db{s}"))
             rows.append({
                 "t_s": round(time.time() - start, 1),
                 "rss_mib": round(rss, 1),
+                "anon_mib": round(anon, 1),
+                "heap_allocated_mib": round(heap.get("allocated", 0.0), 1),
+                "heap_resident_mib": round(heap.get("resident", 0.0), 1),
                 "fds": fds,
                 "threads": threads,
                 "db_mib": round(disk / 2**20, 1),
                 "held_verifications": held.get("verifications", 0),
                 "held_ratelimits": held.get("ratelimits", 0),
+                "verify_cache_keys": held.get("verify_cache", 0),
                 "p99_ms": p99_ms(before, after),
                 "rps": round((count_after - count_before) / args.interval),
                 "errors_5xx": server.errors,
@@ -297,6 +307,8 @@ def finish(rows, duration, side_calls, out):
         "rss_mib_at_end": rss_end,
         "rss_mib_max": max(r["rss_mib"] for r in rows),
         "rss_growth": round(rss_end / rss_mark - 1, 4),
+        "heap_allocated_mib_at_mark": median([r.get("heap_allocated_mib", 0.0) for r in around]),
+        "heap_allocated_mib_at_end": median([r.get("heap_allocated_mib", 0.0) for r in last]),
         "fds_at_mark": fds_mark,
         "fds_at_end": fds_end,
         "threads_max": max(r["threads"] for r in rows),
