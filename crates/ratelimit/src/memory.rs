@@ -29,7 +29,11 @@
 //! A budget whose window has ended is equivalent to a missing one, so it can be dropped at
 //! any time. Each shard sweeps itself (drops every ended window, and every class left empty)
 //! when an insert finds it at twice the size it had after its previous sweep, which keeps
-//! the cost amortised O(1) per insert and the size within 2x of the live set.
+//! the cost amortised O(1) per insert and the entries within 2x of the live set. A class's
+//! table keeps the size it needed in its last one or two epochs (its window's duration,
+//! between one and ten minutes): a steady load does not free and regrow it at every window's
+//! turn, and a burst's table is given back after two quiet epochs (a class left empty goes
+//! then too).
 //! [`RateLimitStore::sweep`] sweeps all shards; the server calls it periodically so that
 //! idle shards shrink too.
 
@@ -37,6 +41,8 @@ use crate::table::LineTable;
 use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::Arc;
+
+use ident::{Arena, Ident, Inline, MIN_ARENA_COMPACT, Query};
 
 const MIN_SWEEP_LEN: usize = 1024;
 
@@ -49,176 +55,6 @@ type Mutex<T> = parking_lot::Mutex<T>;
 /// Where in the hash the shard index is taken from (see [`MemoryStore::shard`]).
 const SHARD_BITS_AT: u32 = 32;
 const MAX_SHARDS: usize = 1 << 16;
-
-/// The longest identifier an entry holds inline.
-const INLINE: usize = 15;
-
-/// The length of an inline identifier. An enum rather than a `u8` so that its unused values
-/// are a niche: they tell the other [`Ident`] variant and the table's empty and deleted
-/// slots apart, and an [`Entry`] stays 32 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum InlineLen {
-    L0,
-    L1,
-    L2,
-    L3,
-    L4,
-    L5,
-    L6,
-    L7,
-    L8,
-    L9,
-    L10,
-    L11,
-    L12,
-    L13,
-    L14,
-    L15,
-}
-
-const LENS: [InlineLen; INLINE + 1] = {
-    use InlineLen::*;
-    [L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15]
-};
-
-/// An inline identifier: its bytes, zero-padded, then its length (`repr(C)` keeps it last,
-/// at offset 15, so that [`Ident::Heap`] fits before its niche).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-struct Inline {
-    bytes: [u8; INLINE],
-    len: InlineLen,
-}
-
-/// An identifier as an entry holds it: 16 bytes.
-#[derive(Debug, Clone, Copy)]
-enum Ident {
-    Inline(Inline),
-    /// A longer identifier: a 32-bit tag of the key's hash (so that a neighbour is rejected
-    /// without reading its bytes) and where its bytes are in the class's [`Arena`]. (A
-    /// pointer with a tag beside it would not fit before the niche: variants other than the
-    /// largest must fit, padding included, in the bytes before it.)
-    Heap {
-        tag: u32,
-        at: u32,
-        len: u32,
-    },
-}
-
-/// The bytes of a class's identifiers longer than [`INLINE`], back to back in one buffer,
-/// so that comparing one costs one miss (a slab of boxes would cost two). Ended entries
-/// leave their bytes behind until a sweep finds over half of the buffer unused and copies
-/// the rest into a new one.
-#[derive(Debug, Default)]
-struct Arena {
-    bytes: Vec<u8>,
-    /// Bytes that belong to entries in the table.
-    used: usize,
-}
-
-/// A sweep compacts an arena only above this size.
-const MIN_ARENA_COMPACT: usize = 4096;
-
-impl Arena {
-    #[inline]
-    fn get(&self, at: u32, len: u32) -> &[u8] {
-        let at = at as usize;
-        self.bytes.get(at..at + len as usize).unwrap_or_default()
-    }
-
-    /// Appends `id`; `None` if the arena would pass 4 GiB (offsets are 32-bit).
-    fn push(&mut self, id: &[u8]) -> Option<(u32, u32)> {
-        let at = u32::try_from(self.bytes.len()).ok()?;
-        let len = u32::try_from(id.len()).ok()?;
-        at.checked_add(len)?;
-        self.bytes.extend_from_slice(id);
-        self.used += id.len();
-        Some((at, len))
-    }
-}
-
-impl Inline {
-    fn from_words(len: InlineLen, (lo, mid): (u64, u64)) -> Self {
-        let mut bytes = [0; INLINE];
-        bytes[..8].copy_from_slice(&lo.to_le_bytes());
-        bytes[7..].copy_from_slice(&mid.to_le_bytes());
-        Self { bytes, len }
-    }
-
-    /// Bytes 0-7 and 7-14 as two little-endian words (overlapping by one byte).
-    #[inline]
-    fn words(&self) -> (u64, u64) {
-        (word(self.bytes.first_chunk()), word(self.bytes.last_chunk()))
-    }
-}
-
-/// A little-endian word of 8 bytes (one load; `None` never happens where it is used).
-#[inline]
-fn word(bytes: Option<&[u8; 8]>) -> u64 {
-    bytes.map_or(0, |b| u64::from_le_bytes(*b))
-}
-
-/// Up to 8 bytes as a little-endian word, zero-padded, read with at most three loads and no
-/// copy through memory.
-#[inline]
-fn padded_word(b: &[u8]) -> u64 {
-    let n = b.len();
-    let half = |c: Option<&[u8; 4]>| c.map_or(0, |c| u64::from(u32::from_le_bytes(*c)));
-    match n {
-        0 => 0,
-        1..=3 => {
-            u64::from(b[0]) | u64::from(b[n / 2]) << (8 * (n / 2)) | u64::from(b[n - 1]) << (8 * (n - 1))
-        }
-        // Two overlapping loads: the bytes they share are equal, so OR keeps them.
-        4..=7 => half(b.first_chunk()) | half(b.last_chunk()) << (8 * (n - 4)),
-        _ => word(b.first_chunk()),
-    }
-}
-
-/// The identifier of a lookup, built once per call without allocating. An inline one is
-/// compared as its length and two words, [`Inline::words`] of its zero-padded bytes, built
-/// from loads of the identifier itself: copying it into an [`Inline`] first measured ~20 ns
-/// slower (the copy's narrow stores and the wide loads reading them back do not line up, so
-/// the loads wait until the stores retire).
-#[derive(Debug, Clone, Copy)]
-enum Query<'a> {
-    Inline { len: InlineLen, words: (u64, u64) },
-    Heap(u32, &'a [u8]),
-}
-
-impl<'a> Query<'a> {
-    #[inline]
-    fn new(identifier: &'a str, hash: u64) -> Self {
-        let id = identifier.as_bytes();
-        match LENS.get(id.len()) {
-            Some(&len) => {
-                let (lo, hi) = id.split_at(id.len().min(8));
-                let (lo, hi) = (padded_word(lo), padded_word(hi));
-                Query::Inline { len, words: (lo, lo >> 56 | hi << 8) }
-            }
-            None => Query::Heap(hash as u32, id),
-        }
-    }
-}
-
-impl Ident {
-    #[inline]
-    fn matches(&self, query: &Query<'_>, arena: &Arena) -> bool {
-        match (self, query) {
-            (Ident::Inline(a), Query::Inline { len, words }) => a.len == *len && a.words() == *words,
-            (Ident::Heap { tag, at, len }, Query::Heap(qtag, b)) => tag == qtag && arena.get(*at, *len) == *b,
-            _ => false,
-        }
-    }
-
-    fn bytes<'a>(&'a self, arena: &'a Arena) -> &'a [u8] {
-        match self {
-            Ident::Inline(i) => &i.bytes[..i.len as usize],
-            Ident::Heap { at, len, .. } => arena.get(*at, *len),
-        }
-    }
-}
 
 /// One budget of a class: 32 bytes, aligned so that two share a cache line and none spans
 /// two.
@@ -239,8 +75,22 @@ struct Class {
     namespace_id: Arc<String>,
     duration: u64,
     table: LineTable<Entry>,
-    /// The identifiers longer than [`INLINE`] bytes of the table's entries.
+    /// The identifiers longer than [`ident::INLINE`] bytes of the table's entries.
     arena: Arena,
+    /// The most entries the table held in the current epoch and in the one before: a sweep
+    /// sizes the table for these, not for what is left after a window's turn (see
+    /// [`Class::sweep`]).
+    peak: usize,
+    previous_peak: usize,
+    /// When the current epoch ends (ms; 0: at the first sweep).
+    epoch_end: u64,
+}
+
+/// A class's epoch, over which [`Class::sweep`] remembers its largest size: its window's
+/// duration, at least a minute (so that a short window's table is kept across many turns)
+/// and at most ten (so that a burst's table is given back within twenty minutes).
+fn epoch_ms(duration: u64) -> u64 {
+    duration.clamp(60_000, 600_000)
 }
 
 impl Class {
@@ -251,11 +101,21 @@ impl Class {
             duration: key.duration,
             table: LineTable::default(),
             arena: Arena::default(),
+            peak: 0,
+            previous_peak: 0,
+            epoch_end: 0,
         }
     }
 
-    /// Drops the entries whose window has ended, shrinks a table left mostly empty and
-    /// compacts an arena left mostly unused.
+    /// Drops the entries whose window has ended, shrinks a table that stayed mostly empty
+    /// for a whole epoch and compacts an arena left mostly unused.
+    ///
+    /// Every entry of a class with one fixed window ends at the same turn, so sizing the
+    /// table for what a sweep finds live would free it at every turn and grow it again by
+    /// doubling right after: under a steady load the allocator would see the whole table
+    /// churn every window (and keep the pages). Sized for the largest it was in the last
+    /// one or two epochs, a steady load keeps its table; a table shrinks (and an empty class
+    /// goes) only after a whole epoch well below that.
     fn sweep(&mut self, hasher: &Hasher, now_ms: u64) {
         let duration = self.duration;
         let mut released = 0;
@@ -270,13 +130,23 @@ impl Class {
             rehash(hasher, &self.arena),
         );
         self.arena.used -= released;
-        let keep = (self.table.len() * 2).max(MIN_CLASS_KEEP);
+        if now_ms >= self.epoch_end {
+            self.previous_peak = self.peak;
+            self.peak = self.table.len();
+            self.epoch_end = now_ms.saturating_add(epoch_ms(self.duration));
+        }
+        let keep = (self.recent_peak() * 2).max(MIN_CLASS_KEEP);
         if self.table.capacity() > 4 * keep {
             self.table.shrink_to(keep, rehash(hasher, &self.arena));
         }
         if self.arena.bytes.len() > (2 * self.arena.used).max(MIN_ARENA_COMPACT) {
             self.compact_arena();
         }
+    }
+
+    /// The most entries the table held in this epoch or the one before.
+    fn recent_peak(&self) -> usize {
+        self.peak.max(self.previous_peak).max(self.table.len())
     }
 
     /// Copies the identifiers still in use into a new arena (hashes do not change).
@@ -308,6 +178,7 @@ impl Class {
             }
         };
         self.table.insert_unique(hash, Entry { id, state }, rehash(hasher, &self.arena));
+        self.peak = self.peak.max(self.table.len());
         true
     }
 
@@ -371,7 +242,7 @@ impl Shard {
         for class in &mut self.classes {
             class.sweep(hasher, now_ms);
         }
-        self.classes.retain(|c| c.table.len() > 0);
+        self.classes.retain(|c| c.recent_peak() > 0);
         self.index.clear();
         let classes = &self.classes;
         for (i, class) in classes.iter().enumerate() {
@@ -581,6 +452,7 @@ impl RateLimitStore for MemoryStore {
     }
 }
 
+mod ident;
 mod multi;
 #[cfg(test)]
 mod tests;

@@ -141,7 +141,7 @@ impl<T> LineTable<T> {
         }
     }
 
-    /// Keeps the values for which `keep` is true.
+    /// Keeps the values for which `keep` is true; the table keeps its size.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool, hasher: impl Fn(&T) -> u64) {
         for slot in self.slots.iter_mut() {
             if let State::Full(v) = &slot.0
@@ -153,7 +153,14 @@ impl<T> LineTable<T> {
             }
         }
         if self.deleted > self.len {
-            self.rebuild(slots_for(self.len), &hasher);
+            // More tombstones than values: clear them at the same size (the caller decides
+            // when a table shrinks: [`Self::shrink_to`]); an emptied table in place.
+            if self.len == 0 {
+                self.slots.iter_mut().for_each(|slot| slot.0 = State::Empty);
+                self.deleted = 0;
+            } else {
+                self.rebuild(self.slots.len(), &hasher);
+            }
         }
     }
 
@@ -253,18 +260,25 @@ mod tests {
     }
 
     #[test]
-    fn retain_of_most_values_rebuilds_and_shrink_releases_slots() {
+    fn retain_of_most_values_clears_tombstones_and_shrink_releases_slots() {
         let mut t = table_of(0..10_000);
-        let big = t.capacity();
+        let big = t.slots.len();
         t.retain(|&v| v < 10, |&v| h(v));
-        assert_eq!((t.len(), t.deleted), (10, 0));
-        assert!(t.capacity() < big);
-        // Already at the smallest size that holds 10 values: shrinking changes nothing.
+        assert_eq!((t.len(), t.deleted, t.slots.len()), (10, 0, big), "same size, no tombstones");
+        t.shrink_to(0, |&v| h(v));
+        // Shrunk to the smallest size that holds 10 values; shrinking again changes nothing.
         let small = t.slots.len();
         assert_eq!(small, slots_for(10));
         t.shrink_to(0, |&v| h(v));
         assert_eq!(t.slots.len(), small);
         assert!((0..10).all(|k| t.find(h(k), |&v| v == k).is_some()));
+        // Emptied: cleared in place, at the same size, and usable.
+        let mut t = table_of(0..1000);
+        let slots = t.slots.len();
+        t.retain(|_| false, |&v| h(v));
+        assert_eq!((t.len(), t.deleted, t.slots.len()), (0, 0, slots));
+        assert!(t.slots.iter().all(|s| matches!(s.0, State::Empty)));
+        assert!(t.find(h(5), |&v| v == 5).is_none());
 
         // Fewer tombstones than values: retain keeps the size; shrink_to releases it.
         let mut t = table_of(0..1000);

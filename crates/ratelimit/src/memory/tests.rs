@@ -1,5 +1,6 @@
 //! Tests of the in-process store (memory.rs).
 
+use super::ident::INLINE;
 use super::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -161,18 +162,71 @@ fn long_identifiers_survive_arena_compaction_and_the_arena_stays_bounded() {
 }
 
 #[test]
-fn classes_left_empty_are_dropped_by_a_sweep() {
+fn classes_left_empty_are_dropped_after_a_quiet_epoch() {
     let s = MemoryStore::with_shards(1);
     let n = ns("n");
-    for duration in (1..=50).map(|d| d * 1_000) {
+    // 40 classes of short windows (1-40 s), 10 of long ones (1-10 h).
+    let durations: Vec<u64> = (1..=40).map(|d| d * 1_000).chain((1..=10).map(|h| h * 3_600_000)).collect();
+    for &duration in &durations {
         let k = BudgetKey { duration, ..key(&n, "x") };
         s.check(k, LimitRequest { duration, ..R }, 0);
     }
     assert_eq!(s.shards[0].lock().classes.len(), 50);
-    // At 10 s every window of at most 10 s has ended.
-    RateLimitStore::sweep(&s, 10_000);
-    assert_eq!(s.shards[0].lock().classes.len(), 40);
-    assert_eq!(s.stats().entries, 40);
+    // At 60 s every short window has ended: their entries go, their classes stay for an
+    // epoch (a steady load would be back at the next window).
+    RateLimitStore::sweep(&s, 60_000);
+    assert_eq!(s.stats().entries, 10);
+    assert_eq!(s.shards[0].lock().classes.len(), 50);
+    // A whole epoch (a minute for short windows) without a budget: the classes go.
+    RateLimitStore::sweep(&s, 120_000);
+    assert_eq!(s.shards[0].lock().classes.len(), 10);
+    assert_eq!(s.stats().entries, 10);
+}
+
+/// The table of a class under a steady load keeps its size across window turns (no free and
+/// regrow at each turn); after a burst it is given back once a whole epoch stayed small.
+#[test]
+fn a_steady_load_keeps_its_table_and_a_burst_gives_it_back() {
+    let s = MemoryStore::with_shards(1);
+    let n = ns("n");
+    let req = LimitRequest { limit: 10, duration: 60_000, cost: 1 };
+    let capacity =
+        |s: &MemoryStore| s.shards[0].lock().classes.iter().map(|c| c.table.capacity()).sum::<usize>();
+    let window = |s: &MemoryStore, start: u64, ids: u32| {
+        for i in 0..ids {
+            s.check(
+                BudgetKey { duration: 60_000, ..key(&n, &format!("u{i}")) },
+                req,
+                start + u64::from(i % 50),
+            );
+        }
+        // The server's sweeper, every 10 s through the window.
+        for t in (10_000..60_000).step_by(10_000) {
+            RateLimitStore::sweep(s, start + t);
+        }
+    };
+    window(&s, 0, 20_000);
+    let steady = capacity(&s);
+    assert!(steady >= 20_000, "{steady}");
+    for w in 1..=10u64 {
+        // The turn: every entry has ended; a sweep right after it finds the table empty.
+        RateLimitStore::sweep(&s, w * 60_000);
+        assert_eq!(s.stats().entries, 0);
+        assert_eq!(capacity(&s), steady, "window {w}: the table is kept across the turn");
+        window(&s, w * 60_000, 20_000);
+        assert_eq!(capacity(&s), steady, "window {w}: the same load needs no growth");
+    }
+    // The load drops to 100 budgets a window: after two epochs the table is sized for them.
+    for w in 11..=14u64 {
+        RateLimitStore::sweep(&s, w * 60_000);
+        if w == 11 {
+            assert_eq!(capacity(&s), steady, "one small window is not yet a quiet epoch");
+        }
+        window(&s, w * 60_000, 100);
+    }
+    RateLimitStore::sweep(&s, 15 * 60_000);
+    let small = capacity(&s);
+    assert!(small * 16 <= steady, "{small} vs {steady}");
 }
 
 #[test]
