@@ -9,7 +9,7 @@ The load: v2 keys.verifyKey over 100 keys that spend credits under an auto-appli
 (wrk), ratelimits.limit over 1,000,000 rotating identifiers (wrk), and beside them keys
 created, verified and deleted, SQL analytics queries, key reads and dashboard pages. Every
 --interval seconds: the process's RSS (and its anonymous part), the heap as the allocator
-counts it (bytes held, pages resident: `keygate_memory_bytes`), open file descriptors and
+counts it (bytes held, pages in use, pages resident: `keygate_memory_bytes`), open file descriptors and
 threads, the database's size on disk (file and WAL), the analytics
 counts held in memory, the keys in the verification cache, requests per second and the p99 latency of the interval (from
 /metrics), and the 5xx answers of the side load, into soak.csv; soak.png plots them.
@@ -165,7 +165,7 @@ def plot(rows, path):
 
     t = [r["t_s"] / 60 for r in rows]
     series = [
-        ("memory (MiB)", ["rss_mib", "anon_mib", "heap_resident_mib", "heap_allocated_mib"]),
+        ("memory (MiB)", ["rss_mib", "anon_mib", "heap_resident_mib", "heap_active_mib", "heap_allocated_mib"]),
         ("open fds, threads", ["fds", "threads"]),
         ("database file + WAL (MiB)", ["db_mib"]),
         ("analytics counts held", ["held_verifications", "held_ratelimits"]),
@@ -255,6 +255,7 @@ def main():
                 "rss_mib": round(rss, 1),
                 "anon_mib": round(anon, 1),
                 "heap_allocated_mib": round(heap.get("allocated", 0.0), 1),
+                "heap_active_mib": round(heap.get("active", 0.0), 1),
                 "heap_resident_mib": round(heap.get("resident", 0.0), 1),
                 "fds": fds,
                 "threads": threads,

@@ -176,16 +176,23 @@ pub struct Kept {
     pub verify_cache_keys: usize,
 }
 
-/// The allocator's own account of the heap: (bytes the program holds, bytes of the
-/// allocator's pages resident in memory). The difference is what it keeps for reuse (freed,
-/// not yet given back); the process's RSS adds to it the C libraries' own heap (SQLite's page
-/// caches, libpq), the stacks and the binary. `None` where jemalloc's statistics cannot be
-/// read.
-fn allocator_bytes() -> Option<(usize, usize)> {
+/// The allocator's own account of the heap, by `kind` of `keygate_memory_bytes`:
+/// `allocated` (bytes the program holds), `active` (the pages those bytes are in: the
+/// difference is fragmentation inside pages in use), `metadata` (the allocator's own) and
+/// `resident` (its pages in memory: active, metadata, and freed pages kept for reuse, not
+/// yet given back). The process's RSS adds to `resident` the C libraries' own heap (SQLite's
+/// page caches, libpq), the stacks and the binary. `None` where jemalloc's statistics
+/// cannot be read.
+fn allocator_bytes() -> Option<[(&'static str, usize); 4]> {
     use tikv_jemalloc_ctl::{epoch, stats};
     // The statistics are cached; advancing the epoch refreshes them.
     epoch::advance().ok()?;
-    Some((stats::allocated::read().ok()?, stats::resident::read().ok()?))
+    Some([
+        ("allocated", stats::allocated::read().ok()?),
+        ("active", stats::active::read().ok()?),
+        ("metadata", stats::metadata::read().ok()?),
+        ("resident", stats::resident::read().ok()?),
+    ])
 }
 
 /// The route label of a request no route matched.
@@ -286,9 +293,8 @@ impl Metrics {
             metrics::counter!("keygate_redis_batched_decisions_total").absolute(decisions);
         }
         metrics::gauge!("keygate_verify_cache_keys").set(kept.verify_cache_keys as f64);
-        if let Some((allocated, resident)) = allocator_bytes() {
-            metrics::gauge!("keygate_memory_bytes", "kind" => "allocated").set(allocated as f64);
-            metrics::gauge!("keygate_memory_bytes", "kind" => "resident").set(resident as f64);
+        for (kind, bytes) in allocator_bytes().into_iter().flatten() {
+            metrics::gauge!("keygate_memory_bytes", "kind" => kind).set(bytes as f64);
         }
         handle.run_upkeep();
         let mut out = handle.render();
