@@ -48,9 +48,22 @@ fn guard(s: &TestServer, back: Back) -> Guard {
     Guard::new(verifier)
 }
 
-/// What the protected routes answer: the verified key's id and permissions.
+/// What the protected routes answer: the verified key's id and permissions, and its
+/// identity's externalId when it has one. The accessors (which the embedded back end
+/// answers from keygate's verification in place) agree with the whole result (built when
+/// first read).
 fn answer(key: &VerifiedKey) -> String {
-    format!("key={} permissions={}", key.key_id(), key.permissions.join(","))
+    let (id, owner) = (key.key_id().to_string(), key.external_id().map(str::to_string));
+    let reads = key.has_permission("documents.read");
+    let r = key.result();
+    let agree = id == r.key_id.as_deref().unwrap_or_default()
+        && owner.as_deref() == r.identity.as_ref().map(|i| i.external_id.as_str())
+        && reads == r.permissions.iter().any(|p| p == "documents.read")
+        && !key.has_permission("documents")
+        && key.permissions == r.permissions;
+    let owner = owner.map(|o| format!(" owner={o}")).unwrap_or_default();
+    let disagree = if agree { "" } else { " (the accessors disagree with the result)" };
+    format!("key={id} permissions={}{owner}{disagree}", key.permissions.join(","))
 }
 
 /// `/paid`'s guard: two credits a request, the key in `X-API-Key`, refusals as plain text.
@@ -176,20 +189,23 @@ fn protects(stack: Stack, back: Back) {
     s.clock.set(now_ms());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let admin = Client::new(&s.base, &s.root_key).unwrap();
-    let create_with = |permissions: &[&str], credits: Option<u64>| {
+    let create_for = |permissions: &[&str], credits: Option<u64>, owner: Option<&str>| {
         let req = CreateKeyRequest {
             api_id: "api_mw".into(),
             permissions: permissions.iter().map(|p| p.to_string()).collect(),
             credits: credits.map(|n| CreditsRequest { remaining: Some(n), refill: None }),
+            external_id: owner.map(str::to_string),
             ..Default::default()
         };
         rt.block_on(admin.create_key(&req)).unwrap().into_data()
     };
+    let create_with = |permissions: &[&str], credits: Option<u64>| create_for(permissions, credits, None);
     let create = |permissions: &[&str]| {
         let created = create_with(permissions, None);
         (created.key_id, format!("Bearer {}", created.key))
     };
     let (reader_id, reader) = create(&["documents.read"]);
+    let owned = create_for(&["documents.read", "documents.write"], None, Some("user_mw"));
     let (plain_id, plain) = create(&[]);
     let with_credits = create_with(&[], Some(3));
     let port = serve(stack, guard(&s, back), &rt);
@@ -209,6 +225,12 @@ fn protects(stack: Stack, back: Back) {
     let ok = get(&rt, port, "/read", Some(&reader));
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(ok.body, format!("key={reader_id} permissions=documents.read"), "the extractor is filled");
+    let ok = get(&rt, port, "/read", Some(&format!("Bearer {}", owned.key)));
+    assert_eq!(
+        ok.body,
+        format!("key={} permissions=documents.read,documents.write owner=user_mw", owned.key_id),
+        "the identity reaches the extractor"
+    );
 
     // Credits, the key in a header of its own, refusals as text.
     let by_header = [("x-api-key", with_credits.key.as_str())];

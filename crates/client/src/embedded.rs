@@ -161,6 +161,16 @@ impl Embedded {
     /// ([`PreparedVerify::new`]): a middleware asks the same of every request, so its
     /// permission query is parsed once, not per request.
     pub async fn verify_prepared(&self, key: &str, asks: &PreparedVerify) -> Result<VerifyKeyResult, Error> {
+        Ok(result(&self.verification_prepared(key, asks).await?))
+    }
+
+    /// [`Self::verify_prepared`] as keygate answers it (the guard converts it into a
+    /// [`VerifyKeyResult`] only when a handler reads it).
+    pub(crate) async fn verification_prepared(
+        &self,
+        key: &str,
+        asks: &PreparedVerify,
+    ) -> Result<Verification, Error> {
         let inner = &self.inner;
         let scope = VerifyScope {
             workspace_id: inner.workspace_id.as_deref(),
@@ -193,7 +203,7 @@ impl Embedded {
         };
         let verification = pending.settle().await.map_err(rbac_error)?;
         runtime.analytics.record_verification(&verification, &scope, &asks.tags);
-        Ok(result(verification))
+        Ok(verification)
     }
 }
 
@@ -242,7 +252,7 @@ fn rbac_error(e: RbacError) -> Error {
 }
 
 /// A verification as `keys.verifyKey` answers it (NOT_FOUND says nothing else).
-fn result(v: Verification) -> VerifyKeyResult {
+pub(crate) fn result(v: &Verification) -> VerifyKeyResult {
     let code = match v.code {
         keygate_rbac::VerifyCode::Valid => VerifyCode::Valid,
         keygate_rbac::VerifyCode::NotFound => VerifyCode::NotFound,

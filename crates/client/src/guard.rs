@@ -137,36 +137,77 @@ impl Rejection {
 }
 
 /// A key that passed the guard: its verification. Handlers read it with the framework's
-/// extractor (`VerifiedKey` in axum and actix-web handlers).
-#[derive(Debug, Clone, PartialEq)]
-pub struct VerifiedKey(Arc<VerifyKeyResult>);
+/// extractor (`VerifiedKey` in axum and actix-web handlers). Cheap to clone.
+///
+/// With the embedded back end it holds the verification as keygate made it (sharing the
+/// key's cached snapshot): [`Self::key_id`], [`Self::has_permission`] and
+/// [`Self::external_id`] read it in place, and the whole [`VerifyKeyResult`] (copies of the
+/// key's name, permissions, roles, meta parsed from its JSON...) is built only when a
+/// handler first asks for it ([`Self::result`], or through `Deref`), once per request.
+#[derive(Debug, Clone)]
+pub struct VerifiedKey(Arc<Verified>);
+
+#[derive(Debug)]
+enum Verified {
+    /// An answer already in the client's type (the remote back end).
+    Result(VerifyKeyResult),
+    /// keygate's own verification, converted on first use.
+    #[cfg(feature = "embedded")]
+    Embedded(keygate_rbac::Verification, std::sync::OnceLock<VerifyKeyResult>),
+}
 
 impl VerifiedKey {
+    fn new(verified: Verified) -> Self {
+        Self(Arc::new(verified))
+    }
+
     /// The verification.
     pub fn result(&self) -> &VerifyKeyResult {
-        &self.0
+        match &*self.0 {
+            Verified::Result(r) => r,
+            #[cfg(feature = "embedded")]
+            Verified::Embedded(v, result) => result.get_or_init(|| crate::embedded::result(v)),
+        }
     }
 
     /// The key's id.
     pub fn key_id(&self) -> &str {
-        self.0.key_id.as_deref().unwrap_or_default()
+        match &*self.0 {
+            Verified::Result(r) => r.key_id.as_deref().unwrap_or_default(),
+            #[cfg(feature = "embedded")]
+            Verified::Embedded(v, _) => v.key().map_or("", |k| k.id.as_str()),
+        }
     }
 
     /// Whether the key holds `permission` (directly or through a role).
     pub fn has_permission(&self, permission: &str) -> bool {
-        self.0.permissions.iter().any(|p| p == permission)
+        match &*self.0 {
+            Verified::Result(r) => r.permissions.iter().any(|p| p == permission),
+            #[cfg(feature = "embedded")]
+            Verified::Embedded(v, _) => v.permissions().iter().any(|p| p == permission),
+        }
     }
 
     /// The externalId of the identity the key is linked to.
     pub fn external_id(&self) -> Option<&str> {
-        self.0.identity.as_ref().map(|i| i.external_id.as_str())
+        match &*self.0 {
+            Verified::Result(r) => r.identity.as_ref().map(|i| i.external_id.as_str()),
+            #[cfg(feature = "embedded")]
+            Verified::Embedded(v, _) => v.identity().map(|i| i.identity.external_id.as_str()),
+        }
+    }
+}
+
+impl PartialEq for VerifiedKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.result() == other.result()
     }
 }
 
 impl std::ops::Deref for VerifiedKey {
     type Target = VerifyKeyResult;
     fn deref(&self) -> &VerifyKeyResult {
-        &self.0
+        self.result()
     }
 }
 
@@ -293,7 +334,10 @@ impl Guard {
                 .prepared
                 .get_or_init(|| crate::embedded::PreparedVerify::new(&p.request(String::new())).ok())
         {
-            return answer(embedded.verify_prepared(&key, asks).await);
+            return match embedded.verification_prepared(&key, asks).await {
+                Ok(v) if v.valid() => Ok(VerifiedKey::new(Verified::Embedded(v, Default::default()))),
+                verified => answer(verified.map(|v| crate::embedded::result(&v))),
+            };
         }
         answer(p.verifier.verify(&p.request(key)).await)
     }
@@ -349,7 +393,7 @@ fn misconfigured(e: &Error) -> Rejection {
 /// only by a refill or an update), 401 otherwise.
 fn refuse_unless_valid(v: VerifyKeyResult, now: u64) -> Result<VerifiedKey, Rejection> {
     let mut r = match v.code {
-        VerifyCode::Valid => return Ok(VerifiedKey(Arc::new(v))),
+        VerifyCode::Valid => return Ok(VerifiedKey::new(Verified::Result(v))),
         VerifyCode::InsufficientPermissions => {
             Rejection::new(403, "INSUFFICIENT_PERMISSIONS", "the key lacks the required permissions")
         }
