@@ -3,14 +3,15 @@ use keygate_domain::redact_in;
 
 /// jemalloc: per-thread caches, cheap frees from another thread (a verification's spend is
 /// allocated by a worker and released by the credit writer), memory given back to the system
-/// after a few seconds unused (its decay), and statistics of what the process holds
+/// after a second unused (its decay: `dirty_decay_ms:1000`, built in by `.cargo/config.toml`),
+/// and statistics of what the process holds
 /// (`keygate_memory_bytes` in `/metrics`). mimalloc 3, before it, held about twice the
 /// memory over the same 30-minute soak (docs/soak/README.md), with nothing to tell what.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    // jemalloc's background threads give freed pages back on their decay schedule (10 s);
+    // jemalloc's background threads give freed pages back on their decay schedule (1 s);
     // without them an arena purges only when its own threads allocate again, so the pages a
     // thread freed before going idle (the rate-limit windows' sweep, a flush) stayed resident.
     // Not fatal where it cannot start them: the memory is then only given back later.

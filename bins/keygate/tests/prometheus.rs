@@ -212,6 +212,17 @@ fn the_shipped_rules_pass_promtool_and_the_dashboard_reads_only_what_keygate_exp
             .starts_with("HTTP/1.1 200")
     );
     let scrape = http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    // The allocator's account of the server's heap: what it holds sits in the pages in use,
+    // which are resident.
+    let memory = |kind: &str| {
+        let series = format!("keygate_memory_bytes{{kind=\"{kind}\"}} ");
+        let line = scrape.lines().find_map(|l| l.strip_prefix(series.as_str()));
+        line.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or_else(|| panic!("{kind}: {scrape}"))
+    };
+    let (allocated, active, metadata, resident) =
+        (memory("allocated"), memory("active"), memory("metadata"), memory("resident"));
+    assert!(allocated > 1e6 && metadata > 0.0, "{allocated} {metadata}");
+    assert!(allocated <= active && active <= resident, "{allocated} {active} {resident}");
     let mut exported = std::collections::BTreeSet::new();
     for line in scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
         let mut parts = line.split_whitespace();
