@@ -253,8 +253,9 @@ impl Shard {
     }
 }
 
-/// A class's table is shrunk by a sweep only when it could hold four times this many more
-/// values than needed (twice its live entries, at least this).
+/// A class's table is shrunk by a sweep only when it could hold four times more values than
+/// it keeps room for: twice the most entries it held in its last one or two epochs, at least
+/// this.
 const MIN_CLASS_KEEP: usize = 64;
 
 /// The hash of a budget: of its identifier alone, since the class tells the namespace and
