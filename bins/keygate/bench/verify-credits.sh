@@ -5,6 +5,7 @@
 #   bash bins/keygate/bench/verify-credits.sh               # embedded default (SQLite)
 #   SCALE_OUT=1 bash bins/keygate/bench/verify-credits.sh   # PostgreSQL + Redis (127.0.0.1)
 #   ROUNDS=5 DURATION=10s CONNECTIONS=64 KEYS=1000 bash bins/keygate/bench/verify-credits.sh
+#   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/verify-credits.sh  # another build, as is
 #
 # One server, one worker pinned to CPU 0; wrk (one thread, one connection per request
 # stream) on CPU 1. KEYS plain keys, and KEYS keys each with credits (1e9) and one
@@ -25,7 +26,7 @@ ROOT_KEY=kg_root_bench_credits_$(date +%s)_0000
 export ROOT_KEY
 
 require wrk curl taskset
-cargo build --release -q -p keygate --bin keygate
+[ -n "${KEYGATE_BIN:-}" ] || cargo build --release -q -p keygate --bin keygate
 bench_database
 serve_keygate $PORT "$work/server.log"
 
