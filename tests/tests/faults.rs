@@ -93,8 +93,8 @@ struct Counts {
 }
 
 /// Three instances on `target`'s stores under load; `fault` turned on at 1 s and `heal`ed
-/// at 2.5 s (or when `fault` and `heal` are done), the load going on for 1.5 s after; the
-/// invariants checked.
+/// at 2.5 s (or when `fault` and `heal` are done), the load going on for 1.5 s after (and
+/// until an answer asked after the heal is served, at most 10 s); the invariants checked.
 fn under_fault(target: Target, fault: impl Fn(&Target), heal: impl Fn(&Target)) {
     let servers: Vec<TestServer> = (0..3)
         .map(|_| {
@@ -141,8 +141,14 @@ fn under_fault(target: Target, fault: impl Fn(&Target), heal: impl Fn(&Target)) 
             let (fault_at, during) = (&fault_at, &served_during_fault);
             scope.spawn(move || {
                 let mut n = 0;
-                // Until 1.5 s after the heal (which may take a while: a failover settling).
-                while healed_at.get().is_none_or(|at| at.elapsed() < Duration::from_millis(1_500)) {
+                // Until 1.5 s after the heal (which may take a while: a failover settling),
+                // and on until an answer asked after the heal came back (at most 10 s: on a
+                // loaded machine the first answers after a failover can take seconds).
+                let going = |at: &Instant| {
+                    at.elapsed() < Duration::from_millis(1_500)
+                        || (after.load(Ordering::Relaxed) == 0 && at.elapsed() < Duration::from_secs(10))
+                };
+                while healed_at.get().is_none_or(going) {
                     n += 1;
                     let spend = (i + n) % 2 == 0;
                     let asked = Instant::now();
