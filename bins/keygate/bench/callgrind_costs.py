@@ -19,9 +19,10 @@ import re
 import sys
 from collections import defaultdict
 
-# Rust's allocations (the server's global allocator is mimalloc; the shims when another
-# build has none) and C's (SQLite's, libc's).
+# Rust's allocations (the server's global allocator is jemalloc, under its `_rjem_`
+# prefix; mimalloc's names and the shims for older builds) and C's (SQLite's, libc's).
 ALLOCATORS = {
+    "_rjem_malloc", "_rjem_mallocx", "_rjem_calloc", "_rjem_realloc", "_rjem_rallocx",
     "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned",
     "__rust_alloc", "__rust_alloc_zeroed", "__rust_realloc",
     "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign",

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Where a request's work goes, side by side: ratelimits.limit, a cached v1 keys.verifyKey
-# and a cached v2 keys.verifyKey (with a one-permission query, and without one), on one
+# Where a request's work goes, side by side: ratelimits.limit, a cached v1 keys.verifyKey,
+# a cached v2 keys.verifyKey (with a one-permission query, and without one) and a v2 one
+# that spends (verify-credits.sh's keys: credits and an auto-applied limit), on one
 # embedded server (one worker): user-space instructions, heap allocations, syscalls per
-# request and the largest self costs. Counts, not timings: they do not move with the VM's
+# request and the largest self costs. On 4 connections a spend's group commit holds at
+# most 4 spends (verify-credits.sh's 64 connections make ~30). Counts, not timings: they do not move with the VM's
 # noise, so two builds compare exactly (BINARY=path/to/keygate for another build).
 #
 #   bash bins/keygate/bench/verify-profile.sh
@@ -41,13 +43,19 @@ setup=$!
 pids+=("$setup")
 wait_up "$PORT"
 create_keys "$PORT" v1/keys.createKey '{"permissions":["documents.read"]}' "$KEYS" >"$work/keys.txt"
+create_keys "$PORT" v2/keys.createKey \
+  '{"apiId":"api_bench","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}' \
+  "$KEYS" >"$work/spending.txt"
+expect_valid "$PORT" v2/keys.verifyKey "{\"key\":\"$(head -1 "$work/spending.txt")\"}"
 export KEYS_FILE="$work/keys.txt"
 expect_valid "$PORT" v2/keys.verifyKey "{\"key\":\"$(head -1 "$KEYS_FILE")\",\"permissions\":\"documents.read\"}"
 kill "$setup"
 wait "$setup" 2>/dev/null || true
 
-workloads=("limit bins/keygate/bench/limit.lua" "v1-verify bins/keygate/bench/verify.lua"
-  "v2-verify-query bins/keygate/bench/verify-v2.lua documents.read" "v2-verify bins/keygate/bench/verify-v2.lua")
+# NAME SCRIPT KEYS [PERMISSIONS]
+workloads=("limit bins/keygate/bench/limit.lua keys" "v1-verify bins/keygate/bench/verify.lua keys"
+  "v2-verify-query bins/keygate/bench/verify-v2.lua keys documents.read"
+  "v2-verify bins/keygate/bench/verify-v2.lua keys" "v2-spending bins/keygate/bench/verify-v2.lua spending")
 
 # load SCRIPT [PERMISSIONS] DURATION: wrk on 4 connections; the number of requests sent.
 load() {
@@ -64,7 +72,8 @@ pids+=("$cg")
 wait_up "$PORT"
 dump=0
 for w in "${workloads[@]}"; do
-  read -r name script perms <<<"$w"
+  read -r name script keys perms <<<"$w"
+  export KEYS_FILE="$work/$keys.txt"
   # Warm-up by count: every key (identifier) asked several times, however slow the run.
   want=$((3 * KEYS)); [ "$name" != limit ] || want=20000
   sent=0
@@ -89,7 +98,8 @@ native=$!
 pids+=("$native")
 wait_up "$PORT"
 for w in "${workloads[@]}"; do
-  read -r name script perms <<<"$w"
+  read -r name script keys perms <<<"$w"
+  export KEYS_FILE="$work/$keys.txt"
   (PERMISSIONS=${perms:-}; unset_empty; export PERMISSIONS
     wrk -t1 -c4 -d2s -s "$script" "http://127.0.0.1:$PORT" >/dev/null)
   strace -q -c -f -p "$native" -o "$work/strace.$name" &
