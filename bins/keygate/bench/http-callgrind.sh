@@ -5,6 +5,8 @@
 #
 #   bash bins/keygate/bench/http-callgrind.sh          # 10 s of load on each server
 #   DURATION=20s bash bins/keygate/bench/http-callgrind.sh
+#   KEEP=/tmp/cg bash bins/keygate/bench/http-callgrind.sh   # keeps both dumps there, e.g. for
+#       python3 bins/keygate/bench/callgrind_costs.py /tmp/cg/keygate.out.1 REQUESTS 40
 #
 # Each server runs under callgrind; after a 5 s warm-up (namespace, caches, budgets) the
 # counters are zeroed, wrk sends DURATION of requests on 4 connections, and the counters are
@@ -60,6 +62,10 @@ measure() { # name port command...
 kg=$(DATABASE_URL="sqlite://$work/bench.db" KEYGATE_LISTEN=127.0.0.1:$KG_PORT KEYGATE_WORKERS=1 \
   KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn measure keygate $KG_PORT target/release/keygate)
 bare=$(measure bare $BARE_PORT target/release/examples/bare 127.0.0.1:$BARE_PORT)
+if [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP"
+  cp "$work/keygate.out.1" "$work/bare.out.1" "$KEEP/"
+fi
 echo "$kg
 $bare" | awk '
   { n[$1] = $2; total[$1] = $3; sha[$1] = $4 }

@@ -45,10 +45,18 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         });
     }
 
-    /// Counts a decision of a namespace, in memory (nothing when analytics are off). No I/O.
-    pub fn record_limit(&self, workspace_id: &str, namespace_id: &str, identifier: &str, passed: bool) {
+    /// Counts a decision of a namespace made at `at_ms` (the decision's own clock reading:
+    /// the hot path reads the clock once), in memory (nothing when analytics are off). No
+    /// I/O.
+    pub fn record_limit(
+        &self,
+        workspace_id: &str,
+        namespace_id: &str,
+        identifier: &str,
+        passed: bool,
+        at_ms: u64,
+    ) {
         if let Some(r) = &self.limit_recorder {
-            let at_ms = self.rbac.clock().now_ms();
             r.record(&LimitDecision { workspace_id, namespace_id, identifier, passed, at_ms });
         }
     }

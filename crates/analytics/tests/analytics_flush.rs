@@ -3,7 +3,7 @@
 //! next flush writes the same rows under the same id, and the id says whether they landed.
 
 use keygate_analytics::{AnalyticsService, AnalyticsStore, AnalyticsTx, LimitSlice, RatelimitsQuery};
-use keygate_domain::ManualClock;
+use keygate_domain::{Clock, ManualClock};
 use keygate_rbac::{Principal, RbacError, RbacService, RbacStore, RbacTx, StorageError};
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
@@ -86,7 +86,7 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
     };
     let decide = |n: usize, passed: bool| {
         for _ in 0..n {
-            svc.record_limit(&ws.id, "verify:requests", "key_1", passed);
+            svc.record_limit(&ws.id, "verify:requests", "key_1", passed, clock.now_ms());
         }
     };
 
@@ -136,11 +136,11 @@ fn a_large_flush_is_written_in_chunks_each_exactly_once() {
         fail_after: AtomicI64::new(-1),
     };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let rbac = Arc::new(RbacService::new(store, clock));
+    let rbac = Arc::new(RbacService::new(store, clock.clone()));
     let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
     let (ws, _, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
     for i in 0..450 {
-        svc.record_limit(&ws.id, "verify:requests", &format!("user_{i}"), true);
+        svc.record_limit(&ws.id, "verify:requests", &format!("user_{i}"), true, clock.now_ms());
     }
     let identifiers = || -> (usize, i64) {
         use diesel::prelude::*;

@@ -64,10 +64,12 @@ pub fn new_id(prefix: IdPrefix) -> String {
         *digit = ALPHABET[(rest % 62) as usize];
         rest /= 62;
     }
-    let mut out = random_string(prefix.as_str(), TIME_CHARS + RANDOM_CHARS);
-    let start = prefix.as_str().len() + 1;
-    // The random string is ASCII: its first TIME_CHARS characters are replaced in place.
-    out.replace_range(start..start + TIME_CHARS, std::str::from_utf8(&time).unwrap_or("00000000"));
+    let prefix = prefix.as_str();
+    let mut out = String::with_capacity(prefix.len() + 1 + TIME_CHARS + RANDOM_CHARS);
+    out.push_str(prefix);
+    out.push('_');
+    time.iter().for_each(|&c| out.push(char::from(c)));
+    push_random(&mut out, RANDOM_CHARS);
     out
 }
 
@@ -80,10 +82,16 @@ const CHUNKS_PER_DRAW: usize = 10;
 /// character is uniform and independent, and no division is needed (request ids are made
 /// on every response).
 fn random_string(prefix: &str, chars: usize) -> String {
-    let mut rng = rand::rng();
     let mut out = String::with_capacity(prefix.len() + 1 + chars);
     out.push_str(prefix);
     out.push('_');
+    push_random(&mut out, chars);
+    out
+}
+
+/// Appends `chars` uniformly random base-62 characters (see [`random_string`]).
+fn push_random(out: &mut String, chars: usize) {
+    let mut rng = rand::rng();
     let mut left = chars;
     while left > 0 {
         let mut r = rng.next_u64();
@@ -99,7 +107,6 @@ fn random_string(prefix: &str, chars: usize) -> String {
             }
         }
     }
-    out
 }
 
 /// A secret token: `<prefix>_<43 random base-62 characters>` (256 random bits).

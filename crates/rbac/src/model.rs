@@ -54,7 +54,8 @@ pub struct Principal {
     /// That counter's name (`Scope::RootKey(id).name()`), kept: checked on every decision
     /// in Redis mode.
     counter: String,
-    /// When this instance last noted the key's use (unix ms; `RbacService::note_root_key_use`).
+    /// When this instance last noted the key's use (the clock's monotonic ms;
+    /// `RbacService::note_root_key_use`), `i64::MIN` before the first.
     noted_use: std::sync::atomic::AtomicI64,
 }
 
@@ -82,15 +83,26 @@ impl Principal {
         let permissions: foldhash::HashSet<String> = permissions.into_iter().collect();
         let wildcard = permissions.contains("*");
         let counter = crate::counters::Scope::RootKey(&root_key_id).name();
-        Self { root_key_id, workspace_id, permissions, wildcard, tag: None, counter, noted_use: 0.into() }
+        Self {
+            root_key_id,
+            workspace_id,
+            permissions,
+            wildcard,
+            tag: None,
+            counter,
+            noted_use: i64::MIN.into(),
+        }
     }
 
     /// Whether this use should be written down (the last one noted is a minute old or
-    /// more): true for one caller per minute and instance.
-    pub(crate) fn take_use(&self, now: i64) -> bool {
+    /// more, on the monotonic clock `monotonic_ms`): true for one caller per minute and
+    /// instance.
+    pub(crate) fn take_use(&self, monotonic_ms: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        let now = i64::try_from(monotonic_ms).unwrap_or(i64::MAX);
         let noted = self.noted_use.load(Relaxed);
-        now - noted >= 60_000 && self.noted_use.compare_exchange(noted, now, Relaxed, Relaxed).is_ok()
+        now.saturating_sub(noted) >= 60_000
+            && self.noted_use.compare_exchange(noted, now, Relaxed, Relaxed).is_ok()
     }
 
     /// The principal as loaded under the root key's change counter `tag`.
@@ -524,6 +536,17 @@ mod tests {
 
     fn p(name: &str) -> PermissionQuery {
         Permission(name.to_string())
+    }
+
+    #[test]
+    fn a_root_key_use_is_noted_at_once_then_once_a_minute_on_the_monotonic_clock() {
+        let principal = super::Principal::new("rk_a".into(), "ws_a".into(), ["*".to_string()]);
+        // The monotonic clock starts near 0 in a new process: the first use is noted.
+        assert!(principal.take_use(5), "the first use is noted");
+        assert!(!principal.take_use(5), "once per minute");
+        assert!(!principal.take_use(60_004), "59.999 s later: not yet");
+        assert!(principal.take_use(60_005), "a minute later");
+        assert!(!principal.clone().take_use(60_006), "a clone carries when it was noted");
     }
 
     #[test]

@@ -5,7 +5,6 @@ use crate::error::ApiError;
 use crate::http::{Authed, JsonBytes, Obj, blocking, in_background, integer, parse_json};
 use crate::openapi::V1BodyErrors;
 use crate::state::AppState;
-use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
 use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, pass_failing_open};
@@ -178,7 +177,7 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
     let body: LimitBody<'_> = parse_json(&bytes)?;
     let v = body.validate()?;
     let (d, _) = decide(&state, &principal, &v).await?;
-    Ok(HttpResponse::Ok().content_type(ContentType::json()).body(limit_response(&d)))
+    Ok(HttpResponse::Ok().insert_header(super::json_type()).body(limit_response(&d)))
 }
 
 /// One decision for a validated request, v1's or v2's: the namespace (a name, or the id
@@ -233,7 +232,7 @@ pub(crate) async fn decide(
         }
     };
     state.metrics.decision(&principal.workspace_id, &namespace_id, &v.namespace, d.0.success);
-    state.analytics.record_limit(&principal.workspace_id, &namespace_id, &v.identifier, d.0.success);
+    state.analytics.record_limit(&principal.workspace_id, &namespace_id, &v.identifier, d.0.success, now);
     Ok(d)
 }
 

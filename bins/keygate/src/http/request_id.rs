@@ -64,7 +64,12 @@ where
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
         let span = request_span(&req, self.sample_ratio);
-        let inner = span.in_scope(|| self.service.call(req));
+        // A disabled span (no tracing, or not sampled) is not entered: entering one still
+        // costs ~60 instructions each time.
+        let inner = match span.is_disabled() {
+            true => self.service.call(req),
+            false => span.in_scope(|| self.service.call(req)),
+        };
         WithRequestId { start: std::time::Instant::now(), inner, span }
     }
 }
@@ -117,7 +122,10 @@ where
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let this = self.project();
-        let res = std::task::ready!(this.span.in_scope(|| this.inner.poll(cx)));
+        let res = std::task::ready!(match this.span.is_disabled() {
+            true => this.inner.poll(cx),
+            false => this.span.in_scope(|| this.inner.poll(cx)),
+        });
         let res = finish(res);
         if let Ok(res) = &res {
             observe(res, this.start.elapsed());

@@ -12,10 +12,10 @@ impl<S: RbacStore> RbacService<S> {
     /// caller should call [`Self::refresh_root_key`] off the request path.
     pub fn authenticate_cached(&self, token: &str) -> Option<Cached<Result<Arc<Principal>, RbacError>>> {
         let digest = secret_digest(token);
-        let hit =
-            self.auth.lookup(&digest, self.clock.monotonic_ms(), |p| self.check_principal(p.clone()))?;
+        let monotonic = self.clock.monotonic_ms();
+        let hit = self.auth.lookup(&digest, monotonic, |p| self.check_principal(p.clone()))?;
         if let Ok(p) = &hit.value {
-            self.note_root_key_use(p);
+            self.note_root_key_use(p, monotonic);
         }
         Some(hit)
     }
@@ -34,7 +34,7 @@ impl<S: RbacStore> RbacService<S> {
             return answer;
         }
         let p = self.check_principal(self.load_root_key(&digest)?)?;
-        self.note_root_key_use(&p);
+        self.note_root_key_use(&p, self.clock.monotonic_ms());
         Ok(p)
     }
 

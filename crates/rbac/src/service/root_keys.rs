@@ -357,11 +357,13 @@ impl<S: RbacStore> RbacService<S> {
         }
     }
 
-    /// Notes that `p` authenticated a request now: at most once a minute per key and
-    /// instance, a lock-free check otherwise. Written by [`Self::flush_root_key_uses`].
-    pub(super) fn note_root_key_use(&self, p: &Principal) {
-        let now = self.now();
-        if p.take_use(now) {
+    /// Notes that `p` authenticated a request now (`monotonic_ms`, the caller's reading of
+    /// the monotonic clock): at most once a minute per key and instance, a lock-free check
+    /// otherwise (the wall clock is read only then). Written by
+    /// [`Self::flush_root_key_uses`].
+    pub(super) fn note_root_key_use(&self, p: &Principal, monotonic_ms: u64) {
+        if p.take_use(monotonic_ms) {
+            let now = self.now();
             let mut uses = self.root_key_uses.lock();
             let at = uses.entry(p.root_key_id.clone()).or_insert(now);
             *at = (*at).max(now);

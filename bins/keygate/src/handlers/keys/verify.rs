@@ -318,6 +318,7 @@ pub async fn verify_key(
     let verification = verification(&state, call).await?;
     let request_id = new_id(IdPrefix::Request);
     Ok(HttpResponse::Ok()
+        .insert_header(crate::handlers::json_type())
         .insert_header((REQUEST_ID_HEADER, request_id.as_str()))
         .json(VerifyKeyResponse::new(&verification, &request_id)))
 }

@@ -79,7 +79,10 @@ pub async fn liveness() -> HttpResponse {
 pub(crate) fn ok<T: Serialize>(data: T) -> HttpResponse {
     let id = new_id(IdPrefix::Request);
     let body = Envelope { meta: Meta { request_id: &id }, data };
-    HttpResponse::Ok().insert_header((REQUEST_ID_HEADER, id.as_str())).json(body)
+    HttpResponse::Ok()
+        .insert_header(super::json_type())
+        .insert_header((REQUEST_ID_HEADER, id.as_str()))
+        .json(body)
 }
 
 /// `"data":{}`: an operation that answers nothing.
@@ -94,7 +97,10 @@ pub(crate) fn ok_page<T, U: Serialize>(page: Page<T>, item: impl FnMut(T) -> U) 
     let id = new_id(IdPrefix::Request);
     let pagination = Pagination { has_more: cursor.is_some(), cursor: cursor.as_deref() };
     let body = PageEnvelope { meta: Meta { request_id: &id }, data, pagination };
-    HttpResponse::Ok().insert_header((REQUEST_ID_HEADER, id.as_str())).json(body)
+    HttpResponse::Ok()
+        .insert_header(super::json_type())
+        .insert_header((REQUEST_ID_HEADER, id.as_str()))
+        .json(body)
 }
 
 #[derive(utoipa::OpenApi)]

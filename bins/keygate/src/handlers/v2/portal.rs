@@ -529,7 +529,10 @@ pub async fn get_verifications(
             })
             .collect(),
     };
-    Ok(HttpResponse::Ok().insert_header((crate::error::REQUEST_ID_HEADER, id.as_str())).json(body))
+    Ok(HttpResponse::Ok()
+        .insert_header(crate::handlers::json_type())
+        .insert_header((crate::error::REQUEST_ID_HEADER, id.as_str()))
+        .json(body))
 }
 
 #[derive(utoipa::OpenApi)]

@@ -195,9 +195,11 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
             }
         }
     };
+    let at = state.clock.now_ms();
     for ((d, e), ns) in outcome.decisions.iter().zip(&entries).zip(&namespace_ids) {
-        state.metrics.decision(&principal.workspace_id, ns, &e.namespace, d.success && outcome.passed);
-        state.analytics.record_limit(&principal.workspace_id, ns, &e.identifier, d.success && outcome.passed);
+        let passed = d.success && outcome.passed;
+        state.metrics.decision(&principal.workspace_id, ns, &e.namespace, passed);
+        state.analytics.record_limit(&principal.workspace_id, ns, &e.identifier, passed, at);
     }
     let limits = entries
         .iter()
