@@ -30,3 +30,12 @@ pub(crate) fn json_type() -> (actix_web::http::header::HeaderName, actix_web::ht
     use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
     (CONTENT_TYPE, HeaderValue::from_static("application/json"))
 }
+
+/// 200 with `body` as JSON and the request's id in its header: every answer that carries
+/// an id (v2's envelope, v1's verification, the portal's series) is built here.
+pub(crate) fn ok_json(request_id: &str, body: impl serde::Serialize) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .insert_header(json_type())
+        .insert_header((crate::error::REQUEST_ID_HEADER, request_id))
+        .json(body)
+}

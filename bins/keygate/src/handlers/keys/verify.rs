@@ -3,7 +3,7 @@
 //! read into a [`VerifyCall`] and run by [`verification`].
 
 use super::verification::{VerifyCall, verification};
-use crate::error::{ApiError, REQUEST_ID_HEADER, problems};
+use crate::error::{ApiError, problems};
 use crate::handlers::v2::identities::IdentityObject;
 use crate::handlers::v2::{Envelope, check_count, ok, unsupported};
 use crate::http::{Authed, Json, Obj, integer};
@@ -317,10 +317,7 @@ pub async fn verify_key(
     };
     let verification = verification(&state, call).await?;
     let request_id = new_id(IdPrefix::Request);
-    Ok(HttpResponse::Ok()
-        .insert_header(crate::handlers::json_type())
-        .insert_header((REQUEST_ID_HEADER, request_id.as_str()))
-        .json(VerifyKeyResponse::new(&verification, &request_id)))
+    Ok(crate::handlers::ok_json(&request_id, VerifyKeyResponse::new(&verification, &request_id)))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -16,7 +16,7 @@ pub mod ratelimit_analytics;
 pub mod root_keys;
 pub mod sql;
 
-use crate::error::{ApiError, REQUEST_ID_HEADER, problems};
+use crate::error::{ApiError, problems};
 use actix_web::HttpResponse;
 use keygate_domain::{IdPrefix, ValidationError, check_len, new_id};
 use keygate_rbac::Page;
@@ -79,10 +79,7 @@ pub async fn liveness() -> HttpResponse {
 pub(crate) fn ok<T: Serialize>(data: T) -> HttpResponse {
     let id = new_id(IdPrefix::Request);
     let body = Envelope { meta: Meta { request_id: &id }, data };
-    HttpResponse::Ok()
-        .insert_header(super::json_type())
-        .insert_header((REQUEST_ID_HEADER, id.as_str()))
-        .json(body)
+    super::ok_json(&id, body)
 }
 
 /// `"data":{}`: an operation that answers nothing.
@@ -97,10 +94,7 @@ pub(crate) fn ok_page<T, U: Serialize>(page: Page<T>, item: impl FnMut(T) -> U) 
     let id = new_id(IdPrefix::Request);
     let pagination = Pagination { has_more: cursor.is_some(), cursor: cursor.as_deref() };
     let body = PageEnvelope { meta: Meta { request_id: &id }, data, pagination };
-    HttpResponse::Ok()
-        .insert_header(super::json_type())
-        .insert_header((REQUEST_ID_HEADER, id.as_str()))
-        .json(body)
+    super::ok_json(&id, body)
 }
 
 #[derive(utoipa::OpenApi)]

@@ -529,10 +529,7 @@ pub async fn get_verifications(
             })
             .collect(),
     };
-    Ok(HttpResponse::Ok()
-        .insert_header(crate::handlers::json_type())
-        .insert_header((crate::error::REQUEST_ID_HEADER, id.as_str()))
-        .json(body))
+    Ok(crate::handlers::ok_json(&id, body))
 }
 
 #[derive(utoipa::OpenApi)]
