@@ -60,8 +60,8 @@ measure() { # name port command...
 }
 
 kg=$(DATABASE_URL="sqlite://$work/bench.db" KEYGATE_LISTEN=127.0.0.1:$KG_PORT KEYGATE_WORKERS=1 \
-  KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn measure keygate $KG_PORT target/release/keygate)
-bare=$(measure bare $BARE_PORT target/release/examples/bare 127.0.0.1:$BARE_PORT)
+  KEYGATE_ROOT_KEY=$ROOT_KEY RUST_LOG=warn measure keygate $KG_PORT "$RELEASE"/keygate)
+bare=$(measure bare $BARE_PORT "$RELEASE"/examples/bare 127.0.0.1:$BARE_PORT)
 if [ -n "${KEEP:-}" ]; then
   mkdir -p "$KEEP"
   cp "$work/keygate.out.1" "$work/bare.out.1" "$KEEP/"

@@ -38,7 +38,7 @@ fi
 cargo build --release -q -p keygate --bin keygate --example bare --example openloop
 
 serve_keygate $KG_PORT "$work/kg.log" DATABASE_URL="sqlite://$work/bench.db"
-taskset -c 0 target/release/examples/bare 127.0.0.1:$BARE_PORT &
+taskset -c 0 "$RELEASE"/examples/bare 127.0.0.1:$BARE_PORT &
 pids+=($!)
 wait_up $BARE_PORT ""
 
@@ -87,7 +87,7 @@ for i in $(seq 1 10000); do
   printf '{"namespace":"bench","identifier":"user_%06d@example.com","limit":1000000000,"duration":60000,"cost":1}\n' "$i"
 done >"$work/bodies.txt"
 openloop() { # name port rate
-  taskset -c 1 target/release/examples/openloop "127.0.0.1:$2" "$3" "$SECONDS_PER_ROUND" "$CONNECTIONS" "$work/bodies.txt" \
+  taskset -c 1 "$RELEASE"/examples/openloop "127.0.0.1:$2" "$3" "$SECONDS_PER_ROUND" "$CONNECTIONS" "$work/bodies.txt" \
     | sed "s/^RESULT/$1/"
 }
 for rate in $RATES; do

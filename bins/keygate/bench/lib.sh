@@ -53,13 +53,17 @@ wait_up() {
   exit 1
 }
 
-# serve_keygate PORT LOG [VAR=VALUE...]: $KEYGATE_BIN (default target/release/keygate) with ROOT_KEY, one worker
+# Where cargo puts release builds: CARGO_TARGET_DIR's, when set (e.g. a build with other
+# profile settings kept apart from the usual one).
+RELEASE=${CARGO_TARGET_DIR:-target}/release
+
+# serve_keygate PORT LOG [VAR=VALUE...]: $KEYGATE_BIN (default $RELEASE/keygate) with ROOT_KEY, one worker
 # pinned to CPU 0, the variables given added to its environment; waits until it answers.
 serve_keygate() {
   local port=$1 log=$2
   shift 2
   env "$@" KEYGATE_LISTEN="127.0.0.1:$port" KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY="$ROOT_KEY" RUST_LOG=warn \
-    taskset -c 0 "${KEYGATE_BIN:-target/release/keygate}" 2>"$log" &
+    taskset -c 0 "${KEYGATE_BIN:-$RELEASE/keygate}" 2>"$log" &
   pids+=($!)
   wait_up "$port"
 }
