@@ -4,9 +4,12 @@
 //! task drains both to the database every few seconds ([`LimitRecorder::drain`]), as the
 //! verification recorder's counts are ([`crate::recorder`]).
 //!
-//! Recording takes one lock: the shard of the decision's (namespace, identifier), one of a
-//! fixed number, each a pair of hash maps behind a `parking_lot` mutex; counts already held
-//! are found by borrowed parts, so the common case allocates nothing.
+//! Recording takes one lock: the shard of the decision's identifier, one of a fixed number,
+//! each a pair of hash tables behind a `parking_lot` mutex. It hashes two strings, once
+//! each: the identifier (which picks the shard and finds the identifier in its sketch) and
+//! the namespace id (whose minute and hour are found by that hash mixed with the bucket's
+//! start); each entry keeps its hash, so a table that grows hashes no string again. Counts
+//! already held are found by borrowed parts, so the common case allocates nothing.
 //!
 //! **The sketch.** Identifiers are partitioned over the shards by hash, and each shard
 //! keeps at most [`SKETCH_CAPACITY`] identifiers per namespace-hour. When a new identifier
@@ -26,9 +29,9 @@
 //! [`LimitRecorder::dropped`] and `keygate_analytics_dropped_total`, and a new identifier
 //! makes room in its sketch (or, its sketch empty, goes uncounted per identifier).
 
-use hashbrown::{Equivalent, HashMap};
+use hashbrown::{HashMap, HashTable};
 use parking_lot::Mutex;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 const MINUTE_MS: u64 = 60_000;
@@ -86,30 +89,50 @@ impl Drained {
     }
 }
 
-/// A namespace and a bucket start: the key of both maps of a shard.
+/// A namespace and a bucket start: the key of both tables of a shard, with its hash
+/// ([`slot_hash`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Slot {
     namespace_id: Box<str>,
     start: u64,
 }
 
-struct SlotRef<'a> {
-    namespace_id: &'a str,
+/// The hash of a namespace's bucket: the namespace id's hash mixed with the bucket's start
+/// (a multiply spreads the start over the bits the table indexes and tags by).
+fn slot_hash(namespace_hash: u64, start: u64) -> u64 {
+    namespace_hash ^ start.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
+}
+
+/// An entry of a shard's table: its slot, the slot's hash and what it counts.
+#[derive(Debug)]
+struct Entry<T> {
+    slot: Slot,
+    hash: u64,
+    value: T,
+}
+
+/// The entry of `(namespace_id, start)` in `table`, found by its hash.
+fn find<'t, T>(
+    table: &'t mut HashTable<Entry<T>>,
+    hash: u64,
+    namespace_id: &str,
     start: u64,
+) -> Option<&'t mut T> {
+    table
+        .find_mut(hash, |e| e.hash == hash && e.slot.start == start && *e.slot.namespace_id == *namespace_id)
+        .map(|e| &mut e.value)
 }
 
-impl Hash for SlotRef<'_> {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        // As `Slot`'s derived `Hash`.
-        self.namespace_id.hash(h);
-        self.start.hash(h);
-    }
-}
-
-impl Equivalent<Slot> for SlotRef<'_> {
-    fn equivalent(&self, s: &Slot) -> bool {
-        s.start == self.start && *s.namespace_id == *self.namespace_id
-    }
+/// Inserts `value` under `(namespace_id, start)`, known absent: the new entry's value.
+fn insert<'t, T>(
+    table: &'t mut HashTable<Entry<T>>,
+    hash: u64,
+    namespace_id: &str,
+    start: u64,
+    value: T,
+) -> &'t mut T {
+    let slot = Slot { namespace_id: namespace_id.into(), start };
+    &mut table.insert_unique(hash, Entry { slot, hash, value }, |e| e.hash).into_mut().value
 }
 
 #[derive(Debug)]
@@ -136,17 +159,25 @@ impl Held {
     }
 }
 
+/// An identifier held by a sketch, with its hash.
+#[derive(Debug)]
+struct HeldId {
+    identifier: Box<str>,
+    hash: u64,
+    held: Held,
+}
+
 #[derive(Debug)]
 struct Sketch {
     workspace_id: Box<str>,
     floor: u64,
-    held: HashMap<Box<str>, Held, foldhash::fast::FixedState>,
+    held: HashTable<HeldId>,
 }
 
 impl Sketch {
     /// Evicts the lighter half (at least one): how many went.
     fn evict_lighter_half(&mut self) -> usize {
-        let mut ranks: Vec<u64> = self.held.values().map(Held::rank).collect();
+        let mut ranks: Vec<u64> = self.held.iter().map(|h| h.held.rank()).collect();
         if ranks.is_empty() {
             return 0;
         }
@@ -155,10 +186,10 @@ impl Sketch {
         let cut = *cut;
         let before = self.held.len();
         let mut evicted_max = self.floor;
-        self.held.retain(|_, h| {
-            let keep = h.rank() > cut;
+        self.held.retain(|h| {
+            let keep = h.held.rank() > cut;
             if !keep {
-                evicted_max = evicted_max.max(h.rank());
+                evicted_max = evicted_max.max(h.held.rank());
             }
             keep
         });
@@ -169,8 +200,8 @@ impl Sketch {
 
 #[derive(Default)]
 struct Shard {
-    minutes: HashMap<Slot, MinuteCount, foldhash::fast::FixedState>,
-    hours: HashMap<Slot, Sketch, foldhash::fast::FixedState>,
+    minutes: HashTable<Entry<MinuteCount>>,
+    hours: HashTable<Entry<Sketch>>,
 }
 
 /// The in-memory counts; see the module docs.
@@ -197,14 +228,7 @@ impl LimitRecorder {
     pub fn new(max_entries: usize) -> Self {
         let hasher = foldhash::fast::FixedState::with_seed(0x726c_5f61_6e61_6c79);
         Self {
-            shards: (0..SHARDS)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        minutes: HashMap::with_hasher(hasher),
-                        hours: HashMap::with_hasher(hasher),
-                    })
-                })
-                .collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher,
             max_entries,
             entries: AtomicUsize::new(0),
@@ -226,18 +250,22 @@ impl LimitRecorder {
         metrics::counter!("keygate_analytics_dropped_total").increment(n);
     }
 
-    fn shard_of(&self, namespace_id: &str, identifier: &str) -> &Mutex<Shard> {
-        let mut h = self.hasher.build_hasher();
-        namespace_id.hash(&mut h);
-        identifier.hash(&mut h);
-        &self.shards[h.finish() as usize % self.shards.len()]
+    /// The shard of an identifier of that hash: picked by bits the tables do not index by
+    /// (their low bits) nor tag by (their top seven), so a shard's identifiers spread over
+    /// its tables as well as anyone's.
+    fn shard_of(&self, identifier_hash: u64) -> &Mutex<Shard> {
+        &self.shards[(identifier_hash >> 40) as usize % self.shards.len()]
     }
 
     /// Counts one decision; see the module docs for what is dropped when full.
     pub fn record(&self, d: &LimitDecision<'_>) {
-        let mut shard = self.shard_of(d.namespace_id, d.identifier).lock();
-        let minute = SlotRef { namespace_id: d.namespace_id, start: d.at_ms - d.at_ms % MINUTE_MS };
-        match shard.minutes.get_mut(&minute) {
+        let id_hash = self.hasher.hash_one(d.identifier);
+        let ns_hash = self.hasher.hash_one(d.namespace_id);
+        let mut guard = self.shard_of(id_hash).lock();
+        let shard = &mut *guard;
+        let start = d.at_ms - d.at_ms % MINUTE_MS;
+        let hash = slot_hash(ns_hash, start);
+        match find(&mut shard.minutes, hash, d.namespace_id, start) {
             Some(c) => add(&mut c.passed, &mut c.denied, d.passed, 1),
             None => {
                 if !self.take() {
@@ -246,34 +274,35 @@ impl LimitRecorder {
                 }
                 let mut c = MinuteCount { workspace_id: d.workspace_id.into(), passed: 0, denied: 0 };
                 add(&mut c.passed, &mut c.denied, d.passed, 1);
-                shard.minutes.insert(Slot { namespace_id: d.namespace_id.into(), start: minute.start }, c);
+                insert(&mut shard.minutes, hash, d.namespace_id, start, c);
             }
         }
-        let hour = SlotRef { namespace_id: d.namespace_id, start: d.at_ms - d.at_ms % HOUR_MS };
-        if let Some(h) = shard.hours.get_mut(&hour).and_then(|s| s.held.get_mut(d.identifier)) {
-            add(&mut h.passed, &mut h.denied, d.passed, 1);
+        let start = d.at_ms - d.at_ms % HOUR_MS;
+        let hash = slot_hash(ns_hash, start);
+        let sketch = match find(&mut shard.hours, hash, d.namespace_id, start) {
+            Some(sketch) => sketch,
+            None => {
+                if !self.take() {
+                    self.drop_counts(1);
+                    return;
+                }
+                let sketch = Sketch { workspace_id: d.workspace_id.into(), floor: 0, held: HashTable::new() };
+                insert(&mut shard.hours, hash, d.namespace_id, start, sketch)
+            }
+        };
+        let same = |h: &HeldId| h.hash == id_hash && *h.identifier == *d.identifier;
+        if let Some(h) = sketch.held.find_mut(id_hash, same) {
+            add(&mut h.held.passed, &mut h.held.denied, d.passed, 1);
             return;
         }
-        if !self.hold(&mut shard, d, &hour) {
+        if !self.hold(sketch, d, id_hash) {
             self.drop_counts(1);
         }
     }
 
     /// Adds the decision's identifier, not held yet, to its sketch (made room for, when
     /// full), counting the decision: false when there is no room at all.
-    fn hold(&self, shard: &mut Shard, d: &LimitDecision<'_>, hour: &SlotRef<'_>) -> bool {
-        if !shard.hours.contains_key(hour) {
-            if !self.take() {
-                return false;
-            }
-            let sketch = Sketch {
-                workspace_id: d.workspace_id.into(),
-                floor: 0,
-                held: HashMap::with_hasher(self.hasher),
-            };
-            shard.hours.insert(Slot { namespace_id: hour.namespace_id.into(), start: hour.start }, sketch);
-        }
-        let Some(sketch) = shard.hours.get_mut(hour) else { return false };
+    fn hold(&self, sketch: &mut Sketch, d: &LimitDecision<'_>, id_hash: u64) -> bool {
         if sketch.held.len() >= SKETCH_CAPACITY {
             let evicted = sketch.evict_lighter_half();
             self.entries.fetch_sub(evicted, Ordering::AcqRel);
@@ -288,7 +317,8 @@ impl LimitRecorder {
         }
         let mut held = Held { floor: sketch.floor, ..Held::default() };
         add(&mut held.passed, &mut held.denied, d.passed, 1);
-        sketch.held.insert(d.identifier.into(), held);
+        let entry = HeldId { identifier: d.identifier.into(), hash: id_hash, held };
+        sketch.held.insert_unique(id_hash, entry, |h| h.hash);
         true
     }
 
@@ -304,7 +334,7 @@ impl LimitRecorder {
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             freed += shard.minutes.len();
-            for (slot, c) in shard.minutes.drain() {
+            for Entry { slot, value: c, .. } in shard.minutes.drain() {
                 match minutes.get_mut(&slot) {
                     Some(m) => {
                         m.passed += c.passed;
@@ -313,9 +343,9 @@ impl LimitRecorder {
                     None => drop(minutes.insert(slot, c)),
                 }
             }
-            let mut closed = Vec::new();
-            for (slot, sketch) in shard.hours.iter_mut() {
-                for (identifier, h) in sketch.held.iter_mut() {
+            let mut freed_here = 0;
+            shard.hours.retain(|Entry { slot, value: sketch, .. }| {
+                for HeldId { identifier, held: h, .. } in sketch.held.iter_mut() {
                     let (passed, denied) = (h.passed - h.drained_passed, h.denied - h.drained_denied);
                     // Only identifiers that have done more while held than anyone evicted
                     // (everyone, while nothing was): others cannot be among the heaviest
@@ -332,15 +362,13 @@ impl LimitRecorder {
                         (h.drained_passed, h.drained_denied) = (h.passed, h.denied);
                     }
                 }
-                if now_ms.is_none_or(|now| slot.start + HOUR_MS <= now) {
-                    closed.push(slot.clone());
+                let closed = now_ms.is_none_or(|now| slot.start + HOUR_MS <= now);
+                if closed {
+                    freed_here += 1 + sketch.held.len();
                 }
-            }
-            for slot in closed {
-                if let Some(sketch) = shard.hours.remove(&slot) {
-                    freed += 1 + sketch.held.len();
-                }
-            }
+                !closed
+            });
+            freed += freed_here;
         }
         self.entries.fetch_sub(freed, Ordering::AcqRel);
         out.minutes = minutes
@@ -484,7 +512,7 @@ mod tests {
     fn a_full_sketch_makes_room_for_a_newcomer() {
         // Identifiers of one shard: found by trying.
         let r = LimitRecorder::new(1_000_000);
-        let shard = |id: &str| r.shard_of("ns", id) as *const _;
+        let shard = |id: &str| r.shard_of(r.hasher.hash_one(id)) as *const _;
         let same: Vec<String> = (0..100_000)
             .map(|i| format!("id_{i}"))
             .filter(|id| shard(id) == shard("id_0"))
