@@ -78,6 +78,11 @@ fn answered_credit_spends_survive_kill_9() {
     });
     let valid = valid.load(Ordering::Relaxed);
     assert!(valid > 100, "the flood got answers before the kill: {valid}");
+    if !db.is_postgres() {
+        // Embedded: the answered spends went to the credit journal beside the database.
+        let journal = std::fs::metadata(db.dir().join("keygate.db-credits")).map(|m| m.len()).unwrap_or(0);
+        assert!(journal > 0, "the spends were journaled");
+    }
 
     let port = free_port();
     let _server = serve(&db.url, port);

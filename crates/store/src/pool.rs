@@ -501,6 +501,15 @@ impl UsageStore for SqlStore {
         self.write_tx(|tx| f(tx))
     }
 
+    /// `<database file>-credits`.
+    fn credit_journal(&self) -> Option<std::path::PathBuf> {
+        match &self.backend {
+            Backend::Sqlite(path) => Some(format!("{path}-credits").into()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     fn usage_read<T, F>(&self, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn UsageTx) -> Result<T, RbacError>,

@@ -91,6 +91,13 @@ pub trait UsageStore: RbacStore {
     where
         F: FnOnce(&mut dyn UsageTx) -> Result<T, RbacError>;
 
+    /// Where the embedded credit ledger journals the spends it answers before they reach
+    /// the rows (beside a database file; `None`: no file, spends are committed before
+    /// their answers).
+    fn credit_journal(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// Reads outside a transaction.
     fn usage_read<T, F>(&self, f: F) -> Result<T, RbacError>
     where

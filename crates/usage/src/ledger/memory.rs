@@ -1,6 +1,7 @@
 //! The memory ledger: counters in memory, written to the database by a group commit that
 //! the waiting verifications lead themselves (one process owns the database).
 
+use super::fold::Journaling;
 use super::{SpendAsk, Spent, rows::CreditQueue, storage};
 use crate::store::{CreditSpend, UsageStore};
 use keygate_rbac::{StorageError, Tag};
@@ -127,11 +128,16 @@ pub(crate) struct MemoryLedger {
     /// Spends on the row after a conflict (set with `committer`).
     retrier: std::sync::OnceLock<Retrier>,
     /// The sequence number of the last write queued, and of the last committed (or failed).
-    queued: std::sync::atomic::AtomicU64,
-    committed: std::sync::atomic::AtomicU64,
+    pub(super) queued: std::sync::atomic::AtomicU64,
+    pub(super) committed: std::sync::atomic::AtomicU64,
+    /// The credit journal and the counters waiting to be folded into the rows.
+    pub(super) journaling: Journaling,
+    /// Folds the journaled counters into the rows (set with `committer`).
+    pub(super) folder: std::sync::OnceLock<Folder>,
 }
 
-type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
+type Folder = Box<dyn Fn(&MemoryLedger) + Send + Sync>;
+pub(super) type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
 type Retrier = Box<
     dyn Fn(&str, u64, Option<i64>) -> tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>
         + Send
@@ -152,15 +158,15 @@ type CounterShard = parking_lot::Mutex<HashMap<String, Arc<Counter>>>;
 
 #[derive(Debug)]
 pub(crate) struct Counter {
-    key_id: Box<str>,
+    pub(super) key_id: Box<str>,
     state: parking_lot::Mutex<CounterState>,
     /// A write of this counter failed or conflicted: its value is not what the database
     /// holds.
-    stale: std::sync::atomic::AtomicBool,
+    pub(super) stale: std::sync::atomic::AtomicBool,
     /// What the database holds, as far as this process knows (read, or last written):
     /// the writer's condition (apart from `state`, which [`MemoryLedger::hold`] keeps
     /// locked while it waits for the writer).
-    stored: parking_lot::Mutex<Option<CounterValue>>,
+    pub(super) stored: parking_lot::Mutex<Option<CounterValue>>,
 }
 
 #[derive(Debug, Default)]
@@ -174,18 +180,20 @@ struct CounterState {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct CounterValue {
-    remaining: u64,
-    last_refill_at: Option<i64>,
+pub(super) struct CounterValue {
+    pub(super) remaining: u64,
+    pub(super) last_refill_at: Option<i64>,
 }
 
 #[derive(Debug)]
-struct CounterWrite {
-    value: CounterValue,
-    seq: u64,
-    counter: Arc<Counter>,
-    queued: std::time::Instant,
-    reply: Option<tokio::sync::oneshot::Sender<Result<Committed, StorageError>>>,
+pub(super) struct CounterWrite {
+    /// The counter before the spend, and after.
+    pub(super) before: CounterValue,
+    pub(super) value: CounterValue,
+    pub(super) seq: u64,
+    pub(super) counter: Arc<Counter>,
+    pub(super) queued: std::time::Instant,
+    pub(super) reply: Option<tokio::sync::oneshot::Sender<Result<Committed, StorageError>>>,
 }
 
 impl Default for MemoryLedger {
@@ -201,11 +209,41 @@ impl Default for MemoryLedger {
             retrier: Default::default(),
             queued: Default::default(),
             committed: Default::default(),
+            journaling: Default::default(),
+            folder: Default::default(),
         }
     }
 }
 
 impl MemoryLedger {
+    /// The ledger of `store`'s keys, with the credit journal of its database where it has
+    /// one and no other process owns it (what the journal holds replayed onto the rows
+    /// first), folded behind by a thread of its own.
+    pub(crate) fn new<S: UsageStore + 'static>(store: &Arc<S>) -> Arc<Self> {
+        let mut ledger = Self::default();
+        ledger.journaling = Journaling::open(&**store);
+        let ledger = Arc::new(ledger);
+        let (rows, row_store) = (ledger.rows.clone(), store.clone());
+        let _ = ledger
+            .retrier
+            .set(Box::new(move |key_id, cost, refill_at| rows.spend(&row_store, key_id, cost, refill_at)));
+        let s = store.clone();
+        let _ =
+            ledger.committer.set(Box::new(move |l: &MemoryLedger, batch| super::fold::commit(l, &*s, batch)));
+        let s = store.clone();
+        let _ = ledger.folder.set(Box::new(move |l: &MemoryLedger| {
+            super::fold::fold(l, &*s);
+        }));
+        super::fold::start(&ledger);
+        ledger
+    }
+
+    /// Runs `f` while no batch is committed (holding the leader's lock).
+    pub(super) fn between_batches(&self, f: impl FnOnce()) {
+        let _leading = self.leader.lock();
+        f();
+    }
+
     pub(crate) fn counter(&self, key_id: &str) -> Arc<Counter> {
         use std::hash::BuildHasher;
         let mut shard = self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock();
@@ -233,14 +271,6 @@ impl MemoryLedger {
         refill_at: Option<i64>,
     ) -> Result<Spent, StorageError> {
         let SpendAsk { key, cost, may_wait, tag, .. } = ask;
-        self.committer.get_or_init(|| {
-            let (rows, row_store) = (self.rows.clone(), store.clone());
-            let _ = self.retrier.set(Box::new(move |key_id, cost, refill_at| {
-                rows.spend(&row_store, key_id, cost, refill_at)
-            }));
-            let store = store.clone();
-            Box::new(move |ledger: &MemoryLedger, batch| commit_counters(ledger, &*store, batch))
-        });
         let mut state = match may_wait {
             true => counter.state.lock(),
             false => match counter.state.try_lock() {
@@ -260,6 +290,8 @@ impl MemoryLedger {
             Some(v) if state.tag == Some(tag) => v,
             _ if !may_wait => return Ok(Spent::NeedsLoad),
             _ => {
+                // Another process that owns the credit journal spends on the rows first.
+                self.journaling.join();
                 // Every write of this process is in the database before it is read.
                 self.flush(state.pending);
                 let row =
@@ -275,6 +307,7 @@ impl MemoryLedger {
             }
         };
         let Some(mut value) = value else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
+        let before = value;
         let mut changed = false;
         if let (Some(r), Some(at)) = (key.credits.as_ref().and_then(|c| c.refill.as_ref()), refill_at)
             && let Some((to, at)) =
@@ -302,6 +335,7 @@ impl MemoryLedger {
                     false => (None, None),
                 };
                 state.pending = self.queue(CounterWrite {
+                    before,
                     value,
                     seq: 0,
                     counter: counter.clone(),
@@ -361,7 +395,8 @@ impl MemoryLedger {
         true
     }
 
-    /// Blocks until every write up to `seq` is committed (or failed), leading if need be.
+    /// Blocks until every write up to `seq` is committed (or failed) to the rows, leading
+    /// if need be (and folding the journaled counters).
     pub(crate) fn flush(&self, seq: u64) {
         while self.committed.load(std::sync::atomic::Ordering::Acquire) < seq {
             let leading = self.leader.lock();
@@ -369,21 +404,37 @@ impl MemoryLedger {
             drop(leading);
             self.pass_on();
         }
+        if self.journaling.unfolded(seq)
+            && let Some(fold) = self.folder.get()
+        {
+            fold(self);
+        }
     }
 
     pub(crate) fn hold<T>(&self, key_id: &str, write: impl FnOnce() -> T) -> T {
         let counter = self.counter(key_id);
         let mut state = counter.state.lock();
         self.flush(state.pending);
+        // The key's journaled spends are void from here (its row is written otherwise).
+        self.journaling.reset(self.queued.load(std::sync::atomic::Ordering::Acquire), key_id);
         let out = write();
         state.value = None;
         out
     }
 }
 
+/// A ledger dropped (its service stops) folds what its journal holds ahead of the rows.
+impl Drop for MemoryLedger {
+    fn drop(&mut self) {
+        if let Some(fold) = self.folder.get() {
+            fold(self);
+        }
+    }
+}
+
 /// The memory ledger's commit of a batch: each key's last value written in one
 /// transaction, then every spend answered.
-fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
+pub(super) fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
     {
         let Some(last_seq) = batch.last().map(|w| w.seq) else { return };
         // Each key's last value (the queue holds them in each key's order), written where

@@ -5,6 +5,8 @@
 //! instances: counters in Redis, written behind to the rows). Every spend is committed
 //! before its verification answers.
 
+pub(crate) mod fold;
+pub(crate) mod journal;
 pub(crate) mod memory;
 pub(crate) mod rows;
 pub mod shared;
@@ -36,7 +38,7 @@ pub(crate) enum Kind {
     Shared(SharedLedger),
 }
 
-impl<S> Ledger<S> {
+impl<S: UsageStore + 'static> Ledger<S> {
     /// The ledger that fits: `shared` when given; else in memory when the change counters
     /// are local (the database is this process's alone), else on the rows.
     pub(crate) fn new(
@@ -46,7 +48,7 @@ impl<S> Ledger<S> {
     ) -> Self {
         let kind = match (shared, counters) {
             (Some(shared), _) => Kind::Shared(SharedLedger::new(shared)),
-            (None, CounterSource::Local(_)) => Kind::Memory(Arc::default()),
+            (None, CounterSource::Local(_)) => Kind::Memory(MemoryLedger::new(&store)),
             (None, _) => Kind::Rows(Arc::default()),
         };
         Self { store, kind }
@@ -185,8 +187,10 @@ impl<S: UsageStore + 'static> CreditCounters for Ledger<S> {
     }
 
     fn overlay(&self, keys: &mut [&mut Key]) {
-        if let Kind::Shared(ledger) = &self.kind {
-            ledger.overlay(keys);
+        match &self.kind {
+            Kind::Shared(ledger) => ledger.overlay(keys),
+            Kind::Memory(ledger) => ledger.journaling.overlay(keys),
+            Kind::Rows(_) => {}
         }
     }
 }

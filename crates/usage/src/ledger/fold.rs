@@ -1,0 +1,389 @@
+//! The memory ledger's credit journal at work ([`super::journal`] is the file): a batch of
+//! paid spends is answered once written to the journal, and the counters are folded into
+//! the keys' rows behind, every [`FOLD_EVERY`] and before anything reads or writes a row
+//! the journal is ahead of ([`MemoryLedger::flush`]). Where there is no journal (a
+//! database that is not a file), where another process owns it, or once this process
+//! stepped aside for another, each batch is committed to the rows before its answer
+//! ([`commit_counters`]).
+
+use super::journal::{self, COMPACT_AT, FOLD_EVERY, Journal, Record, Value};
+use super::memory::{Committed, Counter, CounterValue, CounterWrite, MemoryLedger, commit_counters};
+use crate::store::UsageStore;
+use keygate_rbac::{Key, RbacError, StorageError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The journal side of a memory ledger.
+#[derive(Debug, Default)]
+pub(crate) struct Journaling {
+    /// The journal, when this process owns it.
+    journal: Option<parking_lot::Mutex<Journal>>,
+    /// Spends go to the journal (owned, and not stepped aside for another process).
+    on: AtomicBool,
+    /// The counters journaled and not folded into the rows yet, by key id.
+    pending: parking_lot::Mutex<HashMap<Box<str>, Folding>>,
+    /// Held by the fold under way.
+    folding: parking_lot::Mutex<()>,
+    /// Every journaled write up to this sequence number is folded.
+    folded: AtomicU64,
+    /// The journal another process owns: asked to step aside before this one's first spend.
+    others: Option<std::path::PathBuf>,
+    /// This process's shared lock of the processes that spend, once it asked.
+    joined: OnceLock<Option<std::fs::File>>,
+}
+
+/// A counter waiting to be folded: its value before its first journaled spend since the
+/// last fold, and after its last.
+#[derive(Debug)]
+pub(crate) struct Folding {
+    counter: Arc<Counter>,
+    before: CounterValue,
+    after: CounterValue,
+    seq: u64,
+}
+
+fn value(v: CounterValue) -> Value {
+    (v.remaining, v.last_refill_at)
+}
+
+impl Journaling {
+    /// Takes the journal of `store`'s database when it has one and no other process owns
+    /// it, and replays what it holds onto the rows first (what a process that stopped
+    /// without folding left).
+    pub(super) fn open<S: UsageStore>(store: &S) -> Self {
+        let Some(path) = store.credit_journal() else { return Self::default() };
+        let (mut journal, records) = match Journal::own(&path) {
+            Ok(Some(owned)) => owned,
+            Ok(None) => return Self { others: Some(path), ..Self::default() },
+            Err(e) => {
+                log::warn!(
+                    "{}: no credit journal ({e}): each spend is committed before its answer",
+                    path.display()
+                );
+                return Self::default();
+            }
+        };
+        match replay(store, records) {
+            Ok(0) => {}
+            Ok(n) => log::info!("{}: the spends of {n} keys replayed onto their rows", path.display()),
+            Err(e) => {
+                // Kept for the next process that opens the database.
+                log::error!("{}: the credit journal could not be replayed: {e}", path.display());
+                return Self::default();
+            }
+        }
+        let len = journal.len();
+        if let Err(e) = journal.compact(len) {
+            log::error!("{}: the replayed credit journal could not be emptied: {e}", path.display());
+            return Self::default();
+        }
+        let on = AtomicBool::new(!journal.shared);
+        Self { journal: Some(parking_lot::Mutex::new(journal)), on, ..Self::default() }
+    }
+
+    /// Whether this process owns the journal (and so folds it behind).
+    pub(super) fn owned(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Before this process's first spend: asks the journal's owner, if another process,
+    /// to step aside (waiting for it).
+    pub(super) fn join(&self) {
+        if let Some(path) = &self.others {
+            self.joined.get_or_init(|| {
+                journal::ask_owner_to_yield(path)
+                    .map_err(|e| {
+                        log::warn!("{}: could not ask the owner of the credit journal: {e}", path.display())
+                    })
+                    .ok()
+            });
+        }
+    }
+
+    /// Whether writes up to `seq` may wait in the journal, not folded yet.
+    pub(super) fn unfolded(&self, seq: u64) -> bool {
+        seq > self.folded.load(Ordering::Acquire) && !self.pending.lock().is_empty()
+    }
+
+    /// Voids `key_id`'s journaled spends up to `seq` (its row is about to be written
+    /// otherwise, with them folded).
+    pub(super) fn reset(&self, seq: u64, key_id: &str) {
+        if let (true, Some(journal)) = (self.on.load(Ordering::Acquire), &self.journal) {
+            let mut journal = journal.lock();
+            journal.push_reset(seq, key_id);
+            if let Err(e) = journal.write() {
+                log::warn!("credit journal: a reset of {key_id} not written: {e}");
+            }
+        }
+    }
+
+    /// The live counters of `keys`' credits where the rows are behind them.
+    pub(super) fn overlay(&self, keys: &mut [&mut Key]) {
+        let pending = self.pending.lock();
+        if pending.is_empty() {
+            return;
+        }
+        for key in keys.iter_mut() {
+            if let (Some(f), Some(c)) = (pending.get(key.id.as_str()), key.credits.as_mut()) {
+                c.remaining = f.after.remaining;
+                if let Some(r) = c.refill.as_mut() {
+                    r.last_refill_at = f.after.last_refill_at;
+                }
+            }
+        }
+    }
+
+    /// Writes `batch` to the journal, and keeps its counters to fold: the batch back when
+    /// the journal cannot take it.
+    fn write(&self, batch: Vec<CounterWrite>) -> Result<Vec<CounterWrite>, Vec<CounterWrite>> {
+        let Some(journal) = &self.journal else { return Err(batch) };
+        let mut journal = journal.lock();
+        for w in &batch {
+            journal.push_spend(w.seq, &w.counter.key_id, value(w.before), value(w.value));
+        }
+        if let Err(e) = journal.write() {
+            log::error!(
+                "credit journal: not written ({e}): spends are committed to the database from now on"
+            );
+            return Err(batch);
+        }
+        let mut pending = self.pending.lock();
+        for w in &batch {
+            match pending.get_mut(&*w.counter.key_id) {
+                Some(f) => (f.after, f.seq) = (w.value, w.seq),
+                None => {
+                    let f =
+                        Folding { counter: w.counter.clone(), before: w.before, after: w.value, seq: w.seq };
+                    pending.insert(w.counter.key_id.clone(), f);
+                }
+            }
+        }
+        Ok(batch)
+    }
+}
+
+/// The memory ledger's commit of a batch of spends: to the journal while this process
+/// writes there, else to the rows.
+pub(super) fn commit<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
+    let j = &l.journaling;
+    let batch = match j.on.load(Ordering::Acquire) {
+        true => match j.write(batch) {
+            Ok(written) => return answer(l, written),
+            Err(batch) => {
+                j.on.store(false, Ordering::Release);
+                batch
+            }
+        },
+        false => batch,
+    };
+    // The journaled counters reach the rows before any later value does.
+    if !j.pending.lock().is_empty() && !fold(l, store) {
+        let e = StorageError::Unavailable("the credit journal could not be folded".into());
+        for w in batch {
+            w.counter.stale.store(true, Ordering::Release);
+            if let Some(reply) = w.reply {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+        return;
+    }
+    commit_counters(l, store, batch)
+}
+
+/// Answers a journaled batch.
+fn answer(l: &MemoryLedger, batch: Vec<CounterWrite>) {
+    let Some(last_seq) = batch.last().map(|w| w.seq) else { return };
+    metrics::counter!("keygate_credit_commits_total").increment(1);
+    metrics::histogram!("keygate_credit_commit_batch_size").record(batch.len() as f64);
+    let (wait, written_at) = (metrics::histogram!("keygate_credit_wait_seconds"), std::time::Instant::now());
+    for w in batch {
+        if let Some(reply) = w.reply {
+            wait.record(written_at.duration_since(w.queued).as_secs_f64());
+            let _ = reply.send(Ok(Committed::Yes));
+        }
+    }
+    l.committed.store(last_seq, Ordering::Release);
+}
+
+/// Folds the journaled counters into the rows, in one transaction: each where the row
+/// is as this process last wrote it, else (another process wrote it since) this process's
+/// spends applied to what the row holds. Whether it went (else they wait for the next).
+pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
+    let j = &l.journaling;
+    let _folding = j.folding.lock();
+    let (entries, upto) = {
+        let journal = j.journal.as_ref().map(|m| m.lock());
+        (std::mem::take(&mut *j.pending.lock()), journal.map(|j| j.len()))
+    };
+    if entries.is_empty() {
+        return true;
+    }
+    let done = store.usage_transaction(|tx| {
+        let mut written = Vec::with_capacity(entries.len());
+        for (key_id, f) in &entries {
+            let expected = *f.counter.stored.lock();
+            let (remaining, at) = value(f.after);
+            let landed = match expected {
+                Some(e) => tx.set_key_credit_counter(key_id, value(e), remaining, at)?,
+                None => false,
+            };
+            if landed {
+                written.push((f, Some(f.after), false));
+                continue;
+            }
+            // Another process wrote the row: the spends answered here apply to its value.
+            let row = tx.key_credit_row(key_id)?;
+            let now = row.and_then(|r| {
+                Some(CounterValue { remaining: r.remaining?, last_refill_at: r.last_refill_at })
+            });
+            let next = now.map(|now| applied(f.before, f.after, now));
+            if let Some(v) = next {
+                tx.write_key_credits(&[(key_id, v.remaining, v.last_refill_at)])?;
+            }
+            written.push((f, next, true));
+        }
+        Ok::<_, RbacError>(
+            written.into_iter().map(|(f, v, c)| (f.counter.clone(), f.seq, v, c)).collect::<Vec<_>>(),
+        )
+    });
+    let written = match done {
+        Ok(w) => w,
+        Err(e) => {
+            log::warn!("credit journal: {} counters not folded yet: {e}", entries.len());
+            let mut pending = j.pending.lock();
+            for (key_id, f) in entries {
+                match pending.get_mut(&key_id) {
+                    Some(newer) => newer.before = f.before,
+                    None => {
+                        pending.insert(key_id, f);
+                    }
+                }
+            }
+            return false;
+        }
+    };
+    let mut max_seq = 0;
+    let mut resets = Vec::new();
+    for (counter, seq, v, conflict) in written {
+        *counter.stored.lock() = v;
+        max_seq = max_seq.max(seq);
+        if conflict {
+            counter.stale.store(true, Ordering::Release);
+            resets.push((seq, counter));
+        }
+    }
+    j.folded.fetch_max(max_seq, Ordering::AcqRel);
+    if let Some(journal) = &j.journal {
+        let mut journal = journal.lock();
+        for (seq, counter) in &resets {
+            journal.push_reset(*seq, &counter.key_id);
+        }
+        let cut = match upto {
+            Some(upto) if upto > COMPACT_AT => journal.compact(upto),
+            _ => Ok(()),
+        };
+        if let Err(e) = journal.write().and(cut) {
+            log::warn!("credit journal: not compacted: {e}");
+        }
+    }
+    true
+}
+
+/// `before` -> `after` (one process's spends, and a refill among them) applied to a row
+/// another process wrote since (`now`): the refill where the row was not refilled as late,
+/// and the credits spent.
+fn applied(before: CounterValue, after: CounterValue, now: CounterValue) -> CounterValue {
+    if after.last_refill_at != before.last_refill_at && now.last_refill_at < after.last_refill_at {
+        return after;
+    }
+    let spent = before.remaining.saturating_sub(after.remaining);
+    CounterValue { remaining: now.remaining.saturating_sub(spent), last_refill_at: now.last_refill_at }
+}
+
+/// Every [`FOLD_EVERY`], while the ledger lives: folds, and steps aside when another
+/// process asked.
+pub(super) fn start(l: &Arc<MemoryLedger>) {
+    if !l.journaling.owned() {
+        return;
+    }
+    let weak = Arc::downgrade(l);
+    let spawned = std::thread::Builder::new().name("keygate-credits".into()).spawn(move || {
+        loop {
+            std::thread::sleep(FOLD_EVERY);
+            let Some(l) = weak.upgrade() else { return };
+            tick(&l);
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("credit journal: no fold thread ({e}): counters are folded when read");
+    }
+}
+
+fn tick(l: &MemoryLedger) {
+    let j = &l.journaling;
+    let Some(fold) = l.folder.get() else { return };
+    let asked = j.on.load(Ordering::Acquire) && j.journal.as_ref().is_some_and(|m| m.lock().asked());
+    if !asked {
+        return fold(l);
+    }
+    // Between two batches: the ones after are committed to the rows, after this fold.
+    l.between_batches(|| {
+        j.on.store(false, Ordering::Release);
+        fold(l);
+    });
+    if let Some(journal) = &j.journal {
+        let mut journal = journal.lock();
+        let emptied = match j.pending.lock().is_empty() {
+            true => {
+                let len = journal.len();
+                journal.compact(len)
+            }
+            false => Ok(()),
+        };
+        match emptied.and_then(|()| journal.stepped_aside()) {
+            Ok(()) => log::info!(
+                "credit journal: another process spends on this database; spends are committed before their answers"
+            ),
+            Err(e) => log::warn!("credit journal: could not step aside: {e}"),
+        }
+    }
+}
+
+/// Replays a journal's records onto the rows: for each key, its spends since its last
+/// reset from where its row is ([`journal::replay_from`]): how many keys' rows it wrote.
+fn replay<S: UsageStore>(store: &S, records: Vec<Record>) -> Result<usize, RbacError> {
+    let mut keys: HashMap<String, Vec<(u64, Value, Value)>> = HashMap::new();
+    for r in records {
+        match r {
+            Record::Spend { seq, key_id, before, after } => {
+                keys.entry(key_id).or_default().push((seq, before, after))
+            }
+            Record::Reset { seq, key_id } => {
+                if let Some(spends) = keys.get_mut(&key_id) {
+                    spends.retain(|s| s.0 > seq);
+                }
+            }
+        }
+    }
+    store.usage_transaction(|tx| {
+        let mut written = 0;
+        for (key_id, spends) in &keys {
+            let pairs: Vec<(Value, Value)> = spends.iter().map(|s| (s.1, s.2)).collect();
+            let Some(&(_, (remaining, at))) = pairs.last() else { continue };
+            let Some(row) = tx.key_credit_row(key_id)? else { continue };
+            let Some(now) = row.remaining else { continue };
+            match journal::replay_from(&pairs, (now, row.last_refill_at)) {
+                Some(from) if from < pairs.len() => {
+                    tx.write_key_credits(&[(key_id, remaining, at)])?;
+                    written += 1;
+                }
+                Some(_) => {}
+                None => log::warn!(
+                    "credit journal: {key_id}'s row was written by another process since: left as it is"
+                ),
+            }
+        }
+        Ok(written)
+    })
+}
