@@ -79,9 +79,30 @@ fn answered_credit_spends_survive_kill_9() {
     let valid = valid.load(Ordering::Relaxed);
     assert!(valid > 100, "the flood got answers before the kill: {valid}");
     if !db.is_postgres() {
-        // Embedded: the answered spends went to the credit journal beside the database.
+        // Embedded: the answered spends went to the credit journal beside the database...
         let journal = std::fs::metadata(db.dir().join("keygate.db-credits")).map(|m| m.len()).unwrap_or(0);
         assert!(journal > 0, "the spends were journaled");
+        // ...which a backup of the killed server's database replays first.
+        let backup = db.dir().join("backup.db");
+        let out = std::process::Command::new(BIN)
+            .env("DATABASE_URL", &db.url)
+            .env_remove("KEYGATE_CONFIG")
+            .args(["backup", "--to", backup.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let store = keygate_store::SqlStore::open(backup.to_str().unwrap(), Default::default()).unwrap();
+        let row = keygate_usage::UsageStore::usage_read(&store, |tx| Ok(tx.key_credit_row(key_id)?)).unwrap();
+        let in_backup = row.unwrap().remaining.unwrap();
+        assert!(
+            in_backup <= CREDITS - valid,
+            "the backup holds every answered spend: {in_backup} > {CREDITS} - {valid}"
+        );
+        assert_eq!(
+            std::fs::metadata(db.dir().join("keygate.db-credits")).unwrap().len(),
+            0,
+            "replayed and emptied"
+        );
     }
 
     let port = free_port();

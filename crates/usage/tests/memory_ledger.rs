@@ -175,3 +175,28 @@ fn two_processes_on_one_file_spend_exactly() {
     assert_eq!(valid.load(Ordering::Relaxed), 400, "every credit spent once");
     assert_eq!(folded(&f, &key.id, 0), 0);
 }
+
+/// A ledger that stops (its service dropped, as at a graceful stop) folds its journaled
+/// spends into the rows and empties the journal; the next service on the file starts from
+/// the rows.
+#[test]
+fn a_stopped_ledger_leaves_its_spends_in_the_rows_and_an_empty_journal() {
+    use keygate_rbac::VerifyCode;
+    use keygate_usage::CreditOp;
+    let f = fixture();
+    let (key, secret) = f.rbac.create_key(&f.ws, Some("stopped".into())).expect("key");
+    let secret = secret.expose().to_string();
+    f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(50)).expect("credits");
+    for _ in 0..30 {
+        let v = f.usage.verify_key(&secret, &VerifyScope::default(), None).expect("verify");
+        assert_eq!(v.code, VerifyCode::Valid);
+    }
+    let Fixture { usage, rbac, _db: db, .. } = f;
+    let journal = db.dir().join("keygate.db-credits");
+    assert!(journal.metadata().expect("journal").len() > 0);
+    drop((usage, rbac));
+    assert_eq!(journal.metadata().expect("journal").len(), 0, "emptied at the stop");
+    let store = SqlStore::open(&db.url, PoolSettings::default()).expect("open");
+    let left = count(&store, &format!("SELECT credits_remaining AS n FROM keys WHERE id = '{}'", key.id));
+    assert_eq!(left, 20);
+}

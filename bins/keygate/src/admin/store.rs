@@ -24,6 +24,8 @@ fn execute(command: StoreCmd, from: &str, to: &str) -> anyhow::Result<Value> {
     let bar = Bar::new();
     let out = match command {
         StoreCmd::Copy { replace, .. } => {
+            // Credit spends a stopped server answered but had not folded into the rows yet.
+            keygate_usage::replay_credit_journal(&source).map_err(|e| anyhow::anyhow!("the source: {e}"))?;
             let target = open(to, "target", true)?;
             let report = copy::copy(&source, &target, replace, &mut |p| bar.show(p))?;
             bar.done();

@@ -21,8 +21,9 @@ pub(crate) struct Journaling {
     journal: Option<parking_lot::Mutex<Journal>>,
     /// Spends go to the journal (owned, and not stepped aside for another process).
     on: AtomicBool,
-    /// The counters journaled and not folded into the rows yet, by key id.
-    pending: parking_lot::Mutex<HashMap<Box<str>, Folding>>,
+    /// The counters journaled and not folded into the rows yet, by their address (each
+    /// entry holds its counter: the address is its own while the entry lives).
+    pending: parking_lot::Mutex<hashbrown::HashMap<usize, Folding>>,
     /// Held by the fold under way.
     folding: parking_lot::Mutex<()>,
     /// Every journaled write up to this sequence number is folded.
@@ -43,6 +44,11 @@ pub(crate) struct Folding {
     seq: u64,
 }
 
+/// A counter's key in [`Journaling::pending`].
+fn address(counter: &Arc<Counter>) -> usize {
+    Arc::as_ptr(counter) as usize
+}
+
 fn value(v: CounterValue) -> Value {
     (v.remaining, v.last_refill_at)
 }
@@ -53,33 +59,20 @@ impl Journaling {
     /// without folding left).
     pub(super) fn open<S: UsageStore>(store: &S) -> Self {
         let Some(path) = store.credit_journal() else { return Self::default() };
-        let (mut journal, records) = match Journal::own(&path) {
-            Ok(Some(owned)) => owned,
-            Ok(None) => return Self { others: Some(path), ..Self::default() },
-            Err(e) => {
-                log::warn!(
-                    "{}: no credit journal ({e}): each spend is committed before its answer",
-                    path.display()
-                );
-                return Self::default();
+        match own_and_replay(store, &path) {
+            Ok(Some((journal, n))) => {
+                if n > 0 {
+                    log::info!("{}: the spends of {n} keys replayed onto their rows", path.display());
+                }
+                let on = AtomicBool::new(!journal.shared);
+                Self { journal: Some(parking_lot::Mutex::new(journal)), on, ..Self::default() }
             }
-        };
-        match replay(store, records) {
-            Ok(0) => {}
-            Ok(n) => log::info!("{}: the spends of {n} keys replayed onto their rows", path.display()),
+            Ok(None) => Self { others: Some(path), ..Self::default() },
             Err(e) => {
-                // Kept for the next process that opens the database.
-                log::error!("{}: the credit journal could not be replayed: {e}", path.display());
-                return Self::default();
+                log::error!("{e}: each spend is committed to the database before its answer");
+                Self::default()
             }
         }
-        let len = journal.len();
-        if let Err(e) = journal.compact(len) {
-            log::error!("{}: the replayed credit journal could not be emptied: {e}", path.display());
-            return Self::default();
-        }
-        let on = AtomicBool::new(!journal.shared);
-        Self { journal: Some(parking_lot::Mutex::new(journal)), on, ..Self::default() }
     }
 
     /// Whether this process owns the journal (and so folds it behind).
@@ -106,6 +99,19 @@ impl Journaling {
         seq > self.folded.load(Ordering::Acquire) && !self.pending.lock().is_empty()
     }
 
+    /// Empties the journal when everything it holds is folded (a ledger that stops).
+    pub(super) fn empty_if_folded(&self) {
+        if let Some(journal) = &self.journal {
+            let mut journal = journal.lock();
+            if self.pending.lock().is_empty() {
+                let len = journal.len();
+                if let Err(e) = journal.compact(len) {
+                    log::warn!("credit journal: not emptied: {e}");
+                }
+            }
+        }
+    }
+
     /// Voids `key_id`'s journaled spends up to `seq` (its row is about to be written
     /// otherwise, with them folded).
     pub(super) fn reset(&self, seq: u64, key_id: &str) {
@@ -118,18 +124,21 @@ impl Journaling {
         }
     }
 
-    /// The live counters of `keys`' credits where the rows are behind them.
-    pub(super) fn overlay(&self, keys: &mut [&mut Key]) {
+    /// The live counters of `keys`' credits where the rows are behind them (`counter`:
+    /// the counter of a key id, where this process has one).
+    pub(super) fn overlay(&self, keys: &mut [&mut Key], counter: impl Fn(&str) -> Option<Arc<Counter>>) {
         let pending = self.pending.lock();
         if pending.is_empty() {
             return;
         }
         for key in keys.iter_mut() {
-            if let (Some(f), Some(c)) = (pending.get(key.id.as_str()), key.credits.as_mut()) {
-                c.remaining = f.after.remaining;
-                if let Some(r) = c.refill.as_mut() {
-                    r.last_refill_at = f.after.last_refill_at;
-                }
+            let Some(c) = key.credits.as_mut() else { continue };
+            let Some(f) = counter(&key.id).and_then(|counter| pending.get(&address(&counter))) else {
+                continue;
+            };
+            c.remaining = f.after.remaining;
+            if let Some(r) = c.refill.as_mut() {
+                r.last_refill_at = f.after.last_refill_at;
             }
         }
     }
@@ -150,14 +159,15 @@ impl Journaling {
         }
         let mut pending = self.pending.lock();
         for w in &batch {
-            match pending.get_mut(&*w.counter.key_id) {
-                Some(f) => (f.after, f.seq) = (w.value, w.seq),
-                None => {
-                    let f =
-                        Folding { counter: w.counter.clone(), before: w.before, after: w.value, seq: w.seq };
-                    pending.insert(w.counter.key_id.clone(), f);
-                }
-            }
+            pending
+                .entry(address(&w.counter))
+                .and_modify(|f| (f.after, f.seq) = (w.value, w.seq))
+                .or_insert_with(|| Folding {
+                    counter: w.counter.clone(),
+                    before: w.before,
+                    after: w.value,
+                    seq: w.seq,
+                });
         }
         Ok(batch)
     }
@@ -221,7 +231,8 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
     }
     let done = store.usage_transaction(|tx| {
         let mut written = Vec::with_capacity(entries.len());
-        for (key_id, f) in &entries {
+        for f in entries.values() {
+            let key_id = &*f.counter.key_id;
             let expected = *f.counter.stored.lock();
             let (remaining, at) = value(f.after);
             let landed = match expected {
@@ -252,11 +263,11 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
         Err(e) => {
             log::warn!("credit journal: {} counters not folded yet: {e}", entries.len());
             let mut pending = j.pending.lock();
-            for (key_id, f) in entries {
-                match pending.get_mut(&key_id) {
+            for (at, f) in entries {
+                match pending.get_mut(&at) {
                     Some(newer) => newer.before = f.before,
                     None => {
-                        pending.insert(key_id, f);
+                        pending.insert(at, f);
                     }
                 }
             }
@@ -332,22 +343,47 @@ fn tick(l: &MemoryLedger) {
         j.on.store(false, Ordering::Release);
         fold(l);
     });
+    j.empty_if_folded();
     if let Some(journal) = &j.journal {
-        let mut journal = journal.lock();
-        let emptied = match j.pending.lock().is_empty() {
-            true => {
-                let len = journal.len();
-                journal.compact(len)
-            }
-            false => Ok(()),
-        };
-        match emptied.and_then(|()| journal.stepped_aside()) {
+        match journal.lock().stepped_aside() {
             Ok(()) => log::info!(
                 "credit journal: another process spends on this database; spends are committed before their answers"
             ),
             Err(e) => log::warn!("credit journal: could not step aside: {e}"),
         }
     }
+}
+
+/// Takes the journal at `path` (`None`: another process owns it) and replays what it holds
+/// onto the rows, emptying it: with how many keys' rows it wrote. On an error the journal
+/// is left as it is (for the next process that opens the database) and not taken.
+fn own_and_replay<S: UsageStore>(
+    store: &S,
+    path: &std::path::Path,
+) -> Result<Option<(Journal, usize)>, String> {
+    let at = path.display();
+    let (mut journal, records) = match Journal::own(path) {
+        Ok(Some(owned)) => owned,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("{at}: the credit journal cannot be opened: {e}")),
+    };
+    let n =
+        replay(store, records).map_err(|e| format!("{at}: the credit journal could not be replayed: {e}"))?;
+    let len = journal.len();
+    journal
+        .compact(len)
+        .map_err(|e| format!("{at}: the replayed credit journal could not be emptied: {e}"))?;
+    Ok(Some((journal, n)))
+}
+
+/// Replays the credit journal of `store`'s database onto the keys' rows when no running
+/// process owns it (one stopped by `kill -9` leaves the spends it answered since its last
+/// fold there; the next process that opens the database replays them): how many keys'
+/// rows it wrote, `None` when a running process owns it (and folds it into the rows every
+/// 200 ms). For tools that read the rows without serving: `keygate backup`, `store copy`.
+pub fn replay_credit_journal<S: UsageStore>(store: &S) -> Result<Option<usize>, String> {
+    let Some(path) = store.credit_journal() else { return Ok(Some(0)) };
+    Ok(own_and_replay(store, &path)?.map(|(_, n)| n))
 }
 
 /// Replays a journal's records onto the rows: for each key, its spends since its last

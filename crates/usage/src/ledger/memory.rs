@@ -244,6 +244,12 @@ impl MemoryLedger {
         f();
     }
 
+    /// The counter of `key_id`, where this process has one.
+    pub(super) fn find(&self, key_id: &str) -> Option<Arc<Counter>> {
+        use std::hash::BuildHasher;
+        self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock().get(key_id).cloned()
+    }
+
     pub(crate) fn counter(&self, key_id: &str) -> Arc<Counter> {
         use std::hash::BuildHasher;
         let mut shard = self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock();
@@ -428,6 +434,7 @@ impl Drop for MemoryLedger {
     fn drop(&mut self) {
         if let Some(fold) = self.folder.get() {
             fold(self);
+            self.journaling.empty_if_folded();
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Where the credit counters that verifications spend are kept (API-v2.md §13.5), one of
 //! three ledgers: `memory` (one process owns the database: counters in memory, a group
-//! commit led by the waiting verifications), `rows` (several instances: each spend a
+//! commit led by the waiting verifications, to the credit journal beside a database file
+//! (`journal`, `fold`) or to the rows), `rows` (several instances: each spend a
 //! statement on the key's row, by a writer thread's group commit) or [`shared`] (several
 //! instances: counters in Redis, written behind to the rows). Every spend is committed
-//! before its verification answers.
+//! (or journaled) before its verification answers.
 
 pub(crate) mod fold;
 pub(crate) mod journal;
@@ -189,7 +190,7 @@ impl<S: UsageStore + 'static> CreditCounters for Ledger<S> {
     fn overlay(&self, keys: &mut [&mut Key]) {
         match &self.kind {
             Kind::Shared(ledger) => ledger.overlay(keys),
-            Kind::Memory(ledger) => ledger.journaling.overlay(keys),
+            Kind::Memory(ledger) => ledger.journaling.overlay(keys, |id| ledger.find(id)),
             Kind::Rows(_) => {}
         }
     }
