@@ -53,31 +53,7 @@ fn answered_credit_spends_survive_kill_9() {
     assert_eq!(status, 200, "{created}");
     let (key_id, secret) = (created["keyId"].as_str().unwrap(), created["key"].as_str().unwrap());
 
-    let valid = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        for _ in 0..CLIENTS {
-            let (valid, stop) = (&valid, &stop);
-            scope.spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match v2(port, "keys.verifyKey", &json!({"key": secret})) {
-                        Some((200, v)) if v["code"] == "VALID" => {
-                            valid.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Some((200, v)) => panic!("not VALID with credits left: {v}"),
-                        // Killed: no answer, or the connection cut mid-answer.
-                        _ => {}
-                    }
-                }
-            });
-        }
-        std::thread::sleep(Duration::from_millis(1_500));
-        drop(server); // SIGKILL, mid-flood
-        std::thread::sleep(Duration::from_millis(200));
-        stop.store(true, Ordering::Relaxed);
-    });
-    let valid = valid.load(Ordering::Relaxed);
-    assert!(valid > 100, "the flood got answers before the kill: {valid}");
+    let valid = flood_and_kill(port, secret, server);
     if !db.is_postgres() {
         // Embedded: the answered spends went to the credit journal beside the database...
         let journal = std::fs::metadata(db.dir().join("keygate.db-credits")).map(|m| m.len()).unwrap_or(0);
@@ -128,6 +104,62 @@ fn answered_credit_spends_survive_kill_9() {
         assert_eq!(status, 200, "{key}");
         assert_eq!(key["credits"]["remaining"].as_u64().unwrap(), remaining);
     }
+}
+
+/// Verifications of `secret` from CLIENTS clients at `port` for 1.5 s, then `server`
+/// killed with SIGKILL mid-flood: how many were answered VALID.
+fn flood_and_kill(port: u16, secret: &str, server: Proc) -> u64 {
+    let valid = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..CLIENTS {
+            let (valid, stop) = (&valid, &stop);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match v2(port, "keys.verifyKey", &json!({"key": secret})) {
+                        Some((200, v)) if v["code"] == "VALID" => {
+                            valid.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some((200, v)) => panic!("not VALID with credits left: {v}"),
+                        // Killed: no answer, or the connection cut mid-answer.
+                        _ => {}
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1_500));
+        drop(server); // SIGKILL, mid-flood
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let valid = valid.load(Ordering::Relaxed);
+    assert!(valid > 100, "the flood got answers before the kill: {valid}");
+    valid
+}
+
+/// Embedded: a second server on the same SQLite file, started while the first owned the
+/// credit journal, takes the journal over at its first spend once the first was killed,
+/// and replays what the first answered: no answered spend is lost.
+#[test]
+fn a_second_server_takes_over_the_journal_of_a_killed_one() {
+    let db = TestDb::sqlite();
+    let (port, second_port) = (free_port(), free_port());
+    let first = serve(&db.url, port);
+    let second = serve(&db.url, second_port);
+    let (status, created) =
+        v2(port, "keys.createKey", &json!({"apiId": "api_durable", "credits": {"remaining": CREDITS}}))
+            .unwrap();
+    assert_eq!(status, 200, "{created}");
+    let (key_id, secret) = (created["keyId"].as_str().unwrap(), created["key"].as_str().unwrap());
+    let valid = flood_and_kill(port, secret, first);
+    let (status, v) = v2(second_port, "keys.verifyKey", &json!({"key": secret})).unwrap();
+    assert_eq!((status, v["code"].as_str()), (200, Some("VALID")), "{v}");
+    let (status, key) = v2(second_port, "keys.getKey", &json!({"keyId": key_id})).unwrap();
+    assert_eq!(status, 200, "{key}");
+    let remaining = key["credits"]["remaining"].as_u64().unwrap();
+    assert!(remaining < CREDITS - valid, "an answered spend was lost: {remaining} >= {CREDITS} - {valid}");
+    assert!(CREDITS - valid - 1 - remaining <= CLIENTS, "{CREDITS} - {valid} - 1 - {remaining} > {CLIENTS}");
+    drop(second);
 }
 
 /// The key's remaining credits in its row once it holds `live` (or what it holds after 10 s).

@@ -17,8 +17,9 @@ use std::sync::{Arc, OnceLock};
 /// The journal side of a memory ledger.
 #[derive(Debug, Default)]
 pub(crate) struct Journaling {
-    /// The journal, when this process owns it.
-    journal: Option<parking_lot::Mutex<Journal>>,
+    /// The journal, when this process owns it (from the start, or taken over from an
+    /// owner that stopped, [`Self::join`]).
+    journal: OnceLock<parking_lot::Mutex<Journal>>,
     /// Spends go to the journal (owned, and not stepped aside for another process).
     on: AtomicBool,
     /// The counters journaled and not folded into the rows yet, by their address (each
@@ -65,7 +66,7 @@ impl Journaling {
                     log::info!("{}: the spends of {n} keys replayed onto their rows", path.display());
                 }
                 let on = AtomicBool::new(!journal.shared);
-                Self { journal: Some(parking_lot::Mutex::new(journal)), on, ..Self::default() }
+                Self { journal: OnceLock::from(parking_lot::Mutex::new(journal)), on, ..Self::default() }
             }
             Ok(None) => Self { others: Some(path), ..Self::default() },
             Err(e) => {
@@ -77,21 +78,35 @@ impl Journaling {
 
     /// Whether this process owns the journal (and so folds it behind).
     pub(super) fn owned(&self) -> bool {
-        self.journal.is_some()
+        self.journal.get().is_some()
     }
 
     /// Before this process's first spend: asks the journal's owner, if another process,
-    /// to step aside (waiting for it).
-    pub(super) fn join(&self) {
-        if let Some(path) = &self.others {
-            self.joined.get_or_init(|| {
-                journal::ask_owner_to_yield(path)
-                    .map_err(|e| {
-                        log::warn!("{}: could not ask the owner of the credit journal: {e}", path.display())
-                    })
-                    .ok()
-            });
-        }
+    /// to step aside (waiting for it); where the owner is gone (stopped since this
+    /// process started), takes the journal over and replays what it left (this process
+    /// spends on the rows all the same: it is not alone).
+    pub(super) fn join<S: UsageStore>(&self, store: &S) {
+        let Some(path) = &self.others else { return };
+        self.joined.get_or_init(|| {
+            let (users, yielded) = match journal::ask_owner_to_yield(path) {
+                Ok(asked) => asked,
+                Err(e) => {
+                    log::warn!("{}: could not ask the owner of the credit journal: {e}", path.display());
+                    return None;
+                }
+            };
+            if !yielded {
+                match own_and_replay(store, path) {
+                    Ok(Some((journal, n))) => {
+                        log::info!("{}: the journal of a stopped process taken over, the spends of {n} keys replayed", path.display());
+                        let _ = self.journal.set(parking_lot::Mutex::new(journal));
+                    }
+                    Ok(None) => {}
+                    Err(e) => log::error!("{e}"),
+                }
+            }
+            Some(users)
+        });
     }
 
     /// Whether writes up to `seq` may wait in the journal, not folded yet.
@@ -101,7 +116,7 @@ impl Journaling {
 
     /// Empties the journal when everything it holds is folded (a ledger that stops).
     pub(super) fn empty_if_folded(&self) {
-        if let Some(journal) = &self.journal {
+        if let Some(journal) = self.journal.get() {
             let mut journal = journal.lock();
             if self.pending.lock().is_empty() {
                 let len = journal.len();
@@ -115,7 +130,7 @@ impl Journaling {
     /// Voids `key_id`'s journaled spends up to `seq` (its row is about to be written
     /// otherwise, with them folded).
     pub(super) fn reset(&self, seq: u64, key_id: &str) {
-        if let (true, Some(journal)) = (self.on.load(Ordering::Acquire), &self.journal) {
+        if let (true, Some(journal)) = (self.on.load(Ordering::Acquire), self.journal.get()) {
             let mut journal = journal.lock();
             journal.push_reset(seq, key_id);
             if let Err(e) = journal.write() {
@@ -146,7 +161,7 @@ impl Journaling {
     /// Writes `batch` to the journal, and keeps its counters to fold: the batch back when
     /// the journal cannot take it.
     fn write(&self, batch: Vec<CounterWrite>) -> Result<Vec<CounterWrite>, Vec<CounterWrite>> {
-        let Some(journal) = &self.journal else { return Err(batch) };
+        let Some(journal) = self.journal.get() else { return Err(batch) };
         let mut journal = journal.lock();
         for w in &batch {
             journal.push_spend(w.seq, &w.counter.key_id, value(w.before), value(w.value));
@@ -223,7 +238,7 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
     let j = &l.journaling;
     let _folding = j.folding.lock();
     let (entries, upto) = {
-        let journal = j.journal.as_ref().map(|m| m.lock());
+        let journal = j.journal.get().map(|m| m.lock());
         (std::mem::take(&mut *j.pending.lock()), journal.map(|j| j.len()))
     };
     if entries.is_empty() {
@@ -285,7 +300,7 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
         }
     }
     j.folded.fetch_max(max_seq, Ordering::AcqRel);
-    if let Some(journal) = &j.journal {
+    if let Some(journal) = j.journal.get() {
         let mut journal = journal.lock();
         for (seq, counter) in &resets {
             journal.push_reset(*seq, &counter.key_id);
@@ -334,7 +349,7 @@ pub(super) fn start(l: &Arc<MemoryLedger>) {
 fn tick(l: &MemoryLedger) {
     let j = &l.journaling;
     let Some(fold) = l.folder.get() else { return };
-    let asked = j.on.load(Ordering::Acquire) && j.journal.as_ref().is_some_and(|m| m.lock().asked());
+    let asked = j.on.load(Ordering::Acquire) && j.journal.get().is_some_and(|m| m.lock().asked());
     if !asked {
         return fold(l);
     }
@@ -344,7 +359,7 @@ fn tick(l: &MemoryLedger) {
         fold(l);
     });
     j.empty_if_folded();
-    if let Some(journal) = &j.journal {
+    if let Some(journal) = j.journal.get() {
         match journal.lock().stepped_aside() {
             Ok(()) => log::info!(
                 "credit journal: another process spends on this database; spends are committed before their answers"

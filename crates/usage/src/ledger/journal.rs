@@ -207,8 +207,9 @@ impl Journal {
 
 /// A process that does not own `path`'s journal, before its first spend: joins the
 /// processes that spend (the shared lock it keeps, returned), asks the owner to step
-/// aside and waits for it (at most [`YIELD_WAIT`]).
-pub(crate) fn ask_owner_to_yield(path: &Path) -> std::io::Result<File> {
+/// aside and waits for it (at most [`YIELD_WAIT`]): whether it did (`false`: it stepped
+/// aside, or no process owns the journal any more).
+pub(crate) fn ask_owner_to_yield(path: &Path) -> std::io::Result<(File, bool)> {
     let users = open_rw(&sibling(path, ".users"))?;
     users.lock_shared()?;
     let lock = open_rw(&sibling(path, ".lock"))?;
@@ -217,7 +218,11 @@ pub(crate) fn ask_owner_to_yield(path: &Path) -> std::io::Result<File> {
     let mut flag = [0; 4];
     while std::time::Instant::now() < until {
         if lock.read_exact_at(&mut flag, YIELDED).is_ok() && flag != [0; 4] {
-            return Ok(users);
+            return Ok((users, true));
+        }
+        if lock.try_lock().is_ok() {
+            lock.unlock()?;
+            return Ok((users, false));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -225,7 +230,7 @@ pub(crate) fn ask_owner_to_yield(path: &Path) -> std::io::Result<File> {
         "{}: the owner of the credit journal did not step aside within {YIELD_WAIT:?}",
         path.display()
     );
-    Ok(users)
+    Ok((users, true))
 }
 
 /// The records of `bytes`, up to the first that is not whole: and how many bytes they take.
@@ -377,7 +382,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         owner.stepped_aside().unwrap();
-        let other = asking.join().unwrap();
+        let (other, yielded) = asking.join().unwrap();
+        assert!(yielded);
         drop(owner);
         // The other process still spends: the next owner spends on the rows from the start.
         let (next, _) = Journal::own(&path).unwrap().unwrap();
@@ -385,6 +391,10 @@ mod tests {
         drop((next, other));
         let (alone, _) = Journal::own(&path).unwrap().unwrap();
         assert!(!alone.shared && !alone.asked());
+        drop(alone);
+        // Nobody owns it: asking says so at once.
+        let (_other, yielded) = ask_owner_to_yield(&path).unwrap();
+        assert!(!yielded);
     }
 
     #[test]

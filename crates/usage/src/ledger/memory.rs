@@ -297,7 +297,7 @@ impl MemoryLedger {
             _ if !may_wait => return Ok(Spent::NeedsLoad),
             _ => {
                 // Another process that owns the credit journal spends on the rows first.
-                self.journaling.join();
+                self.journaling.join(&**store);
                 // Every write of this process is in the database before it is read.
                 self.flush(state.pending);
                 let row =
