@@ -200,3 +200,51 @@ fn a_stopped_ledger_leaves_its_spends_in_the_rows_and_an_empty_journal() {
     let left = count(&store, &format!("SELECT credits_remaining AS n FROM keys WHERE id = '{}'", key.id));
     assert_eq!(left, 20);
 }
+
+/// Another process writes a key's credits while this one holds spends in its journal (an
+/// admin command on the file): the fold applies this process's spends to what the row
+/// holds then, and the counter goes on from there.
+#[test]
+fn a_row_written_by_another_process_between_folds_keeps_both() {
+    use keygate_rbac::VerifyCode;
+    use keygate_usage::CreditOp;
+    let f = fixture();
+    let (key, secret) = f.rbac.create_key(&f.ws, Some("written".into())).expect("key");
+    let secret = secret.expose().to_string();
+    f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(100)).expect("credits");
+    let spend = |n: usize| {
+        for _ in 0..n {
+            let (scope, u) = (VerifyScope::default(), keygate_usage::Usage::default());
+            let pending = match f.usage.verify_cached(&secret, &scope, None, &u) {
+                Some(p) => p,
+                None => f.usage.verify(&secret, &scope, None, &u),
+            };
+            assert_eq!(pending.expect("verify").wait().expect("wait").code, VerifyCode::Valid);
+        }
+    };
+    spend(1);
+    assert_eq!(folded(&f, &key.id, 99), 99);
+    let other = SqlStore::open(&f._db.url, PoolSettings::default()).expect("open");
+    // Another process sets the row (not through this process's service) while the 10
+    // spends wait to be folded: the row still holds 99 (else a fold came between, which
+    // a few tries get past).
+    let mut written = false;
+    let mut left = 99;
+    for _ in 0..5 {
+        spend(10);
+        let set = format!(
+            "UPDATE keys SET credits_remaining = 50 WHERE id = '{}' AND credits_remaining = {left}",
+            key.id
+        );
+        written = other.with_conn(|c| diesel::sql_query(set).execute(c)).expect("update") == 1;
+        if written {
+            break;
+        }
+        left -= 10;
+        assert_eq!(folded(&f, &key.id, left), left);
+    }
+    assert!(written, "no fold-free window in five tries");
+    assert_eq!(folded(&f, &key.id, 40), 40, "the 10 spends applied to the 50 written");
+    spend(1);
+    assert_eq!(folded(&f, &key.id, 39), 39, "the counter read again after the conflict");
+}

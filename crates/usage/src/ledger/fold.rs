@@ -250,9 +250,12 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
             let key_id = &*f.counter.key_id;
             let expected = *f.counter.stored.lock();
             let (remaining, at) = value(f.after);
+            // The counter went on from what this process last wrote (else a write of
+            // another process, found at an earlier fold, put the row elsewhere), and the
+            // row still holds that.
             let landed = match expected {
-                Some(e) => tx.set_key_credit_counter(key_id, value(e), remaining, at)?,
-                None => false,
+                Some(e) if e == f.before => tx.set_key_credit_counter(key_id, value(e), remaining, at)?,
+                _ => false,
             };
             if landed {
                 written.push((f, Some(f.after), false));

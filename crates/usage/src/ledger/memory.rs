@@ -30,7 +30,7 @@ pub(crate) struct Commit {
 impl Commit {
     /// The commit's answer, blocking (leading the commits up to it if need be).
     pub(crate) fn wait(self) -> (Result<Result<Committed, StorageError>, RecvError>, Retry) {
-        self.ledger.flush(self.seq);
+        self.ledger.commit_up_to(self.seq);
         (self.reply.blocking_recv(), self.retry)
     }
 
@@ -401,15 +401,21 @@ impl MemoryLedger {
         true
     }
 
-    /// Blocks until every write up to `seq` is committed (or failed) to the rows, leading
-    /// if need be (and folding the journaled counters).
-    pub(crate) fn flush(&self, seq: u64) {
+    /// Blocks until every write up to `seq` is committed (or failed), leading if need be:
+    /// to the journal, or to the rows.
+    fn commit_up_to(&self, seq: u64) {
         while self.committed.load(std::sync::atomic::Ordering::Acquire) < seq {
             let leading = self.leader.lock();
             self.commit_waiting();
             drop(leading);
             self.pass_on();
         }
+    }
+
+    /// Blocks until every write up to `seq` is in the rows: committed, and the journaled
+    /// counters folded.
+    pub(crate) fn flush(&self, seq: u64) {
+        self.commit_up_to(seq);
         if self.journaling.unfolded(seq)
             && let Some(fold) = self.folder.get()
         {
