@@ -19,9 +19,14 @@ const CREDITS: u64 = 1_000_000;
 const CLIENTS: u64 = 16;
 
 fn serve(db: &str, port: u16) -> Proc {
+    serve_with(db, port, redis_url())
+}
+
+/// The server on `db` at `port`, with Redis at `redis` when given.
+fn serve_with(db: &str, port: u16, redis: Option<String>) -> Proc {
     let mut cmd = keygate_command(BIN, db, port);
     cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("KEYGATE_WORKERS", "2");
-    if let Some(redis) = redis_url() {
+    if let Some(redis) = redis {
         cmd.env("REDIS_URL", redis).env("KEYGATE_REDIS_CLUSTER", if redis_cluster() { "on" } else { "off" });
     }
     start_keygate(cmd)
@@ -144,8 +149,9 @@ fn flood_and_kill(port: u16, secret: &str, server: Proc) -> u64 {
 fn a_second_server_takes_over_the_journal_of_a_killed_one() {
     let db = TestDb::sqlite();
     let (port, second_port) = (free_port(), free_port());
-    let first = serve(&db.url, port);
-    let second = serve(&db.url, second_port);
+    // The embedded default whatever the run's Redis: the credit journal is its own.
+    let first = serve_with(&db.url, port, None);
+    let second = serve_with(&db.url, second_port, None);
     let (status, created) =
         v2(port, "keys.createKey", &json!({"apiId": "api_durable", "credits": {"remaining": CREDITS}}))
             .unwrap();

@@ -19,7 +19,16 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    let db = TestDb::fresh();
+    fixture_on(TestDb::fresh())
+}
+
+/// On a SQLite file, the embedded default, whatever database the run's other tests use:
+/// the credit journal is written beside it.
+fn sqlite_fixture() -> Fixture {
+    fixture_on(TestDb::sqlite())
+}
+
+fn fixture_on(db: TestDb) -> Fixture {
     let store =
         SqlStore::open(&db.url, PoolSettings { max_size: 8, ..PoolSettings::default() }).expect("open");
     let rbac = RbacService::new(store, Arc::new(ManualClock::new(1_700_000_000_000)));
@@ -133,7 +142,7 @@ fn two_processes_on_one_file_spend_exactly() {
     use keygate_rbac::VerifyCode;
     use keygate_usage::CreditOp;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let f = fixture();
+    let f = sqlite_fixture();
     let (key, secret) = f.rbac.create_key(&f.ws, Some("shared".into())).expect("key");
     let secret = secret.expose().to_string();
     f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(400)).expect("credits");
@@ -183,7 +192,7 @@ fn two_processes_on_one_file_spend_exactly() {
 fn a_stopped_ledger_leaves_its_spends_in_the_rows_and_an_empty_journal() {
     use keygate_rbac::VerifyCode;
     use keygate_usage::CreditOp;
-    let f = fixture();
+    let f = sqlite_fixture();
     let (key, secret) = f.rbac.create_key(&f.ws, Some("stopped".into())).expect("key");
     let secret = secret.expose().to_string();
     f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(50)).expect("credits");
@@ -208,7 +217,7 @@ fn a_stopped_ledger_leaves_its_spends_in_the_rows_and_an_empty_journal() {
 fn a_row_written_by_another_process_between_folds_keeps_both() {
     use keygate_rbac::VerifyCode;
     use keygate_usage::CreditOp;
-    let f = fixture();
+    let f = sqlite_fixture();
     let (key, secret) = f.rbac.create_key(&f.ws, Some("written".into())).expect("key");
     let secret = secret.expose().to_string();
     f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(100)).expect("credits");
