@@ -137,7 +137,7 @@ pub(crate) struct MemoryLedger {
 }
 
 type Folder = Box<dyn Fn(&MemoryLedger) + Send + Sync>;
-pub(super) type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
+type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
 type Retrier = Box<
     dyn Fn(&str, u64, Option<i64>) -> tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>
         + Send
@@ -244,15 +244,19 @@ impl MemoryLedger {
         f();
     }
 
+    /// The shard that holds `key_id`'s counter.
+    fn shard(&self, key_id: &str) -> &CounterShard {
+        use std::hash::BuildHasher;
+        &self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()]
+    }
+
     /// The counter of `key_id`, where this process has one.
     pub(super) fn find(&self, key_id: &str) -> Option<Arc<Counter>> {
-        use std::hash::BuildHasher;
-        self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock().get(key_id).cloned()
+        self.shard(key_id).lock().get(key_id).cloned()
     }
 
     pub(crate) fn counter(&self, key_id: &str) -> Arc<Counter> {
-        use std::hash::BuildHasher;
-        let mut shard = self.shards[self.hasher.hash_one(key_id) as usize % self.shards.len()].lock();
+        let mut shard = self.shard(key_id).lock();
         match shard.get(key_id) {
             Some(c) => c.clone(),
             None => shard
