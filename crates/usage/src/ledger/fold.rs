@@ -405,7 +405,7 @@ pub fn replay_credit_journal<S: UsageStore>(store: &S) -> Result<Option<usize>, 
 }
 
 /// Replays a journal's records onto the rows: for each key, its spends since its last
-/// reset from where its row is ([`journal::replay_from`]): how many keys' rows it wrote.
+/// reset from where its row is ([`replayed`]): how many keys' rows it wrote.
 fn replay<S: UsageStore>(store: &S, records: Vec<Record>) -> Result<usize, RbacError> {
     let mut keys: HashMap<String, Vec<(u64, Value, Value)>> = HashMap::new();
     for r in records {
@@ -424,20 +424,51 @@ fn replay<S: UsageStore>(store: &S, records: Vec<Record>) -> Result<usize, RbacE
         let mut written = 0;
         for (key_id, spends) in &keys {
             let pairs: Vec<(Value, Value)> = spends.iter().map(|s| (s.1, s.2)).collect();
-            let Some(&(_, (remaining, at))) = pairs.last() else { continue };
             let Some(row) = tx.key_credit_row(key_id)? else { continue };
             let Some(now) = row.remaining else { continue };
-            match journal::replay_from(&pairs, (now, row.last_refill_at)) {
-                Some(from) if from < pairs.len() => {
-                    tx.write_key_credits(&[(key_id, remaining, at)])?;
-                    written += 1;
-                }
-                Some(_) => {}
-                None => log::warn!(
-                    "credit journal: {key_id}'s row was written by another process since: left as it is"
-                ),
+            if let Some((remaining, at)) = replayed(&pairs, (now, row.last_refill_at)) {
+                tx.write_key_credits(&[(key_id, remaining, at)])?;
+                written += 1;
             }
         }
         Ok(written)
     })
+}
+
+/// What a key's row holds once its journaled spends since its last reset (`records`) are
+/// replayed onto it (`row`): where the row is on their chain ([`journal::replay_from`]),
+/// the last one's value (`None`: the row holds it already); else (another process wrote
+/// the row since: while a fold found that write, spends were answered on the counter's
+/// value before it) the spends applied to the row, as a fold applies them.
+fn replayed(records: &[(Value, Value)], row: Value) -> Option<Value> {
+    let (first, last) = (records.first()?, records.last()?);
+    let counter = |(remaining, last_refill_at): Value| CounterValue { remaining, last_refill_at };
+    match journal::replay_from(records, row) {
+        Some(from) if from < records.len() => Some(last.1),
+        Some(_) => None,
+        None => Some(value(applied(counter(first.0), counter(last.1), counter(row)))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_goes_on_from_the_row_or_applies_the_spends_to_a_row_written_since() {
+        let chain = [((10, None), (9, None)), ((9, None), (8, None)), ((8, None), (7, None))];
+        // On the chain: from the last record the row is at.
+        assert_eq!(replayed(&chain, (10, None)), Some((7, None)));
+        assert_eq!(replayed(&chain, (8, None)), Some((7, None)));
+        assert_eq!(replayed(&chain, (7, None)), None, "the row holds them all");
+        // Written since (50 set by another process): the three spends apply to it.
+        assert_eq!(replayed(&chain, (50, None)), Some((47, None)));
+        assert_eq!(replayed(&chain, (2, None)), Some((0, None)), "never below zero");
+        // A refill among the spends applies where the row was not refilled as late.
+        let refilled = [((1, Some(100)), (20, Some(200))), ((20, Some(200)), (19, Some(200)))];
+        assert_eq!(replayed(&refilled, (5, Some(100))), Some((19, Some(200))));
+        // Refilled later by the other process: its refill sets the row, after the spends.
+        assert_eq!(replayed(&refilled, (5, Some(300))), Some((5, Some(300))));
+        assert_eq!(replayed(&[], (5, None)), None);
+    }
 }

@@ -273,8 +273,7 @@ fn record(body: &[u8]) -> Option<Record> {
 
 /// Where a key's journal records start to apply to its row (`row`: the row's counter):
 /// after the last record the row is at, or from the first (since the last reset) it was
-/// at before; `None` when the row is at none of them (another process wrote it since:
-/// its value stands).
+/// at before; `None` when the row is at none of them (another process wrote it since).
 pub(crate) fn replay_from(records: &[(Value, Value)], row: Value) -> Option<usize> {
     for (i, (before, after)) in records.iter().enumerate().rev() {
         if *after == row {
