@@ -142,6 +142,43 @@ fn flood_and_kill(port: u16, secret: &str, server: Proc) -> u64 {
     valid
 }
 
+/// Embedded: `keygate store copy` from a killed server's database at another schema than
+/// this build's is refused with the schema's message, and changes nothing: the journal the
+/// killed server left is not replayed onto it (a failed call changes nothing).
+#[test]
+fn a_refused_copy_leaves_the_sources_journal_as_it_is() {
+    let db = TestDb::sqlite();
+    let port = free_port();
+    let server = serve_with(&db.url, port, None);
+    let (status, created) =
+        v2(port, "keys.createKey", &json!({"apiId": "api_durable", "credits": {"remaining": CREDITS}}))
+            .unwrap();
+    assert_eq!(status, 200, "{created}");
+    let key_id = created["keyId"].as_str().unwrap();
+    flood_and_kill(port, created["key"].as_str().unwrap(), server);
+    let journal = db.dir().join("keygate.db-credits");
+    let journaled = std::fs::metadata(&journal).unwrap().len();
+    assert!(journaled > 0, "the spends were journaled");
+    let source = keygate_store::SqlStore::open_as_is(&db.url, Default::default()).unwrap();
+    source.revert_migrations_after("2026-11-26-000017").unwrap();
+    let row = || {
+        keygate_usage::UsageStore::usage_read(&source, |tx| Ok(tx.key_credit_row(key_id)?)).unwrap().unwrap()
+    };
+    let before = row().remaining;
+    let target = TestDb::sqlite();
+    let out = std::process::Command::new(BIN)
+        .env_remove("KEYGATE_CONFIG")
+        .env_remove("DATABASE_URL")
+        .args(["store", "copy", "--from", &db.url, "--to", &target.url])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the source") && err.contains("older"), "{err}");
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), journaled, "the journal as it was");
+    assert_eq!(row().remaining, before, "the row as it was");
+}
+
 /// Embedded: a second server on the same SQLite file, started while the first owned the
 /// credit journal, takes the journal over at its first spend once the first was killed,
 /// and replays what the first answered: no answered spend is lost.

@@ -24,7 +24,9 @@ fn execute(command: StoreCmd, from: &str, to: &str) -> anyhow::Result<Value> {
     let bar = Bar::new();
     let out = match command {
         StoreCmd::Copy { replace, .. } => {
-            // Credit spends a stopped server answered but had not folded into the rows yet.
+            // Credit spends a stopped server answered but had not folded into the rows yet,
+            // replayed onto a source at this build's schema (else the copy's message).
+            source.schema_is_current().map_err(|e| copy::CopyError::Schema(format!("the source: {e}")))?;
             keygate_usage::replay_credit_journal(&source).map_err(|e| anyhow::anyhow!("the source: {e}"))?;
             let target = open(to, "target", true)?;
             let report = copy::copy(&source, &target, replace, &mut |p| bar.show(p))?;
