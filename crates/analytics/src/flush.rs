@@ -72,15 +72,14 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         let passed = !v.ratelimits.iter().any(|l| l.exceeded);
         let at_ms = self.rbac.clock().now_ms();
         let identity_limits: &[RateLimitConfig] = v.identity().map_or(&[], |i| &i.ratelimits);
-        let mut namespace = String::with_capacity(64);
+        // `verify:<name>` on the stack where it fits: no allocation per verification.
+        let mut buf = [0u8; 128];
         for l in &v.ratelimits {
             let identifier = match (identity_limits.iter().any(|i| i.id == l.id), v.identity()) {
                 (true, Some(i)) => i.identity.id.as_str(),
                 _ => key.id.as_str(),
             };
-            namespace.clear();
-            namespace.push_str(VERIFY_NAMESPACE_PREFIX);
-            namespace.push_str(&l.name);
+            let namespace = joined(&mut buf, VERIFY_NAMESPACE_PREFIX, &l.name);
             r.record(&LimitDecision {
                 workspace_id: &key.workspace_id,
                 namespace_id: &namespace,
@@ -270,4 +269,31 @@ fn stored_limits(d: &Drained) -> (Vec<RatelimitCount>, Vec<IdentifierCount>) {
         })
         .collect();
     (counts, identifiers)
+}
+
+/// `prefix` followed by `name`, in `buf` where it fits (no allocation), else on the heap.
+fn joined<'b>(buf: &'b mut [u8], prefix: &str, name: &str) -> std::borrow::Cow<'b, str> {
+    if let Some((head, tail)) =
+        buf.get_mut(..prefix.len() + name.len()).map(|to| to.split_at_mut(prefix.len()))
+    {
+        head.copy_from_slice(prefix.as_bytes());
+        tail.copy_from_slice(name.as_bytes());
+    }
+    match buf.get(..prefix.len() + name.len()).map(std::str::from_utf8) {
+        Some(Ok(joined)) => joined.into(),
+        _ => format!("{prefix}{name}").into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_name_is_joined_on_the_stack_where_it_fits_else_on_the_heap() {
+        let mut buf = [0u8; 16];
+        let short = super::joined(&mut buf, "verify:", "requests");
+        assert!(matches!(short, std::borrow::Cow::Borrowed("verify:requests")), "{short:?}");
+        let long = super::joined(&mut buf, "verify:", "a name longer than the buffer é");
+        assert!(matches!(&long, std::borrow::Cow::Owned(s) if s == "verify:a name longer than the buffer é"));
+        assert_eq!(super::joined(&mut buf, "verify:", "é"), "verify:é");
+    }
 }
