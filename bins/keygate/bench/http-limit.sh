@@ -3,6 +3,7 @@
 #
 #   bash bins/keygate/bench/http-limit.sh            # 3 rounds of 10 s, 64 connections
 #   ROUNDS=5 DURATION=20s CONNECTIONS=64 RATES="10000 20000 40000" bash bins/keygate/bench/http-limit.sh
+#   BARE=constant bash bins/keygate/bench/http-limit.sh   # bare answers a constant, no decision
 #
 # Two phases, each alternating keygate and bare rounds so that machine noise hits both:
 # 1. saturated (wrk, closed loop, no think time): the throughput ratio;
@@ -38,7 +39,10 @@ fi
 cargo build --release -q -p keygate --bin keygate --example bare --example openloop
 
 serve_keygate $KG_PORT "$work/kg.log" DATABASE_URL="sqlite://$work/bench.db"
-taskset -c 0 "$RELEASE"/examples/bare 127.0.0.1:$BARE_PORT &
+# The bare handler makes the same in-memory decision (BARE=decide, the default), or
+# answers a constant (BARE=constant, the stricter baseline of earlier figures).
+BARE=${BARE:-decide}
+taskset -c 0 "$RELEASE"/examples/bare 127.0.0.1:$BARE_PORT "$BARE" &
 pids+=($!)
 wait_up $BARE_PORT ""
 
