@@ -238,10 +238,19 @@ impl MemoryLedger {
         ledger
     }
 
-    /// Runs `f` while no batch is committed (holding the leader's lock).
+    /// Runs `f` while no batch is committed (holding the leader's lock, passed on after).
     pub(super) fn between_batches(&self, f: impl FnOnce()) {
-        let _leading = self.leader.lock();
-        f();
+        self.as_leader(self.leader.lock(), f)
+    }
+
+    /// Runs `f` holding the leader's lock (`leading`), then lets it go and passes the lead
+    /// on ([`Self::pass_on`]): every holder does, or a waiter that found the lock taken
+    /// while it was held would wait for a leader that never comes.
+    fn as_leader<T>(&self, leading: parking_lot::MutexGuard<'_, ()>, f: impl FnOnce() -> T) -> T {
+        let out = f();
+        drop(leading);
+        self.pass_on();
+        out
     }
 
     /// The shard that holds `key_id`'s counter.
@@ -377,9 +386,7 @@ impl MemoryLedger {
     /// [`Self::followers`] names): no thread commits for the others for long.
     fn lead(&self) -> bool {
         let Some(leading) = self.leader.try_lock() else { return false };
-        self.commit_waiting();
-        drop(leading);
-        self.pass_on();
+        self.as_leader(leading, || self.commit_waiting());
         true
     }
 
@@ -409,10 +416,7 @@ impl MemoryLedger {
     /// to the journal, or to the rows.
     fn commit_up_to(&self, seq: u64) {
         while self.committed.load(std::sync::atomic::Ordering::Acquire) < seq {
-            let leading = self.leader.lock();
-            self.commit_waiting();
-            drop(leading);
-            self.pass_on();
+            self.as_leader(self.leader.lock(), || self.commit_waiting());
         }
     }
 
@@ -514,5 +518,74 @@ pub(super) fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch:
             }
         }
         l.committed.store(last_seq, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    /// A waker that says on a channel that it was woken.
+    struct Woken(parking_lot::Mutex<mpsc::Sender<()>>);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().send(());
+        }
+    }
+
+    /// A verification that found the leader's lock held by the fold thread stepping aside
+    /// (between two batches) is woken when it is let go, and leads its own batch: no
+    /// answer waits for a leader that never comes (the hang of a 3-instance run).
+    #[test]
+    fn a_waiter_that_found_the_lead_taken_between_batches_is_woken_to_lead() {
+        let ledger = Arc::new(MemoryLedger::default());
+        let _ = ledger.committer.set(Box::new(|l: &MemoryLedger, batch: Vec<CounterWrite>| {
+            let last = batch.last().map_or(0, |w| w.seq);
+            for w in batch {
+                let _ = w.reply.map(|r| r.send(Ok(Committed::Yes)));
+            }
+            l.committed.store(last, std::sync::atomic::Ordering::Release);
+        }));
+        let counter = ledger.counter("key_a");
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let value = CounterValue { remaining: 9, last_refill_at: None };
+        let seq = ledger.queue(CounterWrite {
+            before: CounterValue { remaining: 10, last_refill_at: None },
+            value,
+            seq: 0,
+            counter: counter.clone(),
+            queued: std::time::Instant::now(),
+            reply: Some(reply),
+        });
+        let retry = Retry { counter, cost: 1, refill_at: None, ledger: ledger.clone() };
+        let (mut committing, _retry) =
+            Commit { reply: answer, retry, ledger: ledger.clone(), seq }.committing();
+        let (woke, woken) = mpsc::channel();
+        let waker = Waker::from(Arc::new(Woken(parking_lot::Mutex::new(woke))));
+        let mut cx = Context::from_waker(&waker);
+        let mut poll = |cx: &mut Context<'_>| std::pin::Pin::new(&mut committing).poll(cx);
+        assert!(poll(&mut cx).is_pending(), "the first poll yields");
+        woken.recv().unwrap();
+        let ((holds, held), (release, released)) = (mpsc::channel(), mpsc::channel::<()>());
+        std::thread::scope(|scope| {
+            let ledger = &ledger;
+            scope.spawn(move || {
+                ledger.between_batches(|| {
+                    holds.send(()).unwrap();
+                    released.recv().unwrap();
+                })
+            });
+            held.recv().unwrap();
+            assert!(poll(&mut cx).is_pending(), "the lead is taken: it waits");
+            release.send(()).unwrap();
+        });
+        woken.recv_timeout(std::time::Duration::from_secs(10)).expect("woken once the lead is let go");
+        match poll(&mut cx) {
+            Poll::Ready(Ok(Ok(Committed::Yes))) => {}
+            other => panic!("its batch committed by itself: {other:?}"),
+        }
     }
 }
