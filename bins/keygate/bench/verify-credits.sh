@@ -12,7 +12,9 @@
 # stream) on CPU 1. KEYS plain keys, and KEYS keys each with credits (1e9) and one
 # autoApply limit (1,000,000 per minute, never reached). Rounds alternate plain and
 # spending; the ratio is the median of per-round ratios. A failed commit or any answer but
-# VALID counts as an error.
+# VALID counts as an error. At the end, the server's counters: group commits and their sizes,
+# verifications by code, and how many went off the inline path (`keygate_blocking_wait_
+# seconds_count`: each key's first load, 2 x KEYS, and any spend that had to wait).
 # Needs: wrk (apt-get install wrk), curl, taskset; SCALE_OUT=1 also psql.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -49,7 +51,7 @@ for r in $(seq 1 "$ROUNDS"); do
   run "plain round=$r" "$work/plain.txt"
   run "spending round=$r" "$work/spending.txt"
 done | tee "$work/results"
-curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^keygate_credit_(commits_total|commit_batch_size_(sum|count))' || true
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^keygate_(credit_(commits_total|commit_batch_size_(sum|count))|blocking_wait_seconds_count|verifications_total)' || true
 
 out=$work/results
 echo "plain verifyKey:    median $(median_of "$out" plain rps) req/s, median p99 $(median_of "$out" plain p99_us) us"
