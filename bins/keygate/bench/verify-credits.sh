@@ -7,11 +7,13 @@
 #   SCALE_OUT=1 bash bins/keygate/bench/verify-credits.sh   # PostgreSQL + Redis (127.0.0.1)
 #   ROUNDS=5 DURATION=10s CONNECTIONS=64 KEYS=1000 bash bins/keygate/bench/verify-credits.sh
 #   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/verify-credits.sh  # another build, as is
+#   PARTS=1 bash bins/keygate/bench/verify-credits.sh  # also the two parts of a spend apart
 #
 # One server, one worker pinned to CPU 0; wrk (one thread, one connection per request
 # stream) on CPU 1. KEYS plain keys, and KEYS keys each with credits (1e9) and one
 # autoApply limit (1,000,000 per minute, never reached). Rounds alternate plain and
-# spending; the ratio is the median of per-round ratios. A failed commit or any answer but
+# spending (PARTS=1: also keys with the limit only, and with credits only); the ratio is the
+# median of per-round ratios. A failed commit or any answer but
 # VALID counts as an error. At the end, the server's counters: group commits and their sizes,
 # verifications by code, and how many went off the inline path (`keygate_blocking_wait_
 # seconds_count`: each key's first load, 2 x KEYS, and any spend that had to wait).
@@ -36,7 +38,16 @@ serve_keygate $PORT "$work/server.log"
 create_keys $PORT v2/keys.createKey '{"apiId":"api_bench"}' "$KEYS" >"$work/plain.txt"
 spending=${SPENDING:-'{"apiId":"api_bench","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}'}
 create_keys $PORT v2/keys.createKey "$spending" "$KEYS" >"$work/spending.txt"
-for f in plain spending; do
+kinds="plain spending"
+if [ -n "${PARTS:-}" ]; then
+  kinds="plain spending limited credits"
+  create_keys $PORT v2/keys.createKey \
+    '{"apiId":"api_bench","ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}' \
+    "$KEYS" >"$work/limited.txt"
+  create_keys $PORT v2/keys.createKey '{"apiId":"api_bench","credits":{"remaining":1000000000}}' "$KEYS" \
+    >"$work/credits.txt"
+fi
+for f in $kinds; do
   expect_valid $PORT v2/keys.verifyKey "{\"key\":\"$(head -1 "$work/$f.txt")\"}"
 done
 
@@ -44,12 +55,14 @@ run() { # name keys-file
   KEYS_FILE=$2 wrk_round "$1" $PORT bins/keygate/bench/verify-v2.lua
 }
 # Warm-up: every key's cache entry.
-run warm-plain "$work/plain.txt" >/dev/null
-run warm-spending "$work/spending.txt" >/dev/null
+for f in $kinds; do
+  run "warm-$f" "$work/$f.txt" >/dev/null
+done
 
 for r in $(seq 1 "$ROUNDS"); do
-  run "plain round=$r" "$work/plain.txt"
-  run "spending round=$r" "$work/spending.txt"
+  for f in $kinds; do
+    run "$f round=$r" "$work/$f.txt"
+  done
 done | tee "$work/results"
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^keygate_(credit_(commits_total|commit_batch_size_(sum|count))|blocking_wait_seconds_count|verifications_total)' || true
 
@@ -58,3 +71,6 @@ echo "plain verifyKey:    median $(median_of "$out" plain rps) req/s, median p99
 echo "spending verifyKey: median $(median_of "$out" spending rps) req/s, median p99 $(median_of "$out" spending p99_us) us"
 target=$([[ -n ${SCALE_OUT:-} ]] && echo 0.80 || echo 0.85)
 echo "spending/plain: median of per-round ratios $(ratio "$out" spending plain) (target >= $target); errors: $(errors "$out")"
+if [ -n "${PARTS:-}" ]; then
+  echo "limit only/plain: $(ratio "$out" limited plain); credits only/plain: $(ratio "$out" credits plain)"
+fi

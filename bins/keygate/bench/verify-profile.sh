@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where a request's work goes, side by side: ratelimits.limit, a cached v1 keys.verifyKey,
-# a cached v2 keys.verifyKey (with a one-permission query, and without one) and a v2 one
-# that spends (verify-credits.sh's keys: credits and an auto-applied limit), on one
+# a cached v2 keys.verifyKey (with a one-permission query, and without one), a v2 one
+# that spends (verify-credits.sh's keys: credits and an auto-applied limit) and its two
+# parts apart (keys with the auto-applied limit only, and with credits only), on one
 # embedded server (one worker): user-space instructions, heap allocations, syscalls per
 # request and the largest self costs. On 4 connections a spend's group commit holds at
 # most 4 spends (verify-credits.sh's 64 connections make ~30). Counts, not timings: they do not move with the VM's
@@ -46,6 +47,9 @@ create_keys "$PORT" v1/keys.createKey '{"permissions":["documents.read"]}' "$KEY
 create_keys "$PORT" v2/keys.createKey \
   '{"apiId":"api_bench","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}' \
   "$KEYS" >"$work/spending.txt"
+create_keys "$PORT" v2/keys.createKey '{"apiId":"api_bench","ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}' \
+  "$KEYS" >"$work/limited.txt"
+create_keys "$PORT" v2/keys.createKey '{"apiId":"api_bench","credits":{"remaining":1000000000}}' "$KEYS" >"$work/credits.txt"
 expect_valid "$PORT" v2/keys.verifyKey "{\"key\":\"$(head -1 "$work/spending.txt")\"}"
 export KEYS_FILE="$work/keys.txt"
 expect_valid "$PORT" v2/keys.verifyKey "{\"key\":\"$(head -1 "$KEYS_FILE")\",\"permissions\":\"documents.read\"}"
@@ -55,7 +59,8 @@ wait "$setup" 2>/dev/null || true
 # NAME SCRIPT KEYS [PERMISSIONS]
 workloads=("limit bins/keygate/bench/limit.lua keys" "v1-verify bins/keygate/bench/verify.lua keys"
   "v2-verify-query bins/keygate/bench/verify-v2.lua keys documents.read"
-  "v2-verify bins/keygate/bench/verify-v2.lua keys" "v2-spending bins/keygate/bench/verify-v2.lua spending")
+  "v2-verify bins/keygate/bench/verify-v2.lua keys" "v2-spending bins/keygate/bench/verify-v2.lua spending"
+  "v2-limited bins/keygate/bench/verify-v2.lua limited" "v2-credits bins/keygate/bench/verify-v2.lua credits")
 
 # load SCRIPT [PERMISSIONS] DURATION: wrk on 4 connections; the number of requests sent.
 load() {

@@ -75,7 +75,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         // `verify:<name>` on the stack where it fits: no allocation per verification.
         let mut buf = [0u8; 128];
         for l in &v.ratelimits {
-            let identifier = match (identity_limits.iter().any(|i| i.id == l.id), v.identity()) {
+            let identifier = match (identity_limits.iter().any(|i| *i.id == *l.id), v.identity()) {
                 (true, Some(i)) => i.identity.id.as_str(),
                 _ => key.id.as_str(),
             };

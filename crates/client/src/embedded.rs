@@ -283,8 +283,8 @@ pub(crate) fn result(v: &Verification) -> VerifyKeyResult {
             .ratelimits
             .iter()
             .map(|o| VerifyRatelimitResult {
-                id: o.id.clone(),
-                name: o.name.clone(),
+                id: o.id.to_string(),
+                name: o.name.to_string(),
                 limit: o.limit,
                 duration: o.duration,
                 reset: o.reset,

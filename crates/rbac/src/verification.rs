@@ -64,9 +64,10 @@ pub struct Verification {
 /// How a rate limit fared in a verification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitOutcome {
-    /// The stored limit's id (an ad-hoc limit: `adhoc:<name>`).
-    pub id: String,
-    pub name: String,
+    /// The stored limit's id (an ad-hoc limit: `adhoc:<name>`); shared with the key's
+    /// cached limits, so an answer copies no string.
+    pub id: std::sync::Arc<str>,
+    pub name: std::sync::Arc<str>,
     pub limit: u64,
     pub duration: u64,
     /// Unix ms at which the window ends.

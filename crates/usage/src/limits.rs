@@ -83,9 +83,9 @@ pub fn validate_usage(usage: &Usage) -> Result<(), ValidationError> {
 /// A rate limit that applies to one verification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Applied {
-    /// The stored limit's id, or `adhoc:<name>`.
-    id: String,
-    name: String,
+    /// The stored limit's id, or `adhoc:<name>` (shared with the answers' outcomes).
+    id: Arc<str>,
+    name: Arc<str>,
     auto_apply: bool,
     /// An identity's limit (its budget shared by the identity's keys), not the key's own.
     pub(crate) identity: bool,
@@ -114,8 +114,8 @@ pub(crate) fn applied_limits(
     };
     let of_identity = |l: &RateLimitConfig| !summary.ratelimits.iter().any(|k| k.id == l.id);
     let stored = |l: &RateLimitConfig, cost: u64, limit: Option<u64>, duration: Option<u64>| Applied {
-        id: l.id.clone(),
-        name: l.name.clone(),
+        id: l.id.as_str().into(),
+        name: l.name.as_str().into(),
         auto_apply: l.auto_apply,
         identity: of_identity(l),
         budget: l.id.clone(),
@@ -137,8 +137,8 @@ pub(crate) fn applied_limits(
             (Some(l), limit, duration) => stored(l, cost, limit, duration),
             (None, _, _) if a.if_present => continue,
             (None, Some(limit), Some(duration)) => Applied {
-                id: format!("adhoc:{}", a.name),
-                name: a.name.clone(),
+                id: format!("adhoc:{}", a.name).into(),
+                name: a.name.as_str().into(),
                 auto_apply: false,
                 identity: false,
                 budget: format!("{}:{}", summary.key.id, a.name),
@@ -248,58 +248,83 @@ impl Taken {
     /// see a budget taken for an instant and given back (a denial, never an admission).
     pub(crate) fn take(&self) -> Result<TakeOutcome, StoreError> {
         let mut decisions = vec![None; self.limits.len()];
-        let groups = [true, false].map(|identity| -> Vec<usize> {
-            (0..self.limits.len()).filter(|&i| self.limits[i].identity == identity).collect()
-        });
         let mut passed = true;
-        let mut before: Option<&Vec<usize>> = None;
-        for group in groups.iter().filter(|g| !g.is_empty()) {
-            let takes = self.holds(&self.limits[group[0]]);
-            if passed && !takes {
+        // The group taken before this one (by whether it is the identity's).
+        let mut before: Option<bool> = None;
+        for identity in [true, false] {
+            let Some(first) = self.limits.iter().find(|l| l.identity == identity) else { continue };
+            if passed && !self.holds(first) {
                 continue;
             }
-            let cost = |l: &Applied| if passed { l.request.cost } else { 0 };
-            let entries: Vec<Entry<'_>> =
-                group.iter().map(|&i| self.entry(&self.limits[i], cost(&self.limits[i]))).collect();
-            let got = self.all_or_nothing(&entries)?;
-            for (&i, d) in group.iter().zip(got.1) {
-                let l = &self.limits[i].request;
-                // Read at cost 0: whether the limit's own cost would have fitted.
-                let d = if passed { d } else { Decision { success: fits(d.remaining, l.cost), ..d } };
-                decisions[i] = Some(d);
-            }
-            if passed && !got.0 {
+            let fitted = self.all_or_nothing(identity, passed, &mut decisions)?;
+            if passed && !fitted {
                 passed = false;
                 if let Some(g) = before {
-                    self.give_back_of(g);
-                    for &i in g {
-                        if let Some(d) = decisions[i].as_mut() {
-                            d.remaining =
-                                d.remaining.saturating_add(self.limits[i].request.cost).min(d.limit);
+                    self.give_back_of(|l| l.identity == g);
+                    for (d, l) in
+                        decisions.iter_mut().zip(self.limits.iter()).filter(|(_, l)| l.identity == g)
+                    {
+                        if let Some(d) = d.as_mut() {
+                            d.remaining = d.remaining.saturating_add(l.request.cost).min(d.limit);
                         }
                     }
                 }
             }
-            before = Some(group);
+            before = Some(identity);
         }
         Ok(TakeOutcome { passed, decisions })
     }
 
-    /// One group's all-or-nothing call (a single limit: the one-budget script).
-    fn all_or_nothing(&self, entries: &[Entry<'_>]) -> Result<(bool, Vec<Decision>), StoreError> {
-        if let [(key, req)] = entries {
-            let d = self.limiter.limit(*key, *req, self.now)?;
-            return Ok((d.success, vec![d]));
+    /// One group's all-or-nothing call (the identity's limits or the key's own; a single
+    /// limit: the one-budget call, with no allocation), its decisions put in `decisions`;
+    /// whether it fitted. After a group that did not fit (`passed` false) the group is only
+    /// read, at cost 0, and each decision says whether the limit's own cost would have
+    /// fitted.
+    fn all_or_nothing(
+        &self,
+        identity: bool,
+        passed: bool,
+        decisions: &mut [Option<Decision>],
+    ) -> Result<bool, StoreError> {
+        let in_group = |l: &&Applied| l.identity == identity;
+        let cost = |l: &Applied| if passed { l.request.cost } else { 0 };
+        let read = |d: Decision, l: &Applied| match passed {
+            true => d,
+            false => Decision { success: fits(d.remaining, l.request.cost), ..d },
+        };
+        let mut group = self.limits.iter().zip(decisions.iter_mut()).filter(|(l, _)| in_group(l));
+        let (fitted, got) = match self.limits.iter().filter(in_group).count() {
+            1 => {
+                let (l, slot) = group.next().expect("counted");
+                let (key, req) = self.entry(l, cost(l));
+                let d = self.limiter.limit(key, req, self.now)?;
+                *slot = Some(read(d, l));
+                return Ok(d.success);
+            }
+            _ => {
+                let entries: Vec<Entry<'_>> =
+                    self.limits.iter().filter(in_group).map(|l| self.entry(l, cost(l))).collect();
+                match self.limiter.limit_all(&entries, &[], self.now)? {
+                    Some(o) => (o.passed, o.decisions),
+                    None => {
+                        return Err(StoreError::Unavailable("an all-or-nothing call answered nothing".into()));
+                    }
+                }
+            }
+        };
+        for ((l, slot), d) in group.zip(got) {
+            *slot = Some(read(d, l));
         }
-        Ok(match self.limiter.limit_all(entries, &[], self.now)? {
-            Some(o) => (o.passed, o.decisions),
-            None => return Err(StoreError::Unavailable("an all-or-nothing call answered nothing".into())),
-        })
+        Ok(fitted)
     }
 
-    fn give_back_of(&self, which: &[usize]) {
+    /// Gives back, through the rate-limit store, the limits `which` picks.
+    fn give_back_of(&self, which: impl Fn(&Applied) -> bool) {
         let entries: Vec<Entry<'_>> =
-            which.iter().map(|&i| self.entry(&self.limits[i], self.limits[i].request.cost)).collect();
+            self.limits.iter().filter(|l| which(l)).map(|l| self.entry(l, l.request.cost)).collect();
+        if entries.is_empty() {
+            return;
+        }
         if let Err(e) = self.limiter.give_back(&entries, self.now) {
             log::warn!("verification: rate-limit budgets not given back: {e}");
         }
@@ -307,10 +332,7 @@ impl Taken {
 
     /// Gives back what it took through the rate-limit store.
     pub(crate) fn give_back(&self) {
-        let held: Vec<usize> = (0..self.limits.len()).filter(|&i| self.holds(&self.limits[i])).collect();
-        if !held.is_empty() {
-            self.give_back_of(&held);
-        }
+        self.give_back_of(|l| self.holds(l));
     }
 }
 
@@ -327,8 +349,8 @@ pub(crate) fn outcomes(limits: &[Applied], decisions: &[Option<Decision>]) -> Ve
         .zip(decisions)
         .filter_map(|(l, d)| d.as_ref().map(|d| (l, d)))
         .map(|(l, d)| LimitOutcome {
-            id: l.id.clone(),
-            name: l.name.clone(),
+            id: Arc::clone(&l.id),
+            name: Arc::clone(&l.name),
             limit: d.limit,
             duration: l.request.duration,
             reset: d.reset,
@@ -394,7 +416,7 @@ mod tests {
             vec![limit("rl_i1", "a", true), limit("rl_i2", "c", true), limit("rl_i3", "d", false)],
         );
         let got = applied_limits(&s, &[]).unwrap();
-        let ids: Vec<&str> = got.iter().map(|a| a.id.as_str()).collect();
+        let ids: Vec<&str> = got.iter().map(|a| &*a.id).collect();
         assert_eq!(ids, ["rl_k1", "rl_i2"]);
         assert!(got.iter().all(|a| a.request.cost == 1));
     }
@@ -413,14 +435,14 @@ mod tests {
         let got = applied_limits(&s, &asks).unwrap();
         assert_eq!(got.len(), 3);
         assert_eq!(
-            (got[0].id.as_str(), got[0].request),
+            (&*got[0].id, got[0].request),
             ("rl_k1", LimitRequest { limit: 99, duration: 60_000, cost: 3 })
         );
         assert_eq!(
             (got[1].budget.as_str(), got[1].request),
             ("rl_i2", LimitRequest { limit: 10, duration: 1_000, cost: 0 })
         );
-        assert_eq!((got[2].id.as_str(), got[2].budget.as_str()), ("adhoc:zz", "key_1:zz"));
+        assert_eq!((&*got[2].id, got[2].budget.as_str()), ("adhoc:zz", "key_1:zz"));
         let err = applied_limits(&s, &[ask("a"), LimitAsk { limit: Some(5), ..ask("nope") }]).unwrap_err();
         assert_eq!(err.path, "ratelimits.1");
         let optional = LimitAsk { if_present: true, ..ask("nope") };

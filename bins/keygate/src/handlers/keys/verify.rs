@@ -261,7 +261,7 @@ impl<'a> VerifyKeyResponse<'a> {
             ratelimit: v
                 .ratelimits
                 .iter()
-                .find(|l| l.name == "default")
+                .find(|l| &*l.name == "default")
                 .or(v.ratelimits.first())
                 .map(|l| V1Ratelimit { limit: l.limit, remaining: l.remaining, reset: l.reset }),
             identity: v.identity().map(|i| V1Identity {
@@ -417,8 +417,8 @@ pub(crate) struct VerifyAnswer<'a> {
     credits: Option<u64>,
     /// Every rate limit that applied, by name.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    ratelimits: Option<Vec<LimitResult<'a>>>,
+    #[schema(value_type = Option<Vec<LimitResult>>, nullable = false)]
+    ratelimits: Option<LimitResults<'a>>,
     /// The identity the key is linked to.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -439,6 +439,16 @@ pub(crate) struct LimitResult<'a> {
     remaining: u64,
     exceeded: bool,
     auto_apply: bool,
+}
+
+/// The outcomes of a verification's limits, written as [`LimitResult`]s (no list built).
+#[derive(Debug)]
+pub(crate) struct LimitResults<'a>(&'a [LimitOutcome]);
+
+impl Serialize for LimitResults<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(LimitResult::from))
+    }
 }
 
 impl<'a> From<&'a LimitOutcome> for LimitResult<'a> {
@@ -488,8 +498,7 @@ impl<'a> From<&'a Verification> for VerifyAnswer<'a> {
                 permissions: Some(v.permissions()),
                 roles: Some(v.roles()),
                 credits: v.credits,
-                ratelimits: (!v.ratelimits.is_empty())
-                    .then(|| v.ratelimits.iter().map(LimitResult::from).collect()),
+                ratelimits: (!v.ratelimits.is_empty()).then_some(LimitResults(&v.ratelimits)),
                 identity: v.identity().cloned().map(IdentityObject::from),
             },
         }
