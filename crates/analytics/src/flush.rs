@@ -10,7 +10,7 @@ use crate::{
     AnalyticsService, AnalyticsStore, DAY, HOUR, MINUTE, TOP_IDENTIFIERS, VERIFY_NAMESPACE_PREFIX, floor,
 };
 use keygate_domain::{IdPrefix, new_id};
-use keygate_rbac::{RateLimitConfig, RbacError, Verification, VerifyScope};
+use keygate_rbac::{RbacError, Verification, VerifyScope};
 
 /// How long minutes stay before they are rolled into hours, and hours into days.
 pub const MINUTES_KEPT_MS: i64 = DAY;
@@ -23,7 +23,8 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     /// neither the key nor the caller's workspace is known), with the key's and identity's
     /// rate limits that applied ([`Self::record_limit`]'s counts). No I/O.
     pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
-        self.record_verification_limits(v);
+        let at_ms = self.rbac.clock().now_ms();
+        self.record_verification_limits(v, at_ms);
         let Some(recorder) = &self.recorder else { return };
         let (workspace_id, api_id, key_id, identity_id) = match v.key() {
             Some(k) => {
@@ -34,15 +35,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
                 None => return,
             },
         };
-        recorder.record(&Outcome {
-            workspace_id,
-            api_id,
-            key_id,
-            identity_id,
-            code: v.code,
-            tags,
-            at_ms: self.rbac.clock().now_ms(),
-        });
+        recorder.record(&Outcome { workspace_id, api_id, key_id, identity_id, code: v.code, tags, at_ms });
     }
 
     /// Counts a decision of a namespace made at `at_ms` (the decision's own clock reading:
@@ -64,20 +57,18 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     /// Counts the limits of a verification's key and identity (§13) that applied, each
     /// under `verify:<name>`, by the key's id (or the identity's, for its limits): all
     /// passed or all denied, as they are taken.
-    fn record_verification_limits(&self, v: &Verification) {
+    fn record_verification_limits(&self, v: &Verification, at_ms: u64) {
         let (Some(r), Some(key)) = (&self.limit_recorder, v.key()) else { return };
         if v.ratelimits.is_empty() {
             return;
         }
         let passed = !v.ratelimits.iter().any(|l| l.exceeded);
-        let at_ms = self.rbac.clock().now_ms();
-        let identity_limits: &[RateLimitConfig] = v.identity().map_or(&[], |i| &i.ratelimits);
         // `verify:<name>` on the stack where it fits: no allocation per verification.
         let mut buf = [0u8; 128];
         for l in &v.ratelimits {
-            let identifier = match (identity_limits.iter().any(|i| *i.id == *l.id), v.identity()) {
-                (true, Some(i)) => i.identity.id.as_str(),
-                _ => key.id.as_str(),
+            let identifier = match l.identity {
+                true => v.identity().map_or(key.id.as_str(), |i| i.identity.id.as_str()),
+                false => key.id.as_str(),
             };
             let namespace = joined(&mut buf, VERIFY_NAMESPACE_PREFIX, &l.name);
             r.record(&LimitDecision {

@@ -76,6 +76,9 @@ pub struct LimitOutcome {
     pub remaining: u64,
     pub exceeded: bool,
     pub auto_apply: bool,
+    /// A limit of the key's identity (its budget shared by the identity's keys), not the
+    /// key's own.
+    pub identity: bool,
 }
 
 impl Verification {

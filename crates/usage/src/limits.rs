@@ -307,7 +307,9 @@ impl Taken {
                 match self.limiter.limit_all(&entries, &[], self.now)? {
                     Some(o) => (o.passed, o.decisions),
                     None => {
-                        return Err(StoreError::Unavailable("an all-or-nothing call answered nothing".into()));
+                        return Err(StoreError::Unavailable(
+                            "an all-or-nothing call answered nothing".into(),
+                        ));
                     }
                 }
             }
@@ -357,6 +359,7 @@ pub(crate) fn outcomes(limits: &[Applied], decisions: &[Option<Decision>]) -> Ve
             remaining: d.remaining,
             exceeded: !d.success,
             auto_apply: l.auto_apply,
+            identity: l.identity,
         })
         .collect()
 }
