@@ -20,7 +20,7 @@ function common.track(thread)
   threads[#threads + 1] = thread
 end
 
--- wrk's `done`: `RESULT rps=... p50_us=... p99_us=... errors=...`, errors being socket
+-- wrk's `done`: `RESULT rps=... p50_us=... p99_us=... errors=... requests=...`, errors being socket
 -- errors, non-2xx/3xx answers and, when `counter` is given, the sum over the threads of
 -- that global (answers the script's `response` counted as wrong; needs `setup = common.track`).
 function common.done(counter)
@@ -30,9 +30,9 @@ function common.done(counter)
       for _, t in ipairs(threads) do refused = refused + (t:get(counter) or 0) end
     end
     local e = summary.errors
-    io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d errors=%d\n",
+    io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d errors=%d requests=%d\n",
       summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-      e.status + e.connect + e.read + e.write + e.timeout + refused))
+      e.status + e.connect + e.read + e.write + e.timeout + refused, summary.requests))
   end
 end
 

@@ -94,9 +94,28 @@ expect_valid() {
 
 # wrk_round NAME PORT SCRIPT: one round of wrk (one thread, CONNECTIONS connections, DURATION)
 # on CPU 1 with the Lua SCRIPT (a path from the workspace root); its RESULT line, named.
+# With CPU=1, also `cpu_us=`: the CPU time the last server started (all its threads, user
+# and system) spent per request in the round. A VM's noise moves throughput more than it
+# moves that (time the server did not get is not counted), so builds compare closer on it.
 wrk_round() {
-  taskset -c 1 wrk -t1 -c"${CONNECTIONS:-64}" -d"${DURATION:-10s}" -s "$3" "http://127.0.0.1:$2" \
-    | grep '^RESULT' | sed "s/^RESULT/$1/"
+  local before line
+  before=$(server_cpu_ticks)
+  line=$(taskset -c 1 wrk -t1 -c"${CONNECTIONS:-64}" -d"${DURATION:-10s}" -s "$3" "http://127.0.0.1:$2" \
+    | grep '^RESULT' | sed "s/^RESULT/$1/")
+  if [ -n "${CPU:-}" ]; then
+    line=$(echo "$line" | awk -v t="$(($(server_cpu_ticks) - before))" -v hz="$(getconf CLK_TCK)" \
+      '{ for (i = 2; i <= NF; i++) if (index($i, "requests=") == 1) n = substr($i, 10);
+         printf "%s cpu_us=%.2f\n", $0, (n > 0 ? t / hz * 1e6 / n : 0) }')
+  fi
+  echo "$line"
+}
+
+# server_cpu_ticks: the user and system clock ticks of the last server started (0 if none).
+server_cpu_ticks() {
+  local pid=${pids[-1]:-}
+  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || { echo 0; return; }
+  # Fields 14 and 15 (utime, stime), counted after the command's parenthesised name.
+  sed -E 's/^.*\) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }'
 }
 
 # median: the median of the numbers on standard input, one per line.

@@ -8,6 +8,7 @@
 #   ROUNDS=5 DURATION=10s CONNECTIONS=64 KEYS=1000 bash bins/keygate/bench/verify-credits.sh
 #   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/verify-credits.sh  # another build, as is
 #   PARTS=1 bash bins/keygate/bench/verify-credits.sh  # also the two parts of a spend apart
+#   CPU=1 bash bins/keygate/bench/verify-credits.sh    # also the ratios of CPU time per request
 #
 # One server, one worker pinned to CPU 0; wrk (one thread, one connection per request
 # stream) on CPU 1. KEYS plain keys, and KEYS keys each with credits (1e9) and one
@@ -73,4 +74,9 @@ target=$([[ -n ${SCALE_OUT:-} ]] && echo 0.80 || echo 0.85)
 echo "spending/plain: median of per-round ratios $(ratio "$out" spending plain) (target >= $target); errors: $(errors "$out")"
 if [ -n "${PARTS:-}" ]; then
   echo "limit only/plain: $(ratio "$out" limited plain); credits only/plain: $(ratio "$out" credits plain)"
+fi
+if [ -n "${CPU:-}" ]; then
+  # The same ratios from the server's CPU time per request (plain's over the other's).
+  echo "by CPU time per request: spending/plain $(ratio "$out" plain spending cpu_us)$([ -n "${PARTS:-}" ] &&
+    echo "; limit only/plain $(ratio "$out" plain limited cpu_us); credits only/plain $(ratio "$out" plain credits cpu_us)")"
 fi
