@@ -1,13 +1,13 @@
-//! The memory ledger's credit journal at work ([`super::journal`] is the file): a batch of
-//! paid spends is answered once written to the journal, and the counters are folded into
-//! the keys' rows behind, every [`FOLD_EVERY`] and before anything reads or writes a row
+//! The memory ledger's credit journal at work ([`super::journal`] is the file): a paid
+//! spend is answered once appended to the journal (as it is decided, under its counter's
+//! lock: no wait for a commit), and the counters are folded into the keys' rows behind, every [`FOLD_EVERY`] and before anything reads or writes a row
 //! the journal is ahead of ([`MemoryLedger::flush`]). Where there is no journal (a
 //! database that is not a file), where another process owns it, or once this process
 //! stepped aside for another, each batch is committed to the rows before its answer
 //! ([`commit_counters`]).
 
 use super::journal::{self, COMPACT_AT, FOLD_EVERY, Journal, Record, Value};
-use super::memory::{Committed, Counter, CounterValue, CounterWrite, MemoryLedger, commit_counters};
+use super::memory::{Counter, CounterValue, CounterWrite, MemoryLedger, commit_counters};
 use crate::store::UsageStore;
 use keygate_rbac::{Key, RbacError, StorageError};
 use std::collections::HashMap;
@@ -130,12 +130,10 @@ impl Journaling {
     /// Voids `key_id`'s journaled spends up to `seq` (its row is about to be written
     /// otherwise, with them folded).
     pub(super) fn reset(&self, seq: u64, key_id: &str) {
-        if let (true, Some(journal)) = (self.on.load(Ordering::Acquire), self.journal.get()) {
-            let mut journal = journal.lock();
-            journal.push_reset(seq, key_id);
-            if let Err(e) = journal.write() {
-                log::warn!("credit journal: a reset of {key_id} not written: {e}");
-            }
+        if let (true, Some(journal)) = (self.on.load(Ordering::Acquire), self.journal.get())
+            && let Err(e) = journal.lock().push_reset(seq, key_id)
+        {
+            log::warn!("credit journal: a reset of {key_id} not written: {e}");
         }
     }
 
@@ -158,50 +156,56 @@ impl Journaling {
         }
     }
 
-    /// Writes `batch` to the journal, and keeps its counters to fold: the batch back when
-    /// the journal cannot take it.
-    fn write(&self, batch: Vec<CounterWrite>) -> Result<Vec<CounterWrite>, Vec<CounterWrite>> {
-        let Some(journal) = self.journal.get() else { return Err(batch) };
-        let mut journal = journal.lock();
-        for w in &batch {
-            journal.push_spend(w.seq, &w.counter.key_id, value(w.before), value(w.value));
+    /// Appends a spend of `counter` (`before` -> `after`) to the journal while spends go
+    /// there, and keeps the counter to fold: its sequence number, written (and
+    /// [`MemoryLedger::committed`] up to it). `None`: the caller queues it for the rows
+    /// (the journal is not on, or could not take it, and is off from now on).
+    /// Called under the counter's lock: the journal holds each key's spends in order.
+    pub(super) fn append(
+        &self,
+        l: &MemoryLedger,
+        counter: &Arc<Counter>,
+        before: CounterValue,
+        after: CounterValue,
+    ) -> Option<u64> {
+        if !self.on.load(Ordering::Acquire) {
+            return None;
         }
-        if let Err(e) = journal.write() {
+        let mut journal = self.journal.get()?.lock();
+        // Turned off under the journal's lock: nothing is appended after.
+        if !self.on.load(Ordering::Acquire) {
+            return None;
+        }
+        let seq = l.queued.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Err(e) = journal.push_spend(seq, &counter.key_id, value(before), value(after)) {
             log::error!(
                 "credit journal: not written ({e}): spends are committed to the database from now on"
             );
-            return Err(batch);
+            self.on.store(false, Ordering::Release);
+            // `seq` is committed with the caller's queued write, which comes after it.
+            return None;
         }
-        let mut pending = self.pending.lock();
-        for w in &batch {
-            pending
-                .entry(address(&w.counter))
-                .and_modify(|f| (f.after, f.seq) = (w.value, w.seq))
-                .or_insert_with(|| Folding {
-                    counter: w.counter.clone(),
-                    before: w.before,
-                    after: w.value,
-                    seq: w.seq,
-                });
-        }
-        Ok(batch)
+        self.pending
+            .lock()
+            .entry(address(counter))
+            .and_modify(|f| (f.after, f.seq) = (after, seq))
+            .or_insert_with(|| Folding { counter: counter.clone(), before, after, seq });
+        l.committed.fetch_max(seq, Ordering::AcqRel);
+        Some(seq)
+    }
+
+    /// Turns spends to the journal off (this process steps aside for another): a spend
+    /// appended before is in `pending`, none is after.
+    fn turn_off(&self) {
+        let _journal = self.journal.get().map(|j| j.lock());
+        self.on.store(false, Ordering::Release);
     }
 }
 
-/// The memory ledger's commit of a batch of spends: to the journal while this process
-/// writes there, else to the rows.
+/// The memory ledger's commit of a batch of spends, to the rows (spends queued while the
+/// journal is off; a journaled spend is not queued).
 pub(super) fn commit<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
     let j = &l.journaling;
-    let batch = match j.on.load(Ordering::Acquire) {
-        true => match j.write(batch) {
-            Ok(written) => return answer(l, written),
-            Err(batch) => {
-                j.on.store(false, Ordering::Release);
-                batch
-            }
-        },
-        false => batch,
-    };
     // The journaled counters reach the rows before any later value does.
     if !j.pending.lock().is_empty() && !fold(l, store) {
         let e = StorageError::Unavailable("the credit journal could not be folded".into());
@@ -214,21 +218,6 @@ pub(super) fn commit<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<Coun
         return;
     }
     commit_counters(l, store, batch)
-}
-
-/// Answers a journaled batch.
-fn answer(l: &MemoryLedger, batch: Vec<CounterWrite>) {
-    let Some(last_seq) = batch.last().map(|w| w.seq) else { return };
-    metrics::counter!("keygate_credit_commits_total").increment(1);
-    metrics::histogram!("keygate_credit_commit_batch_size").record(batch.len() as f64);
-    let (wait, written_at) = (metrics::histogram!("keygate_credit_wait_seconds"), std::time::Instant::now());
-    for w in batch {
-        if let Some(reply) = w.reply {
-            wait.record(written_at.duration_since(w.queued).as_secs_f64());
-            let _ = reply.send(Ok(Committed::Yes));
-        }
-    }
-    l.committed.store(last_seq, Ordering::Release);
 }
 
 /// Folds the journaled counters into the rows, in one transaction: each where the row
@@ -303,16 +292,19 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
         }
     }
     j.folded.fetch_max(max_seq, Ordering::AcqRel);
+    // A fold is the journal's commit to the rows: its counters, one transaction.
+    metrics::counter!("keygate_credit_commits_total").increment(1);
+    metrics::histogram!("keygate_credit_commit_batch_size").record(entries.len() as f64);
     if let Some(journal) = j.journal.get() {
         let mut journal = journal.lock();
         for (seq, counter) in &resets {
-            journal.push_reset(*seq, &counter.key_id);
+            if let Err(e) = journal.push_reset(*seq, &counter.key_id) {
+                log::warn!("credit journal: a reset of {} not written: {e}", counter.key_id);
+            }
         }
-        let cut = match upto {
-            Some(upto) if upto > COMPACT_AT => journal.compact(upto),
-            _ => Ok(()),
-        };
-        if let Err(e) = journal.write().and(cut) {
+        if let Some(upto) = upto.filter(|upto| *upto > COMPACT_AT)
+            && let Err(e) = journal.compact(upto)
+        {
             log::warn!("credit journal: not compacted: {e}");
         }
     }
@@ -358,7 +350,7 @@ fn tick(l: &MemoryLedger) {
     }
     // Between two batches: the ones after are committed to the rows, after this fold.
     l.between_batches(|| {
-        j.on.store(false, Ordering::Release);
+        j.turn_off();
         fold(l);
     });
     j.empty_if_folded();

@@ -1,12 +1,21 @@
 //! The memory ledger's credit journal (API-v2.md §13.5, the embedded mode): a file beside
 //! the SQLite database (`<db>-credits`) that a paid spend is appended to before it is
-//! answered. Appends are batched (one `write` per group of spends, no `fsync`): once
-//! `write` returns, the kernel holds the record, so a `kill -9` of the process loses no
-//! answered spend. The counters are folded into the keys' rows behind (every
-//! [`FOLD_EVERY`]), and the journal is replayed onto the rows when the next process opens
-//! the database.
+//! answered. The file is mapped into the process's memory and a spend's record is copied
+//! into the mapping: no system call, no wait for other spends. The mapping is the kernel's
+//! page cache of the file, so once the copy is done the kernel holds the record: a
+//! `kill -9` of the process loses no answered spend (power loss is another matter:
+//! nothing is synced, see docs/operations.md). The counters are folded into the keys' rows
+//! behind (every [`FOLD_EVERY`]), and the journal is replayed onto the rows when the next
+//! process opens the database.
 //!
-//! One process owns the journal at a time (an exclusive lock on `<db>-credits.lock`).
+//! The file is written full of zeros before it is mapped ([`CAPACITY`], twice as large
+//! when full): a record copied into the mapping never needs a block the disk may not have
+//! (a full disk fails a `write`, not a copy). The records end at the first that is not
+//! whole (zeros, or a copy cut short by the process's end).
+//!
+//! One process owns the journal at a time (an exclusive lock on `<db>-credits.lock`); only
+//! the owner maps the file, and a file is cut shorter only by a new owner (the last one's
+//! mapping gone with it) or by its owner as it drops the mapping.
 //! Another process that spends credits on the same database asks the owner to step aside
 //! ([`ask_owner_to_yield`]): the owner folds what it holds and spends on the rows from then
 //! on (each spend committed before its answer, conditional on the row's value), as the
@@ -20,8 +29,9 @@
 //! says that the key's row was written otherwise (an update of its credits, or a spend of
 //! another process folded into it): its records up to `seq` are void.
 
+use memmap2::MmapMut;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,7 +39,9 @@ use std::time::Duration;
 /// How often the counters of answered spends are folded into the keys' rows.
 pub(crate) const FOLD_EVERY: Duration = Duration::from_millis(200);
 /// A journal longer than this is cut to what is not folded yet, after a fold.
-pub(crate) const COMPACT_AT: u64 = 16 << 20;
+pub(crate) const COMPACT_AT: u64 = 2 << 20;
+/// The size of a journal's file as it is taken or cut (at least twice what it holds).
+const CAPACITY: usize = 4 << 20;
 /// How long a process waits for the owner to step aside before it spends on the rows.
 const YIELD_WAIT: Duration = Duration::from_secs(2);
 
@@ -54,11 +66,14 @@ pub(crate) enum Record {
 pub(crate) struct Journal {
     path: PathBuf,
     file: File,
+    /// The file, mapped: the records up to `len`, zeros after.
+    map: MmapMut,
     /// Holds the owner's exclusive lock; the flags.
     lock: File,
     /// The shared lock of the processes that spend on this database.
     _users: File,
-    len: u64,
+    len: usize,
+    /// The record being written.
     buf: Vec<u8>,
     /// Another process was here when this one took the journal: spend on the rows.
     pub(crate) shared: bool,
@@ -104,92 +119,92 @@ impl Journal {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let (records, valid) = decode(&bytes);
-        // A torn tail (a write cut short by a crash) is cut off.
+        drop(bytes);
+        // A torn tail (a copy cut short by a crash) is cut off: the last owner's mapping
+        // went with it.
         file.set_len(valid as u64)?;
-        file.seek(SeekFrom::End(0))?;
+        let map = reserve_and_map(&file, valid, capacity_for(valid))?;
         let journal = Journal {
             path: path.to_path_buf(),
             file,
+            map,
             lock,
             _users: users,
-            len: valid as u64,
-            buf: Vec::new(),
+            len: valid,
+            buf: Vec::with_capacity(128),
             shared,
         };
         Ok(Some((journal, records)))
     }
 
-    pub(crate) fn push_spend(&mut self, seq: u64, key_id: &str, before: Value, after: Value) {
-        let start = self.begin(SPEND, seq);
+    /// Appends a spend of `key_id`'s counter (`before` -> `after`): in the kernel's hands
+    /// once this returns. On an error nothing is appended.
+    pub(crate) fn push_spend(
+        &mut self,
+        seq: u64,
+        key_id: &str,
+        before: Value,
+        after: Value,
+    ) -> std::io::Result<()> {
+        self.begin(SPEND, seq);
         for (n, at) in [before, after] {
             self.buf.extend_from_slice(&n.to_le_bytes());
             self.buf.extend_from_slice(&at.unwrap_or(i64::MIN).to_le_bytes());
         }
-        self.end(start, key_id);
+        self.end(key_id)
     }
 
-    pub(crate) fn push_reset(&mut self, seq: u64, key_id: &str) {
-        let start = self.begin(RESET, seq);
-        self.end(start, key_id);
+    /// Appends a reset of `key_id`'s records up to `seq`.
+    pub(crate) fn push_reset(&mut self, seq: u64, key_id: &str) -> std::io::Result<()> {
+        self.begin(RESET, seq);
+        self.end(key_id)
     }
 
-    fn begin(&mut self, kind: u8, seq: u64) -> usize {
-        let start = self.buf.len();
+    fn begin(&mut self, kind: u8, seq: u64) {
+        self.buf.clear();
         self.buf.extend_from_slice(&[0; 8]);
         self.buf.push(kind);
         self.buf.extend_from_slice(&seq.to_le_bytes());
-        start
     }
 
-    fn end(&mut self, start: usize, key_id: &str) {
+    /// Ends the record in `buf` and copies it into the mapping (grown first if need be).
+    fn end(&mut self, key_id: &str) -> std::io::Result<()> {
         let key = &key_id.as_bytes()[..key_id.len().min(u16::MAX as usize)];
         self.buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
         self.buf.extend_from_slice(key);
-        let body = &self.buf[start + 8..];
+        let body = &self.buf[8..];
         let (len, crc) = (body.len() as u32, crc32fast::hash(body));
-        self.buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        self.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        self.buf[..4].copy_from_slice(&len.to_le_bytes());
+        self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        let end = self.len + self.buf.len();
+        if end > self.map.len() {
+            // Twice as large: the zeros after the mapping's end written, then mapped again.
+            let capacity = capacity_for(end).max(self.map.len() * 2);
+            self.map = reserve_and_map(&self.file, self.map.len(), capacity)?;
+        }
+        self.map[self.len..end].copy_from_slice(&self.buf);
+        self.len = end;
+        Ok(())
     }
 
-    /// Writes the records pushed since the last write, in one `write`. On an error the
-    /// journal is cut back to what it held: none of them is written.
-    pub(crate) fn write(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let done = self.file.write_all(&self.buf);
-        let written = self.buf.len() as u64;
-        self.buf.clear();
-        match done {
-            Ok(()) => {
-                self.len += written;
-                Ok(())
-            }
-            Err(e) => {
-                let _ = self.file.set_len(self.len).and_then(|()| self.file.seek(SeekFrom::End(0)).map(drop));
-                Err(e)
-            }
-        }
-    }
-
-    /// The journal's length: where the next write goes.
+    /// The journal's length: where the next record goes.
     pub(crate) fn len(&self) -> u64 {
-        self.len
+        self.len as u64
     }
 
     /// Keeps only what was written from `from` on (what is not folded yet), by writing it
     /// to a new file that replaces the journal.
     pub(crate) fn compact(&mut self, from: u64) -> std::io::Result<()> {
-        let mut rest = vec![0; self.len.saturating_sub(from) as usize];
-        self.file.read_exact_at(&mut rest, from)?;
+        let rest = self.map.get(from as usize..self.len).unwrap_or_default();
         let next = sibling(&self.path, ".next");
-        let mut file =
+        let file =
             std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&next)?;
-        file.write_all(&rest)?;
+        file.write_all_at(rest, 0)?;
+        let map = reserve_and_map(&file, rest.len(), capacity_for(rest.len()))?;
         std::fs::rename(&next, &self.path)?;
-        file.seek(SeekFrom::End(0))?;
+        self.len = rest.len();
+        self.map = map;
         self.file = file;
-        self.len = rest.len() as u64;
         Ok(())
     }
 
@@ -203,6 +218,49 @@ impl Journal {
     pub(crate) fn stepped_aside(&self) -> std::io::Result<()> {
         self.lock.write_all_at(&1u32.to_le_bytes(), YIELDED)
     }
+}
+
+/// An empty journal is left empty: its file cut to nothing as the mapping goes (which
+/// nothing reads any more).
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            let _ = self.file.set_len(0);
+        }
+    }
+}
+
+/// The size of a journal's file that holds `len` bytes of records.
+fn capacity_for(len: usize) -> usize {
+    CAPACITY.max((len * 2).next_power_of_two())
+}
+
+/// Writes zeros into `file` from `from` up to `to` (its blocks taken now, as a `write`
+/// that can fail, not as a copy into the mapping), and maps it.
+fn reserve_and_map(file: &File, from: usize, to: usize) -> std::io::Result<MmapMut> {
+    let zeros = [0u8; 64 << 10];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len());
+        file.write_all_at(&zeros[..n], at as u64)?;
+        at += n;
+    }
+    map(file)
+}
+
+/// Maps `file` into memory, writable and shared with the kernel's page cache.
+#[allow(unsafe_code)]
+fn map(file: &File) -> std::io::Result<MmapMut> {
+    // SAFETY: `MmapMut::map_mut` is unsafe because the memory it gives is undefined if
+    // the file is cut shorter (a read or write beyond its end faults) or written by others
+    // while mapped. The journal's file is mapped by its owner alone, under the exclusive
+    // lock of `<db>-credits.lock` (taken in `Journal::own` before the file is opened, held
+    // as long as the `Journal` and its mapping live); no other process opens the file
+    // without that lock, and the owner cuts it shorter only as the mapping goes (`Drop`)
+    // or before mapping it (`own`). Only `Journal` touches the mapping, through `&mut`.
+    // An operator who truncates the file under a running server makes it fault; the
+    // operations guide says to leave `<db>-credits` alone while a server runs.
+    unsafe { MmapMut::map_mut(file) }
 }
 
 /// A process that does not own `path`'s journal, before its first spend: joins the
@@ -298,20 +356,20 @@ mod tests {
     fn records_are_read_back_and_a_torn_tail_is_cut_off() {
         let d = dir();
         let path = d.path().join("db-credits");
-        {
+        let written = {
             let (mut j, records) = Journal::own(&path).unwrap().unwrap();
             assert!(records.is_empty() && !j.shared);
-            j.push_spend(1, "key_a", (10, None), (9, None));
-            j.push_spend(2, "key_b", (5, Some(7)), (4, Some(7)));
-            j.write().unwrap();
-            j.push_reset(3, "key_a");
-            j.write().unwrap();
-        }
-        // A write cut short: half a record.
-        let whole = std::fs::read(&path).unwrap();
-        let mut torn = whole.clone();
-        torn.extend_from_slice(&whole[..20]);
-        std::fs::write(&path, &torn).unwrap();
+            j.push_spend(1, "key_a", (10, None), (9, None)).unwrap();
+            j.push_spend(2, "key_b", (5, Some(7)), (4, Some(7))).unwrap();
+            j.push_reset(3, "key_a").unwrap();
+            j.len() as usize
+        };
+        // A copy cut short by the process's end: part of a record after the last.
+        let mut bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), CAPACITY, "the file is reserved ahead");
+        let part = bytes[..20].to_vec();
+        bytes[written..written + 20].copy_from_slice(&part);
+        std::fs::write(&path, &bytes).unwrap();
         let (j, records) = Journal::own(&path).unwrap().unwrap();
         assert_eq!(
             records,
@@ -321,26 +379,58 @@ mod tests {
                 Record::Reset { seq: 3, key_id: "key_a".into() },
             ]
         );
-        assert_eq!(j.len(), whole.len() as u64);
-        assert_eq!(std::fs::read(&path).unwrap(), whole, "the torn tail is cut off");
+        assert_eq!(j.len(), written as u64);
+        let after = std::fs::read(&path).unwrap();
+        assert_eq!(after[..written], bytes[..written]);
+        assert!(after[written..].iter().all(|b| *b == 0), "the torn tail is cut off");
+    }
+
+    #[test]
+    fn a_full_journal_grows_and_an_empty_one_is_left_empty() {
+        let d = dir();
+        let path = d.path().join("db-credits");
+        let n = {
+            let (mut j, _) = Journal::own(&path).unwrap().unwrap();
+            let mut n = 0;
+            while j.len() < 2 * CAPACITY as u64 {
+                n += 1;
+                j.push_spend(n, "key_a", (n + 1, None), (n, Some(n as i64))).unwrap();
+            }
+            n
+        };
+        let (j, records) = Journal::own(&path).unwrap().unwrap();
+        assert_eq!(records.len() as u64, n, "every record across the growth");
+        assert_eq!(
+            records.last(),
+            Some(&Record::Spend {
+                seq: n,
+                key_id: "key_a".into(),
+                before: (n + 1, None),
+                after: (n, Some(n as i64))
+            })
+        );
+        let mut j = j;
+        j.compact(j.len()).unwrap();
+        drop(j);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "an empty journal leaves an empty file");
     }
 
     #[test]
     fn a_corrupt_record_ends_the_journal() {
         let d = dir();
         let path = d.path().join("db-credits");
-        {
+        let written = {
             let (mut j, _) = Journal::own(&path).unwrap().unwrap();
-            j.push_spend(1, "key_a", (10, None), (9, None));
-            j.push_spend(2, "key_a", (9, None), (8, None));
-            j.write().unwrap();
-        }
+            j.push_spend(1, "key_a", (10, None), (9, None)).unwrap();
+            j.push_spend(2, "key_a", (9, None), (8, None)).unwrap();
+            j.len() as usize
+        };
         let mut bytes = std::fs::read(&path).unwrap();
-        let last = bytes.len() - 1;
+        let last = written - 1;
         bytes[last] ^= 1;
         let (records, valid) = decode(&bytes);
         assert_eq!(records.len(), 1);
-        assert!(valid < bytes.len());
+        assert!(valid < written);
     }
 
     #[test]
@@ -348,14 +438,11 @@ mod tests {
         let d = dir();
         let path = d.path().join("db-credits");
         let (mut j, _) = Journal::own(&path).unwrap().unwrap();
-        j.push_spend(1, "key_a", (10, None), (9, None));
-        j.write().unwrap();
+        j.push_spend(1, "key_a", (10, None), (9, None)).unwrap();
         let folded = j.len();
-        j.push_spend(2, "key_a", (9, None), (8, None));
-        j.write().unwrap();
+        j.push_spend(2, "key_a", (9, None), (8, None)).unwrap();
         j.compact(folded).unwrap();
-        j.push_spend(3, "key_a", (8, None), (7, None));
-        j.write().unwrap();
+        j.push_spend(3, "key_a", (8, None), (7, None)).unwrap();
         let (records, _) = decode(&std::fs::read(&path).unwrap());
         let seqs: Vec<u64> = records
             .iter()

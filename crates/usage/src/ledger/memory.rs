@@ -105,7 +105,10 @@ impl Retry {
 
 /// Credit counters in memory (API-v2.md §13.5, the embedded mode): a verification decides
 /// on the key's counter under its lock, and a paid spend is answered once it is committed.
-/// The commit is a group commit without a thread of its own: a verification waiting for
+/// With the credit journal ([`Journaling::append`]), a spend is committed as it is
+/// decided: its record appended under the counter's lock. Without it (no database file,
+/// or another process spends on the file too), the commit is a group commit to the rows
+/// without a thread of its own: a verification waiting for
 /// its commit lets the other requests its thread has in hand decide theirs first, then
 /// the first waiter to find no commit running leads: it takes every counter value waiting
 /// at that moment, writes each key's last one (its `remaining` and `lastRefillAt`,
@@ -187,8 +190,7 @@ pub(super) struct CounterValue {
 
 #[derive(Debug)]
 pub(super) struct CounterWrite {
-    /// The counter before the spend, and after.
-    pub(super) before: CounterValue,
+    /// The counter after the spend.
     pub(super) value: CounterValue,
     pub(super) seq: u64,
     pub(super) counter: Arc<Counter>,
@@ -341,9 +343,15 @@ impl MemoryLedger {
             changed |= cost > 0;
         }
         state.value = Some(Some(value));
-        let commit = match changed {
-            false => None,
-            true => {
+        let journaled = changed.then(|| self.journaling.append(self, counter, before, value)).flatten();
+        let commit = match (changed, journaled) {
+            (false, _) => None,
+            // In the journal: answered now.
+            (true, Some(seq)) => {
+                state.pending = seq;
+                None
+            }
+            (true, None) => {
                 // Queued under the counter's lock: the queue holds each key's values in order.
                 let (reply, commit) = match paid {
                     true => {
@@ -354,7 +362,6 @@ impl MemoryLedger {
                     false => (None, None),
                 };
                 state.pending = self.queue(CounterWrite {
-                    before,
                     value,
                     seq: 0,
                     counter: counter.clone(),
@@ -413,7 +420,7 @@ impl MemoryLedger {
     }
 
     /// Blocks until every write up to `seq` is committed (or failed), leading if need be:
-    /// to the journal, or to the rows.
+    /// to the rows (a journaled write is committed as it is appended).
     fn commit_up_to(&self, seq: u64) {
         while self.committed.load(std::sync::atomic::Ordering::Acquire) < seq {
             self.as_leader(self.leader.lock(), || self.commit_waiting());
@@ -517,7 +524,7 @@ pub(super) fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch:
                 let _ = reply.send(answer);
             }
         }
-        l.committed.store(last_seq, std::sync::atomic::Ordering::Release);
+        l.committed.fetch_max(last_seq, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -553,7 +560,6 @@ mod tests {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let value = CounterValue { remaining: 9, last_refill_at: None };
         let seq = ledger.queue(CounterWrite {
-            before: CounterValue { remaining: 10, last_refill_at: None },
             value,
             seq: 0,
             counter: counter.clone(),
