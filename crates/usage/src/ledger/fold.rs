@@ -296,16 +296,24 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
     metrics::counter!("keygate_credit_commits_total").increment(1);
     metrics::histogram!("keygate_credit_commit_batch_size").record(entries.len() as f64);
     if let Some(journal) = j.journal.get() {
-        let mut journal = journal.lock();
-        for (seq, counter) in &resets {
-            if let Err(e) = journal.push_reset(*seq, &counter.key_id) {
-                log::warn!("credit journal: a reset of {} not written: {e}", counter.key_id);
+        let (path, len) = {
+            let mut journal = journal.lock();
+            for (seq, counter) in &resets {
+                if let Err(e) = journal.push_reset(*seq, &counter.key_id) {
+                    log::warn!("credit journal: a reset of {} not written: {e}", counter.key_id);
+                }
             }
-        }
-        if let Some(upto) = upto.filter(|upto| *upto > COMPACT_AT)
-            && let Err(e) = journal.compact(upto)
-        {
-            log::warn!("credit journal: not compacted: {e}");
+            (journal.path().to_path_buf(), journal.len())
+        };
+        // Compacted into a file made ready outside the journal's lock (spends go on
+        // meanwhile); under it only what follows `upto` is copied, and the old file is
+        // let go after it.
+        if let Some(upto) = upto.filter(|upto| *upto > COMPACT_AT) {
+            let compacted = Journal::spare(&path, len.saturating_sub(upto) as usize)
+                .and_then(|spare| journal.lock().compact_into(upto, spare));
+            if let Err(e) = compacted {
+                log::warn!("credit journal: not compacted: {e}");
+            }
         }
     }
     true

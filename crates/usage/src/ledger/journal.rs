@@ -192,20 +192,55 @@ impl Journal {
         self.len as u64
     }
 
-    /// Keeps only what was written from `from` on (what is not folded yet), by writing it
-    /// to a new file that replaces the journal.
+    /// Keeps only what was written from `from` on (what is not folded yet), in a new file
+    /// that replaces the journal ([`Self::spare`] then [`Self::compact_into`] in one go).
     pub(crate) fn compact(&mut self, from: u64) -> std::io::Result<()> {
+        let rest = self.len.saturating_sub(from as usize);
+        let spare = Self::spare(&self.path, rest)?;
+        self.compact_into(from, spare).map(drop)
+    }
+
+    /// A file to compact `path`'s journal into, for about `rest` bytes of records: written
+    /// full of zeros and mapped, its pages touched, so that [`Self::compact_into`] (under
+    /// the journal's lock, which every spend takes) only copies and renames. Made by the
+    /// owner (its fold) alone.
+    pub(crate) fn spare(path: &Path, rest: usize) -> std::io::Result<Spare> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(sibling(path, ".next"))?;
+        let mut map = reserve_and_map(&file, 0, capacity_for(rest))?;
+        for at in (0..map.len()).step_by(4096) {
+            map[at] = 0;
+        }
+        Ok(Spare { file, map })
+    }
+
+    /// Keeps only what was written from `from` on (what is not folded yet): copied into
+    /// `spare` (grown first if the records since outgrew it), which then replaces the
+    /// journal. The journal's file and mapping before are returned, to be dropped after the
+    /// journal's lock (unmapping and freeing them takes a while).
+    pub(crate) fn compact_into(&mut self, from: u64, spare: Spare) -> std::io::Result<Spare> {
         let rest = self.map.get(from as usize..self.len).unwrap_or_default();
-        let next = sibling(&self.path, ".next");
-        let file =
-            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&next)?;
-        file.write_all_at(rest, 0)?;
-        let map = reserve_and_map(&file, rest.len(), capacity_for(rest.len()))?;
-        std::fs::rename(&next, &self.path)?;
-        self.len = rest.len();
-        self.map = map;
-        self.file = file;
-        Ok(())
+        let Spare { file, mut map } = spare;
+        if rest.len() > map.len() {
+            map = reserve_and_map(&file, map.len(), capacity_for(rest.len()))?;
+        }
+        map[..rest.len()].copy_from_slice(rest);
+        let len = rest.len();
+        std::fs::rename(sibling(&self.path, ".next"), &self.path)?;
+        self.len = len;
+        Ok(Spare {
+            file: std::mem::replace(&mut self.file, file),
+            map: std::mem::replace(&mut self.map, map),
+        })
+    }
+
+    /// The journal's file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Whether another process asked this one to step aside.
@@ -218,6 +253,14 @@ impl Journal {
     pub(crate) fn stepped_aside(&self) -> std::io::Result<()> {
         self.lock.write_all_at(&1u32.to_le_bytes(), YIELDED)
     }
+}
+
+/// A file and its mapping: one made ready to take the journal's place
+/// ([`Journal::spare`]), or the one it replaced.
+#[derive(Debug)]
+pub(crate) struct Spare {
+    file: File,
+    map: MmapMut,
 }
 
 /// An empty journal is left empty: its file cut to nothing as the mapping goes (which
