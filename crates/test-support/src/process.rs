@@ -4,12 +4,41 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A loopback port nothing listens on now (the OS's choice; free until someone binds it).
+/// A loopback port nothing listens on now, handed out once in this test process.
+///
+/// Taken below the kernel's ephemeral range, not from it: the OS gives ephemeral ports to
+/// outgoing connections too, so a port it picked for us (bind to port 0) could be some
+/// client's local port by the time the server binds it ("Address already in use", seen in
+/// CI). Each process starts at its own offset (its pid) so two test processes rarely meet,
+/// and a port something already listens on is skipped.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    // The one counter of the test process, so that two tests never get the same port.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    let high = ephemeral_low().clamp(LOW + 1_000, 32_000);
+    let span = high - LOW;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < span, "no free port left in {LOW}..{high}");
+        let port = (LOW + (start + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The first port the kernel hands to outgoing connections (Linux's
+/// `ip_local_port_range`; 32768 where it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Waits (at most 30 s) until something accepts connections on `127.0.0.1:port`.
