@@ -253,6 +253,29 @@ fn ad_hoc_limits_need_limit_and_duration_and_count_per_key() {
 }
 
 #[test]
+fn keys_limits_of_one_name_count_per_key() {
+    // In the in-process store every key's own limits share one namespace, told apart by the
+    // limits' ids (docs/performance/credits.md): one key's exhausted `calls` is no other's.
+    let s = TestServer::start();
+    let keys: Vec<(String, String)> =
+        (0..3).map(|_| create(&s, json!({"ratelimits": [limit("calls", 2, true)]}))).collect();
+    let (_, first) = &keys[0];
+    assert_eq!(code(&verify(&s, first, json!({}))), "VALID");
+    assert_eq!(code(&verify(&s, first, json!({}))), "VALID");
+    assert_eq!(code(&verify(&s, first, json!({}))), "RATE_LIMITED");
+    for (id, secret) in &keys[1..] {
+        let v = verify(&s, secret, json!({}));
+        assert_eq!((code(&v), v["ratelimits"][0]["remaining"].clone()), ("VALID", json!(1)), "{id}");
+    }
+    // A deleted key's budget is not a new key's.
+    let r = s.v2("keys.deleteKey", &json!({"keyId": keys[0].0}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let (_, fresh) = create(&s, json!({"ratelimits": [limit("calls", 2, true)]}));
+    let v = verify(&s, &fresh, json!({}));
+    assert_eq!((code(&v), v["ratelimits"][0]["remaining"].clone()), ("VALID", json!(1)));
+}
+
+#[test]
 fn a_changed_limit_keeps_its_count() {
     let s = TestServer::start();
     let (id, secret) = create(&s, json!({"ratelimits": [limit("calls", 2, true)]}));

@@ -1,4 +1,5 @@
-//! The in-process decision: 1 and 2 threads; 1, 100k and 1M live budgets.
+//! The in-process decision: 1 and 2 threads; 1, 100k and 1M live budgets; and the layouts
+//! of keys' own limits (a namespace per key, or one for all).
 //! `cargo bench -p keygate-ratelimit --bench decision`
 //!
 //! Identifiers are read in order from a prepared list, as a server reads the identifier of
@@ -94,6 +95,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+    own_limits(c);
 
     // Calibration: the floor of any hash table on this machine: a bare foldhash hashbrown
     // probe, no lock, no strings, no decision. Keys are random u64 (splitmix64), read in
@@ -143,6 +145,38 @@ fn bench(c: &mut Criterion) {
         });
     }
     chase.finish();
+}
+
+/// The layout of keys' own limits in `keys.verifyKey` (keygate-usage's `limits.rs`): 1,000
+/// keys with one limit each, its identifier the limit's id (24 bytes, the heap path), each
+/// key's budgets in a namespace of its own (`vl:<key id>}`, as the shared stores need for
+/// one cluster slot per key) or all keys' in one (`vl`, the in-process store's layout).
+fn own_limits(c: &mut Criterion) {
+    const KEYS: usize = 1_000;
+    let mut group = c.benchmark_group("keys_own_limits");
+    group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    let ids: Vec<String> =
+        (0..KEYS).map(|i| format!("rl_{:021}", splitmix64(i as u64) % 10u64.pow(18))).collect();
+    let one = Arc::new(String::from("vl"));
+    let per_key: Vec<Arc<String>> =
+        (0..KEYS).map(|i| Arc::new(format!("vl:key_{:020}}}", splitmix64(!(i as u64))))).collect();
+    for (label, namespace) in [("namespace_per_key", false), ("one_namespace", true)] {
+        let store = MemoryStore::new();
+        let ns = |i: usize| if namespace { &one } else { &per_key[i] };
+        let key = |i: usize| BudgetKey { namespace_id: ns(i), identifier: &ids[i], duration: 60_000 };
+        let req = LimitRequest { limit: u64::MAX >> 12, duration: 60_000, cost: 1 };
+        for i in 0..KEYS {
+            store.check(key(i), req, NOW);
+        }
+        group.bench_function(BenchmarkId::new("1_thread", label), |b| {
+            let mut i = 0usize;
+            b.iter(|| {
+                i = if i + 1 == KEYS { 0 } else { i + 1 };
+                black_box(store.check(key(i), req, NOW))
+            })
+        });
+    }
+    group.finish();
 }
 
 /// `bytes / 64` slots linked into one cycle in random order.

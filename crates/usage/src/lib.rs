@@ -44,6 +44,9 @@ pub struct UsageService<S> {
     ledger: Arc<Ledger<S>>,
     /// Where the rate limits of keys and identities are counted.
     limiter: Arc<dyn RateLimitStore>,
+    /// [`limits::LOCAL_OWN_NAMESPACE`], allocated once: the in-process store compares a
+    /// budget's namespace by pointer first.
+    own_local: Arc<String>,
 }
 
 impl<S: UsageStore + 'static> UsageService<S> {
@@ -60,7 +63,8 @@ impl<S: UsageStore + 'static> UsageService<S> {
     ) -> (Arc<RbacService<S>>, Self) {
         let ledger = Arc::new(Ledger::new(rbac.store().clone(), rbac.counter_source(), shared));
         let rbac = Arc::new(rbac.with_credit_counters(ledger.clone()));
-        (rbac.clone(), Self { rbac, ledger, limiter })
+        let own_local = Arc::new(limits::LOCAL_OWN_NAMESPACE.to_owned());
+        (rbac.clone(), Self { rbac, ledger, limiter, own_local })
     }
 
     /// The RBAC service usage is wired onto.

@@ -160,11 +160,33 @@ pub(crate) fn applied_limits(
 /// The budgets of an identity's limits live in one namespace per identity, never a
 /// `ratelimit.*` namespace's. The closing brace makes the Redis store's cluster hash tag end
 /// there, so that every budget of one identity shares a slot (and one all-or-nothing script
-/// call). A key's own limits live in the namespace its credit ledger names (in the slot of
-/// its credit counter when that is in Redis, so one script takes both), else in
-/// `vl:<key id>}`.
+/// call). A key's own limits (and its ad-hoc ones) live in the namespace its credit ledger
+/// names (in the slot of its credit counter when that is in Redis, so one script takes
+/// both); else, in a shared store, in `vl:<key id>}` (one slot); else, in the in-process
+/// store, in [`LOCAL_OWN_NAMESPACE`].
 fn identity_namespace(identity_id: &str) -> Arc<String> {
     Arc::new(format!("vl:{identity_id}}}"))
+}
+
+/// The namespace of every key's own limits in the in-process store. The budgets'
+/// identifiers tell the keys apart (a stored limit's id, unique; `<key id>:<name>` for an
+/// ad-hoc limit), so the keys' budgets of one duration are one class of the store, one
+/// table per shard, as a `ratelimit.*` namespace's identifiers are: a namespace per key
+/// made each key a class of its own, its own small table, so a decision missed the cache on
+/// the shard's class index, the class and its table, and all keys' limits of one name
+/// were in one shard, behind one lock. (Never a namespace's id: those start `rlns_`; the
+/// identities' start `vl:`.)
+pub(crate) const LOCAL_OWN_NAMESPACE: &str = "vl";
+
+/// The namespace of `key_id`'s own limits where no credit ledger takes them: in a shared
+/// store (`remote`), the key's own, `vl:<key id>}` (one cluster slot, so its limits are one
+/// all-or-nothing call); in the in-process store, `local` (which names
+/// [`LOCAL_OWN_NAMESPACE`], one allocation shared by all keys).
+pub(crate) fn own_namespace(key_id: &str, remote: bool, local: &Arc<String>) -> Arc<String> {
+    match remote {
+        true => Arc::new(format!("vl:{key_id}}}")),
+        false => local.clone(),
+    }
 }
 
 /// What a cached key's verifications need of its limits, worked out once per snapshot:
@@ -182,9 +204,8 @@ pub(crate) struct KeyLimits {
 
 impl KeyLimits {
     /// `own`: the namespace of the key's own limits.
-    pub(crate) fn of(summary: &KeySummary, own: String) -> Self {
+    pub(crate) fn of(summary: &KeySummary, own: Arc<String>) -> Self {
         let auto = applied_limits(summary, &[]).unwrap_or_default();
-        let own = Arc::new(own);
         let identity = summary.key.identity_id.as_deref().map_or_else(|| own.clone(), identity_namespace);
         Self { own, identity, auto: auto.into(), counter: Arc::default() }
     }

@@ -6,7 +6,7 @@
 use crate::UsageService;
 use crate::ledger::memory::{Commit, Committed, Retry};
 use crate::ledger::{SpendAsk, Spent};
-use crate::limits::{Applied, Held, KeyLimits, Taken, Usage, applied_limits, outcomes};
+use crate::limits::{Applied, Held, KeyLimits, Taken, Usage, applied_limits, outcomes, own_namespace};
 use crate::store::{CreditSpend, UsageStore};
 use keygate_ratelimit::{Decision, StoreError};
 use keygate_rbac::{Assumed, Checked, RbacError, StorageError, Verification, VerifyCode};
@@ -165,7 +165,13 @@ impl<S: UsageStore + 'static> UsageService<S> {
         };
         let (summary, tag) = (snapshot.summary(), snapshot.tag());
         let ledger = &self.ledger;
-        let own = |s: &keygate_rbac::KeySummary| KeyLimits::of(s, ledger.limits_namespace(&s.key.id));
+        let own = |s: &keygate_rbac::KeySummary| {
+            let own = match ledger.limits_namespace(&s.key.id) {
+                Some(ns) => Arc::new(ns),
+                None => own_namespace(&s.key.id, self.limiter.is_remote(), &self.own_local),
+            };
+            KeyLimits::of(s, own)
+        };
         let Some(limits) = snapshot.attached(own) else {
             return if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) };
         };

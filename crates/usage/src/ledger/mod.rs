@@ -155,12 +155,13 @@ impl<S: UsageStore + 'static> Ledger<S> {
         matches!(&self.kind, Kind::Shared(l) if l.checks_counters())
     }
 
-    /// The namespace of `key_id`'s own rate limits: in the slot of its credit counter for
-    /// the shared ledger, so that [`SpendAsk::limits`] can be taken with the spend.
-    pub(crate) fn limits_namespace(&self, key_id: &str) -> String {
+    /// The namespace of `key_id`'s own rate limits when the ledger takes them (the shared
+    /// ledger: in the slot of its credit counter, so that [`SpendAsk::limits`] can be taken
+    /// with the spend); `None` for the others.
+    pub(crate) fn limits_namespace(&self, key_id: &str) -> Option<String> {
         match &self.kind {
-            Kind::Shared(ledger) => ledger.limits_namespace(key_id),
-            _ => format!("vl:{key_id}}}"),
+            Kind::Shared(ledger) => Some(ledger.limits_namespace(key_id)),
+            _ => None,
         }
     }
 
