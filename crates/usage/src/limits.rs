@@ -224,8 +224,10 @@ pub(crate) enum Held {
 #[derive(Debug)]
 pub(crate) struct Taken {
     pub(crate) limiter: Arc<dyn RateLimitStore>,
-    pub(crate) own: Arc<String>,
-    pub(crate) identity: Arc<String>,
+    /// The key's namespaces (one reference count, the key's own: the in-process store's
+    /// namespace of all keys' limits is one allocation, which every verification would
+    /// otherwise count on one cache line).
+    pub(crate) key: Arc<KeyLimits>,
     pub(crate) limits: Arc<[Applied]>,
     pub(crate) held: Held,
     pub(crate) now: u64,
@@ -245,7 +247,7 @@ impl Taken {
     }
 
     fn entry<'a>(&'a self, l: &'a Applied, cost: u64) -> Entry<'a> {
-        let namespace_id = if l.identity { &self.identity } else { &self.own };
+        let namespace_id = if l.identity { &self.key.identity } else { &self.key.own };
         let key = BudgetKey { namespace_id, identifier: &l.budget, duration: l.request.duration };
         (key, LimitRequest { cost, ..l.request })
     }

@@ -170,7 +170,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
                 Some(ns) => Arc::new(ns),
                 None => own_namespace(&s.key.id, self.limiter.is_remote(), &self.own_local),
             };
-            KeyLimits::of(s, own)
+            Arc::new(KeyLimits::of(s, own))
         };
         let Some(limits) = snapshot.attached(own) else {
             return if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) };
@@ -195,8 +195,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         let now = self.rbac.clock().now_ms();
         let t = Taken {
             limiter: self.limiter.clone(),
-            own: limits.own.clone(),
-            identity: limits.identity.clone(),
+            key: limits.clone(),
             limits: applied,
             held: if with_spend { Held::Identity } else { Held::All },
             now,
