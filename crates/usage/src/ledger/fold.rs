@@ -337,7 +337,7 @@ pub(super) fn start(l: &Arc<MemoryLedger>) {
         return;
     }
     let weak = Arc::downgrade(l);
-    let spawned = std::thread::Builder::new().name("keygate-credits".into()).spawn(move || {
+    let spawned = std::thread::Builder::new().name("keygate-fold".into()).spawn(move || {
         loop {
             std::thread::sleep(FOLD_EVERY);
             let Some(l) = weak.upgrade() else { return };
