@@ -22,9 +22,10 @@ pub(crate) struct Journaling {
     journal: OnceLock<parking_lot::Mutex<Journal>>,
     /// Spends go to the journal (owned, and not stepped aside for another process).
     on: AtomicBool,
-    /// The counters journaled and not folded into the rows yet, by their address (each
-    /// entry holds its counter: the address is its own while the entry lives).
-    pending: parking_lot::Mutex<hashbrown::HashMap<usize, Folding>>,
+    /// The counters journaled and not folded into the rows yet, each once (what it
+    /// folds to is the counter's own [`Counter::folding`], written under this lock: a
+    /// spend touches its counter, already in the CPU's cache, not a table of them all).
+    pending: parking_lot::Mutex<Vec<Arc<Counter>>>,
     /// Held by the fold under way.
     folding: parking_lot::Mutex<()>,
     /// Every journaled write up to this sequence number is folded.
@@ -35,19 +36,13 @@ pub(crate) struct Journaling {
     joined: OnceLock<Option<std::fs::File>>,
 }
 
-/// A counter waiting to be folded: its value before its first journaled spend since the
-/// last fold, and after its last.
-#[derive(Debug)]
+/// What a counter waiting to be folded folds: its value before its first journaled spend
+/// since the last fold, and after its last (the sequence number of that one).
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Folding {
-    counter: Arc<Counter>,
     before: CounterValue,
     after: CounterValue,
     seq: u64,
-}
-
-/// A counter's key in [`Journaling::pending`].
-fn address(counter: &Arc<Counter>) -> usize {
-    Arc::as_ptr(counter) as usize
 }
 
 fn value(v: CounterValue) -> Value {
@@ -146,7 +141,7 @@ impl Journaling {
         }
         for key in keys.iter_mut() {
             let Some(c) = key.credits.as_mut() else { continue };
-            let Some(f) = counter(&key.id).and_then(|counter| pending.get(&address(&counter))) else {
+            let Some(f) = counter(&key.id).and_then(|counter| *counter.folding.lock()) else {
                 continue;
             };
             c.remaining = f.after.remaining;
@@ -185,11 +180,15 @@ impl Journaling {
             // `seq` is committed with the caller's queued write, which comes after it.
             return None;
         }
-        self.pending
-            .lock()
-            .entry(address(counter))
-            .and_modify(|f| (f.after, f.seq) = (after, seq))
-            .or_insert_with(|| Folding { counter: counter.clone(), before, after, seq });
+        let mut pending = self.pending.lock();
+        let mut folding = counter.folding.lock();
+        match &mut *folding {
+            Some(f) => (f.after, f.seq) = (after, seq),
+            None => {
+                *folding = Some(Folding { before, after, seq });
+                pending.push(counter.clone());
+            }
+        }
         l.committed.fetch_max(seq, Ordering::AcqRel);
         Some(seq)
     }
@@ -226,18 +225,30 @@ pub(super) fn commit<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<Coun
 pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
     let j = &l.journaling;
     let _folding = j.folding.lock();
+    // The next fold's list made here, as long as this one's: spends after this fold do
+    // not grow it (on the worker) while they fill it.
+    let fresh = Vec::with_capacity(j.pending.lock().len());
     let (entries, upto) = {
         let journal = j.journal.get().map(|m| m.lock());
-        (std::mem::take(&mut *j.pending.lock()), journal.map(|j| j.len()))
+        let counters = std::mem::replace(&mut *j.pending.lock(), fresh);
+        // Taken with the list, under its lock: the journal up to `upto` and no further.
+        let entries: Vec<(Arc<Counter>, Folding)> = counters
+            .into_iter()
+            .filter_map(|c| {
+                let f = c.folding.lock().take();
+                f.map(|f| (c, f))
+            })
+            .collect();
+        (entries, journal.map(|j| j.len()))
     };
     if entries.is_empty() {
         return true;
     }
     let done = store.usage_transaction(|tx| {
         let mut written = Vec::with_capacity(entries.len());
-        for f in entries.values() {
-            let key_id = &*f.counter.key_id;
-            let expected = *f.counter.stored.lock();
+        for (counter, f) in &entries {
+            let key_id = &*counter.key_id;
+            let expected = *counter.stored.lock();
             let (remaining, at) = value(f.after);
             // The counter went on from what this process last wrote (else a write of
             // another process, found at an earlier fold, put the row elsewhere), and the
@@ -247,7 +258,7 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
                 _ => false,
             };
             if landed {
-                written.push((f, Some(f.after), false));
+                written.push((counter, f, Some(f.after), false));
                 continue;
             }
             // Another process wrote the row: the spends answered here apply to its value.
@@ -259,10 +270,10 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
             if let Some(v) = next {
                 tx.write_key_credits(&[(key_id, v.remaining, v.last_refill_at)])?;
             }
-            written.push((f, next, true));
+            written.push((counter, f, next, true));
         }
         Ok::<_, RbacError>(
-            written.into_iter().map(|(f, v, c)| (f.counter.clone(), f.seq, v, c)).collect::<Vec<_>>(),
+            written.into_iter().map(|(counter, f, v, c)| (counter.clone(), f.seq, v, c)).collect::<Vec<_>>(),
         )
     });
     let written = match done {
@@ -270,11 +281,14 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
         Err(e) => {
             log::warn!("credit journal: {} counters not folded yet: {e}", entries.len());
             let mut pending = j.pending.lock();
-            for (at, f) in entries {
-                match pending.get_mut(&at) {
+            for (counter, f) in entries {
+                let mut folding = counter.folding.lock();
+                match &mut *folding {
                     Some(newer) => newer.before = f.before,
                     None => {
-                        pending.insert(at, f);
+                        *folding = Some(f);
+                        drop(folding);
+                        pending.push(counter);
                     }
                 }
             }

@@ -170,6 +170,8 @@ pub(crate) struct Counter {
     /// the writer's condition (apart from `state`, which [`MemoryLedger::hold`] keeps
     /// locked while it waits for the writer).
     pub(super) stored: parking_lot::Mutex<Option<CounterValue>>,
+    /// What the credit journal's next fold writes to the row, if journaled since the last.
+    pub(super) folding: parking_lot::Mutex<Option<super::fold::Folding>>,
 }
 
 #[derive(Debug, Default)]
@@ -278,6 +280,7 @@ impl MemoryLedger {
                         state: Default::default(),
                         stale: Default::default(),
                         stored: Default::default(),
+                        folding: Default::default(),
                     })
                 })
                 .clone(),
