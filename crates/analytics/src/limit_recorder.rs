@@ -29,7 +29,10 @@
 //! [`LimitRecorder::dropped`] and `keygate_analytics_dropped_total`, and a new identifier
 //! makes room in its sketch (or, its sketch empty, goes uncounted per identifier).
 
+mod name;
+
 use hashbrown::{HashMap, HashTable};
+use name::Name;
 use parking_lot::Mutex;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -162,7 +165,7 @@ impl Held {
 /// An identifier held by a sketch, with its hash.
 #[derive(Debug)]
 struct HeldId {
-    identifier: Box<str>,
+    identifier: Name,
     hash: u64,
     held: Held,
 }
@@ -290,7 +293,7 @@ impl LimitRecorder {
                 insert(&mut shard.hours, hash, d.namespace_id, start, sketch)
             }
         };
-        let same = |h: &HeldId| h.hash == id_hash && *h.identifier == *d.identifier;
+        let same = |h: &HeldId| h.hash == id_hash && h.identifier.as_bytes() == d.identifier.as_bytes();
         if let Some(h) = sketch.held.find_mut(id_hash, same) {
             add(&mut h.held.passed, &mut h.held.denied, d.passed, 1);
             return;
@@ -317,7 +320,7 @@ impl LimitRecorder {
         }
         let mut held = Held { floor: sketch.floor, ..Held::default() };
         add(&mut held.passed, &mut held.denied, d.passed, 1);
-        let entry = HeldId { identifier: d.identifier.into(), hash: id_hash, held };
+        let entry = HeldId { identifier: Name::new(d.identifier), hash: id_hash, held };
         sketch.held.insert_unique(id_hash, entry, |h| h.hash);
         true
     }
@@ -355,7 +358,7 @@ impl LimitRecorder {
                             workspace_id: sketch.workspace_id.clone(),
                             namespace_id: slot.namespace_id.clone(),
                             hour: slot.start,
-                            identifier: identifier.clone(),
+                            identifier: identifier.to_boxed(),
                             passed,
                             denied,
                         });
@@ -460,6 +463,27 @@ mod tests {
         assert_eq!(r.entries(), 0);
     }
 
+    /// Identifiers held in the entry and behind a pointer are counted apart and given back
+    /// whole: either side of the inline bound, prefixes of one another, empty, multi-byte.
+    #[test]
+    fn identifiers_short_and_long_are_told_apart_and_given_back_whole() {
+        let r = LimitRecorder::new(1_000);
+        let at = "é".repeat(15) + "x"; // 31 bytes: the longest held inline
+        let long = at.clone() + "y"; // 32 bytes: behind a pointer
+        let ids = ["", "a", "ab", at.as_str(), long.as_str(), &"k".repeat(300), &"k".repeat(301)];
+        for (n, id) in ids.iter().enumerate() {
+            for _ in 0..=n {
+                r.record(&decision("ns", id, true, 60_000));
+            }
+        }
+        let got = by_identifier(&r.drain(None));
+        let want: std::collections::BTreeMap<_, _> = ids
+            .iter()
+            .enumerate()
+            .map(|(n, id)| (("ns".to_string(), 0, id.to_string()), (n as u64 + 1, 0)))
+            .collect();
+        assert_eq!(got, want);
+    }
     #[test]
     fn heavy_identifiers_are_exact_among_many_light_ones() {
         let r = LimitRecorder::new(1_000_000);
