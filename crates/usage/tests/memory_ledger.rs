@@ -47,6 +47,18 @@ fn count(store: &SqlStore, sql: &str) -> i64 {
     store.with_conn(|c| diesel::sql_query(sql).get_result::<C>(c)).expect("count").n
 }
 
+/// `n` keys named `<name><i>` with `credits` each: (key id, secret).
+fn paid_keys(f: &Fixture, name: &str, n: usize, credits: u64) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            let (key, secret) = f.rbac.create_key(&f.ws, Some(format!("{name}{i}"))).expect("key");
+            let op = keygate_usage::CreditOp::Set;
+            f.usage.update_credits(&f.admin, &key.id, op, Some(credits)).expect("credits");
+            (key.id, secret.expose().to_string())
+        })
+        .collect()
+}
+
 /// The embedded group commit, used from the library: verifications awaited on a
 /// multi-threaded runtime (each leads a commit or waits for another's, and a leader passes
 /// the lead on when spends are left after its batch) and blocking ones at the same time
@@ -66,16 +78,10 @@ fn credit_spends_awaited_and_blocking_at_once_are_exact() {
 
 fn spend_awaited_and_blocking_at_once() {
     use keygate_rbac::VerifyCode;
-    use keygate_usage::{CreditOp, Usage};
+    use keygate_usage::Usage;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let f = fixture();
-    let keys: Vec<(String, String)> = (0..50)
-        .map(|i| {
-            let (key, secret) = f.rbac.create_key(&f.ws, Some(format!("paid{i}"))).expect("key");
-            f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(20)).expect("credits");
-            (key.id, secret.expose().to_string())
-        })
-        .collect();
+    let keys = paid_keys(&f, "paid", 50, 20);
     let valid = AtomicUsize::new(0);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).build().expect("runtime");
     std::thread::scope(|scope| {
@@ -265,15 +271,8 @@ fn a_row_written_by_another_process_between_folds_keeps_both() {
 #[test]
 fn spends_journaled_while_folds_fail_reach_the_rows_after() {
     use keygate_rbac::VerifyCode;
-    use keygate_usage::CreditOp;
     let f = sqlite_fixture();
-    let keys: Vec<(String, String)> = (0..3)
-        .map(|i| {
-            let (key, secret) = f.rbac.create_key(&f.ws, Some(format!("away{i}"))).expect("key");
-            f.usage.update_credits(&f.admin, &key.id, CreditOp::Set, Some(100)).expect("credits");
-            (key.id, secret.expose().to_string())
-        })
-        .collect();
+    let keys = paid_keys(&f, "away", 3, 100);
     let spend = |secret: &str, n: usize| {
         for _ in 0..n {
             let v = f.usage.verify_key(secret, &VerifyScope::default(), None).expect("verify");
