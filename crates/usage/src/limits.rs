@@ -199,7 +199,7 @@ pub(crate) struct KeyLimits {
     /// Its identity's limits' namespace (`own` without an identity).
     pub(crate) identity: Arc<String>,
     pub(crate) auto: Arc<[Applied]>,
-    pub(crate) counter: Arc<std::sync::OnceLock<Arc<crate::ledger::memory::Counter>>>,
+    pub(crate) counter: std::sync::OnceLock<Arc<crate::ledger::memory::Counter>>,
 }
 
 impl KeyLimits {
@@ -207,7 +207,7 @@ impl KeyLimits {
     pub(crate) fn of(summary: &KeySummary, own: Arc<String>) -> Self {
         let auto = applied_limits(summary, &[]).unwrap_or_default();
         let identity = summary.key.identity_id.as_deref().map_or_else(|| own.clone(), identity_namespace);
-        Self { own, identity, auto: auto.into(), counter: Arc::default() }
+        Self { own, identity, auto: auto.into(), counter: Default::default() }
     }
 }
 

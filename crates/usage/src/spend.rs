@@ -175,6 +175,9 @@ impl<S: UsageStore + 'static> UsageService<S> {
         let Some(limits) = snapshot.attached(own) else {
             return if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) };
         };
+        if let Some(counter) = limits.counter.get() {
+            counter.prefetch();
+        }
         let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
             true => limits.auto.clone(),
             false => match applied_limits(summary, &usage.ratelimits) {

@@ -151,8 +151,8 @@ impl Journaling {
         }
     }
 
-    /// Appends a spend of `counter` (`before` -> `after`) to the journal while spends go
-    /// there, and keeps the counter to fold: its sequence number, written (and
+    /// Appends a spend of `counter` (`before` -> `after`; `key_id`: its key's, the caller's
+    /// copy, already in cache) to the journal while spends go there, and keeps the counter to fold: its sequence number, written (and
     /// [`MemoryLedger::committed`] up to it). `None`: the caller queues it for the rows
     /// (the journal is not on, or could not take it, and is off from now on).
     /// Called under the counter's lock: the journal holds each key's spends in order.
@@ -160,6 +160,7 @@ impl Journaling {
         &self,
         l: &MemoryLedger,
         counter: &Arc<Counter>,
+        key_id: &str,
         before: CounterValue,
         after: CounterValue,
     ) -> Option<u64> {
@@ -172,7 +173,7 @@ impl Journaling {
             return None;
         }
         let seq = l.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Err(e) = journal.push_spend(seq, &counter.key_id, value(before), value(after)) {
+        if let Err(e) = journal.push_spend(seq, key_id, value(before), value(after)) {
             log::error!(
                 "credit journal: not written ({e}): spends are committed to the database from now on"
             );

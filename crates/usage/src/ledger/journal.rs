@@ -295,20 +295,10 @@ fn reserve_and_map(file: &File, from: usize, to: usize) -> std::io::Result<MmapM
 /// Asks the CPU to bring into its cache the lines of `map` that the next record, written
 /// from `at`, will fill (a record is under 128 bytes for key ids under 77): the copy of
 /// that record then finds them there. Without it each record's first store to a line
-/// missed, and the next atomic instruction (the pending table's lock) waited for it: a
-/// third of a spend's journaling in a profile. A hint only: nothing is read or written.
-#[allow(unsafe_code)]
+/// missed, and the next atomic instruction (the pending list's lock) waited for it: a
+/// third of a spend's journaling in a profile.
 fn prefetch(map: &[u8], at: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for offset in [0, 64, 127] {
-        let p = map.as_ptr().wrapping_add(at + offset);
-        // SAFETY: `_mm_prefetch` is unsafe only because it is a `target_feature(sse)`
-        // function, and SSE is part of every x86_64 target. A prefetch never faults nor
-        // reads into the program: an address past the mapping's end is ignored.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (map, at);
+    super::prefetch::lines(map.as_ptr().wrapping_add(at), 128);
 }
 
 /// Maps `file` into memory, writable and shared with the kernel's page cache.

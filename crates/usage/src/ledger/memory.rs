@@ -1,10 +1,12 @@
 //! The memory ledger: counters in memory, written to the database by a group commit that
 //! the waiting verifications lead themselves (one process owns the database).
 
+pub(crate) use super::counter::Counter;
+pub(super) use super::counter::CounterValue;
 use super::fold::Journaling;
 use super::{SpendAsk, Spent, rows::CreditQueue, storage};
 use crate::store::{CreditSpend, UsageStore};
-use keygate_rbac::{StorageError, Tag};
+use keygate_rbac::StorageError;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -160,37 +162,6 @@ impl std::fmt::Debug for MemoryLedger {
 type CounterShard = parking_lot::Mutex<HashMap<String, Arc<Counter>>>;
 
 #[derive(Debug)]
-pub(crate) struct Counter {
-    pub(super) key_id: Box<str>,
-    state: parking_lot::Mutex<CounterState>,
-    /// A write of this counter failed or conflicted: its value is not what the database
-    /// holds.
-    pub(super) stale: std::sync::atomic::AtomicBool,
-    /// What the database holds, as far as this process knows (read, or last written):
-    /// the writer's condition (apart from `state`, which [`MemoryLedger::hold`] keeps
-    /// locked while it waits for the writer).
-    pub(super) stored: parking_lot::Mutex<Option<CounterValue>>,
-    /// What the credit journal's next fold writes to the row, if journaled since the last.
-    pub(super) folding: parking_lot::Mutex<Option<super::fold::Folding>>,
-}
-
-#[derive(Debug, Default)]
-struct CounterState {
-    /// `None`: not read from the database yet (or again).
-    value: Option<Option<CounterValue>>,
-    /// The change counters of the key when it was read.
-    tag: Option<Tag>,
-    /// The sequence number of this counter's last queued write.
-    pending: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct CounterValue {
-    pub(super) remaining: u64,
-    pub(super) last_refill_at: Option<i64>,
-}
-
-#[derive(Debug)]
 pub(super) struct CounterWrite {
     /// The counter after the spend.
     pub(super) value: CounterValue,
@@ -272,18 +243,7 @@ impl MemoryLedger {
         let mut shard = self.shard(key_id).lock();
         match shard.get(key_id) {
             Some(c) => c.clone(),
-            None => shard
-                .entry(key_id.to_string())
-                .or_insert_with(|| {
-                    Arc::new(Counter {
-                        key_id: key_id.into(),
-                        state: Default::default(),
-                        stale: Default::default(),
-                        stored: Default::default(),
-                        folding: Default::default(),
-                    })
-                })
-                .clone(),
+            None => shard.entry(key_id.to_string()).or_insert_with(|| Arc::new(Counter::new(key_id))).clone(),
         }
     }
 
@@ -346,7 +306,8 @@ impl MemoryLedger {
             changed |= cost > 0;
         }
         state.value = Some(Some(value));
-        let journaled = changed.then(|| self.journaling.append(self, counter, before, value)).flatten();
+        let journaled =
+            changed.then(|| self.journaling.append(self, counter, &key.id, before, value)).flatten();
         let commit = match (changed, journaled) {
             (false, _) => None,
             // In the journal: answered now.

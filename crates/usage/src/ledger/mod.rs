@@ -6,9 +6,11 @@
 //! instances: counters in Redis, written behind to the rows). Every spend is committed
 //! (or journaled) before its verification answers.
 
+mod counter;
 pub(crate) mod fold;
 pub(crate) mod journal;
 pub(crate) mod memory;
+mod prefetch;
 pub(crate) mod rows;
 pub mod shared;
 
