@@ -36,8 +36,17 @@ pub(crate) fn json_type() -> (actix_web::http::header::HeaderName, actix_web::ht
 /// The body is written into a buffer the size of a verification's answer with its credits
 /// and limits (`.json(..)` starts at 128 bytes and grows it once or twice per answer).
 pub(crate) fn ok_json(request_id: &str, body: impl serde::Serialize) -> actix_web::HttpResponse {
+    ok_written(request_id, |json| serde_json::to_writer(json, &body))
+}
+
+/// [`ok_json`] with the body written into the buffer by `write` (an answer of a hot path
+/// written directly, checked against its serde form by a test).
+pub(crate) fn ok_written(
+    request_id: &str,
+    write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> actix_web::HttpResponse {
     let mut json = Vec::with_capacity(JSON_CAPACITY);
-    if let Err(e) = serde_json::to_writer(&mut json, &body) {
+    if let Err(e) = write(&mut json) {
         let e = crate::error::ApiError::internal(format!("an answer not serialized: {e}"));
         e.log_detail(request_id);
         return actix_web::ResponseError::error_response(&e);

@@ -3,9 +3,9 @@
 //! read into a [`VerifyCall`] and run by [`verification`].
 
 use super::verification::{VerifyCall, verification};
+use super::verify_answer::VerifyAnswer;
 use crate::error::{ApiError, problems};
-use crate::handlers::v2::identities::IdentityObject;
-use crate::handlers::v2::{Envelope, check_count, ok, unsupported};
+use crate::handlers::v2::{Envelope, check_count, ok_with, unsupported};
 use crate::http::{Authed, Json, Obj, integer};
 use crate::openapi::{Api, V1BodyErrors, V2Errors, kinds};
 use actix_web::HttpResponse;
@@ -13,8 +13,8 @@ use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
 };
 use keygate_rbac::{
-    ApiAccess, LimitOutcome, MAX_QUERY_NODES, MAX_VERIFY_KEY_CHARS, PermissionQuery, Principal, Verification,
-    VerifyCode, parse_permission_query,
+    ApiAccess, MAX_QUERY_NODES, MAX_VERIFY_KEY_CHARS, PermissionQuery, Principal, Verification,
+    parse_permission_query,
 };
 use keygate_usage::{LimitAsk, Usage};
 use serde::{Deserialize, Serialize};
@@ -382,129 +382,6 @@ fn query(text: &str) -> Result<PermissionQuery, ApiError> {
     })
 }
 
-/// The outcome of a verification: `valid` and `code`, and the key unless NOT_FOUND.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = VerifyKeyResult)]
-pub(crate) struct VerifyAnswer<'a> {
-    valid: bool,
-    #[schema(schema_with = verify_codes)]
-    code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    key_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    enabled: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    name: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Object, nullable = false)]
-    meta: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    expires: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    permissions: Option<&'a [String]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    roles: Option<&'a [String]>,
-    /// The key's credits left after this verification, when it has credits.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    credits: Option<u64>,
-    /// Every rate limit that applied, by name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<LimitResult>>, nullable = false)]
-    ratelimits: Option<LimitResults<'a>>,
-    /// The identity the key is linked to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    identity: Option<IdentityObject>,
-}
-
-/// How one rate limit fared in a verification.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = VerifyKeyRatelimitData)]
-pub(crate) struct LimitResult<'a> {
-    id: &'a str,
-    name: &'a str,
-    limit: u64,
-    duration: u64,
-    /// Unix ms at which the window ends.
-    reset: u64,
-    remaining: u64,
-    exceeded: bool,
-    auto_apply: bool,
-}
-
-/// The outcomes of a verification's limits, written as [`LimitResult`]s (no list built).
-#[derive(Debug)]
-pub(crate) struct LimitResults<'a>(&'a [LimitOutcome]);
-
-impl Serialize for LimitResults<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(LimitResult::from))
-    }
-}
-
-impl<'a> From<&'a LimitOutcome> for LimitResult<'a> {
-    fn from(o: &'a LimitOutcome) -> Self {
-        Self {
-            id: &o.id,
-            name: &o.name,
-            limit: o.limit,
-            duration: o.duration,
-            reset: o.reset,
-            remaining: o.remaining,
-            exceeded: o.exceeded,
-            auto_apply: o.auto_apply,
-        }
-    }
-}
-
-impl<'a> From<&'a Verification> for VerifyAnswer<'a> {
-    /// The answer to `v`, borrowing from it (nothing of the key is copied but its
-    /// identity).
-    fn from(v: &'a Verification) -> Self {
-        let (valid, code) = (v.valid(), v.code.as_str());
-        match v.key().filter(|_| v.code != VerifyCode::NotFound) {
-            // NOT_FOUND says nothing else (API-v2.md §2.3).
-            None => Self {
-                valid,
-                code,
-                key_id: None,
-                enabled: None,
-                name: None,
-                meta: None,
-                expires: None,
-                permissions: None,
-                roles: None,
-                credits: None,
-                ratelimits: None,
-                identity: None,
-            },
-            Some(k) => Self {
-                valid,
-                code,
-                meta: k.meta.as_deref().and_then(|m| serde_json::from_str(m).ok()),
-                key_id: Some(&k.id),
-                enabled: Some(k.enabled),
-                name: k.name.as_deref(),
-                expires: k.expires,
-                permissions: Some(v.permissions()),
-                roles: Some(v.roles()),
-                credits: v.credits,
-                ratelimits: (!v.ratelimits.is_empty()).then_some(LimitResults(&v.ratelimits)),
-                identity: v.identity().cloned().map(IdentityObject::from),
-            },
-        }
-    }
-}
-
 /// Verify a key (every outcome is a 200)
 ///
 /// Every outcome is 200 with `valid` and `code`. The root key needs `api.*.verify_key`
@@ -540,7 +417,8 @@ pub async fn verify_key_v2(call: Authed<Json<VerifyKeyBodyV2>>) -> Result<HttpRe
         usage: Usage { cost, ratelimits, check_only: false },
         tags: b.tags.unwrap_or_default(),
     };
-    Ok(ok(VerifyAnswer::from(&verification(&state, call).await?)))
+    let v = verification(&state, call).await?;
+    Ok(ok_with(|json| VerifyAnswer::from(&v).write_json(json)))
 }
 
 #[derive(utoipa::OpenApi)]

@@ -82,6 +82,20 @@ pub(crate) fn ok<T: Serialize>(data: T) -> HttpResponse {
     super::ok_json(&id, body)
 }
 
+/// [`ok`] with `data` written by `write` into the envelope's place for it: an answer of a
+/// hot path written directly (`keys.verifyKey`'s), checked against its serde form.
+pub(crate) fn ok_with(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) -> HttpResponse {
+    let id = new_id(IdPrefix::Request);
+    super::ok_written(&id, |json| {
+        json.extend_from_slice(br#"{"meta":{"requestId":"#);
+        serde_json::to_writer(&mut *json, &id)?;
+        json.extend_from_slice(br#"},"data":"#);
+        write(json)?;
+        json.push(b'}');
+        Ok(())
+    })
+}
+
 /// `"data":{}`: an operation that answers nothing.
 pub(crate) fn ok_empty() -> HttpResponse {
     ok(Empty {})
@@ -185,4 +199,32 @@ pub(crate) fn check_count<T>(path: &str, list: &[T], max: usize) -> Result<(), A
         return Err(ValidationError::new(path, format!("at most {max} entries")).into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    #[test]
+    fn an_envelope_written_directly_is_the_one_serde_writes() {
+        let data =
+            serde_json::json!({ "valid": true, "name": "a \"quoted\" \\ ünïcødé \u{1} name", "n": [1, 2] });
+        let written = ok_with(|json| serde_json::to_writer(json, &data));
+        assert_eq!(written.status(), 200);
+        let id = written.headers().get(crate::error::REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+        let id = id.expect("the request id header").to_owned();
+        let body = written.into_body().try_into_bytes().expect("bytes");
+        let expected = serde_json::to_vec(&Envelope { meta: Meta { request_id: &id }, data: &data }).unwrap();
+        assert_eq!(String::from_utf8_lossy(&body), String::from_utf8_lossy(&expected));
+    }
+
+    #[test]
+    fn an_answer_that_cannot_be_written_is_a_500_with_the_error_body() {
+        let failed = ok_with(|_| Err(serde::ser::Error::custom("not writable")));
+        assert_eq!(failed.status(), 500);
+        let body = failed.into_body().try_into_bytes().expect("bytes");
+        let v: Value = serde_json::from_slice(&body).expect("an error body");
+        assert_eq!(v["error"]["code"], "INTERNAL_SERVER_ERROR");
+    }
 }
