@@ -61,20 +61,7 @@ impl<'a> From<&'a Verification> for VerifyAnswer<'a> {
         let (valid, code) = (v.valid(), v.code.as_str());
         match v.key().filter(|_| v.code != VerifyCode::NotFound) {
             // NOT_FOUND says nothing else (API-v2.md §2.3).
-            None => Self {
-                valid,
-                code,
-                key_id: None,
-                enabled: None,
-                name: None,
-                meta: None,
-                expires: None,
-                permissions: None,
-                roles: None,
-                credits: None,
-                ratelimits: None,
-                identity: None,
-            },
+            None => Self::bare(valid, code),
             Some(k) => Self {
                 valid,
                 code,
@@ -94,6 +81,24 @@ impl<'a> From<&'a Verification> for VerifyAnswer<'a> {
 }
 
 impl VerifyAnswer<'_> {
+    /// `valid` and `code` alone (NOT_FOUND's answer).
+    fn bare(valid: bool, code: &'static str) -> Self {
+        Self {
+            valid,
+            code,
+            key_id: None,
+            enabled: None,
+            name: None,
+            meta: None,
+            expires: None,
+            permissions: None,
+            roles: None,
+            credits: None,
+            ratelimits: None,
+            identity: None,
+        }
+    }
+
     /// The answer as its serde form writes it (the fields in their order, those that are
     /// `None` left out), written into `out` directly: the field names as they are, the
     /// strings and nested values through serde_json, the numbers through itoa.
@@ -234,23 +239,6 @@ mod tests {
         }
     }
 
-    fn bare(valid: bool, code: &'static str) -> VerifyAnswer<'static> {
-        VerifyAnswer {
-            valid,
-            code,
-            key_id: None,
-            enabled: None,
-            name: None,
-            meta: None,
-            expires: None,
-            permissions: None,
-            roles: None,
-            credits: None,
-            ratelimits: None,
-            identity: None,
-        }
-    }
-
     #[test]
     fn written_directly_as_serde_writes_it() {
         let none: Vec<LimitOutcome> = Vec::new();
@@ -296,24 +284,28 @@ mod tests {
         };
         let leak = |v: Vec<LimitOutcome>| -> &'static [LimitOutcome] { Vec::leak(v) };
         let mut answers = vec![
-            bare(false, VerifyCode::NotFound.as_str()),
-            bare(false, VerifyCode::Disabled.as_str()),
+            VerifyAnswer::bare(false, VerifyCode::NotFound.as_str()),
+            VerifyAnswer::bare(false, VerifyCode::Disabled.as_str()),
             full(leak(none)),
             full(leak(one)),
             full(leak(several)),
-            VerifyAnswer { enabled: Some(false), expires: Some(1_796_007_720_000), ..bare(false, "EXPIRED") },
+            VerifyAnswer {
+                enabled: Some(false),
+                expires: Some(1_796_007_720_000),
+                ..VerifyAnswer::bare(false, "EXPIRED")
+            },
             VerifyAnswer {
                 credits: Some(0),
                 key_id: Some(""),
-                ..bare(false, VerifyCode::UsageExceeded.as_str())
+                ..VerifyAnswer::bare(false, VerifyCode::UsageExceeded.as_str())
             },
         ];
         let with_lists = VerifyAnswer {
             permissions: Some(&perms),
             roles: Some(&roles),
-            ..bare(true, VerifyCode::Valid.as_str())
+            ..VerifyAnswer::bare(true, VerifyCode::Valid.as_str())
         };
-        answers.push(VerifyAnswer { identity: Some(identity()), ..bare(true, "VALID") });
+        answers.push(VerifyAnswer { identity: Some(identity()), ..VerifyAnswer::bare(true, "VALID") });
         let check = |a: &VerifyAnswer<'_>| {
             let mut written = Vec::new();
             a.write_json(&mut written).unwrap();
