@@ -152,9 +152,10 @@ impl Journaling {
     }
 
     /// Appends a spend of `counter` (`before` -> `after`; `key_id`: its key's, the caller's
-    /// copy, already in cache) to the journal while spends go there, and keeps the counter to fold: its sequence number, written (and
-    /// [`MemoryLedger::committed`] up to it). `None`: the caller queues it for the rows
-    /// (the journal is not on, or could not take it, and is off from now on).
+    /// copy, already in cache) to the journal while spends go there, and keeps the counter
+    /// to fold: its sequence number, written (and [`MemoryLedger::committed`] up to it).
+    /// `None`: the caller queues it for the rows (the journal is not on, or could not take
+    /// it, and is off from now on).
     /// Called under the counter's lock: the journal holds each key's spends in order.
     pub(super) fn append(
         &self,

@@ -3,8 +3,9 @@
 //! services): [`create`] (createKey, v2's rerollKey), [`import`] (v2's migrateKeys: keys
 //! brought in by their hashes), [`read`] (getKey, v2's whoami),
 //! [`update`] (v2's updateKey, deleteKey), [`links`] (a key's permissions and roles) and
-//! [`verify`] (verifyKey; [`verify_answer`], v2's answer); [`verification`] is the one path v1, v2 and the gateway verify
-//! through, and [`shared`] what the rooms share (bounds, the created key's answer, 412).
+//! [`verify`] (verifyKey; [`verify_answer`], v2's answer); [`verification`] is the one
+//! path v1, v2 and the gateway verify through, and [`shared`] what the rooms share
+//! (bounds, the created key's answer, 412).
 //! v2's `updateCredits` is in `v2::credits`, with the credit objects.
 
 pub mod create;
