@@ -155,18 +155,28 @@ fn a_named_policy_a_key_header_and_an_identifier_header() {
     assert_eq!(call("10.0.0.1").status, 200);
     call("10.0.0.1").assert_error(429, "TOO_MANY_REQUESTS");
     assert_eq!(call("10.0.0.2").status, 200, "one budget per client address");
-    // Headers override the policy's fields.
+    // A named policy is authoritative: a call that also carries a field of its own (as an
+    // end user's header a gateway let through would) is refused, never laid over it.
+    for (name, value) in [
+        ("x-keygate-permissions", "admin"),
+        ("x-keygate-permissions", ""),
+        ("X-KEYGATE-RATELIMIT", "namespace=docs; limit=1000000; duration=60000"),
+        ("x-keygate-key-header", "authorization"),
+    ] {
+        let r = authorize(
+            &s,
+            &s.root_key,
+            &[("x-keygate-policy", "docs"), ("x-api-key", &secret), ("x-real-ip", "10.0.0.3"), (name, value)],
+        );
+        assert!(r.assert_error(400, "BAD_REQUEST").contains("authoritative"), "{name}: {}", r.text);
+    }
+    // Nor can a policy be laid over inline fields.
     let r = authorize(
         &s,
         &s.root_key,
-        &[
-            ("x-keygate-policy", "docs"),
-            ("x-api-key", &secret),
-            ("x-real-ip", "10.0.0.3"),
-            ("x-keygate-permissions", "admin"),
-        ],
+        &[("x-keygate-permissions", "docs.read"), ("x-keygate-policy", "docs"), ("x-api-key", &secret)],
     );
-    r.assert_error(403, "INSUFFICIENT_PERMISSIONS");
+    r.assert_error(400, "BAD_REQUEST");
     // The Authorization header is not read when the policy names another.
     let r = authorize(
         &s,
@@ -178,4 +188,172 @@ fn a_named_policy_a_key_header_and_an_identifier_header() {
         ],
     );
     r.assert_error(401, "UNAUTHORIZED");
+}
+
+/// Sends `headers` as they are (names repeated where given twice).
+fn authorize_raw(s: &TestServer, headers: &[(&str, &str)]) -> keygate_tests::Resp {
+    let mut map = reqwest::header::HeaderMap::new();
+    for (k, v) in headers {
+        map.append(reqwest::header::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+    }
+    s.request(s.client.get(s.url(PATH)).headers(map))
+}
+
+#[test]
+fn a_control_header_sent_twice_is_refused_whichever_copy_comes_first() {
+    let s = TestServer::start();
+    let (_, secret) = key(&s, json!({"permissions": ["docs.read"]}));
+    let bearer = format!("Bearer {secret}");
+    let root = s.root_key.as_str();
+    let base = [("x-keygate-root-key", root), ("authorization", bearer.as_str())];
+    assert_eq!(authorize_raw(&s, &base).status, 200);
+    for twice in [
+        [("x-keygate-root-key", root), ("x-keygate-root-key", "kg_root_someone_elses_0000000000")],
+        [("x-keygate-permissions", "nothing.held"), ("x-keygate-permissions", "docs.read")],
+        [
+            ("x-keygate-ratelimit", "namespace=a; limit=9; duration=60000"),
+            ("x-keygate-ratelimit", "namespace=a; limit=1; duration=60000"),
+        ],
+        [("x-keygate-key-header", "x-other"), ("x-keygate-key-header", "x-api-key")],
+        [("x-keygate-policy", "a"), ("X-Keygate-Policy", "b")],
+    ] {
+        let mut headers = base.to_vec();
+        headers.retain(|(k, _)| *k != twice[0].0);
+        headers.extend(twice);
+        let r = authorize_raw(&s, &headers);
+        assert!(r.assert_error(400, "BAD_REQUEST").contains("more than once"), "{twice:?}: {}", r.text);
+    }
+    // Two keys: not a key.
+    let r = authorize_raw(&s, &[base[0], base[1], ("authorization", "Bearer sk_another_000000")]);
+    r.assert_error(401, "UNAUTHORIZED");
+    // An identifier header twice: its budget is not the client's to pick.
+    let limit = ("x-keygate-ratelimit", "namespace=ip; limit=5; duration=60000; identifier=header:x-real-ip");
+    let r =
+        authorize_raw(&s, &[base[0], base[1], limit, ("x-real-ip", "10.0.0.1"), ("x-real-ip", "10.0.0.2")]);
+    r.assert_error(400, "BAD_REQUEST");
+}
+
+#[test]
+fn a_root_key_bound_to_a_policy_uses_only_it_and_takes_no_inline_fields() {
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
+    // The gateway's root key exists before the server that binds it starts.
+    let (gateway, gateway_secret) = {
+        let first = TestServer::start_on(db.clone());
+        let perms = [
+            "api.*.verify_key".to_string(),
+            "ratelimit.*.limit".into(),
+            "ratelimit.*.create_namespace".into(),
+        ];
+        let (rk, secret) = first.state.rbac.create_root_key(&first.workspace_id, &perms).unwrap();
+        (rk.id, secret.expose().to_string())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policies.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"policies": {{"docs": {{"permissions": "docs.read", "ratelimit": "namespace=docs; limit=2; duration=60000"}}, "open": {{}}}},
+               "rootKeys": {{"{gateway}": ["docs"]}}}}"#
+        ),
+    )
+    .unwrap();
+    let mut config = TestServer::config(&db.url);
+    config.gateway_policies = Some(file.display().to_string());
+    let s = TestServer::start_with(config, db);
+    let (_, reader) = key(&s, json!({"permissions": ["docs.read"]}));
+    let (_, writer) = key(&s, json!({"permissions": ["docs.write"]}));
+    let (reader, writer) = (format!("Bearer {reader}"), format!("Bearer {writer}"));
+    // No X-Keygate-Policy: its one policy.
+    let r = authorize(&s, &gateway_secret, &[("authorization", &reader)]);
+    assert_eq!((r.status, r.header("ratelimit-limit")), (200, Some("2")), "{}", r.text);
+    authorize(&s, &gateway_secret, &[("authorization", &writer)])
+        .assert_error(403, "INSUFFICIENT_PERMISSIONS");
+    assert_eq!(
+        authorize(&s, &gateway_secret, &[("authorization", &reader), ("x-keygate-policy", "docs")]).status,
+        200
+    );
+    // Another policy: forbidden; inline fields: refused; and nothing was spent by either.
+    let r = authorize(&s, &gateway_secret, &[("authorization", &writer), ("x-keygate-policy", "open")]);
+    assert!(r.assert_error(403, "FORBIDDEN").contains("\"docs\""), "{}", r.text);
+    for inline in [
+        ("x-keygate-permissions", "docs.write"),
+        ("x-keygate-ratelimit", "namespace=x; limit=9; duration=1000"),
+    ] {
+        authorize(&s, &gateway_secret, &[("authorization", &writer), inline])
+            .assert_error(400, "BAD_REQUEST");
+    }
+    authorize(&s, &gateway_secret, &[("authorization", &reader)]).assert_error(429, "TOO_MANY_REQUESTS");
+    // An unbound root key still decides by inline fields.
+    let r =
+        authorize(&s, &s.root_key, &[("authorization", &writer), ("x-keygate-permissions", "docs.write")]);
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+/// `"name";a=1;b=2` (one member of an sf-list whose parameters are integers): its string
+/// and parameters. A strict reading of the draft's shape; the gateway tests parse the same
+/// fields with a structured-field library.
+fn sf_item(field: &str) -> (String, std::collections::BTreeMap<String, u64>) {
+    let rest = field.strip_prefix('"').unwrap();
+    let end = rest.find('"').unwrap();
+    let params = rest[end + 1..]
+        .split(';')
+        .skip(1)
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect();
+    (rest[..end].to_string(), params)
+}
+
+#[test]
+fn draft_rate_limit_fields_agree_with_the_legacy_headers_on_forward_auth_and_on_limit() {
+    let db = Arc::new(keygate_test_support::TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.ratelimit_headers = true;
+    let s = TestServer::start_with(config, db);
+    let (_, secret) = key(&s, json!({}));
+    let bearer = format!("Bearer {secret}");
+    let limit = ("x-keygate-ratelimit", "namespace=gw.fields; limit=3; duration=90500");
+    for remaining in [2, 1, 0] {
+        let r = authorize(&s, &s.root_key, &[("authorization", &bearer), limit]);
+        assert_eq!(r.status, 200, "{}", r.text);
+        let (name, policy) = sf_item(r.header("ratelimit-policy").unwrap());
+        let (same, now) = sf_item(r.header("ratelimit").unwrap());
+        assert_eq!((name.as_str(), same.as_str()), ("gw.fields", "gw.fields"));
+        assert_eq!((policy["q"], policy["w"]), (3, 91), "the window in whole seconds, rounded up");
+        assert_eq!(now["r"], remaining);
+        assert_eq!(r.header("ratelimit-remaining"), Some(remaining.to_string().as_str()));
+        assert_eq!(Some(now["t"].to_string().as_str()), r.header("ratelimit-reset"));
+    }
+    let r = authorize(&s, &s.root_key, &[("authorization", &bearer), limit]);
+    r.assert_error(429, "TOO_MANY_REQUESTS");
+    let (_, now) = sf_item(r.header("ratelimit").unwrap());
+    assert_eq!((now["r"], Some(now["t"].to_string())), (0, r.header("retry-after").map(str::to_owned)));
+    // ratelimits.limit (v1) and ratelimit.limit (v2), with KEYGATE_RATELIMIT_HEADERS on.
+    let body = json!({"namespace": "plain", "identifier": "u1", "limit": 10, "duration": 60_000, "cost": 4});
+    let v1 = s.limit(body.clone());
+    let (_, now) = sf_item(v1.header("ratelimit").unwrap());
+    assert_eq!((v1.json["remaining"].as_u64(), now["r"]), (Some(6), 6));
+    let reset_s = (v1.json["reset"].as_u64().unwrap() - T0).div_ceil(1000);
+    assert_eq!(now["t"], reset_s);
+    let v2 = s.post("/v2/ratelimit.limit", &body);
+    let (name, policy) = sf_item(v2.header("ratelimit-policy").unwrap());
+    assert_eq!((name.as_str(), policy["q"], policy["w"]), ("plain", 10, 60));
+    assert_eq!(
+        (v2.json["data"]["remaining"].as_u64(), v2.header("ratelimit-remaining")),
+        (Some(2), Some("2"))
+    );
+}
+
+#[test]
+fn limit_answers_carry_no_rate_limit_fields_unless_asked() {
+    let s = TestServer::start();
+    let body = json!({"namespace": "plain", "identifier": "u1", "limit": 10, "duration": 60_000});
+    let v1 = s.limit(body.clone());
+    let v2 = s.post("/v2/ratelimit.limit", &body);
+    for r in [&v1, &v2] {
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(r.header("ratelimit").is_none() && r.header("ratelimit-policy").is_none(), "{:?}", r.text);
+    }
 }

@@ -210,6 +210,11 @@ pub struct ServeArgs {
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
+    /// `ratelimits.limit` (v1) and `ratelimit.limit` (v2) answers carry the rate-limit
+    /// header fields forward auth sends (`RateLimit-Limit`, `-Remaining`, `-Reset`, and
+    /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-10): on or off.
+    #[arg(long, env = "KEYGATE_RATELIMIT_HEADERS", default_value = "off", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub ratelimit_headers: bool,
     /// Cache verifications (keys.verifyKey), each used only while nothing it depends on has
     /// changed: on or off (off: every verification reads the database).
     #[arg(long, env = "KEYGATE_VERIFY_CACHE", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
@@ -373,6 +378,7 @@ impl ServeArgs {
                 ..RedisSettings::default()
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
+            ratelimit_headers: self.ratelimit_headers,
             verify_cache: self.verify_cache,
             verify_cache_mb: self.verify_cache_mb,
             migrations: self.migrations,
@@ -449,6 +455,8 @@ pub struct ServerConfig {
     pub redis: RedisSettings,
     /// Pass rate-limit requests when the rate-limit store is unreachable (contract §5.12).
     pub ratelimit_fail_open: bool,
+    /// Rate-limit header fields on `limit` answers (`KEYGATE_RATELIMIT_HEADERS`).
+    pub ratelimit_headers: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).
     pub verify_cache: bool,
     /// `KEYGATE_VERIFY_CACHE_MB`.

@@ -150,6 +150,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let state = web::Data::new(AppState {
         runtime,
         fail_open: config.ratelimit_fail_open,
+        ratelimit_headers: config.ratelimit_headers,
         clock: clock.clone(),
         docs_base,
         loads: LoadGates::default(),

@@ -18,6 +18,8 @@ pub struct AppState {
     pub runtime: Runtime,
     /// Pass requests when the shared store is unreachable (contract §5.12).
     pub fail_open: bool,
+    /// `ratelimits.limit` answers carry the rate-limit header fields (`KEYGATE_RATELIMIT_HEADERS`).
+    pub ratelimit_headers: bool,
     pub clock: Arc<dyn Clock>,
     pub docs_base: String,
     /// One store read per root key, namespace or overrides at a time (`ratelimits.limit`'s misses).

@@ -176,8 +176,48 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
     let Authed { principal, input: JsonBytes(bytes), state } = call;
     let body: LimitBody<'_> = parse_json(&bytes)?;
     let v = body.validate()?;
-    let (d, _) = decide(&state, &principal, &v).await?;
-    Ok(HttpResponse::Ok().insert_header(super::json_type()).body(limit_response(&d)))
+    let (d, applied) = decide(&state, &principal, &v).await?;
+    let mut res = HttpResponse::Ok();
+    res.insert_header(super::json_type());
+    if state.ratelimit_headers {
+        let duration = applied.map_or(v.request.duration, |o| o.duration);
+        for field in rate_limit_fields(&v.namespace, duration, &d, state.clock.now_ms()) {
+            res.insert_header(field);
+        }
+    }
+    Ok(res.body(limit_response(&d)))
+}
+
+/// A decision's rate-limit header fields, as forward auth sends them (and `limit` answers
+/// with `KEYGATE_RATELIMIT_HEADERS`): `RateLimit-Limit`, `RateLimit-Remaining` and
+/// `RateLimit-Reset` (seconds until the window ends) as the draft's earlier revisions named
+/// them, and draft-ietf-httpapi-ratelimit-headers-10's structured fields,
+/// `RateLimit-Policy: "<namespace>";q=<limit>;w=<window in seconds>` and
+/// `RateLimit: "<namespace>";r=<remaining>;t=<seconds until the window ends>` (whole
+/// seconds, rounded up). The policy's name is the namespace's where it is a structured
+/// string's characters (printable ASCII), `"ratelimit"` otherwise.
+pub(crate) fn rate_limit_fields(
+    namespace: &str,
+    duration_ms: u64,
+    d: &Decision,
+    now: u64,
+) -> [(&'static str, String); 5] {
+    let reset = seconds_until(d.reset, now);
+    let printable = |c: char| (' '..='~').contains(&c);
+    let name = if namespace.chars().all(printable) { namespace } else { "ratelimit" };
+    let quoted = format!("\"{}\"", name.replace('\\', "\\\\").replace('"', "\\\""));
+    [
+        ("ratelimit-limit", d.limit.to_string()),
+        ("ratelimit-remaining", d.remaining.to_string()),
+        ("ratelimit-reset", reset.to_string()),
+        ("ratelimit-policy", format!("{quoted};q={};w={}", d.limit, duration_ms.div_ceil(1000))),
+        ("ratelimit", format!("{quoted};r={};t={reset}", d.remaining)),
+    ]
+}
+
+/// Whole seconds from `now` to `reset` (ms), rounded up.
+pub(crate) fn seconds_until(reset: u64, now: u64) -> u64 {
+    reset.saturating_sub(now).div_ceil(1000)
 }
 
 /// One decision for a validated request, v1's or v2's: the namespace (a name, or the id

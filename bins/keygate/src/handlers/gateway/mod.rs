@@ -6,17 +6,17 @@
 //! authenticating with its own root key in `X-Keygate-Root-Key`.
 
 use super::keys::verification::{VerifyCall, verification};
-use super::ratelimit::{ValidLimit, decide};
+use super::ratelimit::{ValidLimit, decide, rate_limit_fields, seconds_until};
 use crate::error::ApiError;
 use crate::http::authenticate_secret;
 use crate::state::AppState;
 use actix_web::http::header::{AUTHORIZATION, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::{ErrorCode, MAX_IDENTIFIER_CHARS, check_len};
-use keygate_ratelimit::{Decision, LimitRequest};
+use keygate_ratelimit::LimitRequest;
 use keygate_rbac::{ApiAccess, Verification, VerifyCode};
 use keygate_usage::Usage;
-use policy::{GatewayPolicy, IdentifierSource, PolicySpec};
+use policy::{GatewayPolicy, IdentifierSource, PolicyRefusal, PolicySpec};
 use std::borrow::Cow;
 
 pub mod policy;
@@ -42,7 +42,7 @@ const MAX_META_HEADER_BYTES: usize = 4096;
         ("X-Keygate-Permissions" = Option<String>, Header, description = "A permission query the key must satisfy (the v2 DSL: documents.read AND (a OR b)); a malformed one is 400"),
         ("X-Keygate-Ratelimit" = Option<String>, Header, description = "namespace=api; limit=100; duration=60000 [; cost=1] [; identifier=key|header:X-Real-IP]; a malformed one is 400"),
         ("X-Keygate-Key-Header" = Option<String>, Header, description = "The header holding the end user's key (default: Authorization: Bearer <key>)"),
-        ("X-Keygate-Policy" = Option<String>, Header, description = "A named policy of KEYGATE_GATEWAY_POLICIES; the headers above override its fields; an unknown one is 400"),
+        ("X-Keygate-Policy" = Option<String>, Header, description = "A named policy of KEYGATE_GATEWAY_POLICIES, authoritative: with any of the three headers above it is 400 (nothing overrides it); an unknown one is 400; one the root key is not bound to is 403"),
         ("X-Original-Method" = Option<String>, Header, description = "The original request's method, for the log (nginx; Traefik and Caddy send X-Forwarded-Method)"),
         ("X-Original-URI" = Option<String>, Header, description = "The original request's URI, for the log (nginx; Traefik and Caddy send X-Forwarded-Uri)"),
     ),
@@ -55,48 +55,52 @@ const MAX_META_HEADER_BYTES: usize = 4096;
                 ("RateLimit-Limit" = u64, description = "The rate limit's budget (with a rate limit)"),
                 ("RateLimit-Remaining" = u64, description = "What is left of it after this request"),
                 ("RateLimit-Reset" = u64, description = "Seconds until the window ends"),
+                ("RateLimit-Policy" = String, description = "draft-ietf-httpapi-ratelimit-headers-10: \"<namespace>\";q=<limit>;w=<window s> (with a rate limit)"),
+                ("RateLimit" = String, description = "draft-ietf-httpapi-ratelimit-headers-10: \"<namespace>\";r=<remaining>;t=<s until the window ends> (with a rate limit)"),
             )),
-        (status = 400, description = "The gateway's configuration is malformed (a bad X-Keygate-Ratelimit or permission query, an unknown policy, a missing identifier header); never a pass", body = crate::error::ErrorBody),
+        (status = 400, description = "The gateway's configuration is malformed (a bad X-Keygate-Ratelimit or permission query, an unknown policy, a missing identifier header), a control header sent twice, a named policy with inline fields; never a pass", body = crate::error::ErrorBody),
         (status = 401, description = "No key, an unknown, disabled or expired key, another workspace's; or the gateway's root key missing or unknown", body = crate::error::ErrorBody,
             headers(("WWW-Authenticate" = String, description = "Bearer"))),
-        (status = 403, description = "The key lacks the permissions, or the gateway's root key may not verify keys", body = crate::error::ErrorBody),
+        (status = 403, description = "The key lacks the permissions, the gateway's root key may not verify keys, or it is bound to other policies (FORBIDDEN)", body = crate::error::ErrorBody),
         (status = 429, description = "The key's (or identifier's) budget is spent", body = crate::error::ErrorBody,
             headers(
                 ("Retry-After" = u64, description = "Seconds until the window ends"),
                 ("RateLimit-Limit" = u64, description = "The rate limit's budget (with a rate limit)"),
                 ("RateLimit-Remaining" = u64, description = "What is left of it after this request"),
                 ("RateLimit-Reset" = u64, description = "Seconds until the window ends"),
+                ("RateLimit-Policy" = String, description = "draft-ietf-httpapi-ratelimit-headers-10, as on a pass"),
+                ("RateLimit" = String, description = "draft-ietf-httpapi-ratelimit-headers-10, as on a pass"),
             )),
         (status = 503, description = "A store is unreachable", body = crate::error::ErrorBody),
     ))]
 pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let headers = req.headers();
-    let text = |name: &str| -> Result<Option<&str>, ApiError> {
-        match headers.get(name) {
-            None => Ok(None),
-            Some(v) => v.to_str().map(Some).map_err(|_| refused(format!("{name}: not valid text"))),
-        }
-    };
+    let text = |name: &str| -> Result<Option<&str>, ApiError> { single(headers, name) };
     // The gateway's root key.
     let Some(root) = text(ROOT_KEY_HEADER)? else {
         let msg = "the gateway must send its root key in X-Keygate-Root-Key (docs/gateways.md)";
         log::warn!("gateway.authorize: {msg}");
         return Err(ApiError::unauthorized(msg));
     };
-    let principal = authenticate_secret(root.trim(), &state).await?;
-    // What to check: the named policy, with the headers' fields over it.
-    let named = match text(POLICY_HEADER)? {
-        Some(name) => state.gateway_policies.get(name.trim()).cloned().ok_or_else(|| {
-            refused(format!("{POLICY_HEADER}: no policy {name:?} in KEYGATE_GATEWAY_POLICIES"))
-        })?,
-        None => PolicySpec::default(),
-    };
-    let given = PolicySpec {
+    let named = text(POLICY_HEADER)?.map(str::trim);
+    let inline = PolicySpec {
         permissions: text(PERMISSIONS_HEADER)?.map(str::to_owned),
         ratelimit: text(RATELIMIT_HEADER)?.map(str::to_owned),
         key_header: text(KEY_HEADER_HEADER)?.map(str::to_owned),
     };
-    let policy = named.overlaid(&given).parse().map_err(|e| refused(format!("{e}")))?;
+    let principal = authenticate_secret(root.trim(), &state).await?;
+    // What to check: the named policy (authoritative) or the inline fields, as the root
+    // key's bindings allow (docs/gateways.md, "Who decides the policy").
+    let policy = state.gateway_policies.resolve(&principal.root_key_id, named, inline).map_err(|e| {
+        let message = e.to_string();
+        match e {
+            PolicyRefusal::NotBound { .. } => {
+                log::warn!("gateway.authorize: {message}");
+                ApiError::new(ErrorCode::Forbidden, message)
+            }
+            _ => refused(message),
+        }
+    })?;
     let access = ApiAccess::of(&principal, "verify_key")
         .ok_or_else(|| ApiError::from(ApiAccess::denied("verify_key", None)))?;
 
@@ -139,20 +143,25 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
                 request: LimitRequest { limit: limit.limit, duration: limit.duration, cost: limit.cost },
                 is_async: false,
             };
-            Some(decide(&state, &principal, &v).await?.0)
+            let (d, applied) = decide(&state, &principal, &v).await?;
+            Some((d, limit.namespace.as_str(), applied.map_or(limit.duration, |o| o.duration)))
         }
     };
-    log::debug!(
-        "gateway.authorize: {} {} key {key_id}: {}",
-        text("x-original-method")?.or(text("x-forwarded-method")?).unwrap_or(req.method().as_str()),
-        text("x-original-uri")?.or(text("x-forwarded-uri")?).unwrap_or(req.path()),
-        decision.as_ref().map_or("passed", |d| if d.success { "passed" } else { "rate limited" })
-    );
+    if log::log_enabled!(log::Level::Debug) {
+        // For the log only: the first copy, whatever it holds.
+        let seen = |a: &str, b: &str| headers.get(a).or(headers.get(b)).and_then(|v| v.to_str().ok());
+        log::debug!(
+            "gateway.authorize: {} {} key {key_id}: {}",
+            seen("x-original-method", "x-forwarded-method").unwrap_or(req.method().as_str()),
+            seen("x-original-uri", "x-forwarded-uri").unwrap_or(req.path()),
+            decision.as_ref().map_or("passed", |(d, ..)| if d.success { "passed" } else { "rate limited" })
+        );
+    }
     let mut now = state.clock.now_ms();
-    if let Some(d) = decision.as_ref().filter(|d| !d.success) {
+    if let Some((d, namespace, duration)) = decision.as_ref().filter(|(d, ..)| !d.success) {
         let mut e = ApiError::new(ErrorCode::TooManyRequests, "rate limited: retry after the window resets")
             .with_header("retry-after", seconds_until(d.reset, now).to_string());
-        for (name, value) in rate_limit_headers(d, now) {
+        for (name, value) in rate_limit_fields(namespace, *duration, d, now) {
             e = e.with_header(name, value);
         }
         return Err(e);
@@ -166,7 +175,9 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     let mut res = HttpResponse::Ok();
     res.insert_header(("x-keygate-key-id", key_id.as_str()));
     pass_key_fields(&mut res, &verification);
-    for header in decision.iter().flat_map(|d| rate_limit_headers(d, now)) {
+    for header in
+        decision.iter().flat_map(|(d, namespace, duration)| rate_limit_fields(namespace, *duration, d, now))
+    {
         res.insert_header(header);
     }
     // No body: nginx's auth_request reads only the head of the answer and closes an upstream
@@ -199,6 +210,19 @@ fn refuse_unless_valid(v: &Verification, now: u64) -> Result<(), ApiError> {
     }
 }
 
+/// A header of the call's, at most once: a second copy (a gateway that appends where it
+/// should replace, so that an end user's copy could come first) is refused, never chosen.
+fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    let mut all = headers.get_all(name);
+    let Some(first) = all.next() else { return Ok(None) };
+    if all.next().is_some() {
+        return Err(refused(format!(
+            "{name}: sent more than once (the gateway must set it, replacing any copy)"
+        )));
+    }
+    first.to_str().map(Some).map_err(|_| refused(format!("{name}: not valid text")))
+}
+
 /// A request the gateway's configuration got wrong: 400, logged (never a pass).
 fn refused(message: String) -> ApiError {
     log::warn!("gateway.authorize: {message}");
@@ -207,11 +231,14 @@ fn refused(message: String) -> ApiError {
 
 /// The end user's key: the policy's header, else `Authorization: Bearer`.
 fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String>, ApiError> {
-    let raw = match &policy.key_header {
-        Some(h) => headers.get(h.as_str()),
-        None => headers.get(AUTHORIZATION),
+    let mut all = match &policy.key_header {
+        Some(h) => headers.get_all(h.as_str()),
+        None => headers.get_all(AUTHORIZATION),
     };
-    let Some(raw) = raw else { return Ok(None) };
+    let Some(raw) = all.next() else { return Ok(None) };
+    if all.next().is_some() {
+        return Err(ApiError::unauthorized("more than one API key: send one"));
+    }
     let value = raw.to_str().map_err(|_| ApiError::unauthorized("the API key is not valid text"))?.trim();
     let key = match &policy.key_header {
         Some(_) => value,
@@ -238,21 +265,6 @@ fn pass_key_fields(res: &mut actix_web::HttpResponseBuilder, v: &Verification) {
     if let Some(meta) = key.meta.as_deref().filter(|m| m.len() <= MAX_META_HEADER_BYTES && m.is_ascii()) {
         res.insert_header(("x-keygate-key-meta", meta));
     }
-}
-
-/// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds until the window
-/// ends), as the IETF draft names them.
-fn rate_limit_headers(d: &Decision, now: u64) -> [(&'static str, String); 3] {
-    [
-        ("ratelimit-limit", d.limit.to_string()),
-        ("ratelimit-remaining", d.remaining.to_string()),
-        ("ratelimit-reset", seconds_until(d.reset, now).to_string()),
-    ]
-}
-
-/// Whole seconds from `now` to `reset` (ms), rounded up.
-fn seconds_until(reset: u64, now: u64) -> u64 {
-    reset.saturating_sub(now).div_ceil(1000)
 }
 
 #[derive(utoipa::OpenApi)]

@@ -1,11 +1,14 @@
 //! What a gateway's forward-auth call asks keygate to check (docs/gateways.md): the
 //! permission query the key must satisfy and the rate limit to apply, given by the
 //! gateway's configuration (headers on the auth subrequest, or a named policy), never by
-//! the end user. Parsing only: the server's `gateway` handler runs the checks.
+//! the end user: a named policy is authoritative, and a root key may be bound to the
+//! policies it may use. Parsing and choosing only: the server's `gateway` handler runs the
+//! checks.
 
 use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, validate_namespace_name};
 use keygate_rbac::{PermissionQuery, parse_permission_query};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Where a gateway's rate limit takes its identifier from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,47 +63,146 @@ impl PolicySpec {
         Ok(GatewayPolicy { permissions, ratelimit, key_header })
     }
 
-    /// This spec with `other`'s fields where it gives them (headers over a named policy).
-    pub fn overlaid(mut self, other: &PolicySpec) -> Self {
-        if other.permissions.is_some() {
-            self.permissions.clone_from(&other.permissions);
-        }
-        if other.ratelimit.is_some() {
-            self.ratelimit.clone_from(&other.ratelimit);
-        }
-        if other.key_header.is_some() {
-            self.key_header.clone_from(&other.key_header);
-        }
-        self
+    fn is_empty(&self) -> bool {
+        self.permissions.is_none() && self.ratelimit.is_none() && self.key_header.is_none()
+    }
+
+    /// The headers that set this spec's fields, for a refusal's message.
+    fn headers(&self) -> Vec<&'static str> {
+        let given = [
+            (self.permissions.is_some(), "X-Keygate-Permissions"),
+            (self.ratelimit.is_some(), "X-Keygate-Ratelimit"),
+            (self.key_header.is_some(), "X-Keygate-Key-Header"),
+        ];
+        given.into_iter().filter_map(|(set, name)| set.then_some(name)).collect()
     }
 }
 
-/// Named policies (`KEYGATE_GATEWAY_POLICIES`: `{"policies": {"name": {...}}}`), each
-/// checked when loaded.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Why a forward-auth call's policy is refused (docs/gateways.md, *Who decides the
+/// policy*): never a pass, and nothing spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyRefusal {
+    /// A malformed field (inline or named): 400.
+    Malformed(ValidationError),
+    /// No policy of that name: 400.
+    Unknown(String),
+    /// A named policy and inline fields in one call (a named policy is authoritative:
+    /// nothing lays over it), or inline fields from a root key bound to policies: 400.
+    Overridden { headers: Vec<&'static str>, named: Option<String> },
+    /// A root key bound to several policies, called without naming one: 400.
+    Unnamed { allowed: Vec<String> },
+    /// A root key bound to policies, calling with another: 403.
+    NotBound { policy: String, allowed: Vec<String> },
+}
+
+impl std::fmt::Display for PolicyRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Malformed(e) => write!(f, "{e}"),
+            Self::Unknown(name) => {
+                write!(f, "X-Keygate-Policy: no policy {name:?} in KEYGATE_GATEWAY_POLICIES")
+            }
+            Self::Overridden { headers, named: Some(name) } => write!(
+                f,
+                "{} with X-Keygate-Policy {name:?}: a named policy is authoritative, nothing overrides it \
+                 (strip end users' X-Keygate-* headers at the gateway: docs/gateways.md)",
+                headers.join(", ")
+            ),
+            Self::Overridden { headers, named: None } => write!(
+                f,
+                "{}: this root key is bound to named policies (KEYGATE_GATEWAY_POLICIES rootKeys) and takes no \
+                 inline policy headers",
+                headers.join(", ")
+            ),
+            Self::Unnamed { allowed } => {
+                write!(
+                    f,
+                    "this root key is bound to several policies: send X-Keygate-Policy, one of {allowed:?}"
+                )
+            }
+            Self::NotBound { policy, allowed } => write!(
+                f,
+                "this root key may use only the policies {allowed:?} (KEYGATE_GATEWAY_POLICIES rootKeys), not {policy:?}"
+            ),
+        }
+    }
+}
+
+/// Named policies (`KEYGATE_GATEWAY_POLICIES`: `{"policies": {"name": {...}}, "rootKeys":
+/// {"rk_...": ["name"]}}`), each parsed when loaded.
+#[derive(Debug, Clone, Default)]
 pub struct GatewayPolicies {
-    specs: HashMap<String, PolicySpec>,
+    named: HashMap<String, Arc<GatewayPolicy>>,
+    /// Root keys bound to the policies they may use (by root key id), in the file's order.
+    bound: HashMap<String, Vec<String>>,
 }
 
 impl GatewayPolicies {
-    /// Parses the policies file; every policy must parse.
+    /// Parses the policies file; every policy must parse, and every binding name root keys
+    /// (`rk_...`) and policies of the file.
     pub fn from_json(text: &str) -> Result<Self, ValidationError> {
         #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
         struct File {
             policies: HashMap<String, PolicySpec>,
+            #[serde(default)]
+            root_keys: HashMap<String, Vec<String>>,
         }
         let file: File =
             serde_json::from_str(text).map_err(|e| ValidationError::new("policies", e.to_string()))?;
+        let mut named = HashMap::new();
         for (name, spec) in &file.policies {
-            spec.parse()
+            let parsed = spec
+                .parse()
                 .map_err(|e| ValidationError::new(format!("policies.{name}.{}", e.path), e.message))?;
+            named.insert(name.clone(), Arc::new(parsed));
         }
-        Ok(Self { specs: file.policies })
+        for (id, policies) in &file.root_keys {
+            let path = format!("rootKeys.{id}");
+            if !id.starts_with("rk_") {
+                return Err(ValidationError::new(path, "must be a root key's id (rk_...)"));
+            }
+            if policies.is_empty() {
+                return Err(ValidationError::new(path, "must name at least one policy"));
+            }
+            if let Some(missing) = policies.iter().find(|p| !named.contains_key(*p)) {
+                return Err(ValidationError::new(path, format!("{missing:?} is not a policy of the file")));
+            }
+        }
+        Ok(Self { named, bound: file.root_keys })
     }
 
-    pub fn get(&self, name: &str) -> Option<&PolicySpec> {
-        self.specs.get(name)
+    /// The policy a call from `root_key_id` gets: the named one (`policy`), authoritative,
+    /// or the `inline` fields; a root key bound to policies gets only those (its one
+    /// policy when it names none).
+    pub fn resolve(
+        &self,
+        root_key_id: &str,
+        policy: Option<&str>,
+        inline: PolicySpec,
+    ) -> Result<Arc<GatewayPolicy>, PolicyRefusal> {
+        let bound = self.bound.get(root_key_id);
+        if !inline.is_empty() && (policy.is_some() || bound.is_some()) {
+            return Err(PolicyRefusal::Overridden {
+                headers: inline.headers(),
+                named: policy.map(str::to_owned),
+            });
+        }
+        let name = match (policy, bound) {
+            (Some(name), _) => name,
+            (None, Some(allowed)) => match allowed.as_slice() {
+                [only] => only.as_str(),
+                _ => return Err(PolicyRefusal::Unnamed { allowed: allowed.clone() }),
+            },
+            (None, None) => return inline.parse().map(Arc::new).map_err(PolicyRefusal::Malformed),
+        };
+        let found = self.named.get(name).ok_or_else(|| PolicyRefusal::Unknown(name.to_owned()))?;
+        match bound {
+            Some(allowed) if !allowed.iter().any(|a| a == name) => {
+                Err(PolicyRefusal::NotBound { policy: name.to_owned(), allowed: allowed.clone() })
+            }
+            _ => Ok(found.clone()),
+        }
     }
 }
 
@@ -183,22 +285,45 @@ mod tests {
     }
 
     #[test]
-    fn policies_load_checked_and_headers_overlay_them() {
+    fn a_named_policy_is_authoritative_and_a_bound_root_key_gets_only_its_policies() {
         let p = GatewayPolicies::from_json(
-            r#"{"policies": {"docs": {"permissions": "docs.read OR admin", "ratelimit": "namespace=docs; limit=10; duration=1000", "keyHeader": "X-API-Key"}}}"#,
+            r#"{"policies": {"docs": {"permissions": "docs.read OR admin", "ratelimit": "namespace=docs; limit=10; duration=1000", "keyHeader": "X-API-Key"}, "open": {}},
+                "rootKeys": {"rk_gw": ["docs"], "rk_two": ["docs", "open"]}}"#,
         )
         .unwrap();
-        let spec = p.get("docs").unwrap().clone();
-        let parsed = spec.parse().unwrap();
-        assert_eq!(parsed.key_header.as_deref(), Some("x-api-key"));
-        assert!(parsed.permissions.is_some() && parsed.ratelimit.is_some());
-        let over = spec.overlaid(&PolicySpec { permissions: Some("admin".into()), ..PolicySpec::default() });
-        assert_eq!(over.permissions.as_deref(), Some("admin"));
-        assert_eq!(over.ratelimit.as_deref(), Some("namespace=docs; limit=10; duration=1000"));
+        let none = PolicySpec::default;
+        let docs = p.resolve("rk_any", Some("docs"), none()).unwrap();
+        assert_eq!(docs.key_header.as_deref(), Some("x-api-key"));
+        assert!(docs.permissions.is_some() && docs.ratelimit.is_some());
+        let perms = || PolicySpec { permissions: Some("admin".into()), ..PolicySpec::default() };
+        // Inline fields never lay over a named policy, whoever calls.
+        for root in ["rk_any", "rk_gw"] {
+            match p.resolve(root, Some("docs"), perms()) {
+                Err(PolicyRefusal::Overridden { headers, .. }) => {
+                    assert_eq!(headers, ["X-Keygate-Permissions"])
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // An unbound root key may still send inline fields alone.
+        assert!(p.resolve("rk_any", None, perms()).unwrap().permissions.is_some());
+        // A bound root key: its one policy implied, inline fields refused, others forbidden.
+        assert_eq!(p.resolve("rk_gw", None, none()).unwrap(), docs);
+        assert!(matches!(
+            p.resolve("rk_gw", None, perms()),
+            Err(PolicyRefusal::Overridden { named: None, .. })
+        ));
+        assert!(matches!(p.resolve("rk_gw", Some("open"), none()), Err(PolicyRefusal::NotBound { .. })));
+        assert!(matches!(p.resolve("rk_two", None, none()), Err(PolicyRefusal::Unnamed { .. })));
+        assert_eq!(*p.resolve("rk_two", Some("open"), none()).unwrap(), GatewayPolicy::default());
+        assert!(matches!(p.resolve("rk_any", Some("nope"), none()), Err(PolicyRefusal::Unknown(_))));
         for bad in [
             r#"{"policies": {"x": {"permissions": "a AND"}}}"#,
             r#"{"policies": {"x": {"ratelimit": "limit=1"}}}"#,
             r#"{"policies": {"x": {"perms": "a"}}}"#,
+            r#"{"policies": {"x": {}}, "rootKeys": {"rk_a": ["y"]}}"#,
+            r#"{"policies": {"x": {}}, "rootKeys": {"rk_a": []}}"#,
+            r#"{"policies": {"x": {}}, "rootKeys": {"kg_root_secret": ["x"]}}"#,
             r#"{"nope": {}}"#,
             "not json",
         ] {

@@ -6,7 +6,8 @@ use super::Envelope;
 use super::ok;
 use crate::error::ApiError;
 use crate::handlers::ratelimit::{
-    STALE_OVERRIDES_RETRIES, ValidLimit, cached_overrides, decide, load_overrides, with_override,
+    STALE_OVERRIDES_RETRIES, ValidLimit, cached_overrides, decide, load_overrides, rate_limit_fields,
+    with_override,
 };
 use crate::http::{Authed, JsonBytes, blocking, integer, parse_json, parse_json_as};
 use crate::openapi::V2Errors;
@@ -91,14 +92,22 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpResponse, A
     let Authed { principal, input: JsonBytes(bytes), state } = call;
     let v = parse_json::<LimitBody<'_>>(&bytes)?.validate("")?;
     let (d, applied) = decide(&state, &principal, &v).await?;
+    let duration = applied.as_ref().map_or(v.request.duration, |o| o.duration);
     let override_id = applied.map(|o| o.id.to_string());
-    Ok(ok(LimitAnswer {
+    let mut res = ok(LimitAnswer {
         success: d.success,
         limit: d.limit,
         remaining: d.remaining,
         reset: d.reset,
         override_id,
-    }))
+    });
+    if state.ratelimit_headers {
+        for (name, value) in rate_limit_fields(&v.namespace, duration, &d, state.clock.now_ms()) {
+            let value = actix_web::http::header::HeaderValue::from_str(&value).map_err(ApiError::internal)?;
+            res.headers_mut().insert(actix_web::http::header::HeaderName::from_static(name), value);
+        }
+    }
+    Ok(res)
 }
 
 #[derive(Debug, Serialize, ToSchema)]
