@@ -1,123 +1,148 @@
 #!/usr/bin/env bash
-# nginx + keygate forward auth (docs/gateways.md's configuration) against nginx alone
-# proxying the same upstream and against nginx + an auth server that does nothing,
-# alternating rounds in one run (docs/performance/gateway.md).
+# Each real gateway with keygate's forward auth against the same gateway with an auth
+# server that does nothing, rounds interleaved in one run (docs/performance/gateway.md).
+# Every gateway runs its inline block of docs/gateways.md (the one the tests run), a limit
+# that never denies put in.
 #
-#   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=10s CONNECTIONS=32
-#   PERF=1 bash bins/keygate/bench/gateway.sh   # + per request: context switches, syscalls
-#                                               #   and CPU time of nginx and of the auth server
+#   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=5s CONNECTIONS=32
+#   GATEWAYS="nginx envoy" bash bins/keygate/bench/gateway.sh
 #
-# nginx (one worker) serves the upstream (a fixed 200) and four gateways in front of it:
-#   plain   the proxy alone
-#   ext204  auth_request (docs/gateways.md's block) to a second nginx process answering 204
-#   tcp     auth_request to keygate over TCP loopback
-#   uds     auth_request to keygate over a Unix domain socket
-# keygate: one worker each (embedded default, one database), a key holding the permission
-# and a limit that always passes. Both nginx processes and keygate share CPU 0, wrk runs
-# on CPU 1: what the gateway costs per request on one core.
+# GATEWAYS (default: nginx nginx-uds caddy traefik envoy haproxy; nginx-uds is nginx's
+# block with keygate on a Unix domain socket). For each: `NAME-keygate` (the block, asking
+# keygate) and `NAME-nothing` (the same block asking a second nginx process that answers
+# 204 at once; 200 for Envoy, whose ext_authz passes a 200 only). The upstream is an nginx
+# answering 200. keygate (one worker), the gateways (one worker or thread each: Envoy
+# --concurrency 1, the others from their CPU affinity), the do-nothing server and the
+# upstream share CPU 0; wrk (one thread) runs on CPU 1: what the gateway costs per request
+# on one core.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . bins/keygate/bench/lib.sh
 
 ROUNDS=${ROUNDS:-5}
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-5s}
 CONNECTIONS=${CONNECTIONS:-32}
+GATEWAYS=${GATEWAYS:-nginx nginx-uds caddy traefik envoy haproxy}
 ROOT_KEY=kg_root_gateway_bench_$(date +%s)_0000
-require wrk nginx curl taskset
+require wrk nginx caddy haproxy curl taskset
+bash .ci/gateways.sh >/dev/null
+GW_BIN=$(pwd)/target/gateways/bin
+LUA=$(pwd)/deploy/haproxy/keygate.lua
 cargo build --release -q -p keygate --bin keygate
-chmod 755 "$work"  # nginx's workers (another user) reach the Unix socket in it
-KG=18401 UP=18402 PLAIN=18403 AUTH=18404 E204=18405 EXT=18406 UDS=18407
+chmod 755 "$work" # nginx's workers (another user) reach the Unix socket in it
+KG=18401 UP=18402 NOTHING204=18403 NOTHING200=18404
 SOCK=$work/kg.sock
 serve_keygate $KG "$work/kg.log" DATABASE_URL="sqlite://$work/k.db"
-kg_tcp=${pids[-1]}
 DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=unix:$SOCK KEYGATE_LISTEN_MODE=0666 KEYGATE_WORKERS=1 \
-  RUST_LOG=warn taskset -c 0 target/release/keygate 2>"$work/kg-uds.log" &
+  RUST_LOG=warn taskset -c 0 "$RELEASE/keygate" 2>"$work/kg-uds.log" &
 pids+=($!)
-kg_uds=$!
 for _ in $(seq 1 50); do curl -s -o /dev/null --unix-socket "$SOCK" http://x/v1/liveness && break; sleep 0.1; done
-key=$(curl -s "http://127.0.0.1:$KG/v1/keys.createKey" -H "Authorization: Bearer $ROOT_KEY" \
-  -H 'Content-Type: application/json' -d '{"permissions":["documents.read"]}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
+key=$(create_keys $KG v1/keys.createKey '{"permissions":["documents.read"]}' 1)
 
-# docs/gateways.md's nginx block, with a limit that always passes: $1 keygate's address,
-# $2 the gateway's port, $3 the upstream block's name.
-block() {
-  awk '/^```nginx$/{on=1; next} /^```$/{on=0} on' docs/gateways.md \
-    | sed -e "s#127.0.0.1:8080#$1#" -e "s/127.0.0.1:9000/127.0.0.1:$UP/" \
-          -e "s/listen 8000;/listen 127.0.0.1:$2;/" -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" \
-          -e "s/limit=100/limit=1000000000/" -e "s/upstream keygate /upstream $3 /" -e "s#http://keygate/#http://$3/#"
-}
-cat >"$work/nginx.conf" <<CONF
-daemon off; worker_processes 1; pid $work/nginx.pid; error_log $work/error.log;
+# The upstream and the do-nothing auth server: one nginx process, one worker.
+cat >"$work/fixed.conf" <<CONF
+daemon off; worker_processes 1; pid $work/fixed.pid; error_log $work/fixed-error.log;
 events { worker_connections 4096; }
 http {
   access_log off;
-  upstream up { server 127.0.0.1:$UP; keepalive 64; }
   server { listen 127.0.0.1:$UP; location / { return 200 "ok"; } }
-  server { listen 127.0.0.1:$PLAIN; location / { proxy_pass http://127.0.0.1:$UP; } }
-  $(block "127.0.0.1:$KG" "$AUTH" keygate)
-  $(block "unix:$SOCK" "$UDS" keygate_uds)
-  $(block "127.0.0.1:$E204" "$EXT" auth204)
+  server { listen 127.0.0.1:$NOTHING204; location / { return 204; } }
+  server { listen 127.0.0.1:$NOTHING200; location / { return 200; } }
 }
 CONF
-# The auth server that does nothing: a second nginx process answering 204.
-cat >"$work/nginx204.conf" <<CONF
-daemon off; worker_processes 1; pid $work/nginx204.pid; error_log $work/error204.log;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:$E204; location / { return 204; } } }
-CONF
-taskset -c 0 nginx -p "$work" -c "$work/nginx.conf" &
+taskset -c 0 nginx -p "$work" -c "$work/fixed.conf" &
 pids+=($!)
-nginx_master=$!
-taskset -c 0 nginx -p "$work" -c "$work/nginx204.conf" &
-pids+=($!)
-nginx204_master=$!
-sleep 1
-nginx_worker=$(pgrep -P "$nginx_master")
-nginx204_worker=$(pgrep -P "$nginx204_master")
 
-# PERF=1: `perf stat` on a process for the round: context switches, syscalls and CPU ms,
-# written as "cs sys ms" to $2.
-measure() {
-  perf stat -x, -e context-switches,raw_syscalls:sys_enter,task-clock -p "$1" -o "$2.raw" -- sleep "${DURATION%s}" 2>/dev/null
-  awk -F, '$3 == "context-switches" {c = $1} $3 == "raw_syscalls:sys_enter" {y = $1} $3 == "task-clock" {t = $1}
-    END {print c, y, t}' "$2.raw" >"$2"
+# block MARKER: the fenced block after `<!-- gateway-test: MARKER -->` in docs/gateways.md.
+block() {
+  awk -v m="<!-- gateway-test: $1 -->" '$0 == m {f = 1; next} f && /^```/ {if (on) exit; on = 1; next} on' docs/gateways.md \
+    | sed -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" -e "s/limit=100;/limit=1000000000;/" \
+          -e "s/127.0.0.1:9000/127.0.0.1:$UP/" -e "s/port_value: 9000/port_value: $UP/"
 }
-for port in $AUTH $UDS $EXT; do
-  curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x" || { echo "the gateway on $port does not pass a valid key:" >&2; curl -si -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x" >&2; cat "$work"/error.log "$work"/kg-uds.log >&2; exit 1; }
+
+# start NAME GATEWAY AUTH PORT: GATEWAY's inline block asking AUTH (127.0.0.1:PORT or
+# unix:PATH) for its decisions, listening on PORT, pinned to CPU 0.
+start() {
+  local name=$1 gateway=$2 auth=$3 port=$4 dir=$work/$1
+  mkdir -p "$dir"
+  case $gateway in
+    nginx)
+      { echo "daemon off; worker_processes 1; pid $dir/nginx.pid; error_log $dir/error.log;"
+        echo "events { worker_connections 4096; } http { access_log off;"
+        block "nginx inline" | sed -e "s#127.0.0.1:8080#$auth#" -e "s/listen 8000;/listen 127.0.0.1:$port;/"
+        echo "}"; } >"$dir/nginx.conf"
+      taskset -c 0 nginx -p "$dir" -c "$dir/nginx.conf" &
+      ;;
+    caddy)
+      { printf '{\n  admin off\n  auto_https off\n}\n'
+        block "caddy inline" | sed -e "s#127.0.0.1:8080#${auth/unix:/unix\/}#" -e "s/^:8000 {/http:\/\/:$port {\n    bind 127.0.0.1/"
+      } >"$dir/Caddyfile"
+      (cd "$dir" && HOME=$dir XDG_DATA_HOME=$dir XDG_CONFIG_HOME=$dir \
+        exec taskset -c 0 caddy run --config Caddyfile --adapter caddyfile >"$dir/log" 2>&1) &
+      ;;
+    traefik)
+      block "traefik inline" | sed -e "s#127.0.0.1:8080#$auth#" >"$dir/dynamic.yml"
+      (cd "$dir" && exec taskset -c 0 "$GW_BIN/traefik" --entryPoints.web.address=127.0.0.1:"$port" \
+        --providers.file.filename="$dir/dynamic.yml" --global.checkNewVersion=false \
+        --global.sendAnonymousUsage=false --log.level=ERROR >"$dir/log" 2>&1) &
+      ;;
+    envoy)
+      block "envoy inline" | sed -e "s#127.0.0.1:8080#$auth#" -e "s/port_value: 8080/port_value: ${auth##*:}/" \
+        -e "s/address: 0.0.0.0, port_value: 8000/address: 127.0.0.1, port_value: $port/" >"$dir/envoy.yaml"
+      taskset -c 0 "$GW_BIN/envoy" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart \
+        --log-level error >"$dir/log" 2>&1 &
+      ;;
+    haproxy)
+      block "haproxy inline" | sed -e "s#127.0.0.1:8080#$auth#" -e "s/bind :8000/bind 127.0.0.1:$port/" \
+        -e "s#/etc/haproxy/keygate.lua#$LUA#" >"$dir/haproxy.cfg"
+      taskset -c 0 haproxy -db -f "$dir/haproxy.cfg" >"$dir/log" 2>&1 &
+      ;;
+  esac
+  pids+=($!)
+}
+
+port=18410
+declare -A at
+for g in $GATEWAYS; do
+  gateway=${g%-uds}
+  case $g in *-uds) kg=unix:$SOCK ;; *) kg=127.0.0.1:$KG ;; esac
+  nothing=127.0.0.1:$NOTHING204
+  [ "$gateway" = envoy ] && nothing=127.0.0.1:$NOTHING200
+  at[$g-keygate]=$port
+  start "$g-keygate" "$gateway" "$kg" $port
+  at[$g-nothing]=$((port + 1))
+  start "$g-nothing" "$gateway" "$nothing" $((port + 1))
+  port=$((port + 2))
+done
+# Each passes a valid key before the rounds start.
+for s in "${!at[@]}"; do
+  for _ in $(seq 1 100); do
+    curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:${at[$s]}/x" && continue 2
+    sleep 0.1
+  done
+  echo "$s (port ${at[$s]}) does not pass a valid key:" >&2
+  curl -si -H "Authorization: Bearer $key" "http://127.0.0.1:${at[$s]}/x" >&2 || true
+  cat "$work/$s"/*log* >&2 || true
+  exit 1
 done
 
 for r in $(seq 1 "$ROUNDS"); do
-  for s in ${SETUPS:-plain ext204 tcp uds}; do
-    case $s in plain) port=$PLAIN ;; ext204) port=$EXT ;; tcp) port=$AUTH ;; uds) port=$UDS ;; esac
-    case $s in ext204) auth=$nginx204_worker ;; tcp) auth=$kg_tcp ;; uds) auth=$kg_uds ;; *) auth= ;; esac
-    if [ "${PERF:-0}" = 1 ]; then
-      measure "$nginx_worker" "$work/perf.nginx" &
-      [ -n "$auth" ] && measure "$auth" "$work/perf.auth" &
-    fi
-    out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" "http://127.0.0.1:$port/x")
-    wait_perf=$(jobs -p); [ -n "$wait_perf" ] && wait $wait_perf 2>/dev/null || true
-    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-    p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
-    p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-    non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
-    extra=
-    if [ "${PERF:-0}" = 1 ]; then
-      requests=$(awk '/requests in/ {print $1}' <<<"$out")
-      for who in nginx auth; do
-        [ "$who" = auth ] && [ -z "$auth" ] && continue
-        read -r cs sys ms <"$work/perf.$who"
-        extra+=$(awk -v n="$requests" -v c="$cs" -v y="$sys" -v t="$ms" -v w="$who" \
-          'BEGIN {printf " %s_cs=%.2f %s_syscalls=%.2f %s_cpu_us=%.1f", w, c / n, w, y / n, w, t * 1000 / n}')
-      done
-    fi
-    echo "$s round=$r rps=$rps p50=$p50 p99=$p99 non2xx=${non2xx:-0}$extra"
+  for g in $GATEWAYS; do
+    for s in "$g-keygate" "$g-nothing"; do
+      out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" \
+        "http://127.0.0.1:${at[$s]}/x")
+      rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+      p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+      p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+      non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
+      echo "$s round=$r rps=$rps p50=$p50 p99=$p99 errors=${non2xx:-0}"
+    done
   done
 done | tee "$work/rounds"
-# Per-round ratios of each setup to plain and to ext204, medians over the rounds.
-setups=(${SETUPS:-plain ext204 tcp uds})
-for s in "${setups[@]}"; do
-  for base in plain ext204; do
-    [ "$s" = "$base" ] || [ "$s" = plain ] || [[ " ${setups[*]} " != *" $base "* ]] && continue
-    printf '%-7s / %-7s median of %d per-round throughput ratios %s\n' "$s" "$base:" "$ROUNDS" "$(ratio "$work/rounds" "$s" "$base")"
-  done
+# Per-round ratios of each gateway with keygate to the same with the do-nothing server.
+for g in $GATEWAYS; do
+  printf '%-10s keygate / nothing: median of %d per-round throughput ratios %s (keygate %s req/s, nothing %s)\n' \
+    "$g" "$ROUNDS" "$(ratio "$work/rounds" "$g-keygate" "$g-nothing")" \
+    "$(median_of "$work/rounds" "$g-keygate" rps)" "$(median_of "$work/rounds" "$g-nothing" rps)"
 done
+[ "$(errors "$work/rounds")" = 0 ] || { echo "some answers were not 2xx (errors= above)" >&2; exit 1; }
