@@ -184,6 +184,12 @@ fn gateway_in_front(gateway: Gateway, mode: Mode, unix: bool) {
         vec![("x-keygate-policy", "open"), ("X-Keygate-Policy", "open")],
         vec![("X-Keygate-Policy", "")],
         vec![("X-Keygate-Key-Header", "X-API-Key"), ("X-API-Key", &other_reader)],
+        vec![
+            ("x-keygate-key-header", "X-API-Key"),
+            ("X-KEYGATE-KEY-HEADER", "x-api-key"),
+            ("X-API-Key", &other_reader),
+        ],
+        vec![("X-Keygate-Key-Header", "")],
         vec![("X-Keygate-Root-Key", &k.foreign_root)],
         vec![("x-keygate-root-key", &k.foreign_root), ("X-KEYGATE-ROOT-KEY", &k.foreign_root)],
         vec![("X-Keygate-Root-Key", "")],
