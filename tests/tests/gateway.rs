@@ -199,9 +199,19 @@ fn authorize_raw(s: &TestServer, headers: &[(&str, &str)]) -> keygate_tests::Res
     s.request(s.client.get(s.url(PATH)).headers(map))
 }
 
+/// `keygate_gateway_refusals_total{reason}` now (the recorder is the process's: other tests
+/// of this binary may add to it, never take away).
+fn refusals(s: &TestServer, reason: &str) -> u64 {
+    let text = s.request(s.client.get(s.url("/metrics"))).text;
+    let series = format!("keygate_gateway_refusals_total{{reason=\"{reason}\"}} ");
+    let line = text.lines().find_map(|l| l.strip_prefix(series.as_str()));
+    line.unwrap_or_else(|| panic!("no {series} in /metrics")).trim().parse().unwrap()
+}
+
 #[test]
 fn a_control_header_sent_twice_is_refused_whichever_copy_comes_first() {
     let s = TestServer::start();
+    let before = refusals(&s, "duplicate_header");
     let (_, secret) = key(&s, json!({"permissions": ["docs.read"]}));
     let bearer = format!("Bearer {secret}");
     let root = s.root_key.as_str();
@@ -231,6 +241,8 @@ fn a_control_header_sent_twice_is_refused_whichever_copy_comes_first() {
     let r =
         authorize_raw(&s, &[base[0], base[1], limit, ("x-real-ip", "10.0.0.1"), ("x-real-ip", "10.0.0.2")]);
     r.assert_error(400, "BAD_REQUEST");
+    let after = refusals(&s, "duplicate_header");
+    assert!(after >= before + 5, "the control headers sent twice are counted: {before} -> {after}");
 }
 
 #[test]
@@ -283,6 +295,7 @@ fn a_root_key_bound_to_a_policy_uses_only_it_and_takes_no_inline_fields() {
             .assert_error(400, "BAD_REQUEST");
     }
     authorize(&s, &gateway_secret, &[("authorization", &reader)]).assert_error(429, "TOO_MANY_REQUESTS");
+    assert!(refusals(&s, "policy_not_bound") >= 1 && refusals(&s, "policy_overridden") >= 2);
     // An unbound root key still decides by inline fields.
     let r =
         authorize(&s, &s.root_key, &[("authorization", &writer), ("x-keygate-permissions", "docs.write")]);

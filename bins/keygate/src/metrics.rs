@@ -235,6 +235,9 @@ impl Metrics {
         for event in ["created", "exchanged", "revoked", "refused"] {
             metrics::counter!("keygate_portal_sessions_total", "event" => event).increment(0);
         }
+        for reason in crate::handlers::gateway::REFUSAL_REASONS {
+            metrics::counter!("keygate_gateway_refusals_total", "reason" => reason).increment(0);
+        }
         let routes =
             routes.iter().copied().chain([UNMATCHED]).map(|route| (route, RouteMetrics::default())).collect();
         Self {

@@ -95,8 +95,13 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
         let message = e.to_string();
         match e {
             PolicyRefusal::NotBound { .. } => {
+                count_refusal("policy_not_bound");
                 log::warn!("gateway.authorize: {message}");
                 ApiError::new(ErrorCode::Forbidden, message)
+            }
+            PolicyRefusal::Overridden { .. } => {
+                count_refusal("policy_overridden");
+                refused(message)
             }
             _ => refused(message),
         }
@@ -216,11 +221,21 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Api
     let mut all = headers.get_all(name);
     let Some(first) = all.next() else { return Ok(None) };
     if all.next().is_some() {
+        count_refusal("duplicate_header");
         return Err(refused(format!(
             "{name}: sent more than once (the gateway must set it, replacing any copy)"
         )));
     }
     first.to_str().map(Some).map_err(|_| refused(format!("{name}: not valid text")))
+}
+
+/// `keygate_gateway_refusals_total{reason}`: calls refused because a header was not the
+/// gateway's alone to give (docs/gateways.md, "Who decides the policy"): an end user's
+/// forgery that a gateway let through, or a gateway configured to append.
+pub(crate) const REFUSAL_REASONS: [&str; 3] = ["duplicate_header", "policy_overridden", "policy_not_bound"];
+
+fn count_refusal(reason: &'static str) {
+    metrics::counter!("keygate_gateway_refusals_total", "reason" => reason).increment(1);
 }
 
 /// A request the gateway's configuration got wrong: 400, logged (never a pass).
@@ -237,6 +252,7 @@ fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String
     };
     let Some(raw) = all.next() else { return Ok(None) };
     if all.next().is_some() {
+        count_refusal("duplicate_header");
         return Err(ApiError::unauthorized("more than one API key: send one"));
     }
     let value = raw.to_str().map_err(|_| ApiError::unauthorized("the API key is not valid text"))?.trim();
