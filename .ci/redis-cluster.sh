@@ -17,7 +17,17 @@ dir=/tmp/keygate-redis-cluster-$base
 mkdir -p "$dir"
 
 ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
-cluster_ok() { redis-cli -h 127.0.0.1 -p "$first" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
+# Every node, not only the first: right after `--cluster create` the first node may say ok
+# while another still answers CLUSTERDOWN or knows only part of the slots (a test's first
+# command then failed).
+cluster_ok() {
+  local p info
+  for p in "${ports[@]}"; do
+    info=$(redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null)
+    grep -q 'cluster_state:ok' <<<"$info" && grep -q 'cluster_slots_ok:16384' <<<"$info" \
+      && grep -q "cluster_known_nodes:${#ports[@]}" <<<"$info" || return 1
+  done
+}
 whole() { # three masters (and their replicas) of the one cluster, all slots covered
   local nodes
   nodes=$(redis-cli -h 127.0.0.1 -p "$first" cluster nodes 2>/dev/null | grep -v fail)

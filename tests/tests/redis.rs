@@ -236,8 +236,10 @@ fn a_redis_cluster_that_stops_answering_gives_503_and_recovers_with_the_counts_k
     let s = on_private_cluster(7010);
     let identifier = format!("u{}", rand_suffix());
     let body = json!({"identifier": identifier, "limit": 5, "duration": 60_000});
-    assert_eq!(s.limit(body.clone()).json["remaining"], 4);
-    assert_eq!(s.limit(body.clone()).json["remaining"], 3);
+    for remaining in [4, 3] {
+        let r = s.limit(body.clone());
+        assert_eq!(r.json["remaining"], remaining, "{} {}", r.status, r.text);
+    }
 
     let paused_at = Instant::now();
     pause_cluster(&keygate_test_support::local_redis_cluster(7010), 3_000);
