@@ -10,6 +10,7 @@ use crate::admin::commands::{
 };
 use clap::{Args, Parser, Subcommand};
 use keygate_domain::redact_url;
+pub use keygate_http::HttpLimits;
 pub use keygate_runtime::AnalyticsSettings;
 use keygate_store::{PoolSettings, RedisSettings};
 use std::time::Duration;
@@ -387,7 +388,7 @@ impl ServeArgs {
                 max_series: self.analytics_max_series as usize,
                 retention_days: self.analytics_retention_days,
             }),
-            dashboard: self.dashboard.then_some(crate::dashboard::settings::DashboardSettings {
+            dashboard: self.dashboard.then_some(keygate_http::DashboardSettings {
                 base: self.dashboard_base,
                 secure_cookies: self.dashboard_secure_cookies,
             }),
@@ -433,15 +434,6 @@ pub enum MetricsSetting {
     Off,
 }
 
-/// Bounds on what one client connection can hold (docs/configuration.md, "Limits").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpLimits {
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub keep_alive: Duration,
-    pub max_connections: usize,
-}
-
 /// Everything the server needs to start. Its `Debug` shows no secret (URLs redacted, the
 /// root key left out).
 #[derive(Clone)]
@@ -468,7 +460,7 @@ pub struct ServerConfig {
     /// Verification analytics; `None`: off.
     pub analytics: Option<AnalyticsSettings>,
     /// The dashboard; `None`: off.
-    pub dashboard: Option<crate::dashboard::settings::DashboardSettings>,
+    pub dashboard: Option<keygate_http::DashboardSettings>,
     /// `GET /metrics`: served openly, to root keys with `metrics.read`, or not at all.
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.

@@ -1,29 +1,21 @@
-//! The keygate server: actix-web composition of the RBAC service, the rate-limit engine
-//! and the SQL store, plus the admin subcommands. Exposed as a library so that black-box
-//! tests can start the real server in-process with an injected clock.
+//! The keygate process: configuration (flags, environment, TOML), logging and telemetry,
+//! the listeners and workers, the background upkeep and the admin subcommands, around
+//! keygate's HTTP layer ([`keygate_http`]) and runtime ([`keygate_runtime`]). Exposed as a
+//! library so that black-box tests can start the real server in-process with an injected
+//! clock.
 //!
-//! Error policy: request handling uses typed errors end to end and turns them into HTTP in
-//! one place ([`error::ApiError`]); `anyhow` appears only at the edges (startup, CLI).
+//! Error policy: `anyhow` at this edge (startup, CLI); request handling is
+//! [`keygate_http`]'s, with typed errors turned into HTTP in one place.
 
 pub mod admin;
 pub mod config;
-mod connections;
-pub mod dashboard;
-pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
-mod handlers;
-mod http;
 pub mod listen;
 pub mod logging;
-pub mod metrics;
-pub mod openapi;
-mod portal;
-pub mod routes;
 pub mod server;
-mod state;
 pub mod telemetry;
 
 pub use config::{Cli, Command, HttpLimits, ServeArgs, ServerConfig};
+pub use keygate_http::{AppState, dashboard, error, metrics, openapi, routes};
 pub use server::{RunningServer, start};
-pub use state::AppState;

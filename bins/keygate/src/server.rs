@@ -1,16 +1,14 @@
 //! Composition: store + RBAC service + rate-limit store + actix-web.
 
 use crate::config::{HttpLimits, MetricsSetting, ServerConfig};
-use crate::connections::{self, Connections};
-use crate::http;
 use crate::listen::{ListenAddr, Listener, SocketFile};
-use crate::routes;
-pub use crate::state::AppState;
-use crate::state::{LoadGates, MetricsAccess};
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use keygate_domain::{Clock, Secret, SystemClock, redact_in, redact_url, validate_root_key_secret};
+pub use keygate_http::AppState;
+use keygate_http::connections::{self, Connections};
+use keygate_http::{HttpSettings, Keygate, MetricsAccess};
 use keygate_rbac::RbacService;
 pub use keygate_runtime::{ANALYTICS_FLUSH_INTERVAL, CREDIT_WRITE_BEHIND_INTERVAL};
 use keygate_runtime::{Runtime, RuntimeError, RuntimeSettings, Upkeep};
@@ -76,7 +74,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading KEYGATE_GATEWAY_POLICIES {path}"))?;
-            crate::handlers::gateway::policy::GatewayPolicies::from_json(&text)
+            keygate_http::GatewayPolicies::from_json(&text)
                 .map_err(|e| anyhow::anyhow!("KEYGATE_GATEWAY_POLICIES {path}: {e}"))?
         }
         None => Default::default(),
@@ -139,49 +137,38 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         (MetricsSetting::RootKey, None) => MetricsAccess::RootKey,
         (MetricsSetting::On, None) => MetricsAccess::Open,
     };
-    let route_names: Vec<&'static str> = routes::ROUTES.iter().map(|(path, _)| *path).collect();
-    let metrics = crate::metrics::Metrics::new(
-        &route_names,
-        runtime.limiter.kind(),
-        config.metrics != MetricsSetting::Off,
-        config.metrics_namespaces,
-    );
     let description = runtime.description.clone();
-    let state = web::Data::new(AppState {
+    let sample_ratio = config.tracing.as_ref().map_or(0.0, |t| t.sample_ratio);
+    let keygate = Keygate::new(
         runtime,
-        fail_open: config.ratelimit_fail_open,
-        ratelimit_headers: config.ratelimit_headers,
-        clock: clock.clone(),
-        docs_base,
-        loads: LoadGates::default(),
-        limits,
-        connections: connections.clone(),
-        metrics,
-        metrics_access,
-        gateway_policies,
-        openapi: crate::openapi::Documents::new(crate::openapi::document::render),
-        dashboard: config.dashboard.clone().map(|d| Arc::new(crate::dashboard::settings::Dashboard::new(d))),
-    });
+        HttpSettings {
+            fail_open: config.ratelimit_fail_open,
+            ratelimit_headers: config.ratelimit_headers,
+            docs_base,
+            limits,
+            metrics: config.metrics != MetricsSetting::Off,
+            metrics_namespaces: config.metrics_namespaces,
+            metrics_access,
+            gateway_policies,
+            trace_sample_ratio: sample_ratio,
+            dashboard: config.dashboard.clone(),
+        },
+    );
+    let state = keygate.state().clone();
     let metrics_addr = match (&config.metrics_listen, config.metrics) {
         (Some(listen), MetricsSetting::On | MetricsSetting::RootKey) => {
-            Some(spawn_metrics_listener(listen, state.clone(), config.metrics)?)
+            Some(spawn_metrics_listener(listen, &keygate, config.metrics)?)
         }
         _ => None,
     };
 
-    let app_state = state.clone();
-    let dashboard = config.dashboard.is_some();
-    let sample_ratio = config.tracing.as_ref().map_or(0.0, |t| t.sample_ratio);
     let mut server = HttpServer::new(move || {
         // The API's routes first (the hot paths are tried first), then the dashboard's
         // and the customer portal's scopes; the API's JSON 404 answers every other path.
-        App::new().app_data(app_state.clone()).wrap(http::RequestId::new(sample_ratio)).configure(|cfg| {
-            routes::configure(cfg);
-            if dashboard {
-                crate::dashboard::configure(cfg);
-            }
-            crate::portal::configure(cfg);
-        })
+        App::new()
+            .configure(keygate.api_and_not_found())
+            .configure(keygate.dashboard())
+            .configure(keygate.portal_pages())
     })
     .workers(workers)
     .max_connections(connections::per_worker(cap, workers))
@@ -233,7 +220,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
 /// caller's actix system; the root-key setting applies there too.
 fn spawn_metrics_listener(
     listen: &str,
-    state: web::Data<AppState>,
+    keygate: &Keygate,
     setting: MetricsSetting,
 ) -> anyhow::Result<SocketAddr> {
     let listener =
@@ -241,17 +228,12 @@ fn spawn_metrics_listener(
     let addr = listener.local_addr()?;
     let access =
         if setting == MetricsSetting::RootKey { MetricsAccess::RootKey } else { MetricsAccess::Open };
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(state.clone())
-            .app_data(access)
-            .wrap(http::RequestId::default())
-            .route("/metrics", web::get().to(crate::handlers::system::metrics))
-    })
-    .workers(1)
-    .disable_signals()
-    .listen(listener)?
-    .run();
+    let metrics = keygate.metrics_only(access);
+    let server = HttpServer::new(move || App::new().configure(metrics.clone()))
+        .workers(1)
+        .disable_signals()
+        .listen(listener)?
+        .run();
     actix_web::rt::spawn(server);
     Ok(addr)
 }

@@ -7,9 +7,9 @@
 //! keys already there are counted as failed and nothing doubles.
 
 use super::commands::ImportArgs;
-use crate::handlers::keys::import::MigrateKeyEntry;
-use crate::http::Obj;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use keygate_http::MigrateKeyEntry;
+use keygate_http::plumbing::Obj;
 use keygate_rbac::{MAX_MIGRATED_KEYS, MigratedKey, Migrations, Principal, RbacError, RbacService};
 use keygate_store::SqlStore;
 use serde_json::{Value, json};
