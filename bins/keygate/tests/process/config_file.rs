@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
-const EXAMPLE: &str = include_str!("../../../deploy/keygate.toml");
+const EXAMPLE: &str = include_str!("../../../../deploy/keygate.toml");
 
 /// A config file in `dir` with `text`; its path.
 fn file(dir: &Path, text: &str) -> String {

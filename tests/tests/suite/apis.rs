@@ -133,7 +133,7 @@ fn bad_input_is_400_and_changes_nothing() {
     ] {
         s.v2("apis.listKeys", &body).assert_problem(400, "unkey/application/invalid_input");
     }
-    // `decrypt` of keys that are not recoverable: nothing to add (tests/tests/recoverable.rs).
+    // `decrypt` of keys that are not recoverable: nothing to add (tests/tests/suite/recoverable.rs).
     assert_eq!(s.v2("apis.listKeys", &json!({ "apiId": api, "decrypt": true })).data(), &json!([]));
     s.v2("apis.getApi", &json!({ "apiId": 12 })).assert_problem(400, "unkey/application/invalid_input");
     let q = |limit: &str| {

@@ -147,7 +147,7 @@ fn every_route_checks_auth_method_and_its_permission() {
         }
         let Some((permission, body)) = needs(path, &key, &spare, &ids) else {
             // The gateway's forward auth takes its root key in X-Keygate-Root-Key
-            // (tests/tests/gateway.rs covers it): without one, 401.
+            // (tests/tests/suite/gateway.rs covers it): without one, 401.
             if path.starts_with("/v1/gateway.authorize") {
                 let r = s.request(s.client.get(s.url("/v1/gateway.authorize/x")).bearer_auth(&s.root_key));
                 r.assert_error(401, "UNAUTHORIZED");

@@ -5,7 +5,7 @@
 //! recoverable key, creates a root key and reads the audit log. On every page: no console
 //! error (CSP violations included), one `h1`, a label for every form control; a screenshot
 //! of each main page (written to `KEYGATE_SCREENSHOTS`, e.g. `docs/screenshots`, when set).
-//! `#[ignore]`d without a browser: `cargo test -p keygate-tests --test dashboard_browser --
+//! `#[ignore]`d without a browser: `cargo test -p keygate-tests --test suite -- dashboard_browser::
 //! --include-ignored` runs it.
 #![allow(clippy::unwrap_used)]
 

@@ -150,7 +150,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
             assert_eq!(r.header("allow"), Some(allow.as_str()), "{m} {path}");
         }
         // The portal's routes answer 404 without their permissions, or take a session
-        // cookie or no credential (API-v2.md §17): tests/tests/portal.rs.
+        // cookie or no credential (API-v2.md §17): tests/tests/suite/portal.rs.
         if path.starts_with("/v2/portal.") {
             continue;
         }

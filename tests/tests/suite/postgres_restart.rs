@@ -1,6 +1,6 @@
 //! PostgreSQL really stopped during a run, then started again (issue 3). This stops the
 //! shared local server, so it is ignored by default; `.ci/run` runs it alone, after the
-//! suites: `cargo test -p keygate-tests --test postgres_restart -- --ignored`.
+//! suites: `cargo test -p keygate-tests --test suite -- --ignored postgres_restart::`.
 #![allow(clippy::unwrap_used)]
 
 use keygate_test_support::TestDb;

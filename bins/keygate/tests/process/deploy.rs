@@ -10,10 +10,10 @@ use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_keygate");
-const CONTAINERFILE: &str = include_str!("../../../deploy/Containerfile");
-const UNIT: &str = include_str!("../../../deploy/keygate.service");
-const EXAMPLE: &str = include_str!("../../../deploy/keygate.toml");
-const OPERATIONS: &str = include_str!("../../../docs/operations.md");
+const CONTAINERFILE: &str = include_str!("../../../../deploy/Containerfile");
+const UNIT: &str = include_str!("../../../../deploy/keygate.service");
+const EXAMPLE: &str = include_str!("../../../../deploy/keygate.toml");
+const OPERATIONS: &str = include_str!("../../../../docs/operations.md");
 
 /// The instructions of the Containerfile's last stage (continuation lines joined).
 fn runtime_stage() -> Vec<(String, String)> {

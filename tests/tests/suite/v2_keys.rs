@@ -124,7 +124,7 @@ fn create_refuses_bad_fields_and_unsupported_features_and_writes_nothing() {
     }
     // null means absent.
     create(&s, json!({"apiId": "api_1", "externalId": null, "credits": null}));
-    // (`recoverable`: tests/tests/recoverable.rs.)
+    // (`recoverable`: tests/tests/suite/recoverable.rs.)
     // A missing role: 404, and neither the key nor the new permission exists.
     s.v2("keys.createKey", &json!({"apiId": "api_1", "permissions": ["fresh.perm"], "roles": ["nope"]}))
         .assert_problem(404, "unkey/data/role_not_found");

@@ -5,7 +5,7 @@ use keygate_test_support::{Proc, free_port, wait_for_port};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub const DOC: &str = include_str!("../../../../docs/gateways.md");
+pub const DOC: &str = include_str!("../../../../../docs/gateways.md");
 /// The tests' rate-limit window (the docs' `duration=60000` becomes a day's: no test run
 /// crosses a window's end but one near midnight UTC, which waits for it).
 pub const WINDOW_MS: u64 = 86_400_000;
