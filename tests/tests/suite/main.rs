@@ -12,6 +12,7 @@ mod client;
 mod credits;
 mod dashboard;
 mod dashboard_browser;
+mod embedding;
 mod errors;
 mod faults;
 mod fuzz_bodies;

@@ -1,0 +1,77 @@
+//! keygate's API mounted in a service of its own (keygate-http's `mount_api` example, built
+//! by cargo with the test targets, run and called): the service's routes and keygate's v1
+//! and v2 API answer from one actix-web `App`, keygate's errors in the contract's bodies
+//! with their request ids, the service's own routes untouched by keygate's middleware.
+#![allow(clippy::unwrap_used)]
+
+use keygate_test_support::{Proc, TestDb, free_port};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const ROOT_KEY: &str = "kg_root_mounted_in_a_service_0123456789";
+
+#[test]
+fn a_service_mounts_keygates_api_beside_its_own_routes() {
+    let exe = std::env::current_exe().unwrap();
+    let example = exe.parent().unwrap().parent().unwrap().join("examples").join("mount_api");
+    assert!(example.exists(), "{} was not built: run `cargo build --examples`", example.display());
+    let db = TestDb::fresh();
+    let port = free_port();
+    let mut cmd = std::process::Command::new(&example);
+    cmd.env("DATABASE_URL", &db.url)
+        .env("KEYGATE_ROOT_KEY", ROOT_KEY)
+        .env("LISTEN", format!("127.0.0.1:{port}"));
+    let mut proc = Proc::spawn(cmd);
+    assert!(proc.wait_for("listening on", Duration::from_secs(30)), "{}", proc.output(true));
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::blocking::Client::new();
+
+    // The service's own routes, without keygate's request id.
+    let own = client.get(format!("{base}/hello/ada")).send().unwrap();
+    assert_eq!(own.status(), 200);
+    assert!(own.headers().get("unkey-request-id").is_none(), "keygate's middleware wraps only its routes");
+    assert_eq!(own.text().unwrap(), "hello, ada");
+    assert_eq!(client.get(&base).send().unwrap().text().unwrap(), "the service's own page");
+
+    // keygate's v2 API: a key created with the root key, then verified.
+    let post = |path: &str, auth: Option<&str>, body: Value| {
+        let mut req = client.post(format!("{base}{path}")).json(&body);
+        if let Some(auth) = auth {
+            req = req.bearer_auth(auth);
+        }
+        let res = req.send().unwrap();
+        let (status, id) = (res.status().as_u16(), res.headers().get("unkey-request-id").cloned());
+        (status, id, res.json::<Value>().unwrap())
+    };
+    let (status, _, api) = post("/v2/apis.createApi", Some(ROOT_KEY), json!({"name": "service"}));
+    assert_eq!(status, 200, "{api}");
+    let api_id = api["data"]["apiId"].as_str().unwrap().to_string();
+    let (status, _, created) = post(
+        "/v2/keys.createKey",
+        Some(ROOT_KEY),
+        json!({"apiId": api_id, "permissions": ["documents.read"]}),
+    );
+    assert_eq!(status, 200, "{created}");
+    let key = created["data"]["key"].as_str().unwrap().to_string();
+    let (status, id, verified) =
+        post("/v2/keys.verifyKey", Some(ROOT_KEY), json!({"key": key, "permissions": "documents.read"}));
+    assert_eq!(status, 200, "{verified}");
+    assert_eq!(verified["data"]["valid"], true, "{verified}");
+    assert_eq!(id.unwrap().to_str().unwrap(), verified["meta"]["requestId"].as_str().unwrap());
+
+    // v1 on the same App, and keygate's errors as the contract writes them, ids agreeing.
+    let (status, _, v1) = post("/v1/keys.verifyKey", None, json!({"key": key}));
+    assert_eq!((status, v1["valid"].as_bool()), (200, Some(true)), "{v1}");
+    let (status, id, refused) =
+        post("/v2/keys.createKey", Some("kg_root_not_a_key_at_all_0123456789"), json!({}));
+    assert_eq!(status, 401, "{refused}");
+    assert_eq!(id.unwrap().to_str().unwrap(), refused["meta"]["requestId"].as_str().unwrap());
+    assert_eq!(
+        (refused["error"]["status"].as_u64(), refused["error"]["title"].as_str()),
+        (Some(401), Some("Unauthorized"))
+    );
+    let (status, _, bad) =
+        post("/v1/ratelimits.limit", Some(ROOT_KEY), json!({"identifier": "", "limit": 1}));
+    assert_eq!((status, bad["error"]["code"].as_str()), (400, Some("BAD_REQUEST")), "{bad}");
+    drop(proc);
+}
