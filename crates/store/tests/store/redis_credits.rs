@@ -1,6 +1,6 @@
 //! The Redis store's credit counters (`keygate_usage::SharedCredits`, API-v2.md §13.5)
 //! step by step: load, spend, lock, install, settle. (The ledger over them, across
-//! instances: `crates/usage/tests/shared_credits.rs`.)
+//! instances: `crates/usage/tests/usage/shared_credits.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use keygate_ratelimit::{BudgetKey, Entry, LimitRequest, RateLimitStore};

@@ -1,0 +1,5 @@
+//! keygate-rbac's integration tests, one test binary: a module per area
+//! (`cargo test -p keygate-rbac --test rbac -- <area>::`).
+
+mod service;
+mod verify_cache;
