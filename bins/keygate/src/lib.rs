@@ -17,5 +17,5 @@ pub mod server;
 pub mod telemetry;
 
 pub use config::{Cli, Command, HttpLimits, ServeArgs, ServerConfig};
-pub use keygate_http::{AppState, dashboard, error, metrics, openapi, routes};
+pub use keygate_http::{AppState, error, metrics, openapi, routes};
 pub use server::{RunningServer, start};

@@ -26,14 +26,14 @@
 
 pub mod connections;
 #[cfg(feature = "pages")]
-pub mod dashboard;
+mod dashboard;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handlers;
 pub mod metrics;
 pub mod openapi;
-pub mod plumbing;
+mod plumbing;
 #[cfg(feature = "pages")]
 mod portal;
 pub mod routes;
@@ -46,7 +46,7 @@ pub use dashboard::settings::DashboardSettings;
 pub use handlers::gateway::policy::GatewayPolicies;
 pub use handlers::keys::import::MigrateKeyEntry;
 pub use keygate_runtime::Runtime;
-pub use plumbing::RequestId;
+pub use plumbing::{ACCESS_TARGET, Caller, Obj, RequestId};
 pub use settings::{HttpLimits, HttpSettings};
 pub use state::{AppState, LoadGates, MetricsAccess};
 

@@ -947,10 +947,8 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
 fn behind_a_proxy_prefix_links_and_cookies_use_it() {
     let db = std::sync::Arc::new(keygate_test_support::TestDb::fresh());
     let mut config = TestServer::config(&db.url);
-    config.dashboard = Some(keygate::dashboard::settings::DashboardSettings {
-        base: "/admin/keygate".into(),
-        secure_cookies: true,
-    });
+    config.dashboard =
+        Some(keygate_http::DashboardSettings { base: "/admin/keygate".into(), secure_cookies: true });
     let s = TestServer::start_with(config, db);
     let mut b = Browser::new(&s);
     // keygate still serves /dashboard; what it writes names the proxy's path.
@@ -986,10 +984,8 @@ fn the_store_unreachable_is_a_503_page_under_the_proxy_prefix() {
     let mut config = TestServer::config(&db.url);
     config.pool.connect_timeout = std::time::Duration::from_millis(1_000);
     config.pool.statement_timeout = std::time::Duration::from_millis(1_000);
-    config.dashboard = Some(keygate::dashboard::settings::DashboardSettings {
-        base: "/admin/keygate".into(),
-        secure_cookies: false,
-    });
+    config.dashboard =
+        Some(keygate_http::DashboardSettings { base: "/admin/keygate".into(), secure_cookies: false });
     let s = TestServer::start_with(config, db);
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).location(), Some("/admin/keygate"));

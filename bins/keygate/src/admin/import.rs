@@ -9,7 +9,7 @@
 use super::commands::ImportArgs;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use keygate_http::MigrateKeyEntry;
-use keygate_http::plumbing::Obj;
+use keygate_http::Obj;
 use keygate_rbac::{MAX_MIGRATED_KEYS, MigratedKey, Migrations, Principal, RbacError, RbacService};
 use keygate_store::SqlStore;
 use serde_json::{Value, json};

@@ -8,7 +8,7 @@
 //! paths and says what the derive cannot (which of two fields is required). This module
 //! holds what the rooms share: the error answers, the string kinds they name, and helpers
 //! to refine a room's part; [`document`] assembles the rooms' parts in the documents' frame,
-//! and [`requests`] adds the server-wide rule of `http::body` to every request schema (NUL
+//! and `requests` adds the server-wide rule of `http::body` to every request schema (NUL
 //! is refused in every string and object key of a request, and an optional field takes
 //! `null`).
 
