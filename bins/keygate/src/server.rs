@@ -142,7 +142,6 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     let keygate = Keygate::new(
         runtime,
         HttpSettings {
-            fail_open: config.ratelimit_fail_open,
             ratelimit_headers: config.ratelimit_headers,
             docs_base,
             limits,

@@ -6,13 +6,18 @@
 //! number is looked at before a cached answer is trusted (at most every
 //! [`CHANGE_PROBE_EVERY`]; under a steady load a write is seen within that, and the
 //! first verification after a quiet spell always looks).
+//!
+//! It rate-limits too ([`Embedded::limit`]): the server's decision path
+//! ([`keygate_runtime::Runtime::limit`]) in the budgets the server counts in (the same
+//! namespaces, overrides and, with Redis, the same counters).
 
 use crate::error::Error;
 use crate::identities::{Identity, RatelimitResponse};
 use crate::keys::{VerifyCode, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimitResult};
+use crate::ratelimit::{LimitRequest, LimitResult};
 use keygate_domain::SystemClock;
-use keygate_rbac::{RbacError, RbacService, Verification, VerifyScope};
-use keygate_runtime::{Runtime, RuntimeSettings, Upkeep};
+use keygate_rbac::{Principal, RbacError, RbacService, Verification, VerifyScope};
+use keygate_runtime::{CallError, Offload, Runtime, RuntimeSettings, Upkeep};
 use keygate_store::SqlStore;
 use keygate_usage::{LimitAsk, Usage};
 use std::sync::Arc;
@@ -34,6 +39,10 @@ pub struct Embedded {
 #[derive(Debug)]
 struct Inner {
     runtime: Arc<Runtime>,
+    /// Who the rate limits are decided for: the workspace's namespaces, which it may use
+    /// and create (`ratelimit.*.limit`, `ratelimit.*.create_namespace`); none without a
+    /// workspace.
+    limiter: Option<Arc<Principal>>,
     workspace_id: Option<String>,
     api_id: Option<String>,
     upkeep: Upkeep,
@@ -55,6 +64,7 @@ impl Drop for Inner {
 #[derive(Debug, Clone)]
 pub struct EmbeddedBuilder {
     settings: RuntimeSettings,
+    clock: Arc<dyn keygate_domain::Clock>,
     workspace_id: Option<String>,
     api_id: Option<String>,
 }
@@ -100,6 +110,13 @@ impl EmbeddedBuilder {
         self
     }
 
+    /// The clock windows, expiries and caches read (default the system's; a test's manual
+    /// clock, shared with a server it runs, makes both count in the same windows).
+    pub fn clock(mut self, clock: Arc<dyn keygate_domain::Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Largest number of open database connections (default 8).
     pub fn pool_size(mut self, max: u32) -> Self {
         self.settings.pool.max_size = max;
@@ -109,16 +126,25 @@ impl EmbeddedBuilder {
     /// Opens the database (creating or migrating its schema, as the server does), reads
     /// the change counters and starts the upkeep threads.
     pub fn open(self) -> Result<Embedded, Error> {
-        let clock = Arc::new(SystemClock);
-        let runtime = Runtime::open(&self.settings, clock).map_err(|e| Error::Embedded {
+        let runtime = Runtime::open(&self.settings, self.clock.clone()).map_err(|e| Error::Embedded {
             code: keygate_domain::ErrorCode::ServiceUnavailable.as_str(),
             message: keygate_domain::redact_in(&e.to_string(), &self.settings.database_url),
         })?;
         runtime.sync_counters().map_err(rbac_error)?;
         let runtime = Arc::new(runtime);
         let upkeep = keygate_runtime::spawn_upkeep(Arc::downgrade(&runtime));
+        let limiter = self.workspace_id.as_ref().map(|ws| {
+            let may = ["ratelimit.*.limit", "ratelimit.*.create_namespace"];
+            Arc::new(Principal::new(EMBEDDED_ACTOR.into(), ws.clone(), may.map(String::from)))
+        });
         Ok(Embedded {
-            inner: Arc::new(Inner { runtime, workspace_id: self.workspace_id, api_id: self.api_id, upkeep }),
+            inner: Arc::new(Inner {
+                runtime,
+                limiter,
+                workspace_id: self.workspace_id,
+                api_id: self.api_id,
+                upkeep,
+            }),
         })
     }
 }
@@ -134,7 +160,7 @@ impl Embedded {
     pub fn builder(database_url: impl Into<String>) -> EmbeddedBuilder {
         let mut settings = RuntimeSettings::new(database_url);
         settings.change_probe = Some(CHANGE_PROBE_EVERY);
-        EmbeddedBuilder { settings, workspace_id: None, api_id: None }
+        EmbeddedBuilder { settings, clock: Arc::new(SystemClock), workspace_id: None, api_id: None }
     }
 
     /// The RBAC service itself, for what the verifier does not cover (creating keys,
@@ -205,6 +231,78 @@ impl Embedded {
         runtime.analytics.record_verification(&verification, &scope, &asks.tags);
         Ok(verification)
     }
+}
+
+impl Embedded {
+    /// `ratelimit.limit`, in process: may this caller make one more request? Decided as the
+    /// server decides it, in the workspace's namespaces (a namespace named for the first
+    /// time is created, its audit event by `embedded`), under their overrides; counted in
+    /// analytics. Needs [`EmbeddedBuilder::workspace_id`]; without it, or with bounds the
+    /// API refuses, [`Error::Embedded`] with code `BAD_REQUEST`. With Redis unreachable,
+    /// code `SERVICE_UNAVAILABLE` (the server's setting to fail open is
+    /// `RuntimeSettings::fail_open`).
+    pub async fn limit(&self, req: &LimitRequest) -> Result<LimitResult, Error> {
+        let Some(principal) = &self.inner.limiter else {
+            return Err(bad_request(
+                "rate limiting in process needs a workspace: EmbeddedBuilder::workspace_id",
+            ));
+        };
+        let ask = limit_ask(req)?;
+        let limited = self.inner.runtime.limit(&Tokio, principal, ask).await.map_err(call_error)?;
+        let d = limited.decision;
+        Ok(LimitResult {
+            success: d.success,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset: d.reset,
+            override_id: limited.applied.map(|o| o.id.to_string()),
+        })
+    }
+}
+
+/// The actor of what [`Embedded::limit`] writes down (a namespace created on first use).
+pub const EMBEDDED_ACTOR: &str = "embedded";
+
+/// `req` checked as the server checks a `ratelimit.limit` body (docs/api-v2.md).
+fn limit_ask(req: &LimitRequest) -> Result<keygate_runtime::LimitAsk<'_>, Error> {
+    use keygate_domain::{MAX_IDENTIFIER_CHARS, check_len, validate_namespace_name};
+    const MAX: u64 = 9_007_199_254_740_991;
+    let invalid = |e: keygate_domain::ValidationError| bad_request(e.to_string());
+    check_len("identifier", &req.identifier, MAX_IDENTIFIER_CHARS).map_err(invalid)?;
+    validate_namespace_name("namespace", &req.namespace).map_err(invalid)?;
+    let cost = req.cost.unwrap_or(1);
+    for (field, value, least) in
+        [("limit", req.limit, 1), ("duration", req.duration, 1_000), ("cost", cost, 0)]
+    {
+        if value < least || value > MAX {
+            return Err(bad_request(format!("{field}: must be between {least} and {MAX}")));
+        }
+    }
+    Ok(keygate_runtime::LimitAsk {
+        namespace: &req.namespace,
+        identifier: &req.identifier,
+        request: keygate_ratelimit::LimitRequest { limit: req.limit, duration: req.duration, cost },
+        is_async: false,
+    })
+}
+
+/// tokio's blocking pool, where the runtime's hot paths read the store on a miss.
+#[derive(Debug)]
+struct Tokio;
+
+impl Offload for Tokio {
+    fn spawn_blocking(&self, job: Box<dyn FnOnce() + Send>) {
+        // Detached: the runtime awaits the job's answer, not the handle.
+        drop(tokio::task::spawn_blocking(job));
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> Error {
+    Error::Embedded { code: keygate_domain::ErrorCode::BadRequest.as_str(), message: message.into() }
+}
+
+fn call_error(e: CallError) -> Error {
+    Error::Embedded { code: e.code().as_str(), message: e.to_string() }
 }
 
 /// What a verification asks besides the key, read once: the permission query parsed, the

@@ -147,6 +147,16 @@ impl From<SqlError> for ApiError {
     }
 }
 
+impl From<keygate_runtime::CallError> for ApiError {
+    fn from(e: keygate_runtime::CallError) -> Self {
+        match e {
+            keygate_runtime::CallError::Rbac(e) => e.into(),
+            keygate_runtime::CallError::Limiter(e) => e.into(),
+            keygate_runtime::CallError::Offload(e) => Self::internal(e),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {

@@ -48,7 +48,7 @@ pub use handlers::keys::import::MigrateKeyEntry;
 pub use keygate_runtime::Runtime;
 pub use plumbing::{ACCESS_TARGET, Caller, Obj, RequestId};
 pub use settings::{HttpLimits, HttpSettings};
-pub use state::{AppState, LoadGates, MetricsAccess};
+pub use state::{AppState, MetricsAccess};
 
 use actix_web::web;
 
@@ -72,11 +72,9 @@ impl Keygate {
         let clock = runtime.rbac.clock().clone();
         let state = AppState {
             runtime,
-            fail_open: settings.fail_open,
             ratelimit_headers: settings.ratelimit_headers,
             clock,
             docs_base: settings.docs_base,
-            loads: LoadGates::default(),
             limits: settings.limits,
             metrics,
             metrics_access: settings.metrics_access,

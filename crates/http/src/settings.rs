@@ -30,8 +30,6 @@ impl Default for HttpLimits {
 /// The HTTP layer's settings ([`crate::Keygate::new`]).
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
-    /// Pass rate-limit requests when the shared store is unreachable (contract §5.12).
-    pub fail_open: bool,
     /// `limit` answers carry the rate-limit header fields (`KEYGATE_RATELIMIT_HEADERS`).
     pub ratelimit_headers: bool,
     /// Where error bodies' `docs` links point: `<docs_base>/errors#CODE`.
@@ -55,12 +53,11 @@ pub struct HttpSettings {
 }
 
 impl Default for HttpSettings {
-    /// Closed by default where it matters: fail closed, `/metrics` for root keys holding
+    /// Closed by default where it matters: `/metrics` for root keys holding
     /// `metrics.read` (an embedding service decides whether its metrics are public), no
     /// gateway policies, no dashboard.
     fn default() -> Self {
         Self {
-            fail_open: false,
             ratelimit_headers: false,
             docs_base: "/docs".into(),
             limits: HttpLimits::default(),

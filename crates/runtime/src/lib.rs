@@ -5,10 +5,18 @@
 //! one of these; `keygate-client`'s embedded verifier is one, so a service embedding
 //! keygate verifies exactly as the server does.
 //!
-//! This crate is the composition only: it chooses the services and stores the settings
-//! ask for, connects them, and runs their upkeep; no behaviour of a capability lives here.
+//! This crate is the composition: it chooses the services and stores the settings ask
+//! for, connects them, and runs their upkeep; no behaviour of a capability lives here. It
+//! also holds the hot paths' sequencing, which calls several capabilities in order (cache,
+//! the store on a miss, the decision, analytics): [`Runtime::limit`] ([`limit`]), through
+//! the caller's blocking pool ([`Offload`]).
 
+pub mod limit;
+pub mod offload;
 pub mod upkeep;
+
+pub use limit::{LimitAsk, Limited, LimitedAll, LoadGates};
+pub use offload::{CallError, Offload};
 
 pub use upkeep::{
     ANALYTICS_FLUSH_INTERVAL, COUNTER_POLL_INTERVAL, COUNTER_RECONCILE_INTERVAL,
@@ -129,6 +137,10 @@ pub struct Runtime {
     pub description: String,
     /// The analytics settings in force.
     pub analytics_settings: Option<AnalyticsSettings>,
+    /// Pass rate-limit requests while Redis is unreachable (contract §5.12).
+    pub fail_open: bool,
+    /// One store read per root key, namespace or overrides at a time (the hot paths' misses).
+    pub loads: LoadGates,
 }
 
 impl Runtime {
@@ -176,6 +188,8 @@ impl Runtime {
             redis,
             description,
             analytics_settings: settings.analytics,
+            fail_open: settings.fail_open,
+            loads: LoadGates::default(),
         })
     }
 

@@ -75,3 +75,95 @@ fn a_service_mounts_keygates_api_beside_its_own_routes() {
     assert_eq!((status, bad["error"]["code"].as_str()), (400, Some("BAD_REQUEST")), "{bad}");
     drop(proc);
 }
+
+/// The embedded client (keygate-client's `Embedded`) rate-limits in process through the
+/// server's decision path: the workspace's namespaces and overrides, and with Redis the very
+/// budgets the server counts in (without it, the process counts its own: docs/embedding.md).
+#[test]
+fn the_embedded_client_rate_limits_in_process_under_the_servers_overrides() {
+    use keygate_client::embedded::Embedded;
+    use keygate_client::ratelimit::LimitRequest;
+    use keygate_tests::TestServer;
+
+    let s = TestServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let builder = |ws: Option<&str>| {
+        // The server's manual clock: both count in the same windows.
+        let mut b = Embedded::builder(&s.db.url).clock(std::sync::Arc::new(s.clock.clone()));
+        if let Some(ws) = ws {
+            b = b.workspace_id(ws);
+        }
+        if let Some(redis) = keygate_test_support::redis_url() {
+            b = b
+                .redis_url(redis)
+                .redis_cluster(keygate_test_support::redis_cluster())
+                .redis_key_prefix(keygate_test_support::redis_prefix_for(&s.db.url));
+        }
+        b.open().unwrap()
+    };
+    let embedded = builder(Some(&s.workspace_id));
+    let ask = |identifier: &str| LimitRequest {
+        namespace: "checkout".into(),
+        identifier: identifier.into(),
+        limit: 3,
+        duration: 60_000,
+        cost: None,
+    };
+    // On a runtime's worker (the future is Send, as a tower service needs).
+    let limit = |req: LimitRequest| {
+        let e = embedded.clone();
+        rt.block_on(rt.spawn(async move { e.limit(&req).await })).unwrap()
+    };
+    let shared = keygate_test_support::redis_url().is_some();
+
+    let first = s.limit(json!({"namespace": "checkout", "identifier": "u1", "limit": 3, "duration": 60_000}));
+    assert_eq!(first.json["remaining"], 2, "{}", first.text);
+    let passed: Vec<(bool, u64)> =
+        (0..4).map(|_| limit(ask("u1")).map(|r| (r.success, r.remaining)).unwrap()).collect();
+    let expected = match shared {
+        // One budget for both: the server took one of three.
+        true => [(true, 1), (true, 0), (false, 0), (false, 0)],
+        false => [(true, 2), (true, 1), (true, 0), (false, 0)],
+    };
+    assert_eq!(passed, expected, "shared budgets: {shared}");
+    let after = s.limit(json!({"namespace": "checkout", "identifier": "u1", "limit": 3, "duration": 60_000}));
+    assert_eq!(after.json["success"], !shared, "{}", after.text);
+
+    // An override set through the server's API applies in process (in a namespace this
+    // process has not read yet: one it has is read again within a second without Redis,
+    // at once with it: docs/embedding.md).
+    let created =
+        s.limit(json!({"namespace": "premium", "identifier": "u1", "limit": 3, "duration": 60_000}));
+    assert_eq!(created.status, 200, "{}", created.text);
+    let set = s.post(
+        "/v1/ratelimits.setOverride",
+        &json!({"namespaceName": "premium", "identifier": "vip", "limit": 100, "duration": 60_000}),
+    );
+    assert_eq!(set.status, 200, "{}", set.text);
+    let vip = limit(LimitRequest { namespace: "premium".into(), ..ask("vip") }).unwrap();
+    assert_eq!((vip.success, vip.limit, vip.remaining), (true, 100, 99));
+    assert_eq!(vip.override_id.as_deref(), set.json["overrideId"].as_str());
+
+    // Bad input is refused as the API refuses it, and counts nothing.
+    for (bad, field) in [
+        (LimitRequest { identifier: String::new(), ..ask("x") }, "identifier"),
+        (LimitRequest { namespace: String::new(), ..ask("x") }, "namespace"),
+        (LimitRequest { duration: 999, ..ask("x") }, "duration"),
+        (LimitRequest { limit: 0, ..ask("x") }, "limit"),
+        (LimitRequest { cost: Some(1 << 53), ..ask("x") }, "cost"),
+    ] {
+        match limit(bad) {
+            Err(keygate_client::Error::Embedded { code, message }) => {
+                assert_eq!(code, "BAD_REQUEST", "{message}");
+                assert!(message.starts_with(field), "{message}");
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    let untouched = limit(ask("x")).unwrap();
+    assert_eq!((untouched.success, untouched.remaining), (true, 2), "the refused asks counted nothing");
+    // Without a workspace there is no namespace to count in.
+    let unscoped = builder(None);
+    let refused = rt.block_on(unscoped.limit(&ask("u1"))).unwrap_err();
+    assert!(matches!(refused, keygate_client::Error::Embedded { code: "BAD_REQUEST", .. }), "{refused:?}");
+}

@@ -3,14 +3,13 @@
 
 use crate::error::ApiError;
 use crate::openapi::V1BodyErrors;
-use crate::plumbing::{Authed, JsonBytes, Obj, blocking, in_background, integer, parse_json};
+use crate::plumbing::{Authed, JsonBytes, Obj, integer, parse_json};
 use crate::state::AppState;
 use actix_web::{HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
-use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, pass_failing_open};
-use keygate_rbac::counters::SOURCE_STORE;
+use keygate_ratelimit::{Decision, LimitRequest};
 use keygate_rbac::{Effective, Principal};
-use keygate_store::{CounterGuard, RedisStore};
+use keygate_runtime::LimitAsk;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
@@ -106,6 +105,18 @@ pub(crate) struct ValidLimit<'a> {
     pub namespace: Cow<'a, str>,
     pub request: LimitRequest,
     pub is_async: bool,
+}
+
+impl ValidLimit<'_> {
+    /// What the runtime is asked.
+    pub(crate) fn ask(&self) -> LimitAsk<'_> {
+        LimitAsk {
+            namespace: &self.namespace,
+            identifier: &self.identifier,
+            request: self.request,
+            is_async: self.is_async,
+        }
+    }
 }
 
 impl<'a> LimitBody<'a> {
@@ -220,179 +231,22 @@ pub(crate) fn seconds_until(reset: u64, now: u64) -> u64 {
     reset.saturating_sub(now).div_ceil(1000)
 }
 
-/// One decision for a validated request, v1's or v2's: the namespace (a name, or the id
-/// of an existing namespace) resolved from the cache or the store, the override that
-/// applies, then the decision in the rate-limit store. Answers the override applied too.
+/// One decision for a validated request, v1's, v2's or forward auth's: the runtime's
+/// ([`keygate_runtime::Runtime::limit`]: the namespace, the override that applies, the
+/// decision, analytics), counted in the metrics. Answers the override applied too.
 pub(crate) async fn decide(
     state: &web::Data<AppState>,
     principal: &Arc<Principal>,
     v: &ValidLimit<'_>,
 ) -> Result<(Decision, Option<Effective>), ApiError> {
-    let namespace_id = match state.rbac.namespace_cached(principal, &v.namespace) {
-        Some(found) => found?,
-        None => {
-            let _turn = state.loads.enter(&*v.namespace).await;
-            match state.rbac.namespace_cached(principal, &v.namespace) {
-                Some(found) => found?,
-                None => {
-                    let (state, principal, name) =
-                        (state.clone(), principal.clone(), v.namespace.to_string());
-                    blocking(state.metrics.queued(), move || {
-                        Ok(state.rbac.resolve_namespace(&principal, &name)?)
-                    })
-                    .await?
-                }
-            }
-        }
-    };
-    let now = state.clock.now_ms();
-    let overrides = cached_overrides(state, &namespace_id, &v.identifier).await?;
-    let d = match &state.redis {
-        Some(redis) => {
-            // `async: true` (§5.8): from this instance's state when it knows the budget's
-            // window (the store's `deferred.rs`; the over-admission bound is in api.md).
-            let req = with_override(v.request, overrides.0.as_ref());
-            let key =
-                BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };
-            match v.is_async.then(|| redis.limit_async(key, req, now)).flatten() {
-                Some(d) => (d, overrides.0),
-                None => {
-                    let at = Budget { namespace_id: &namespace_id, identifier: &v.identifier, now };
-                    decide_in_redis(state, redis, principal, at, v.request, overrides).await?
-                }
-            }
-        }
-        None => {
-            // The in-process store: inline, it never finds overrides stale; `async` changes
-            // nothing (one instance: exact either way).
-            let req = with_override(v.request, overrides.0.as_ref());
-            let key =
-                BudgetKey { namespace_id: &namespace_id, identifier: &v.identifier, duration: req.duration };
-            (state.limiter.limit(key, req, now)?, overrides.0)
-        }
-    };
-    state.metrics.decision(&principal.workspace_id, &namespace_id, &v.namespace, d.0.success);
-    state.analytics.record_limit(&principal.workspace_id, &namespace_id, &v.identifier, d.0.success, now);
-    Ok(d)
-}
-
-/// The override for `identifier` and the overrides epoch it was read under: from the
-/// cache (a due refresh runs in the background), else read once per namespace at a time.
-pub(crate) async fn cached_overrides(
-    state: &web::Data<AppState>,
-    namespace_id: &Arc<String>,
-    identifier: &str,
-) -> Result<(Option<Effective>, u64), ApiError> {
-    if let Some(hit) = state.rbac.override_cached(namespace_id, identifier) {
-        if hit.refresh {
-            let (st, ns) = (state.clone(), namespace_id.clone());
-            in_background("overrides refresh", move || refresh_overrides(&st, &ns));
-        }
-        return Ok(hit.value);
-    }
-    let _turn = state.loads.enter(namespace_id.as_str()).await;
-    if let Some(hit) = state.rbac.override_cached(namespace_id, identifier) {
-        return Ok(hit.value);
-    }
-    let (st, ns, identifier) = (state.clone(), namespace_id.clone(), identifier.to_string());
-    blocking(state.metrics.queued(), move || load_overrides(&st, &ns, &identifier)).await
-}
-
-/// How often a decision is retried when the namespace's overrides keep changing under it.
-pub(crate) const STALE_OVERRIDES_RETRIES: usize = 3;
-
-/// Which budget a decision is for, and when.
-#[derive(Debug, Clone, Copy)]
-struct Budget<'a> {
-    namespace_id: &'a Arc<String>,
-    identifier: &'a str,
-    now: u64,
-}
-
-/// The decision in Redis, batched with this worker's other decisions, under the namespace's
-/// overrides and the caller's root key:
-/// - when Redis finds the overrides changed since they were read (another instance changed
-///   them), they are read again and the decision asked again;
-/// - when it finds the root key's change counter changed (a revocation through another
-///   instance), the root key is checked against the database (401 when revoked) and the
-///   decision asked again without that guard.
-///
-/// When Redis cannot be reached: 503, or a pass when failing open (contract §5.12).
-async fn decide_in_redis(
-    state: &web::Data<AppState>,
-    redis: &RedisStore,
-    principal: &Arc<Principal>,
-    at: Budget<'_>,
-    request: LimitRequest,
-    mut overrides: (Option<Effective>, u64),
-) -> Result<(Decision, Option<Effective>), ApiError> {
-    let mut guard = match principal.tag() {
-        Some(tag) if tag.source > SOURCE_STORE => Some(tag),
-        // Loaded while Redis's counters could not be read: checked against the database's.
-        Some(_) => return_if_revoked(state, principal).await.map(|()| None)?,
-        None => None,
-    };
-    let mut stale = 0;
-    loop {
-        let req = with_override(request, overrides.0.as_ref());
-        let key =
-            BudgetKey { namespace_id: at.namespace_id, identifier: at.identifier, duration: req.duration };
-        // Overrides changing faster than they can be read: decide with the latest read.
-        let epoch = (stale < STALE_OVERRIDES_RETRIES).then_some(overrides.1);
-        let counter_guard = guard.map(|tag| CounterGuard {
-            name: principal.counter_name(),
-            epoch: tag.source,
-            value: tag.values[0],
-        });
-        match redis.limit_batched(key, req, at.now, epoch, counter_guard).await {
-            Ok(Checked::Decided(d)) => return Ok((d, overrides.0)),
-            Ok(Checked::StaleOverrides) => {
-                stale += 1;
-                let (st, ns, id) = (state.clone(), at.namespace_id.clone(), at.identifier.to_string());
-                overrides = blocking(state.metrics.queued(), move || load_overrides(&st, &ns, &id)).await?;
-            }
-            Ok(Checked::StaleCounter) => {
-                return_if_revoked(state, principal).await?;
-                guard = None;
-            }
-            Err(e) if state.fail_open => return Ok((pass_failing_open(key, req, at.now, &e), overrides.0)),
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// 401 when the root key was revoked (by the database, off the async workers).
-async fn return_if_revoked(state: &web::Data<AppState>, principal: &Arc<Principal>) -> Result<(), ApiError> {
-    let (state, principal) = (state.clone(), principal.clone());
-    blocking(state.metrics.queued(), move || Ok(state.rbac.ensure_root_key_current(&principal)?)).await
-}
-
-/// Reads the namespace's overrides again into the cache (blocking I/O), under the epoch
-/// read first, as in [`load_overrides`].
-fn refresh_overrides(state: &AppState, namespace_id: &str) -> Result<(), ApiError> {
-    let epoch = state.limiter.overrides_epoch(namespace_id)?;
-    Ok(state.rbac.refresh_overrides(namespace_id, epoch)?)
-}
-
-/// Reads the namespace's overrides into the cache (blocking I/O). The epoch is read first:
-/// a change committed after that read bumps it after its commit, so the pair is never
-/// newer-epoch-with-older-overrides.
-pub(crate) fn load_overrides(
-    state: &AppState,
-    namespace_id: &str,
-    identifier: &str,
-) -> Result<(Option<Effective>, u64), ApiError> {
-    let epoch = state.limiter.overrides_epoch(namespace_id)?;
-    Ok((state.rbac.load_overrides(namespace_id, epoch)?.find(identifier), epoch))
-}
-
-/// The request with the override (if any) replacing its limit and duration (§5.6).
-pub(crate) fn with_override(mut request: LimitRequest, found: Option<&Effective>) -> LimitRequest {
-    if let Some(o) = found {
-        request.limit = o.limit;
-        request.duration = o.duration;
-    }
-    request
+    let limited = state.runtime.limit(state.get_ref(), principal, v.ask()).await?;
+    state.metrics.decision(
+        &principal.workspace_id,
+        &limited.namespace_id,
+        &v.namespace,
+        limited.decision.success,
+    );
+    Ok((limited.decision, limited.applied))
 }
 
 #[cfg(test)]

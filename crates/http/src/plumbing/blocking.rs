@@ -1,7 +1,9 @@
 //! The bridge to blocking (diesel) work.
 
 use crate::error::ApiError;
+use crate::state::AppState;
 use actix_web::web;
+use keygate_runtime::Offload;
 
 /// Runs blocking work (diesel) off the async workers. `queued` ([`Metrics::queued`],
 /// taken as the work is handed over) counts its wait for a thread of the pool
@@ -14,29 +16,46 @@ where
     F: FnOnce() -> Result<T, ApiError> + Send + 'static,
     T: Send + 'static,
 {
+    run(queued, f).await.map_err(ApiError::internal)?
+}
+
+/// [`blocking`] whatever `f` answers; `Err` when it did not run to its end. Handed to the
+/// pool now, as this is called (not when the answer is first awaited).
+fn run<R, F>(
+    queued: crate::metrics::Queued,
+    f: F,
+) -> impl std::future::Future<Output = Result<R, actix_web::error::BlockingError>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
     let parent = keygate_domain::trace::current_span();
-    if parent.is_disabled() {
-        return web::block(move || {
-            queued.started();
-            f()
-        })
-        .await
-        .map_err(ApiError::internal)?;
-    }
-    let wait = tracing::info_span!(target: "keygate::http", parent: &parent, "blocking pool wait");
+    // A disabled span (no tracing, or not sampled) is neither made nor entered.
+    let wait = (!parent.is_disabled())
+        .then(|| tracing::info_span!(target: "keygate::http", parent: &parent, "blocking pool wait"));
     web::block(move || {
         queued.started();
         drop(wait);
-        parent.in_scope(f)
+        match parent.is_disabled() {
+            true => f(),
+            false => parent.in_scope(f),
+        }
     })
-    .await
-    .map_err(ApiError::internal)?
+}
+
+/// The runtime's hot paths ([`keygate_runtime::Runtime::limit`]) reach the store through
+/// actix's blocking pool, their wait counted and traced as the handlers' ([`blocking`]).
+impl Offload for AppState {
+    fn spawn_blocking(&self, job: Box<dyn FnOnce() + Send>) {
+        // Detached: the runtime awaits the job's answer, not the handle.
+        drop(run(self.metrics.queued(), job));
+    }
 }
 
 /// Runs blocking work (a cache refresh) on the blocking pool without waiting for it; a
 /// failure is logged (the entry it meant to renew expires as usual, and the request that
 /// then misses reports the outage).
-pub fn in_background<F>(what: &'static str, f: F)
+pub(super) fn in_background<F>(what: &'static str, f: F)
 where
     F: FnOnce() -> Result<(), ApiError> + Send + 'static,
 {

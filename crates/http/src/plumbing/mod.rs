@@ -11,7 +11,7 @@ mod request_id;
 pub mod trace_context;
 
 pub(crate) use auth::{authenticate, authenticate_secret};
-pub(crate) use blocking::{blocking, in_background};
+pub(crate) use blocking::blocking;
 pub use body::Obj;
 pub(crate) use body::{integer, parse_json, parse_json_as};
 #[cfg(feature = "pages")]

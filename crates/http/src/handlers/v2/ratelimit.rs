@@ -1,23 +1,19 @@
 //! v2 `ratelimit.limit` and `ratelimit.multiLimit`: the same budgets as v1's
-//! `ratelimits.limit` (one decision path, `handlers::ratelimit::decide`), and several
-//! budgets decided all-or-nothing.
+//! `ratelimits.limit` (one decision path, `Runtime::limit`), and several budgets decided
+//! all-or-nothing (`Runtime::limit_all`).
 
 use super::Envelope;
 use super::ok;
 use crate::error::ApiError;
-use crate::handlers::ratelimit::{
-    STALE_OVERRIDES_RETRIES, ValidLimit, cached_overrides, decide, load_overrides, rate_limit_fields,
-    with_override,
-};
+use crate::handlers::ratelimit::{ValidLimit, decide, rate_limit_fields};
 use crate::openapi::V2Errors;
-use crate::plumbing::{Authed, JsonBytes, blocking, integer, parse_json, parse_json_as};
+use crate::plumbing::{Authed, JsonBytes, integer, parse_json, parse_json_as};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
-use keygate_ratelimit::{AllOrNothing, BudgetKey, Decision, LimitRequest};
-use keygate_rbac::Effective;
+use keygate_ratelimit::LimitRequest;
+use keygate_runtime::Limited;
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
 use std::borrow::Cow;
-use std::sync::Arc;
 use utoipa::ToSchema;
 
 /// The longest window v2 takes: 30 days.
@@ -153,68 +149,16 @@ pub async fn multi_limit(call: Authed<JsonBytes>) -> Result<actix_web::HttpRespo
         .map(|(i, b)| b.validate(&format!("{i}.")))
         .collect::<Result<_, _>>()?;
 
-    let names: Vec<String> = entries.iter().map(|e| e.namespace.to_string()).collect();
-    let (st, p) = (state.clone(), principal.clone());
-    let namespace_ids = blocking(st.metrics.queued(), move || {
-        st.rbac.ensure_root_key_current(&p)?;
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        Ok(st.rbac.resolve_namespaces(&p, &names)?)
-    })
-    .await?;
-
-    let mut overrides: Vec<(Option<Effective>, u64)> = Vec::with_capacity(entries.len());
-    for (e, ns) in entries.iter().zip(&namespace_ids) {
-        overrides.push(cached_overrides(&state, ns, &e.identifier).await?);
-    }
-    let mut stale = 0;
-    let outcome: AllOrNothing = loop {
-        let requests: Vec<LimitRequest> =
-            entries.iter().zip(&overrides).map(|(e, o)| with_override(e.request, o.0.as_ref())).collect();
-        // Overrides changing faster than they can be read: decide with the latest read.
-        let epochs: Vec<(String, u64)> = match stale < STALE_OVERRIDES_RETRIES {
-            true => namespace_ids.iter().zip(&overrides).map(|(ns, o)| (ns.to_string(), o.1)).collect(),
-            false => Vec::new(),
-        };
-        let keys: Vec<(Arc<String>, String, LimitRequest)> = namespace_ids
-            .iter()
-            .zip(&entries)
-            .zip(&requests)
-            .map(|((ns, e), r)| (ns.clone(), e.identifier.to_string(), *r))
-            .collect();
-        let st = state.clone();
-        let decided = blocking(st.metrics.queued(), move || {
-            let now = st.clock.now_ms();
-            let all: Vec<(BudgetKey<'_>, LimitRequest)> = keys
-                .iter()
-                .map(|(ns, id, r)| (BudgetKey { namespace_id: ns, identifier: id, duration: r.duration }, *r))
-                .collect();
-            let epochs: Vec<(&str, u64)> = epochs.iter().map(|(ns, e)| (ns.as_str(), *e)).collect();
-            Ok(st.limiter.limit_all(&all, &epochs, now)?)
-        })
-        .await?;
-        match decided {
-            Some(outcome) => break outcome,
-            None => {
-                stale += 1;
-                for (i, (e, ns)) in entries.iter().zip(&namespace_ids).enumerate() {
-                    let (st, ns, id) = (state.clone(), ns.clone(), e.identifier.to_string());
-                    overrides[i] =
-                        blocking(state.metrics.queued(), move || load_overrides(&st, &ns, &id)).await?;
-                }
-            }
-        }
-    };
-    let at = state.clock.now_ms();
-    for ((d, e), ns) in outcome.decisions.iter().zip(&entries).zip(&namespace_ids) {
-        let passed = d.success && outcome.passed;
-        state.metrics.decision(&principal.workspace_id, ns, &e.namespace, passed);
-        state.analytics.record_limit(&principal.workspace_id, ns, &e.identifier, passed, at);
+    let asks: Vec<_> = entries.iter().map(ValidLimit::ask).collect();
+    let outcome = state.runtime.limit_all(state.get_ref(), &principal, &asks).await?;
+    for (limited, e) in outcome.entries.iter().zip(&entries) {
+        let passed = limited.decision.success && outcome.passed;
+        state.metrics.decision(&principal.workspace_id, &limited.namespace_id, &e.namespace, passed);
     }
     let limits = entries
         .iter()
-        .zip(outcome.decisions)
-        .zip(overrides)
-        .map(|((e, d), (applied, _)): ((&ValidLimit<'_>, Decision), _)| EntryAnswer {
+        .zip(outcome.entries)
+        .map(|(e, Limited { decision: d, applied, .. })| EntryAnswer {
             namespace: &e.namespace,
             identifier: &e.identifier,
             limit: d.limit,
