@@ -16,7 +16,7 @@ use crate::identities::{Identity, RatelimitResponse};
 use crate::keys::{VerifyCode, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimitResult};
 use crate::ratelimit::{LimitRequest, LimitResult};
 use keygate_domain::SystemClock;
-use keygate_rbac::{Principal, RbacError, RbacService, Verification, VerifyScope};
+use keygate_rbac::{Principal, RbacError, RbacService, Verification};
 use keygate_runtime::{CallError, Offload, Runtime, RuntimeSettings, Upkeep};
 use keygate_store::SqlStore;
 use keygate_usage::{LimitAsk, Usage};
@@ -198,38 +198,17 @@ impl Embedded {
         asks: &PreparedVerify,
     ) -> Result<Verification, Error> {
         let inner = &self.inner;
-        let scope = VerifyScope {
+        let call = keygate_runtime::VerifyCall {
+            secret: key,
+            principal: None,
             workspace_id: inner.workspace_id.as_deref(),
             api_id: inner.api_id.as_deref(),
             access: None,
-            root_key: None,
+            query: asks.query.as_ref(),
+            usage: &asks.usage,
+            tags: &asks.tags,
         };
-        let runtime = &inner.runtime;
-        let pending = match runtime.usage.verify_cached(key, &scope, asks.query.as_ref(), &asks.usage) {
-            Some(pending) => pending.map_err(rbac_error)?,
-            None => {
-                let this = self.inner.clone();
-                let (secret, asks) = (key.to_string(), asks.clone());
-                tokio::task::spawn_blocking(move || {
-                    let scope = VerifyScope {
-                        workspace_id: this.workspace_id.as_deref(),
-                        api_id: this.api_id.as_deref(),
-                        access: None,
-                        root_key: None,
-                    };
-                    this.runtime.usage.verify(&secret, &scope, asks.query.as_ref(), &asks.usage)
-                })
-                .await
-                .map_err(|e| Error::Embedded {
-                    code: keygate_domain::ErrorCode::InternalServerError.as_str(),
-                    message: format!("the verification did not finish: {e}"),
-                })?
-                .map_err(rbac_error)?
-            }
-        };
-        let verification = pending.settle().await.map_err(rbac_error)?;
-        runtime.analytics.record_verification(&verification, &scope, &asks.tags);
-        Ok(verification)
+        inner.runtime.verify(&Tokio, call).await.map_err(call_error)
     }
 }
 

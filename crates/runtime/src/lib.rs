@@ -9,14 +9,16 @@
 //! for, connects them, and runs their upkeep; no behaviour of a capability lives here. It
 //! also holds the hot paths' sequencing, which calls several capabilities in order (cache,
 //! the store on a miss, the decision, analytics): [`Runtime::limit`] ([`limit`]), through
-//! the caller's blocking pool ([`Offload`]).
+//! the caller's blocking pool ([`Offload`]), and [`Runtime::verify`] ([`verify`]).
 
 pub mod limit;
 pub mod offload;
 pub mod upkeep;
+pub mod verify;
 
 pub use limit::{LimitAsk, Limited, LimitedAll, LoadGates};
 pub use offload::{CallError, Offload};
+pub use verify::VerifyCall;
 
 pub use upkeep::{
     ANALYTICS_FLUSH_INTERVAL, COUNTER_POLL_INTERVAL, COUNTER_RECONCILE_INTERVAL,

@@ -386,6 +386,18 @@ fn decisions_are_send<'a, O: Offload>(
     fn send<F: Send>(_: F) {}
     send(rt.limit(o, p, asks[0]));
     send(rt.limit_all(o, p, asks));
+    let usage = keygate_usage::Usage::default();
+    let call = crate::VerifyCall {
+        secret: "",
+        principal: Some(p),
+        workspace_id: None,
+        api_id: None,
+        access: None,
+        query: None,
+        usage: &usage,
+        tags: &[],
+    };
+    send(rt.verify(o, call));
 }
 
 #[cfg(test)]

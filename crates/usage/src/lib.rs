@@ -49,6 +49,18 @@ pub struct UsageService<S> {
     own_local: Arc<String>,
 }
 
+/// Clones share the service (its parts are shared already).
+impl<S> Clone for UsageService<S> {
+    fn clone(&self) -> Self {
+        Self {
+            rbac: self.rbac.clone(),
+            ledger: self.ledger.clone(),
+            limiter: self.limiter.clone(),
+            own_local: self.own_local.clone(),
+        }
+    }
+}
+
 impl<S: UsageStore + 'static> UsageService<S> {
     /// Wires usage onto `rbac`: the credit ledger that fits (in a shared store when
     /// `shared` is given: several instances; else in memory when rbac's change counters are

@@ -1,17 +1,18 @@
 //! The one path every verification takes (v1's and v2's `verifyKey`, the gateway's forward
-//! auth): from the cache inline when no step needs I/O, else off the async workers;
-//! answered once its credit spend is committed; counted for analytics.
+//! auth): what a request asks, read into a [`VerifyCall`], run by the runtime
+//! ([`keygate_runtime::Runtime::verify`]: from the cache inline when no step needs I/O, else
+//! on actix's blocking pool; answered once its credit spend is committed; counted for
+//! analytics).
 
 use crate::error::ApiError;
-use crate::plumbing::blocking;
 use crate::state::AppState;
 use actix_web::web;
-use keygate_rbac::{PermissionQuery, Principal, Verification, VerifyScope};
+use keygate_rbac::{PermissionQuery, Principal, Verification};
 use keygate_usage::Usage;
 use std::sync::Arc;
 
-/// A verification to run: the secret, who may find which keys, the permission query and
-/// what it spends. Its `Debug` leaves the secret out.
+/// A verification to run, as a request asked it: the secret, who may find which keys, the
+/// permission query and what it spends. Its `Debug` leaves the secret out.
 pub(crate) struct VerifyCall {
     pub secret: String,
     /// The caller's root key, when it sent one: checked still current by the verification
@@ -36,44 +37,20 @@ impl std::fmt::Debug for VerifyCall {
     }
 }
 
-impl VerifyCall {
-    fn scope(&self) -> VerifyScope<'_> {
-        VerifyScope {
-            workspace_id: self.principal.as_ref().map(|p| p.workspace_id.as_str()),
-            api_id: self.api_id.as_deref(),
-            access: self.access.as_ref(),
-            root_key: self.principal.as_deref(),
-        }
-    }
-}
-
-/// Runs a verification for every path that verifies (v1, v2, the gateway): from the cache
-/// inline when that needs no I/O, else off the async workers; answered once its credit
-/// spend is committed.
+/// Runs a verification for every path that verifies (v1, v2, the gateway).
 pub(crate) async fn verification(
     state: &web::Data<AppState>,
     call: VerifyCall,
 ) -> Result<Verification, ApiError> {
-    let cached = state.usage.verify_cached(&call.secret, &call.scope(), call.query.as_ref(), &call.usage);
-    let (pending, call) = match cached {
-        Some(pending) => (pending?, call),
-        None => {
-            let st = state.clone();
-            // The root key is checked still current by the verification itself, with the
-            // key's change counters (one read).
-            blocking(st.metrics.queued(), move || {
-                let pending =
-                    st.usage.verify(&call.secret, &call.scope(), call.query.as_ref(), &call.usage)?;
-                Ok((pending, call))
-            })
-            .await?
-        }
+    let call = keygate_runtime::VerifyCall {
+        secret: &call.secret,
+        principal: call.principal.as_ref(),
+        workspace_id: None,
+        api_id: call.api_id.as_deref(),
+        access: call.access.as_ref(),
+        query: call.query.as_ref(),
+        usage: &call.usage,
+        tags: &call.tags,
     };
-    let verification = pending.settle().await?;
-    // Analytics: counted in memory (a check that spends nothing is counted by the call
-    // that follows it).
-    if !call.usage.check_only {
-        state.analytics.record_verification(&verification, &call.scope(), &call.tags);
-    }
-    Ok(verification)
+    Ok(state.runtime.verify(state.get_ref(), call).await?)
 }

@@ -1,0 +1,107 @@
+//! A verification's sequence, written once: v1's and v2's `keys.verifyKey`, forward auth and
+//! the embedded client verify through [`Runtime::verify`]: from the cache inline when no
+//! step needs I/O, else on the caller's blocking pool ([`Offload`]); answered once its
+//! credit spend is committed; counted in analytics.
+
+use crate::Runtime;
+use crate::offload::{CallError, Offload, blocking};
+use keygate_rbac::{ApiAccess, PermissionQuery, Principal, Verification, VerifyScope};
+use keygate_usage::Usage;
+use std::sync::Arc;
+
+/// A verification to run: the secret, who may find which keys, the permission query and
+/// what it spends. Borrowed: a cached verification copies none of it (a miss copies it
+/// once, for the blocking pool). Its `Debug` leaves the secret out.
+#[derive(Clone, Copy)]
+pub struct VerifyCall<'a> {
+    pub secret: &'a str,
+    /// The caller's root key, when it sent one: the keys of its workspace are found, and it
+    /// is checked still current by the verification (with the key's counters, off the
+    /// inline path).
+    pub principal: Option<&'a Arc<Principal>>,
+    /// Without a root key (the embedded client): only this workspace's keys, if set.
+    pub workspace_id: Option<&'a str>,
+    /// Only this API's keys, if set.
+    pub api_id: Option<&'a str>,
+    /// The APIs the root key may verify in, when it may not verify in all.
+    pub access: Option<&'a ApiAccess>,
+    pub query: Option<&'a PermissionQuery>,
+    pub usage: &'a Usage,
+    /// The request's tags (v2), counted with its outcome in analytics.
+    pub tags: &'a [String],
+}
+
+impl std::fmt::Debug for VerifyCall<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyCall")
+            .field("secret", &"<redacted>")
+            .field("api_id", &self.api_id)
+            .field("query", &self.query)
+            .field("usage", &self.usage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VerifyCall<'_> {
+    /// Which keys the secret may find.
+    pub fn scope(&self) -> VerifyScope<'_> {
+        scope(self.principal, self.workspace_id, self.api_id, self.access)
+    }
+}
+
+fn scope<'a>(
+    principal: Option<&'a Arc<Principal>>,
+    workspace_id: Option<&'a str>,
+    api_id: Option<&'a str>,
+    access: Option<&'a ApiAccess>,
+) -> VerifyScope<'a> {
+    VerifyScope {
+        workspace_id: match principal {
+            Some(p) => Some(p.workspace_id.as_str()),
+            None => workspace_id,
+        },
+        api_id,
+        access,
+        root_key: principal.map(|p| &**p),
+    }
+}
+
+impl Runtime {
+    /// Runs a verification: from the cache inline when that needs no I/O, else through
+    /// `offload`; answered once its credit spend is committed; counted in analytics (a
+    /// check that spends nothing is counted by the call that follows it).
+    pub async fn verify<O: Offload>(
+        &self,
+        offload: &O,
+        call: VerifyCall<'_>,
+    ) -> Result<Verification, CallError> {
+        let pending = match self.usage.verify_cached(call.secret, &call.scope(), call.query, call.usage) {
+            Some(pending) => pending?,
+            None => {
+                let usage = self.usage.clone();
+                let secret = call.secret.to_string();
+                let (principal, workspace_id) =
+                    (call.principal.cloned(), call.workspace_id.map(String::from));
+                let (api_id, access) = (call.api_id.map(String::from), call.access.cloned());
+                let (query, asks) = (call.query.cloned(), call.usage.clone());
+                // The root key is checked still current by the verification itself, with
+                // the key's change counters (one read).
+                blocking(offload, move || {
+                    let scope = scope(
+                        principal.as_ref(),
+                        workspace_id.as_deref(),
+                        api_id.as_deref(),
+                        access.as_ref(),
+                    );
+                    Ok(usage.verify(&secret, &scope, query.as_ref(), &asks)?)
+                })
+                .await?
+            }
+        };
+        let verification = pending.settle().await?;
+        if !call.usage.check_only {
+            self.analytics.record_verification(&verification, &call.scope(), call.tags);
+        }
+        Ok(verification)
+    }
+}
