@@ -11,6 +11,7 @@
 //! the store on a miss, the decision, analytics): [`Runtime::limit`] ([`limit`]), through
 //! the caller's blocking pool ([`Offload`]), and [`Runtime::verify`] ([`verify`]).
 
+mod cached;
 pub mod limit;
 pub mod offload;
 pub mod upkeep;

@@ -234,15 +234,13 @@ impl Runtime {
         principal: &Arc<Principal>,
         name: &str,
     ) -> Result<Arc<String>, CallError> {
-        if let Some(found) = self.rbac.namespace_cached(principal, name) {
-            return Ok(found?);
+        let cached =
+            || self.rbac.namespace_cached(principal, name).map(|found| found.map_err(CallError::from));
+        if let Some(found) = cached() {
+            return found;
         }
-        let _turn = self.loads.enter(name).await;
-        if let Some(found) = self.rbac.namespace_cached(principal, name) {
-            return Ok(found?);
-        }
-        let (rbac, principal, name) = (self.rbac.clone(), principal.clone(), name.to_string());
-        blocking(offload, move || Ok(rbac.resolve_namespace(&principal, &name)?)).await
+        let (rbac, p, owned) = (self.rbac.clone(), principal.clone(), name.to_string());
+        self.load_once(offload, name, cached, move || Ok(rbac.resolve_namespace(&p, &owned)?)).await
     }
 
     /// The override for `identifier` and the overrides epoch it was read under: from the
@@ -260,13 +258,13 @@ impl Runtime {
             }
             return Ok(hit.value);
         }
-        let _turn = self.loads.enter(namespace_id.as_str()).await;
-        if let Some(hit) = self.rbac.override_cached(namespace_id, identifier) {
-            return Ok(hit.value);
-        }
+        let cached = || self.rbac.override_cached(namespace_id, identifier).map(|hit| Ok(hit.value));
         let (rbac, limiter) = (self.rbac.clone(), self.limiter.clone());
-        let (ns, identifier) = (namespace_id.clone(), identifier.to_string());
-        blocking(offload, move || load_overrides(&rbac, &limiter, &ns, &identifier)).await
+        let (ns, id) = (namespace_id.clone(), identifier.to_string());
+        self.load_once(offload, namespace_id.as_str(), cached, move || {
+            load_overrides(&rbac, &limiter, &ns, &id)
+        })
+        .await
     }
 
     /// The decision in Redis, batched with this worker's other decisions, under the
@@ -398,6 +396,7 @@ fn decisions_are_send<'a, O: Offload>(
         tags: &[],
     };
     send(rt.verify(o, call));
+    send(rt.authenticate(o, ""));
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! Authentication: the bearer root key, from the cache inline or the store off-thread.
 
-use super::blocking::{blocking, in_background};
 use crate::error::{ApiError, problems};
 use crate::state::AppState;
 use actix_web::http::header;
@@ -69,19 +68,7 @@ pub async fn authenticate_secret(
     token: &str,
     state: &web::Data<AppState>,
 ) -> Result<Arc<Principal>, ApiError> {
-    if let Some(hit) = state.rbac.authenticate_cached(token) {
-        if hit.refresh {
-            let (state, token) = (state.clone(), token.to_string());
-            in_background("root key refresh", move || Ok(state.rbac.refresh_root_key(&token)?));
-        }
-        return hit.value.map_err(ApiError::from);
-    }
-    let _turn = state.loads.enter(token).await;
-    if let Some(hit) = state.rbac.authenticate_cached(token) {
-        return hit.value.map_err(ApiError::from);
-    }
-    let (state, token) = (state.clone(), token.to_string());
-    blocking(state.metrics.queued(), move || state.rbac.authenticate(&token).map_err(ApiError::from)).await
+    Ok(state.runtime.authenticate(state.get_ref(), token).await?)
 }
 
 #[cfg(test)]

@@ -44,25 +44,11 @@ where
 }
 
 /// The runtime's hot paths ([`keygate_runtime::Runtime::limit`]) reach the store through
-/// actix's blocking pool, their wait counted and traced as the handlers' ([`blocking`]).
+/// actix's blocking pool, their wait counted and traced as the handlers' (`blocking`);
+/// their background refreshes too.
 impl Offload for AppState {
     fn spawn_blocking(&self, job: Box<dyn FnOnce() + Send>) {
         // Detached: the runtime awaits the job's answer, not the handle.
         drop(run(self.metrics.queued(), job));
     }
-}
-
-/// Runs blocking work (a cache refresh) on the blocking pool without waiting for it; a
-/// failure is logged (the entry it meant to renew expires as usual, and the request that
-/// then misses reports the outage).
-pub(super) fn in_background<F>(what: &'static str, f: F)
-where
-    F: FnOnce() -> Result<(), ApiError> + Send + 'static,
-{
-    // Dropping the handle detaches the task; it still runs.
-    drop(actix_web::rt::task::spawn_blocking(move || {
-        if let Err(e) = f() {
-            log::warn!("{what} failed: {}", e.message);
-        }
-    }));
 }
