@@ -1,6 +1,13 @@
 //! Administration: bootstrap and workspaces (the admin CLI and the server start).
 
-use super::*;
+use crate::{
+    Key, NewRootKey, Principal, RbacError, RbacService, RbacStore, Resource, RootKey, Scope, StorageError,
+    Workspace,
+};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, Secret, ValidationError, check_len, has_prefix, new_id, validate_display_name,
+    validate_key_id, validate_root_key_secret,
+};
 
 impl<S: RbacStore> RbacService<S> {
     /// First start: when no workspace exists, creates workspace `default` and a root key

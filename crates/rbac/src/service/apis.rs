@@ -2,7 +2,12 @@
 //! deleted with every key in them. A key's `apiId` names one; `keys.createKey` creates the
 //! API it names when there is none (`ensure_api`).
 
-use super::*;
+use crate::perms::PERM_CREATE_API;
+use crate::{
+    Api, ApiAccess, AuditEvent, Key, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource,
+    Scope,
+};
+use keygate_domain::{IdPrefix, MAX_NAME_CHARS, check_len, new_id, validate_api_name};
 
 /// The most APIs [`RbacService::list_apis`] answers.
 pub const MAX_LISTED_APIS: usize = 1_000;

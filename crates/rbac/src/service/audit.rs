@@ -1,6 +1,7 @@
 //! The audit log read back: a workspace's events a page at a time, and retention.
 
-use super::*;
+use crate::{AuditFilter, AuditRecord, Page, Principal, RbacError, RbacService, RbacStore};
+use keygate_domain::{IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, has_prefix};
 
 /// The root-key permission that reads a workspace's audit log.
 pub const PERM_READ_AUDIT: &str = "audit.*.read";

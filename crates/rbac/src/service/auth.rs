@@ -1,6 +1,8 @@
 //! Authentication: root keys, from the cache or the store.
 
-use super::*;
+use crate::{Cached, Principal, RbacError, RbacService, RbacStore, Scope, cache};
+use keygate_domain::{digest_hex, secret_digest};
+use std::sync::Arc;
 
 impl<S: RbacStore> RbacService<S> {
     pub(super) fn check_principal(&self, p: Option<Arc<Principal>>) -> Result<Arc<Principal>, RbacError> {

@@ -3,9 +3,10 @@
 //! them from the configured source; the writes of other processes are noticed by a poll
 //! (local counters) or a reconciliation (shared counters).
 
-use super::*;
 use crate::counters::{CounterSource, SOURCE_STORE, Tag};
 use crate::store::CounterTx;
+use crate::{Principal, RbacError, RbacService, RbacStore, RbacTx, Scope, StorageError};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// How far before the last successful reconciliation the next one reaches back: covers

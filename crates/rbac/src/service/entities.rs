@@ -1,6 +1,15 @@
 //! Permissions and roles: create, read, list, delete, and the permissions of a role.
 
-use super::*;
+use crate::service::MAX_DESCRIPTION_CHARS;
+use crate::service::links::{
+    LinkCall, Owner, ROLE_PERMISSION_RULES, created_action, deleted_action, describe, id_field, never_create,
+    plan_refs, resolve_links, rules_of, with_permissions, write_links,
+};
+use crate::{
+    AuditEvent, Entity, EntityKind, EntityRef, LinkMode, NewEntity, Page, Principal, RbacError, RbacService,
+    RbacStore, RbacTx, Resource, RoleView, Scope,
+};
+use keygate_domain::{MAX_NAME_CHARS, Named, ValidationError, check_len, has_prefix, new_id};
 
 impl<S: RbacStore> RbacService<S> {
     /// `permissions.createPermission` / `permissions.createRole`: 409 when the name is taken.

@@ -4,7 +4,15 @@
 //! rules and storage for both owners).
 
 use super::changes::Changes;
-use super::*;
+use crate::perms::{PERM_CREATE_IDENTITY, PERM_DELETE_IDENTITY, PERM_READ_IDENTITY, PERM_UPDATE_IDENTITY};
+use crate::{
+    AuditEvent, Identity, IdentityView, LimitOwner, NewRateLimit, Page, Principal, RateLimitConfig,
+    RbacError, RbacService, RbacStore, RbacTx, Resource, Scope,
+};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, Patch, ValidationError, check_len, new_id, validate_external_id,
+};
+use std::collections::BTreeSet;
 
 /// The most rate limits one identity or key carries.
 pub const MAX_RATELIMITS: usize = 50;

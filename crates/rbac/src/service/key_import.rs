@@ -3,8 +3,21 @@
 //! it, all of one call in one transaction. Written set-wise (one statement per kind of row
 //! for the whole call), so a call of 1,000 keys costs a few statements, not thousands.
 
-use super::*;
+use crate::perms::{PERM_CREATE_IDENTITY, PERM_CREATE_KEY};
+use crate::service::creation_shard;
+use crate::service::links::{
+    LinkRules, PERMISSION_RULES, ROLE_RULES, RefPlan, ResolvedLinks, created_action, resolve_links,
+};
+use crate::{
+    AuditEvent, EntityKind, Identity, Key, LimitOwner, MAX_KEY_META_BYTES, MAX_VERIFY_KEY_CHARS,
+    NewRateLimit, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, Scope, StorageError,
+};
 use crate::{Credits, HashScheme};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, Named, ValidationError, check_len, digest_hex, new_id, validate_display_name,
+    validate_external_id,
+};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The most keys one call brings in.
 pub const MAX_MIGRATED_KEYS: usize = 1_000;

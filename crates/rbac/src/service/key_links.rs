@@ -1,7 +1,16 @@
 //! A key's permissions and roles: set, add and remove them (v1's references, v2's plain
 //! strings); the rules and steps they share with a role's permissions are in [`super::links`].
 
-use super::*;
+use crate::perms::PERM_UPDATE_KEY;
+use crate::service::links::{
+    LinkCall, LinkRules, Owner, PERMISSION_RULES, ROLE_RULES, describe, never_create, plan_refs,
+    resolve_links, rules_of, write_links,
+};
+use crate::{
+    ApiAccess, EntityKind, EntityRef, LinkMode, Principal, RbacError, RbacService, RbacStore, RbacTx,
+    Resource, RoleView,
+};
+use keygate_domain::{MAX_NAME_CHARS, Named, check_len, validate_key_id};
 
 impl<S: RbacStore> RbacService<S> {
     /// `keys.setPermissions`: the key's direct permissions become exactly `refs`.

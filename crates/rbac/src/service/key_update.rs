@@ -1,6 +1,15 @@
 //! `keys.updateKey` (API-v2.md §12.3): every part of a key changed in one transaction.
 
-use super::*;
+use crate::perms::PERM_UPDATE_KEY;
+use crate::service::links::{Owner, PERMISSION_RULES, ROLE_RULES, plan_refs, resolve_links, write_links};
+use crate::{
+    ApiAccess, AuditEvent, EntityRef, LimitOwner, LinkMode, MAX_KEY_META_BYTES, Principal, RbacError,
+    RbacService, RbacStore, Resource, Scope,
+};
+use keygate_domain::{
+    IdPrefix, Patch, ValidationError, has_prefix, validate_display_name, validate_external_id,
+    validate_key_id,
+};
 
 impl<S: RbacStore> RbacService<S> {
     /// `keys.updateKey` (API-v2.md §12.3): every field of `update` absent (unchanged),

@@ -1,7 +1,20 @@
 //! Keys: create (and reroll), read and delete them. Their links are [`super::key_links`],
 //! an update [`super::key_update`], verification [`super::verify`].
 
-use super::*;
+use crate::perms::{PERM_CREATE_KEY, PERM_READ_KEY, PERM_UPDATE_KEY};
+use crate::service::creation_shard;
+use crate::service::links::{Owner, PERMISSION_RULES, ROLE_RULES, plan_refs, resolve_links, write_links};
+use crate::{
+    ApiAccess, AuditEvent, EntityKind, EntityRef, Key, KeyLookup, KeySummary, KeyView, LimitOwner, LinkMode,
+    MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, NewKey,
+    Principal, RateLimitConfig, RbacError, RbacService, RbacStore, RbacTx, Resource, Scope, StorageError,
+};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, Secret, ValidationError, check_len, has_prefix, hash_secret, new_id,
+    random_base58_token, random_token, secret_digest, sort_by_name, validate_display_name,
+    validate_external_id, validate_key_id,
+};
+use std::collections::BTreeSet;
 
 impl<S: RbacStore> RbacService<S> {
     /// `keys.getKey`: the key with its direct permissions and its roles, sorted by name.

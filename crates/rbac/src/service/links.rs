@@ -2,7 +2,18 @@
 //! the rules that differ between them, the plan of a request's entries, resolving them
 //! against the store and writing the links with their audit events.
 
-use super::*;
+use crate::perms::{
+    PERM_ADD_PERMISSION_TO_KEY, PERM_ADD_PERMISSION_TO_ROLE, PERM_ADD_ROLE_TO_KEY, PERM_CREATE_PERMISSION,
+    PERM_CREATE_ROLE, PERM_DELETE_PERMISSION, PERM_DELETE_ROLE, PERM_READ_PERMISSION, PERM_READ_ROLE,
+    PERM_REMOVE_PERMISSION_FROM_KEY, PERM_REMOVE_PERMISSION_FROM_ROLE, PERM_REMOVE_ROLE_FROM_KEY,
+};
+use crate::service::MAX_REFS_PER_CALL;
+use crate::{AuditEvent, Entity, EntityKind, EntityRef, Principal, RbacError, RbacTx, Resource, RoleView};
+use keygate_domain::{
+    IdPrefix, Named, ValidationError, check_len, has_prefix, new_id, sort_by_name, validate_display_name,
+    validate_permission_name,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What differs between the permission and role operations; everything else is shared.
 pub(super) struct LinkRules {

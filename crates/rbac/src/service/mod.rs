@@ -34,7 +34,7 @@ pub use identities::{
 pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
-use links::*;
+
 pub use root_keys::{
     MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
     PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
@@ -44,27 +44,14 @@ pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 use verify::VerifyCache;
 pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
 
-use crate::cache::{self, AuthCache, Cached, NamespaceCache, OverrideCache};
-use crate::counters::{Scope, creation_shard};
-pub use crate::perms::*;
-use crate::store::{EntityKind, RbacStore, RbacTx};
-use crate::{
-    Api, ApiAccess, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, IdentityView, Key, KeyLookup,
-    KeySummary, KeyView, LimitOwner, NewEntity, NewKey, NewRateLimit, Page, PermissionQuery, Principal,
-    RateLimitConfig, RbacError, Resource, RoleView, RootKey, Verification, VerifyCode, VerifyScope,
-    Workspace,
-};
-use crate::{
-    Effective, EntityRef, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef,
-    Override, OverrideSet, StorageError, is_pattern, validate_pattern,
-};
-use keygate_domain::{
-    Clock, IdPrefix, MAX_NAME_CHARS, Named, Patch, Secret, ValidationError, check_len, digest_hex,
-    has_prefix, hash_secret, new_id, random_base58_token, random_token, secret_digest, sort_by_name,
-    validate_api_name, validate_display_name, validate_external_id, validate_key_id,
-    validate_permission_name, validate_root_key_secret,
-};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::StorageError;
+use crate::cache::{AuthCache, NamespaceCache, OverrideCache};
+use crate::counters::creation_shard;
+
+use crate::store::{RbacStore, RbacTx};
+use crate::{Key, RbacError};
+use keygate_domain::Clock;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// How long a verified root key is trusted without asking the store again (contract §2).
@@ -260,7 +247,9 @@ impl<S: RbacStore> RbacService<S> {
 
 #[cfg(test)]
 mod tests {
+    use super::links::{LinkRules, PERMISSION_RULES, ROLE_RULES, RefPlan, plan_refs};
     use super::*;
+    use crate::{EntityRef, Principal};
 
     fn plan(rules: &LinkRules, refs: &[EntityRef]) -> Result<RefPlan, String> {
         plan_refs(rules, refs, 0).map_err(|e| e.to_string())

@@ -1,6 +1,9 @@
 //! Rate-limit namespaces: resolved by name, created on first use where allowed.
 
-use super::*;
+use crate::perms::{PERM_CREATE_NAMESPACE, PERM_LIMIT};
+use crate::{Principal, RbacError, RbacService, RbacStore};
+use keygate_domain::{IdPrefix, Named, has_prefix, new_id};
+use std::sync::Arc;
 
 impl<S: RbacStore> RbacService<S> {
     /// Early check: the caller can limit in at least some namespace.

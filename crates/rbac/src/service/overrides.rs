@@ -1,6 +1,12 @@
 //! Rate-limit overrides: set, read, list, delete, and the cached sets the hot path reads.
 
-use super::*;
+use crate::{
+    Cached, Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override,
+    OverrideSet, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, is_pattern,
+    validate_pattern,
+};
+use keygate_domain::{IdPrefix, Named, check_len, has_prefix, new_id};
+use std::sync::Arc;
 
 impl<S: RbacStore> RbacService<S> {
     /// The override for `identifier` in the namespace and the epoch it was loaded under, from

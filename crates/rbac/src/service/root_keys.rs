@@ -4,7 +4,13 @@
 //! change its own permissions.
 //! Every change bumps the key's change counter: the next request on every instance sees it.
 
-use super::*;
+use crate::{
+    AuditEvent, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, RootKey, Scope,
+};
+use keygate_domain::{
+    IdPrefix, MAX_NAME_CHARS, Patch, Secret, ValidationError, check_len, new_id, random_token,
+    validate_display_name, validate_permission_name,
+};
 
 pub const PERM_CREATE_ROOT_KEY: &str = "rootkey.*.create_key";
 pub const PERM_READ_ROOT_KEY: &str = "rootkey.*.read_key";

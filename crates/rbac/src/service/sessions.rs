@@ -3,8 +3,10 @@
 //! every use (a revoked or expired root key ends it), and ends after
 //! [`SESSION_IDLE_MS`] without use or at logout. Only the token's SHA-256 is stored.
 
-use super::*;
 use crate::store::StoredSession;
+use crate::{Principal, RbacError, RbacService, RbacStore};
+use keygate_domain::{hash_secret, random_base58_token, random_token, validate_root_key_secret};
+use std::sync::Arc;
 
 /// How long a session lasts without use: 12 hours.
 pub const SESSION_IDLE_MS: i64 = 12 * 3_600_000;

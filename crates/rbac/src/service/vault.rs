@@ -4,8 +4,11 @@
 //! audit event per key revealed; `keygate encryption rotate` seals every key again under
 //! the keyring's first key.
 
-use super::*;
+use crate::{ApiAccess, AuditEvent, Key, Principal, RbacError, RbacService, RbacStore, RbacTx, StorageError};
+use keygate_domain::Secret;
 use keygate_vault::{Keyring, Plaintext, VaultError};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 pub const PERM_ENCRYPT_KEY: &str = "api.*.encrypt_key";
 pub const PERM_DECRYPT_KEY: &str = "api.*.decrypt_key";

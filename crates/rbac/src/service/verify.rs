@@ -5,10 +5,15 @@
 //! spends (rate limits, credits) is `keygate-usage`'s, which keeps what it works out per
 //! key in the entry's attachment ([`Checked::attached`]).
 
-use super::*;
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
 use crate::key_cache::KeyCache;
+use crate::{
+    KeySummary, PermissionQuery, RbacError, RbacService, RbacStore, RbacTx, Verification, VerifyCode,
+    VerifyScope, cache, key_summary,
+};
+use keygate_domain::{digest_hex, secret_digest};
 use std::any::Any;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 

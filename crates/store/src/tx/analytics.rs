@@ -1,8 +1,12 @@
 //! Verification analytics (the `verification_counts` table): counts added by upsert, read
 //! by range, rolled up into coarser buckets and pruned.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
 use keygate_analytics::store::{VerificationCount, VerificationCountTx, VerificationFilter};
+use std::collections::HashMap;
 
 type CountRow = (String, i64, i64, String, String, String, String, String, i64);
 

@@ -1,6 +1,11 @@
 //! API objects, and the keys of one.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, KeyRow, Keyset, R, db_err, key_from_row, like_literal};
+use diesel::prelude::*;
+use keygate_rbac::store::ApiTx;
+use keygate_rbac::{Api, Key};
 
 impl ApiTx for DieselTx<'_> {
     fn insert_api_if_absent(&mut self, api: &Api) -> R<bool> {

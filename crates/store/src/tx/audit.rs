@@ -1,6 +1,12 @@
 //! The audit log.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{BATCH_ROWS, DieselTx, R, db_err};
+use diesel::prelude::*;
+use keygate_domain::{IdPrefix, new_id};
+use keygate_rbac::store::AuditTx;
+use keygate_rbac::{AuditEvent, AuditFilter, AuditRecord};
 
 impl AuditTx for DieselTx<'_> {
     fn insert_audit_events(&mut self, events: &[AuditEvent]) -> R<()> {

@@ -1,8 +1,13 @@
 //! Change counters (`keygate_rbac::counters`).
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
 use diesel::dsl::max;
+use diesel::prelude::*;
 use diesel::upsert::excluded;
+use keygate_rbac::store::CounterTx;
+use std::collections::HashMap;
 
 impl CounterTx for DieselTx<'_> {
     fn bump_counters(&mut self, names: &[String], now: i64) -> R<Vec<u64>> {

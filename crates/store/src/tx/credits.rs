@@ -1,6 +1,10 @@
 //! A key's credits (the credit columns of `keys`).
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
+use keygate_rbac::Credits;
 use keygate_usage::{CreditRow, CreditTx, LiveCredits, WrittenBehind};
 
 /// remaining, refill interval, amount, day, last refill: the credit columns' values.

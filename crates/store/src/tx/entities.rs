@@ -1,6 +1,15 @@
 //! Permissions and roles, and the permissions of a role.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{
+    BATCH_ROWS, Column, DieselTx, EntityRow, Keyset, R, contains_pattern, db_err, entity, named,
+};
+use diesel::prelude::*;
+use keygate_domain::Named;
+use keygate_rbac::store::EntityTx;
+use keygate_rbac::{Entity, EntityKind, StorageError};
+use std::collections::{HashMap, HashSet};
 
 impl EntityTx for DieselTx<'_> {
     fn insert_entity(&mut self, kind: EntityKind, workspace_id: &str, e: &Entity, now: i64) -> R<bool> {

@@ -1,6 +1,12 @@
 //! Identities, the links of keys to them, and the rate limits of identities and keys.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{BATCH_ROWS, DieselTx, Keyset, R, contains_pattern, db_err};
+use diesel::prelude::*;
+use keygate_rbac::store::IdentityTx;
+use keygate_rbac::{Identity, LimitOwner, RateLimitConfig};
+use std::collections::HashSet;
 
 /// An identity's row: the columns of [`identity_columns!`].
 type IdentityRow = (String, String, String, Option<String>, i64, i64);

@@ -1,6 +1,12 @@
 //! Keys and their links to permissions and roles.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{BATCH_ROWS, DieselTx, KeyRow, PROBE_ROWS, R, db_err, key_from_row, named};
+use diesel::prelude::*;
+use keygate_domain::Named;
+use keygate_rbac::store::KeyTx;
+use keygate_rbac::{Credits, EntityKind, Key};
 
 impl KeyTx for DieselTx<'_> {
     fn set_key_credits(&mut self, key_id: &str, credits: Option<&Credits>) -> R<()> {

@@ -6,15 +6,8 @@ use crate::conn::DbConn;
 use crate::schema::*;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use keygate_domain::{IdPrefix, Named, new_id};
-use keygate_rbac::store::{
-    ApiTx, AuditTx, CounterTx, EntityTx, IdentityTx, KeySecretTx, KeyTx, NamespaceTx, RootKeyTx, WorkspaceTx,
-};
-use keygate_rbac::{
-    Api, AuditEvent, AuditFilter, AuditRecord, Credits, Entity, EntityKind, Identity, Key, LimitOwner,
-    Override, RateLimitConfig, Refill, RefillInterval, RootKey, StorageError, Workspace,
-};
-use std::collections::{HashMap, HashSet};
+use keygate_domain::Named;
+use keygate_rbac::{Credits, Entity, EntityKind, Key, Refill, RefillInterval, RootKey, StorageError};
 
 /// Maps a diesel error onto the service's storage error (the one place that does).
 pub(crate) fn db_err(e: DieselError) -> StorageError {

@@ -1,6 +1,12 @@
 //! Rate-limit namespaces and their overrides.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, Keyset, R, db_err, named};
+use diesel::prelude::*;
+use keygate_domain::Named;
+use keygate_rbac::store::NamespaceTx;
+use keygate_rbac::{Override, StorageError};
 
 impl NamespaceTx for DieselTx<'_> {
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>> {

@@ -1,6 +1,9 @@
 //! Customer portals and their sessions (the `portals` and `portal_sessions` tables).
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, Keyset, R, db_err, like_literal};
+use diesel::prelude::*;
 use keygate_portal::{Portal, PortalSession, PortalTx};
 
 type PortalRow =

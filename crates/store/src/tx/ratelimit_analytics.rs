@@ -2,8 +2,12 @@
 //! added by upsert, read by range, rolled up (namespaces) or trimmed to the heaviest
 //! (identifiers), and pruned.
 
-use super::*;
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
 use keygate_analytics::store::{IdentifierCount, RatelimitCount, RatelimitCountTx};
+use std::collections::HashMap;
 
 /// Rows of one statement.
 #[cfg(feature = "postgres")]

@@ -1,6 +1,10 @@
 //! Root keys (stored by hash).
 
-use super::*;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, ROOT_KEY_COLUMNS, RootKeyRow, db_err, root_key};
+use diesel::prelude::*;
+use keygate_rbac::store::RootKeyTx;
+use keygate_rbac::{RootKey, StorageError};
 
 fn permissions_text(key: &RootKey) -> R<String> {
     serde_json::to_string(&key.permissions).map_err(|e| StorageError::Internal(e.to_string()))

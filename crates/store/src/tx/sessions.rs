@@ -1,6 +1,8 @@
 //! Dashboard sessions (the `dashboard_sessions` table), by the hash of their token.
 
-use super::*;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
 use keygate_rbac::store::{SessionTx, StoredSession};
 
 type SessionRow = (String, String, String, String, i64, i64);

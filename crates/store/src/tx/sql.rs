@@ -3,10 +3,14 @@
 //! its deadline: PostgreSQL's `statement_timeout` for the transaction; on SQLite, the
 //! `kg_deadline` function the statement calls per row it reads or joins.
 
-use super::*;
+use crate::DbConn;
+use crate::tx::{DieselTx, db_err};
+use diesel::prelude::*;
+use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Double};
 use keygate_analytics::sql::{Compiled, DEADLINE_MARKER, Param, SqlRunError};
 use keygate_analytics::store::SqlQueryTx;
+use keygate_rbac::StorageError;
 use std::time::Instant;
 
 #[derive(QueryableByName)]

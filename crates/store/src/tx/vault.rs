@@ -1,7 +1,10 @@
 //! Recoverable keys' sealed plaintexts: two columns of `keys` (`vault_key_id`,
 //! `ciphertext`), NULL for the others.
 
-use super::*;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
+use keygate_rbac::store::KeySecretTx;
 use keygate_vault::Sealed;
 
 impl KeySecretTx for DieselTx<'_> {

@@ -1,6 +1,10 @@
 //! Workspaces.
 
-use super::*;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
+use keygate_rbac::Workspace;
+use keygate_rbac::store::WorkspaceTx;
 
 impl WorkspaceTx for DieselTx<'_> {
     fn count_workspaces(&mut self) -> R<i64> {
