@@ -3,52 +3,11 @@
 //! their operands and written so that both backends compute the same value (`/` always in
 //! floating point, a zero divisor gives NULL, `LIKE` case-sensitive, booleans as 0/1).
 
-use super::query::Tr;
+use super::ir::{E, K, Tr, unify};
+use super::operators::like_to_glob;
+use super::time::{interval, parse_time};
 use super::{Dialect, Param, R, SqlError, Ty, at, invalid};
 use sqlparser::ast::{CeilFloorKind, DateTimeField, Expr, Ident, InTarget, Spanned, UnaryOperator, Value};
-
-/// A translated expression: its value (SQL text, or a constant not yet bound), its type,
-/// and whether it holds an aggregate.
-#[derive(Debug, Clone)]
-pub(super) struct E {
-    pub k: K,
-    pub ty: Ty,
-    pub agg: bool,
-}
-
-#[derive(Debug, Clone)]
-pub(super) enum K {
-    Sql(String),
-    Lit(Param),
-    Null,
-    Bool(bool),
-    /// A constant time (Unix ms): `now()`, `today()`, a parsed literal.
-    Time(i64),
-    /// `INTERVAL n unit`: fixed milliseconds, or calendar months.
-    Interval {
-        ms: i64,
-        months: i32,
-    },
-}
-
-impl E {
-    pub fn sql(s: String, ty: Ty) -> Self {
-        Self { k: K::Sql(s), ty, agg: false }
-    }
-
-    pub fn with_agg(mut self, agg: bool) -> Self {
-        self.agg |= agg;
-        self
-    }
-
-    /// The text of a string literal.
-    pub fn text_literal(&self) -> Option<&str> {
-        match &self.k {
-            K::Lit(Param::Text(s)) => Some(s),
-            _ => None,
-        }
-    }
-}
 
 impl Tr<'_> {
     /// The expression's SQL as it is (a boolean stays a boolean).
@@ -235,7 +194,7 @@ impl Tr<'_> {
                 let not = if *negated { "NOT " } else { "" };
                 let sql = match (self.d, insensitive) {
                     (Dialect::Sqlite, false) => {
-                        let glob = self.binds.bind(Param::Text(super::operators::like_to_glob(pat)));
+                        let glob = self.binds.bind(Param::Text(like_to_glob(pat)));
                         format!("({vs} {not}GLOB {glob})")
                     }
                     (Dialect::Sqlite, true) => {
@@ -276,7 +235,7 @@ impl Tr<'_> {
                     let r = self.value(&w.result)?;
                     agg |= r.agg;
                     let (rs, rty) = self.as_value(r)?;
-                    ty = super::query::unify(ty, rty)
+                    ty = unify(ty, rty)
                         .ok_or_else(|| SqlError::Invalid(at("CASE mixes result types", e.span())))?;
                     sql.push_str(&format!(" WHEN {cs} THEN {rs}"));
                 }
@@ -284,7 +243,7 @@ impl Tr<'_> {
                     let r = self.value(x)?;
                     agg |= r.agg;
                     let (rs, rty) = self.as_value(r)?;
-                    ty = super::query::unify(ty, rty)
+                    ty = unify(ty, rty)
                         .ok_or_else(|| SqlError::Invalid(at("CASE mixes result types", e.span())))?;
                     sql.push_str(&format!(" ELSE {rs}"));
                 }
@@ -303,7 +262,7 @@ impl Tr<'_> {
                 };
                 Ok(E::sql(format!("({sql})"), col.ty))
             }
-            Expr::Interval(i) => super::operators::interval(i, e),
+            Expr::Interval(i) => interval(i, e),
             Expr::Function(f) => self.function(f, e),
             Expr::Floor { expr, field: CeilFloorKind::DateTimeField(DateTimeField::NoDateTime) }
             | Expr::Ceil { expr, field: CeilFloorKind::DateTimeField(DateTimeField::NoDateTime) } => {
@@ -379,7 +338,7 @@ impl Tr<'_> {
         if v.ty == Ty::Time
             && let Some(s) = other.text_literal()
         {
-            let t = super::functions::parse_time(s).ok_or_else(|| {
+            let t = parse_time(s).ok_or_else(|| {
                 SqlError::Invalid(at(
                     format!("'{s}' is not a date (YYYY-MM-DD) or date-time (YYYY-MM-DD hh:mm:ss)"),
                     at_expr.span(),

@@ -3,9 +3,9 @@
 //! constant time (`now()`, `today()`, a literal) is computed here, so that calendar
 //! arithmetic on it is the same everywhere.
 
-use super::expr::{E, K};
-use super::query::Tr;
+use super::ir::{E, K, Tr, single_name, unify};
 use super::tables::{floor_calendar, floor_width};
+use super::time::parse_time;
 use super::{Dialect, Param, R, SqlError, Ty, at, invalid};
 use sqlparser::ast::{
     DuplicateTreatment, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Spanned,
@@ -21,7 +21,7 @@ const ALLOWED: &str = "count, sum, avg, min, max, uniq, uniqExact, if, coalesce,
 
 impl Tr<'_> {
     pub(super) fn function(&mut self, f: &Function, e: &Expr) -> R<E> {
-        let name = super::query::single_name(&f.name)?;
+        let name = single_name(&f.name)?;
         if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() || f.null_treatment.is_some()
         {
             return invalid(at(format!("{name}: OVER, FILTER and WITHIN GROUP are not allowed"), e.span()));
@@ -124,7 +124,7 @@ impl Tr<'_> {
                 let c = self.as_bool(vals[0].clone())?;
                 let (a, at_) = self.as_value(vals[1].clone())?;
                 let (b, bt) = self.as_value(vals[2].clone())?;
-                let ty = super::query::unify(at_, bt)
+                let ty = unify(at_, bt)
                     .ok_or_else(|| SqlError::Invalid(at("if: both results must have one type", e.span())))?;
                 E::sql(format!("(CASE WHEN {c} THEN {a} ELSE {b} END)"), ty).with_agg(inner_agg)
             }
@@ -136,7 +136,7 @@ impl Tr<'_> {
                 let mut parts = Vec::new();
                 for v in vals {
                     let (s, t) = self.as_value(v)?;
-                    ty = super::query::unify(ty, t).ok_or_else(|| {
+                    ty = unify(ty, t).ok_or_else(|| {
                         SqlError::Invalid(at("coalesce: the arguments must have one type", e.span()))
                     })?;
                     parts.push(s);
@@ -394,26 +394,6 @@ fn out_of_range(e: &Expr) -> SqlError {
     SqlError::Invalid(at("the time is out of range", e.span()))
 }
 
-/// `YYYY-MM-DD`, `YYYY-MM-DD hh:mm:ss` or `YYYY-MM-DDThh:mm:ss[Z]` (UTC) as Unix ms.
-pub(super) fn parse_time(s: &str) -> Option<i64> {
-    let s = s.trim().trim_end_matches('Z');
-    if let Ok(d) = s.parse::<jiff::civil::Date>()
-        && s.len() == 10
-    {
-        return d.to_zoned(jiff::tz::TimeZone::UTC).ok().map(|z| z.timestamp().as_millisecond());
-    }
-    let dt = s.replacen(' ', "T", 1).parse::<jiff::civil::DateTime>().ok()?;
-    dt.to_zoned(jiff::tz::TimeZone::UTC).ok().map(|z| z.timestamp().as_millisecond())
-}
-
-/// `t` moved by `ms` and `months` (calendar months, UTC; the day clamped to the month's
-/// last, as ClickHouse does).
-pub(super) fn shift(t: i64, ms: i64, months: i32) -> Option<i64> {
-    let z = jiff::Timestamp::from_millisecond(t).ok()?.to_zoned(jiff::tz::TimeZone::UTC);
-    let z = z.checked_add(jiff::Span::new().try_months(months).ok()?).ok()?;
-    z.timestamp().as_millisecond().checked_add(ms)
-}
-
 /// The start of `t`'s minute, hour, day, week (Sunday), month or year (UTC).
 fn start_of(t: i64, f: &str) -> Option<i64> {
     Some(match f {
@@ -435,6 +415,7 @@ fn start_of(t: i64, f: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::time::shift;
     use super::*;
 
     #[test]

@@ -11,22 +11,28 @@
 //! caller's APIs or namespaces), and every name the query chose (aliases, CTEs) is replaced
 //! by a generated one. Times are Unix milliseconds throughout, as Unkey answers them.
 //!
+//! - `ir`: what every part shares: the translator's state `Tr`, a translated expression
+//!   `E`, the relations and names in scope; the parts below extend `Tr` and import from
+//!   `ir`, never from each other in a circle.
 //! - `tables`: the public tables and their scoped subqueries.
 //! - `query`: statements, `WITH`, set operations, `ORDER BY` and `LIMIT`.
 //! - `select`: one `SELECT`: `FROM` and joins, projection, `WHERE`, `GROUP BY`, `HAVING`.
 //! - `expr`: expressions, names and literals, with their types.
-//! - `operators`: operators, `INTERVAL`s and `LIKE` patterns.
+//! - `operators`: operators and `LIKE` patterns.
+//! - `time`: constant times, parsed and shifted by `INTERVAL`s.
 //! - `functions`: the allowed functions, each written for both backends.
 //! - `run`: the service's entry point (permissions, per-workspace concurrency, the run,
 //!   the rows as JSON).
 
 mod expr;
 mod functions;
+mod ir;
 mod operators;
 mod query;
 pub(crate) mod run;
 mod select;
 mod tables;
+mod time;
 
 pub use run::{SqlAnswer, SqlRow};
 

@@ -2,10 +2,10 @@
 //! checked against their operands' types and written to compute the same value on both
 //! backends.
 
-use super::expr::{E, K};
-use super::query::Tr;
+use super::ir::{E, K, Tr};
+use super::time::shift;
 use super::{Dialect, R, SqlError, Ty, at, invalid};
-use sqlparser::ast::{BinaryOperator, DateTimeField, Expr, Spanned, Value};
+use sqlparser::ast::{BinaryOperator, Expr, Spanned};
 
 impl Tr<'_> {
     pub(super) fn binary(&mut self, l: E, op: &BinaryOperator, r: E, e: &Expr) -> R<E> {
@@ -85,7 +85,7 @@ impl Tr<'_> {
         match (&l.k, l.ty, &r.k, r.ty) {
             (K::Time(t), _, K::Interval { ms, months }, _) => {
                 let sign = if minus { -1 } else { 1 };
-                let t = super::functions::shift(*t, sign * *ms, sign as i32 * *months)
+                let t = shift(*t, sign * *ms, sign as i32 * *months)
                     .ok_or_else(|| SqlError::Invalid(at("the time is out of range", e.span())))?;
                 Ok(E { k: K::Time(t), ty: Ty::Time, agg: false })
             }
@@ -139,55 +139,6 @@ impl Tr<'_> {
             Dialect::Postgres => "DOUBLE PRECISION",
         }
     }
-}
-
-/// `INTERVAL n unit` or `INTERVAL 'n unit'`.
-pub(super) fn interval(i: &sqlparser::ast::Interval, e: &Expr) -> R<E> {
-    let bad = || SqlError::Invalid(at("an INTERVAL is a whole number and a unit (SECOND … YEAR)", e.span()));
-    if i.last_field.is_some() || i.leading_precision.is_some() || i.fractional_seconds_precision.is_some() {
-        return Err(bad());
-    }
-    let (n, unit): (i64, String) = match (&*i.value, &i.leading_field) {
-        (Expr::Value(v), Some(f)) => match &v.value {
-            Value::Number(n, _) | Value::SingleQuotedString(n) => {
-                (n.trim().parse().map_err(|_| bad())?, field_name(f))
-            }
-            _ => return Err(bad()),
-        },
-        (Expr::Value(v), None) => match &v.value {
-            Value::SingleQuotedString(s) => {
-                let mut parts = s.split_whitespace();
-                let n = parts.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
-                let unit = parts.next().ok_or_else(bad)?.to_ascii_lowercase();
-                if parts.next().is_some() {
-                    return Err(bad());
-                }
-                (n, unit)
-            }
-            _ => return Err(bad()),
-        },
-        _ => return Err(bad()),
-    };
-    let unit = unit.trim_end_matches('s');
-    let (ms, months) = match unit {
-        "second" => (1_000, 0),
-        "minute" => (60_000, 0),
-        "hour" => (3_600_000, 0),
-        "day" => (86_400_000, 0),
-        "week" => (7 * 86_400_000, 0),
-        "month" => (0, 1),
-        "quarter" => (0, 3),
-        "year" => (0, 12),
-        _ => return Err(bad()),
-    };
-    if n.unsigned_abs() > 1_000_000 {
-        return Err(bad());
-    }
-    Ok(E { k: K::Interval { ms: ms * n, months: (months * n) as i32 }, ty: Ty::Null, agg: false })
-}
-
-fn field_name(f: &DateTimeField) -> String {
-    f.to_string().to_ascii_lowercase()
 }
 
 /// `LIKE`'s pattern (`%`, `_`, `\` escapes) as a GLOB pattern (case-sensitive on SQLite).

@@ -2,79 +2,16 @@
 //! written anew, every relation under a generated name (`t1`, `w1`), every output column
 //! `c0`, `c1`… (the caller's names are kept beside, for the answer).
 
-use super::expr::E;
+use super::ir::{Cte, Rel, Tr, unify};
 use super::{
     Binds, Column, Compiled, Dialect, Family, MAX_DEPTH, MAX_ROWS, R, Scope, SqlError, Ty, at, invalid,
 };
 use sqlparser::ast::{
-    LimitClause, ObjectName, ObjectNamePart, OrderBy, OrderByKind, OrderBySort, Query, SetExpr, SetOperator,
-    SetQuantifier, Spanned, Statement,
+    LimitClause, OrderBy, OrderByKind, OrderBySort, Query, SetExpr, SetOperator, SetQuantifier, Spanned,
+    Statement,
 };
 use sqlparser::dialect::ClickHouseDialect;
 use sqlparser::parser::Parser;
-
-/// A relation's columns.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Rel {
-    pub cols: Vec<Col>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Col {
-    /// The name the query uses.
-    pub name: String,
-    /// The name in the written statement.
-    pub internal: String,
-    pub ty: Ty,
-    /// Left out of `*` (a virtual column).
-    pub hidden: bool,
-}
-
-/// A relation of a `FROM`: the name the query refers to it by (none for an unnamed
-/// subquery) and its generated one.
-#[derive(Debug)]
-pub(super) struct Source {
-    pub name: Option<String>,
-    pub internal: String,
-    pub rel: Rel,
-    /// Columns joined with `USING`: an unqualified one means the first source's.
-    pub using: Vec<String>,
-}
-
-/// A projection alias, usable in the rest of its `SELECT` (as ClickHouse allows).
-#[derive(Debug, Clone)]
-pub(super) struct Alias {
-    pub name: String,
-    pub e: E,
-}
-
-/// One `SELECT`'s names.
-#[derive(Debug, Default)]
-pub(super) struct Frame {
-    pub sources: Vec<Source>,
-    pub aliases: Vec<Alias>,
-}
-
-#[derive(Debug)]
-pub(super) struct Cte {
-    pub name: String,
-    pub internal: String,
-    pub rel: Rel,
-}
-
-/// The translation's state.
-#[derive(Debug)]
-pub(super) struct Tr<'a> {
-    pub d: Dialect,
-    pub family: Family,
-    pub scope: &'a Scope,
-    pub now: i64,
-    pub binds: Binds,
-    pub ctes: Vec<Cte>,
-    pub frames: Vec<Frame>,
-    next: usize,
-    pub depth: usize,
-}
 
 pub(super) fn compile(text: &str, family: Family, scope: &Scope, d: Dialect, now: i64) -> R<Compiled> {
     let statements = Parser::new(&ClickHouseDialect {})
@@ -127,11 +64,6 @@ fn statement_kind(s: &Statement) -> String {
 }
 
 impl Tr<'_> {
-    pub(super) fn fresh(&mut self, prefix: &str) -> String {
-        self.next += 1;
-        format!("{prefix}{}", self.next)
-    }
-
     pub(super) fn enter(&mut self, span: sqlparser::tokenizer::Span) -> R<()> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -333,18 +265,6 @@ impl Tr<'_> {
     }
 }
 
-/// The common type of two branches of a set operation or `CASE`.
-pub(super) fn unify(a: Ty, b: Ty) -> Option<Ty> {
-    Some(match (a, b) {
-        (a, b) if a == b => a,
-        (Ty::Null, t) | (t, Ty::Null) => t,
-        (Ty::Int | Ty::Bool, Ty::Float) | (Ty::Float, Ty::Int | Ty::Bool) => Ty::Float,
-        (Ty::Int, Ty::Bool) | (Ty::Bool, Ty::Int) => Ty::Int,
-        (Ty::Time, Ty::Int) | (Ty::Int, Ty::Time) => Ty::Int,
-        _ => return None,
-    })
-}
-
 fn statement_kind_of(e: &SetExpr) -> &'static str {
     match e {
         SetExpr::Values(_) => "VALUES",
@@ -354,14 +274,6 @@ fn statement_kind_of(e: &SetExpr) -> &'static str {
         SetExpr::Merge(_) => "MERGE",
         SetExpr::Table(_) => "TABLE",
         _ => "this statement",
-    }
-}
-
-/// The one identifier of a name (tables and relations are not qualified).
-pub(super) fn single_name(n: &ObjectName) -> R<String> {
-    match n.0.as_slice() {
-        [ObjectNamePart::Identifier(id)] => Ok(id.value.clone()),
-        _ => invalid(at(format!("{n}: a qualified or computed name is not allowed"), n.span())),
     }
 }
 

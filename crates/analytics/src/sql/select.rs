@@ -1,8 +1,8 @@
 //! One `SELECT`: its `FROM` (tables, CTEs, subqueries, joins), projection, `WHERE`,
 //! `GROUP BY`, `HAVING` and the query's `ORDER BY`, which sees the `SELECT`'s names.
 
-use super::expr::E;
-use super::query::{Alias, Col, Frame, Rel, Source, Tr, direction, order_items, single_name};
+use super::ir::{Alias, Col, E, Frame, Rel, Source, Tr, single_name};
+use super::query::{direction, order_items};
 use super::tables::{self, Grain};
 use super::{Dialect, R, at, invalid};
 use sqlparser::ast::{
