@@ -26,7 +26,7 @@ pub mod store;
 pub mod verify;
 
 pub use credits::CreditOp;
-pub use ledger::fold::replay_credit_journal;
+pub use ledger::journaling::replay_credit_journal;
 pub use ledger::shared::{Installed, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk};
 pub use limits::{LimitAsk, MAX_VERIFY_RATELIMITS, Usage, validate_usage};
 pub use spend::Pending;

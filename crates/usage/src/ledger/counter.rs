@@ -13,7 +13,7 @@ pub(crate) struct Counter {
     /// holds.
     pub(super) stale: std::sync::atomic::AtomicBool,
     /// What the credit journal's next fold writes to the row, if journaled since the last.
-    pub(super) folding: parking_lot::Mutex<Option<super::fold::Folding>>,
+    pub(super) folding: parking_lot::Mutex<Option<Folding>>,
     /// What the database holds, as far as this process knows (read, or last written):
     /// the writer's condition (apart from `state`, which
     /// [`super::memory::MemoryLedger::hold`] keeps locked while it waits for the writer).
@@ -56,4 +56,13 @@ pub(super) struct CounterState {
 pub(super) struct CounterValue {
     pub(super) remaining: u64,
     pub(super) last_refill_at: Option<i64>,
+}
+
+/// What a counter waiting to be folded folds: its value before its first journaled spend
+/// since the last fold, and after its last (the sequence number of that one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Folding {
+    pub(super) before: CounterValue,
+    pub(super) after: CounterValue,
+    pub(super) seq: u64,
 }

@@ -3,7 +3,7 @@
 
 pub(crate) use super::counter::Counter;
 pub(super) use super::counter::CounterValue;
-use super::fold::Journaling;
+use super::journaling::Journaling;
 use super::{SpendAsk, Spent, rows::CreditQueue, storage};
 use crate::store::{CreditSpend, UsageStore};
 use keygate_rbac::StorageError;
@@ -141,8 +141,8 @@ pub(crate) struct MemoryLedger {
     pub(super) folder: std::sync::OnceLock<Folder>,
 }
 
-type Folder = Box<dyn Fn(&MemoryLedger) + Send + Sync>;
-type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
+pub(super) type Folder = Box<dyn Fn(&MemoryLedger) + Send + Sync>;
+pub(super) type Committer = Box<dyn Fn(&MemoryLedger, Vec<CounterWrite>) + Send + Sync>;
 type Retrier = Box<
     dyn Fn(&str, u64, Option<i64>) -> tokio::sync::oneshot::Receiver<Result<CreditSpend, StorageError>>
         + Send
@@ -191,25 +191,23 @@ impl Default for MemoryLedger {
 }
 
 impl MemoryLedger {
-    /// The ledger of `store`'s keys, with the credit journal of its database where it has
-    /// one and no other process owns it (what the journal holds replayed onto the rows
-    /// first), folded behind by a thread of its own.
-    pub(crate) fn new<S: UsageStore + 'static>(store: &Arc<S>) -> Arc<Self> {
+    /// The ledger of `store`'s keys: `journaling` its credit journal's side, `committer`
+    /// and `folder` what commits a batch and folds the journal ([`super::fold`] wires them).
+    pub(super) fn new<S: UsageStore + 'static>(
+        store: &Arc<S>,
+        journaling: Journaling,
+        committer: Committer,
+        folder: Folder,
+    ) -> Arc<Self> {
         let mut ledger = Self::default();
-        ledger.journaling = Journaling::open(&**store);
+        ledger.journaling = journaling;
         let ledger = Arc::new(ledger);
         let (rows, row_store) = (ledger.rows.clone(), store.clone());
         let _ = ledger
             .retrier
             .set(Box::new(move |key_id, cost, refill_at| rows.spend(&row_store, key_id, cost, refill_at)));
-        let s = store.clone();
-        let _ =
-            ledger.committer.set(Box::new(move |l: &MemoryLedger, batch| super::fold::commit(l, &*s, batch)));
-        let s = store.clone();
-        let _ = ledger.folder.set(Box::new(move |l: &MemoryLedger| {
-            super::fold::fold(l, &*s);
-        }));
-        super::fold::start(&ledger);
+        let _ = ledger.committer.set(committer);
+        let _ = ledger.folder.set(folder);
         ledger
     }
 
@@ -306,8 +304,9 @@ impl MemoryLedger {
             changed |= cost > 0;
         }
         state.value = Some(Some(value));
-        let journaled =
-            changed.then(|| self.journaling.append(self, counter, &key.id, before, value)).flatten();
+        let journaled = changed
+            .then(|| self.journaling.append((&self.queued, &self.committed), counter, &key.id, before, value))
+            .flatten();
         let commit = match (changed, journaled) {
             (false, _) => None,
             // In the journal: answered now.

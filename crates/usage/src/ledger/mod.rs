@@ -5,10 +5,17 @@
 //! statement on the key's row, by a writer thread's group commit) or [`shared`] (several
 //! instances: counters in Redis, written behind to the rows). Every spend is committed
 //! (or journaled) before its verification answers.
+//!
+//! The memory ledger's files, from the bottom up: `counter` (a key's counter),
+//! `journal` (the file), `journaling` (the journal's state and its replay), `memory` (the
+//! ledger and its group commit, which knows the journal's state but not the fold) and
+//! `fold` (the journaled counters written to the rows; it builds the memory ledger and
+//! hands it its commit and fold), each importing only from the ones below it.
 
 mod counter;
 pub(crate) mod fold;
 pub(crate) mod journal;
+pub(crate) mod journaling;
 pub(crate) mod memory;
 mod prefetch;
 pub(crate) mod rows;
@@ -51,7 +58,7 @@ impl<S: UsageStore + 'static> Ledger<S> {
     ) -> Self {
         let kind = match (shared, counters) {
             (Some(shared), _) => Kind::Shared(SharedLedger::new(shared)),
-            (None, CounterSource::Local(_)) => Kind::Memory(MemoryLedger::new(&store)),
+            (None, CounterSource::Local(_)) => Kind::Memory(fold::memory_ledger(&store)),
             (None, _) => Kind::Rows(Arc::default()),
         };
         Self { store, kind }
