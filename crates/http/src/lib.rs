@@ -47,8 +47,9 @@ pub use handlers::gateway::policy::GatewayPolicies;
 pub use handlers::keys::import::MigrateKeyEntry;
 pub use keygate_runtime::Runtime;
 pub use plumbing::{ACCESS_TARGET, Caller, Obj, RequestId};
+pub use settings::MetricsAccess;
 pub use settings::{HttpLimits, HttpSettings};
-pub use state::{AppState, MetricsAccess};
+pub use state::AppState;
 
 use actix_web::web;
 

@@ -235,7 +235,7 @@ impl Metrics {
         for event in ["created", "exchanged", "revoked", "refused"] {
             metrics::counter!("keygate_portal_sessions_total", "event" => event).increment(0);
         }
-        for reason in crate::handlers::gateway::REFUSAL_REASONS {
+        for reason in REFUSAL_REASONS {
             metrics::counter!("keygate_gateway_refusals_total", "reason" => reason).increment(0);
         }
         let routes =
@@ -452,3 +452,8 @@ fn escape(value: &str) -> std::borrow::Cow<'_, str> {
     }
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").into()
 }
+
+/// `keygate_gateway_refusals_total{reason}`: calls refused because a header was not the
+/// gateway's alone to give (docs/gateways.md, "Who decides the policy"): an end user's
+/// forgery that a gateway let through, or a gateway configured to append.
+pub(crate) const REFUSAL_REASONS: [&str; 3] = ["duplicate_header", "policy_overridden", "policy_not_bound"];

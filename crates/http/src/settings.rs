@@ -3,7 +3,7 @@
 //! process here (addresses, workers, signals, logging): the binary owns those.
 
 use crate::handlers::gateway::policy::GatewayPolicies;
-use crate::state::MetricsAccess;
+
 use std::time::Duration;
 
 /// Bounds on what one client connection can hold (docs/configuration.md, "Limits").
@@ -70,4 +70,15 @@ impl Default for HttpSettings {
             dashboard: None,
         }
     }
+}
+
+/// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAccess {
+    /// Anyone (labels carry no tenant data): the default.
+    Open,
+    /// A root key holding `metrics.read`.
+    RootKey,
+    /// Not served here: off, or on its own listener (`KEYGATE_METRICS_LISTEN`).
+    NotHere,
 }

@@ -3,7 +3,7 @@
 //! plumbing (`http`), the handlers and the composition (`server`) depend on it and not on
 //! each other.
 
-use crate::settings::HttpLimits;
+use crate::settings::{HttpLimits, MetricsAccess};
 use keygate_domain::Clock;
 use keygate_runtime::Runtime;
 use std::sync::Arc;
@@ -47,15 +47,4 @@ impl AsRef<Runtime> for AppState {
     fn as_ref(&self) -> &Runtime {
         &self.runtime
     }
-}
-
-/// Who may read `GET /metrics` on the main listener (`KEYGATE_METRICS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricsAccess {
-    /// Anyone (labels carry no tenant data): the default.
-    Open,
-    /// A root key holding `metrics.read`.
-    RootKey,
-    /// Not served here: off, or on its own listener (`KEYGATE_METRICS_LISTEN`).
-    NotHere,
 }

@@ -3,7 +3,8 @@
 use crate::error::ApiError;
 use crate::openapi::Api;
 use crate::plumbing::blocking;
-use crate::state::{AppState, MetricsAccess};
+use crate::settings::MetricsAccess;
+use crate::state::AppState;
 use actix_web::{HttpRequest, HttpResponse, web};
 use keygate_domain::ErrorCode;
 use keygate_rbac::RbacStore;

@@ -229,11 +229,6 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Api
     first.to_str().map(Some).map_err(|_| refused(format!("{name}: not valid text")))
 }
 
-/// `keygate_gateway_refusals_total{reason}`: calls refused because a header was not the
-/// gateway's alone to give (docs/gateways.md, "Who decides the policy"): an end user's
-/// forgery that a gateway let through, or a gateway configured to append.
-pub(crate) const REFUSAL_REASONS: [&str; 3] = ["duplicate_header", "policy_overridden", "policy_not_bound"];
-
 fn count_refusal(reason: &'static str) {
     metrics::counter!("keygate_gateway_refusals_total", "reason" => reason).increment(1);
 }

@@ -3,7 +3,7 @@
 //! read into a [`VerifyCall`] and run by [`verification`].
 
 use super::verification::{VerifyCall, verification};
-use super::verify_answer::VerifyAnswer;
+use super::verify_answer::{VerifyAnswer, verify_codes};
 use crate::error::{ApiError, problems};
 use crate::handlers::v2::{Envelope, check_count, ok_with, unsupported};
 use crate::openapi::{Api, V1BodyErrors, V2Errors, kinds};
@@ -231,14 +231,6 @@ pub(crate) struct V1Identity<'a> {
     external_id: &'a str,
     #[schema(value_type = Object)]
     meta: Value,
-}
-
-/// `code` of a verification: one of [`VerifyCode::ALL`](keygate_rbac::VerifyCode::ALL).
-pub(crate) fn verify_codes() -> utoipa::openapi::Object {
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::Type::String)
-        .enum_values(Some(keygate_rbac::VerifyCode::ALL.iter().map(|c| c.as_str())))
-        .build()
 }
 
 impl<'a> VerifyKeyResponse<'a> {

@@ -4,7 +4,6 @@
 //! the answer took about a tenth of a verification's instructions (callgrind: ~4,900 of
 //! 46,000 for a plain key, a further ~1,900 for one auto-applied limit's entry).
 
-use super::verify::verify_codes;
 use crate::handlers::v2::identities::IdentityObject;
 use keygate_rbac::{LimitOutcome, Verification, VerifyCode};
 use serde::Serialize;
@@ -218,6 +217,14 @@ impl<'a> From<&'a LimitOutcome> for LimitResult<'a> {
             auto_apply: o.auto_apply,
         }
     }
+}
+
+/// `code` of a verification: one of [`VerifyCode::ALL`](keygate_rbac::VerifyCode::ALL).
+pub(crate) fn verify_codes() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(keygate_rbac::VerifyCode::ALL.iter().map(|c| c.as_str())))
+        .build()
 }
 
 #[cfg(test)]
