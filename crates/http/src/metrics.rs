@@ -202,6 +202,11 @@ fn allocator_bytes() -> Option<[(&'static str, usize); 4]> {
 /// The route label of a request no route matched.
 pub const UNMATCHED: &str = "unmatched";
 
+/// The route template a request matched (resource data: read back by the request-id
+/// middleware for the metrics and the access log, without matching the path again).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteName(pub &'static str);
+
 impl Metrics {
     /// Counts for each of `routes` (the route table's templates) and the decisions of
     /// `store` ("memory", "redis"), the first `namespaces` namespaces' apart; with `enabled`

@@ -1,6 +1,7 @@
 //! The route table: every path, its methods and its handler, in one place.
 
 use crate::handlers::{analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::metrics::RouteName;
 use crate::plumbing::RequestId;
 use actix_web::http::Method;
 use actix_web::{HttpRequest, Resource, web};
@@ -131,11 +132,6 @@ route_table! {
 pub fn not_found(cfg: &mut web::ServiceConfig, middleware: RequestId) {
     cfg.default_service(actix_service::apply(middleware, web::to(system::not_found)));
 }
-
-/// The route template a request matched (resource data: read back by the request-id
-/// middleware for the metrics and the access log, without matching the path again).
-#[derive(Debug, Clone, Copy)]
-pub struct RouteName(pub &'static str);
 
 /// The methods a path answers: its [`ROUTES`] methods, and `HEAD` wherever there is `GET`
 /// (the same response without its body, as HTTP expects; health checks use it).

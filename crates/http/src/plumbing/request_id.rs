@@ -1,7 +1,7 @@
 //! The request-id middleware: every response carries `Unkey-Request-Id`, and an error body the same id.
 
 use crate::error::{ApiError, REQUEST_ID};
-use crate::routes::RouteName;
+use crate::metrics::RouteName;
 use crate::state::AppState;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
