@@ -124,3 +124,17 @@ mod tests {
         assert_eq!(ValidationError::new("", "body is empty").to_string(), "body is empty");
     }
 }
+
+/// Failures of the storage layer, as every capability sees them (each crate's storage traits return it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StorageError {
+    /// The database could not be reached (or timed out); nothing was written.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// A uniqueness constraint was violated.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Anything else: a bug or a corrupt database.
+    #[error("storage error: {0}")]
+    Internal(String),
+}

@@ -1,27 +1,46 @@
 //! Domain types shared by every keygate crate: identifiers, validated names, secrets and
-//! their hashes, the stable error codes, and the injectable [`Clock`].
+//! their hashes, the stable error codes and the storage error, the injectable [`Clock`],
+//! credits and their refills ([`Credits`]), the permission query of `keys.verifyKey`
+//! ([`parse_permission_query`]) and the hash schemes of keys brought in ([`migration`]).
 //!
 //! Nothing here does I/O; everything is cheap and synchronous.
 
 pub mod calendar;
 mod clock;
+mod credits;
 mod error;
 mod ids;
+pub mod migration;
 mod names;
 mod patch;
+mod query;
+mod records;
 mod redact;
 mod secret;
 pub mod trace;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{ErrorCode, ValidationError};
+pub use credits::{
+    Credits, CreditsUpdate, Refill, RefillInterval, RefillSpec, check_refill, credit_setting, updated_credits,
+};
+pub use error::{ErrorCode, StorageError, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_base58_token, random_token};
+pub use migration::{HashScheme, Migrations};
 pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_api_name,
     validate_display_name, validate_external_id, validate_key_id, validate_namespace_name,
     validate_permission_name,
 };
 pub use patch::Patch;
+pub use query::{
+    MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, PermissionQuery, QuerySyntaxError,
+    parse_permission_query,
+};
+pub use records::{
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityRef, Identity, IdentityView, Key, KeyLookup,
+    KeySummary, KeyUpdate, KeyView, LimitOwner, NamespaceRef, NewEntity, NewKey, NewRateLimit, Page,
+    RateLimitConfig, RoleView, Workspace,
+};
 pub use redact::{redact_in, redact_url};
 pub use secret::{
     MIN_ROOT_KEY_CHARS, Secret, digest_hex, hash_secret, secret_digest, validate_root_key_secret,

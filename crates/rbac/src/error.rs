@@ -1,18 +1,4 @@
-use keygate_domain::{ErrorCode, ValidationError};
-
-/// Failures of the storage layer, as the service sees them.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StorageError {
-    /// The database could not be reached (or timed out); nothing was written.
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
-    /// A uniqueness constraint was violated.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// Anything else: a bug or a corrupt database.
-    #[error("storage error: {0}")]
-    Internal(String),
-}
+use keygate_domain::{ErrorCode, StorageError, ValidationError};
 
 /// Every way an RBAC operation can fail. [`RbacError::code`] gives the stable API code;
 /// `Display` gives the message shown to the caller (never internals for 5xx codes).

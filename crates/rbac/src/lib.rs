@@ -1,7 +1,8 @@
 //! The keygate RBAC service: root keys and their authentication, workspaces, APIs, keys,
 //! identities, permissions and roles and the links between them, rate-limit namespaces and
 //! their overrides, the audit log, dashboard sessions, and `keys.verifyKey`'s check with
-//! its cache and the change counters that keep it exact.
+//! its cache, and the upkeep of the change counters that keep it exact (the counters
+//! themselves, and the caches, are `keygate-cache`'s; the records `keygate-domain`'s).
 //!
 //! Knows nothing of HTTP or SQL: it is defined over the storage traits of [`store`], which
 //! the `keygate-store` crate implements for SQLite and PostgreSQL. Every operation
@@ -15,34 +16,35 @@
 //! counters through [`CreditCounters`].
 
 mod cache;
-pub mod counters;
-mod credits;
 mod error;
-mod key_cache;
-pub mod migration;
 mod model;
 mod perms;
-mod query;
 mod service;
 pub mod store;
 mod verification;
 
-pub use cache::Cached;
 pub use counters::{ChangeProbe, CounterSource, LocalCounters, Probe, Scope, SharedCounters, Tag};
-pub use credits::{
-    Credits, CreditsUpdate, Refill, RefillInterval, RefillSpec, check_refill, credit_setting, updated_credits,
+pub use error::{RbacError, Resource};
+pub use keygate_cache::Cached;
+pub use keygate_cache::counters;
+pub use keygate_domain::StorageError;
+pub use keygate_domain::migration;
+pub use keygate_domain::{
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityRef, Identity, IdentityView, Key, KeyLookup,
+    KeySummary, KeyUpdate, KeyView, LimitOwner, NamespaceRef, NewEntity, NewKey, NewRateLimit, Page,
+    RateLimitConfig, RoleView, Workspace,
 };
-pub use error::{RbacError, Resource, StorageError};
+pub use keygate_domain::{
+    Credits, CreditsUpdate, HashScheme, MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, Migrations,
+    PermissionQuery, QuerySyntaxError, Refill, RefillInterval, RefillSpec, check_refill, credit_setting,
+    parse_permission_query, updated_credits,
+};
 pub use keygate_ratelimit::overrides::{
     Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override,
     OverrideSet, is_pattern, validate_pattern,
 };
-pub use migration::{HashScheme, Migrations};
-pub use model::*;
+pub use model::{Principal, RootKey, VerifyScope};
 pub use perms::{ApiAccess, WORKSPACE_PERMISSIONS};
-pub use query::{
-    MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, QuerySyntaxError, parse_permission_query,
-};
 pub use service::{
     AUTH_CACHE_TTL_MS, Assumed, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
     MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,

@@ -1,6 +1,7 @@
 //! Authentication: root keys, from the cache or the store.
 
-use crate::{Cached, Principal, RbacError, RbacService, RbacStore, Scope, cache};
+use crate::cache::RootKeyEntries;
+use crate::{Cached, Principal, RbacError, RbacService, RbacStore, Scope};
 use keygate_domain::{digest_hex, secret_digest};
 use std::sync::Arc;
 
@@ -89,7 +90,10 @@ impl<S: RbacStore> RbacService<S> {
 
     /// The root key from the store, into the cache. An expired or disabled key is 403 and
     /// not cached.
-    pub(super) fn load_root_key(&self, digest: &cache::Digest) -> Result<Option<Arc<Principal>>, RbacError> {
+    pub(super) fn load_root_key(
+        &self,
+        digest: &keygate_cache::Digest,
+    ) -> Result<Option<Arc<Principal>>, RbacError> {
         let generation = self.auth.generation();
         let (now, age_origin) = (self.clock.now_ms(), self.clock.monotonic_ms());
         let hash = digest_hex(digest);

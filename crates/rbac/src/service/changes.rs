@@ -3,6 +3,7 @@
 //! them from the configured source; the writes of other processes are noticed by a poll
 //! (local counters) or a reconciliation (shared counters).
 
+use crate::cache::RootKeyEntries;
 use crate::counters::{CounterSource, SOURCE_STORE, Tag};
 use crate::store::CounterTx;
 use crate::{Principal, RbacError, RbacService, RbacStore, RbacTx, Scope, StorageError};

@@ -45,7 +45,7 @@ use verify::VerifyCache;
 pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
 
 use crate::StorageError;
-use crate::cache::{AuthCache, NamespaceCache, OverrideCache};
+use crate::cache::{AuthCache, NamespaceCache, OverrideCache, RootKeyEntries};
 use crate::counters::creation_shard;
 
 use crate::store::{RbacStore, RbacTx};

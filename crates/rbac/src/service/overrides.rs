@@ -1,5 +1,6 @@
 //! Rate-limit overrides: set, read, list, delete, and the cached sets the hot path reads.
 
+use crate::cache::OverrideEntries;
 use crate::{
     Cached, Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, NamespaceRef, Override,
     OverrideSet, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, is_pattern,

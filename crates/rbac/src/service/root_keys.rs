@@ -4,6 +4,7 @@
 //! change its own permissions.
 //! Every change bumps the key's change counter: the next request on every instance sees it.
 
+use crate::cache::RootKeyEntries;
 use crate::{
     AuditEvent, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, RootKey, Scope,
 };

@@ -6,11 +6,11 @@
 //! key in the entry's attachment ([`Checked::attached`]).
 
 use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
-use crate::key_cache::KeyCache;
 use crate::{
     KeySummary, PermissionQuery, RbacError, RbacService, RbacStore, RbacTx, Verification, VerifyCode,
-    VerifyScope, cache, key_summary,
+    VerifyScope, key_summary,
 };
+use keygate_cache::KeyCache;
 use keygate_domain::{digest_hex, secret_digest};
 use std::any::Any;
 use std::sync::Arc;
@@ -82,7 +82,7 @@ impl VerifyEntry {
     }
 
     /// The scopes whose counters decide whether this entry is current.
-    fn scopes<'a>(&'a self, digest: &cache::Digest) -> ([Scope<'a>; 2], usize) {
+    fn scopes<'a>(&'a self, digest: &keygate_cache::Digest) -> ([Scope<'a>; 2], usize) {
         match &self.snapshot {
             Some(s) => ([Scope::Key(&s.key.id), Scope::Workspace(&s.key.workspace_id)], 2),
             None => {
@@ -100,7 +100,7 @@ impl VerifyEntry {
 pub(crate) struct VerifyCache {
     enabled: bool,
     found: KeyCache<VerifyEntry>,
-    unknown: moka::sync::Cache<cache::Digest, Arc<VerifyEntry>>,
+    unknown: moka::sync::Cache<keygate_cache::Digest, Arc<VerifyEntry>>,
     /// Verifications that read the store (a miss, a stale entry, or the cache off).
     loads: AtomicU64,
     /// Verifications answered from the cache.
@@ -124,7 +124,7 @@ impl VerifyCache {
         }
     }
 
-    fn get(&self, digest: &cache::Digest) -> Option<Arc<VerifyEntry>> {
+    fn get(&self, digest: &keygate_cache::Digest) -> Option<Arc<VerifyEntry>> {
         self.found.get(digest).or_else(|| self.unknown.get(digest))
     }
 
@@ -137,7 +137,7 @@ impl VerifyCache {
         }
     }
 
-    fn put(&self, digest: cache::Digest, entry: Arc<VerifyEntry>) {
+    fn put(&self, digest: keygate_cache::Digest, entry: Arc<VerifyEntry>) {
         match entry.snapshot {
             Some(_) => {
                 self.unknown.invalidate(&digest);
@@ -399,7 +399,7 @@ impl<S: RbacStore> RbacService<S> {
     /// Loads a key's snapshot into the cache, tagged with counters read before the load.
     /// A key's id and workspace never change, so the first read finds which counters
     /// apply; the snapshot is read after them.
-    fn load_verify_entry(&self, digest: &cache::Digest) -> Result<Arc<VerifyEntry>, RbacError> {
+    fn load_verify_entry(&self, digest: &keygate_cache::Digest) -> Result<Arc<VerifyEntry>, RbacError> {
         self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
         let hash = digest_hex(digest);
         let created = self.read_counters(&[Scope::KeysCreated(creation_shard(digest))])?;

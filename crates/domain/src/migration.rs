@@ -7,8 +7,8 @@
 //! name more ids, each mapped to a built-in scheme (`KEYGATE_MIGRATIONS=acme=sha256_base64`),
 //! so an id another service gave a team works unchanged.
 
+use crate::ValidationError;
 use base64::Engine;
-use keygate_domain::ValidationError;
 use std::collections::BTreeMap;
 
 /// A way a key's hash was computed.
@@ -99,7 +99,7 @@ impl Migrations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keygate_domain::secret_digest;
+    use crate::secret_digest;
 
     #[test]
     fn hex_in_either_case_and_base64_in_both_alphabets_with_or_without_padding() {

@@ -1,7 +1,7 @@
 //! Change counters: how a cached verification knows it is still current (issue 18).
 //!
 //! Every write that can change what a verification answers bumps a counter in its own
-//! database transaction ([`crate::store::CounterTx`]): one per key for one key's changes,
+//! database transaction (`keygate_rbac::store::CounterTx`): one per key for one key's changes,
 //! one per workspace for changes that reach many keys (a role's permissions, a deleted
 //! permission or role), and one per shard of key hashes for key creation (so that a cached
 //! "not found" ends when the key appears). A cached answer is tagged with the counters read
@@ -20,7 +20,7 @@
 //!   writer after its commit and before it answers; when it cannot be reached, the
 //!   database's counters are read instead.
 
-use crate::StorageError;
+use keygate_domain::StorageError;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,14 +2,14 @@
 //! the rules of a credit setting, as `createKey` and `updateKey` take it. Spending them is
 //! `keygate-usage`'s.
 
-use keygate_domain::{Patch, ValidationError};
+use crate::{Patch, ValidationError};
 
 /// `credits` of an update: `remaining` given sets the counter (cleared: unlimited);
 /// `refill` alone changes the refill and keeps the counter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CreditsUpdate {
-    pub remaining: keygate_domain::Patch<u64>,
-    pub refill: keygate_domain::Patch<RefillSpec>,
+    pub remaining: crate::Patch<u64>,
+    pub refill: crate::Patch<RefillSpec>,
 }
 
 /// A key's credits (API-v2.md §12.1): uses left, and how they refill.

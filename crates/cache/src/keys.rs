@@ -5,7 +5,7 @@
 //! was loaded under are (the verification checks that, not this map), so it has no
 //! lifetime; it only bounds memory. Entries come from the store alone (a key that exists),
 //! so nobody can fill it with made-up secrets; unknown secrets are cached elsewhere, with an
-//! admission policy (`service::verify`).
+//! admission policy (`keygate_rbac`'s verification cache).
 //!
 //! - Sharded by the digest: lookups of different keys mostly take different locks, and a
 //!   lookup takes its shard's lock shared.
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// SHA-256 digest of a key's secret.
-pub(crate) type Digest = [u8; 32];
+pub type Digest = [u8; 32];
 
 /// Shards: a power of two, well above the number of cores that look up at once.
 const SHARDS: usize = 64;
@@ -47,7 +47,7 @@ struct Shard<V> {
 }
 
 /// Digest -> `Arc<V>`, bounded by the weight of its entries (see the module docs).
-pub(crate) struct KeyCache<V> {
+pub struct KeyCache<V> {
     shards: Box<[RwLock<Shard<V>>]>,
     hasher: foldhash::fast::RandomState,
     /// Each shard's share of the bound.
@@ -148,6 +148,11 @@ impl<V> KeyCache<V> {
     /// How many entries it holds.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.read().table.len()).sum()
+    }
+
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.read().table.is_empty())
     }
 
     /// What its entries weigh in all.

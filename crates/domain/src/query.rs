@@ -17,10 +17,28 @@
 //! and operators, at most [`MAX_QUERY_TOKENS`] words and parentheses, and at most
 //! [`MAX_QUERY_DEPTH`] levels of parentheses (the parser recurses once per level).
 
-use crate::PermissionQuery;
-
 /// Most permissions and operators in one query (either form).
 pub const MAX_QUERY_NODES: usize = 1_000;
+
+/// A permission query of `keys.verifyKey`: a permission name, or all / any of sub-queries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionQuery {
+    Permission(String),
+    And(Vec<PermissionQuery>),
+    Or(Vec<PermissionQuery>),
+}
+
+impl PermissionQuery {
+    /// Whether a key holding exactly `held` satisfies the query. Names are compared
+    /// literally, like root-key permissions (`*` in a key's permission is not a pattern).
+    pub fn satisfied_by(&self, held: &impl Fn(&str) -> bool) -> bool {
+        match self {
+            PermissionQuery::Permission(p) => held(p.as_str()),
+            PermissionQuery::And(all) => all.iter().all(|q| q.satisfied_by(held)),
+            PermissionQuery::Or(any) => any.iter().any(|q| q.satisfied_by(held)),
+        }
+    }
+}
 
 /// Most levels of parentheses in a string query.
 pub const MAX_QUERY_DEPTH: usize = 64;
