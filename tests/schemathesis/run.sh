@@ -13,11 +13,13 @@ kg_build
 kg_venv . requirements.txt
 kg_work
 
-for backend in ${BACKENDS:-sqlite postgres}; do
+# One backend's runs (both documents), on a server of its own.
+run_backend() {
+  local backend=$1 database root_key keyring doc
   case $backend in
-    sqlite) database="sqlite://$KG_WORK/schemathesis.db" ;;
+    sqlite) database="sqlite://$KG_WORK/schemathesis-$backend.db" ;;
     postgres) kg_postgres_db "keygate_st_$$" && database=$KG_DATABASE_URL ;;
-    *) echo "FATAL: unknown backend $backend (sqlite, postgres)" >&2; exit 2 ;;
+    *) echo "FATAL: unknown backend $backend (sqlite, postgres)" >&2; return 2 ;;
   esac
   root_key="kg_root_schemathesis_$(date +%s)_${RANDOM}${RANDOM}"
   # An encryption keyring, as a deployment that offers recoverable keys has: without one,
@@ -42,4 +44,26 @@ for backend in ${BACKENDS:-sqlite postgres}; do
       --workers 1 --no-shrink
   done
   kg_stop
+}
+
+# The backends side by side, each in a subshell with its own server, database and log
+# (printed whole when it ends): one run is a Python process and a server taking about one
+# core of this 2-core machine between them.
+pids=()
+for backend in ${BACKENDS:-sqlite postgres}; do
+  (
+    KG_CLEANUP=()
+    trap kg_exit EXIT
+    KG_WORK=$KG_WORK/$backend && mkdir -p "$KG_WORK"
+    run_backend "$backend"
+  ) >"$KG_WORK/$backend.out" 2>&1 &
+  pids+=("$!:$backend")
 done
+failed=0
+for entry in "${pids[@]}"; do
+  pid=${entry%%:*} backend=${entry#*:}
+  if wait "$pid"; then status=passed; else status=FAILED; failed=1; fi
+  cat "$KG_WORK/$backend.out"
+  echo "== schemathesis on $backend: $status"
+done
+exit "$failed"

@@ -4,7 +4,7 @@
 # its Python requirements in a venv of its own under target/. Arguments go to soak.py:
 #
 #   bash bins/keygate/bench/soak.sh --duration 1800 --out docs/soak      # the 30-minute run
-#   bash bins/keygate/bench/soak.sh --duration 60 --bin target/debug/keygate   # CI's smoke
+#   bash bins/keygate/bench/soak.sh --duration 30 --bin target/debug/keygate   # CI's smoke
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 command -v wrk >/dev/null || { echo "soak: wrk is missing: apt-get install wrk" >&2; exit 1; }
