@@ -18,6 +18,7 @@ mod faults;
 mod fuzz_bodies;
 mod gateway;
 mod identities;
+mod in_process;
 mod integers;
 mod keys;
 mod links;
