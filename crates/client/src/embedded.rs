@@ -21,6 +21,7 @@ use keygate_runtime::{CallError, Offload, Runtime, RuntimeSettings, Upkeep};
 use keygate_store::SqlStore;
 use keygate_usage::{LimitAsk, Usage};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use keygate_runtime::AnalyticsSettings;
 
@@ -43,6 +44,9 @@ struct Inner {
     /// and create (`ratelimit.*.limit`, `ratelimit.*.create_namespace`); none without a
     /// workspace.
     limiter: Option<Arc<Principal>>,
+    /// The limiter's workspace was found once (it is looked up on the first limit, so that
+    /// one that does not exist is that call's `NOT_FOUND`; workspaces are not deleted).
+    workspace_found: AtomicBool,
     workspace_id: Option<String>,
     api_id: Option<String>,
     upkeep: Upkeep,
@@ -141,6 +145,7 @@ impl EmbeddedBuilder {
             inner: Arc::new(Inner {
                 runtime,
                 limiter,
+                workspace_found: AtomicBool::new(false),
                 workspace_id: self.workspace_id,
                 api_id: self.api_id,
                 upkeep,
@@ -227,6 +232,18 @@ impl Embedded {
             ));
         };
         let ask = limit_ask(req)?;
+        if !self.inner.workspace_found.load(Ordering::Acquire) {
+            let (runtime, ws) =
+                (self.inner.runtime.clone(), self.inner.workspace_id.clone().unwrap_or_default());
+            tokio::task::spawn_blocking(move || runtime.rbac.find_workspace(&ws))
+                .await
+                .map_err(|e| Error::Embedded {
+                    code: keygate_domain::ErrorCode::InternalServerError.as_str(),
+                    message: format!("the workspace's lookup did not finish: {e}"),
+                })?
+                .map_err(rbac_error)?;
+            self.inner.workspace_found.store(true, Ordering::Release);
+        }
         let limited = self.inner.runtime.limit(&Tokio, principal, ask).await.map_err(call_error)?;
         let d = limited.decision;
         Ok(LimitResult {
@@ -244,25 +261,9 @@ pub const EMBEDDED_ACTOR: &str = "embedded";
 
 /// `req` checked as the server checks a `ratelimit.limit` body (docs/api-v2.md).
 fn limit_ask(req: &LimitRequest) -> Result<keygate_runtime::LimitAsk<'_>, Error> {
-    use keygate_domain::{MAX_IDENTIFIER_CHARS, check_len, validate_namespace_name};
-    const MAX: u64 = 9_007_199_254_740_991;
-    let invalid = |e: keygate_domain::ValidationError| bad_request(e.to_string());
-    check_len("identifier", &req.identifier, MAX_IDENTIFIER_CHARS).map_err(invalid)?;
-    validate_namespace_name("namespace", &req.namespace).map_err(invalid)?;
-    let cost = req.cost.unwrap_or(1);
-    for (field, value, least) in
-        [("limit", req.limit, 1), ("duration", req.duration, 1_000), ("cost", cost, 0)]
-    {
-        if value < least || value > MAX {
-            return Err(bad_request(format!("{field}: must be between {least} and {MAX}")));
-        }
-    }
-    Ok(keygate_runtime::LimitAsk {
-        namespace: &req.namespace,
-        identifier: &req.identifier,
-        request: keygate_ratelimit::LimitRequest { limit: req.limit, duration: req.duration, cost },
-        is_async: false,
-    })
+    let numbers = (req.limit, req.duration, req.cost.unwrap_or(1));
+    keygate_runtime::LimitAsk::checked(&req.namespace, &req.identifier, numbers, false)
+        .map_err(|e| bad_request(e.to_string()))
 }
 
 /// tokio's blocking pool, where the runtime's hot paths read the store on a miss.

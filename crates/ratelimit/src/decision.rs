@@ -1,9 +1,35 @@
-/// One rate-limit request, already validated (`limit >= 1`, `duration >= 1000`).
+/// The least `limit` a rate limit takes (API.md, `ratelimits.limit`).
+pub const MIN_LIMIT: u64 = 1;
+/// The shortest window, in ms (API.md, `ratelimits.limit`).
+pub const MIN_DURATION_MS: u64 = 1_000;
+
+/// One rate-limit request, already validated (`limit >= 1`, `duration >= 1000`:
+/// [`LimitRequest::checked`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitRequest {
     pub limit: u64,
     pub duration: u64,
     pub cost: u64,
+}
+
+impl LimitRequest {
+    /// The request, its numbers checked as the API checks a `ratelimits.limit` body's:
+    /// `limit` at least [`MIN_LIMIT`], `duration` at least [`MIN_DURATION_MS`], each (and
+    /// `cost`) at most 2^53-1; the error names the field, as the API's 400 does.
+    pub fn checked(limit: u64, duration: u64, cost: u64) -> Result<Self, keygate_domain::ValidationError> {
+        use keygate_domain::{MAX_SAFE_INTEGER, ValidationError};
+        for (field, value, least) in
+            [("limit", limit, MIN_LIMIT), ("duration", duration, MIN_DURATION_MS), ("cost", cost, 0)]
+        {
+            if value < least {
+                return Err(ValidationError::new(field, format!("must be >= {least}")));
+            }
+            if value > MAX_SAFE_INTEGER {
+                return Err(ValidationError::new(field, format!("must be <= {MAX_SAFE_INTEGER}")));
+            }
+        }
+        Ok(Self { limit, duration, cost })
+    }
 }
 
 /// The answer to a request (the body of a `ratelimits.limit` response).

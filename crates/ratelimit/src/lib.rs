@@ -34,7 +34,8 @@ pub mod overrides;
 mod table;
 
 pub use decision::{
-    Decision, LimitRequest, WindowState, decide, deny_from_known, fail_open_decision, window_start,
+    Decision, LimitRequest, MIN_DURATION_MS, MIN_LIMIT, WindowState, decide, deny_from_known,
+    fail_open_decision, window_start,
 };
 pub use memory::{AllOrNothing, MemoryStore, MemoryStoreStats};
 pub use overrides::{

@@ -31,6 +31,24 @@ pub struct LimitAsk<'a> {
     pub is_async: bool,
 }
 
+impl<'a> LimitAsk<'a> {
+    /// The ask, checked as the server checks a `ratelimits.limit` body: the identifier's
+    /// length, the namespace's name, the numbers' bounds ([`LimitRequest::checked`]). For
+    /// callers that are not the HTTP layer (which reads the same bounds from the JSON).
+    pub fn checked(
+        namespace: &'a str,
+        identifier: &'a str,
+        (limit, duration, cost): (u64, u64, u64),
+        is_async: bool,
+    ) -> Result<Self, keygate_domain::ValidationError> {
+        use keygate_domain::{MAX_IDENTIFIER_CHARS, check_len, validate_namespace_name};
+        check_len("identifier", identifier, MAX_IDENTIFIER_CHARS)?;
+        validate_namespace_name("namespace", namespace)?;
+        let request = LimitRequest::checked(limit, duration, cost)?;
+        Ok(Self { namespace, identifier, request, is_async })
+    }
+}
+
 /// A decision and what it was made under.
 #[derive(Debug, Clone)]
 pub struct Limited {

@@ -166,4 +166,8 @@ fn the_embedded_client_rate_limits_in_process_under_the_servers_overrides() {
     let unscoped = builder(None);
     let refused = rt.block_on(unscoped.limit(&ask("u1"))).unwrap_err();
     assert!(matches!(refused, keygate_client::Error::Embedded { code: "BAD_REQUEST", .. }), "{refused:?}");
+    // A workspace that does not exist: NOT_FOUND, as the API answers an unknown one.
+    let elsewhere = builder(Some("ws_no_such_workspace"));
+    let refused = rt.block_on(elsewhere.limit(&ask("u1"))).unwrap_err();
+    assert!(matches!(refused, keygate_client::Error::Embedded { code: "NOT_FOUND", .. }), "{refused:?}");
 }

@@ -7,7 +7,7 @@ use crate::plumbing::{Authed, JsonBytes, Obj, integer, parse_json};
 use crate::state::AppState;
 use actix_web::{HttpResponse, web};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
-use keygate_ratelimit::{Decision, LimitRequest};
+use keygate_ratelimit::{Decision, LimitRequest, MIN_DURATION_MS, MIN_LIMIT};
 use keygate_rbac::{Effective, Principal};
 use keygate_runtime::LimitAsk;
 use serde::{Deserialize, Serialize};
@@ -122,8 +122,8 @@ impl ValidLimit<'_> {
 impl<'a> LimitBody<'a> {
     pub(crate) fn validate(self) -> Result<ValidLimit<'a>, ValidationError> {
         check_len("identifier", &self.identifier, MAX_IDENTIFIER_CHARS)?;
-        let limit = integer("limit", &self.limit, 1)?;
-        let duration = integer("duration", &self.duration, 1_000)?;
+        let limit = integer("limit", &self.limit, MIN_LIMIT)?;
+        let duration = integer("duration", &self.duration, MIN_DURATION_MS)?;
         let cost = match &self.cost {
             Some(c) => integer("cost", c, 0)?,
             None => 1,

@@ -6,6 +6,7 @@
 //! checks.
 
 use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, validate_namespace_name};
+use keygate_ratelimit::{MIN_DURATION_MS, MIN_LIMIT};
 use keygate_rbac::{PermissionQuery, parse_permission_query};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -230,8 +231,8 @@ pub fn parse_ratelimit(spec: &str) -> Result<GatewayLimit, ValidationError> {
     };
     let namespace = fields.get("namespace").ok_or_else(|| bad("namespace is required".into()))?.to_string();
     validate_namespace_name("ratelimit.namespace", &namespace)?;
-    let limit = number("limit", 1)?;
-    let duration = number("duration", 1_000)?;
+    let limit = number("limit", MIN_LIMIT)?;
+    let duration = number("duration", MIN_DURATION_MS)?;
     let cost = if fields.contains_key("cost") { number("cost", 0)? } else { 1 };
     let identifier = match fields.get("identifier").copied() {
         None | Some("key") => IdentifierSource::KeyId,

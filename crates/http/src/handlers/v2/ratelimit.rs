@@ -9,7 +9,7 @@ use crate::handlers::ratelimit::{ValidLimit, decide, rate_limit_fields};
 use crate::openapi::V2Errors;
 use crate::plumbing::{Authed, JsonBytes, integer, parse_json, parse_json_as};
 use keygate_domain::{MAX_IDENTIFIER_CHARS, ValidationError, check_len, validate_namespace_name};
-use keygate_ratelimit::LimitRequest;
+use keygate_ratelimit::{LimitRequest, MIN_DURATION_MS, MIN_LIMIT};
 use keygate_runtime::Limited;
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
@@ -46,8 +46,8 @@ impl<'a> LimitBody<'a> {
         let path = |field: &str| format!("{at}{field}");
         validate_namespace_name(&path("namespace"), &self.namespace)?;
         check_len(&path("identifier"), &self.identifier, MAX_IDENTIFIER_CHARS)?;
-        let limit = integer(&path("limit"), &self.limit, 1)?;
-        let duration = integer(&path("duration"), &self.duration, 1_000)?;
+        let limit = integer(&path("limit"), &self.limit, MIN_LIMIT)?;
+        let duration = integer(&path("duration"), &self.duration, MIN_DURATION_MS)?;
         if duration > MAX_DURATION_MS {
             return Err(ValidationError::new(path("duration"), format!("must be <= {MAX_DURATION_MS}")));
         }
