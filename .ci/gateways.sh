@@ -16,12 +16,14 @@ for tool in nginx:nginx-light caddy:caddy haproxy:haproxy; do
       || { echo "FATAL: ${tool#*:} is missing and could not be installed" >&2; exit 1; }
   fi
 done
-haproxy -vv | grep -q '^Built with Lua' || { echo "FATAL: this haproxy has no Lua (deploy/haproxy/keygate.lua needs it)" >&2; exit 1; }
+# (grep reads all of haproxy's output: with -q it would stop at the match, and haproxy, still
+# writing, would die of SIGPIPE and fail the pipe.)
+haproxy -vv | grep '^Built with Lua' >/dev/null || { echo "FATAL: this haproxy has no Lua (deploy/haproxy/keygate.lua needs it)" >&2; exit 1; }
 
 venv=target/gateways
 installed() {
-  "$venv/bin/traefik" version 2>/dev/null | grep -q 'Version: *3\.7\.15' \
-    && "$venv/bin/envoy" --version 2>/dev/null | grep -q '/1\.40\.0/' \
+  "$venv/bin/traefik" version 2>/dev/null | grep 'Version: *3\.7\.15' >/dev/null \
+    && "$venv/bin/envoy" --version 2>/dev/null | grep '/1\.40\.0/' >/dev/null \
     && "$venv/bin/python3" -c 'import http_sf' 2>/dev/null
 }
 if ! installed; then
