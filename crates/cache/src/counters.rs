@@ -48,13 +48,26 @@ pub enum Scope<'a> {
 impl Scope<'_> {
     /// The counter's name in the database and in a shared store.
     pub fn name(&self) -> String {
-        match self {
-            Scope::Key(id) => format!("key:{id}"),
-            Scope::Workspace(id) => format!("ws:{id}"),
-            Scope::KeysCreated(shard) => format!("created:{shard}"),
-            Scope::RootKey(id) => format!("rk:{id}"),
-            Scope::RootKeysCreated => "rk-created".to_string(),
-        }
+        let mut name = String::new();
+        self.write_name(&mut name);
+        name
+    }
+
+    /// [`Self::name`], appended to `out` (no allocation of its own).
+    pub fn write_name(&self, out: &mut String) {
+        let (kind, id) = match self {
+            Scope::Key(id) => ("key:", *id),
+            Scope::Workspace(id) => ("ws:", *id),
+            Scope::KeysCreated(shard) => {
+                // (Writing into a String cannot fail.)
+                let _ = fmt::Write::write_fmt(out, format_args!("created:{shard}"));
+                return;
+            }
+            Scope::RootKey(id) => ("rk:", *id),
+            Scope::RootKeysCreated => ("rk-created", ""),
+        };
+        out.push_str(kind);
+        out.push_str(id);
     }
 }
 
@@ -83,7 +96,32 @@ pub trait SharedCounters: Send + Sync + fmt::Debug {
     fn read(&self, names: &[String]) -> Result<(u64, Vec<u64>), StorageError>;
     /// Raises each named counter to at least its value (never lowers one).
     fn publish(&self, changes: &[(String, u64)]) -> Result<(), StorageError>;
+    /// Whether the counters `check` names still hold its values under its epoch, read
+    /// after this call, together with the confirmations of other callers (one round trip
+    /// serves many), on the caller's tokio runtime. `None`: this store cannot (no runtime,
+    /// or it reads one caller at a time: [`Self::read`]). An absent epoch (the store lost
+    /// its data) confirms nothing.
+    fn confirm(&self, check: Box<dyn Confirm>) -> Option<Confirming> {
+        drop(check);
+        None
+    }
 }
+
+/// What a confirmation names ([`SharedCounters::confirm`]): the shared store's epoch, and
+/// counters with the values they must still hold. The store writes the names out when it
+/// sends the read, so asking allocates none.
+pub trait Confirm: Send + Sync + 'static {
+    /// The shared store's epoch the values were read under.
+    fn epoch(&self) -> u64;
+    /// How many counters it names.
+    fn counters(&self) -> usize;
+    /// The `i`-th counter's name, appended to `out`, and the value it must hold.
+    fn counter(&self, i: usize, out: &mut String) -> u64;
+}
+
+/// A confirmation to come: `true` when every counter still holds its value.
+pub type Confirming =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, StorageError>> + Send + 'static>>;
 
 /// A cheap sign that the database changed: a number that moves whenever another
 /// connection commits (SQLite's `PRAGMA data_version`), implemented outside this crate.
@@ -360,6 +398,20 @@ mod tests {
         assert_eq!(polls.load(Ordering::Relaxed), 2, "an unchanged one does not");
         std::thread::sleep(std::time::Duration::from_millis(25));
         assert!(probe.current(), "unchanged after a quiet spell: current");
+    }
+
+    #[test]
+    fn names_are_the_database_s() {
+        assert_eq!(Scope::Key("key_1").name(), "key:key_1");
+        assert_eq!(Scope::Workspace("ws_1").name(), "ws:ws_1");
+        for shard in [0, 7, 10, 63, 255] {
+            assert_eq!(Scope::KeysCreated(shard).name(), format!("created:{shard}"));
+        }
+        assert_eq!(Scope::RootKey("rk_1").name(), "rk:rk_1");
+        assert_eq!(Scope::RootKeysCreated.name(), "rk-created");
+        let mut out = "x".to_string();
+        Scope::Workspace("w").write_name(&mut out);
+        assert_eq!(out, "xws:w");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A verification's sequence, written once: v1's and v2's `keys.verifyKey`, forward auth and
 //! the embedded client verify through [`Runtime::verify`]: from the cache inline when no
-//! step needs I/O, else on the caller's blocking pool ([`Offload`]); answered once its
-//! credit spend is committed; counted in analytics.
+//! step needs I/O; on shared change counters, from the cache once a read that concurrent
+//! verifications share confirms them, when what it spends needs no I/O; else on the
+//! caller's blocking pool ([`Offload`]); answered once its credit spend is committed;
+//! counted in analytics.
 
 use crate::Runtime;
 use crate::offload::{CallError, Offload, blocking};
@@ -67,7 +69,8 @@ fn scope<'a>(
 }
 
 impl Runtime {
-    /// Runs a verification: from the cache inline when that needs no I/O, else through
+    /// Runs a verification: from the cache inline when that needs no I/O, or once a shared
+    /// read confirms its change counters (`UsageService::verify_confirmed`), else through
     /// `offload`; answered once its credit spend is committed; counted in analytics (a
     /// check that spends nothing is counted by the call that follows it).
     pub async fn verify<O: Offload>(
@@ -75,7 +78,15 @@ impl Runtime {
         offload: &O,
         call: VerifyCall<'_>,
     ) -> Result<Verification, CallError> {
-        let pending = match self.usage.verify_cached(call.secret, &call.scope(), call.query, call.usage) {
+        let within = call.scope();
+        let mut pending = self.usage.verify_cached(call.secret, &within, call.query, call.usage);
+        if pending.is_none() {
+            pending = self
+                .usage
+                .verify_confirmed(call.secret, call.principal, &within, call.query, call.usage)
+                .await;
+        }
+        let pending = match pending {
             Some(pending) => pending?,
             None => {
                 let usage = self.usage.clone();
@@ -100,7 +111,7 @@ impl Runtime {
         };
         let verification = pending.settle().await?;
         if !call.usage.check_only {
-            self.analytics.record_verification(&verification, &call.scope(), call.tags);
+            self.analytics.record_verification(&verification, &within, call.tags);
         }
         Ok(verification)
     }

@@ -5,7 +5,10 @@
 use crate::limits::{Usage, validate_usage};
 use crate::spend::Pending;
 use crate::{UsageService, UsageStore};
-use keygate_rbac::{KeySummary, PermissionQuery, RbacError, Verification, VerifyCode, VerifyScope};
+use keygate_rbac::{
+    KeySummary, PermissionQuery, Principal, RbacError, Verification, VerifyCode, VerifyScope,
+};
+use std::sync::Arc;
 
 impl<S: UsageStore + 'static> UsageService<S> {
     /// [`Self::verify`] answered inline, when no step needs I/O (local change counters and
@@ -22,6 +25,39 @@ impl<S: UsageStore + 'static> UsageService<S> {
             return Some(Err(e.into()));
         }
         self.rbac.check_cached(secret, scope, query, |checked| self.spend(checked, usage, false, None))
+    }
+
+    /// [`Self::verify`] of a cached key on shared change counters, when what it spends
+    /// needs no I/O (it spends nothing, or only limits decided in this process): its
+    /// counters confirmed by one read that the concurrent verifications' confirmations
+    /// share ([`keygate_rbac::RbacService::check_unconfirmed`]), awaited on the caller's
+    /// tokio runtime, then answered here. `root` is `scope`'s root key. `None`: verify the
+    /// usual way (not cached, a counter moved, the shared store did not answer, or the
+    /// spend needs I/O after all); nothing was spent. `usage` was validated.
+    pub async fn verify_confirmed(
+        &self,
+        secret: &str,
+        root: Option<&Arc<Principal>>,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Option<Result<Pending, RbacError>> {
+        let remote = self.limiter.is_remote();
+        let inline = |s: &KeySummary| {
+            usage.check_only
+                || (s.key.credits.is_none()
+                    && (!remote
+                        || (usage.ratelimits.is_empty()
+                            && s.ratelimits
+                                .iter()
+                                .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
+                                .all(|l| !l.auto_apply))))
+        };
+        let (unconfirmed, confirming) = self.rbac.check_unconfirmed(secret, root, inline)?;
+        if !matches!(confirming.await, Ok(true)) {
+            return None;
+        }
+        self.spend(self.rbac.confirmed(unconfirmed, scope, query), usage, false, None)
     }
 
     /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when

@@ -42,7 +42,7 @@ pub use root_keys::{
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 use verify::VerifyCache;
-pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot};
+pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot, Unconfirmed};
 
 use crate::StorageError;
 use crate::cache::{AuthCache, NamespaceCache, OverrideCache, RootKeyEntries};

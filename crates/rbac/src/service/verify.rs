@@ -5,10 +5,10 @@
 //! spends (rate limits, credits) is `keygate-usage`'s, which keeps what it works out per
 //! key in the entry's attachment ([`Checked::attached`]).
 
-use crate::counters::{CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
+use crate::counters::{Confirm, Confirming, CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
 use crate::{
-    KeySummary, PermissionQuery, RbacError, RbacService, RbacStore, RbacTx, Verification, VerifyCode,
-    VerifyScope, key_summary,
+    KeySummary, PermissionQuery, Principal, RbacError, RbacService, RbacStore, RbacTx, Verification,
+    VerifyCode, VerifyScope, key_summary,
 };
 use keygate_cache::KeyCache;
 use keygate_domain::{digest_hex, secret_digest};
@@ -205,6 +205,46 @@ pub struct Assumed {
     pub counters: Vec<(String, u64)>,
 }
 
+/// A cached answer waiting for its change counters' confirmation
+/// ([`RbacService::check_unconfirmed`]).
+#[derive(Debug)]
+pub struct Unconfirmed(Arc<VerifyEntry>);
+
+/// The counters a cached answer holds under: the entry's, then the root key's.
+struct Confirmation {
+    entry: Arc<VerifyEntry>,
+    /// The secret's creation shard (the counter of an entry that found no key).
+    shard: u8,
+    /// The caller's root key and its counter's value as it was loaded under.
+    root: Option<(Arc<Principal>, u64)>,
+}
+
+impl Confirm for Confirmation {
+    fn epoch(&self) -> u64 {
+        self.entry.tag.source
+    }
+
+    fn counters(&self) -> usize {
+        let own = if self.entry.snapshot.is_some() { 2 } else { 1 };
+        own + usize::from(self.root.is_some())
+    }
+
+    fn counter(&self, i: usize, out: &mut String) -> u64 {
+        let scope = match (&self.entry.snapshot, i) {
+            (Some(s), 0) => Scope::Key(&s.key.id),
+            (Some(s), 1) => Scope::Workspace(&s.key.workspace_id),
+            (None, 0) => Scope::KeysCreated(self.shard),
+            _ => {
+                let Some((p, value)) = &self.root else { return 0 };
+                out.push_str(p.counter_name());
+                return *value;
+            }
+        };
+        scope.write_name(out);
+        self.entry.tag.values[i]
+    }
+}
+
 impl<S: RbacStore> RbacService<S> {
     /// [`Self::check`] answered from the cache alone, when that needs no I/O (local
     /// counters and a current entry), then `then` (what the verification spends), which
@@ -369,6 +409,62 @@ impl<S: RbacStore> RbacService<S> {
             span.record("keygate.cache.hit", true);
         }
         Some((checked, assumed))
+    }
+
+    /// [`Self::check`] of a cached answer on shared change counters, to be confirmed by the
+    /// shared store's read of them ([`SharedCounters::confirm`]: one round trip that the
+    /// confirmations of concurrent verifications share): the answer to give
+    /// ([`Self::confirmed`]) once the confirmation says every counter still holds, and the
+    /// confirmation to await. The counters are the entry's (the key's and its workspace's,
+    /// or for a secret found to be no key, its creation shard's) and the root key `root`'s.
+    /// `None`: check the usual way (not cached, the shared store not trusted, the root key
+    /// loaded under another epoch, the store cannot confirm, or `wants` says no to the
+    /// key). Freshness is [`Self::check`]'s: the counters are read after this call, so a
+    /// change answered before it is seen.
+    pub fn check_unconfirmed(
+        &self,
+        secret: &str,
+        root: Option<&Arc<Principal>>,
+        wants: impl FnOnce(&KeySummary) -> bool,
+    ) -> Option<(Unconfirmed, Confirming)> {
+        let CounterSource::Shared(shared) = &self.counters else { return None };
+        if !self.verify_cache.enabled
+            || secret.is_empty()
+            || !self.counter_state.shared_current.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        let digest = secret_digest(secret);
+        let entry = self.verify_cache.get(&digest)?;
+        if entry.snapshot.as_ref().is_some_and(|s| !wants(s)) {
+            return None;
+        }
+        let root = match root {
+            Some(p) => match p.tag() {
+                Some(t) if t.source == entry.tag.source => Some((p.clone(), t.values[0])),
+                Some(_) => return None,
+                None => None,
+            },
+            None => None,
+        };
+        let shard = creation_shard(&digest);
+        let check = Confirmation { entry: entry.clone(), shard, root };
+        let confirming = shared.confirm(Box::new(check))?;
+        Some((Unconfirmed(entry), confirming))
+    }
+
+    /// The answer of a check whose counters a confirmation found unchanged
+    /// ([`Self::check_unconfirmed`]), within `scope` (the one the root key given there
+    /// belongs to), against `query`.
+    pub fn confirmed(
+        &self,
+        unconfirmed: Unconfirmed,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+    ) -> Checked {
+        self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
+        cache_span().record("keygate.cache.hit", true);
+        self.answer(unconfirmed.0, scope, query)
     }
 
     /// The check of a snapshot at `now`, within `scope`, against `query`.

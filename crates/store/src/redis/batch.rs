@@ -21,11 +21,21 @@
 //! A failed call (connect, timeout, an error reply) answers every decision of its batch
 //! unavailable and drops the lane's connection; the next batch connects again (after the
 //! shared [`Outage`] backoff when the connect failed).
+//!
+//! Verifications' confirmations of their change counters (`counters.rs`) go the same
+//! way: queued on a lane (the caller's thread's), and sent with the lane's next round
+//! trip as one `MGET` of every counter they name, each once, beside the decisions'
+//! script call (both in flight together on the lane's connection). A confirmation is
+//! queued before its read is sent, so the read sees every counter published before the
+//! verification began.
 
 use super::conn::{Outage, Target};
 use super::deferred::Deferred;
-use super::{Answer, Call, Checks, RedisSettings, answers, decide_separately, run_script};
+use super::{
+    Answer, Call, Checks, RedisSettings, answers, counters_epoch_key, decide_separately, run_script,
+};
 use keygate_ratelimit::StoreError;
+use keygate_rbac::Confirm;
 use parking_lot::Mutex;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -39,8 +49,10 @@ pub(super) const MAX_BATCH: usize = 256;
 const _: () = assert!(3 * MAX_BATCH < 1024);
 /// Most script calls in flight per lane: one, so that a lane's calls run in queue order.
 pub(super) const MAX_IN_FLIGHT: usize = 1;
-/// Most decisions waiting in one lane's queue.
+/// Most decisions waiting in one lane's queue (and, apart, most confirmations).
 pub(super) const MAX_QUEUED: usize = 16 * 1024;
+/// Most confirmations in one `MGET` (a few counters each).
+pub(super) const MAX_CONFIRMATIONS: usize = 512;
 
 pub(super) struct Batcher {
     lanes: Box<[Arc<Lane>]>,
@@ -56,14 +68,17 @@ struct Shared {
     prefix: String,
     outage: Arc<Outage>,
     deferred: Arc<Deferred>,
-    stats: [AtomicU64; 2],
+    stats: [AtomicU64; 4],
 }
 
-/// How many script calls the batched path made, and how many decisions they carried.
+/// How many script calls the batched path made, and how many decisions they carried; how
+/// many counter reads, and how many confirmations they carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BatchStats {
     pub script_calls: u64,
     pub decisions: u64,
+    pub counter_reads: u64,
+    pub confirmations: u64,
 }
 
 #[derive(Default)]
@@ -74,6 +89,8 @@ struct Lane {
 #[derive(Default)]
 struct LaneState {
     queue: Vec<Job>,
+    /// Confirmations of change counters, for the next round trip's `MGET`.
+    reads: Vec<Read>,
     in_flight: usize,
     conn: Option<AsyncConn>,
     /// The number of the last call queued (calls are numbered from 1, in queue order).
@@ -90,6 +107,19 @@ struct Job {
 
 /// An answer to come.
 pub(super) type Pending = oneshot::Receiver<Result<Answer, StoreError>>;
+
+/// A confirmation of change counters (`counters.rs`), and who waits for its answer.
+pub(super) struct Read {
+    pub(super) check: Box<dyn Confirm>,
+    pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// The work of one round trip: decisions, confirmations.
+#[derive(Default)]
+struct Batch {
+    jobs: Vec<Job>,
+    reads: Vec<Read>,
+}
 
 impl Batcher {
     pub(super) fn new(
@@ -117,11 +147,33 @@ impl Batcher {
     }
 
     pub(super) fn stats(&self) -> BatchStats {
-        let [calls, decisions] = &self.shared.stats;
+        let [calls, decisions, reads, confirmations] = &self.shared.stats;
         BatchStats {
             script_calls: calls.load(Ordering::Relaxed),
             decisions: decisions.load(Ordering::Relaxed),
+            counter_reads: reads.load(Ordering::Relaxed),
+            confirmations: confirmations.load(Ordering::Relaxed),
         }
+    }
+
+    /// Queues a confirmation on the lane of the caller's thread (a server worker's reads
+    /// share its round trips) and starts a round trip if none is in flight there. Needs a
+    /// tokio runtime.
+    pub(super) fn enqueue_read(&self, read: Read) -> Result<(), StoreError> {
+        let at = self.hasher.hash_one(std::thread::current().id()) as usize % self.lanes.len();
+        let lane = &self.lanes[at];
+        let start = {
+            let mut st = lane.state.lock();
+            if st.reads.len() >= MAX_QUEUED {
+                return Err(StoreError::Unavailable("Redis: too many confirmations waiting".into()));
+            }
+            st.reads.push(read);
+            st.start()
+        };
+        if let Some(batch) = start {
+            tokio::spawn(drive(lane.clone(), self.shared.clone(), batch));
+        }
+        Ok(())
     }
 
     /// Queues `call` on its window's lane and starts a script call if fewer than
@@ -151,11 +203,7 @@ impl Batcher {
             st.seq += 1;
             let seq = st.seq;
             st.queue.push(Job { call, seq, reply });
-            let start = (st.in_flight < MAX_IN_FLIGHT).then(|| {
-                st.in_flight += 1;
-                take_batch(&mut st.queue, Vec::new())
-            });
-            (seq, start)
+            (seq, st.start())
         };
         if let Some(batch) = start {
             tokio::spawn(drive(lane.clone(), self.shared.clone(), batch));
@@ -164,67 +212,186 @@ impl Batcher {
     }
 }
 
-/// The next batch: the queue's first [`MAX_BATCH`] jobs. `spare` (empty) becomes the queue
-/// when the whole queue is taken, so the two buffers keep their capacity.
-fn take_batch(queue: &mut Vec<Job>, mut spare: Vec<Job>) -> Vec<Job> {
-    if queue.len() <= MAX_BATCH {
-        std::mem::swap(queue, &mut spare);
-        spare
+impl LaneState {
+    /// The batch to send now, when fewer than [`MAX_IN_FLIGHT`] calls are running (it is
+    /// then counted as running).
+    fn start(&mut self) -> Option<Batch> {
+        (self.in_flight < MAX_IN_FLIGHT).then(|| {
+            self.in_flight += 1;
+            let mut batch = Batch::default();
+            self.take(&mut batch);
+            batch
+        })
+    }
+
+    /// Moves the next batch into `batch` (empty): the queue's first [`MAX_BATCH`] jobs and
+    /// first [`MAX_CONFIRMATIONS`] reads. A queue taken whole swaps buffers with the
+    /// batch's, so both keep their capacity.
+    fn take(&mut self, batch: &mut Batch) {
+        take_front(&mut self.queue, &mut batch.jobs, MAX_BATCH);
+        take_front(&mut self.reads, &mut batch.reads, MAX_CONFIRMATIONS);
+    }
+}
+
+/// Moves `queue`'s first `most` items into `into` (empty).
+fn take_front<T>(queue: &mut Vec<T>, into: &mut Vec<T>, most: usize) {
+    if queue.len() <= most {
+        std::mem::swap(queue, into);
     } else {
-        spare.extend(queue.drain(..MAX_BATCH));
-        spare
+        into.extend(queue.drain(..most));
     }
 }
 
 /// Sends `batch`, then whatever queued meanwhile, until the queue is empty.
-async fn drive(lane: Arc<Lane>, shared: Arc<Shared>, mut batch: Vec<Job>) {
+async fn drive(lane: Arc<Lane>, shared: Arc<Shared>, mut batch: Batch) {
     loop {
         shared.send(&lane, &mut batch).await;
         let mut st = lane.state.lock();
-        if st.queue.is_empty() {
+        if st.queue.is_empty() && st.reads.is_empty() {
             st.in_flight -= 1;
             return;
         }
-        batch = take_batch(&mut st.queue, batch);
+        st.take(&mut batch);
     }
 }
 
 impl Shared {
-    /// Decides `batch` in one script call and answers each job; leaves `batch` empty.
-    async fn send(&self, lane: &Lane, batch: &mut Vec<Job>) {
-        let reply = self.call(lane, batch).await;
-        let answered = reply.and_then(|reply| {
-            let answers = answers(&reply, batch.len())?;
-            for (job, answer) in batch.drain(..).zip(answers) {
-                self.deferred.observe(&job.call, job.seq, Some(answer));
-                if let Some(reply) = job.reply {
-                    let _ = reply.send(Ok(answer));
+    /// Decides `batch`'s jobs in one script call and reads its confirmations' counters in
+    /// one `MGET`, both in flight together, and answers each; leaves `batch` empty.
+    async fn send(&self, lane: &Lane, batch: &mut Batch) {
+        let conn = match self.conn(lane).await {
+            Ok(c) => c,
+            Err(e) => return self.fail(batch, &e),
+        };
+        let (decided, confirmed) = futures_util::future::join(
+            async {
+                match batch.jobs.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => self.call(lane, conn.clone(), &batch.jobs).await,
+                }
+            },
+            async {
+                match batch.reads.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => self.confirm(lane, conn.clone(), &batch.reads).await,
+                }
+            },
+        )
+        .await;
+        match decided.and_then(|reply| answers(&reply, batch.jobs.len()).map(|a| a.collect::<Vec<_>>())) {
+            Ok(answers) => {
+                for (job, answer) in batch.jobs.drain(..).zip(answers) {
+                    self.deferred.observe(&job.call, job.seq, Some(answer));
+                    if let Some(reply) = job.reply {
+                        let _ = reply.send(Ok(answer));
+                    }
                 }
             }
-            Ok(())
-        });
-        if let Err(StoreError::Unavailable(why)) = answered {
-            for job in batch.drain(..) {
-                self.deferred.observe(&job.call, job.seq, None);
-                if let Some(reply) = job.reply {
-                    let _ = reply.send(Err(StoreError::Unavailable(why.clone())));
+            Err(e) => self.fail_jobs(&mut batch.jobs, &e),
+        }
+        match confirmed {
+            Ok(current) => {
+                for (read, current) in batch.reads.drain(..).zip(current) {
+                    let _ = read.reply.send(Ok(current));
                 }
+            }
+            Err(e) => fail_reads(&mut batch.reads, &e),
+        }
+    }
+
+    /// Answers every job and read of `batch` with `e`.
+    fn fail(&self, batch: &mut Batch, e: &StoreError) {
+        self.fail_jobs(&mut batch.jobs, e);
+        fail_reads(&mut batch.reads, e);
+    }
+
+    fn fail_jobs(&self, jobs: &mut Vec<Job>, e: &StoreError) {
+        for job in jobs.drain(..) {
+            self.deferred.observe(&job.call, job.seq, None);
+            if let Some(reply) = job.reply {
+                let _ = reply.send(Err(unavailable(e)));
             }
         }
     }
 
-    async fn call(&self, lane: &Lane, batch: &[Job]) -> Result<Vec<u64>, StoreError> {
+    /// The lane's connection, connected when it has none.
+    async fn conn(&self, lane: &Lane) -> Result<AsyncConn, StoreError> {
         self.outage.check()?;
         let existing = lane.state.lock().conn.clone();
-        let mut conn = match existing {
-            Some(c) => c,
+        match existing {
+            Some(c) => Ok(c),
             None => {
                 let c = self.connect().await.inspect_err(|_| self.outage.down())?;
                 self.outage.up();
                 lane.state.lock().conn = Some(c.clone());
-                c
+                Ok(c)
             }
-        };
+        }
+    }
+
+    /// Whether each of `reads` still holds: one `MGET` of the counters' epoch and of every
+    /// counter they name (each once; all in the `{cc}` slot, so one node of a cluster).
+    async fn confirm(
+        &self,
+        lane: &Lane,
+        mut conn: AsyncConn,
+        reads: &[Read],
+    ) -> Result<Vec<bool>, StoreError> {
+        // Every key written into one buffer, then each distinct one numbered.
+        let mut keys = String::new();
+        let mut spans = Vec::new();
+        for read in reads {
+            for i in 0..read.check.counters() {
+                let from = keys.len();
+                keys.push_str(&self.prefix);
+                keys.push_str("{cc}:");
+                let value = read.check.counter(i, &mut keys);
+                spans.push((from..keys.len(), value));
+            }
+        }
+        let mut numbered: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+        let mut cmd = redis::cmd("MGET");
+        cmd.arg(counters_epoch_key(&self.prefix));
+        let at: Vec<usize> = spans
+            .iter()
+            .map(|(span, _)| {
+                let key = &keys[span.clone()];
+                let next = numbered.len() + 1;
+                *numbered.entry(key).or_insert_with(|| {
+                    cmd.arg(key);
+                    next
+                })
+            })
+            .collect();
+        self.stats[2].fetch_add(1, Ordering::Relaxed);
+        self.stats[3].fetch_add(reads.len() as u64, Ordering::Relaxed);
+        let values: Vec<Option<u64>> = cmd.query_async(&mut conn).await.map_err(|e| self.failed(lane, &e))?;
+        if values.len() != numbered.len() + 1 {
+            return Err(StoreError::Unavailable("Redis: unexpected counters answer".into()));
+        }
+        let mut next = 0;
+        Ok(reads
+            .iter()
+            .map(|read| {
+                let mut holds = values[0].is_some_and(|epoch| epoch == read.check.epoch());
+                for _ in 0..read.check.counters() {
+                    holds &= values[at[next]].unwrap_or(0) == spans[next].1;
+                    next += 1;
+                }
+                holds
+            })
+            .collect())
+    }
+
+    /// A failed command: counted, the lane's connection dropped (its reply stream may be
+    /// out of step), and the error to answer.
+    fn failed(&self, lane: &Lane, e: &redis::RedisError) -> StoreError {
+        metrics::counter!("keygate_store_errors_total", "store" => "redis").increment(1);
+        lane.state.lock().conn = None;
+        StoreError::Unavailable(format!("Redis: {e}"))
+    }
+
+    async fn call(&self, lane: &Lane, mut conn: AsyncConn, batch: &[Job]) -> Result<Vec<u64>, StoreError> {
         self.stats[0].fetch_add(1, Ordering::Relaxed);
         self.stats[1].fetch_add(batch.len() as u64, Ordering::Relaxed);
         metrics::histogram!("keygate_redis_batch_size").record(batch.len() as f64);
@@ -233,11 +400,7 @@ impl Shared {
             AsyncConn::Single(_) => run_script(&mut conn, &self.script, &self.prefix, &calls, true).await,
             AsyncConn::Cluster(_) => self.decide_on_cluster(&mut conn, &calls).await,
         };
-        reply.map_err(|e| {
-            metrics::counter!("keygate_store_errors_total", "store" => "redis").increment(1);
-            lane.state.lock().conn = None;
-            StoreError::Unavailable(format!("Redis: {e}"))
-        })
+        reply.map_err(|e| self.failed(lane, &e))
     }
 
     /// On a Redis Cluster a script's keys must share a slot: the batch's checks (overrides
@@ -280,6 +443,19 @@ impl Shared {
             Ok(Err(e)) => Err(StoreError::Unavailable(format!("Redis: {e}"))),
             Err(_) => Err(StoreError::Unavailable("Redis: connect timed out".into())),
         }
+    }
+}
+
+fn unavailable(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(why) => StoreError::Unavailable(why.clone()),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn fail_reads(reads: &mut Vec<Read>, e: &StoreError) {
+    for read in reads.drain(..) {
+        let _ = read.reply.send(Err(unavailable(e)));
     }
 }
 

@@ -8,9 +8,17 @@
 //! (publishing never lowers one), so a changed counter never reads as the value an answer was
 //! tagged with. Counters have no expiry: Redis must not evict them (`noeviction`, or a
 //! `volatile-*` policy, which evicts only keys with an expiry).
+//!
+//! A verification whose answer is cached confirms its counters asynchronously
+//! ([`SharedCounters::confirm`]): its confirmation joins its worker's lane (`batch.rs`),
+//! and every confirmation queued while the lane's previous round trip was in flight is
+//! answered by one `MGET` (a lone one is sent at once, alone). The `MGET` is sent after the
+//! confirmation was queued, so it reads every counter published before the verification
+//! began: the same freshness as a read of its own.
 
 use super::RedisStore;
-use keygate_rbac::{SharedCounters, StorageError};
+use super::batch::Read;
+use keygate_rbac::{Confirm, Confirming, SharedCounters, StorageError};
 
 /// Reads the epoch (setting `ARGV[1]` when there is none) and the counters of `KEYS[2..]`.
 pub(crate) const READ: &str = r"
@@ -75,5 +83,18 @@ impl SharedCounters for RedisStore {
             .with_conn(|c| super::script::invoke_loaded::<u64>(&invocation, c))
             .map(drop)
             .map_err(unavailable)
+    }
+
+    fn confirm(&self, check: Box<dyn Confirm>) -> Option<Confirming> {
+        tokio::runtime::Handle::try_current().ok()?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let queued = self.batcher.enqueue_read(Read { check, reply });
+        Some(Box::pin(async move {
+            queued.map_err(unavailable)?;
+            match answer.await {
+                Ok(current) => current.map_err(unavailable),
+                Err(_) => Err(StorageError::Unavailable("Redis: confirmation dropped".into())),
+            }
+        }))
     }
 }
