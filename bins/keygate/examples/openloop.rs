@@ -16,7 +16,8 @@
 //! `ROOT_KEY=... cargo run --release -p keygate --example openloop -- \
 //!     127.0.0.1:8080 RATE SECONDS CONNECTIONS BODIES_FILE`
 //!
-//! BODIES_FILE holds one JSON body per line, used in rotation. Prints one line:
+//! BODIES_FILE holds one JSON body per line, used in rotation; `OPENLOOP_PATH` posts them
+//! to another path than `/v1/ratelimits.limit` (e.g. `/v2/keys.verifyKey`). Prints one line:
 //! `RESULT rps=.. p50_us=.. p99_us=.. errors=.. p999_us=.. max_us=..` (errors: non-200
 //! answers). With `OPENLOOP_TIMELINE=1` it also prints, on stderr, every 100 ms slice of
 //! due times whose slowest request took over 1 ms: stalls that recur at the same period
@@ -49,13 +50,14 @@ fn main() -> anyhow::Result<()> {
         bail!("RATE, SECONDS and CONNECTIONS must be positive");
     }
     let token = std::env::var("ROOT_KEY").unwrap_or_else(|_| "none".to_string());
+    let path = std::env::var("OPENLOOP_PATH").unwrap_or_else(|_| "/v1/ratelimits.limit".to_string());
     let requests: Vec<Vec<u8>> = std::fs::read_to_string(bodies)
         .with_context(|| format!("reading {bodies}"))?
         .lines()
         .filter(|line| !line.is_empty())
         .map(|body| {
             format!(
-                "POST /v1/ratelimits.limit HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
                  Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
