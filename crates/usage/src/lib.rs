@@ -27,7 +27,7 @@ pub mod verify;
 
 pub use credits::CreditOp;
 pub use ledger::journaling::replay_credit_journal;
-pub use ledger::shared::{Installed, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk};
+pub use ledger::shared::{Installed, Queued, SharedCredits, SharedRefill, SharedSpend, SharedSpendAsk};
 pub use limits::{LimitAsk, MAX_VERIFY_RATELIMITS, Usage, validate_usage};
 pub use spend::Pending;
 pub use store::{CreditRow, CreditSpend, CreditTx, LiveCredits, UsageStore, UsageTx, WrittenBehind};

@@ -8,8 +8,8 @@ use crate::ledger::memory::{Commit, Committed, Retry};
 use crate::ledger::{SpendAsk, Spent};
 use crate::limits::{Applied, Held, KeyLimits, Taken, Usage, applied_limits, outcomes, own_namespace};
 use crate::store::{CreditSpend, UsageStore};
-use keygate_ratelimit::{Decision, StoreError};
-use keygate_rbac::{Assumed, Checked, RbacError, StorageError, Verification, VerifyCode};
+use keygate_ratelimit::{Decision, Entry, StoreError};
+use keygate_rbac::{Assumed, Checked, RbacError, Snapshot, StorageError, Verification, VerifyCode};
 use std::sync::Arc;
 
 /// A verification, answered once what it spent is committed: [`Self::wait`] blocks for
@@ -158,12 +158,58 @@ impl<S: UsageStore + 'static> UsageService<S> {
         may_wait: bool,
         assumed: Option<&Assumed>,
     ) -> Option<Result<Pending, RbacError>> {
+        let p = match self.prepare(checked, usage, may_wait, assumed) {
+            Prepare::Ledger(p) => p,
+            Prepare::Answered(answer) => return answer,
+        };
+        let for_ledger = p.taken.for_ledger();
+        let spent = self.ledger.spend(p.ask(&for_ledger, may_wait, assumed), p.now as i64, &p.limits.counter);
+        drop(for_ledger);
+        self.finish(p, spent)
+    }
+
+    /// [`Self::spend`] of a check whose answer `assumed` confirms, through the ledger's
+    /// queued path (the shared ledger's spend sent with the round trips of other requests,
+    /// awaited on the caller's tokio runtime): `None` (nothing spent) when it has none, or
+    /// when its answer needs the blocking path (a counter to load, an update's lock, a
+    /// counter that moved).
+    pub(crate) async fn spend_queued(
+        &self,
+        checked: Checked,
+        usage: &Usage,
+        assumed: &Assumed,
+    ) -> Option<Result<Pending, RbacError>> {
+        let p = match self.prepare(checked, usage, true, Some(assumed)) {
+            Prepare::Ledger(p) => p,
+            Prepare::Answered(answer) => return answer,
+        };
+        let queued = {
+            let for_ledger = p.taken.for_ledger();
+            self.ledger.spend_queued(p.ask(&for_ledger, true, Some(assumed)), p.now as i64)
+        };
+        match queued {
+            Some(spent) => {
+                let spent = spent.await;
+                self.finish(p, spent)
+            }
+            None => {
+                give_back((!p.taken.limits.is_empty()).then_some(&p.taken));
+                None
+            }
+        }
+    }
+
+    /// [`Self::spend`] up to the ledger: the limits held through the rate-limit store
+    /// taken (RATE_LIMITED: nothing spent), what the ledger is to spend; or the answer
+    /// already (nothing to spend, or refused), or `None` as [`Self::spend`] says.
+    fn prepare(&self, checked: Checked, usage: &Usage, may_wait: bool, assumed: Option<&Assumed>) -> Prepare {
+        use Prepare::Answered;
         let Checked { verification: mut v, snapshot } = checked;
         let snapshot = match snapshot {
             Some(s) if v.code == VerifyCode::Valid && !usage.check_only => s,
-            _ => return Some(Ok(Pending::done(v))),
+            _ => return Answered(Some(Ok(Pending::done(v)))),
         };
-        let (summary, tag) = (snapshot.summary(), snapshot.tag());
+        let summary = snapshot.summary();
         let ledger = &self.ledger;
         let own = |s: &keygate_rbac::KeySummary| {
             let own = match ledger.limits_namespace(&s.key.id) {
@@ -172,8 +218,8 @@ impl<S: UsageStore + 'static> UsageService<S> {
             };
             Arc::new(KeyLimits::of(s, own))
         };
-        let Some(limits) = snapshot.attached(own) else {
-            return if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) };
+        let Some(limits) = snapshot.attached(own).cloned() else {
+            return Answered(if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) });
         };
         if let Some(counter) = limits.counter.get() {
             counter.prefetch();
@@ -182,21 +228,21 @@ impl<S: UsageStore + 'static> UsageService<S> {
             true => limits.auto.clone(),
             false => match applied_limits(summary, &usage.ratelimits) {
                 Ok(l) => l.into(),
-                Err(_) if assumed.is_some() => return None,
-                Err(e) => return Some(Err(e.into())),
+                Err(_) if assumed.is_some() => return Answered(None),
+                Err(e) => return Answered(Some(Err(e.into()))),
             },
         };
         if assumed.is_some() && !(self.ledger.assumes_counters() && applied.iter().all(|l| !l.identity)) {
             // Only the ledger's one step can confirm the answer.
-            return None;
+            return Answered(None);
         }
         // The shared ledger takes the key's own limits with its credit spend: one step.
         let with_spend = self.ledger.takes_limits() && summary.key.credits.is_some();
         if !may_wait && (with_spend || (!applied.is_empty() && self.limiter.is_remote())) {
-            return None;
+            return Answered(None);
         }
         let now = self.rbac.clock().now_ms();
-        let t = Taken {
+        let taken = Taken {
             limiter: self.limiter.clone(),
             key: limits.clone(),
             limits: applied,
@@ -204,24 +250,26 @@ impl<S: UsageStore + 'static> UsageService<S> {
             now,
         };
         let mut decisions = Vec::new();
-        if !t.limits.is_empty() {
-            let outcome = match t.take() {
+        if !taken.limits.is_empty() {
+            let outcome = match taken.take() {
                 Ok(o) => o,
-                Err(e) => return Some(Err(limit_error(e))),
+                Err(e) => return Answered(Some(Err(limit_error(e)))),
             };
             decisions = outcome.decisions;
             if !outcome.passed {
-                v.ratelimits = outcomes(&t.limits, &decisions);
+                v.ratelimits = outcomes(&taken.limits, &decisions);
                 v.code = VerifyCode::RateLimited;
-                return Some(Ok(Pending::done(v)));
+                return Answered(Some(Ok(Pending::done(v))));
             }
         }
-        let for_ledger = t.for_ledger();
         let cost = usage.cost.unwrap_or(1);
-        let ask = SpendAsk { key: &summary.key, cost, may_wait, tag, limits: &for_ledger, assumed };
-        let spent = self.ledger.spend(ask, now as i64, &limits.counter);
-        drop(for_ledger);
-        let taken = (!t.limits.is_empty()).then_some(t);
+        Prepare::Ledger(Prepared { v, snapshot, limits, taken, decisions, cost, now })
+    }
+
+    /// [`Self::spend`] from what the ledger's spend came to.
+    fn finish(&self, p: Prepared, spent: Result<Spent, StorageError>) -> Option<Result<Pending, RbacError>> {
+        let Prepared { v, taken, mut decisions, .. } = p;
+        let taken = (!taken.limits.is_empty()).then_some(taken);
         // The answer's limits: the decisions the ledger made on the key's own limits put
         // in their places among the rate-limit store's.
         let mut answer = |mut v: Verification, ledgers: Vec<Decision>| {
@@ -271,6 +319,40 @@ impl<S: UsageStore + 'static> UsageService<S> {
                 Some(Ok(Pending { verification: v, credits: Some(CreditWait::Row { reply, taken }) }))
             }
         }
+    }
+}
+
+/// What [`UsageService::prepare`] came to.
+enum Prepare {
+    /// Over to the ledger.
+    Ledger(Prepared),
+    /// The answer already, or `None` (see [`UsageService::spend`]).
+    Answered(Option<Result<Pending, RbacError>>),
+}
+
+/// A verification's spend as [`UsageService::prepare`] leaves it for the ledger.
+struct Prepared {
+    v: Verification,
+    snapshot: Snapshot,
+    limits: Arc<KeyLimits>,
+    taken: Taken,
+    /// The rate-limit store's decisions, per limit (`None` for the ledger's).
+    decisions: Vec<Option<Decision>>,
+    cost: u64,
+    now: u64,
+}
+
+impl Prepared {
+    /// What the ledger is to spend; `for_ledger`: the key's own limits it takes
+    /// ([`Taken::for_ledger`]).
+    fn ask<'a>(
+        &'a self,
+        for_ledger: &'a [Entry<'a>],
+        may_wait: bool,
+        assumed: Option<&'a Assumed>,
+    ) -> SpendAsk<'a> {
+        let key = &self.snapshot.summary().key;
+        SpendAsk { key, cost: self.cost, may_wait, tag: self.snapshot.tag(), limits: for_ledger, assumed }
     }
 }
 

@@ -55,6 +55,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         };
         let (unconfirmed, confirming) = self.rbac.check_unconfirmed(secret, root, inline)?;
         if !matches!(confirming.await, Ok(true)) {
+            unconfirmed.stale();
             return None;
         }
         self.spend(self.rbac.confirmed(unconfirmed, scope, query), usage, false, None)
@@ -96,14 +97,33 @@ impl<S: UsageStore + 'static> UsageService<S> {
         if usage.check_only || !self.ledger.assumes_counters() {
             return None;
         }
-        let wants = |s: &KeySummary| {
-            s.key.credits.is_some() && s.identity.as_ref().is_none_or(|i| i.ratelimits.is_empty())
-        };
-        let (checked, assumed) = self.rbac.check_assuming(secret, scope, query, wants)?;
+        let (checked, assumed) = self.rbac.check_assuming(secret, scope, query, assumes)?;
         if checked.verification.code != VerifyCode::Valid {
             return None;
         }
         self.spend(checked, usage, true, Some(&assumed))
+    }
+
+    /// [`Self::verify_assuming`] through the ledger's queued path, on the caller's tokio
+    /// runtime: the spend (which checks the change counters the cached answer assumed)
+    /// sent with the round trips of other requests instead of one of its own on the
+    /// blocking pool. `None`: verify the usual way; nothing was spent. `usage` was
+    /// validated.
+    pub async fn verify_assumed_queued(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Option<Result<Pending, RbacError>> {
+        if usage.check_only || !self.ledger.assumes_counters() {
+            return None;
+        }
+        let (checked, assumed) = self.rbac.check_assuming(secret, scope, query, assumes)?;
+        if checked.verification.code != VerifyCode::Valid {
+            return None;
+        }
+        self.spend_queued(checked, usage, &assumed).await
     }
 
     /// [`Self::verify`] with the default usage (cost 1, the auto-applied limits), waiting
@@ -116,4 +136,11 @@ impl<S: UsageStore + 'static> UsageService<S> {
     ) -> Result<Verification, RbacError> {
         self.verify(secret, scope, query, &Usage::default())?.wait()
     }
+}
+
+/// Whether a verification of this key can be answered in one step of the shared ledger
+/// that checks its assumed counters: it spends credits and has no identity limits (which
+/// live elsewhere).
+fn assumes(s: &KeySummary) -> bool {
+    s.key.credits.is_some() && s.identity.as_ref().is_none_or(|i| i.ratelimits.is_empty())
 }

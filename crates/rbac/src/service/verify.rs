@@ -206,9 +206,21 @@ pub struct Assumed {
 }
 
 /// A cached answer waiting for its change counters' confirmation
-/// ([`RbacService::check_unconfirmed`]).
+/// ([`RbacService::check_unconfirmed`]), with the cache's span (the confirmation's wait
+/// under it).
 #[derive(Debug)]
-pub struct Unconfirmed(Arc<VerifyEntry>);
+pub struct Unconfirmed {
+    entry: Arc<VerifyEntry>,
+    span: tracing::Span,
+}
+
+impl Unconfirmed {
+    /// The confirmation did not hold (or did not come): the answer is not used, and the
+    /// check that follows loads the key again.
+    pub fn stale(self) {
+        self.span.record("keygate.cache.hit", false);
+    }
+}
 
 /// The counters a cached answer holds under: the entry's, then the root key's.
 struct Confirmation {
@@ -449,8 +461,9 @@ impl<S: RbacStore> RbacService<S> {
         };
         let shard = creation_shard(&digest);
         let check = Confirmation { entry: entry.clone(), shard, root };
-        let confirming = shared.confirm(Box::new(check))?;
-        Some((Unconfirmed(entry), confirming))
+        let span = cache_span();
+        let confirming = span.in_scope(|| shared.confirm(Box::new(check)))?;
+        Some((Unconfirmed { entry, span }, confirming))
     }
 
     /// The answer of a check whose counters a confirmation found unchanged
@@ -463,8 +476,9 @@ impl<S: RbacStore> RbacService<S> {
         query: Option<&PermissionQuery>,
     ) -> Checked {
         self.verify_cache.hits.fetch_add(1, Ordering::Relaxed);
-        cache_span().record("keygate.cache.hit", true);
-        self.answer(unconfirmed.0, scope, query)
+        let Unconfirmed { entry, span } = unconfirmed;
+        span.record("keygate.cache.hit", true);
+        span.in_scope(|| self.answer(entry, scope, query))
     }
 
     /// The check of a snapshot at `now`, within `scope`, against `query`.

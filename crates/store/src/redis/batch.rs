@@ -27,7 +27,8 @@
 //! trip as one `MGET` of every counter they name, each once, beside the decisions'
 //! script call (both in flight together on the lane's connection). A confirmation is
 //! queued before its read is sent, so the read sees every counter published before the
-//! verification began.
+//! verification began. Credit spends of cached verifications (`credits.rs`) too: each its
+//! own script call, all of a round trip's sent together in one pipeline.
 
 use super::conn::{Outage, Target};
 use super::deferred::Deferred;
@@ -65,6 +66,8 @@ struct Shared {
     config: redis::AsyncConnectionConfig,
     connect_timeout: Duration,
     script: redis::Script,
+    /// The credit spend's script (`credits.rs`), loaded when Redis lacks it.
+    spend_script: redis::Script,
     prefix: String,
     outage: Arc<Outage>,
     deferred: Arc<Deferred>,
@@ -91,6 +94,8 @@ struct LaneState {
     queue: Vec<Job>,
     /// Confirmations of change counters, for the next round trip's `MGET`.
     reads: Vec<Read>,
+    /// Credit spends, for the next round trip's pipeline.
+    spends: Vec<Spend>,
     in_flight: usize,
     conn: Option<AsyncConn>,
     /// The number of the last call queued (calls are numbered from 1, in queue order).
@@ -114,11 +119,21 @@ pub(super) struct Read {
     pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
-/// The work of one round trip: decisions, confirmations.
+/// A credit spend's script call (`EVALSHA`), and who waits for its reply.
+pub(super) struct Spend {
+    cmd: redis::Cmd,
+    reply: oneshot::Sender<Result<redis::Value, StoreError>>,
+}
+
+/// A spend's reply to come.
+pub(super) type SpendReply = oneshot::Receiver<Result<redis::Value, StoreError>>;
+
+/// The work of one round trip: decisions, confirmations, spends.
 #[derive(Default)]
 struct Batch {
     jobs: Vec<Job>,
     reads: Vec<Read>,
+    spends: Vec<Spend>,
 }
 
 impl Batcher {
@@ -127,6 +142,7 @@ impl Batcher {
         settings: &RedisSettings,
         outage: Arc<Outage>,
         script: redis::Script,
+        spend_script: redis::Script,
         deferred: Arc<Deferred>,
     ) -> Self {
         let config = redis::AsyncConnectionConfig::new()
@@ -137,6 +153,7 @@ impl Batcher {
             config,
             connect_timeout: settings.connect_timeout,
             script,
+            spend_script,
             prefix: settings.key_prefix.clone(),
             outage,
             deferred,
@@ -160,14 +177,39 @@ impl Batcher {
     /// share its round trips) and starts a round trip if none is in flight there. Needs a
     /// tokio runtime.
     pub(super) fn enqueue_read(&self, read: Read) -> Result<(), StoreError> {
-        let at = self.hasher.hash_one(std::thread::current().id()) as usize % self.lanes.len();
-        let lane = &self.lanes[at];
-        let start = {
-            let mut st = lane.state.lock();
+        self.on_thread_lane(|st| {
             if st.reads.len() >= MAX_QUEUED {
                 return Err(StoreError::Unavailable("Redis: too many confirmations waiting".into()));
             }
             st.reads.push(read);
+            Ok(())
+        })
+    }
+
+    /// Queues a credit spend's script call as [`Self::enqueue_read`] does: its reply to come.
+    pub(super) fn enqueue_spend(&self, cmd: redis::Cmd) -> Result<SpendReply, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.on_thread_lane(|st| {
+            if st.spends.len() >= MAX_QUEUED {
+                return Err(StoreError::Unavailable("Redis: too many spends waiting".into()));
+            }
+            st.spends.push(Spend { cmd, reply });
+            Ok(())
+        })?;
+        Ok(answer)
+    }
+
+    /// Runs `queue` on the lane of the caller's thread, then starts a round trip there if
+    /// none is in flight.
+    fn on_thread_lane(
+        &self,
+        queue: impl FnOnce(&mut LaneState) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let at = self.hasher.hash_one(std::thread::current().id()) as usize % self.lanes.len();
+        let lane = &self.lanes[at];
+        let start = {
+            let mut st = lane.state.lock();
+            queue(&mut st)?;
             st.start()
         };
         if let Some(batch) = start {
@@ -230,6 +272,11 @@ impl LaneState {
     fn take(&mut self, batch: &mut Batch) {
         take_front(&mut self.queue, &mut batch.jobs, MAX_BATCH);
         take_front(&mut self.reads, &mut batch.reads, MAX_CONFIRMATIONS);
+        take_front(&mut self.spends, &mut batch.spends, MAX_BATCH);
+    }
+
+    fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.reads.is_empty() && self.spends.is_empty()
     }
 }
 
@@ -247,7 +294,7 @@ async fn drive(lane: Arc<Lane>, shared: Arc<Shared>, mut batch: Batch) {
     loop {
         shared.send(&lane, &mut batch).await;
         let mut st = lane.state.lock();
-        if st.queue.is_empty() && st.reads.is_empty() {
+        if st.is_idle() {
             st.in_flight -= 1;
             return;
         }
@@ -263,7 +310,7 @@ impl Shared {
             Ok(c) => c,
             Err(e) => return self.fail(batch, &e),
         };
-        let (decided, confirmed) = futures_util::future::join(
+        let (decided, confirmed, spent) = futures_util::future::join3(
             async {
                 match batch.jobs.is_empty() {
                     true => Ok(Vec::new()),
@@ -274,6 +321,12 @@ impl Shared {
                 match batch.reads.is_empty() {
                     true => Ok(Vec::new()),
                     false => self.confirm(lane, conn.clone(), &batch.reads).await,
+                }
+            },
+            async {
+                match batch.spends.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => self.spend(lane, conn.clone(), &batch.spends).await,
                 }
             },
         )
@@ -297,12 +350,48 @@ impl Shared {
             }
             Err(e) => fail_reads(&mut batch.reads, &e),
         }
+        match spent {
+            Ok(replies) => {
+                for (spend, reply) in batch.spends.drain(..).zip(replies) {
+                    let _ = spend.reply.send(reply);
+                }
+            }
+            Err(e) => fail_spends(&mut batch.spends, &e),
+        }
     }
 
-    /// Answers every job and read of `batch` with `e`.
+    /// Answers every job, read and spend of `batch` with `e`.
     fn fail(&self, batch: &mut Batch, e: &StoreError) {
         self.fail_jobs(&mut batch.jobs, e);
         fail_reads(&mut batch.reads, e);
+        fail_spends(&mut batch.spends, e);
+    }
+
+    /// The replies of `spends`' script calls, sent together (one pipeline to one server;
+    /// on a cluster each to its node, all at once). Those Redis answers NOSCRIPT for (a
+    /// restart, `SCRIPT FLUSH`) are sent again once the script is loaded.
+    async fn spend(
+        &self,
+        lane: &Lane,
+        mut conn: AsyncConn,
+        spends: &[Spend],
+    ) -> Result<Vec<Result<redis::Value, StoreError>>, StoreError> {
+        let failed = |e: redis::RedisError| self.failed(lane, &e);
+        let mut replies = send_all(&mut conn, spends.iter().map(|s| &s.cmd)).await.map_err(failed)?;
+        let again: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Err(e) if super::script::is_no_script(e)))
+            .collect();
+        if !again.is_empty() {
+            self.spend_script.load_async(&mut conn).await.map_err(failed)?;
+            let resent = send_all(&mut conn, again.iter().map(|&i| &spends[i].cmd)).await.map_err(failed)?;
+            for (i, reply) in again.into_iter().zip(resent) {
+                replies[i] = reply;
+            }
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| r.map_err(|e| StoreError::Unavailable(format!("Redis: {e}"))))
+            .collect())
     }
 
     fn fail_jobs(&self, jobs: &mut Vec<Job>, e: &StoreError) {
@@ -450,6 +539,44 @@ fn unavailable(e: &StoreError) -> StoreError {
     match e {
         StoreError::Unavailable(why) => StoreError::Unavailable(why.clone()),
         other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn fail_spends(spends: &mut Vec<Spend>, e: &StoreError) {
+    for spend in spends.drain(..) {
+        let _ = spend.reply.send(Err(unavailable(e)));
+    }
+}
+
+/// Sends `cmds` together: one pipeline to one server (each command's reply or error), each
+/// on its own to a cluster's nodes (routed by its keys), all in flight at once. `Err`: the
+/// connection failed.
+async fn send_all<'a>(
+    conn: &mut AsyncConn,
+    cmds: impl Iterator<Item = &'a redis::Cmd>,
+) -> redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> {
+    match conn {
+        AsyncConn::Single(_) => {
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                pipe.add_command(cmd.clone());
+            }
+            pipe.ignore_errors().query_async(conn).await
+        }
+        AsyncConn::Cluster(_) => {
+            let sends = cmds.map(|cmd| {
+                let mut conn = conn.clone();
+                async move { cmd.query_async::<redis::Value>(&mut conn).await }
+            });
+            let replies = futures_util::future::join_all(sends).await;
+            // A connection error (not a script's) fails the lot, as on one server.
+            if let Some(Err(e)) =
+                replies.iter().find(|r| matches!(r, Err(e) if e.is_io_error() || e.is_timeout()))
+            {
+                return Err(e.clone());
+            }
+            Ok(replies)
+        }
     }
 }
 

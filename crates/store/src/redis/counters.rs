@@ -89,12 +89,18 @@ impl SharedCounters for RedisStore {
         tokio::runtime::Handle::try_current().ok()?;
         let (reply, answer) = tokio::sync::oneshot::channel();
         let queued = self.batcher.enqueue_read(Read { check, reply });
-        Some(Box::pin(async move {
+        // The wait for the batch's read (queued behind the round trip in flight, then its
+        // own), as a decision's (`RedisStore::limit_batched`).
+        let span = keygate_domain::trace::child_span(|| {
+            tracing::info_span!("redis batch", otel.kind = "client", db.system.name = "redis")
+        });
+        let waiting = async move {
             queued.map_err(unavailable)?;
             match answer.await {
                 Ok(current) => current.map_err(unavailable),
                 Err(_) => Err(StorageError::Unavailable("Redis: confirmation dropped".into())),
             }
-        }))
+        };
+        Some(Box::pin(tracing::Instrument::instrument(waiting, span)))
     }
 }

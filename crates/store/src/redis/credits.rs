@@ -21,7 +21,9 @@
 use super::{EXPIRY_SLACK_MS, RedisStore};
 use keygate_ratelimit::{Decision, window_start};
 use keygate_rbac::StorageError;
-use keygate_usage::{Installed, LiveCredits, SharedCredits, SharedSpend, SharedSpendAsk, WrittenBehind};
+use keygate_usage::{
+    Installed, LiveCredits, Queued, SharedCredits, SharedSpend, SharedSpendAsk, WrittenBehind,
+};
 use std::time::Duration;
 
 /// How many shards the counters are split in.
@@ -166,27 +168,10 @@ impl RedisStore {
     }
 }
 
-fn bad_answer() -> StorageError {
-    StorageError::Unavailable("Redis: unexpected credits answer".into())
-}
-
-/// A counter from its `r, l, v, n` fields (`None` when it has no credits).
-fn live(fields: &[Option<String>]) -> Option<LiveCredits> {
-    let [Some(r), l, Some(v), Some(n)] = fields else { return None };
-    Some(LiveCredits {
-        remaining: r.parse().ok()?,
-        last_refill_at: l.as_deref().filter(|l| !l.is_empty()).and_then(|l| l.parse().ok()),
-        version: v.parse().ok()?,
-        seq: n.parse().ok()?,
-    })
-}
-
-fn last_refill(l: Option<i64>) -> String {
-    l.map(|l| l.to_string()).unwrap_or_default()
-}
-
-impl SharedCredits for RedisStore {
-    fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError> {
+impl RedisStore {
+    /// The script call of a spend (`EVALSHA`; the caller loads the script on NOSCRIPT),
+    /// and the limits' (limit, window end) its answer is read with ([`spent`]).
+    fn spend_call(&self, ask: &SharedSpendAsk<'_>) -> Result<(redis::Cmd, Vec<(u64, u64)>), StorageError> {
         let shard = shard_of(ask.key_id);
         let counter = self.credit_key(shard, "k:", ask.key_id);
         let windows: Vec<(Vec<u8>, u64)> = ask
@@ -210,76 +195,138 @@ impl SharedCredits for RedisStore {
                 ));
             }
         }
-        let mut call = self.credit_scripts.spend.prepare_invoke();
-        call.key(counter)
-            .key(self.credit_key(shard, "lock:", ask.key_id))
-            .key(self.credit_key(shard, "dirty", ""));
+        let checks = ask.assumed.map_or(0, |a| 1 + a.counters.len());
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.credit_scripts.spend.get_hash()).arg(3 + windows.len() + checks);
+        cmd.arg(counter)
+            .arg(self.credit_key(shard, "lock:", ask.key_id))
+            .arg(self.credit_key(shard, "dirty", ""));
         for (key, _) in &windows {
-            call.key(key.as_slice());
+            cmd.arg(key.as_slice());
         }
         if let Some(a) = ask.assumed {
-            call.key(super::counters_epoch_key(&self.prefix));
+            cmd.arg(super::counters_epoch_key(&self.prefix));
             for (name, _) in &a.counters {
-                call.key(self.counter_key(name));
+                cmd.arg(self.counter_key(name));
             }
         }
-        call.arg(ask.key_id).arg(ask.cost);
+        cmd.arg(ask.key_id).arg(ask.cost);
         match ask.refill {
-            Some(r) => call.arg(r.at).arg(r.amount).arg(r.since),
-            None => call.arg(-1).arg(0).arg(0),
+            Some(r) => cmd.arg(r.at).arg(r.amount).arg(r.since),
+            None => cmd.arg(-1).arg(0).arg(0),
         };
         match ask.load {
             Some(l) => {
-                call.arg(1).arg(l.remaining).arg(last_refill(l.last_refill_at)).arg(l.version).arg(l.seq)
+                cmd.arg(1).arg(l.remaining).arg(last_refill(l.last_refill_at)).arg(l.version).arg(l.seq)
             }
-            None => call.arg(0).arg(0).arg("").arg(0).arg(0),
+            None => cmd.arg(0).arg(0).arg("").arg(0).arg(0),
         };
-        call.arg(IDLE_MS).arg(ask.limits.len());
+        cmd.arg(IDLE_MS).arg(ask.limits.len());
+        let mut limits = Vec::with_capacity(ask.limits.len());
         for ((_, req), (_, start)) in ask.limits.iter().zip(&windows) {
             let reset = start.saturating_add(req.duration.max(1));
-            call.arg(req.limit).arg(req.cost).arg(reset.saturating_sub(ask.now_ms) + EXPIRY_SLACK_MS);
+            cmd.arg(req.limit).arg(req.cost).arg(reset.saturating_sub(ask.now_ms) + EXPIRY_SLACK_MS);
+            limits.push((req.limit, reset));
         }
         match ask.assumed {
-            None => call.arg(0),
+            None => cmd.arg(0),
             Some(a) => {
-                call.arg(a.counters.len() + 1).arg(a.epoch);
+                cmd.arg(a.counters.len() + 1).arg(a.epoch);
                 for (_, value) in &a.counters {
-                    call.arg(*value);
+                    cmd.arg(*value);
                 }
-                &mut call
+                &mut cmd
             }
         };
-        let reply: Vec<i64> = self.run(&call)?;
-        let (code, remaining) = match reply[..] {
-            [code, remaining, ..] => (code, u64::try_from(remaining).map_err(|_| bad_answer())?),
-            _ => return Err(bad_answer()),
-        };
-        let limits = || -> Result<Vec<Decision>, StorageError> {
-            if reply.len() != 2 + 2 * ask.limits.len() {
-                return Err(bad_answer());
-            }
-            Ok(ask
-                .limits
-                .iter()
-                .zip(&windows)
-                .zip(reply[2..].chunks(2))
-                .map(|(((_, req), (_, start)), pair)| Decision {
-                    success: pair[0] == 1,
-                    limit: req.limit,
-                    remaining: req.limit.saturating_sub(u64::try_from(pair[1]).unwrap_or(0)),
-                    reset: start.saturating_add(req.duration.max(1)),
-                })
-                .collect())
-        };
-        Ok(match code {
-            0 | 1 => SharedSpend::Decided { paid: code == 1, remaining, limits: limits()? },
-            2 => SharedSpend::Missing,
-            3 => SharedSpend::Locked,
-            4 => SharedSpend::Unlimited { limits: limits()? },
-            5 => SharedSpend::RateLimited { limits: limits()? },
-            6 => SharedSpend::Stale,
-            _ => return Err(bad_answer()),
-        })
+        Ok((cmd, limits))
+    }
+}
+
+/// A spend's answer (`spend.lua`), its limits' decisions read with `limits`' (limit,
+/// window end).
+fn spent(reply: &[i64], limits: &[(u64, u64)]) -> Result<SharedSpend, StorageError> {
+    let (code, remaining) = match reply[..] {
+        [code, remaining, ..] => (code, u64::try_from(remaining).map_err(|_| bad_answer())?),
+        _ => return Err(bad_answer()),
+    };
+    let decisions = || -> Result<Vec<Decision>, StorageError> {
+        if reply.len() != 2 + 2 * limits.len() {
+            return Err(bad_answer());
+        }
+        Ok(limits
+            .iter()
+            .zip(reply[2..].chunks(2))
+            .map(|(&(limit, reset), pair)| Decision {
+                success: pair[0] == 1,
+                limit,
+                remaining: limit.saturating_sub(u64::try_from(pair[1]).unwrap_or(0)),
+                reset,
+            })
+            .collect())
+    };
+    Ok(match code {
+        0 | 1 => SharedSpend::Decided { paid: code == 1, remaining, limits: decisions()? },
+        2 => SharedSpend::Missing,
+        3 => SharedSpend::Locked,
+        4 => SharedSpend::Unlimited { limits: decisions()? },
+        5 => SharedSpend::RateLimited { limits: decisions()? },
+        6 => SharedSpend::Stale,
+        _ => return Err(bad_answer()),
+    })
+}
+
+fn bad_answer() -> StorageError {
+    StorageError::Unavailable("Redis: unexpected credits answer".into())
+}
+
+/// A counter from its `r, l, v, n` fields (`None` when it has no credits).
+fn live(fields: &[Option<String>]) -> Option<LiveCredits> {
+    let [Some(r), l, Some(v), Some(n)] = fields else { return None };
+    Some(LiveCredits {
+        remaining: r.parse().ok()?,
+        last_refill_at: l.as_deref().filter(|l| !l.is_empty()).and_then(|l| l.parse().ok()),
+        version: v.parse().ok()?,
+        seq: n.parse().ok()?,
+    })
+}
+
+fn last_refill(l: Option<i64>) -> String {
+    l.map(|l| l.to_string()).unwrap_or_default()
+}
+
+impl SharedCredits for RedisStore {
+    fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError> {
+        let (cmd, limits) = self.spend_call(ask)?;
+        let script = &self.credit_scripts.spend;
+        let reply: Vec<i64> = self
+            .pool
+            .with_conn(|c| match cmd.query(c) {
+                Err(e) if super::script::is_no_script(&e) => {
+                    script.load(c)?;
+                    cmd.query(c)
+                }
+                other => other,
+            })
+            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+        spent(&reply, &limits)
+    }
+
+    fn spend_queued(&self, ask: &SharedSpendAsk<'_>) -> Option<Queued<SharedSpend>> {
+        tokio::runtime::Handle::try_current().ok()?;
+        let queued = self.spend_call(ask).and_then(|(cmd, limits)| {
+            let answer =
+                self.batcher.enqueue_spend(cmd).map_err(|e| StorageError::Unavailable(e.to_string()))?;
+            Ok((answer, limits))
+        });
+        Some(Box::pin(async move {
+            let (answer, limits) = queued?;
+            let reply = match answer.await {
+                Ok(reply) => reply.map_err(|e| StorageError::Unavailable(e.to_string()))?,
+                Err(_) => return Err(StorageError::Unavailable("Redis: spend dropped".into())),
+            };
+            let reply: Vec<i64> = redis::FromRedisValue::from_redis_value(reply).map_err(|_| bad_answer())?;
+            spent(&reply, &limits)
+        }))
     }
 
     fn checks_counters(&self) -> bool {

@@ -254,6 +254,7 @@ impl RedisStore {
                 &settings,
                 outage.clone(),
                 script.clone(),
+                redis::Script::new(credits::SPEND),
                 deferred.clone(),
             )),
             outage,

@@ -152,6 +152,22 @@ impl<S: UsageStore + 'static> Ledger<S> {
         }
     }
 
+    /// [`Self::spend`] sent with the round trips of other requests, to await on the
+    /// caller's tokio runtime: the shared ledger's spend of a counter the store holds
+    /// (one it must load, or one an update holds, answers [`Spent::NeedsLoad`]: spend it
+    /// the blocking way). `None`: this ledger (or store) has no such path.
+    pub(crate) fn spend_queued(&self, ask: SpendAsk<'_>, now: i64) -> Option<shared::Queued<Spent>> {
+        let Kind::Shared(ledger) = &self.kind else { return None };
+        let key = ask.key;
+        let credits = key.credits.as_ref()?;
+        let refill = credits.refill.as_ref().map(|r| SharedRefill {
+            at: crate::refill::last_boundary(r.interval, r.day, now),
+            amount: r.amount,
+            since: key.created_at,
+        });
+        ledger.spend_queued(key, ask.cost, refill, (ask.limits, now.max(0) as u64), ask.assumed)
+    }
+
     /// Whether it takes a key's own rate limits with its credit spend, in one step (the
     /// shared ledger: one Redis script, in the slot of the key's counter).
     pub(crate) fn takes_limits(&self) -> bool {

@@ -94,6 +94,13 @@ pub trait SharedCredits: Send + Sync + std::fmt::Debug {
     /// Spends as `ask` says, atomically: its limits decided, a due refill, then `cost` if
     /// at least `cost` is left (and more than 0), and the limits taken if it paid.
     fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError>;
+    /// [`Self::spend`] of a counter the store holds ([`SharedSpendAsk::load`] is `None`),
+    /// sent with the round trips of other callers, on the caller's tokio runtime. `None`:
+    /// this store cannot (no runtime).
+    fn spend_queued(&self, ask: &SharedSpendAsk<'_>) -> Option<Queued<SharedSpend>> {
+        let _ = ask;
+        None
+    }
     /// The rate-limit namespace whose budgets share the place (a Redis Cluster's slot) of
     /// `key_id`'s counter: where the key's own limits live, so that [`Self::spend`] takes
     /// them with the spend and the rate-limit store finds them there too.
@@ -137,6 +144,10 @@ pub trait SharedCredits: Send + Sync + std::fmt::Debug {
         outcomes: &[(String, LiveCredits, WrittenBehind)],
     ) -> Result<(), StorageError>;
 }
+
+/// An answer to come from a queued call ([`SharedCredits::spend_queued`]).
+pub type Queued<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StorageError>> + Send + 'static>>;
 
 /// How long an update may hold a counter (its lock's lease).
 const LOCK_LEASE: Duration = Duration::from_secs(30);
@@ -214,6 +225,31 @@ impl SharedLedger {
                 }
             }
         }
+    }
+
+    /// [`Self::spend`] through the store's queued path: a counter it must load, or one an
+    /// update holds, answers [`Spent::NeedsLoad`] (the caller spends it the blocking way).
+    pub(crate) fn spend_queued(
+        &self,
+        key: &Key,
+        cost: u64,
+        refill: Option<SharedRefill>,
+        (limits, now_ms): (&[Entry<'_>], u64),
+        assumed: Option<&Assumed>,
+    ) -> Option<Queued<Spent>> {
+        let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load: None, limits, now_ms, assumed };
+        let queued = self.store.spend_queued(&ask)?;
+        Some(Box::pin(async move {
+            Ok(match queued.await? {
+                SharedSpend::Decided { paid, remaining, limits } => {
+                    Spent::Decided { paid, remaining, commit: None, limits }
+                }
+                SharedSpend::Unlimited { limits } => Spent::Unlimited { limits },
+                SharedSpend::RateLimited { limits } => Spent::RateLimited { limits },
+                SharedSpend::Stale => Spent::Stale,
+                SharedSpend::Missing | SharedSpend::Locked => Spent::NeedsLoad,
+            })
+        }))
     }
 
     /// Runs `write` (an update of `key_id` that may change its credits in the database)
