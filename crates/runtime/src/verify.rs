@@ -86,6 +86,9 @@ impl Runtime {
                 .verify_confirmed(call.secret, call.principal, &within, call.query, call.usage)
                 .await;
         }
+        if pending.is_none() {
+            pending = self.usage.verify_assumed_queued(call.secret, &within, call.query, call.usage).await;
+        }
         let pending = match pending {
             Some(pending) => pending?,
             None => {
