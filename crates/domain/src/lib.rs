@@ -12,6 +12,7 @@ mod error;
 mod ids;
 pub mod migration;
 mod names;
+mod outcome;
 mod patch;
 mod query;
 mod records;
@@ -31,6 +32,7 @@ pub use names::{
     validate_display_name, validate_external_id, validate_key_id, validate_namespace_name,
     validate_permission_name,
 };
+pub use outcome::{LimitOutcome, VerifyCode};
 pub use patch::Patch;
 pub use query::{
     MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, PermissionQuery, QuerySyntaxError,

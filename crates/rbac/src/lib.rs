@@ -41,6 +41,7 @@ pub use keygate_domain::{
     PermissionQuery, QuerySyntaxError, Refill, RefillInterval, RefillSpec, check_refill, credit_setting,
     parse_permission_query, updated_credits,
 };
+pub use keygate_domain::{LimitOutcome, VerifyCode};
 pub use keygate_ratelimit::overrides::{
     Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override,
     OverrideSet, is_pattern, validate_pattern,
@@ -61,4 +62,4 @@ pub use service::{
 };
 pub use service::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use store::{EntityKind, RbacStore, RbacTx};
-pub use verification::{LimitOutcome, Verification, VerifyCode};
+pub use verification::Verification;

@@ -1,47 +1,8 @@
-//! What `keys.verifyKey` answers: its code (Unkey's), the verification (the key found,
-//! shared with the verification cache, and what the call spent) and how each rate limit
-//! fared.
+//! What `keys.verifyKey` answers: the verification (the key found, shared with the
+//! verification cache, and what the call spent), with its code and how each rate limit
+//! fared (`keygate_domain`'s [`VerifyCode`] and [`LimitOutcome`]).
 
-use crate::{IdentityView, Key};
-
-/// The outcome of `keys.verifyKey` (Unkey's codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum VerifyCode {
-    Valid,
-    NotFound,
-    Disabled,
-    Expired,
-    InsufficientPermissions,
-    /// The key's credits could not pay the call's cost (nothing spent).
-    UsageExceeded,
-    /// A rate limit of the key or its identity was exceeded (nothing spent).
-    RateLimited,
-}
-
-impl VerifyCode {
-    /// Every code, in the order the API documents them.
-    pub const ALL: [VerifyCode; 7] = [
-        VerifyCode::Valid,
-        VerifyCode::NotFound,
-        VerifyCode::Disabled,
-        VerifyCode::Expired,
-        VerifyCode::InsufficientPermissions,
-        VerifyCode::UsageExceeded,
-        VerifyCode::RateLimited,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            VerifyCode::Valid => "VALID",
-            VerifyCode::NotFound => "NOT_FOUND",
-            VerifyCode::Disabled => "DISABLED",
-            VerifyCode::Expired => "EXPIRED",
-            VerifyCode::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
-            VerifyCode::UsageExceeded => "USAGE_EXCEEDED",
-            VerifyCode::RateLimited => "RATE_LIMITED",
-        }
-    }
-}
+use crate::{IdentityView, Key, LimitOutcome, VerifyCode};
 
 /// A verified key: the key found (absent when the secret is unknown or out of scope), as
 /// the verification cache holds it, with the names of its effective permissions (direct
@@ -59,26 +20,6 @@ pub struct Verification {
     /// Every rate limit that applied, sorted by name (empty unless the call got as far as
     /// them).
     pub ratelimits: Vec<LimitOutcome>,
-}
-
-/// How a rate limit fared in a verification.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitOutcome {
-    /// The stored limit's id (an ad-hoc limit: `adhoc:<name>`); shared with the key's
-    /// cached limits, so an answer copies no string.
-    pub id: std::sync::Arc<str>,
-    pub name: std::sync::Arc<str>,
-    pub limit: u64,
-    pub duration: u64,
-    /// Unix ms at which the window ends.
-    pub reset: u64,
-    /// What is left in the window after the call (nothing was spent unless it was VALID).
-    pub remaining: u64,
-    pub exceeded: bool,
-    pub auto_apply: bool,
-    /// A limit of the key's identity (its budget shared by the identity's keys), not the
-    /// key's own.
-    pub identity: bool,
 }
 
 impl Verification {

@@ -377,7 +377,11 @@ fn changes_apply_to_the_next_verification_on_another_instance_under_load() {
     let (paid_key, paid_secret) = create_key(&a, body);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let v2 = |secret: &str, query: &str| {
-        let body = if query.is_empty() { json!({"key": secret}) } else { json!({"key": secret, "permissions": query}) };
+        let body = if query.is_empty() {
+            json!({"key": secret})
+        } else {
+            json!({"key": secret, "permissions": query})
+        };
         let r = b.v2("keys.verifyKey", &body);
         assert_eq!(r.status, 200, "{}", r.text);
         r.data()["code"].as_str().unwrap().to_string()

@@ -30,6 +30,7 @@
 //! verification began. Credit spends of cached verifications (`credits.rs`) too: each its
 //! own script call, all of a round trip's sent together in one pipeline.
 
+use super::async_conn::{AsyncConn, send_all};
 use super::conn::{Outage, Target};
 use super::deferred::Deferred;
 use super::{
@@ -548,76 +549,8 @@ fn fail_spends(spends: &mut Vec<Spend>, e: &StoreError) {
     }
 }
 
-/// Sends `cmds` together: one pipeline to one server (each command's reply or error), each
-/// on its own to a cluster's nodes (routed by its keys), all in flight at once. `Err`: the
-/// connection failed.
-async fn send_all<'a>(
-    conn: &mut AsyncConn,
-    cmds: impl Iterator<Item = &'a redis::Cmd>,
-) -> redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> {
-    match conn {
-        AsyncConn::Single(_) => {
-            let mut pipe = redis::pipe();
-            for cmd in cmds {
-                pipe.add_command(cmd.clone());
-            }
-            pipe.ignore_errors().query_async(conn).await
-        }
-        AsyncConn::Cluster(_) => {
-            let sends = cmds.map(|cmd| {
-                let mut conn = conn.clone();
-                async move { cmd.query_async::<redis::Value>(&mut conn).await }
-            });
-            let replies = futures_util::future::join_all(sends).await;
-            // A connection error (not a script's) fails the lot, as on one server.
-            if let Some(Err(e)) =
-                replies.iter().find(|r| matches!(r, Err(e) if e.is_io_error() || e.is_timeout()))
-            {
-                return Err(e.clone());
-            }
-            Ok(replies)
-        }
-    }
-}
-
 fn fail_reads(reads: &mut Vec<Read>, e: &StoreError) {
     for read in reads.drain(..) {
         let _ = read.reply.send(Err(unavailable(e)));
-    }
-}
-
-/// An asynchronous connection to one server, or to the cluster (it routes each command to
-/// the node of its keys' slot).
-#[derive(Clone)]
-pub(super) enum AsyncConn {
-    Single(redis::aio::MultiplexedConnection),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for AsyncConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Self::Single(c) => c.req_packed_command(cmd),
-            Self::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
-        }
     }
 }

@@ -58,6 +58,7 @@
 //! period waits and probes), so an outage costs fast 503s, or fast passes when failing
 //! open, rather than a second of latency per request.
 
+mod async_conn;
 mod batch;
 mod conn;
 mod counters;
