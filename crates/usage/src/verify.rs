@@ -6,7 +6,8 @@ use crate::limits::{Usage, validate_usage};
 use crate::spend::Pending;
 use crate::{UsageService, UsageStore};
 use keygate_rbac::{
-    KeySummary, PermissionQuery, Principal, RbacError, Verification, VerifyCode, VerifyScope,
+    Assumed, Checked, KeySummary, PermissionQuery, Principal, RbacError, Verification, VerifyCode,
+    VerifyScope,
 };
 use std::sync::Arc;
 
@@ -94,14 +95,24 @@ impl<S: UsageStore + 'static> UsageService<S> {
         query: Option<&PermissionQuery>,
         usage: &Usage,
     ) -> Option<Result<Pending, RbacError>> {
+        let (checked, assumed) = self.assumed(secret, scope, query, usage)?;
+        self.spend(checked, usage, true, Some(&assumed))
+    }
+
+    /// The cached answer a spend that checks its counters can confirm, and what it
+    /// assumes, when the ledger can (`RbacService::check_assuming`): a VALID one.
+    fn assumed(
+        &self,
+        secret: &str,
+        scope: &VerifyScope<'_>,
+        query: Option<&PermissionQuery>,
+        usage: &Usage,
+    ) -> Option<(Checked, Assumed)> {
         if usage.check_only || !self.ledger.assumes_counters() {
             return None;
         }
         let (checked, assumed) = self.rbac.check_assuming(secret, scope, query, assumes)?;
-        if checked.verification.code != VerifyCode::Valid {
-            return None;
-        }
-        self.spend(checked, usage, true, Some(&assumed))
+        (checked.verification.code == VerifyCode::Valid).then_some((checked, assumed))
     }
 
     /// [`Self::verify_assuming`] through the ledger's queued path, on the caller's tokio
@@ -116,13 +127,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         query: Option<&PermissionQuery>,
         usage: &Usage,
     ) -> Option<Result<Pending, RbacError>> {
-        if usage.check_only || !self.ledger.assumes_counters() {
-            return None;
-        }
-        let (checked, assumed) = self.rbac.check_assuming(secret, scope, query, assumes)?;
-        if checked.verification.code != VerifyCode::Valid {
-            return None;
-        }
+        let (checked, assumed) = self.assumed(secret, scope, query, usage)?;
         self.spend_queued(checked, usage, &assumed).await
     }
 
