@@ -213,7 +213,7 @@ pub struct ServeArgs {
     pub ratelimit_fail_open: bool,
     /// `ratelimits.limit` (v1) and `ratelimit.limit` (v2) answers carry the rate-limit
     /// header fields forward auth sends (`RateLimit-Limit`, `-Remaining`, `-Reset`, and
-    /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-10): on or off.
+    /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11): on or off.
     #[arg(long, env = "KEYGATE_RATELIMIT_HEADERS", default_value = "off", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub ratelimit_headers: bool,
     /// Cache verifications (keys.verifyKey), each used only while nothing it depends on has

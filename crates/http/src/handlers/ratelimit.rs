@@ -202,7 +202,7 @@ pub async fn limit(call: Authed<JsonBytes>) -> Result<HttpResponse, ApiError> {
 /// A decision's rate-limit header fields, as forward auth sends them (and `limit` answers
 /// with `KEYGATE_RATELIMIT_HEADERS`): `RateLimit-Limit`, `RateLimit-Remaining` and
 /// `RateLimit-Reset` (seconds until the window ends) as the draft's earlier revisions named
-/// them, and draft-ietf-httpapi-ratelimit-headers-10's structured fields,
+/// them, and draft-ietf-httpapi-ratelimit-headers-11's structured fields,
 /// `RateLimit-Policy: "<namespace>";q=<limit>;w=<window in seconds>` and
 /// `RateLimit: "<namespace>";r=<remaining>;t=<seconds until the window ends>` (whole
 /// seconds, rounded up). The policy's name is the namespace's where it is a structured
