@@ -223,6 +223,63 @@ fn change_counters_only_rise_and_a_lost_epoch_is_a_new_one() {
     assert_eq!(values, vec![0, 0]);
 }
 
+/// A confirmation of named counters at given values, under `epoch`.
+struct Names(u64, Vec<(String, u64)>);
+
+impl keygate_rbac::Confirm for Names {
+    fn epoch(&self) -> u64 {
+        self.0
+    }
+    fn counters(&self) -> usize {
+        self.1.len()
+    }
+    fn counter(&self, i: usize, out: &mut String) -> u64 {
+        out.push_str(&self.1[i].0);
+        self.1[i].1
+    }
+}
+
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn confirmations_hold_while_the_counters_do_and_share_their_reads() {
+    use keygate_rbac::SharedCounters;
+    let prefix = redis_test_prefix();
+    let redis = store(&prefix);
+    let (epoch, _) = redis.read(&["key:a".to_string()]).unwrap();
+    redis.publish(&[("key:a".into(), 5), ("ws:w".into(), 2)]).unwrap();
+    let confirm = |epoch: u64, counters: &[(&str, u64)]| {
+        let names = counters.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        redis.confirm(Box::new(Names(epoch, names))).expect("on a tokio runtime")
+    };
+    assert!(redis.confirm(Box::new(Names(epoch, Vec::new()))).is_none(), "no runtime: no confirmation");
+    let rt = runtime();
+    rt.block_on(async {
+        assert!(confirm(epoch, &[("key:a", 5), ("ws:w", 2)]).await.unwrap());
+        assert!(confirm(epoch, &[("key:none", 0)]).await.unwrap(), "an absent counter holds 0");
+        assert!(!confirm(epoch, &[("key:a", 4), ("ws:w", 2)]).await.unwrap(), "a counter moved");
+        assert!(!confirm(epoch ^ 4, &[("key:a", 5)]).await.unwrap(), "another epoch");
+        // Many at once, most naming the same workspace: fewer reads than confirmations,
+        // each answered for itself.
+        let before = redis.batch_stats();
+        let asked = (0..200u64).map(|i| {
+            let value = if i % 3 == 0 { 9 } else { 5 };
+            confirm(epoch, &[("ws:w", 2), ("key:a", value)])
+        });
+        let got = futures_util::future::join_all(asked).await;
+        for (i, got) in got.into_iter().enumerate() {
+            assert_eq!(got.unwrap(), i % 3 != 0, "confirmation {i}");
+        }
+        let after = redis.batch_stats();
+        assert_eq!(after.confirmations - before.confirmations, 200);
+        assert!(after.counter_reads - before.counter_reads < 200, "{before:?} -> {after:?}");
+    });
+    // Redis lost its data: no epoch, nothing confirmed (the caller reads, which sets one).
+    let mut conn = raw_conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}{{cc}}:*")).query(&mut *conn).unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut *conn).unwrap();
+    rt.block_on(async { assert!(!confirm(epoch, &[("key:none", 0)]).await.unwrap()) });
+}
+
 /// A runtime for the batched path (the server's workers are current-thread runtimes).
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
