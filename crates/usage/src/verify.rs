@@ -115,10 +115,10 @@ impl<S: UsageStore + 'static> UsageService<S> {
         (checked.verification.code == VerifyCode::Valid).then_some((checked, assumed))
     }
 
-    /// [`Self::verify_assuming`] through the ledger's queued path, on the caller's tokio
-    /// runtime: the spend (which checks the change counters the cached answer assumed)
-    /// sent with the round trips of other requests instead of one of its own on the
-    /// blocking pool. `None`: verify the usual way; nothing was spent. `usage` was
+    /// [`Self::verify`]'s one-step spend of a cached key through the ledger's queued path,
+    /// on the caller's tokio runtime: the spend (which checks the change counters the
+    /// cached answer assumed) sent with the round trips of other requests instead of one
+    /// of its own on the blocking pool. `None`: verify the usual way; nothing was spent. `usage` was
     /// validated.
     pub async fn verify_assumed_queued(
         &self,

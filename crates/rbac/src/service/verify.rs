@@ -424,7 +424,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// [`Self::check`] of a cached answer on shared change counters, to be confirmed by the
-    /// shared store's read of them ([`SharedCounters::confirm`]: one round trip that the
+    /// shared store's read of them ([`crate::SharedCounters::confirm`]: one round trip that the
     /// confirmations of concurrent verifications share): the answer to give
     /// ([`Self::confirmed`]) once the confirmation says every counter still holds, and the
     /// confirmation to await. The counters are the entry's (the key's and its workspace's,
