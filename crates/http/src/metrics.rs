@@ -170,7 +170,7 @@ pub struct Kept {
     pub db_pool: (u32, u32),
     /// Redis: (script calls, decisions they carried, counter reads, confirmations they
     /// carried).
-    pub redis_batches: Option<[u64; 4]>,
+    pub redis_batches: Option<[u64; 6]>,
     /// The soonest root-key expiry ahead (unix ms; `Some(None)`: none expires; `None`: not
     /// known now, the last value stays).
     pub root_key_next_expiry: Option<Option<i64>>,
@@ -301,11 +301,13 @@ impl Metrics {
             metrics::gauge!("keygate_analytics_held", "kind" => "verifications").set(verifications as f64);
             metrics::gauge!("keygate_analytics_held", "kind" => "ratelimits").set(ratelimits as f64);
         }
-        if let Some([calls, decisions, reads, confirmations]) = kept.redis_batches {
+        if let Some([calls, decisions, reads, confirmations, pushed, pushed_stale]) = kept.redis_batches {
             metrics::counter!("keygate_redis_round_trips_total").absolute(calls);
             metrics::counter!("keygate_redis_batched_decisions_total").absolute(decisions);
             metrics::counter!("keygate_redis_counter_reads_total").absolute(reads);
             metrics::counter!("keygate_redis_confirmations_total").absolute(confirmations);
+            metrics::counter!("keygate_redis_pushed_changes_total").absolute(pushed);
+            metrics::counter!("keygate_redis_pushed_stale_total").absolute(pushed_stale);
         }
         metrics::gauge!("keygate_verify_cache_keys").set(kept.verify_cache_keys as f64);
         for (kind, bytes) in allocator_bytes().into_iter().flatten() {

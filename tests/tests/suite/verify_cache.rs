@@ -438,10 +438,22 @@ fn changes_apply_to_the_next_verification_on_another_instance_under_load() {
     assert!(stale.is_empty(), "stale answers on B: {stale:#?}");
     assert!(load > 300, "the verifications around them ran ({load})");
     let metrics = b.request(b.client.get(b.url("/metrics")).bearer_auth(&b.root_key)).text;
-    let confirmations = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("keygate_redis_confirmations_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
+    let counter = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let confirmations = counter("keygate_redis_confirmations_total");
     assert!(confirmations > 300.0, "B's cached verifications were confirmed in batches: {confirmations}");
+    // A's changes were announced to B, which then knew some answers stale without a read
+    // (the fast path; freshness never waits for it: the counters above did the rest).
+    let (pushed, known) =
+        (counter("keygate_redis_pushed_changes_total"), counter("keygate_redis_pushed_stale_total"));
+    eprintln!(
+        "B: {confirmations} confirmations, {pushed} announcements heard, {known} answers known stale by them"
+    );
+    assert!(pushed >= 300.0, "B heard A's changes: {pushed}");
+    assert!(known > 0.0, "announcements answered some stale confirmations: {known}");
 }

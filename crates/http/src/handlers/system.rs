@@ -119,7 +119,14 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
             db_pool: st.rbac.store().pool_state(),
             redis_batches: st.redis.as_ref().map(|r| {
                 let b = r.batch_stats();
-                [b.script_calls, b.decisions, b.counter_reads, b.confirmations]
+                [
+                    b.script_calls,
+                    b.decisions,
+                    b.counter_reads,
+                    b.confirmations,
+                    b.pushed_changes,
+                    b.pushed_stale,
+                ]
             }),
             root_key_next_expiry: st.rbac.next_root_key_expiry().ok(),
             analytics_held: st

@@ -27,11 +27,13 @@
 //! trip as one `MGET` of every counter they name, each once, beside the decisions'
 //! script call (both in flight together on the lane's connection). A confirmation is
 //! queued before its read is sent, so the read sees every counter published before the
-//! verification began. Credit spends of cached verifications (`credits.rs`) too: each its
-//! own script call, all of a round trip's sent together in one pipeline.
+//! verification began. Credit spends of cached verifications (`credits.rs`) too: a round
+//! trip's spends go in one script call per [`MAX_SPENDS`] (the change counters they check
+//! read once per call), pipelined.
 
 use super::async_conn::{AsyncConn, send_all};
 use super::conn::{Outage, Target};
+use super::credits::{SpendArgs, spends_call};
 use super::deferred::Deferred;
 use super::{
     Answer, Call, Checks, RedisSettings, answers, counters_epoch_key, decide_separately, run_script,
@@ -55,6 +57,9 @@ pub(super) const MAX_IN_FLIGHT: usize = 1;
 pub(super) const MAX_QUEUED: usize = 16 * 1024;
 /// Most confirmations in one `MGET` (a few counters each).
 pub(super) const MAX_CONFIRMATIONS: usize = 512;
+/// Most credit spends in one script call (about eight Redis calls each: 1-2 ms of Redis
+/// for a full call on a small VM, so other clients wait no longer than that).
+pub(super) const MAX_SPENDS: usize = 64;
 
 pub(super) struct Batcher {
     lanes: Box<[Arc<Lane>]>,
@@ -83,6 +88,10 @@ pub struct BatchStats {
     pub decisions: u64,
     pub counter_reads: u64,
     pub confirmations: u64,
+    /// Change announcements received (`pushed.rs`), and answers they showed stale without
+    /// a round trip.
+    pub pushed_changes: u64,
+    pub pushed_stale: u64,
 }
 
 #[derive(Default)]
@@ -120,9 +129,9 @@ pub(super) struct Read {
     pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
-/// A credit spend's script call (`EVALSHA`), and who waits for its reply.
+/// A credit spend (`credits.rs`), and who waits for its reply.
 pub(super) struct Spend {
-    cmd: redis::Cmd,
+    args: SpendArgs,
     reply: oneshot::Sender<Result<redis::Value, StoreError>>,
 }
 
@@ -171,6 +180,7 @@ impl Batcher {
             decisions: decisions.load(Ordering::Relaxed),
             counter_reads: reads.load(Ordering::Relaxed),
             confirmations: confirmations.load(Ordering::Relaxed),
+            ..BatchStats::default()
         }
     }
 
@@ -187,14 +197,14 @@ impl Batcher {
         })
     }
 
-    /// Queues a credit spend's script call as [`Self::enqueue_read`] does: its reply to come.
-    pub(super) fn enqueue_spend(&self, cmd: redis::Cmd) -> Result<SpendReply, StoreError> {
+    /// Queues a credit spend as [`Self::enqueue_read`] does: its reply to come.
+    pub(super) fn enqueue_spend(&self, args: SpendArgs) -> Result<SpendReply, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.on_thread_lane(|st| {
             if st.spends.len() >= MAX_QUEUED {
                 return Err(StoreError::Unavailable("Redis: too many spends waiting".into()));
             }
-            st.spends.push(Spend { cmd, reply });
+            st.spends.push(Spend { args, reply });
             Ok(())
         })?;
         Ok(answer)
@@ -368,9 +378,10 @@ impl Shared {
         fail_spends(&mut batch.spends, e);
     }
 
-    /// The replies of `spends`' script calls, sent together (one pipeline to one server;
-    /// on a cluster each to its node, all at once). Those Redis answers NOSCRIPT for (a
-    /// restart, `SCRIPT FLUSH`) are sent again once the script is loaded.
+    /// The replies of `spends`, in script calls of [`MAX_SPENDS`] sent together (one
+    /// pipeline; spends are queued only on a single Redis, where their change counters and
+    /// credits are reached by one script). A call Redis answers NOSCRIPT for (a restart,
+    /// `SCRIPT FLUSH`) is sent again once the script is loaded.
     async fn spend(
         &self,
         lane: &Lane,
@@ -378,21 +389,38 @@ impl Shared {
         spends: &[Spend],
     ) -> Result<Vec<Result<redis::Value, StoreError>>, StoreError> {
         let failed = |e: redis::RedisError| self.failed(lane, &e);
-        let mut replies = send_all(&mut conn, spends.iter().map(|s| &s.cmd)).await.map_err(failed)?;
+        let hash = self.spend_script.get_hash();
+        let calls: Vec<redis::Cmd> =
+            spends.chunks(MAX_SPENDS).map(|chunk| spends_call(hash, chunk.iter().map(|s| &s.args))).collect();
+        let mut replies = send_all(&mut conn, calls.iter()).await.map_err(failed)?;
         let again: Vec<usize> = (0..replies.len())
             .filter(|&i| matches!(&replies[i], Err(e) if super::script::is_no_script(e)))
             .collect();
         if !again.is_empty() {
             self.spend_script.load_async(&mut conn).await.map_err(failed)?;
-            let resent = send_all(&mut conn, again.iter().map(|&i| &spends[i].cmd)).await.map_err(failed)?;
+            let resent = send_all(&mut conn, again.iter().map(|&i| &calls[i])).await.map_err(failed)?;
             for (i, reply) in again.into_iter().zip(resent) {
                 replies[i] = reply;
             }
         }
-        Ok(replies
-            .into_iter()
-            .map(|r| r.map_err(|e| StoreError::Unavailable(format!("Redis: {e}"))))
-            .collect())
+        let mut out = Vec::with_capacity(spends.len());
+        for (reply, chunk) in replies.into_iter().zip(spends.chunks(MAX_SPENDS)) {
+            match reply {
+                Ok(redis::Value::Array(answers)) if answers.len() == chunk.len() => {
+                    out.extend(answers.into_iter().map(Ok))
+                }
+                Ok(_) => out.extend(
+                    chunk
+                        .iter()
+                        .map(|_| Err(StoreError::Unavailable("Redis: unexpected spends answer".into()))),
+                ),
+                Err(e) => {
+                    let e = format!("Redis: {e}");
+                    out.extend(chunk.iter().map(|_| Err(StoreError::Unavailable(e.clone()))))
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn fail_jobs(&self, jobs: &mut Vec<Job>, e: &StoreError) {

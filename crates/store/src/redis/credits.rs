@@ -32,7 +32,7 @@ pub const SHARDS: u16 = 64;
 /// How long a counter written behind lives without change.
 pub const IDLE_MS: u64 = 24 * 3_600_000;
 
-/// A spend with the key's own limits (its layout is at its top).
+/// Credit spends with their keys' own limits, one or many per call (the layout is at its top).
 pub(crate) const SPEND: &str = include_str!("spend.lua");
 
 /// An update's lock: `KEYS` counter, lock; `ARGV` token, lease (ms). Answers `{}` when
@@ -168,10 +168,42 @@ impl RedisStore {
     }
 }
 
+/// One spend's keys and arguments for `spend.lua` (their layout is at its top): a script
+/// call carries one spend or many ([`spends_call`]).
+pub(super) struct SpendArgs {
+    keys: redis::Cmd,
+    args: redis::Cmd,
+}
+
+/// The script call (`EVALSHA` of `hash`, `spend.lua`; the caller loads the script on
+/// NOSCRIPT) of `spends`, in order: its answer holds one per spend ([`spent`]).
+pub(super) fn spends_call<'a>(hash: &str, spends: impl Iterator<Item = &'a SpendArgs> + Clone) -> redis::Cmd {
+    let simple = |c: &'a redis::Cmd| {
+        c.args_iter().filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None, // only simple arguments are written (`spend_args`)
+        })
+    };
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(hash).arg(spends.clone().map(|s| s.keys.args_iter().len()).sum::<usize>());
+    for s in spends.clone() {
+        for k in simple(&s.keys) {
+            cmd.arg(k);
+        }
+    }
+    cmd.arg(spends.clone().count());
+    for s in spends {
+        for a in simple(&s.args) {
+            cmd.arg(a);
+        }
+    }
+    cmd
+}
+
 impl RedisStore {
-    /// The script call of a spend (`EVALSHA`; the caller loads the script on NOSCRIPT),
-    /// and the limits' (limit, window end) its answer is read with ([`spent`]).
-    fn spend_call(&self, ask: &SharedSpendAsk<'_>) -> Result<(redis::Cmd, Vec<(u64, u64)>), StorageError> {
+    /// A spend's keys and arguments, and the limits' (limit, window end) its answer is
+    /// read with ([`spent`]).
+    fn spend_args(&self, ask: &SharedSpendAsk<'_>) -> Result<(SpendArgs, Vec<(u64, u64)>), StorageError> {
         let shard = shard_of(ask.key_id);
         let counter = self.credit_key(shard, "k:", ask.key_id);
         let windows: Vec<(Vec<u8>, u64)> = ask
@@ -195,19 +227,17 @@ impl RedisStore {
                 ));
             }
         }
-        let checks = ask.assumed.map_or(0, |a| 1 + a.counters.len());
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.credit_scripts.spend.get_hash()).arg(3 + windows.len() + checks);
-        cmd.arg(counter)
+        let (mut keys, mut cmd) = (redis::Cmd::new(), redis::Cmd::new());
+        keys.arg(counter)
             .arg(self.credit_key(shard, "lock:", ask.key_id))
             .arg(self.credit_key(shard, "dirty", ""));
         for (key, _) in &windows {
-            cmd.arg(key.as_slice());
+            keys.arg(key.as_slice());
         }
         if let Some(a) = ask.assumed {
-            cmd.arg(super::counters_epoch_key(&self.prefix));
+            keys.arg(super::counters_epoch_key(&self.prefix));
             for (name, _) in &a.counters {
-                cmd.arg(self.counter_key(name));
+                keys.arg(self.counter_key(name));
             }
         }
         cmd.arg(ask.key_id).arg(ask.cost);
@@ -238,13 +268,20 @@ impl RedisStore {
                 &mut cmd
             }
         };
-        Ok((cmd, limits))
+        Ok((SpendArgs { keys, args: cmd }, limits))
     }
+}
+
+/// The one answer of a script call that carried one spend.
+fn one(replies: Vec<redis::Value>) -> Result<redis::Value, StorageError> {
+    let [reply] = <[redis::Value; 1]>::try_from(replies).map_err(|_| bad_answer())?;
+    Ok(reply)
 }
 
 /// A spend's answer (`spend.lua`), its limits' decisions read with `limits`' (limit,
 /// window end).
-fn spent(reply: &[i64], limits: &[(u64, u64)]) -> Result<SharedSpend, StorageError> {
+fn spent(reply: redis::Value, limits: &[(u64, u64)]) -> Result<SharedSpend, StorageError> {
+    let reply: Vec<i64> = redis::FromRedisValue::from_redis_value(reply).map_err(|_| bad_answer())?;
     let (code, remaining) = match reply[..] {
         [code, remaining, ..] => (code, u64::try_from(remaining).map_err(|_| bad_answer())?),
         _ => return Err(bad_answer()),
@@ -296,9 +333,10 @@ fn last_refill(l: Option<i64>) -> String {
 
 impl SharedCredits for RedisStore {
     fn spend(&self, ask: &SharedSpendAsk<'_>) -> Result<SharedSpend, StorageError> {
-        let (cmd, limits) = self.spend_call(ask)?;
+        let (args, limits) = self.spend_args(ask)?;
         let script = &self.credit_scripts.spend;
-        let reply: Vec<i64> = self
+        let cmd = spends_call(script.get_hash(), std::iter::once(&args));
+        let reply: Vec<redis::Value> = self
             .pool
             .with_conn(|c| match cmd.query(c) {
                 Err(e) if super::script::is_no_script(&e) => {
@@ -308,14 +346,18 @@ impl SharedCredits for RedisStore {
                 other => other,
             })
             .map_err(|e| StorageError::Unavailable(e.to_string()))?;
-        spent(&reply, &limits)
+        spent(one(reply)?, &limits)
     }
 
     fn spend_queued(&self, ask: &SharedSpendAsk<'_>) -> Option<Queued<SharedSpend>> {
         tokio::runtime::Handle::try_current().ok()?;
-        let queued = self.spend_call(ask).and_then(|(cmd, limits)| {
+        if ask.assumed.is_some_and(|a| self.pushed.moved_from(a.epoch, &a.counters)) {
+            // Known stale (`pushed.rs`): nothing to spend on that answer.
+            return Some(Box::pin(std::future::ready(Ok(SharedSpend::Stale))));
+        }
+        let queued = self.spend_args(ask).and_then(|(args, limits)| {
             let answer =
-                self.batcher.enqueue_spend(cmd).map_err(|e| StorageError::Unavailable(e.to_string()))?;
+                self.batcher.enqueue_spend(args).map_err(|e| StorageError::Unavailable(e.to_string()))?;
             Ok((answer, limits))
         });
         Some(Box::pin(async move {
@@ -324,8 +366,7 @@ impl SharedCredits for RedisStore {
                 Ok(reply) => reply.map_err(|e| StorageError::Unavailable(e.to_string()))?,
                 Err(_) => return Err(StorageError::Unavailable("Redis: spend dropped".into())),
             };
-            let reply: Vec<i64> = redis::FromRedisValue::from_redis_value(reply).map_err(|_| bad_answer())?;
-            spent(&reply, &limits)
+            spent(reply, &limits)
         }))
     }
 

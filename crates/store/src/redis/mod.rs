@@ -66,6 +66,7 @@ mod credits;
 mod deferred;
 mod denials;
 mod multi;
+mod pushed;
 mod script;
 
 pub use batch::BatchStats;
@@ -162,6 +163,8 @@ pub struct RedisStore {
     counter_scripts: (redis::Script, redis::Script),
     /// The credit counters' scripts (`credits.rs`).
     credit_scripts: credits::CreditScripts,
+    /// Change counters announced by writers (`pushed.rs`).
+    pushed: Arc<pushed::Pushed>,
     prefix: String,
     location: String,
 }
@@ -247,6 +250,9 @@ impl RedisStore {
         let outage = Arc::new(Outage::default());
         let script = redis::Script::new(DECIDE);
         let deferred = Arc::new(Deferred::default());
+        // A cluster announces on every node: the first seed's is as good as any.
+        let first = url.split(',').map(str::trim).find(|u| !u.is_empty()).unwrap_or(url);
+        let subscriber = redis::Client::open(first).map_err(|e| invalid(url, &location, &e))?;
         Ok(Self {
             cluster: target.is_cluster(),
             pool: Pool::new(target.clone(), &settings, outage.clone()),
@@ -267,6 +273,7 @@ impl RedisStore {
             give_back_script: redis::Script::new(multi::GIVE_BACK),
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
             credit_scripts: Default::default(),
+            pushed: pushed::Pushed::subscribe(subscriber, &settings.key_prefix),
             prefix: settings.key_prefix,
             location,
         })
@@ -414,7 +421,12 @@ impl RedisStore {
 
     /// The batched path's script calls and decisions so far.
     pub fn batch_stats(&self) -> BatchStats {
-        self.batcher.stats()
+        let [announced, stale] = &self.pushed.stats;
+        BatchStats {
+            pushed_changes: announced.load(std::sync::atomic::Ordering::Relaxed),
+            pushed_stale: stale.load(std::sync::atomic::Ordering::Relaxed),
+            ..self.batcher.stats()
+        }
     }
 
     /// The decision on a blocking connection of the pool.
