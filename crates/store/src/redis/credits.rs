@@ -7,7 +7,10 @@
 //! changed counters are in one slot and one script reaches them together:
 //! - `<prefix>{cr<shard>}:k:<key id>`: a hash: `r` remaining, `l` last refill (empty:
 //!   never), `v` the row's credit version it was loaded from, `n` its change number; or
-//!   `u` = 1 and `v` (the key has no credits since the update of that version).
+//!   `u` = 1 and `v` (the key has no credits since the update of that version). Two marks
+//!   beside, so that a spend finds them in the fields it reads anyway: `x` = 1 while an
+//!   update's lock may be held (set by the lock; the lock's own key says whether it still
+//!   is), `d` = 1 while the counter is in its shard's dirty set.
 //! - `<prefix>{cr<shard>}:lock:<key id>`: an update's lock (its token, with a lease).
 //! - `<prefix>{cr<shard>}:dirty`: the ids of the shard's counters changed since written
 //!   behind; `<prefix>{cr<shard>}:lease`: the write-behind lease of the shard.
@@ -36,10 +39,12 @@ pub const IDLE_MS: u64 = 24 * 3_600_000;
 pub(crate) const SPEND: &str = include_str!("spend.lua");
 
 /// An update's lock: `KEYS` counter, lock; `ARGV` token, lease (ms). Answers `{}` when
-/// another holds it, else `{'1'}` and the counter's `r, l, v, n` when it has credits.
+/// another holds it, else `{'1'}` and the counter's `r, l, v, n` when it has credits. A
+/// counter Redis holds is marked `x` (spends then look at the lock).
 pub(crate) const LOCK: &str = r"
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {} end
-local c = redis.call('HMGET', KEYS[1], 'r', 'l', 'v', 'n')
+local c = redis.call('HMGET', KEYS[1], 'r', 'l', 'v', 'n', 'u')
+if c[1] or c[5] then redis.call('HSET', KEYS[1], 'x', '1') end
 if not c[1] then return {'1'} end
 return {'1', c[1], c[2], c[3], c[4]}
 ";
@@ -58,6 +63,8 @@ if ARGV[2] ~= '0' then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
   redis.call('SREM', KEYS[3], ARGV[3])
+else
+  redis.call('HDEL', KEYS[1], 'x')
 end
 redis.call('DEL', KEYS[2])
 return 1
@@ -104,6 +111,7 @@ for i = 2, #KEYS do
       redis.call('SREM', KEYS[1], id)
     elseif c[1] == n then
       redis.call('SREM', KEYS[1], id)
+      redis.call('HDEL', KEYS[i], 'd')
       redis.call('PEXPIRE', KEYS[i], ARGV[1])
     end
   end
@@ -168,35 +176,126 @@ impl RedisStore {
     }
 }
 
-/// One spend's keys and arguments for `spend.lua` (their layout is at its top): a script
-/// call carries one spend or many ([`spends_call`]).
+/// One spend for `spend.lua` (its layout is at its top): a script call carries one spend
+/// or many ([`spends_call`]).
 pub(super) struct SpendArgs {
-    keys: redis::Cmd,
-    args: redis::Cmd,
+    /// The keys it names, in order: its counter, the counter's lock, the shard's dirty set,
+    /// each limit's window, then the assumed values' (the epoch first).
+    keys: Vec<Vec<u8>>,
+    key_id: String,
+    cost: u64,
+    refill: Option<keygate_usage::SharedRefill>,
+    load: Option<LiveCredits>,
+    /// Per limit: limit, cost, the window key's TTL (ms).
+    limits: Vec<[u64; 3]>,
+    /// The values the assumed keys must hold.
+    assumed: Vec<u64>,
+}
+
+/// Writes to a `Vec`, which cannot fail (`rmp`'s writers return `Result` for any writer).
+fn put<E>(written: Result<impl Sized, E>) {
+    let _ = written.map(drop).map_err(drop);
 }
 
 /// The script call (`EVALSHA` of `hash`, `spend.lua`; the caller loads the script on
-/// NOSCRIPT) of `spends`, in order: its answer holds one per spend ([`spent`]).
-pub(super) fn spends_call<'a>(hash: &str, spends: impl Iterator<Item = &'a SpendArgs> + Clone) -> redis::Cmd {
-    let simple = |c: &'a redis::Cmd| {
-        c.args_iter().filter_map(|a| match a {
-            redis::Arg::Simple(b) => Some(b),
-            _ => None, // only simple arguments are written (`spend_args`)
-        })
-    };
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(hash).arg(spends.clone().map(|s| s.keys.args_iter().len()).sum::<usize>());
+/// NOSCRIPT) of `spends`, in order: its answer holds one per spend ([`spent`]). Each key
+/// is named once (a workspace's change counter and a shard's dirty set serve every spend
+/// of the call that names them), the assumed ones first; the spends' fields go as one
+/// flat MessagePack array.
+pub(super) fn spends_call<'a>(
+    hash: &str,
+    spends: impl ExactSizeIterator<Item = &'a SpendArgs> + Clone,
+) -> redis::Cmd {
+    use rmp::encode::{write_array_len, write_sint, write_str, write_uint};
+    /// The call's keys, each once, and their indexes (from 1, as `KEYS` counts).
+    #[derive(Default)]
+    struct Named<'a> {
+        keys: Vec<&'a [u8]>,
+        index: foldhash::HashMap<&'a [u8], u64>,
+    }
+    impl<'a> Named<'a> {
+        fn at(&mut self, k: &'a [u8]) -> u64 {
+            *self.index.entry(k).or_insert_with(|| {
+                self.keys.push(k);
+                self.keys.len() as u64
+            })
+        }
+    }
+    let mut named = Named::default();
     for s in spends.clone() {
-        for k in simple(&s.keys) {
-            cmd.arg(k);
+        for k in &s.keys[s.keys.len() - s.assumed.len()..] {
+            named.at(k);
         }
     }
-    cmd.arg(spends.clone().count());
+    let assumed_keys = named.keys.len() as u64;
+    let fields: usize = spends.clone().map(|s| 16 + 4 * s.limits.len() + 2 * s.assumed.len()).sum();
+    let mut out = Vec::with_capacity(fields * 4);
+    put(write_array_len(&mut out, (2 + fields) as u32));
+    put(write_uint(&mut out, assumed_keys));
+    put(write_uint(&mut out, spends.len() as u64));
+    let mut digits = itoa::Buffer::new();
     for s in spends {
-        for a in simple(&s.args) {
-            cmd.arg(a);
+        let (mut own, assumed) = {
+            let (own, assumed) = s.keys.split_at(s.keys.len() - s.assumed.len());
+            (own.iter(), assumed)
+        };
+        let mut key = |out: &mut Vec<u8>, named: &mut Named<'a>| {
+            put(write_uint(out, own.next().map_or(0, |k| named.at(k))))
+        };
+        put(write_str(&mut out, &s.key_id));
+        for _ in 0..3 {
+            key(&mut out, &mut named); // counter, lock, dirty set
+        }
+        put(write_uint(&mut out, s.cost));
+        match s.refill {
+            Some(r) => {
+                put(write_sint(&mut out, r.at));
+                put(write_uint(&mut out, r.amount));
+                put(write_sint(&mut out, r.since));
+            }
+            None => {
+                put(write_sint(&mut out, -1));
+                put(write_uint(&mut out, 0));
+                put(write_uint(&mut out, 0));
+            }
+        }
+        match s.load {
+            Some(l) => {
+                put(write_uint(&mut out, 1));
+                put(write_str(&mut out, digits.format(l.remaining)));
+                put(write_str(&mut out, &last_refill(l.last_refill_at)));
+                put(write_str(&mut out, digits.format(l.version)));
+                put(write_sint(&mut out, l.seq));
+            }
+            None => {
+                put(write_uint(&mut out, 0));
+                for _ in 0..2 {
+                    put(write_str(&mut out, ""));
+                }
+                put(write_str(&mut out, "0"));
+                put(write_uint(&mut out, 0));
+            }
+        }
+        put(write_uint(&mut out, IDLE_MS));
+        put(write_uint(&mut out, s.limits.len() as u64));
+        for [limit, cost, ttl] in &s.limits {
+            key(&mut out, &mut named);
+            for v in [limit, cost, ttl] {
+                put(write_uint(&mut out, *v));
+            }
+        }
+        put(write_uint(&mut out, s.assumed.len() as u64));
+        for (k, value) in assumed.iter().zip(&s.assumed) {
+            put(write_uint(&mut out, named.at(k)));
+            put(write_str(&mut out, digits.format(*value)));
         }
     }
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(hash).arg(named.keys.len());
+    for k in named.keys {
+        cmd.arg(k);
+    }
+    cmd.arg(out);
     cmd
 }
 
@@ -206,69 +305,51 @@ impl RedisStore {
     fn spend_args(&self, ask: &SharedSpendAsk<'_>) -> Result<(SpendArgs, Vec<(u64, u64)>), StorageError> {
         let shard = shard_of(ask.key_id);
         let counter = self.credit_key(shard, "k:", ask.key_id);
-        let windows: Vec<(Vec<u8>, u64)> = ask
-            .limits
-            .iter()
-            .map(|(key, req)| {
-                let start = window_start(ask.now_ms, req.duration.max(1));
-                (self.key(key, start), start)
-            })
-            .collect();
+        let mut keys =
+            Vec::with_capacity(3 + ask.limits.len() + ask.assumed.map_or(0, |a| 1 + a.counters.len()));
+        keys.push(counter.into_bytes());
+        keys.push(self.credit_key(shard, "lock:", ask.key_id).into_bytes());
+        keys.push(self.credit_key(shard, "dirty", "").into_bytes());
+        let (mut limits, mut windows) = (Vec::with_capacity(ask.limits.len()), Vec::new());
+        for (key, req) in ask.limits {
+            let start = window_start(ask.now_ms, req.duration.max(1));
+            let reset = start.saturating_add(req.duration.max(1));
+            keys.push(self.key(key, start));
+            windows.push([req.limit, req.cost, reset.saturating_sub(ask.now_ms) + EXPIRY_SLACK_MS]);
+            limits.push((req.limit, reset));
+        }
         if self.cluster {
             if ask.assumed.is_some() {
                 return Err(StorageError::Internal(
                     "a cluster cannot check change counters with a spend".into(),
                 ));
             }
-            let slot = redis::cluster_routing::Slot::for_key(counter.as_bytes());
-            if windows.iter().any(|(k, _)| redis::cluster_routing::Slot::for_key(k) != slot) {
+            let slot = redis::cluster_routing::Slot::for_key(&keys[0]);
+            if keys[3..].iter().any(|k| redis::cluster_routing::Slot::for_key(k) != slot) {
                 return Err(StorageError::Internal(
                     "a key's own limits must be in its credit counter's slot (limits_namespace)".into(),
                 ));
             }
         }
-        let (mut keys, mut cmd) = (redis::Cmd::new(), redis::Cmd::new());
-        keys.arg(counter)
-            .arg(self.credit_key(shard, "lock:", ask.key_id))
-            .arg(self.credit_key(shard, "dirty", ""));
-        for (key, _) in &windows {
-            keys.arg(key.as_slice());
-        }
+        let mut assumed = Vec::new();
         if let Some(a) = ask.assumed {
-            keys.arg(super::counters_epoch_key(&self.prefix));
-            for (name, _) in &a.counters {
-                keys.arg(self.counter_key(name));
+            keys.push(super::counters_epoch_key(&self.prefix).into_bytes());
+            assumed.push(a.epoch);
+            for (name, value) in &a.counters {
+                keys.push(self.counter_key(name).into_bytes());
+                assumed.push(*value);
             }
         }
-        cmd.arg(ask.key_id).arg(ask.cost);
-        match ask.refill {
-            Some(r) => cmd.arg(r.at).arg(r.amount).arg(r.since),
-            None => cmd.arg(-1).arg(0).arg(0),
+        let args = SpendArgs {
+            keys,
+            key_id: ask.key_id.to_owned(),
+            cost: ask.cost,
+            refill: ask.refill,
+            load: ask.load,
+            limits: windows,
+            assumed,
         };
-        match ask.load {
-            Some(l) => {
-                cmd.arg(1).arg(l.remaining).arg(last_refill(l.last_refill_at)).arg(l.version).arg(l.seq)
-            }
-            None => cmd.arg(0).arg(0).arg("").arg(0).arg(0),
-        };
-        cmd.arg(IDLE_MS).arg(ask.limits.len());
-        let mut limits = Vec::with_capacity(ask.limits.len());
-        for ((_, req), (_, start)) in ask.limits.iter().zip(&windows) {
-            let reset = start.saturating_add(req.duration.max(1));
-            cmd.arg(req.limit).arg(req.cost).arg(reset.saturating_sub(ask.now_ms) + EXPIRY_SLACK_MS);
-            limits.push((req.limit, reset));
-        }
-        match ask.assumed {
-            None => cmd.arg(0),
-            Some(a) => {
-                cmd.arg(a.counters.len() + 1).arg(a.epoch);
-                for (_, value) in &a.counters {
-                    cmd.arg(*value);
-                }
-                &mut cmd
-            }
-        };
-        Ok((SpendArgs { keys, args: cmd }, limits))
+        Ok((args, limits))
     }
 }
 

@@ -23,7 +23,7 @@ fn store(prefix: &str) -> RedisStore {
 }
 
 /// A plain connection to the test Redis (or cluster), to look at or disturb its state.
-fn raw_conn() -> Box<dyn redis::ConnectionLike> {
+pub(crate) fn raw_conn() -> Box<dyn redis::ConnectionLike> {
     let url = redis_url().unwrap();
     if keygate_test_support::redis_cluster() {
         let nodes: Vec<&str> = url.split(',').collect();

@@ -198,3 +198,66 @@ fn a_spend_checks_the_change_counters_its_answer_assumed() {
         "the stale spends took nothing"
     );
 }
+
+/// The marks a spend reads with the counter's values instead of other keys: an update's
+/// lock (`x`: a lock that lapsed without its unlock stops no spend, and one ended without
+/// an install leaves the counter as it was), and the dirty set's (`d`: a spend joins the
+/// set and loses the counter's expiry once; written behind, it leaves the set, gets its
+/// expiry back, and the next spend joins again).
+#[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_counters_lock_and_dirty_marks_follow_the_lock_and_the_write_behind() {
+    let prefix = redis_test_prefix();
+    let r = redis(&prefix);
+    let id = "key_marks";
+    let row = LiveCredits { remaining: 100, last_refill_at: None, version: 1, seq: 0 };
+    let spend = || {
+        let ask = SharedSpendAsk {
+            key_id: id,
+            cost: 1,
+            refill: None,
+            load: None,
+            limits: &[],
+            now_ms: NOW,
+            assumed: None,
+        };
+        r.spend(&ask).unwrap()
+    };
+    let paid = |remaining: u64| SharedSpend::Decided { paid: true, remaining, limits: vec![] };
+    let shard = credit_shard(id);
+    let dirty = || r.dirty(shard, 9, Duration::from_millis(1), 100).unwrap();
+    let counter = format!("{prefix}{{cr{shard}}}:k:{id}");
+    let mut conn = crate::redis::raw_conn();
+    let mut ttl = || -> i64 { redis::cmd("PTTL").arg(&counter).query(&mut *conn).unwrap() };
+
+    assert_eq!(r.lock(id, 1, Duration::from_secs(5)).unwrap(), Some(None));
+    assert!(r.unlock(id, 1, Some(Installed::Credits(row))).unwrap());
+    assert!(ttl() > 0, "installed, clean: it expires when idle");
+    assert_eq!(spend(), paid(99));
+    assert_eq!(ttl(), -1, "changed: no expiry until written behind");
+    let changed = dirty();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(spend(), paid(98), "already in the set");
+    r.settle(shard, &[(id.into(), changed[0].1, WrittenBehind::Written)]).unwrap();
+    assert_eq!(dirty().len(), 1, "changed after the values written behind: still dirty");
+    let changed = dirty();
+    r.settle(shard, &[(id.into(), changed[0].1, WrittenBehind::Written)]).unwrap();
+    assert!(dirty().is_empty(), "written behind");
+    assert!(ttl() > 0, "clean again: it expires when idle");
+    assert_eq!(spend(), paid(97));
+    assert_eq!(ttl(), -1);
+    assert_eq!(dirty().len(), 1, "the next change joins the set again");
+
+    // A lock ended without an install: spends go on from the counter as it was.
+    assert!(r.lock(id, 2, Duration::from_secs(5)).unwrap().is_some());
+    assert_eq!(spend(), SharedSpend::Locked);
+    assert!(r.unlock(id, 2, None).unwrap());
+    assert_eq!(spend(), paid(96));
+    // A lock whose holder never ended it stops spends only while its lease runs.
+    assert!(r.lock(id, 3, Duration::from_millis(100)).unwrap().is_some());
+    assert_eq!(spend(), SharedSpend::Locked);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(spend(), paid(95));
+    assert_eq!(spend(), paid(94));
+    assert_eq!(r.read(&[id]).unwrap()[0].unwrap().remaining, 94);
+}
