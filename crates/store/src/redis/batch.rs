@@ -29,8 +29,7 @@
 //! queued before its read is sent, so the read sees every counter published before the
 //! verification began. Credit spends of cached verifications (`credits.rs`) too: a round
 //! trip's spends go in one script call per [`MAX_SPENDS`] (the change counters they check
-//! read once per call), pipelined; on a cluster one call per shard of the credits (its
-//! slot), the counters confirmed before by the shared `MGET`, the calls sent together.
+//! read once per call), pipelined.
 
 use super::async_conn::{AsyncConn, send_all};
 use super::conn::{Outage, Target};
@@ -380,9 +379,9 @@ impl Shared {
     }
 
     /// The replies of `spends`, in script calls of [`MAX_SPENDS`] sent together (one
-    /// pipeline; on a cluster one call per shard of the credits, each in its slot, sent
-    /// together). A call Redis answers NOSCRIPT for (a restart, `SCRIPT FLUSH`, a node
-    /// without it) is sent again once the script is loaded.
+    /// pipeline; spends are queued only on a single Redis, where their change counters and
+    /// credits are reached by one script). A call Redis answers NOSCRIPT for (a restart,
+    /// `SCRIPT FLUSH`) is sent again once the script is loaded.
     async fn spend(
         &self,
         lane: &Lane,
@@ -391,29 +390,8 @@ impl Shared {
     ) -> Result<Vec<Result<redis::Value, StoreError>>, StoreError> {
         let failed = |e: redis::RedisError| self.failed(lane, &e);
         let hash = self.spend_script.get_hash();
-        let order: Vec<usize> = match conn {
-            AsyncConn::Single(_) => (0..spends.len()).collect(),
-            AsyncConn::Cluster(_) => {
-                let mut order: Vec<usize> = (0..spends.len()).collect();
-                order.sort_by_key(|&i| spends[i].args.shard);
-                order
-            }
-        };
-        // Runs of `order` that share a call: at most MAX_SPENDS, one shard on a cluster.
-        let mut groups: Vec<&[usize]> = Vec::new();
-        let mut rest = &order[..];
-        while !rest.is_empty() {
-            let shard = spends[rest[0]].args.shard;
-            let same = match conn {
-                AsyncConn::Single(_) => rest.len(),
-                AsyncConn::Cluster(_) => rest.iter().take_while(|&&i| spends[i].args.shard == shard).count(),
-            };
-            let (group, tail) = rest.split_at(same.min(MAX_SPENDS));
-            groups.push(group);
-            rest = tail;
-        }
         let calls: Vec<redis::Cmd> =
-            groups.iter().map(|g| spends_call(hash, g.iter().map(|&i| &spends[i].args))).collect();
+            spends.chunks(MAX_SPENDS).map(|chunk| spends_call(hash, chunk.iter().map(|s| &s.args))).collect();
         let mut replies = send_all(&mut conn, calls.iter()).await.map_err(failed)?;
         let again: Vec<usize> = (0..replies.len())
             .filter(|&i| matches!(&replies[i], Err(e) if super::script::is_no_script(e)))
@@ -425,30 +403,24 @@ impl Shared {
                 replies[i] = reply;
             }
         }
-        let mut out: Vec<Option<Result<redis::Value, StoreError>>> =
-            (0..spends.len()).map(|_| None).collect();
-        for (reply, group) in replies.into_iter().zip(groups) {
+        let mut out = Vec::with_capacity(spends.len());
+        for (reply, chunk) in replies.into_iter().zip(spends.chunks(MAX_SPENDS)) {
             match reply {
-                Ok(redis::Value::Array(answers)) if answers.len() == group.len() => {
-                    for (&i, answer) in group.iter().zip(answers) {
-                        out[i] = Some(Ok(answer));
-                    }
+                Ok(redis::Value::Array(answers)) if answers.len() == chunk.len() => {
+                    out.extend(answers.into_iter().map(Ok))
                 }
-                other => {
-                    let e = match other {
-                        Err(e) => format!("Redis: {e}"),
-                        Ok(_) => "Redis: unexpected spends answer".to_string(),
-                    };
-                    for &i in group {
-                        out[i] = Some(Err(StoreError::Unavailable(e.clone())));
-                    }
+                Ok(_) => out.extend(
+                    chunk
+                        .iter()
+                        .map(|_| Err(StoreError::Unavailable("Redis: unexpected spends answer".into()))),
+                ),
+                Err(e) => {
+                    let e = format!("Redis: {e}");
+                    out.extend(chunk.iter().map(|_| Err(StoreError::Unavailable(e.clone()))))
                 }
             }
         }
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(StoreError::Unavailable("Redis: no spends answer".into()))))
-            .collect())
+        Ok(out)
     }
 
     fn fail_jobs(&self, jobs: &mut Vec<Job>, e: &StoreError) {
