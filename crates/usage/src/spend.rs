@@ -158,7 +158,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         may_wait: bool,
         assumed: Option<&Assumed>,
     ) -> Option<Result<Pending, RbacError>> {
-        let p = match self.prepare(checked, usage, may_wait, assumed) {
+        let p = match self.prepare(checked, usage, may_wait, assumed, false) {
             Prepare::Ledger(p) => p,
             Prepare::Answered(answer) => return answer,
         };
@@ -168,24 +168,25 @@ impl<S: UsageStore + 'static> UsageService<S> {
         self.finish(p, spent)
     }
 
-    /// [`Self::spend`] of a check whose answer `assumed` confirms, through the ledger's
-    /// queued path (the shared ledger's spend sent with the round trips of other requests,
-    /// awaited on the caller's tokio runtime): `None` (nothing spent) when it has none, or
-    /// when its answer needs the blocking path (a counter to load, an update's lock, a
-    /// counter that moved).
+    /// [`Self::spend`] through the ledger's queued path (the shared ledger's spend sent
+    /// with the round trips of other requests, awaited on the caller's tokio runtime), of a
+    /// check whose answer `assumed` confirms with the spend, or (`None`) that was confirmed
+    /// already: `None` (nothing spent) when it has no such path, when its answer needs the
+    /// blocking path (a counter to load, an update's lock, a counter that moved) or when
+    /// it would take identity limits (another round trip, the blocking way).
     pub(crate) async fn spend_queued(
         &self,
         checked: Checked,
         usage: &Usage,
-        assumed: &Assumed,
+        assumed: Option<&Assumed>,
     ) -> Option<Result<Pending, RbacError>> {
-        let p = match self.prepare(checked, usage, true, Some(assumed)) {
+        let p = match self.prepare(checked, usage, true, assumed, true) {
             Prepare::Ledger(p) => p,
             Prepare::Answered(answer) => return answer,
         };
         let queued = {
             let for_ledger = p.taken.for_ledger();
-            self.ledger.spend_queued(p.ask(&for_ledger, true, Some(assumed)), p.now as i64)
+            self.ledger.spend_queued(p.ask(&for_ledger, true, assumed), p.now as i64)
         };
         match queued {
             Some(spent) => {
@@ -202,7 +203,14 @@ impl<S: UsageStore + 'static> UsageService<S> {
     /// [`Self::spend`] up to the ledger: the limits held through the rate-limit store
     /// taken (RATE_LIMITED: nothing spent), what the ledger is to spend; or the answer
     /// already (nothing to spend, or refused), or `None` as [`Self::spend`] says.
-    fn prepare(&self, checked: Checked, usage: &Usage, may_wait: bool, assumed: Option<&Assumed>) -> Prepare {
+    fn prepare(
+        &self,
+        checked: Checked,
+        usage: &Usage,
+        may_wait: bool,
+        assumed: Option<&Assumed>,
+        queued: bool,
+    ) -> Prepare {
         use Prepare::Answered;
         let Checked { verification: mut v, snapshot } = checked;
         let snapshot = match snapshot {
@@ -232,8 +240,11 @@ impl<S: UsageStore + 'static> UsageService<S> {
                 Err(e) => return Answered(Some(Err(e.into()))),
             },
         };
-        if assumed.is_some() && !(self.ledger.assumes_counters() && applied.iter().all(|l| !l.identity)) {
-            // Only the ledger's one step can confirm the answer.
+        if (assumed.is_some() && !self.ledger.assumes_counters())
+            || (queued && applied.iter().any(|l| l.identity))
+        {
+            // Only the ledger's one step can confirm the answer; the queued path takes no
+            // identity limits.
             return Answered(None);
         }
         // The shared ledger takes the key's own limits with its credit spend: one step.

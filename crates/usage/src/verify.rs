@@ -44,6 +44,9 @@ impl<S: UsageStore + 'static> UsageService<S> {
         usage: &Usage,
     ) -> Option<Result<Pending, RbacError>> {
         let remote = self.limiter.is_remote();
+        // A shared ledger that cannot check the counters with the spend (a cluster: they
+        // are in another slot) queues the spends of confirmed answers instead.
+        let queues = self.ledger.takes_limits() && !self.ledger.assumes_counters();
         let inline = |s: &KeySummary| {
             usage.check_only
                 || (s.key.credits.is_none()
@@ -53,13 +56,19 @@ impl<S: UsageStore + 'static> UsageService<S> {
                                 .iter()
                                 .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
                                 .all(|l| !l.auto_apply))))
+                || (queues && assumes(s))
         };
         let (unconfirmed, confirming) = self.rbac.check_unconfirmed(secret, root, inline)?;
         if !matches!(confirming.await, Ok(true)) {
             unconfirmed.stale();
             return None;
         }
-        self.spend(self.rbac.confirmed(unconfirmed, scope, query), usage, false, None)
+        let checked = self.rbac.confirmed(unconfirmed, scope, query);
+        let credits = checked.snapshot.as_ref().is_some_and(|s| s.summary().key.credits.is_some());
+        if queues && credits && !usage.check_only {
+            return self.spend_queued(checked, usage, None).await;
+        }
+        self.spend(checked, usage, false, None)
     }
 
     /// `keys.verifyKey`: whether `secret` is a key that is enabled, not expired and, when
@@ -128,7 +137,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
         usage: &Usage,
     ) -> Option<Result<Pending, RbacError>> {
         let (checked, assumed) = self.assumed(secret, scope, query, usage)?;
-        self.spend_queued(checked, usage, &assumed).await
+        self.spend_queued(checked, usage, Some(&assumed)).await
     }
 
     /// [`Self::verify`] with the default usage (cost 1, the auto-applied limits), waiting

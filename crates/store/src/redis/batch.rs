@@ -29,7 +29,8 @@
 //! queued before its read is sent, so the read sees every counter published before the
 //! verification began. Credit spends of cached verifications (`credits.rs`) too: a round
 //! trip's spends go in one script call per [`MAX_SPENDS`] (the change counters they check
-//! read once per call), pipelined.
+//! read once per call), pipelined; on a cluster one call per shard of the credits (its
+//! slot), the counters confirmed before by the shared `MGET`, the calls sent together.
 
 use super::async_conn::{AsyncConn, send_all};
 use super::conn::{Outage, Target};
@@ -379,9 +380,9 @@ impl Shared {
     }
 
     /// The replies of `spends`, in script calls of [`MAX_SPENDS`] sent together (one
-    /// pipeline; spends are queued only on a single Redis, where their change counters and
-    /// credits are reached by one script). A call Redis answers NOSCRIPT for (a restart,
-    /// `SCRIPT FLUSH`) is sent again once the script is loaded.
+    /// pipeline; on a cluster one call per shard of the credits, each in its slot, sent
+    /// together). A call Redis answers NOSCRIPT for (a restart, `SCRIPT FLUSH`, a node
+    /// without it) is sent again once the script is loaded.
     async fn spend(
         &self,
         lane: &Lane,
@@ -390,8 +391,16 @@ impl Shared {
     ) -> Result<Vec<Result<redis::Value, StoreError>>, StoreError> {
         let failed = |e: redis::RedisError| self.failed(lane, &e);
         let hash = self.spend_script.get_hash();
+        // Calls of at most MAX_SPENDS spends, each of one shard on a cluster.
+        let cluster = matches!(conn, AsyncConn::Cluster(_));
+        let mut order: Vec<usize> = (0..spends.len()).collect();
+        if cluster {
+            order.sort_by_key(|&i| spends[i].args.shard);
+        }
+        let same = |a: &usize, b: &usize| !cluster || spends[*a].args.shard == spends[*b].args.shard;
+        let groups: Vec<&[usize]> = order.chunk_by(same).flat_map(|run| run.chunks(MAX_SPENDS)).collect();
         let calls: Vec<redis::Cmd> =
-            spends.chunks(MAX_SPENDS).map(|chunk| spends_call(hash, chunk.iter().map(|s| &s.args))).collect();
+            groups.iter().map(|g| spends_call(hash, g.iter().map(|&i| &spends[i].args))).collect();
         let mut replies = send_all(&mut conn, calls.iter()).await.map_err(failed)?;
         let again: Vec<usize> = (0..replies.len())
             .filter(|&i| matches!(&replies[i], Err(e) if super::script::is_no_script(e)))
@@ -403,24 +412,30 @@ impl Shared {
                 replies[i] = reply;
             }
         }
-        let mut out = Vec::with_capacity(spends.len());
-        for (reply, chunk) in replies.into_iter().zip(spends.chunks(MAX_SPENDS)) {
+        let mut out: Vec<Option<Result<redis::Value, StoreError>>> =
+            (0..spends.len()).map(|_| None).collect();
+        for (reply, group) in replies.into_iter().zip(groups) {
             match reply {
-                Ok(redis::Value::Array(answers)) if answers.len() == chunk.len() => {
-                    out.extend(answers.into_iter().map(Ok))
+                Ok(redis::Value::Array(answers)) if answers.len() == group.len() => {
+                    for (&i, answer) in group.iter().zip(answers) {
+                        out[i] = Some(Ok(answer));
+                    }
                 }
-                Ok(_) => out.extend(
-                    chunk
-                        .iter()
-                        .map(|_| Err(StoreError::Unavailable("Redis: unexpected spends answer".into()))),
-                ),
-                Err(e) => {
-                    let e = format!("Redis: {e}");
-                    out.extend(chunk.iter().map(|_| Err(StoreError::Unavailable(e.clone()))))
+                other => {
+                    let e = match other {
+                        Err(e) => format!("Redis: {e}"),
+                        Ok(_) => "Redis: unexpected spends answer".to_string(),
+                    };
+                    for &i in group {
+                        out[i] = Some(Err(StoreError::Unavailable(e.clone())));
+                    }
                 }
             }
         }
-        Ok(out)
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(StoreError::Unavailable("Redis: no spends answer".into()))))
+            .collect())
     }
 
     fn fail_jobs(&self, jobs: &mut Vec<Job>, e: &StoreError) {

@@ -182,6 +182,8 @@ pub(super) struct SpendArgs {
     /// The keys it names, in order: its counter, the counter's lock, the shard's dirty set,
     /// each limit's window, then the assumed values' (the epoch first).
     keys: Vec<Vec<u8>>,
+    /// Its counter's shard: on a cluster, the slot of all its keys.
+    pub(super) shard: u16,
     key_id: String,
     cost: u64,
     refill: Option<keygate_usage::SharedRefill>,
@@ -342,6 +344,7 @@ impl RedisStore {
         }
         let args = SpendArgs {
             keys,
+            shard,
             key_id: ask.key_id.to_owned(),
             cost: ask.cost,
             refill: ask.refill,
