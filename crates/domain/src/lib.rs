@@ -17,6 +17,7 @@ mod patch;
 mod query;
 mod records;
 mod redact;
+pub mod root_permissions;
 mod secret;
 pub mod trace;
 
