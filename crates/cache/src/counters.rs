@@ -241,6 +241,8 @@ impl CounterSource {
 /// Counter slots in memory: scopes hash to one of a fixed number of slots.
 pub struct LocalCounters {
     slots: Box<[AtomicU64]>,
+    /// Bumps so far, each counted before its slots move ([`Self::generation`]).
+    generation: AtomicU64,
     hasher: foldhash::fast::FixedState,
 }
 
@@ -257,6 +259,7 @@ impl Default for LocalCounters {
     fn default() -> Self {
         Self {
             slots: (0..LOCAL_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            generation: AtomicU64::new(0),
             hasher: foldhash::fast::FixedState::with_seed(0x6b67_636f_756e_7473),
         }
     }
@@ -284,18 +287,27 @@ impl LocalCounters {
     pub fn read(&self, scopes: &[Scope<'_>]) -> Tag {
         let mut values = [0; 2];
         for (v, s) in values.iter_mut().zip(scopes) {
-            *v = self.slot(s).load(Ordering::Acquire);
+            *v = self.slot(s).load(Ordering::SeqCst);
         }
         Tag { source: SOURCE_LOCAL, values }
     }
 
     /// Counters bumped (by name, as the database and the service's writes name them).
     pub fn bump_names<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
         for name in names {
             if let Some(slot) = self.slot_by_name(name) {
-                slot.fetch_add(1, Ordering::AcqRel);
+                slot.fetch_add(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// How many bumps have begun. A reader that finds it the same before a database
+    /// snapshot and after reading slots once the snapshot was taken knows no bump moved a
+    /// slot in between: the slots it read are the ones before the snapshot, so a snapshot
+    /// tagged with them is as safe as one read after them (the miss in one transaction).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 }
 
@@ -434,5 +446,19 @@ mod tests {
             c.bump_names([s.name().as_str()]);
             assert_ne!(c.read(&[s]), before, "{s:?}");
         }
+    }
+
+    #[test]
+    fn every_bump_moves_the_generation_even_of_names_it_does_not_know() {
+        let c = LocalCounters::default();
+        let g = c.generation();
+        c.bump_names(["key:key_1"]);
+        assert_eq!(c.generation(), g + 1);
+        c.bump_names(["key:key_1", "ws:ws_1"]);
+        assert_eq!(c.generation(), g + 2, "one per bump, however many names");
+        c.bump_names(["nonsense"]);
+        assert_eq!(c.generation(), g + 3, "a reader cannot tell what a bump names: it retries");
+        c.read(&[Scope::Key("key_1")]);
+        assert_eq!(c.generation(), g + 3, "reads move nothing");
     }
 }

@@ -281,6 +281,6 @@ fn counter_names(scopes: &[Scope<'_>], p: &Principal) -> Vec<String> {
     scopes.iter().map(Scope::name).chain([p.counter_name().to_string()]).collect()
 }
 
-fn first_two(values: &[u64]) -> [u64; 2] {
+pub(super) fn first_two(values: &[u64]) -> [u64; 2] {
     [values.first().copied().unwrap_or(0), values.get(1).copied().unwrap_or(0)]
 }

@@ -24,6 +24,7 @@ mod root_keys;
 mod sessions;
 mod vault;
 mod verify;
+mod verify_cache;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use changes::{Changes, RECONCILE_MARGIN_MS};
@@ -41,8 +42,9 @@ pub use root_keys::{
 };
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
-use verify::VerifyCache;
-pub use verify::{Assumed, Checked, MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, Snapshot, Unconfirmed};
+pub use verify::{Assumed, Checked, Snapshot, Unconfirmed};
+use verify_cache::VerifyCache;
+pub use verify_cache::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
 
 use crate::StorageError;
 use crate::cache::{AuthCache, NamespaceCache, OverrideCache, RootKeyEntries};

@@ -5,152 +5,17 @@
 //! spends (rate limits, credits) is `keygate-usage`'s, which keeps what it works out per
 //! key in the entry's attachment ([`Checked::attached`]).
 
+use super::changes::first_two;
+use super::verify_cache::{VerifyEntry, entry_scopes};
 use crate::counters::{Confirm, Confirming, CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
 use crate::{
     KeySummary, PermissionQuery, Principal, RbacError, RbacService, RbacStore, RbacTx, Verification,
     VerifyCode, VerifyScope, key_summary,
 };
-use keygate_cache::KeyCache;
 use keygate_domain::{digest_hex, secret_digest};
 use std::any::Any;
 use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// The default bound on the cached keys' snapshots, in bytes (approximate: strings and
-/// their headers): about a million keys of a few permissions each (the server's
-/// `KEYGATE_VERIFY_CACHE_MB`; [`crate::RbacService::with_verify_cache_bytes`]). Keys that exist only: their number is
-/// the store's, not the caller's.
-pub const MAX_CACHED_KEY_BYTES: u64 = 256 << 20;
-/// Bound on cached "no such key" answers, apart from the keys: random secrets fill only
-/// this cache, so they never evict a real key's entry, and each costs at most one store
-/// read until key creation in its shard ends it.
-pub const MAX_CACHED_UNKNOWN_KEYS: u64 = 100_000;
-
-/// What a capability attaches to a key's entry (see [`VerifyEntry::weight`]), per rate
-/// limit of the key or its identity: the limit's applied form.
-const ATTACHED_PER_LIMIT: usize = 96;
-
-/// A cached answer: the key (or none) and the counters it was loaded under.
-pub(crate) struct VerifyEntry {
-    tag: Tag,
-    /// What a verification needs of a key: its effective permissions and roles, its
-    /// identity and the rate limits of both.
-    snapshot: Option<KeySummary>,
-    /// What the spending capability works out once per snapshot ([`Checked::attached`]).
-    attached: OnceLock<Box<dyn Any + Send + Sync>>,
-}
-
-impl std::fmt::Debug for VerifyEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerifyEntry").field("tag", &self.tag).field("snapshot", &self.snapshot).finish()
-    }
-}
-
-impl VerifyEntry {
-    fn new(tag: Tag, snapshot: Option<KeySummary>) -> Self {
-        Self { tag, snapshot, attached: OnceLock::new() }
-    }
-}
-
-impl VerifyEntry {
-    /// Roughly the bytes it holds, for the cache's bound (with what is attached to it,
-    /// counted per rate limit before it is).
-    fn weight(&self) -> u32 {
-        let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
-        let size = 128
-            + self.snapshot.as_ref().map_or(0, |s| {
-                let k = &s.key;
-                k.id.len()
-                    + k.workspace_id.len()
-                    + k.start.len()
-                    + k.api_id.as_ref().map_or(0, String::len)
-                    + k.name.as_ref().map_or(0, String::len)
-                    + k.meta.as_ref().map_or(0, String::len)
-                    + strings(&s.permissions)
-                    + strings(&s.roles)
-                    + s.ratelimits
-                        .iter()
-                        .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
-                        .map(|l| 64 + ATTACHED_PER_LIMIT + 3 * l.id.len() + 2 * l.name.len())
-                        .sum::<usize>()
-                    + s.identity.as_ref().map_or(0, |i| {
-                        64 + i.identity.external_id.len() + i.identity.meta.as_ref().map_or(0, String::len)
-                    })
-            });
-        u32::try_from(size).unwrap_or(u32::MAX)
-    }
-
-    /// The scopes whose counters decide whether this entry is current.
-    fn scopes<'a>(&'a self, digest: &keygate_cache::Digest) -> ([Scope<'a>; 2], usize) {
-        match &self.snapshot {
-            Some(s) => ([Scope::Key(&s.key.id), Scope::Workspace(&s.key.workspace_id)], 2),
-            None => {
-                let shard = Scope::KeysCreated(creation_shard(digest));
-                ([shard, shard], 1)
-            }
-        }
-    }
-}
-
-/// The verification cache: keys and unknown secrets bounded apart. Found keys, looked up
-/// on every verification, are in a sharded map of the project's own ([`KeyCache`]: a hash,
-/// a shared lock, a probe); unknown secrets, which anyone can send, in moka (TinyLFU
-/// admission, so a burst of one-off secrets does not push out what is asked often).
-pub(crate) struct VerifyCache {
-    enabled: bool,
-    found: KeyCache<VerifyEntry>,
-    unknown: moka::sync::Cache<keygate_cache::Digest, Arc<VerifyEntry>>,
-    /// Verifications that read the store (a miss, a stale entry, or the cache off).
-    loads: AtomicU64,
-    /// Verifications answered from the cache.
-    hits: AtomicU64,
-}
-
-impl std::fmt::Debug for VerifyCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VerifyCache(enabled: {}, keys: {})", self.enabled, self.found.len())
-    }
-}
-
-impl VerifyCache {
-    pub(crate) fn new(enabled: bool, max_bytes: u64) -> Self {
-        Self {
-            enabled,
-            found: KeyCache::new(max_bytes),
-            unknown: moka::sync::Cache::new(MAX_CACHED_UNKNOWN_KEYS),
-            loads: Default::default(),
-            hits: Default::default(),
-        }
-    }
-
-    fn get(&self, digest: &keygate_cache::Digest) -> Option<Arc<VerifyEntry>> {
-        self.found.get(digest).or_else(|| self.unknown.get(digest))
-    }
-
-    /// Drops the entry of the key whose stored hash is `stored_hash` (a deleted key). A hash
-    /// of another form (a key imported with its own scheme) is left to the bound.
-    pub(crate) fn forget(&self, stored_hash: &str) {
-        let mut digest = [0u8; 32];
-        if hex::decode_to_slice(stored_hash, &mut digest).is_ok() {
-            self.found.remove(&digest);
-        }
-    }
-
-    fn put(&self, digest: keygate_cache::Digest, entry: Arc<VerifyEntry>) {
-        match entry.snapshot {
-            Some(_) => {
-                self.unknown.invalidate(&digest);
-                let weight = entry.weight();
-                self.found.insert(digest, entry, weight);
-            }
-            None => {
-                self.found.remove(&digest);
-                self.unknown.insert(digest, entry);
-            }
-        }
-    }
-}
+use std::sync::atomic::Ordering;
 
 /// A verification's check, before anything is spent: the answer so far (every code but
 /// the spending ones) and, for a key found in scope, its cached snapshot, which the
@@ -506,19 +371,80 @@ impl<S: RbacStore> RbacService<S> {
         Checked { verification: v, snapshot: Some(snapshot) }
     }
 
-    /// Loads a key's snapshot into the cache, tagged with counters read before the load.
-    /// A key's id and workspace never change, so the first read finds which counters
-    /// apply; the snapshot is read after them.
+    /// Loads a key's snapshot into the cache, tagged with counters that are as they were
+    /// before the snapshot was read. Usually one database transaction: the snapshot and,
+    /// where the counters are the database's or a copy of them (PostgreSQL alone, Redis),
+    /// the counters' values in it; the tag is then the values in memory when no bump began
+    /// since before the snapshot (local counters), the values in the snapshot (the
+    /// database's), or the shared store's read after it when they equal the snapshot's (a
+    /// write committed after the snapshot moves the shared copy only up, past them). When
+    /// that does not hold (a write raced the load, or the shared copy lags), the counters
+    /// read after the first snapshot tag a second one of the same scopes
+    /// ([`Self::load_verify_entry_in_two`] when even the scopes changed).
     fn load_verify_entry(&self, digest: &keygate_cache::Digest) -> Result<Arc<VerifyEntry>, RbacError> {
         self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
         let hash = digest_hex(digest);
+        let local = match &self.counters {
+            CounterSource::Local(local) => Some((local, local.generation())),
+            _ => None,
+        };
+        let (snapshot, in_snapshot) = self.store.snapshot(|tx| {
+            let snapshot = load_snapshot(tx, &hash)?;
+            let in_snapshot = match local {
+                Some(_) => Vec::new(),
+                None => {
+                    let (scopes, n) = entry_scopes(snapshot.as_ref(), digest);
+                    tx.counters(&scopes[..n].iter().map(Scope::name).collect::<Vec<_>>())?
+                }
+            };
+            Ok((snapshot, in_snapshot))
+        })?;
+        let (scopes, n) = entry_scopes(snapshot.as_ref(), digest);
+        let scopes = &scopes[..n];
+        let (tag, current) = match (&self.counters, local) {
+            (CounterSource::Local(counters), Some((_, before))) => {
+                let tag = counters.read(scopes);
+                (tag, counters.generation() == before)
+            }
+            (CounterSource::Store, _) => {
+                (Tag { source: SOURCE_STORE, values: first_two(&in_snapshot) }, true)
+            }
+            _ => {
+                let tag = self.read_counters(scopes)?;
+                let current = tag.values[..n] == in_snapshot[..];
+                (tag, current)
+            }
+        };
+        let entry = if current {
+            VerifyEntry::new(tag, snapshot)
+        } else {
+            let again = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
+            let (again_scopes, m) = entry_scopes(again.as_ref(), digest);
+            if again_scopes[..m] != *scopes {
+                return self.load_verify_entry_in_two(digest, &hash);
+            }
+            VerifyEntry::new(tag, again)
+        };
+        let entry = Arc::new(entry);
+        self.verify_cache.put(*digest, entry.clone());
+        Ok(entry)
+    }
+
+    /// [`Self::load_verify_entry`] in the order that needs no proof: the creation
+    /// counter, the key, its counters, then its snapshot (a key's id and workspace never
+    /// change, so the first read finds which counters apply).
+    fn load_verify_entry_in_two(
+        &self,
+        digest: &keygate_cache::Digest,
+        hash: &str,
+    ) -> Result<Arc<VerifyEntry>, RbacError> {
         let created = self.read_counters(&[Scope::KeysCreated(creation_shard(digest))])?;
-        let found = self.store.read(|tx| Ok(tx.key_by_hash(&hash)?))?;
+        let found = self.store.read(|tx| Ok(tx.key_by_hash(hash)?))?;
         let entry = match found {
             None => VerifyEntry::new(created, None),
             Some(key) => {
                 let tag = self.read_counters(&[Scope::Key(&key.id), Scope::Workspace(&key.workspace_id)])?;
-                match self.store.snapshot(|tx| load_snapshot(tx, &hash))? {
+                match self.store.snapshot(|tx| load_snapshot(tx, hash))? {
                     Some(snapshot) => VerifyEntry::new(tag, Some(snapshot)),
                     // Deleted meanwhile: keys do not come back, so "not found" stays true.
                     None => VerifyEntry::new(created, None),

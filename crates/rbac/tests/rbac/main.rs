@@ -2,4 +2,5 @@
 //! (`cargo test -p keygate-rbac --test rbac -- <area>::`).
 
 mod service;
+mod store_reads;
 mod verify_cache;
