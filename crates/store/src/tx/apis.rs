@@ -29,7 +29,7 @@ impl ApiTx for DieselTx<'_> {
             .filter(apis::workspace_id.eq(workspace_id))
             .filter(apis::id.eq(api_id))
             .select((apis::workspace_id, apis::id, apis::name, apis::created_at))
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(|(workspace_id, id, name, created_at)| Api { id, workspace_id, name, created_at }))

@@ -122,7 +122,7 @@ impl CreditTx for DieselTx<'_> {
         let now: Option<Option<i64>> = keys::table
             .filter(keys::id.eq(key_id))
             .select(keys::credits_remaining)
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(now.flatten().map(|r| u64::try_from(r).unwrap_or(0)))
@@ -145,7 +145,7 @@ impl CreditTx for DieselTx<'_> {
         let row: Option<CreditRowValues> = keys::table
             .filter(keys::id.eq(key_id))
             .select(credit_row_columns!())
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(credit_row))

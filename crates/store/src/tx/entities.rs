@@ -37,7 +37,7 @@ impl EntityTx for DieselTx<'_> {
                 .filter(ent::id.eq(id))
                 .filter(ent::workspace_id.eq(workspace_id))
                 .select((ent::id, ent::name, ent::description, ent::title))
-                .first(self.conn)
+                .get_result(self.conn)
                 .optional()
                 .map_err(db_err)?;
             Ok(row.map(entity))

@@ -55,13 +55,12 @@ impl IdentityTx for DieselTx<'_> {
     }
 
     fn identity_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Identity>> {
-        let row: Option<IdentityRow> = identities::table
+        let q = identities::table
             .filter(identities::workspace_id.eq(workspace_id))
             .filter(identities::id.eq(id))
-            .select(identity_columns!())
-            .first(self.conn)
-            .optional()
-            .map_err(db_err)?;
+            .select(identity_columns!());
+        let row: Option<IdentityRow> =
+            on_backend!(self.conn, |c| q.get_result(c).optional()).map_err(db_err)?;
         Ok(row.map(identity))
     }
 
@@ -70,7 +69,7 @@ impl IdentityTx for DieselTx<'_> {
             .filter(identities::workspace_id.eq(workspace_id))
             .filter(identities::external_id.eq(external_id))
             .select(identity_columns!())
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(identity))
@@ -225,22 +224,20 @@ impl IdentityTx for DieselTx<'_> {
     }
 
     fn ratelimits_of(&mut self, owner: LimitOwner<'_>) -> R<Vec<RateLimitConfig>> {
-        let q = ratelimits::table.into_boxed();
-        let q = match owner {
-            LimitOwner::Identity(id) => q.filter(ratelimits::identity_id.eq(id)),
-            LimitOwner::Key(id) => q.filter(ratelimits::key_id.eq(id)),
-        };
-        let rows: Vec<(String, String, i64, i64, bool)> = q
-            .select((
-                ratelimits::id,
-                ratelimits::name,
-                ratelimits::max_tokens,
-                ratelimits::duration,
-                ratelimits::auto_apply,
-            ))
-            .order(ratelimits::name)
-            .load(self.conn)
-            .map_err(db_err)?;
+        use ratelimits::{auto_apply, duration, id, identity_id, key_id, max_tokens, name};
+        // One query of static type per owner (not a boxed one: its statement is found by type).
+        let all = ratelimits::table.select((id, name, max_tokens, duration, auto_apply));
+        let rows: Vec<(String, String, i64, i64, bool)> = match owner {
+            LimitOwner::Identity(owner) => {
+                let q = all.filter(identity_id.eq(owner));
+                on_backend!(self.conn, |c| q.load(c))
+            }
+            LimitOwner::Key(owner) => {
+                let q = all.filter(key_id.eq(owner));
+                on_backend!(self.conn, |c| q.load(c))
+            }
+        }
+        .map_err(db_err)?;
         let mut all: Vec<RateLimitConfig> = rows.into_iter().map(ratelimit).collect();
         // Byte order whatever the database's collation.
         all.sort_by(|a, b| a.name.cmp(&b.name));

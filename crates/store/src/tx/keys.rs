@@ -56,7 +56,7 @@ impl KeyTx for DieselTx<'_> {
             .filter(keys::id.eq(key_id))
             .filter(keys::workspace_id.eq(workspace_id))
             .select(key_columns!())
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(key_from_row))
@@ -66,7 +66,7 @@ impl KeyTx for DieselTx<'_> {
         let row: Option<KeyRow> = keys::table
             .filter(keys::id.eq(key_id))
             .select(key_columns!())
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(key_from_row))
@@ -83,12 +83,8 @@ impl KeyTx for DieselTx<'_> {
     }
 
     fn key_by_hash(&mut self, hash: &str) -> R<Option<Key>> {
-        let row: Option<KeyRow> = keys::table
-            .filter(keys::hash.eq(hash))
-            .select(key_columns!())
-            .first(self.conn)
-            .optional()
-            .map_err(db_err)?;
+        let q = keys::table.filter(keys::hash.eq(hash)).select(key_columns!());
+        let row: Option<KeyRow> = on_backend!(self.conn, |c| q.get_result(c).optional()).map_err(db_err)?;
         Ok(row.map(key_from_row))
     }
 
@@ -111,12 +107,11 @@ impl KeyTx for DieselTx<'_> {
 
     fn key_entities(&mut self, kind: EntityKind, key_id: &str) -> R<Vec<Named>> {
         by_kind!(kind, ent, link, link_col, {
-            let rows: Vec<(String, String)> = link::table
+            let q = link::table
                 .inner_join(ent::table)
                 .filter(link::key_id.eq(key_id))
-                .select((ent::id, ent::name))
-                .load(self.conn)
-                .map_err(db_err)?;
+                .select((ent::id, ent::name));
+            let rows: Vec<(String, String)> = on_backend!(self.conn, |c| q.load(c)).map_err(db_err)?;
             Ok(rows.into_iter().map(named).collect())
         })
     }

@@ -1,6 +1,11 @@
 //! The diesel implementation of the capabilities' transaction traits (`keygate_rbac::store`,
 //! `keygate_usage::store`, `keygate_analytics::store`), one file per resource: what they
 //! share is here.
+//!
+//! A lookup by a unique key reads with `get_result`, not `first`: `first` binds its
+//! `LIMIT 1` as a parameter, and SQLite (3.47 and later) marks a statement whose LIMIT is
+//! a bound parameter to be compiled again whenever it is bound again, so the prepared
+//! statement cache would save nothing (measured: a quarter of a verification miss's CPU).
 
 use crate::conn::DbConn;
 use crate::schema::*;
@@ -163,6 +168,21 @@ macro_rules! by_kind {
                 use roles as $ent;
                 $body
             }
+        }
+    };
+}
+
+/// `$body` with `$c` the backend's own connection rather than `DbConn`: a query of static
+/// type run there finds its prepared statement by that type, where through `DbConn` its SQL
+/// is written out again on every call to look the statement up (for the reads of a
+/// verification's miss).
+macro_rules! on_backend {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match &mut *$conn {
+            #[cfg(feature = "postgres")]
+            DbConn::Pg($c) => $body,
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite($c) => $body,
         }
     };
 }

@@ -14,7 +14,7 @@ impl NamespaceTx for DieselTx<'_> {
             .filter(ratelimit_namespaces::workspace_id.eq(workspace_id))
             .filter(ratelimit_namespaces::name.eq(name))
             .select((ratelimit_namespaces::id, ratelimit_namespaces::name))
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(named))
@@ -25,7 +25,7 @@ impl NamespaceTx for DieselTx<'_> {
             .filter(ratelimit_namespaces::workspace_id.eq(workspace_id))
             .filter(ratelimit_namespaces::id.eq(id))
             .select((ratelimit_namespaces::id, ratelimit_namespaces::name))
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(named))
@@ -132,7 +132,7 @@ impl NamespaceTx for DieselTx<'_> {
             .filter(ratelimit_overrides::namespace_id.eq(namespace_id))
             .filter(ratelimit_overrides::identifier.eq(identifier))
             .select(ratelimit_overrides::id)
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         if let Some(id) = &id {

@@ -45,7 +45,7 @@ impl RootKeyTx for DieselTx<'_> {
             .filter(root_keys::hash.eq(hash))
             .filter(root_keys::revoked_at.is_null())
             .select(ROOT_KEY_COLUMNS)
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         row.map(root_key).transpose()
@@ -57,7 +57,7 @@ impl RootKeyTx for DieselTx<'_> {
             .filter(root_keys::revoked_at.is_null())
             .filter(root_keys::enabled.eq(true))
             .select(root_keys::id)
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(found.is_some())
@@ -68,7 +68,7 @@ impl RootKeyTx for DieselTx<'_> {
             .filter(root_keys::id.eq(id))
             .filter(root_keys::revoked_at.is_null())
             .select(ROOT_KEY_COLUMNS)
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         row.map(root_key).transpose()

@@ -36,7 +36,7 @@ impl SessionTx for DieselTx<'_> {
                 d::created_at,
                 d::seen_at,
             ))
-            .first(self.conn)
+            .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
         Ok(row.map(|(token_hash, workspace_id, root_key_id, csrf_token, created_at, seen_at)| {
