@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Verification over many keys (issue 82): KEYS keys imported with `keygate keys import`
+# (each with two permissions and an identity: bins/keygate/bench/import_file.py), then v2
+# `keys.verifyKey` over all of them in rotation, one worker on CPU 0, wrk on CPU 1:
+#   miss    the verification cache bounded at 1 MiB, so nearly every verification loads
+#           its key (server CPU per verification: the miss's cost; target <= 50 us on
+#           SQLite, <= 100 us on PostgreSQL)
+#   cached  the default cache, after one pass over the keys warmed it: req/s, p99, and the
+#           server's resident memory per cached key (RSS after warming minus before, over
+#           KEYS; it includes what else warming grew, e.g. analytics' per-key roll-ups)
+# ROUNDS rounds of each, interleaved (each its own server, on one database).
+#
+#   bash bins/keygate/bench/many-keys.sh                     # 100,000 keys on SQLite
+#   KEYS=1000000 bash bins/keygate/bench/many-keys.sh
+#   SCALE_OUT=1 bash bins/keygate/bench/many-keys.sh         # PostgreSQL + Redis
+#   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/many-keys.sh   # another build
+# Needs: wrk, curl, taskset, python3; SCALE_OUT=1 also psql.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+. bins/keygate/bench/lib.sh
+
+ROUNDS=${ROUNDS:-3}
+KEYS=${KEYS:-100000}
+PORT=${PORT:-18392}
+ROOT_KEY=kg_root_bench_many_keys_$(date +%s)_0000
+export ROOT_KEY CPU=1
+
+require wrk curl taskset python3
+cargo build --release -q -p keygate --bin keygate
+bench_database
+serve_keygate $PORT "$work/import.log"
+api=$(create_api $PORT many_keys)
+python3 bins/keygate/bench/import_file.py "$work/keys.jsonl" "$KEYS" 1 "$work/secrets" "$KEYS"
+taskset -c 1 target/release/keygate keys import --api "$api" --migration sha256_hex "$work/keys.jsonl" >/dev/null
+kill "${pids[-1]}"
+wait "${pids[-1]}" 2>/dev/null || true
+unset 'pids[-1]'
+export KEYS_FILE="$work/secrets"
+secrets=$(wc -l <"$work/secrets")
+echo "imported $KEYS keys, verifying $secrets of them (the ones without credits)"
+
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/${pids[-1]}/status"; }
+stop_server() {
+  kill "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null || true
+  unset 'pids[-1]'
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1
+  line=$(wrk_round "miss round=$r" $PORT bins/keygate/bench/verify-v2.lua)
+  echo "$line"
+  misses_per_s=$(echo "$line" | sed -E 's/.* rps=([0-9]+).*/\1/')
+  stop_server
+
+  serve_keygate $PORT "$work/cached.log"
+  before=$(rss_kib)
+  # One pass over every key warms the cache (its length from the miss rate just measured,
+  # with a fifth to spare); then the measured round.
+  warm=$((secrets * 6 / 5 / (misses_per_s > 0 ? misses_per_s : 1) + 2))
+  DURATION=${WARM:-${warm}s} wrk_round warm $PORT bins/keygate/bench/verify-v2.lua >/dev/null
+  line=$(wrk_round "cached round=$r" $PORT bins/keygate/bench/verify-v2.lua)
+  echo "$line bytes_per_key=$(( ($(rss_kib) - before) * 1024 / secrets ))"
+  stop_server
+done | tee "$work/results"
+
+backend=$([ "${SCALE_OUT:-0}" = 1 ] && echo "PostgreSQL + Redis" || echo SQLite)
+echo "many keys ($KEYS imported, $secrets verified, $backend):"
+echo "  miss:   median $(median_of "$work/results" miss rps) req/s," \
+  "$(field "$work/results" miss cpu_us | median) us of server CPU per verification"
+echo "  cached: median $(median_of "$work/results" cached rps) req/s, p99 $(median_of "$work/results" cached p99_us) us," \
+  "$(median_of "$work/results" cached bytes_per_key) bytes of RSS per key"
+[ "$(errors "$work/results")" = 0 ] || { echo "errors: $(errors "$work/results")" >&2; exit 1; }
