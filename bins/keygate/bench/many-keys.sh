@@ -14,6 +14,7 @@
 #   KEYS=1000000 bash bins/keygate/bench/many-keys.sh
 #   SCALE_OUT=1 bash bins/keygate/bench/many-keys.sh         # PostgreSQL + Redis
 #   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/many-keys.sh   # another build
+#   ANALYTICS=off bash bins/keygate/bench/many-keys.sh       # servers with analytics off
 # Needs: wrk, curl, taskset, python3; SCALE_OUT=1 also psql.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -47,13 +48,13 @@ stop_server() {
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-  serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1
+  serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS:-on}"
   line=$(wrk_round "miss round=$r" $PORT bins/keygate/bench/verify-v2.lua)
   echo "$line"
   misses_per_s=$(echo "$line" | sed -E 's/.* rps=([0-9]+).*/\1/')
   stop_server
 
-  serve_keygate $PORT "$work/cached.log"
+  serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="${ANALYTICS:-on}"
   before=$(rss_kib)
   # One pass over every key warms the cache (its length from the miss rate just measured,
   # with a fifth to spare); then the measured round.

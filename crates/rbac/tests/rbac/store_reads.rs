@@ -65,6 +65,11 @@ struct Counted {
 
 impl Counted {
     fn new() -> Self {
+        Self::with_counters(None)
+    }
+
+    /// With the change counters read from `counters` (default: in memory).
+    fn with_counters(counters: Option<keygate_rbac::counters::CounterSource>) -> Self {
         let db = TestDb::fresh();
         let inner =
             SqlStore::open(&db.url, PoolSettings { max_size: 8, ..PoolSettings::default() }).expect("open");
@@ -76,6 +81,10 @@ impl Counted {
         };
         let clock = Arc::new(ManualClock::new(1_700_000_000_000));
         let svc = RbacService::new(store, clock.clone());
+        let svc = match counters {
+            Some(source) => svc.with_counter_source(source),
+            None => svc,
+        };
         let (ws, rk, _) = svc.bootstrap(None).expect("bootstrap").expect("fresh db");
         let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
         Counted { svc, clock, admin, ws: ws.id, _db: db }
@@ -211,11 +220,20 @@ fn cache_lifetimes_are_measured_on_the_monotonic_clock() {
 /// A verification's miss reads the store once, in one transaction: a key with its
 /// permissions, roles, identity and limits, and a secret that is no key; the next
 /// verification is a hit. Then a change to the key: one transaction again, and its answer
-/// is the new one. (On SQLite and, with `KEYGATE_TEST_POSTGRES_URL`, PostgreSQL.)
+/// is the new one. With the counters in memory and with the database's (read in the
+/// miss's snapshot; a hit reads them once). On SQLite and, with
+/// `KEYGATE_TEST_POSTGRES_URL`, PostgreSQL.
 #[test]
 fn a_miss_reads_the_store_in_one_transaction() {
+    use keygate_rbac::counters::CounterSource;
+    a_miss_in_one_transaction(Counted::new(), 0);
+    a_miss_in_one_transaction(Counted::with_counters(Some(CounterSource::Store)), 1);
+}
+
+/// [`a_miss_reads_the_store_in_one_transaction`] on `c`, whose hits read the store
+/// `hit_reads` times.
+fn a_miss_in_one_transaction(c: Counted, hit_reads: usize) {
     use keygate_rbac::{EntityKind, EntityRef, KeyUpdate, NewEntity, NewKey, NewRateLimit};
-    let c = Counted::new();
     let entity = |name: &str| NewEntity { name: name.into(), name_field: "name", ..NewEntity::default() };
     c.svc.create_entity(&c.admin, EntityKind::Permission, entity("doc.read")).expect("permission");
     let role = c.svc.create_entity(&c.admin, EntityKind::Role, entity("reader")).expect("role");
@@ -234,16 +252,17 @@ fn a_miss_reads_the_store_in_one_transaction() {
     c.uses();
     let v = c.svc.check_key(secret.expose(), &any, None).expect("verify");
     assert_eq!((v.code, v.permissions().to_vec()), (VerifyCode::Valid, vec!["doc.read".to_string()]));
+    assert_eq!(v.identity().map(|i| i.ratelimits.len()), Some(1), "{v:?}");
     assert_eq!(c.uses(), (0, 1), "a miss: one transaction, no read outside it");
     c.svc.check_key(secret.expose(), &any, None).expect("verify");
-    assert_eq!(c.uses(), (0, 0), "then a hit");
+    assert_eq!(c.uses(), (hit_reads, 0), "then a hit");
     assert_eq!(c.svc.check_key("kg_no_such_key", &any, None).expect("verify").code, VerifyCode::NotFound);
     assert_eq!(c.uses(), (0, 1), "no such key: one transaction");
     c.svc.check_key("kg_no_such_key", &any, None).expect("verify");
-    assert_eq!(c.uses(), (0, 0), "then a hit");
+    assert_eq!(c.uses(), (hit_reads, 0), "then a hit");
     let disable = KeyUpdate { enabled: Some(false), ..KeyUpdate::default() };
     c.svc.update_key(&c.admin, &key.id, disable).expect("disable");
     c.uses();
     assert_eq!(c.svc.check_key(secret.expose(), &any, None).expect("verify").code, VerifyCode::Disabled);
-    assert_eq!(c.uses(), (0, 1), "changed: one transaction, and the change seen");
+    assert_eq!(c.uses(), (hit_reads, 1), "changed: one transaction, and the change seen");
 }
