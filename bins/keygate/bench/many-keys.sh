@@ -15,12 +15,14 @@
 #   SCALE_OUT=1 bash bins/keygate/bench/many-keys.sh         # PostgreSQL + Redis
 #   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/many-keys.sh   # another build
 #   ANALYTICS=off bash bins/keygate/bench/many-keys.sh       # servers with analytics off
+#   ANALYTICS="on off" bash bins/keygate/bench/many-keys.sh  # cached rounds of both, and their ratio
 # Needs: wrk, curl, taskset, python3; SCALE_OUT=1 also psql.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . bins/keygate/bench/lib.sh
 
 ROUNDS=${ROUNDS:-3}
+ANALYTICS=${ANALYTICS:-on}
 KEYS=${KEYS:-100000}
 PORT=${PORT:-18392}
 ROOT_KEY=kg_root_bench_many_keys_$(date +%s)_0000
@@ -48,27 +50,38 @@ stop_server() {
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-  serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS:-on}"
+  serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS%% *}"
   line=$(wrk_round "miss round=$r" $PORT bins/keygate/bench/verify-v2.lua)
   echo "$line"
   misses_per_s=$(echo "$line" | sed -E 's/.* rps=([0-9]+).*/\1/')
   stop_server
 
-  serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="${ANALYTICS:-on}"
-  before=$(rss_kib)
-  # One pass over every key warms the cache (its length from the miss rate just measured,
-  # with a fifth to spare); then the measured round.
-  warm=$((secrets * 6 / 5 / (misses_per_s > 0 ? misses_per_s : 1) + 2))
-  DURATION=${WARM:-${warm}s} wrk_round warm $PORT bins/keygate/bench/verify-v2.lua >/dev/null
-  line=$(wrk_round "cached round=$r" $PORT bins/keygate/bench/verify-v2.lua)
-  echo "$line bytes_per_key=$(( ($(rss_kib) - before) * 1024 / secrets ))"
-  stop_server
+  for analytics in $ANALYTICS; do
+    name=cached
+    [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
+    serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="$analytics"
+    before=$(rss_kib)
+    # One pass over every key warms the cache (its length from the miss rate just
+    # measured, with a fifth to spare); then the measured round.
+    warm=$((secrets * 6 / 5 / (misses_per_s > 0 ? misses_per_s : 1) + 2))
+    DURATION=${WARM:-${warm}s} wrk_round warm $PORT bins/keygate/bench/verify-v2.lua >/dev/null
+    line=$(wrk_round "$name round=$r" $PORT bins/keygate/bench/verify-v2.lua)
+    echo "$line bytes_per_key=$(( ($(rss_kib) - before) * 1024 / secrets ))"
+    stop_server
+  done
 done | tee "$work/results"
 
 backend=$([ "${SCALE_OUT:-0}" = 1 ] && echo "PostgreSQL + Redis" || echo SQLite)
 echo "many keys ($KEYS imported, $secrets verified, $backend):"
 echo "  miss:   median $(median_of "$work/results" miss rps) req/s," \
   "$(field "$work/results" miss cpu_us | median) us of server CPU per verification"
-echo "  cached: median $(median_of "$work/results" cached rps) req/s, p99 $(median_of "$work/results" cached p99_us) us," \
-  "$(median_of "$work/results" cached bytes_per_key) bytes of RSS per key"
+for analytics in $ANALYTICS; do
+  name=cached
+  [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
+  echo "  $name: median $(median_of "$work/results" "$name" rps) req/s, p99 $(median_of "$work/results" "$name" p99_us) us," \
+    "$(median_of "$work/results" "$name" bytes_per_key) bytes of RSS per key"
+done
+if [ "$ANALYTICS" = "on off" ]; then
+  echo "  analytics on / off: $(ratio "$work/results" cached-on cached-off) (median of per-round ratios)"
+fi
 [ "$(errors "$work/results")" = 0 ] || { echo "errors: $(errors "$work/results")" >&2; exit 1; }

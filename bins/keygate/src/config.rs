@@ -254,9 +254,10 @@ pub struct ServeArgs {
     /// in memory and written to the database every few seconds; on or off.
     #[arg(long, env = "KEYGATE_ANALYTICS", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub analytics: bool,
-    /// The most analytics series (key, outcome, tags, minute, ...) held in memory between
-    /// writes; counts of new series beyond it are dropped (and counted).
-    #[arg(long, env = "KEYGATE_ANALYTICS_MAX_SERIES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    /// The most analytics series (key, outcome, tags, minute, ...) held in memory at once
+    /// (those of the current minute, and the last minute's until written); counts of new
+    /// series beyond it are dropped (and counted).
+    #[arg(long, env = "KEYGATE_ANALYTICS_MAX_SERIES", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub analytics_max_series: u64,
     /// Days of analytics kept (as day rows; minutes roll up into hours after a day, hours
     /// into days after 30 days).

@@ -11,6 +11,29 @@ use crate::{
 };
 use keygate_domain::{IdPrefix, new_id};
 use keygate_rbac::{RbacError, Verification, VerifyScope};
+use std::sync::atomic::Ordering;
+
+/// How old a series' oldest count not yet written is before the periodic flush writes it
+/// ([`AnalyticsService::flush_analytics_due`]): the counts a key gathers meanwhile are
+/// written in the same row, so a key verified every few seconds costs a row per few
+/// verifications rather than one per verification.
+pub const WRITE_AFTER_MS: u64 = 2_000;
+
+/// How often the periodic flush takes the rate-limit counts (their identifiers' rows are
+/// written per flush that finds them heavier than their sketch's floor, so a shorter
+/// cadence writes more rows).
+pub const LIMITS_EVERY_MS: u64 = 2_000;
+
+/// What a flush takes from the recorders.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    /// The verification counts that are due, the rate-limit counts of the flush.
+    Due,
+    /// Every verification count, the rate-limit counts of the flush.
+    All,
+    /// Everything, at shutdown.
+    Final,
+}
 
 /// How long minutes stay before they are rolled into hours, and hours into days.
 pub const MINUTES_KEPT_MS: i64 = DAY;
@@ -81,32 +104,63 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         }
     }
 
-    /// Writes every count held in memory to the database in one transaction (added to
-    /// what is there: the current minute's row grows with each flush): how many rows.
-    /// Each flush has an id, written with it: when its commit is not confirmed (a failure,
-    /// or a reply lost after the commit), the next flush writes it again under that id
-    /// before taking anything new, and the id, found, says it landed the first time, so
-    /// counts are never lost to a failure nor added twice. Meanwhile new counts wait in
-    /// the recorders, within their bounds.
+    /// Writes every count held in memory to the database (added to what is there: the
+    /// current minute's row grows with each flush): how many rows. Each flush has an id,
+    /// written with it: when its commit is not confirmed (a failure, or a reply lost after
+    /// the commit), the next flush writes it again under that id before taking anything
+    /// new, and the id, found, says it landed the first time, so counts are never lost to
+    /// a failure nor added twice. Meanwhile new counts wait in the recorders, within their
+    /// bounds.
     pub fn flush_analytics(&self) -> Result<usize, RbacError> {
-        self.flush_all(false)
+        self.flush_all(Taken::All)
+    }
+
+    /// The periodic flush: [`Self::flush_analytics`] of the verification counts that are
+    /// due, those of series whose oldest count not yet written is [`WRITE_AFTER_MS`] old
+    /// (so a series verified again meanwhile is written once for both), and of the
+    /// rate-limit counts when [`LIMITS_EVERY_MS`] have passed since they were last taken.
+    /// Run every second, a count reaches the database within [`WRITE_AFTER_MS`] and a
+    /// second (and the write).
+    pub fn flush_analytics_due(&self) -> Result<usize, RbacError> {
+        self.flush_all(Taken::Due)
     }
 
     /// [`Self::flush_analytics`] at shutdown: nothing is held after.
     pub fn flush_analytics_final(&self) -> Result<usize, RbacError> {
-        self.flush_all(true)
+        self.flush_all(Taken::Final)
     }
 
-    fn flush_all(&self, final_flush: bool) -> Result<usize, RbacError> {
+    fn flush_all(&self, taken: Taken) -> Result<usize, RbacError> {
         // One flush at a time; unconfirmed ones are settled before anything new is taken.
         let mut unconfirmed = self.unconfirmed_flush.lock();
         write_in_order(&mut unconfirmed, |f| self.write_flush(f))?;
         let mut batch = Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
+        let now = self.rbac.clock().now_ms();
         if let Some(recorder) = &self.recorder {
-            batch.verifications = recorder.drain(None).iter().map(stored).collect();
+            let due = matches!(taken, Taken::Due).then(|| now.saturating_sub(WRITE_AFTER_MS));
+            batch.verifications = recorder.drain(due).iter().map(stored).collect();
+            // In the order of the table's key, so each chunk's writes fall on neighbouring
+            // pages of its index rather than across all of them.
+            batch.verifications.sort_unstable_by(|a, b| {
+                (&a.workspace_id, a.bucket, &a.api_id, &a.key_id, &a.identity_id, &a.outcome, &a.tags).cmp(&(
+                    &b.workspace_id,
+                    b.bucket,
+                    &b.api_id,
+                    &b.key_id,
+                    &b.identity_id,
+                    &b.outcome,
+                    &b.tags,
+                ))
+            });
         }
-        if let Some(recorder) = &self.limit_recorder {
-            let drained = recorder.drain((!final_flush).then(|| self.rbac.clock().now_ms()));
+        // (A quarter of the cadence to spare: a flush a little early is not put off a round.)
+        let limits_due =
+            now + LIMITS_EVERY_MS / 4 >= self.limits_taken_ms.load(Ordering::Relaxed) + LIMITS_EVERY_MS;
+        if let Some(recorder) = &self.limit_recorder
+            && (limits_due || !matches!(taken, Taken::Due))
+        {
+            self.limits_taken_ms.store(now, Ordering::Relaxed);
+            let drained = recorder.drain((!matches!(taken, Taken::Final)).then_some(now));
             (batch.limits, batch.identifiers) = stored_limits(&drained);
         }
         if batch.is_empty() {
@@ -218,14 +272,14 @@ fn write_in_order(
 fn stored(c: &SeriesCount) -> VerificationCount {
     let s = &c.series;
     VerificationCount {
-        workspace_id: s.workspace_id.to_string(),
+        workspace_id: s.workspace_id().to_string(),
         width: MINUTE,
         bucket: i64::try_from(s.minute).unwrap_or(i64::MAX),
-        api_id: s.api_id.as_deref().unwrap_or("").to_string(),
-        key_id: s.key_id.to_string(),
-        identity_id: s.identity_id.as_deref().unwrap_or("").to_string(),
+        api_id: s.api_id().to_string(),
+        key_id: s.key_id().to_string(),
+        identity_id: s.identity_id().to_string(),
         outcome: s.code.as_str().to_string(),
-        tags: s.tags.iter().map(|t| t.to_string()).collect(),
+        tags: s.tags().map(str::to_string).collect(),
         count: c.count,
     }
 }

@@ -1,15 +1,23 @@
 //! Verification analytics, recorded off the request path (API-v2.md §14): every
 //! verification's outcome adds one to an in-memory count per series (workspace, API, key,
-//! identity, outcome code, tag set, minute), and a background task drains them to the
-//! database every few seconds in one batch ([`Recorder::drain`]), adding to what is there
-//! so that flushes and instances add up.
+//! identity, outcome code, tag set, minute), and a background task writes them to the
+//! database in batches ([`Recorder::drain`]), adding to what is there so that flushes and
+//! instances add up.
 //!
 //! Recording is the in-process rate-limit store's pattern: a fixed number of shards, each a
 //! hash map behind its own `parking_lot` lock, chosen by the series' hash; a series already
 //! counted this minute is found by its borrowed parts ([`hashbrown::Equivalent`]), so the
-//! common case allocates nothing and takes one uncontended lock. Memory is bounded: at most
-//! `max_series` series wait to be drained; beyond that a new series' counts are dropped
-//! and counted ([`Recorder::dropped`]), never delaying the verification.
+//! common case allocates nothing and takes one uncontended lock.
+//!
+//! A series stays held for its minute (and until what it counted is written), whether or
+//! not its counts were taken: a key verified again finds its series, whatever the number of
+//! keys, and a series is written when its oldest count not yet written is due
+//! ([`Recorder::drain`]'s `due_ms`), not at every flush. So the rows a flush writes grow
+//! with the series that received counts in the last few seconds, each carrying every count
+//! since its last write. A series is one allocation (its parts, length-prefixed, in one
+//! buffer). Memory is bounded: at most `max_series` series are held; beyond that a new
+//! series' counts are dropped and counted ([`Recorder::dropped`]), never delaying the
+//! verification.
 
 use hashbrown::{Equivalent, HashMap};
 use keygate_rbac::VerifyCode;
@@ -32,15 +40,13 @@ pub struct Outcome<'a> {
     pub at_ms: u64,
 }
 
-/// A series: what one count is kept for. `tags` are sorted, each once.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A series: what one count is kept for. Its text parts (workspace, API, key, identity,
+/// then the tags, sorted, each once) sit in one buffer, each after its length; an absent
+/// API or identity is an empty part, as the database stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Series {
-    pub workspace_id: Box<str>,
-    pub api_id: Option<Box<str>>,
-    pub key_id: Box<str>,
-    pub identity_id: Option<Box<str>>,
+    parts: Box<[u8]>,
     pub code: VerifyCode,
-    pub tags: Box<[Box<str>]>,
     /// The minute's start (Unix ms).
     pub minute: u64,
 }
@@ -53,6 +59,92 @@ pub struct SeriesCount {
 }
 
 const MINUTE_MS: u64 = 60_000;
+/// The parts before the tags: workspace, API, key, identity.
+const FIXED_PARTS: usize = 4;
+
+impl Series {
+    /// The text parts in order: workspace, API, key, identity, then the tags.
+    fn parts(&self) -> Parts<'_> {
+        Parts(RawParts(&self.parts))
+    }
+
+    fn part(&self, i: usize) -> &str {
+        self.parts().nth(i).unwrap_or("")
+    }
+
+    pub fn workspace_id(&self) -> &str {
+        self.part(0)
+    }
+
+    /// Empty when the verification named none.
+    pub fn api_id(&self) -> &str {
+        self.part(1)
+    }
+
+    /// Empty for a secret that matched no key.
+    pub fn key_id(&self) -> &str {
+        self.part(2)
+    }
+
+    /// Empty when the key has none.
+    pub fn identity_id(&self) -> &str {
+        self.part(3)
+    }
+
+    /// The tag set, sorted.
+    pub fn tags(&self) -> impl Iterator<Item = &str> {
+        self.parts().skip(FIXED_PARTS)
+    }
+
+    /// What the series holds on the heap besides the map's slot (for the docs' sizes).
+    pub fn heap_bytes(&self) -> usize {
+        self.parts.len()
+    }
+}
+
+/// A length as the series buffer writes it: one byte under 255, else 255 and four bytes.
+fn put_len(buf: &mut Vec<u8>, n: usize) {
+    match u8::try_from(n) {
+        Ok(b) if b < u8::MAX => buf.push(b),
+        _ => {
+            buf.push(u8::MAX);
+            buf.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+        }
+    }
+}
+
+/// The parts of a series buffer, in order, as bytes.
+struct RawParts<'a>(&'a [u8]);
+
+impl<'a> Iterator for RawParts<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (&first, rest) = self.0.split_first()?;
+        let (n, rest) = match first {
+            u8::MAX => {
+                let (len, rest) = rest.split_at_checked(4)?;
+                (u32::from_le_bytes(len.try_into().ok()?) as usize, rest)
+            }
+            b => (usize::from(b), rest),
+        };
+        let (part, rest) = rest.split_at_checked(n)?;
+        self.0 = rest;
+        Some(part)
+    }
+}
+
+/// The parts of a series buffer, in order (written from `&str`s only, cut at their
+/// lengths, so each is UTF-8).
+struct Parts<'a>(RawParts<'a>);
+
+impl<'a> Iterator for Parts<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        self.0.next().map(|p| std::str::from_utf8(p).unwrap_or(""))
+    }
+}
 
 /// An [`Outcome`] seen as a series (tags already a sorted set), hashed as a [`Series`] is.
 struct SeriesRef<'a, 'b> {
@@ -61,35 +153,57 @@ struct SeriesRef<'a, 'b> {
     minute: u64,
 }
 
+impl SeriesRef<'_, '_> {
+    fn parts(&self) -> impl Iterator<Item = &str> {
+        let o = self.outcome;
+        [o.workspace_id, o.api_id.unwrap_or(""), o.key_id, o.identity_id.unwrap_or("")]
+            .into_iter()
+            .chain(self.tags.iter().copied())
+    }
+}
+
+/// The hash of a series' parts, code and minute: the same for a [`Series`] and the
+/// [`SeriesRef`] it was made from.
+fn hash_series<'p, H: Hasher>(
+    h: &mut H,
+    parts: impl Iterator<Item = &'p str>,
+    code: VerifyCode,
+    minute: u64,
+) {
+    for p in parts {
+        p.hash(h);
+    }
+    code.hash(h);
+    minute.hash(h);
+}
+
+impl Hash for Series {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_series(h, self.parts(), self.code, self.minute);
+    }
+}
+
 impl Hash for SeriesRef<'_, '_> {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        // As `Series`'s derived `Hash`: field by field, in order.
-        let o = self.outcome;
-        o.workspace_id.hash(h);
-        o.api_id.hash(h);
-        o.key_id.hash(h);
-        o.identity_id.hash(h);
-        o.code.hash(h);
-        self.tags.len().hash(h);
-        for t in self.tags {
-            t.hash(h);
-        }
-        self.minute.hash(h);
+        hash_series(h, self.parts(), self.outcome.code, self.minute);
     }
 }
 
 impl Equivalent<Series> for SeriesRef<'_, '_> {
     fn equivalent(&self, s: &Series) -> bool {
-        let o = self.outcome;
-        *s.workspace_id == *o.workspace_id
-            && s.api_id.as_deref() == o.api_id
-            && *s.key_id == *o.key_id
-            && s.identity_id.as_deref() == o.identity_id
-            && s.code == o.code
+        // Bytes against bytes: the verification's hot path reads no UTF-8 again.
+        s.code == self.outcome.code
             && s.minute == self.minute
-            && s.tags.len() == self.tags.len()
-            && s.tags.iter().zip(self.tags).all(|(a, b)| **a == **b)
+            && RawParts(&s.parts).eq(self.parts().map(str::as_bytes))
     }
+}
+
+/// A held series' counts: those not yet taken, and when the first of them came.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    pending: u64,
+    /// Unix ms of the first count not yet taken (meaningless while `pending` is 0).
+    since_ms: u64,
 }
 
 /// Keys and the latest minute each has a series in.
@@ -97,9 +211,9 @@ type KeyMinutes = HashMap<Box<str>, u64, foldhash::fast::FixedState>;
 
 /// The in-memory counts; see the module docs.
 pub struct Recorder {
-    shards: Box<[Mutex<HashMap<Series, u64, foldhash::fast::FixedState>>]>,
+    shards: Box<[Mutex<HashMap<Series, Held, foldhash::fast::FixedState>>]>,
     /// The latest minute of each key with a series held (`lastUsed` before a flush): set
-    /// when a series is created, cleared when its minute is drained; sharded by key.
+    /// when a series is created, cleared when its minute's series is let go; sharded by key.
     last_minutes: Box<[Mutex<KeyMinutes>]>,
     hasher: foldhash::fast::FixedState,
     max_series: usize,
@@ -121,7 +235,7 @@ impl std::fmt::Debug for Recorder {
 const INLINE_TAGS: usize = 16;
 
 impl Recorder {
-    /// A recorder holding at most `max_series` series between drains.
+    /// A recorder holding at most `max_series` series at once.
     pub fn new(max_series: usize) -> Self {
         let hasher = foldhash::fast::FixedState::with_seed(0x616e_616c_7974_6963);
         Self {
@@ -153,8 +267,11 @@ impl Recorder {
         let key = SeriesRef { outcome, tags: &tags[..n], minute: outcome.at_ms - outcome.at_ms % MINUTE_MS };
         let hash = self.hasher.hash_one(&key);
         let mut shard = self.shards[hash as usize % self.shards.len()].lock();
-        if let Some(count) = shard.get_mut(&key) {
-            *count += 1;
+        if let Some(held) = shard.get_mut(&key) {
+            if held.pending == 0 {
+                held.since_ms = outcome.at_ms;
+            }
+            held.pending += 1;
             return;
         }
         // A new series: within the bound, or dropped.
@@ -164,7 +281,7 @@ impl Recorder {
             metrics::counter!("keygate_analytics_dropped_total").increment(1);
             return;
         }
-        shard.insert(owned(&key), 1);
+        shard.insert(owned(&key), Held { pending: 1, since_ms: outcome.at_ms });
         drop(shard);
         self.note_minute(outcome.key_id, key.minute);
     }
@@ -183,36 +300,40 @@ impl Recorder {
         }
     }
 
-    /// Takes the counts of the minutes that started before `before_ms` (every count, with
-    /// `None`: at shutdown). What is taken is no longer held.
-    pub fn drain(&self, before_ms: Option<u64>) -> Vec<SeriesCount> {
+    /// Takes the counts of every series whose first count not yet taken came at or before
+    /// `due_ms`, and lets go of the series whose minute had closed by then with nothing
+    /// left to take (`None`: every count, and every series, as at shutdown). A series
+    /// taken and still open stays held, so its next count finds it.
+    pub fn drain(&self, due_ms: Option<u64>) -> Vec<SeriesCount> {
         let mut out = Vec::new();
+        let mut gone: Vec<(Box<str>, u64)> = Vec::new();
         for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            let taken: Vec<Series> = shard
-                .keys()
-                .filter(|s| before_ms.is_none_or(|b| s.minute + MINUTE_MS <= b))
-                .cloned()
-                .collect();
-            for series in taken {
-                if let Some(count) = shard.remove(&series) {
-                    out.push(SeriesCount { series, count });
+            shard.lock().retain(|series, held| {
+                if held.pending > 0 && due_ms.is_none_or(|d| held.since_ms <= d) {
+                    out.push(SeriesCount { series: series.clone(), count: held.pending });
+                    held.pending = 0;
                 }
-            }
+                let closed = due_ms.is_none_or(|d| series.minute + MINUTE_MS <= d);
+                let keep = held.pending > 0 || !closed;
+                if !keep {
+                    gone.push((series.key_id().into(), series.minute));
+                }
+                keep
+            });
         }
-        self.series.fetch_sub(out.len(), Ordering::AcqRel);
-        // What was drained is the database's to tell now; a later minute stays noted.
-        for c in &out {
-            let mut last = self.last_minutes_of(&c.series.key_id).lock();
-            if last.get(&*c.series.key_id).is_some_and(|m| *m <= c.series.minute) {
-                last.remove(&*c.series.key_id);
+        self.series.fetch_sub(gone.len(), Ordering::AcqRel);
+        // A minute let go is the database's to tell now; a later one held stays noted.
+        for (key_id, minute) in gone {
+            let mut last = self.last_minutes_of(&key_id).lock();
+            if last.get(&*key_id).is_some_and(|m| *m <= minute) {
+                last.remove(&*key_id);
             }
         }
         out
     }
 
-    /// The latest minute each of `key_ids` has a count in (held here, not yet drained):
-    /// a lookup per key, whatever the number of series held.
+    /// The latest minute each of `key_ids` has a count in (held here): a lookup per key,
+    /// whatever the number of series held.
     pub fn last_minutes(&self, key_ids: &[&str]) -> Vec<(String, u64)> {
         key_ids
             .iter()
@@ -244,16 +365,12 @@ fn dedup(tags: &mut [&str]) -> usize {
 }
 
 fn owned(k: &SeriesRef<'_, '_>) -> Series {
-    let o = k.outcome;
-    Series {
-        workspace_id: o.workspace_id.into(),
-        api_id: o.api_id.map(Into::into),
-        key_id: o.key_id.into(),
-        identity_id: o.identity_id.map(Into::into),
-        code: o.code,
-        tags: k.tags.iter().map(|t| (*t).into()).collect(),
-        minute: k.minute,
+    let mut buf = Vec::with_capacity(k.parts().map(|p| p.len() + 1).sum());
+    for p in k.parts() {
+        put_len(&mut buf, p.len());
+        buf.extend_from_slice(p.as_bytes());
     }
+    Series { parts: buf.into_boxed_slice(), code: k.outcome.code, minute: k.minute }
 }
 
 #[cfg(test)]
@@ -280,18 +397,43 @@ mod tests {
         r.record(&outcome("key_2", VerifyCode::Valid, &[], 119_999));
         r.record(&outcome("key_2", VerifyCode::Valid, &[], 120_000));
         let mut drained = r.drain(None);
-        drained.sort_by(|a, b| (&a.series.key_id, a.series.minute).cmp(&(&b.series.key_id, b.series.minute)));
+        drained
+            .sort_by(|a, b| (a.series.key_id(), a.series.minute).cmp(&(b.series.key_id(), b.series.minute)));
         let summary: Vec<(&str, u64, usize, u64)> = drained
             .iter()
-            .map(|c| (&*c.series.key_id, c.series.minute, c.series.tags.len(), c.count))
+            .map(|c| (c.series.key_id(), c.series.minute, c.series.tags().count(), c.count))
             .collect();
         assert_eq!(summary.len(), 5, "{summary:?}");
-        let with_tags = drained.iter().find(|c| c.series.tags.len() == 2).unwrap();
+        let with_tags = drained.iter().find(|c| c.series.tags().count() == 2).unwrap();
         assert_eq!(with_tags.count, 3, "a,b in any order and with repeats is one series");
-        assert_eq!(&*with_tags.series.tags[0], "a");
-        assert!(drained.iter().any(|c| &*c.series.key_id == "key_2" && c.series.minute == 60_000));
-        assert!(drained.iter().any(|c| &*c.series.key_id == "key_2" && c.series.minute == 120_000));
+        assert_eq!(with_tags.series.tags().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            (with_tags.series.workspace_id(), with_tags.series.api_id(), with_tags.series.identity_id()),
+            ("ws", "api", "")
+        );
+        assert!(drained.iter().any(|c| c.series.key_id() == "key_2" && c.series.minute == 60_000));
+        assert!(drained.iter().any(|c| c.series.key_id() == "key_2" && c.series.minute == 120_000));
         assert_eq!(r.series(), 0);
+    }
+
+    #[test]
+    fn long_parts_keep_their_lengths() {
+        let r = Recorder::new(100);
+        let long = "k".repeat(300);
+        let tag = vec!["t".repeat(70_000), String::new()];
+        r.record(&Outcome {
+            workspace_id: "ws",
+            api_id: None,
+            key_id: &long,
+            identity_id: Some("id_1"),
+            code: VerifyCode::Valid,
+            tags: &tag,
+            at_ms: 5,
+        });
+        let drained = r.drain(None);
+        let s = &drained[0].series;
+        assert_eq!((s.workspace_id(), s.api_id(), s.key_id(), s.identity_id()), ("ws", "", &*long, "id_1"));
+        assert_eq!(s.tags().collect::<Vec<_>>(), ["", &*tag[0]]);
     }
 
     #[test]
@@ -303,7 +445,7 @@ mod tests {
         let mut last = r.last_minutes(&["key_1", "key_2", "key_3"]);
         last.sort();
         assert_eq!(last, [("key_1".to_string(), 120_000), ("key_2".to_string(), 60_000)]);
-        // Drained minutes are the database's; a later one held stays.
+        // Minutes let go are the database's; a later one held stays.
         r.drain(Some(120_000));
         assert_eq!(r.last_minutes(&["key_1", "key_2"]), [("key_1".to_string(), 120_000)]);
         r.drain(None);
@@ -311,17 +453,31 @@ mod tests {
     }
 
     #[test]
-    fn drains_only_closed_minutes() {
+    fn takes_what_is_due_and_holds_open_series_for_their_next_counts() {
         let r = Recorder::new(100);
         r.record(&outcome("key_1", VerifyCode::Valid, &[], 60_000));
-        r.record(&outcome("key_1", VerifyCode::Valid, &[], 120_000));
-        let closed = r.drain(Some(125_000));
-        assert_eq!(closed.len(), 1);
-        assert_eq!(closed[0].series.minute, 60_000);
+        r.record(&outcome("key_1", VerifyCode::Valid, &[], 61_000));
+        r.record(&outcome("key_2", VerifyCode::Valid, &[], 64_000));
+        // Due by 62 s: key_1's two counts (its first came at 60 s), not key_2's.
+        let taken = r.drain(Some(62_000));
+        assert_eq!(taken.len(), 1);
+        assert_eq!((taken[0].series.key_id(), taken[0].count), ("key_1", 2));
+        assert_eq!(r.series(), 2, "an open minute's series stays held once taken");
+        // Its next count finds it; it is due from its own arrival.
+        r.record(&outcome("key_1", VerifyCode::Valid, &[], 66_000));
+        assert!(r.drain(Some(65_000)).iter().all(|c| c.series.key_id() == "key_2"));
+        let later = r.drain(Some(66_000));
+        assert_eq!((later.len(), later[0].count), (1, 1));
+        // Once its minute has closed by the due time and nothing is left, a series is let go.
+        assert_eq!(r.series(), 2);
+        assert!(r.drain(Some(120_000)).is_empty());
+        assert_eq!(r.series(), 0);
+        // A closed minute's counts not yet due stay until they are.
+        r.record(&outcome("key_3", VerifyCode::Valid, &[], 119_000));
+        assert!(r.drain(Some(118_000)).is_empty());
         assert_eq!(r.series(), 1);
-        r.record(&outcome("key_1", VerifyCode::Valid, &[], 121_000));
-        let rest = r.drain(Some(180_000));
-        assert_eq!((rest.len(), rest[0].count), (1, 2));
+        assert_eq!(r.drain(Some(121_000)).len(), 1);
+        assert_eq!(r.series(), 0);
     }
 
     #[test]
@@ -357,6 +513,6 @@ mod tests {
         let drained = r.drain(None);
         assert_eq!(drained.len(), 1);
         assert_eq!(drained[0].count, 4_000);
-        assert_eq!(drained[0].series.tags.len(), 2);
+        assert_eq!(drained[0].series.tags().count(), 2);
     }
 }

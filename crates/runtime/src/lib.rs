@@ -101,7 +101,7 @@ pub struct AnalyticsSettings {
 
 impl Default for AnalyticsSettings {
     fn default() -> Self {
-        Self { max_series: 100_000, retention_days: 90 }
+        Self { max_series: 1_000_000, retention_days: 90 }
     }
 }
 

@@ -17,12 +17,14 @@ pub const COUNTER_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the live credit counters (in Redis) are written behind to the database: the
 /// bound on what a loss of Redis re-grants (`docs/operations.md`).
 pub const CREDIT_WRITE_BEHIND_INTERVAL: Duration = Duration::from_secs(1);
-/// How often the verification counts held in memory are written to the database (they
-/// reach the API within this), and how often the roll-up and retention of analytics run.
 /// How often SQLite's WAL is checkpointed in the background
 /// ([`keygate_store::WAL_AUTOCHECKPOINT_PAGES`] says why).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
-pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the analytics flush runs: each time it writes the verification series that
+/// are due ([`keygate_analytics::flush::WRITE_AFTER_MS`]: they reach the API within this
+/// and that), and every [`keygate_analytics::flush::LIMITS_EVERY_MS`] the rate-limit counts.
+pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the roll-up and retention of analytics run.
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Starts the background upkeep of the runtime `host` holds, each task on a thread of its
@@ -92,7 +94,7 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
         let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;
         upkeep.spawn("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |h: &T, round| {
             let rt = h.as_ref();
-            if let Err(e) = rt.analytics.flush_analytics() {
+            if let Err(e) = rt.analytics.flush_analytics_due() {
                 log::warn!("analytics: writing the counts failed (kept for the next try): {e}");
             }
             // The first roll-up at the first flush, then every ANALYTICS_ROLLUP_INTERVAL.

@@ -159,3 +159,128 @@ fn a_large_flush_is_written_in_chunks_each_exactly_once() {
     svc.flush_analytics().expect("nothing more");
     assert_eq!(identifiers(), (450, 450));
 }
+
+/// The periodic flush writes a series once its oldest count not yet written is
+/// `WRITE_AFTER_MS` old, with every count it gathered meanwhile in one row; counts reach
+/// the database within two flush intervals; an explicit flush writes everything held.
+#[test]
+fn the_periodic_flush_writes_each_series_when_its_oldest_count_is_due() {
+    use keygate_analytics::VerificationsQuery;
+    use keygate_analytics::flush::WRITE_AFTER_MS;
+    use keygate_analytics::recorder::Outcome;
+    use keygate_rbac::VerifyCode;
+
+    let db = TestDb::fresh();
+    let store =
+        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    // 10 s into a minute.
+    let clock = Arc::new(ManualClock::new(1_700_000_040_000));
+    let rbac = Arc::new(RbacService::new(store, clock.clone()));
+    let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
+    let (ws, rk, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+    let api = rbac.create_api(&admin, "due").expect("api").id;
+    let recorder = svc.recorder().expect("analytics on").clone();
+    let record = |key: &str| {
+        recorder.record(&Outcome {
+            workspace_id: &ws.id,
+            api_id: Some(&api),
+            key_id: key,
+            identity_id: None,
+            code: VerifyCode::Valid,
+            tags: &[],
+            at_ms: clock.now_ms(),
+        })
+    };
+    let written = |key: &str| -> u64 {
+        let q = VerificationsQuery { api_id: api.clone(), key_ids: vec![key.into()], ..Default::default() };
+        svc.get_verifications(&admin, &q).expect("read").iter().map(|r| r.total()).sum()
+    };
+    let step = WRITE_AFTER_MS / 2;
+
+    record("key_a");
+    clock.advance(step);
+    record("key_a");
+    record("key_b");
+    assert_eq!(svc.flush_analytics_due().expect("flush"), 0, "nothing is due yet");
+    assert_eq!((written("key_a"), written("key_b")), (0, 0));
+    clock.advance(step);
+    // key_a's first count is due: both of its counts go in one row; key_b's waits.
+    assert_eq!(svc.flush_analytics_due().expect("flush"), 1);
+    assert_eq!((written("key_a"), written("key_b")), (2, 0));
+    // key_a verified again: its series is still held, and due from this count on.
+    record("key_a");
+    clock.advance(step);
+    assert_eq!(svc.flush_analytics_due().expect("flush"), 1, "key_b only");
+    assert_eq!((written("key_a"), written("key_b")), (2, 1));
+    clock.advance(step);
+    assert_eq!(svc.flush_analytics_due().expect("flush"), 1);
+    assert_eq!(written("key_a"), 3);
+    // An explicit flush writes what is not due yet too.
+    record("key_b");
+    assert_eq!(svc.flush_analytics().expect("flush"), 1);
+    assert_eq!(written("key_b"), 2);
+    assert_eq!(svc.flush_analytics_due().expect("flush"), 0);
+    // Past the minute's end and the wait, its series are let go.
+    clock.advance(60_000);
+    svc.flush_analytics_due().expect("flush");
+    assert_eq!(recorder.series(), 0);
+    assert_eq!((written("key_a"), written("key_b")), (3, 2));
+}
+
+/// A flush of more series than one statement writes (SQLite's statements hold 32 counts,
+/// then one at a time): every series lands with its count, and a second flush adds to them.
+#[test]
+fn a_flush_of_many_series_adds_each_count_to_its_row() {
+    use keygate_analytics::VerificationsQuery;
+    use keygate_analytics::recorder::Outcome;
+    use keygate_rbac::VerifyCode;
+
+    let db = TestDb::fresh();
+    let store =
+        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let clock = Arc::new(ManualClock::new(1_700_000_040_000));
+    let rbac = Arc::new(RbacService::new(store, clock.clone()));
+    let svc = AnalyticsService::new(rbac.clone(), Some(10_000));
+    let (ws, rk, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+    let api = rbac.create_api(&admin, "many").expect("api").id;
+    let recorder = svc.recorder().expect("analytics on").clone();
+    let keys: Vec<String> = (0..71).map(|i| format!("key_{i:03}")).collect();
+    let tags = vec!["plan:pro".to_string(), "region:eu".to_string()];
+    let record_all = || {
+        for (i, key) in keys.iter().enumerate() {
+            for _ in 0..(i % 3 + 1) {
+                recorder.record(&Outcome {
+                    workspace_id: &ws.id,
+                    api_id: Some(&api),
+                    key_id: key,
+                    identity_id: None,
+                    code: if i % 2 == 0 { VerifyCode::Valid } else { VerifyCode::RateLimited },
+                    tags: if i % 5 == 0 { &tags } else { &[] },
+                    at_ms: clock.now_ms(),
+                });
+            }
+        }
+    };
+    let by_key = || -> Vec<(String, u64)> {
+        let q = VerificationsQuery { api_id: api.clone(), by_key: true, ..Default::default() };
+        let mut rows: Vec<(String, u64)> = svc
+            .get_verifications(&admin, &q)
+            .expect("read")
+            .into_iter()
+            .map(|r| (r.key_id.clone().unwrap_or_default(), r.total()))
+            .collect();
+        rows.sort();
+        rows
+    };
+    let expected = |times: u64| -> Vec<(String, u64)> {
+        keys.iter().enumerate().map(|(i, k)| (k.clone(), times * (i as u64 % 3 + 1))).collect()
+    };
+    record_all();
+    assert_eq!(svc.flush_analytics().expect("flush"), 71);
+    assert_eq!(by_key(), expected(1));
+    record_all();
+    assert_eq!(svc.flush_analytics().expect("flush"), 71);
+    assert_eq!(by_key(), expected(2));
+}
