@@ -6,8 +6,10 @@
 #           its key (server CPU per verification: the miss's cost; target <= 50 us on
 #           SQLite, <= 100 us on PostgreSQL)
 #   cached  the default cache, after one pass over the keys warmed it: req/s, p99, and the
-#           server's resident memory per cached key (RSS after warming minus before, over
-#           KEYS; it includes what else warming grew, e.g. analytics' per-key roll-ups)
+#           server's memory per cached key: resident (RSS after warming minus before, over
+#           the keys verified; it includes what else warming grew, e.g. SQLite's page
+#           caches and analytics' series), heap (the allocator's count of what Rust code
+#           holds, after minus before) and the cache's own account of its entries
 # ROUNDS rounds of each, interleaved (each its own server, on one database).
 #
 #   bash bins/keygate/bench/many-keys.sh                     # 100,000 keys on SQLite
@@ -43,6 +45,9 @@ secrets=$(wc -l <"$work/secrets")
 echo "imported $KEYS keys, verifying $secrets of them (the ones without credits)"
 
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/${pids[-1]}/status"; }
+# metric NAME: the value of a /metrics line (NAME with its labels, as printed).
+metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v n="$1" '$1 == n { printf "%.0f\n", $2 }'; }
+heap() { metric 'keygate_memory_bytes{kind="allocated"}'; }
 stop_server() {
   kill "${pids[-1]}"
   wait "${pids[-1]}" 2>/dev/null || true
@@ -60,13 +65,16 @@ for r in $(seq 1 "$ROUNDS"); do
     name=cached
     [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
     serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="$analytics"
-    before=$(rss_kib)
+    before=$(rss_kib) heap_before=$(heap)
     # One pass over every key warms the cache (its length from the miss rate just
     # measured, with a fifth to spare); then the measured round.
     warm=$((secrets * 6 / 5 / (misses_per_s > 0 ? misses_per_s : 1) + 2))
     DURATION=${WARM:-${warm}s} wrk_round warm $PORT bins/keygate/bench/verify-v2.lua >/dev/null
     line=$(wrk_round "$name round=$r" $PORT bins/keygate/bench/verify-v2.lua)
-    echo "$line bytes_per_key=$(( ($(rss_kib) - before) * 1024 / secrets ))"
+    cached=$(metric keygate_verify_cache_keys)
+    echo "$line bytes_per_key=$(( ($(rss_kib) - before) * 1024 / secrets ))" \
+      "heap_per_key=$(( ($(heap) - heap_before) / secrets ))" \
+      "weight_per_key=$(( $(metric keygate_verify_cache_bytes) / (cached > 0 ? cached : 1) ))" "cached=$cached"
     stop_server
   done
 done | tee "$work/results"
@@ -79,7 +87,9 @@ for analytics in $ANALYTICS; do
   name=cached
   [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
   echo "  $name: median $(median_of "$work/results" "$name" rps) req/s, p99 $(median_of "$work/results" "$name" p99_us) us," \
-    "$(median_of "$work/results" "$name" bytes_per_key) bytes of RSS per key"
+    "$(median_of "$work/results" "$name" bytes_per_key) bytes of RSS per key," \
+    "$(median_of "$work/results" "$name" heap_per_key) of heap (the allocator's count)," \
+    "$(median_of "$work/results" "$name" weight_per_key) by the cache's account"
 done
 if [ "$ANALYTICS" = "on off" ]; then
   echo "  analytics on / off: $(ratio "$work/results" cached-on cached-off) (median of per-round ratios)"

@@ -224,6 +224,12 @@ pub struct ServeArgs {
     /// verified recently are evicted first.
     #[arg(long, env = "KEYGATE_VERIFY_CACHE_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub verify_cache_mb: u64,
+    /// The verification cache's keys kept across a restart: written to a file when the
+    /// server stops and read when it starts (each key used only if nothing it depends on
+    /// changed meanwhile): `on` (the file beside the SQLite database, `<file>-keys`),
+    /// `off`, or the file's path. With the embedded default only (SQLite, no Redis).
+    #[arg(long, env = "KEYGATE_VERIFY_CACHE_SNAPSHOT", default_value = "on")]
+    pub verify_cache_snapshot: String,
     /// Migration ids `keys.migrateKeys` accepts besides the built-in schemes' own names
     /// (`sha256_hex`, `sha256_base64`): `ID=SCHEME` entries, comma-separated.
     #[arg(long, env = "KEYGATE_MIGRATIONS", value_delimiter = ',', value_parser = migration_entry)]
@@ -383,6 +389,11 @@ impl ServeArgs {
             ratelimit_headers: self.ratelimit_headers,
             verify_cache: self.verify_cache,
             verify_cache_mb: self.verify_cache_mb,
+            verify_cache_snapshot: match self.verify_cache_snapshot.as_str() {
+                "off" => None,
+                "on" => Some(None),
+                path => Some(Some(path.into())),
+            },
             migrations: self.migrations,
             audit_retention_days: self.audit_retention_days,
             analytics: self.analytics.then_some(AnalyticsSettings {
@@ -454,6 +465,9 @@ pub struct ServerConfig {
     pub verify_cache: bool,
     /// `KEYGATE_VERIFY_CACHE_MB`.
     pub verify_cache_mb: u64,
+    /// `KEYGATE_VERIFY_CACHE_SNAPSHOT`: off (`None`), beside the database (`Some(None)`), or
+    /// at a path.
+    pub verify_cache_snapshot: Option<Option<std::path::PathBuf>>,
     /// `KEYGATE_MIGRATIONS`: migration ids and their schemes, `ID=SCHEME` each.
     pub migrations: Vec<String>,
     /// Audit events older than this many days are deleted in the background; 0: kept.

@@ -31,6 +31,9 @@ pub struct RunningServer {
     /// The background threads (counters, sweeps, write-behind, analytics, audit retention,
     /// metrics): stopped and waited for when this is dropped.
     pub upkeep: Upkeep,
+    /// Where the verification cache's keys are written when it stops
+    /// (`KEYGATE_VERIFY_CACHE_SNAPSHOT`).
+    pub verify_cache_snapshot: Option<std::path::PathBuf>,
     /// A Unix socket's file, removed when this is dropped (after the server has stopped).
     pub socket_file: Option<SocketFile>,
 }
@@ -90,6 +93,13 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         verify_cache_bytes: config.verify_cache_mb << 20,
         analytics: config.analytics,
         change_probe: None,
+        // SQLite's loads are CPU: as many at once as workers; PostgreSQL's wait on the network.
+        max_loading: (config.redis_url.is_none()
+            && matches!(
+                keygate_store::Backend::from_url(&config.database_url),
+                Ok(keygate_store::Backend::Sqlite(_))
+            ))
+        .then(|| worker_count(&config)),
         migrations: keygate_rbac::Migrations::parse(&config.migrations)
             .map_err(|e| anyhow::anyhow!("KEYGATE_MIGRATIONS: {e}"))?,
         vault: config
@@ -117,6 +127,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     }
     let bootstrap_root_key = bootstrap(&runtime.rbac, config.root_key.clone())?;
     runtime.sync_counters().context("reading the change counters")?;
+    let verify_cache_snapshot = match &config.verify_cache_snapshot {
+        Some(Some(path)) => Some(path.clone()),
+        Some(None) => runtime.rbac.store().beside_database("-keys"),
+        None => None,
+    };
     let docs_base = config.docs_url.clone().unwrap_or_else(|| match addr.tcp() {
         Some(tcp) => format!("http://{tcp}/docs"),
         None => "http://localhost/docs".to_string(),
@@ -199,6 +214,20 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     upkeep.spawn("keygate-metrics", METRICS_UPKEEP_INTERVAL, host, |state: &AppState, _| {
         state.metrics.upkeep()
     });
+    if let Some(path) = verify_cache_snapshot.clone() {
+        let state = state.clone();
+        let warm = move || match state.runtime.load_verify_cache(&path) {
+            Ok(w) if w.read > 0 => log::info!(
+                "verification cache: {} of {} keys read from {} (the others changed since it was written)",
+                w.cached,
+                w.read,
+                path.display()
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("verification cache: the snapshot {} was not read: {e}", path.display()),
+        };
+        std::thread::Builder::new().name("keygate-warm-cache".into()).spawn(warm)?;
+    }
     log::info!("keygate listening on {addr} ({description})");
     if let Some(m) = metrics_addr {
         log::info!("keygate metrics on http://{m}/metrics");
@@ -212,6 +241,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         metrics_addr,
         socket_file,
         upkeep,
+        verify_cache_snapshot,
     })
 }
 
@@ -316,7 +346,18 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
         // library when the process ends.
         running.upkeep.stop();
         let state = running.state.clone();
-        let last = move || (state.usage.write_behind_credits(), state.analytics.flush_analytics_final());
+        let snapshot = running.verify_cache_snapshot.clone();
+        let last = move || {
+            if let Some(path) = &snapshot {
+                match state.runtime.save_verify_cache(path) {
+                    Ok(n) => log::info!("verification cache: {n} keys written to {}", path.display()),
+                    Err(e) => {
+                        log::warn!("verification cache: the snapshot {} was not written: {e}", path.display())
+                    }
+                }
+            }
+            (state.usage.write_behind_credits(), state.analytics.flush_analytics_final())
+        };
         match actix_web::rt::task::spawn_blocking(last).await {
             Ok((credits, analytics)) => {
                 if let Err(e) = credits {

@@ -13,16 +13,16 @@ use keygate_domain::{IdPrefix, new_id};
 use keygate_rbac::{RbacError, Verification, VerifyScope};
 use std::sync::atomic::Ordering;
 
-/// How old a series' oldest count not yet written is before the periodic flush writes it
-/// ([`AnalyticsService::flush_analytics_due`]): the counts a key gathers meanwhile are
-/// written in the same row, so a key verified every few seconds costs a row per few
-/// verifications rather than one per verification.
-pub const WRITE_AFTER_MS: u64 = 2_000;
+/// How many periodic flushes a series' oldest count not yet written waits before one
+/// writes it ([`AnalyticsService::flush_analytics_due`]; with a flush every second, 2 to 3
+/// s): the counts a key gathers meanwhile are written in the same row, so a key verified
+/// every few seconds costs a row per few verifications rather than one per verification.
+pub const WRITE_AFTER_FLUSHES: u64 = 2;
 
-/// How often the periodic flush takes the rate-limit counts (their identifiers' rows are
-/// written per flush that finds them heavier than their sketch's floor, so a shorter
-/// cadence writes more rows).
-pub const LIMITS_EVERY_MS: u64 = 2_000;
+/// Every how many periodic flushes the rate-limit counts are taken (every 2 s: their
+/// identifiers' rows are written per flush that finds them heavier than their sketch's
+/// floor, so a shorter cadence writes more rows).
+pub const LIMITS_EVERY_FLUSHES: u64 = 2;
 
 /// What a flush takes from the recorders.
 #[derive(Debug, Clone, Copy)]
@@ -50,9 +50,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         self.record_verification_limits(v, at_ms);
         let Some(recorder) = &self.recorder else { return };
         let (workspace_id, api_id, key_id, identity_id) = match v.key() {
-            Some(k) => {
-                (k.workspace_id.as_str(), k.api_id.as_deref(), k.id.as_str(), k.identity_id.as_deref())
-            }
+            Some(k) => (k.workspace_id(), k.api_id(), k.id(), k.identity_id()),
             None => match scope.workspace_id {
                 Some(ws) => (ws, scope.api_id, "", None),
                 None => return,
@@ -90,12 +88,12 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         let mut buf = [0u8; 128];
         for l in &v.ratelimits {
             let identifier = match l.identity {
-                true => v.identity().map_or(key.id.as_str(), |i| i.identity.id.as_str()),
-                false => key.id.as_str(),
+                true => v.identity().map_or(key.id(), |i| i.identity.id.as_str()),
+                false => key.id(),
             };
             let namespace = joined(&mut buf, VERIFY_NAMESPACE_PREFIX, &l.name);
             r.record(&LimitDecision {
-                workspace_id: &key.workspace_id,
+                workspace_id: key.workspace_id(),
                 namespace_id: &namespace,
                 identifier,
                 passed,
@@ -116,11 +114,11 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     }
 
     /// The periodic flush: [`Self::flush_analytics`] of the verification counts that are
-    /// due, those of series whose oldest count not yet written is [`WRITE_AFTER_MS`] old
-    /// (so a series verified again meanwhile is written once for both), and of the
-    /// rate-limit counts when [`LIMITS_EVERY_MS`] have passed since they were last taken.
-    /// Run every second, a count reaches the database within [`WRITE_AFTER_MS`] and a
-    /// second (and the write).
+    /// due, those of series whose oldest count not yet written came before the
+    /// [`WRITE_AFTER_FLUSHES`]th periodic flush before this one (so a series verified again
+    /// meanwhile is written once for both), and of the rate-limit counts every
+    /// [`LIMITS_EVERY_FLUSHES`]th. Run every second, a count reaches the database within 3
+    /// s (and the write).
     pub fn flush_analytics_due(&self) -> Result<usize, RbacError> {
         self.flush_all(Taken::Due)
     }
@@ -137,7 +135,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         let mut batch = Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
         let now = self.rbac.clock().now_ms();
         if let Some(recorder) = &self.recorder {
-            let due = matches!(taken, Taken::Due).then(|| now.saturating_sub(WRITE_AFTER_MS));
+            let due = matches!(taken, Taken::Due).then_some((WRITE_AFTER_FLUSHES, now));
             batch.verifications = recorder.drain(due).iter().map(stored).collect();
             // In the order of the table's key, so each chunk's writes fall on neighbouring
             // pages of its index rather than across all of them.
@@ -153,13 +151,15 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
                 ))
             });
         }
-        // (A quarter of the cadence to spare: a flush a little early is not put off a round.)
-        let limits_due =
-            now + LIMITS_EVERY_MS / 4 >= self.limits_taken_ms.load(Ordering::Relaxed) + LIMITS_EVERY_MS;
+        let limits_due = match taken {
+            Taken::Due => {
+                self.due_flushes.fetch_add(1, Ordering::Relaxed).is_multiple_of(LIMITS_EVERY_FLUSHES)
+            }
+            Taken::All | Taken::Final => true,
+        };
         if let Some(recorder) = &self.limit_recorder
-            && (limits_due || !matches!(taken, Taken::Due))
+            && limits_due
         {
-            self.limits_taken_ms.store(now, Ordering::Relaxed);
             let drained = recorder.drain((!matches!(taken, Taken::Final)).then_some(now));
             (batch.limits, batch.identifiers) = stored_limits(&drained);
         }

@@ -49,8 +49,8 @@ pub struct AnalyticsService<S> {
     limit_recorder: Option<Arc<LimitRecorder>>,
     /// A flush whose commit was not confirmed ([`flush`]).
     unconfirmed_flush: parking_lot::Mutex<std::collections::VecDeque<flush::Flush>>,
-    /// When the rate-limit counts were last taken (Unix ms).
-    limits_taken_ms: std::sync::atomic::AtomicU64,
+    /// Periodic flushes so far (the rate-limit counts are taken every other one).
+    due_flushes: std::sync::atomic::AtomicU64,
     /// The SQL queries running per workspace.
     sql_slots: sql::run::Slots,
 }
@@ -65,7 +65,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             recorder: max_series.map(|n| Arc::new(Recorder::new(n))),
             limit_recorder: max_series.map(|n| Arc::new(LimitRecorder::new(n))),
             unconfirmed_flush: Default::default(),
-            limits_taken_ms: Default::default(),
+            due_flushes: Default::default(),
             sql_slots: Default::default(),
         }
     }

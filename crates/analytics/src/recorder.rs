@@ -12,7 +12,7 @@
 //! A series stays held for its minute (and until what it counted is written), whether or
 //! not its counts were taken: a key verified again finds its series, whatever the number of
 //! keys, and a series is written when its oldest count not yet written is due
-//! ([`Recorder::drain`]'s `due_ms`), not at every flush. So the rows a flush writes grow
+//! ([`Recorder::drain`]: a number of drains after it came), not at every flush. So the rows a flush writes grow
 //! with the series that received counts in the last few seconds, each carrying every count
 //! since its last write. A series is one allocation (its parts, length-prefixed, in one
 //! buffer). Memory is bounded: at most `max_series` series are held; beyond that a new
@@ -202,8 +202,9 @@ impl Equivalent<Series> for SeriesRef<'_, '_> {
 #[derive(Debug, Clone, Copy)]
 struct Held {
     pending: u64,
-    /// Unix ms of the first count not yet taken (meaningless while `pending` is 0).
-    since_ms: u64,
+    /// The drains made before the first count not yet taken came (meaningless while
+    /// `pending` is 0).
+    since: u64,
 }
 
 /// Keys and the latest minute each has a series in.
@@ -219,6 +220,8 @@ pub struct Recorder {
     max_series: usize,
     series: AtomicUsize,
     dropped: AtomicU64,
+    /// Drains made so far.
+    drains: AtomicU64,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -245,6 +248,7 @@ impl Recorder {
             max_series,
             series: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            drains: AtomicU64::new(0),
         }
     }
 
@@ -269,7 +273,7 @@ impl Recorder {
         let mut shard = self.shards[hash as usize % self.shards.len()].lock();
         if let Some(held) = shard.get_mut(&key) {
             if held.pending == 0 {
-                held.since_ms = outcome.at_ms;
+                held.since = self.drains.load(Ordering::Relaxed);
             }
             held.pending += 1;
             return;
@@ -281,7 +285,7 @@ impl Recorder {
             metrics::counter!("keygate_analytics_dropped_total").increment(1);
             return;
         }
-        shard.insert(owned(&key), Held { pending: 1, since_ms: outcome.at_ms });
+        shard.insert(owned(&key), Held { pending: 1, since: self.drains.load(Ordering::Relaxed) });
         drop(shard);
         self.note_minute(outcome.key_id, key.minute);
     }
@@ -300,20 +304,24 @@ impl Recorder {
         }
     }
 
-    /// Takes the counts of every series whose first count not yet taken came at or before
-    /// `due_ms`, and lets go of the series whose minute had closed by then with nothing
-    /// left to take (`None`: every count, and every series, as at shutdown). A series
-    /// taken and still open stays held, so its next count finds it.
-    pub fn drain(&self, due_ms: Option<u64>) -> Vec<SeriesCount> {
+    /// Takes the counts of every series whose first count not yet taken came at least
+    /// `wait.0` drains ago (before the drain `wait.0` before this one), and lets go of the
+    /// series whose minute had closed by `wait.1` (Unix ms) with nothing left to take
+    /// (`None`: every count, and every series, as at shutdown). A series taken and still
+    /// open stays held, so its next count finds it. Counted in drains, not in time: with a
+    /// drain every second, `wait.0` of 2 writes a count 2 to 3 s after it came, whatever
+    /// the clock says.
+    pub fn drain(&self, wait: Option<(u64, u64)>) -> Vec<SeriesCount> {
+        let drain = self.drains.fetch_add(1, Ordering::AcqRel);
         let mut out = Vec::new();
         let mut gone: Vec<(Box<str>, u64)> = Vec::new();
         for shard in self.shards.iter() {
             shard.lock().retain(|series, held| {
-                if held.pending > 0 && due_ms.is_none_or(|d| held.since_ms <= d) {
+                if held.pending > 0 && wait.is_none_or(|(rounds, _)| held.since + rounds <= drain) {
                     out.push(SeriesCount { series: series.clone(), count: held.pending });
                     held.pending = 0;
                 }
-                let closed = due_ms.is_none_or(|d| series.minute + MINUTE_MS <= d);
+                let closed = wait.is_none_or(|(_, now_ms)| series.minute + MINUTE_MS <= now_ms);
                 let keep = held.pending > 0 || !closed;
                 if !keep {
                     gone.push((series.key_id().into(), series.minute));
@@ -446,7 +454,7 @@ mod tests {
         last.sort();
         assert_eq!(last, [("key_1".to_string(), 120_000), ("key_2".to_string(), 60_000)]);
         // Minutes let go are the database's; a later one held stays.
-        r.drain(Some(120_000));
+        r.drain(Some((0, 120_000)));
         assert_eq!(r.last_minutes(&["key_1", "key_2"]), [("key_1".to_string(), 120_000)]);
         r.drain(None);
         assert!(r.last_minutes(&["key_1"]).is_empty());
@@ -455,28 +463,34 @@ mod tests {
     #[test]
     fn takes_what_is_due_and_holds_open_series_for_their_next_counts() {
         let r = Recorder::new(100);
+        let wait = |now_ms| Some((2, now_ms));
         r.record(&outcome("key_1", VerifyCode::Valid, &[], 60_000));
         r.record(&outcome("key_1", VerifyCode::Valid, &[], 61_000));
-        r.record(&outcome("key_2", VerifyCode::Valid, &[], 64_000));
-        // Due by 62 s: key_1's two counts (its first came at 60 s), not key_2's.
-        let taken = r.drain(Some(62_000));
+        assert!(r.drain(wait(62_000)).is_empty(), "drain 0: nothing has waited two drains");
+        r.record(&outcome("key_2", VerifyCode::Valid, &[], 62_500));
+        assert!(r.drain(wait(63_000)).is_empty(), "drain 1");
+        // Drain 2: key_1's two counts (they came before drain 0), not key_2's.
+        let taken = r.drain(wait(64_000));
         assert_eq!(taken.len(), 1);
         assert_eq!((taken[0].series.key_id(), taken[0].count), ("key_1", 2));
         assert_eq!(r.series(), 2, "an open minute's series stays held once taken");
-        // Its next count finds it; it is due from its own arrival.
-        r.record(&outcome("key_1", VerifyCode::Valid, &[], 66_000));
-        assert!(r.drain(Some(65_000)).iter().all(|c| c.series.key_id() == "key_2"));
-        let later = r.drain(Some(66_000));
-        assert_eq!((later.len(), later[0].count), (1, 1));
-        // Once its minute has closed by the due time and nothing is left, a series is let go.
+        // Its next count finds it; it is due two drains after its own arrival.
+        r.record(&outcome("key_1", VerifyCode::Valid, &[], 64_500));
+        let next = r.drain(wait(65_000));
+        assert!(next.iter().all(|c| c.series.key_id() == "key_2"), "drain 3: key_2 only");
+        assert!(r.drain(wait(66_000)).is_empty(), "drain 4");
+        let later = r.drain(wait(67_000));
+        assert_eq!((later.len(), later[0].count), (1, 1), "drain 5: key_1's third count");
+        // Once its minute has closed and nothing is left, a series is let go.
         assert_eq!(r.series(), 2);
-        assert!(r.drain(Some(120_000)).is_empty());
+        assert!(r.drain(wait(120_000)).is_empty());
         assert_eq!(r.series(), 0);
         // A closed minute's counts not yet due stay until they are.
         r.record(&outcome("key_3", VerifyCode::Valid, &[], 119_000));
-        assert!(r.drain(Some(118_000)).is_empty());
+        assert!(r.drain(wait(121_000)).is_empty());
         assert_eq!(r.series(), 1);
-        assert_eq!(r.drain(Some(121_000)).len(), 1);
+        assert!(r.drain(wait(122_000)).is_empty());
+        assert_eq!(r.drain(wait(123_000)).len(), 1);
         assert_eq!(r.series(), 0);
     }
 

@@ -145,6 +145,15 @@ impl<V> KeyCache<V> {
         }
     }
 
+    /// Calls `f` with each entry (a shard at a time, under its read lock).
+    pub fn for_each(&self, mut f: impl FnMut(&Digest, &Arc<V>)) {
+        for shard in self.shards.iter() {
+            for slot in shard.read().table.iter() {
+                f(&slot.digest, &slot.value);
+            }
+        }
+    }
+
     /// How many entries it holds.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.read().table.len()).sum()
@@ -156,8 +165,7 @@ impl<V> KeyCache<V> {
     }
 
     /// What its entries weigh in all.
-    #[cfg(test)]
-    fn weight(&self) -> u64 {
+    pub fn weight(&self) -> u64 {
         self.shards.iter().map(|s| s.read().weight).sum()
     }
 }

@@ -7,14 +7,22 @@
 //!   weight, with no lifetime of its own.
 //! * [`counters`]: the change counters that tell a cached answer it is still current, on
 //!   this instance and every other.
+//! * [`CachedKey`]: a key as the verification cache holds it, compact, its names, sets of
+//!   names and identity shared through an [`Interner`]; [`verify`], the verification
+//!   cache itself (known keys and unknown secrets), and [`snapshot`], its keys in a file.
 //!
-//! Synchronous, storage-free and knowing nothing of keys' contents: `keygate-rbac` keeps
-//! root keys' principals, overrides and key snapshots in them, and `keygate-store`
-//! implements the counters' shared side on Redis.
+//! Synchronous and storage-free: `keygate-rbac` keeps root keys' principals, overrides and
+//! cached keys in them, and `keygate-store` implements the counters' shared side on Redis.
 
+mod compact;
 pub mod counters;
+mod intern;
 mod keys;
+pub mod snapshot;
 mod ttl;
+pub mod verify;
 
+pub use compact::{CachedKey, KeyCredits};
+pub use intern::{Grants, Interner, KeyScope, Name, Names};
 pub use keys::KeyCache;
 pub use ttl::{Cached, Digest, HitCounts, MAX_ENTRIES, MAX_NEGATIVE_ENTRIES, TtlCache};

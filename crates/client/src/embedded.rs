@@ -349,13 +349,13 @@ pub(crate) fn result(v: &Verification) -> VerifyKeyResult {
     VerifyKeyResult {
         valid: code == VerifyCode::Valid,
         code,
-        meta: object(k.meta.as_deref()),
-        key_id: Some(k.id.clone()),
-        enabled: Some(k.enabled),
-        name: k.name.clone(),
-        expires: k.expires,
-        permissions: v.permissions().to_vec(),
-        roles: v.roles().to_vec(),
+        meta: object(k.meta()),
+        key_id: Some(k.id().to_string()),
+        enabled: Some(k.enabled()),
+        name: k.name().map(str::to_string),
+        expires: k.expires(),
+        permissions: v.permissions().iter().map(|p| p.to_string()).collect(),
+        roles: v.roles().iter().map(|r| r.to_string()).collect(),
         credits: v.credits,
         ratelimits: v
             .ratelimits

@@ -175,7 +175,7 @@ impl VerifiedKey {
         match &*self.0 {
             Verified::Result(r) => r.key_id.as_deref().unwrap_or_default(),
             #[cfg(feature = "embedded")]
-            Verified::Embedded(v, _) => v.key().map_or("", |k| k.id.as_str()),
+            Verified::Embedded(v, _) => v.key().map_or("", |k| k.id()),
         }
     }
 

@@ -177,8 +177,9 @@ pub struct Kept {
     /// Analytics counts held in memory: (verification series, rate-limit counts); `None`
     /// with analytics off.
     pub analytics_held: Option<(usize, usize)>,
-    /// Keys held in the verification cache (bounded by `KEYGATE_VERIFY_CACHE_MB`).
-    pub verify_cache_keys: usize,
+    /// Keys held in the verification cache, and what they weigh by its account (bounded
+    /// by `KEYGATE_VERIFY_CACHE_MB`).
+    pub verify_cache: (usize, u64),
 }
 
 /// The allocator's own account of the heap, by `kind` of `keygate_memory_bytes`:
@@ -309,7 +310,8 @@ impl Metrics {
             metrics::counter!("keygate_redis_pushed_changes_total").absolute(pushed);
             metrics::counter!("keygate_redis_pushed_stale_total").absolute(pushed_stale);
         }
-        metrics::gauge!("keygate_verify_cache_keys").set(kept.verify_cache_keys as f64);
+        metrics::gauge!("keygate_verify_cache_keys").set(kept.verify_cache.0 as f64);
+        metrics::gauge!("keygate_verify_cache_bytes").set(kept.verify_cache.1 as f64);
         for (kind, bytes) in allocator_bytes().into_iter().flatten() {
             metrics::gauge!("keygate_memory_bytes", "kind" => kind).set(bytes as f64);
         }

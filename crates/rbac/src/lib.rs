@@ -27,8 +27,8 @@ pub use counters::{
     ChangeProbe, Confirm, Confirming, CounterSource, LocalCounters, Probe, Scope, SharedCounters, Tag,
 };
 pub use error::{RbacError, Resource};
-pub use keygate_cache::Cached;
 pub use keygate_cache::counters;
+pub use keygate_cache::{Cached, CachedKey, Digest, Interner, KeyCredits, Name, snapshot};
 pub use keygate_domain::StorageError;
 pub use keygate_domain::migration;
 pub use keygate_domain::{

@@ -1,5 +1,3 @@
-use crate::Key;
-
 /// A root key as stored (the secret itself is never stored, only its hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RootKey {
@@ -141,10 +139,10 @@ pub struct VerifyScope<'a> {
 
 impl VerifyScope<'_> {
     /// Whether `key` is inside this scope.
-    pub fn admits(&self, key: &Key) -> bool {
-        self.workspace_id.is_none_or(|ws| key.workspace_id == ws)
-            && self.api_id.is_none_or(|api| key.api_id.as_deref() == Some(api))
-            && self.access.is_none_or(|a| a.admits(key.api_id.as_deref()))
+    pub fn admits(&self, workspace_id: &str, api_id: Option<&str>) -> bool {
+        self.workspace_id.is_none_or(|ws| workspace_id == ws)
+            && self.api_id.is_none_or(|api| api_id == Some(api))
+            && self.access.is_none_or(|a| a.admits(api_id))
     }
 }
 

@@ -2,7 +2,8 @@
 //! verification cache, and what the call spent), with its code and how each rate limit
 //! fared (`keygate_domain`'s [`VerifyCode`] and [`LimitOutcome`]).
 
-use crate::{IdentityView, Key, LimitOutcome, VerifyCode};
+use crate::{IdentityView, LimitOutcome, VerifyCode};
+use keygate_cache::{CachedKey, Name};
 
 /// A verified key: the key found (absent when the secret is unknown or out of scope), as
 /// the verification cache holds it, with the names of its effective permissions (direct
@@ -28,22 +29,22 @@ impl Verification {
     }
 
     /// The key found.
-    pub fn key(&self) -> Option<&Key> {
-        self.found.as_ref().map(|s| &s.summary().key)
+    pub fn key(&self) -> Option<&CachedKey> {
+        self.found.as_ref().map(|s| s.key())
     }
 
     /// The names of the key's effective permissions, sorted (none when no key was found).
-    pub fn permissions(&self) -> &[String] {
-        self.found.as_ref().map_or(&[], |s| &s.summary().permissions)
+    pub fn permissions(&self) -> &[Name] {
+        self.found.as_ref().map_or(&[], |s| s.key().permissions())
     }
 
     /// The names of the key's roles, sorted (none when no key was found).
-    pub fn roles(&self) -> &[String] {
-        self.found.as_ref().map_or(&[], |s| &s.summary().roles)
+    pub fn roles(&self) -> &[Name] {
+        self.found.as_ref().map_or(&[], |s| s.key().roles())
     }
 
     /// The identity the key is linked to, with its limits.
     pub fn identity(&self) -> Option<&IdentityView> {
-        self.found.as_ref().and_then(|s| s.summary().identity.as_ref())
+        self.found.as_ref().and_then(|s| s.key().identity())
     }
 }

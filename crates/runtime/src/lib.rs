@@ -16,6 +16,7 @@ pub mod limit;
 pub mod offload;
 pub mod upkeep;
 pub mod verify;
+pub mod warm;
 
 pub use limit::{LimitAsk, Limited, LimitedAll, LoadGates};
 pub use offload::{CallError, Offload};
@@ -68,6 +69,13 @@ pub struct RuntimeSettings {
     pub vault: Option<Arc<keygate_vault::Keyring>>,
     /// Where end users reach the server (portal sessions' links).
     pub public_url: String,
+    /// Verifications that load their key from the database at once, at most (`None`: no
+    /// bound): on SQLite a load is CPU (about 90 us), and a cold cache's loads on the
+    /// blocking pool's threads would take the workers' cores from the cached verifications
+    /// beside them; the others wait for a turn without a thread. The server sets the
+    /// number of workers on SQLite, and no bound on PostgreSQL (whose loads wait on the
+    /// network).
+    pub max_loading: Option<usize>,
 }
 
 impl RuntimeSettings {
@@ -86,6 +94,7 @@ impl RuntimeSettings {
             migrations: Migrations::default(),
             vault: None,
             public_url: "http://localhost".into(),
+            max_loading: None,
         }
     }
 }
@@ -144,6 +153,8 @@ pub struct Runtime {
     pub fail_open: bool,
     /// One store read per root key, namespace or overrides at a time (the hot paths' misses).
     pub loads: LoadGates,
+    /// Verifications loading their key, at most [`RuntimeSettings::max_loading`] at once.
+    pub loading: Option<LoadGates>,
 }
 
 impl Runtime {
@@ -193,6 +204,7 @@ impl Runtime {
             analytics_settings: settings.analytics,
             fail_open: settings.fail_open,
             loads: LoadGates::default(),
+            loading: settings.max_loading.map(LoadGates::new),
         })
     }
 

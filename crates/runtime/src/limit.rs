@@ -96,6 +96,14 @@ impl Default for LoadGates {
 }
 
 impl LoadGates {
+    /// `n` stripes (at least one): at most `n` holders at once.
+    pub fn new(n: usize) -> Self {
+        Self {
+            gates: (0..n.max(1)).map(|_| futures_util::lock::Mutex::new(())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
     /// Waits for the stripe of `key`; held until the guard is dropped.
     pub async fn enter<K: std::hash::Hash + ?Sized>(
         &self,

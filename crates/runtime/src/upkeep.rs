@@ -21,8 +21,9 @@ pub const CREDIT_WRITE_BEHIND_INTERVAL: Duration = Duration::from_secs(1);
 /// ([`keygate_store::WAL_AUTOCHECKPOINT_PAGES`] says why).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// How often the analytics flush runs: each time it writes the verification series that
-/// are due ([`keygate_analytics::flush::WRITE_AFTER_MS`]: they reach the API within this
-/// and that), and every [`keygate_analytics::flush::LIMITS_EVERY_MS`] the rate-limit counts.
+/// are due (those that waited [`keygate_analytics::flush::WRITE_AFTER_FLUSHES`] flushes:
+/// they reach the API within 3 s), and every
+/// [`keygate_analytics::flush::LIMITS_EVERY_FLUSHES`]th flush the rate-limit counts.
 pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the roll-up and retention of analytics run.
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);

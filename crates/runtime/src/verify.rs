@@ -98,6 +98,12 @@ impl Runtime {
                     (call.principal.cloned(), call.workspace_id.map(String::from));
                 let (api_id, access) = (call.api_id.map(String::from), call.access.cloned());
                 let (query, asks) = (call.query.cloned(), call.usage.clone());
+                // A key to load waits for a turn (bounded: its thread's CPU is the cached
+                // verifications'); a key cached is spending or confirming, not loading.
+                let _turn = match &self.loading {
+                    Some(gates) if !self.rbac.is_cached(call.secret) => Some(gates.enter(call.secret).await),
+                    _ => None,
+                };
                 // The root key is checked still current by the verification itself, with
                 // the key's change counters (one read).
                 blocking(offload, move || {

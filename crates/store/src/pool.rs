@@ -197,6 +197,28 @@ impl SqlStore {
         Ok(Self { pool, backend, writer: Default::default(), write_wait: settings.statement_timeout })
     }
 
+    /// A file beside the SQLite database's (`<database file><suffix>`); none for
+    /// PostgreSQL.
+    pub fn beside_database(&self, suffix: &str) -> Option<std::path::PathBuf> {
+        match &self.backend {
+            Backend::Sqlite(path) => Some(format!("{path}{suffix}").into()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The latest migration applied to the database (its version).
+    pub fn latest_migration(&self) -> Result<String, StorageError> {
+        let mut conn = self.conn()?;
+        let applied = match &mut *conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => c.applied_migrations().map(|v| v.iter().map(|m| m.to_string()).max()),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => c.applied_migrations().map(|v| v.iter().map(|m| m.to_string()).max()),
+        };
+        applied.map(Option::unwrap_or_default).map_err(|e| StorageError::Internal(e.to_string()))
+    }
+
     /// Whether the database's applied migrations are exactly this build's: `Ok(())`, or
     /// why not (some pending: an older schema; some unknown: a newer keygate's).
     pub fn schema_is_current(&self) -> Result<(), StoreOpenError> {
@@ -503,11 +525,7 @@ impl UsageStore for SqlStore {
 
     /// `<database file>-credits`.
     fn credit_journal(&self) -> Option<std::path::PathBuf> {
-        match &self.backend {
-            Backend::Sqlite(path) => Some(format!("{path}-credits").into()),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
+        self.beside_database("-credits")
     }
 
     fn usage_read<T, F>(&self, f: F) -> Result<T, RbacError>

@@ -47,6 +47,11 @@ pub struct UsageService<S> {
     /// [`limits::LOCAL_OWN_NAMESPACE`], allocated once: the in-process store compares a
     /// budget's namespace by pointer first.
     own_local: Arc<String>,
+    /// No limits: what keys without auto-applied limits share.
+    no_limits: Arc<[limits::Applied]>,
+    /// What every key with nothing of its own to take shares (no credits, no limits, the
+    /// in-process store's namespace).
+    plain: Arc<limits::KeyLimits>,
 }
 
 /// Clones share the service (its parts are shared already).
@@ -57,6 +62,8 @@ impl<S> Clone for UsageService<S> {
             ledger: self.ledger.clone(),
             limiter: self.limiter.clone(),
             own_local: self.own_local.clone(),
+            no_limits: self.no_limits.clone(),
+            plain: self.plain.clone(),
         }
     }
 }
@@ -76,7 +83,9 @@ impl<S: UsageStore + 'static> UsageService<S> {
         let ledger = Arc::new(Ledger::new(rbac.store().clone(), rbac.counter_source(), shared));
         let rbac = Arc::new(rbac.with_credit_counters(ledger.clone()));
         let own_local = Arc::new(limits::LOCAL_OWN_NAMESPACE.to_owned());
-        (rbac.clone(), Self { rbac, ledger, limiter, own_local })
+        let no_limits: Arc<[limits::Applied]> = Arc::new([]);
+        let plain = Arc::new(limits::KeyLimits::plain(own_local.clone(), no_limits.clone()));
+        (rbac.clone(), Self { rbac, ledger, limiter, own_local, no_limits, plain })
     }
 
     /// The RBAC service usage is wired onto.

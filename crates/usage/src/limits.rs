@@ -5,7 +5,7 @@
 use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, check_len};
 use keygate_ratelimit::{BudgetKey, Decision, Entry, LimitRequest, RateLimitStore, StoreError};
 use keygate_rbac::{
-    KeySummary, LimitOutcome, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, RateLimitConfig,
+    CachedKey, LimitOutcome, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, RateLimitConfig,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -100,19 +100,12 @@ pub(crate) struct Applied {
 /// limit the request names, found by name among the key's, then the identity's, with the
 /// request's `limit`/`duration` over the stored ones; a name found nowhere is an ad-hoc
 /// limit of the key, which needs both (else 400 at `ratelimits.<i>`).
-pub(crate) fn applied_limits(
-    summary: &KeySummary,
-    asks: &[LimitAsk],
-) -> Result<Vec<Applied>, ValidationError> {
-    let identity: &[RateLimitConfig] = summary.identity.as_ref().map_or(&[], |i| &i.ratelimits);
+pub(crate) fn applied_limits(key: &CachedKey, asks: &[LimitAsk]) -> Result<Vec<Applied>, ValidationError> {
+    let identity: &[RateLimitConfig] = key.identity().map_or(&[], |i| &i.ratelimits);
     let find = |name: &str| {
-        summary
-            .ratelimits
-            .iter()
-            .find(|l| l.name == name)
-            .or_else(|| identity.iter().find(|l| l.name == name))
+        key.ratelimits().iter().find(|l| l.name == name).or_else(|| identity.iter().find(|l| l.name == name))
     };
-    let of_identity = |l: &RateLimitConfig| !summary.ratelimits.iter().any(|k| k.id == l.id);
+    let of_identity = |l: &RateLimitConfig| !key.ratelimits().iter().any(|k| k.id == l.id);
     let stored = |l: &RateLimitConfig, cost: u64, limit: Option<u64>, duration: Option<u64>| Applied {
         id: l.id.as_str().into(),
         name: l.name.as_str().into(),
@@ -126,7 +119,7 @@ pub(crate) fn applied_limits(
         },
     };
     let mut out: BTreeMap<&str, Applied> = BTreeMap::new();
-    for l in summary.ratelimits.iter().chain(identity).filter(|l| l.auto_apply) {
+    for l in key.ratelimits().iter().chain(identity).filter(|l| l.auto_apply) {
         if !out.contains_key(l.name.as_str()) && find(&l.name).is_some_and(|f| f.id == l.id) {
             out.insert(&l.name, stored(l, 1, None, None));
         }
@@ -141,7 +134,7 @@ pub(crate) fn applied_limits(
                 name: a.name.as_str().into(),
                 auto_apply: false,
                 identity: false,
-                budget: format!("{}:{}", summary.key.id, a.name),
+                budget: format!("{}:{}", key.id(), a.name),
                 request: LimitRequest { limit, duration, cost },
             },
             (None, _, _) => {
@@ -204,10 +197,22 @@ pub(crate) struct KeyLimits {
 
 impl KeyLimits {
     /// `own`: the namespace of the key's own limits.
-    pub(crate) fn of(summary: &KeySummary, own: Arc<String>) -> Self {
-        let auto = applied_limits(summary, &[]).unwrap_or_default();
-        let identity = summary.key.identity_id.as_deref().map_or_else(|| own.clone(), identity_namespace);
-        Self { own, identity, auto: auto.into(), counter: Default::default() }
+    /// What a key with nothing of its own to take holds: `own`, the namespace every key
+    /// shares, and no limits.
+    pub(crate) fn plain(own: Arc<String>, none: Arc<[Applied]>) -> Self {
+        Self { identity: own.clone(), own, auto: none, counter: Default::default() }
+    }
+
+    /// `none`: an empty list of limits to share (most keys have no auto-applied limit).
+    pub(crate) fn of(key: &CachedKey, own: Arc<String>, none: &Arc<[Applied]>) -> Self {
+        let auto = applied_limits(key, &[]).unwrap_or_default();
+        let auto = if auto.is_empty() { none.clone() } else { auto.into() };
+        // An identity's namespace only where it has limits to take in it.
+        let identity = match key.identity().filter(|i| !i.ratelimits.is_empty()) {
+            Some(i) => identity_namespace(&i.identity.id),
+            None => own.clone(),
+        };
+        Self { own, identity, auto, counter: Default::default() }
     }
 }
 
@@ -390,13 +395,13 @@ pub(crate) fn outcomes(limits: &[Applied], decisions: &[Option<Decision>]) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keygate_rbac::{Identity, IdentityView, Key};
+    use keygate_rbac::{Identity, IdentityView, Interner, Key, KeySummary};
 
     fn limit(id: &str, name: &str, auto_apply: bool) -> RateLimitConfig {
         RateLimitConfig { id: id.into(), name: name.into(), limit: 10, duration: 60_000, auto_apply }
     }
 
-    fn summary(key: Vec<RateLimitConfig>, shared: Vec<RateLimitConfig>) -> KeySummary {
+    fn summary(key: Vec<RateLimitConfig>, shared: Vec<RateLimitConfig>) -> CachedKey {
         let key_row = Key {
             id: "key_1".into(),
             workspace_id: "ws".into(),
@@ -421,14 +426,15 @@ mod tests {
             created_at: 0,
             updated_at: 0,
         };
-        KeySummary {
+        let summary = KeySummary {
             key: key_row,
             permissions: vec![],
             roles: vec![],
             identity: Some(IdentityView { identity, ratelimits: shared }),
             ratelimits: key,
             last_used: None,
-        }
+        };
+        CachedKey::new(summary, &Interner::default())
     }
 
     fn ask(name: &str) -> LimitAsk {

@@ -217,24 +217,33 @@ impl<S: UsageStore + 'static> UsageService<S> {
             Some(s) if v.code == VerifyCode::Valid && !usage.check_only => s,
             _ => return Answered(Some(Ok(Pending::done(v)))),
         };
-        let summary = snapshot.summary();
-        let ledger = &self.ledger;
-        let own = |s: &keygate_rbac::KeySummary| {
-            let own = match ledger.limits_namespace(&s.key.id) {
-                Some(ns) => Arc::new(ns),
-                None => own_namespace(&s.key.id, self.limiter.is_remote(), &self.own_local),
-            };
-            Arc::new(KeyLimits::of(s, own))
+        let key = snapshot.key();
+        // A key with nothing of its own to take (no credits, no limits) shares one record
+        // with every such key; a request naming ad-hoc limits for it gets its own.
+        let plain = |k: &keygate_rbac::CachedKey| {
+            k.credits().is_none()
+                && k.ratelimits().is_empty()
+                && k.identity().is_none_or(|i| i.ratelimits.is_empty())
         };
-        let Some(limits) = snapshot.attached(own).cloned() else {
+        let init = |k: &keygate_rbac::CachedKey| match plain(k) {
+            true => self.plain.clone(),
+            false => Arc::new(self.key_limits(k)),
+        };
+        let Some(mut limits) = snapshot.attached(init) else {
             return Answered(if assumed.is_some() { None } else { Some(Ok(Pending::done(v))) });
         };
+        if Arc::ptr_eq(&limits, &self.plain) && !usage.ratelimits.is_empty() {
+            let own = self.key_limits(key);
+            if !Arc::ptr_eq(&own.own, &self.plain.own) {
+                limits = Arc::new(own);
+            }
+        }
         if let Some(counter) = limits.counter.get() {
             counter.prefetch();
         }
         let applied: Arc<[Applied]> = match usage.ratelimits.is_empty() {
             true => limits.auto.clone(),
-            false => match applied_limits(summary, &usage.ratelimits) {
+            false => match applied_limits(key, &usage.ratelimits) {
                 Ok(l) => l.into(),
                 Err(_) if assumed.is_some() => return Answered(None),
                 Err(e) => return Answered(Some(Err(e.into()))),
@@ -248,7 +257,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
             return Answered(None);
         }
         // The shared ledger takes the key's own limits with its credit spend: one step.
-        let with_spend = self.ledger.takes_limits() && summary.key.credits.is_some();
+        let with_spend = self.ledger.takes_limits() && key.credits().is_some();
         if !may_wait && (with_spend || (!applied.is_empty() && self.limiter.is_remote())) {
             return Answered(None);
         }
@@ -353,6 +362,19 @@ struct Prepared {
     now: u64,
 }
 
+impl<S: UsageStore + 'static> UsageService<S> {
+    /// What a key's verifications take, worked out from the key: its namespaces (its own
+    /// limits' in the credit ledger's slot, or the rate-limit store's), its auto-applied
+    /// limits.
+    fn key_limits(&self, k: &keygate_rbac::CachedKey) -> KeyLimits {
+        let own = match self.ledger.limits_namespace(k.id()) {
+            Some(ns) => Arc::new(ns),
+            None => own_namespace(k.id(), self.limiter.is_remote(), &self.own_local),
+        };
+        KeyLimits::of(k, own, &self.no_limits)
+    }
+}
+
 impl Prepared {
     /// What the ledger is to spend; `for_ledger`: the key's own limits it takes
     /// ([`Taken::for_ledger`]).
@@ -362,7 +384,7 @@ impl Prepared {
         may_wait: bool,
         assumed: Option<&'a Assumed>,
     ) -> SpendAsk<'a> {
-        let key = &self.snapshot.summary().key;
+        let key = self.snapshot.key();
         SpendAsk { key, cost: self.cost, may_wait, tag: self.snapshot.tag(), limits: for_ledger, assumed }
     }
 }

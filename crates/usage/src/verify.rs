@@ -6,8 +6,7 @@ use crate::limits::{Usage, validate_usage};
 use crate::spend::Pending;
 use crate::{UsageService, UsageStore};
 use keygate_rbac::{
-    Assumed, Checked, KeySummary, PermissionQuery, Principal, RbacError, Verification, VerifyCode,
-    VerifyScope,
+    Assumed, CachedKey, Checked, PermissionQuery, Principal, RbacError, Verification, VerifyCode, VerifyScope,
 };
 use std::sync::Arc;
 
@@ -47,16 +46,16 @@ impl<S: UsageStore + 'static> UsageService<S> {
         // A shared ledger that cannot check the counters with the spend (a cluster: they
         // are in another slot) queues the spends of confirmed answers instead.
         let queues = self.ledger.takes_limits() && !self.ledger.assumes_counters();
-        let inline = |s: &KeySummary| {
+        let inline = |k: &CachedKey| {
             usage.check_only
-                || (s.key.credits.is_none()
+                || (k.credits().is_none()
                     && (!remote
                         || (usage.ratelimits.is_empty()
-                            && s.ratelimits
+                            && k.ratelimits()
                                 .iter()
-                                .chain(s.identity.iter().flat_map(|i| &i.ratelimits))
+                                .chain(k.identity().iter().flat_map(|i| &i.ratelimits))
                                 .all(|l| !l.auto_apply))))
-                || (queues && assumes(s))
+                || (queues && assumes(k))
         };
         let (unconfirmed, confirming) = self.rbac.check_unconfirmed(secret, root, inline)?;
         if !matches!(confirming.await, Ok(true)) {
@@ -64,7 +63,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
             return None;
         }
         let checked = self.rbac.confirmed(unconfirmed, scope, query);
-        let credits = checked.snapshot.as_ref().is_some_and(|s| s.summary().key.credits.is_some());
+        let credits = checked.snapshot.as_ref().is_some_and(|s| s.key().credits().is_some());
         if queues && credits && !usage.check_only {
             return self.spend_queued(checked, usage, None).await;
         }
@@ -155,6 +154,6 @@ impl<S: UsageStore + 'static> UsageService<S> {
 /// Whether a verification of this key can be answered in one step of the shared ledger
 /// that checks its assumed counters: it spends credits and has no identity limits (which
 /// live elsewhere).
-fn assumes(s: &KeySummary) -> bool {
-    s.key.credits.is_some() && s.identity.as_ref().is_none_or(|i| i.ratelimits.is_empty())
+fn assumes(k: &CachedKey) -> bool {
+    k.credits().is_some() && k.identity().is_none_or(|i| i.ratelimits.is_empty())
 }

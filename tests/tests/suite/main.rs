@@ -49,3 +49,4 @@ mod v2_ratelimit;
 mod v2_routes;
 mod verify_cache;
 mod verify_usage;
+mod warm_restart;

@@ -17,3 +17,4 @@ mod prometheus;
 mod store_copy;
 mod tracing;
 mod unix_socket;
+mod warm_restart;

@@ -160,16 +160,18 @@ fn a_large_flush_is_written_in_chunks_each_exactly_once() {
     assert_eq!(identifiers(), (450, 450));
 }
 
-/// The periodic flush writes a series once its oldest count not yet written is
-/// `WRITE_AFTER_MS` old, with every count it gathered meanwhile in one row; counts reach
-/// the database within two flush intervals; an explicit flush writes everything held.
+/// The periodic flush writes a series once its oldest count not yet written has waited
+/// `WRITE_AFTER_FLUSHES` flushes, with every count it gathered meanwhile in one row (counted
+/// in flushes, so it holds whatever the clock does: this one stands still); an explicit
+/// flush writes everything held.
 #[test]
 fn the_periodic_flush_writes_each_series_when_its_oldest_count_is_due() {
     use keygate_analytics::VerificationsQuery;
-    use keygate_analytics::flush::WRITE_AFTER_MS;
+    use keygate_analytics::flush::WRITE_AFTER_FLUSHES;
     use keygate_analytics::recorder::Outcome;
     use keygate_rbac::VerifyCode;
 
+    assert_eq!(WRITE_AFTER_FLUSHES, 2, "the steps below count on it");
     let db = TestDb::fresh();
     let store =
         SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
@@ -196,34 +198,32 @@ fn the_periodic_flush_writes_each_series_when_its_oldest_count_is_due() {
         let q = VerificationsQuery { api_id: api.clone(), key_ids: vec![key.into()], ..Default::default() };
         svc.get_verifications(&admin, &q).expect("read").iter().map(|r| r.total()).sum()
     };
-    let step = WRITE_AFTER_MS / 2;
+    let flush = || svc.flush_analytics_due().expect("flush");
 
     record("key_a");
-    clock.advance(step);
+    assert_eq!(flush(), 0, "flush 0: nothing has waited");
     record("key_a");
     record("key_b");
-    assert_eq!(svc.flush_analytics_due().expect("flush"), 0, "nothing is due yet");
+    assert_eq!(flush(), 0, "flush 1");
     assert_eq!((written("key_a"), written("key_b")), (0, 0));
-    clock.advance(step);
-    // key_a's first count is due: both of its counts go in one row; key_b's waits.
-    assert_eq!(svc.flush_analytics_due().expect("flush"), 1);
+    // Flush 2: key_a's first count waited two flushes; both of its counts go in one row.
+    assert_eq!(flush(), 1);
     assert_eq!((written("key_a"), written("key_b")), (2, 0));
-    // key_a verified again: its series is still held, and due from this count on.
+    // key_a verified again: its series is still held, due two flushes from this count.
     record("key_a");
-    clock.advance(step);
-    assert_eq!(svc.flush_analytics_due().expect("flush"), 1, "key_b only");
+    assert_eq!(flush(), 1, "flush 3: key_b only");
     assert_eq!((written("key_a"), written("key_b")), (2, 1));
-    clock.advance(step);
-    assert_eq!(svc.flush_analytics_due().expect("flush"), 1);
+    assert_eq!(flush(), 0, "flush 4");
+    assert_eq!(flush(), 1, "flush 5");
     assert_eq!(written("key_a"), 3);
     // An explicit flush writes what is not due yet too.
     record("key_b");
     assert_eq!(svc.flush_analytics().expect("flush"), 1);
     assert_eq!(written("key_b"), 2);
-    assert_eq!(svc.flush_analytics_due().expect("flush"), 0);
-    // Past the minute's end and the wait, its series are let go.
+    assert_eq!(flush(), 0);
+    // Past the minute's end, its series are let go.
     clock.advance(60_000);
-    svc.flush_analytics_due().expect("flush");
+    flush();
     assert_eq!(recorder.series(), 0);
     assert_eq!((written("key_a"), written("key_b")), (3, 2));
 }

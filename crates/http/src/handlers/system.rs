@@ -134,7 +134,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
                 .recorder()
                 .zip(st.analytics.limit_recorder())
                 .map(|(v, l)| (v.series(), l.entries())),
-            verify_cache_keys: st.rbac.verify_cache_keys(),
+            verify_cache: st.rbac.verify_cache_keys(),
         };
         Ok(st.metrics.render(&kept))
     })

@@ -24,7 +24,6 @@ mod root_keys;
 mod sessions;
 mod vault;
 mod verify;
-mod verify_cache;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use changes::{Changes, RECONCILE_MARGIN_MS};
@@ -36,6 +35,8 @@ pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 
+use keygate_cache::verify::VerifyCache;
+pub use keygate_cache::verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
 pub use root_keys::{
     MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
     PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
@@ -43,8 +44,6 @@ pub use root_keys::{
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use verify::{Assumed, Checked, Snapshot, Unconfirmed};
-use verify_cache::VerifyCache;
-pub use verify_cache::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
 
 use crate::StorageError;
 use crate::cache::{AuthCache, NamespaceCache, OverrideCache, RootKeyEntries};

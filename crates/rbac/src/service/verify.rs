@@ -6,12 +6,13 @@
 //! key in the entry's attachment ([`Checked::attached`]).
 
 use super::changes::first_two;
-use super::verify_cache::{VerifyEntry, entry_scopes};
 use crate::counters::{Confirm, Confirming, CounterSource, SOURCE_STORE, Scope, Tag, creation_shard};
 use crate::{
     KeySummary, PermissionQuery, Principal, RbacError, RbacService, RbacStore, RbacTx, Verification,
     VerifyCode, VerifyScope, key_summary,
 };
+use keygate_cache::CachedKey;
+use keygate_cache::verify::{VerifyEntry, entry_scopes};
 use keygate_domain::{digest_hex, secret_digest};
 use std::any::Any;
 use std::sync::Arc;
@@ -28,14 +29,13 @@ pub struct Checked {
     pub snapshot: Option<Snapshot>,
 }
 
-/// A key's cached snapshot, as a check found it. Two are equal when their keys' summaries
-/// are.
+/// A key's cached snapshot, as a check found it. Two are equal when their keys are.
 #[derive(Debug, Clone)]
 pub struct Snapshot(Arc<VerifyEntry>);
 
 impl PartialEq for Snapshot {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.summary() == other.summary()
+        Arc::ptr_eq(&self.0, &other.0) || self.key() == other.key()
     }
 }
 
@@ -44,7 +44,7 @@ impl Eq for Snapshot {}
 impl Snapshot {
     /// What a verification needs of the key: its effective permissions and roles, its
     /// identity and the rate limits of both.
-    pub fn summary(&self) -> &KeySummary {
+    pub fn key(&self) -> &CachedKey {
         self.0.snapshot.as_ref().expect("a Snapshot is made of a found key's entry")
     }
 
@@ -55,10 +55,11 @@ impl Snapshot {
     }
 
     /// What the spending capability keeps of this snapshot, worked out by `init` on first
-    /// use and kept with the cache entry (dropped with it when the key changes). One type
-    /// per entry: `None` when another type was attached first.
-    pub fn attached<T: Any + Send + Sync>(&self, init: impl FnOnce(&KeySummary) -> T) -> Option<&T> {
-        self.0.attached.get_or_init(|| Box::new(init(self.summary()))).downcast_ref()
+    /// use (or shared by many: `init` may answer a copy it holds) and kept with the cache
+    /// entry (dropped with it when the key changes). One type per entry: `None` when
+    /// another type was attached first.
+    pub fn attached<T: Any + Send + Sync>(&self, init: impl FnOnce(&CachedKey) -> Arc<T>) -> Option<Arc<T>> {
+        self.0.attached.get_or_init(|| init(self.key())).clone().downcast().ok()
     }
 }
 
@@ -108,8 +109,8 @@ impl Confirm for Confirmation {
 
     fn counter(&self, i: usize, out: &mut String) -> u64 {
         let scope = match (&self.entry.snapshot, i) {
-            (Some(s), 0) => Scope::Key(&s.key.id),
-            (Some(s), 1) => Scope::Workspace(&s.key.workspace_id),
+            (Some(k), 0) => Scope::Key(k.id()),
+            (Some(k), 1) => Scope::Workspace(k.workspace_id()),
             (None, 0) => Scope::KeysCreated(self.shard),
             _ => {
                 let Some((p, value)) = &self.root else { return 0 };
@@ -210,7 +211,7 @@ impl<S: RbacStore> RbacService<S> {
             span.record("keygate.cache.hit", false);
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
             let hash = digest_hex(&digest);
-            let snapshot = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
+            let snapshot = self.verify_cache.compact(self.store.snapshot(|tx| load_snapshot(tx, &hash))?);
             Arc::new(VerifyEntry::new(Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot))
         } else {
             let current = match cached {
@@ -250,7 +251,7 @@ impl<S: RbacStore> RbacService<S> {
         secret: &str,
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
-        wants: impl FnOnce(&KeySummary) -> bool,
+        wants: impl FnOnce(&CachedKey) -> bool,
     ) -> Option<(Checked, Assumed)> {
         if !matches!(self.counters, CounterSource::Shared(_))
             || !self.verify_cache.enabled
@@ -302,7 +303,7 @@ impl<S: RbacStore> RbacService<S> {
         &self,
         secret: &str,
         root: Option<&Arc<Principal>>,
-        wants: impl FnOnce(&KeySummary) -> bool,
+        wants: impl FnOnce(&CachedKey) -> bool,
     ) -> Option<(Unconfirmed, Confirming)> {
         let CounterSource::Shared(shared) = &self.counters else { return None };
         if !self.verify_cache.enabled
@@ -353,15 +354,14 @@ impl<S: RbacStore> RbacService<S> {
         scope: &VerifyScope<'_>,
         query: Option<&PermissionQuery>,
     ) -> Checked {
-        let Some(s) = entry.snapshot.as_ref().filter(|s| scope.admits(&s.key)) else {
+        let Some(k) = entry.snapshot.as_ref().filter(|k| scope.admits(k.workspace_id(), k.api_id())) else {
             return Checked { verification: not_found(), snapshot: None };
         };
-        let holds = |p: &str| s.permissions.binary_search_by(|held| held.as_str().cmp(p)).is_ok();
-        let code = if !s.key.enabled {
+        let code = if !k.enabled() {
             VerifyCode::Disabled
-        } else if s.key.expires.is_some_and(|e| e <= self.now()) {
+        } else if k.expires().is_some_and(|e| e <= self.now()) {
             VerifyCode::Expired
-        } else if query.is_some_and(|q| !q.satisfied_by(&holds)) {
+        } else if query.is_some_and(|q| !q.satisfied_by(&|p| k.holds(p))) {
             VerifyCode::InsufficientPermissions
         } else {
             VerifyCode::Valid
@@ -393,13 +393,15 @@ impl<S: RbacStore> RbacService<S> {
             let in_snapshot = match local {
                 Some(_) => Vec::new(),
                 None => {
-                    let (scopes, n) = entry_scopes(snapshot.as_ref(), digest);
+                    let ids = snapshot.as_ref().map(|s| (s.key.id.as_str(), s.key.workspace_id.as_str()));
+                    let (scopes, n) = entry_scopes(ids, digest);
                     tx.counters(&scopes[..n].iter().map(Scope::name).collect::<Vec<_>>())?
                 }
             };
             Ok((snapshot, in_snapshot))
         })?;
-        let (scopes, n) = entry_scopes(snapshot.as_ref(), digest);
+        let snapshot = self.verify_cache.compact(snapshot);
+        let (scopes, n) = entry_scopes(snapshot.as_ref().map(|k| (k.id(), k.workspace_id())), digest);
         let scopes = &scopes[..n];
         let (tag, current) = match (&self.counters, local) {
             (CounterSource::Local(counters), Some((_, before))) => {
@@ -418,8 +420,8 @@ impl<S: RbacStore> RbacService<S> {
         let entry = if current {
             VerifyEntry::new(tag, snapshot)
         } else {
-            let again = self.store.snapshot(|tx| load_snapshot(tx, &hash))?;
-            let (again_scopes, m) = entry_scopes(again.as_ref(), digest);
+            let again = self.verify_cache.compact(self.store.snapshot(|tx| load_snapshot(tx, &hash))?);
+            let (again_scopes, m) = entry_scopes(again.as_ref().map(|k| (k.id(), k.workspace_id())), digest);
             if again_scopes[..m] != *scopes {
                 return self.load_verify_entry_in_two(digest, &hash);
             }
@@ -444,7 +446,7 @@ impl<S: RbacStore> RbacService<S> {
             None => VerifyEntry::new(created, None),
             Some(key) => {
                 let tag = self.read_counters(&[Scope::Key(&key.id), Scope::Workspace(&key.workspace_id)])?;
-                match self.store.snapshot(|tx| load_snapshot(tx, hash))? {
+                match self.verify_cache.compact(self.store.snapshot(|tx| load_snapshot(tx, hash))?) {
                     Some(snapshot) => VerifyEntry::new(tag, Some(snapshot)),
                     // Deleted meanwhile: keys do not come back, so "not found" stays true.
                     None => VerifyEntry::new(created, None),
@@ -462,9 +464,36 @@ impl<S: RbacStore> RbacService<S> {
         self.verify_cache.loads.load(Ordering::Relaxed)
     }
 
-    /// Keys held in the verification cache now (found keys; unknown secrets apart).
-    pub fn verify_cache_keys(&self) -> usize {
-        self.verify_cache.found.len()
+    /// The keys in the verification cache, each with its secret's digest (a snapshot of
+    /// the cache to write: `keygate_runtime`'s warm start).
+    pub fn cached_keys(&self) -> Vec<(keygate_cache::Digest, Snapshot)> {
+        let mut out = Vec::new();
+        self.verify_cache
+            .found
+            .for_each(|d, e| out.extend(e.snapshot.as_ref().map(|_| (*d, Snapshot(e.clone())))));
+        out
+    }
+
+    /// Caches `key` under `digest`, current while its counters hold `tag`: the caller
+    /// answers for `tag` having been read before `key` was known current (the warm start).
+    pub fn cache_key(&self, digest: keygate_cache::Digest, tag: Tag, key: CachedKey) {
+        self.verify_cache.put(digest, Arc::new(VerifyEntry::new(tag, Some(key))));
+    }
+
+    /// Whether `secret`'s key (or its absence) is in the verification cache, current or not.
+    pub fn is_cached(&self, secret: &str) -> bool {
+        self.verify_cache.get(&secret_digest(secret)).is_some()
+    }
+
+    /// What the cached keys share (their names, grants, scopes and identities).
+    pub fn cache_interner(&self) -> &keygate_cache::Interner {
+        &self.verify_cache.interner
+    }
+
+    /// Keys held in the verification cache now (found keys; unknown secrets apart), and
+    /// what they weigh by the cache's account (bounded by its size).
+    pub fn verify_cache_keys(&self) -> (usize, u64) {
+        (self.verify_cache.found.len(), self.verify_cache.found.weight())
     }
 
     /// Hits and misses of each cache so far, by name: `root_keys`, `namespaces`,

@@ -291,7 +291,7 @@ fn verify_key_reads_the_key_and_its_effective_permissions() {
         .create_key_as(&f.admin, NewKey { permissions: vec!["a.read".into()], ..NewKey::default() })
         .expect("create");
     let v = f.svc.check_key(secret.expose(), &VerifyScope::default(), None).expect("verify");
-    assert_eq!((v.code, v.key().map(|k| k.id.as_str())), (VerifyCode::Valid, Some(key.id.as_str())));
+    assert_eq!((v.code, v.key().map(|k| k.id())), (VerifyCode::Valid, Some(key.id.as_str())));
     assert_eq!(v.permissions(), ["a.read"]);
     let q = PermissionQuery::And(vec![
         PermissionQuery::Permission("a.read".into()),

@@ -251,7 +251,7 @@ fn a_miss_in_one_transaction(c: Counted, hit_reads: usize) {
     let any = VerifyScope::default();
     c.uses();
     let v = c.svc.check_key(secret.expose(), &any, None).expect("verify");
-    assert_eq!((v.code, v.permissions().to_vec()), (VerifyCode::Valid, vec!["doc.read".to_string()]));
+    assert_eq!((v.code, v.permissions()), (VerifyCode::Valid, &["doc.read".into()][..]));
     assert_eq!(v.identity().map(|i| i.ratelimits.len()), Some(1), "{v:?}");
     assert_eq!(c.uses(), (0, 1), "a miss: one transaction, no read outside it");
     c.svc.check_key(secret.expose(), &any, None).expect("verify");

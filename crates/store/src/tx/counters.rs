@@ -80,3 +80,24 @@ impl CounterTx for DieselTx<'_> {
         Ok(rows.into_iter().map(|(n, v)| (n, v.max(0) as u64)).collect())
     }
 }
+
+impl crate::SqlStore {
+    /// The change counter that carried change number `seq` (the highest, with `None`), as
+    /// (its change number, name, value, when): where the counters' history stands, which a
+    /// snapshot of the verification cache names to be checked against when it is read.
+    /// `None`: no counter (nothing changed yet), or none carries `seq` now (bumped since).
+    pub fn counter_mark(
+        &self,
+        seq: Option<i64>,
+    ) -> Result<Option<(i64, String, u64, i64)>, keygate_rbac::StorageError> {
+        use change_counters as cc;
+        let row: Option<(i64, String, i64, i64)> = self.with_conn(|conn| {
+            let q = cc::table.select((cc::seq, cc::scope, cc::value, cc::changed_at)).order(cc::seq.desc());
+            match seq {
+                Some(seq) => q.filter(cc::seq.eq(seq)).first(conn).optional(),
+                None => q.first(conn).optional(),
+            }
+        })?;
+        Ok(row.map(|(seq, scope, value, at)| (seq, scope, value.max(0) as u64, at)))
+    }
+}

@@ -51,7 +51,7 @@ fn api_labels_on_keys_become_api_objects() {
         let v = svc.check_key(secret.expose(), &scope, None).expect("verify");
         assert_eq!(v.code, VerifyCode::Valid, "{key_id}");
         let key = v.key().expect("key");
-        assert_eq!(key.api_id.as_deref(), (!label.is_empty()).then_some(label.as_str()), "{key_id}");
+        assert_eq!(key.api_id(), (!label.is_empty()).then_some(label.as_str()), "{key_id}");
     }
     // Creating a key into a migrated API adds to it (no second API of that id).
     let new = keygate_rbac::NewKey { api_id: Some("search".into()), enabled: true, ..Default::default() };

@@ -277,7 +277,7 @@ impl MemoryLedger {
                 // Every write of this process is in the database before it is read.
                 self.flush(state.pending);
                 let row =
-                    store.usage_read(|tx| Ok(tx.get_key(&key.workspace_id, &key.id)?)).map_err(storage)?;
+                    store.usage_read(|tx| Ok(tx.get_key(key.workspace_id(), key.id())?)).map_err(storage)?;
                 let v = row.and_then(|k| k.credits).map(|c| CounterValue {
                     remaining: c.remaining,
                     last_refill_at: c.refill.and_then(|r| r.last_refill_at),
@@ -291,9 +291,10 @@ impl MemoryLedger {
         let Some(mut value) = value else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
         let before = value;
         let mut changed = false;
-        if let (Some(r), Some(at)) = (key.credits.as_ref().and_then(|c| c.refill.as_ref()), refill_at)
+        if let (Some(kc), Some(at)) = (key.credits(), refill_at)
+            && let Some(r) = kc.credits.refill.as_ref()
             && let Some((to, at)) =
-                crate::refill::refill_at(value.last_refill_at, key.created_at, r.amount, at)
+                crate::refill::refill_at(value.last_refill_at, kc.created_at, r.amount, at)
         {
             value = CounterValue { remaining: to, last_refill_at: Some(at) };
             changed = true;
@@ -305,7 +306,9 @@ impl MemoryLedger {
         }
         state.value = Some(Some(value));
         let journaled = changed
-            .then(|| self.journaling.append((&self.queued, &self.committed), counter, &key.id, before, value))
+            .then(|| {
+                self.journaling.append((&self.queued, &self.committed), counter, key.id(), before, value)
+            })
             .flatten();
         let commit = match (changed, journaled) {
             (false, _) => None,

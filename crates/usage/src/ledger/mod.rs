@@ -23,7 +23,7 @@ pub mod shared;
 
 use crate::store::{CreditSpend, UsageStore};
 use keygate_ratelimit::{Decision, Entry};
-use keygate_rbac::{Assumed, CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
+use keygate_rbac::{Assumed, CachedKey, CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
 use memory::{Commit, Counter, MemoryLedger};
 use rows::CreditQueue;
 use shared::{SharedCredits, SharedLedger, SharedRefill};
@@ -72,7 +72,7 @@ impl<S: UsageStore + 'static> Ledger<S> {
 /// [takes limits](Ledger::takes_limits) (empty for the others).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SpendAsk<'a> {
-    pub(crate) key: &'a Key,
+    pub(crate) key: &'a CachedKey,
     pub(crate) cost: u64,
     pub(crate) may_wait: bool,
     pub(crate) tag: Tag,
@@ -126,7 +126,8 @@ impl<S: UsageStore + 'static> Ledger<S> {
         counter: &std::sync::OnceLock<Arc<Counter>>,
     ) -> Result<Spent, StorageError> {
         let (key, cost) = (ask.key, ask.cost);
-        let Some(credits) = &key.credits else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
+        let Some(kc) = key.credits() else { return Ok(Spent::Unlimited { limits: Vec::new() }) };
+        let credits = &kc.credits;
         debug_assert!(
             (ask.limits.is_empty() && ask.assumed.is_none()) || self.takes_limits(),
             "only the shared ledger takes limits and checks counters"
@@ -134,19 +135,19 @@ impl<S: UsageStore + 'static> Ledger<S> {
         let refill_at = credits.refill.as_ref().map(|r| crate::refill::last_boundary(r.interval, r.day, now));
         let store = &self.store;
         match &self.kind {
-            Kind::Rows(queue) => Ok(Spent::Later(queue.spend(store, &key.id, cost, refill_at))),
+            Kind::Rows(queue) => Ok(Spent::Later(queue.spend(store, key.id(), cost, refill_at))),
             // A round trip to the shared store: only where the caller may wait.
             Kind::Shared(_) if !ask.may_wait => Ok(Spent::NeedsLoad),
             Kind::Shared(ledger) => {
                 let refill = credits.refill.as_ref().zip(refill_at).map(|(r, at)| SharedRefill {
                     at,
                     amount: r.amount,
-                    since: key.created_at,
+                    since: kc.created_at,
                 });
                 ledger.spend(&**store, key, cost, refill, (ask.limits, now.max(0) as u64), ask.assumed)
             }
             Kind::Memory(ledger) => {
-                let counter = counter.get_or_init(|| ledger.counter(&key.id));
+                let counter = counter.get_or_init(|| ledger.counter(key.id()));
                 ledger.spend(store, ask, counter, refill_at)
             }
         }
@@ -159,11 +160,11 @@ impl<S: UsageStore + 'static> Ledger<S> {
     pub(crate) fn spend_queued(&self, ask: SpendAsk<'_>, now: i64) -> Option<shared::Queued<Spent>> {
         let Kind::Shared(ledger) = &self.kind else { return None };
         let key = ask.key;
-        let credits = key.credits.as_ref()?;
-        let refill = credits.refill.as_ref().map(|r| SharedRefill {
+        let kc = key.credits()?;
+        let refill = kc.credits.refill.as_ref().map(|r| SharedRefill {
             at: crate::refill::last_boundary(r.interval, r.day, now),
             amount: r.amount,
-            since: key.created_at,
+            since: kc.created_at,
         });
         ledger.spend_queued(key, ask.cost, refill, (ask.limits, now.max(0) as u64), ask.assumed)
     }

@@ -24,7 +24,7 @@
 use super::{Spent, storage};
 use crate::store::{LiveCredits, UsageStore, WrittenBehind};
 use keygate_ratelimit::{Decision, Entry};
-use keygate_rbac::{Assumed, Key, RbacError, StorageError};
+use keygate_rbac::{Assumed, CachedKey, Key, RbacError, StorageError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -186,7 +186,7 @@ impl SharedLedger {
     pub(crate) fn spend<S: UsageStore>(
         &self,
         db: &S,
-        key: &Key,
+        key: &CachedKey,
         cost: u64,
         refill: Option<SharedRefill>,
         (limits, now_ms): (&[Entry<'_>], u64),
@@ -195,7 +195,7 @@ impl SharedLedger {
         let deadline = std::time::Instant::now() + LOCK_WAIT;
         let mut load = None;
         loop {
-            let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load, limits, now_ms, assumed };
+            let ask = SharedSpendAsk { key_id: key.id(), cost, refill, load, limits, now_ms, assumed };
             match self.store.spend(&ask)? {
                 SharedSpend::Decided { paid, remaining, limits } => {
                     return Ok(Spent::Decided { paid, remaining, commit: None, limits });
@@ -203,7 +203,7 @@ impl SharedLedger {
                 SharedSpend::Unlimited { limits } => return Ok(Spent::Unlimited { limits }),
                 SharedSpend::RateLimited { limits } => return Ok(Spent::RateLimited { limits }),
                 SharedSpend::Stale => return Ok(Spent::Stale),
-                SharedSpend::Missing => match row_counter(db, &key.id)? {
+                SharedSpend::Missing => match row_counter(db, key.id())? {
                     Some(live) => load = Some(live),
                     None if assumed.is_some() => return Ok(Spent::Stale),
                     None if limits.is_empty() => return Ok(Spent::Unlimited { limits: Vec::new() }),
@@ -231,13 +231,13 @@ impl SharedLedger {
     /// update holds, answers [`Spent::NeedsLoad`] (the caller spends it the blocking way).
     pub(crate) fn spend_queued(
         &self,
-        key: &Key,
+        key: &CachedKey,
         cost: u64,
         refill: Option<SharedRefill>,
         (limits, now_ms): (&[Entry<'_>], u64),
         assumed: Option<&Assumed>,
     ) -> Option<Queued<Spent>> {
-        let ask = SharedSpendAsk { key_id: &key.id, cost, refill, load: None, limits, now_ms, assumed };
+        let ask = SharedSpendAsk { key_id: key.id(), cost, refill, load: None, limits, now_ms, assumed };
         let queued = self.store.spend_queued(&ask)?;
         Some(Box::pin(async move {
             Ok(match queued.await? {

@@ -126,7 +126,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     };
     let mut verification = verification(&state, call(policy.ratelimit.is_some())).await?;
     refuse_unless_valid(&verification, state.clock.now_ms())?;
-    let key_id = verification.key().map(|k| k.id.clone()).unwrap_or_default();
+    let key_id = verification.key().map(|k| k.id().to_string()).unwrap_or_default();
 
     // The rate limit, only for a key that may pass.
     let decision = match &policy.ratelimit {
@@ -268,12 +268,10 @@ fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String
 /// The key's name and small metadata, for the gateway to pass upstream.
 fn pass_key_fields(res: &mut actix_web::HttpResponseBuilder, v: &Verification) {
     let Some(key) = v.key() else { return };
-    if let Some(name) =
-        key.name.as_deref().filter(|n| n.is_ascii() && !n.chars().any(|c| c.is_ascii_control()))
-    {
+    if let Some(name) = key.name().filter(|n| n.is_ascii() && !n.chars().any(|c| c.is_ascii_control())) {
         res.insert_header(("x-keygate-key-name", name));
     }
-    if let Some(meta) = key.meta.as_deref().filter(|m| m.len() <= MAX_META_HEADER_BYTES && m.is_ascii()) {
+    if let Some(meta) = key.meta().filter(|m| m.len() <= MAX_META_HEADER_BYTES && m.is_ascii()) {
         res.insert_header(("x-keygate-key-meta", meta));
     }
 }

@@ -13,7 +13,7 @@ use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, ValidationError, check_len, new_id, validate_permission_name,
 };
 use keygate_rbac::{
-    ApiAccess, MAX_QUERY_NODES, MAX_VERIFY_KEY_CHARS, PermissionQuery, Principal, Verification,
+    ApiAccess, MAX_QUERY_NODES, MAX_VERIFY_KEY_CHARS, Name, PermissionQuery, Principal, Verification,
     parse_permission_query,
 };
 use keygate_usage::{LimitAsk, Usage};
@@ -200,8 +200,10 @@ pub(crate) struct VerifyKeyResponse<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     enabled: Option<bool>,
-    permissions: &'a [String],
-    roles: &'a [String],
+    #[schema(value_type = Vec<String>)]
+    permissions: &'a [Name],
+    #[schema(value_type = Vec<String>)]
+    roles: &'a [Name],
     /// The key's credits left after this verification, when it has credits.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -241,12 +243,12 @@ impl<'a> VerifyKeyResponse<'a> {
             request_id,
             valid: v.valid(),
             code: v.code.as_str(),
-            key_id: key.map(|k| k.id.as_str()),
-            api_id: key.and_then(|k| k.api_id.as_deref()),
-            name: key.and_then(|k| k.name.as_deref()),
-            meta: key.and_then(|k| k.meta.as_deref()).and_then(|m| serde_json::from_str(m).ok()),
-            expires: key.and_then(|k| k.expires),
-            enabled: key.map(|k| k.enabled),
+            key_id: key.map(|k| k.id()),
+            api_id: key.and_then(|k| k.api_id()),
+            name: key.and_then(|k| k.name()),
+            meta: key.and_then(|k| k.meta()).and_then(|m| serde_json::from_str(m).ok()),
+            expires: key.and_then(|k| k.expires()),
+            enabled: key.map(|k| k.enabled()),
             permissions: v.permissions(),
             roles: v.roles(),
             remaining: v.credits,

@@ -5,7 +5,7 @@
 //! 46,000 for a plain key, a further ~1,900 for one auto-applied limit's entry).
 
 use crate::handlers::v2::identities::IdentityObject;
-use keygate_rbac::{LimitOutcome, Verification, VerifyCode};
+use keygate_rbac::{LimitOutcome, Name, Verification, VerifyCode};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -34,11 +34,11 @@ pub(crate) struct VerifyAnswer<'a> {
     #[schema(nullable = false)]
     expires: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    permissions: Option<&'a [String]>,
+    #[schema(value_type = Option<Vec<String>>, nullable = false)]
+    permissions: Option<&'a [Name]>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    roles: Option<&'a [String]>,
+    #[schema(value_type = Option<Vec<String>>, nullable = false)]
+    roles: Option<&'a [Name]>,
     /// The key's credits left after this verification, when it has credits.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -64,11 +64,11 @@ impl<'a> From<&'a Verification> for VerifyAnswer<'a> {
             Some(k) => Self {
                 valid,
                 code,
-                meta: k.meta.as_deref().and_then(|m| serde_json::from_str(m).ok()),
-                key_id: Some(&k.id),
-                enabled: Some(k.enabled),
-                name: k.name.as_deref(),
-                expires: k.expires,
+                meta: k.meta().and_then(|m| serde_json::from_str(m).ok()),
+                key_id: Some(k.id()),
+                enabled: Some(k.enabled()),
+                name: k.name(),
+                expires: k.expires(),
                 permissions: Some(v.permissions()),
                 roles: Some(v.roles()),
                 credits: v.credits,
@@ -255,7 +255,9 @@ mod tests {
             outcome("rl_\u{1}\u{1f}\n\t", "ünïcødé ✓ 🚀 \u{7f}", u64::MAX, false, false),
             outcome("", "", 1, true, true),
         ];
-        let (perms, roles) = (vec!["documents.read".to_string(), "a\"b".into()], vec!["admin".to_string()]);
+        let names = keygate_rbac::Interner::default();
+        let (perms, roles) =
+            (vec![names.name("documents.read"), names.name("a\"b")], vec![names.name("admin")]);
         let identity = || {
             IdentityObject::from(keygate_rbac::IdentityView {
                 identity: keygate_rbac::Identity {
