@@ -185,6 +185,30 @@ pub struct KeySummary {
     pub last_used: Option<i64>,
 }
 
+impl KeySummary {
+    /// `key` as v2 shows it: its permissions (`permissions`: direct and through its roles,
+    /// in any order, repeats allowed) and `roles`' names sorted and each once; its own
+    /// limits by name (byte order).
+    pub fn new(
+        key: Key,
+        permissions: impl IntoIterator<Item = String>,
+        roles: impl IntoIterator<Item = String>,
+        identity: Option<IdentityView>,
+        mut ratelimits: Vec<RateLimitConfig>,
+    ) -> Self {
+        let once = |names: &mut Vec<String>| {
+            names.sort_unstable();
+            names.dedup();
+        };
+        let mut permissions: Vec<String> = permissions.into_iter().collect();
+        let mut roles: Vec<String> = roles.into_iter().collect();
+        once(&mut permissions);
+        once(&mut roles);
+        ratelimits.sort_by(|a, b| a.name.cmp(&b.name));
+        KeySummary { key, permissions, roles, identity, ratelimits, last_used: None }
+    }
+}
+
 /// One page of a list (v2's cursor pagination): its items and, when more follow, the sort
 /// key of its last item, after which the next page starts. Keyset pages: a walk visits
 /// every item that exists for the whole walk exactly once, whatever is added meanwhile.

@@ -54,7 +54,7 @@ pub use service::{
     MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_MIGRATED_KEYS,
     MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, Migrated, MigratedKey,
     OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService,
-    SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary, key_view, validate_ratelimits,
+    SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary, key_view, validate_ratelimits, verification_read,
 };
 pub use service::{
     MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,

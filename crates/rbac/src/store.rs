@@ -3,8 +3,8 @@
 //! `crates/rbac/tests/`).
 
 use crate::{
-    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, LimitOwner, Override, RateLimitConfig,
-    RbacError, RootKey, StorageError, Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, KeySummary, LimitOwner, Override,
+    RateLimitConfig, RbacError, RootKey, StorageError, Workspace,
 };
 use keygate_domain::Named;
 
@@ -386,6 +386,10 @@ impl<T> RbacTx for T where
 {
 }
 
+/// The change counters a verification reads with its key ([`RbacStore::verification_read`]):
+/// their names, given the key's id and workspace (`None`: no such key).
+pub type CounterNames<'a> = dyn Fn(Option<(&str, &str)>) -> Vec<String> + 'a;
+
 /// A store: hands out transactions. A closure returning `Err` rolls its transaction back.
 /// The other capabilities' stores extend it with transactions of their own kind
 /// (`keygate_usage::UsageStore`, `keygate_analytics::AnalyticsStore`), which `keygate-store`
@@ -411,6 +415,19 @@ pub trait RbacStore: Send + Sync + std::fmt::Debug {
         F: FnOnce(&mut dyn RbacTx) -> Result<T, RbacError>,
     {
         self.transaction(f)
+    }
+
+    /// What a verification reads of the key whose secret hashes to `hash` (`None`: no
+    /// such key), with the values of the change counters `counters` names for it (given
+    /// the key's id and workspace, or `None` for no key; no names, none read), all of one
+    /// snapshot: a snapshot of several reads ([`crate::verification_read`]) unless the
+    /// backend has a cheaper way (`keygate-store` on PostgreSQL: one statement).
+    fn verification_read(
+        &self,
+        hash: &str,
+        counters: &CounterNames<'_>,
+    ) -> Result<(Option<KeySummary>, Vec<u64>), RbacError> {
+        self.snapshot(|tx| crate::verification_read(tx, hash, counters))
     }
 
     /// A short name for logs and liveness ("sqlite", "postgres").

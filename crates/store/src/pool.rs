@@ -503,6 +503,27 @@ impl RbacStore for SqlStore {
         self.read_tx(|tx| f(tx))
     }
 
+    /// On PostgreSQL one statement (`tx/keys.rs`), outside a transaction: one statement
+    /// sees one snapshot. Elsewhere, or when that statement did not read a counter asked
+    /// for, a snapshot of several reads.
+    fn verification_read(
+        &self,
+        hash: &str,
+        counters: &keygate_rbac::store::CounterNames<'_>,
+    ) -> Result<(Option<keygate_rbac::KeySummary>, Vec<u64>), RbacError> {
+        #[cfg(feature = "postgres")]
+        if self.backend.kind() == "postgres" {
+            let _span = self.span("database read").entered();
+            let mut conn = self.conn()?;
+            if let DbConn::Pg(c) = &mut *conn
+                && let Some(read) = crate::tx::pg_verification_read(c, hash, counters)?
+            {
+                return Ok(read);
+            }
+        }
+        self.snapshot_tx(|tx| keygate_rbac::verification_read(tx, hash, counters))
+    }
+
     fn kind(&self) -> &'static str {
         self.backend.kind()
     }

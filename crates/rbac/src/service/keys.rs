@@ -14,7 +14,6 @@ use keygate_domain::{
     random_base58_token, random_token, secret_digest, sort_by_name, validate_display_name,
     validate_external_id, validate_key_id,
 };
-use std::collections::BTreeSet;
 
 impl<S: RbacStore> RbacService<S> {
     /// `keys.getKey`: the key with its direct permissions and its roles, sorted by name.
@@ -270,8 +269,6 @@ pub fn key_summary(tx: &mut dyn RbacTx, key: Key) -> Result<KeySummary, RbacErro
     let roles = tx.key_entities(EntityKind::Role, &key.id)?;
     let role_ids: Vec<String> = roles.iter().map(|r| r.id.clone()).collect();
     let inherited = if role_ids.is_empty() { Vec::new() } else { tx.permission_names_of_roles(&role_ids)? };
-    let permissions: BTreeSet<String> = direct.into_iter().chain(inherited).map(|n| n.name).collect();
-    let roles: BTreeSet<String> = roles.into_iter().map(|r| r.name).collect();
     let identity = match &key.identity_id {
         Some(id) => match tx.identity_by_id(&key.workspace_id, id)? {
             Some(i) => Some(super::identities::identity_view(tx, i)?),
@@ -280,14 +277,8 @@ pub fn key_summary(tx: &mut dyn RbacTx, key: Key) -> Result<KeySummary, RbacErro
         None => None,
     };
     let ratelimits = tx.ratelimits_of(LimitOwner::Key(&key.id))?;
-    Ok(KeySummary {
-        key,
-        permissions: permissions.into_iter().collect(),
-        roles: roles.into_iter().collect(),
-        identity,
-        ratelimits,
-        last_used: None,
-    })
+    let permissions = direct.into_iter().chain(inherited).map(|n| n.name);
+    Ok(KeySummary::new(key, permissions, roles.into_iter().map(|r| r.name), identity, ratelimits))
 }
 
 impl<S: RbacStore> RbacService<S> {

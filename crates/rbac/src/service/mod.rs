@@ -43,7 +43,7 @@ pub use root_keys::{
 };
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
-pub use verify::{Assumed, Checked, Snapshot, Unconfirmed};
+pub use verify::{Assumed, Checked, Snapshot, Unconfirmed, verification_read};
 
 use crate::StorageError;
 use crate::cache::{AuthCache, NamespaceCache, OverrideCache, RootKeyEntries};

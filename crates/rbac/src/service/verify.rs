@@ -211,7 +211,7 @@ impl<S: RbacStore> RbacService<S> {
             span.record("keygate.cache.hit", false);
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
             let hash = digest_hex(&digest);
-            let snapshot = self.verify_cache.compact(self.store.snapshot(|tx| load_snapshot(tx, &hash))?);
+            let snapshot = self.verify_cache.compact(self.store.verification_read(&hash, &|_| Vec::new())?.0);
             Arc::new(VerifyEntry::new(Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot))
         } else {
             let current = match cached {
@@ -388,17 +388,12 @@ impl<S: RbacStore> RbacService<S> {
             CounterSource::Local(local) => Some((local, local.generation())),
             _ => None,
         };
-        let (snapshot, in_snapshot) = self.store.snapshot(|tx| {
-            let snapshot = load_snapshot(tx, &hash)?;
-            let in_snapshot = match local {
-                Some(_) => Vec::new(),
-                None => {
-                    let ids = snapshot.as_ref().map(|s| (s.key.id.as_str(), s.key.workspace_id.as_str()));
-                    let (scopes, n) = entry_scopes(ids, digest);
-                    tx.counters(&scopes[..n].iter().map(Scope::name).collect::<Vec<_>>())?
-                }
-            };
-            Ok((snapshot, in_snapshot))
+        let (snapshot, in_snapshot) = self.store.verification_read(&hash, &|key| match local {
+            Some(_) => Vec::new(),
+            None => {
+                let (scopes, n) = entry_scopes(key, digest);
+                scopes[..n].iter().map(Scope::name).collect()
+            }
         })?;
         let snapshot = self.verify_cache.compact(snapshot);
         let (scopes, n) = entry_scopes(snapshot.as_ref().map(|k| (k.id(), k.workspace_id())), digest);
@@ -420,7 +415,7 @@ impl<S: RbacStore> RbacService<S> {
         let entry = if current {
             VerifyEntry::new(tag, snapshot)
         } else {
-            let again = self.verify_cache.compact(self.store.snapshot(|tx| load_snapshot(tx, &hash))?);
+            let again = self.verify_cache.compact(self.store.verification_read(&hash, &|_| Vec::new())?.0);
             let (again_scopes, m) = entry_scopes(again.as_ref().map(|k| (k.id(), k.workspace_id())), digest);
             if again_scopes[..m] != *scopes {
                 return self.load_verify_entry_in_two(digest, &hash);
@@ -446,7 +441,7 @@ impl<S: RbacStore> RbacService<S> {
             None => VerifyEntry::new(created, None),
             Some(key) => {
                 let tag = self.read_counters(&[Scope::Key(&key.id), Scope::Workspace(&key.workspace_id)])?;
-                match self.verify_cache.compact(self.store.snapshot(|tx| load_snapshot(tx, hash))?) {
+                match self.verify_cache.compact(self.store.verification_read(hash, &|_| Vec::new())?.0) {
                     Some(snapshot) => VerifyEntry::new(tag, Some(snapshot)),
                     // Deleted meanwhile: keys do not come back, so "not found" stays true.
                     None => VerifyEntry::new(created, None),
@@ -517,13 +512,21 @@ fn not_found() -> Verification {
     Verification { code: VerifyCode::NotFound, found: None, credits: None, ratelimits: Vec::new() }
 }
 
-/// The key whose secret hashes to `hash`, with what a verification needs of it, in one
-/// snapshot.
-fn load_snapshot(tx: &mut dyn RbacTx, hash: &str) -> Result<Option<KeySummary>, RbacError> {
-    match tx.key_by_hash(hash)? {
-        Some(key) => Ok(Some(key_summary(tx, key)?)),
-        None => Ok(None),
-    }
+/// What a verification reads of the key whose secret hashes to `hash`, and the values
+/// of the change counters `counters` names for it, in `tx` (the default
+/// [`RbacStore::verification_read`]).
+pub fn verification_read(
+    tx: &mut dyn RbacTx,
+    hash: &str,
+    counters: &crate::store::CounterNames<'_>,
+) -> Result<(Option<KeySummary>, Vec<u64>), RbacError> {
+    let summary = match tx.key_by_hash(hash)? {
+        Some(key) => Some(key_summary(tx, key)?),
+        None => None,
+    };
+    let names = counters(summary.as_ref().map(|s| (s.key.id.as_str(), s.key.workspace_id.as_str())));
+    let values = if names.is_empty() { Vec::new() } else { tx.counters(&names)? };
+    Ok((summary, values))
 }
 
 /// The trace span of a look into the verification cache: `keygate.cache.hit` true when the

@@ -46,6 +46,16 @@ impl RbacStore for CountingStore {
         self.inner.snapshot(f)
     }
 
+    /// The real store's own (on PostgreSQL one statement), counted as a snapshot.
+    fn verification_read(
+        &self,
+        hash: &str,
+        counters: &keygate_rbac::store::CounterNames<'_>,
+    ) -> Result<(Option<keygate_rbac::KeySummary>, Vec<u64>), keygate_rbac::RbacError> {
+        self.snapshots.fetch_add(1, SeqCst);
+        self.inner.verification_read(hash, counters)
+    }
+
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
@@ -265,4 +275,81 @@ fn a_miss_in_one_transaction(c: Counted, hit_reads: usize) {
     c.uses();
     assert_eq!(c.svc.check_key(secret.expose(), &any, None).expect("verify").code, VerifyCode::Disabled);
     assert_eq!(c.uses(), (hit_reads, 1), "changed: one transaction, and the change seen");
+}
+
+/// The store's verification read (on PostgreSQL its one statement) answers as the reads it
+/// stands for, in a snapshot: a key with direct permissions, roles (one granting a
+/// permission it also has directly), an identity with limits, limits of its own (named
+/// out of order), credits, and counters that were bumped; and a secret that is no key,
+/// with its creation shard's counter. On SQLite and, with `KEYGATE_TEST_POSTGRES_URL`,
+/// PostgreSQL.
+#[test]
+fn the_verification_read_answers_as_its_reads_in_a_snapshot() {
+    use keygate_domain::hash_secret;
+    use keygate_rbac::counters::Scope;
+    use keygate_rbac::{Credits, EntityKind, EntityRef, KeyUpdate, NewEntity, NewKey, NewRateLimit};
+    let c = Counted::new();
+    let entity = |name: &str| NewEntity { name: name.into(), name_field: "name", ..NewEntity::default() };
+    for p in ["doc.read", "doc.write", "billing"] {
+        c.svc.create_entity(&c.admin, EntityKind::Permission, entity(p)).expect("permission");
+    }
+    let reader = c.svc.create_entity(&c.admin, EntityKind::Role, entity("reader")).expect("role");
+    c.svc.create_entity(&c.admin, EntityKind::Role, entity("admin")).expect("role");
+    let grants = [EntityRef::by_name("doc.read"), EntityRef::by_name("billing")];
+    c.svc.add_role_permissions(&c.admin, &reader.id, &grants).expect("role perms");
+    let limit =
+        |name: &str, limit| NewRateLimit { name: name.into(), limit, duration: 60_000, auto_apply: true };
+    c.svc
+        .create_identity(
+            &c.admin,
+            "customer_1",
+            Some("{\"plan\":\"pro\"}".into()),
+            &[limit("b", 5), limit("a", 7)],
+        )
+        .expect("identity");
+    let new = NewKey {
+        external_id: Some("customer_1".into()),
+        ratelimits: vec![limit("z-limit", 10), limit("a-limit", 20)],
+        credits: Some(Credits { remaining: 42, refill: None }),
+        name: Some("the key".into()),
+        meta: Some("{\"k\":1}".into()),
+        expires: Some(1_800_000_000_000),
+        enabled: true,
+        permissions: vec!["doc.write".into(), "doc.read".into()],
+        roles: vec!["reader".into(), "admin".into()],
+        ..NewKey::default()
+    };
+    let (key, secret) = c.svc.create_key_as(&c.admin, new).expect("key");
+    let update = KeyUpdate { name: keygate_domain::Patch::Set("renamed".into()), ..KeyUpdate::default() };
+    c.svc.update_key(&c.admin, &key.id, update).expect("bump the key's counter");
+    let names = |k: Option<(&str, &str)>| match k {
+        Some((id, ws)) => vec![Scope::Key(id).name(), Scope::Workspace(ws).name()],
+        None => vec![Scope::KeysCreated(3).name()],
+    };
+    let store = c.svc.store();
+    for hash in [hash_secret(secret.expose()), hash_secret("kg_no_such_key")] {
+        let one = store.inner.verification_read(&hash, &names).expect("read");
+        let reads =
+            store.inner.snapshot(|tx| keygate_rbac::verification_read(tx, &hash, &names)).expect("reads");
+        assert_eq!(one, reads);
+        let none = store.inner.verification_read(&hash, &|_| Vec::new()).expect("read");
+        assert_eq!(none, (one.0.clone(), Vec::new()));
+        if let Some(found) = &one.0 {
+            assert_eq!(found.permissions, ["billing", "doc.read", "doc.write"]);
+            assert_eq!(found.roles, ["admin", "reader"]);
+            let limits: Vec<&str> = found.ratelimits.iter().map(|l| l.name.as_str()).collect();
+            assert_eq!(limits, ["a-limit", "z-limit"]);
+            let identity = found.identity.as_ref().expect("identity");
+            let limits: Vec<&str> = identity.ratelimits.iter().map(|l| l.name.as_str()).collect();
+            assert_eq!(limits, ["a", "b"]);
+            assert_eq!(identity.identity.meta.as_deref(), Some("{\"plan\":\"pro\"}"));
+            assert_eq!(
+                (found.key.name.as_deref(), found.key.credits.as_ref().map(|c| c.remaining)),
+                (Some("renamed"), Some(42))
+            );
+            assert!(one.1[0] > 0 && one.1[1] > 0, "{:?}", one.1);
+        } else {
+            assert_eq!(one.1.len(), 1);
+        }
+    }
 }

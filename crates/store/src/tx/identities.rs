@@ -9,7 +9,7 @@ use keygate_rbac::{Identity, LimitOwner, RateLimitConfig};
 use std::collections::HashSet;
 
 /// An identity's row: the columns of [`identity_columns!`].
-type IdentityRow = (String, String, String, Option<String>, i64, i64);
+pub(crate) type IdentityRow = (String, String, String, Option<String>, i64, i64);
 
 macro_rules! identity_columns {
     () => {
@@ -24,11 +24,15 @@ macro_rules! identity_columns {
     };
 }
 
-fn identity((id, workspace_id, external_id, meta, created_at, updated_at): IdentityRow) -> Identity {
+pub(crate) fn identity(
+    (id, workspace_id, external_id, meta, created_at, updated_at): IdentityRow,
+) -> Identity {
     Identity { id, workspace_id, external_id, meta, created_at, updated_at }
 }
 
-fn ratelimit((id, name, limit, duration, auto_apply): (String, String, i64, i64, bool)) -> RateLimitConfig {
+pub(crate) fn ratelimit(
+    (id, name, limit, duration, auto_apply): (String, String, i64, i64, bool),
+) -> RateLimitConfig {
     RateLimitConfig {
         id,
         name,

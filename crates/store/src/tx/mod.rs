@@ -425,6 +425,8 @@ mod entities_tx;
 mod identities_tx;
 #[path = "keys.rs"]
 mod keys_tx;
+#[cfg(feature = "postgres")]
+pub(crate) use keys_tx::pg_verification_read;
 #[path = "namespaces.rs"]
 mod namespaces_tx;
 #[path = "portal.rs"]
