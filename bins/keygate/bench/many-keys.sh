@@ -10,6 +10,8 @@
 #           the keys verified; it includes what else warming grew, e.g. SQLite's page
 #           caches and analytics' series), heap (the allocator's count of what Rust code
 #           holds, after minus before) and the cache's own account of its entries
+#   restart a warmed server stopped and the next started under the same load (RESTART=0:
+#           not measured): p99 per 2 s slice, from its snapshot and cold
 # ROUNDS rounds of each, interleaved (each its own server, on one database).
 #
 #   bash bins/keygate/bench/many-keys.sh                     # 100,000 keys on SQLite
@@ -18,6 +20,8 @@
 #   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/many-keys.sh   # another build
 #   ANALYTICS=off bash bins/keygate/bench/many-keys.sh       # servers with analytics off
 #   ANALYTICS="on off" bash bins/keygate/bench/many-keys.sh  # cached rounds of both, and their ratio
+#   COMPARE=/tmp/keygate-before MISS_ONLY=1 bash bins/keygate/bench/many-keys.sh
+#                     # miss rounds of another build interleaved with this one's, nothing else
 # Needs: wrk, curl, taskset, python3; SCALE_OUT=1 also psql.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -55,11 +59,17 @@ stop_server() {
 }
 
 for r in $(seq 1 "$ROUNDS"); do
+  if [ -n "${COMPARE:-}" ]; then
+    KEYGATE_BIN=$COMPARE serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS%% *}"
+    wrk_round "miss-compare round=$r" $PORT bins/keygate/bench/verify-v2.lua
+    stop_server
+  fi
   serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS%% *}"
   line=$(wrk_round "miss round=$r" $PORT bins/keygate/bench/verify-v2.lua)
   echo "$line"
   misses_per_s=$(echo "$line" | sed -E 's/.* rps=([0-9]+).*/\1/')
   stop_server
+  [ "${MISS_ONLY:-0}" = 0 ] || continue
 
   for analytics in $ANALYTICS; do
     name=cached
@@ -79,17 +89,47 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done | tee "$work/results"
 
+# A restart under load: a server warmed by one pass is stopped gracefully (on SQLite it
+# writes its cached keys beside the database), the next one started, and the load resumed
+# at once in slices of SLICE (2 s) for RESTART_FOR (12 s): each slice's req/s and p99, from
+# the snapshot and from a cold start (the snapshot removed before the start).
+if [ "${RESTART:-1}" = 1 ] && [ "${MISS_ONLY:-0}" = 0 ]; then
+  modes=cold
+  [ "${SCALE_OUT:-0}" = 1 ] || modes="snapshot cold"
+  misses_per_s=$(median_of "$work/results" miss rps)
+  for mode in $modes; do
+    serve_keygate $PORT "$work/restart.log"
+    DURATION=${WARM:-$((secrets * 6 / 5 / (misses_per_s > 0 ? misses_per_s : 1) + 2))s} \
+      wrk_round warm $PORT bins/keygate/bench/verify-v2.lua >/dev/null
+    stop_server
+    [ "$mode" = snapshot ] || rm -f "$work/bench.db-keys"
+    serve_keygate $PORT "$work/restart.log"
+    slice=${SLICE:-2}
+    for t in $(seq 0 "$slice" $((${RESTART_FOR:-12} - slice))); do
+      DURATION=${slice}s wrk_round "restart-$mode t=${t}-$((t + slice))s" $PORT bins/keygate/bench/verify-v2.lua
+    done
+    stop_server
+  done | tee -a "$work/results"
+fi
+
 backend=$([ "${SCALE_OUT:-0}" = 1 ] && echo "PostgreSQL + Redis" || echo SQLite)
 echo "many keys ($KEYS imported, $secrets verified, $backend):"
 echo "  miss:   median $(median_of "$work/results" miss rps) req/s," \
   "$(field "$work/results" miss cpu_us | median) us of server CPU per verification"
+[ -z "${COMPARE:-}" ] || echo "  miss, $COMPARE: median $(median_of "$work/results" miss-compare rps) req/s," \
+  "$(field "$work/results" miss-compare cpu_us | median) us of server CPU per verification"
 for analytics in $ANALYTICS; do
+  [ "${MISS_ONLY:-0}" = 0 ] || break
   name=cached
   [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
   echo "  $name: median $(median_of "$work/results" "$name" rps) req/s, p99 $(median_of "$work/results" "$name" p99_us) us," \
     "$(median_of "$work/results" "$name" bytes_per_key) bytes of RSS per key," \
     "$(median_of "$work/results" "$name" heap_per_key) of heap (the allocator's count)," \
     "$(median_of "$work/results" "$name" weight_per_key) by the cache's account"
+done
+for mode in snapshot cold; do
+  lines=$(awk -v m="restart-$mode" '$1 == m' "$work/results")
+  [ -n "$lines" ] && echo "  restart ($mode): p99 by slice $(echo "$lines" | sed -E 's/.* (t=[^ ]+) .*p99_us=([0-9]+).*/\1:\2us/' | tr '\n' ' ')"
 done
 if [ "$ANALYTICS" = "on off" ]; then
   echo "  analytics on / off: $(ratio "$work/results" cached-on cached-off) (median of per-round ratios)"
