@@ -17,10 +17,12 @@ impl<S: RbacStore> RbacService<S> {
         secret: Option<Secret>,
     ) -> Result<Option<(Workspace, RootKey, Secret)>, RbacError> {
         let result = self.write(|tx, changes| {
-            changes.touch(Scope::RootKeysCreated);
+            // Already set up: nothing written, no counter bumped (a start changes nothing a
+            // cached answer depends on, so a snapshot of the cache stays usable).
             if tx.count_workspaces()? > 0 {
                 return Ok(None);
             }
+            changes.touch(Scope::RootKeysCreated);
             if let Some(chosen) = &secret {
                 validate_root_key_secret(chosen.expose())?;
             }
