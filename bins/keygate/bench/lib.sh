@@ -62,7 +62,7 @@ RELEASE=${CARGO_TARGET_DIR:-target}/release
 serve_keygate() {
   local port=$1 log=$2
   shift 2
-  env "$@" KEYGATE_LISTEN="127.0.0.1:$port" KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY="$ROOT_KEY" RUST_LOG=warn \
+  env KEYGATE_LISTEN="127.0.0.1:$port" KEYGATE_WORKERS=1 KEYGATE_ROOT_KEY="$ROOT_KEY" RUST_LOG=warn "$@" \
     taskset -c 0 "${KEYGATE_BIN:-$RELEASE/keygate}" 2>"$log" &
   pids+=($!)
   wait_up "$port"

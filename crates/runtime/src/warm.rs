@@ -95,13 +95,18 @@ impl Runtime {
         let reader = reader?;
         let header = reader.header().clone();
         let store = self.rbac.store();
-        let same_history = header.mark.as_ref().is_some_and(|(scope, value, at)| {
-            matches!(store.counter_mark(Some(header.seq)), Ok(Some((_, s, v, a))) if (&s, &v, &a) == (scope, value, at))
-        });
+        let now = store.counter_mark(Some(header.seq))?;
+        let same_history = header.mark.as_ref().is_some_and(
+            |(scope, value, at)| matches!(&now, Some((_, s, v, a)) if (s, v, a) == (scope, value, at)),
+        );
         if header.schema != store.latest_migration()? || !same_history {
             log::info!(
-                "verification cache: the snapshot at {} is of another database or schema: not used",
-                path.display()
+                "verification cache: the snapshot at {} is of another database or schema: not used \
+                 (change {} was {:?}, is {:?})",
+                path.display(),
+                header.seq,
+                header.mark,
+                now,
             );
             return Ok(Warmed::default());
         }

@@ -167,3 +167,36 @@ fn a_snapshot_of_another_database_or_schema_is_not_used() {
 fn keys_of(rt: &Runtime) {
     keys(rt, 2);
 }
+
+/// The last change before the stop wrote several counters at once (keys brought in by
+/// `keys.migrateKeys`, one transaction, a creation counter per shard, one change number),
+/// and the next start, which changes nothing, finds the snapshot current: the change it is
+/// checked against is the same counter on both sides, whichever of them the database lists
+/// first.
+#[test]
+fn a_snapshot_after_a_change_of_many_counters_at_once_is_used() {
+    use keygate_rbac::MigratedKey;
+    let db = TestDb::sqlite();
+    let path = snapshot_path(&db);
+    let first = process(&db);
+    let (admin, keys) = keys(&first, 5);
+    let api = first.rbac.create_api(&admin, "imported").unwrap();
+    let migrated: Vec<MigratedKey> = (0..16)
+        .map(|i| MigratedKey::with_hash(keygate_domain::hash_secret(&format!("imported_key_{i}"))))
+        .collect();
+    first.rbac.migrate_keys(&admin, "sha256_hex", &api.id, &migrated).unwrap();
+    first.rbac.poll_changes().unwrap();
+    for (_, secret) in &keys {
+        assert_eq!(permissions(&first, secret).0, VerifyCode::Valid);
+    }
+    assert_eq!(first.save_verify_cache(&path).unwrap(), 5);
+    drop(first);
+
+    let next = process(&db);
+    assert_eq!(next.load_verify_cache(&path).unwrap(), Warmed { read: 5, cached: 5 });
+    let loads = next.rbac.verify_loads();
+    for (_, secret) in &keys {
+        assert_eq!(permissions(&next, secret).0, VerifyCode::Valid);
+    }
+    assert_eq!(next.rbac.verify_loads(), loads, "every key answered from the snapshot");
+}

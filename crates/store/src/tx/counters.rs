@@ -82,7 +82,8 @@ impl CounterTx for DieselTx<'_> {
 }
 
 impl crate::SqlStore {
-    /// The change counter that carried change number `seq` (the highest, with `None`), as
+    /// The change counter that carried change number `seq` (the highest, with `None`; of
+    /// several, the first by name), as
     /// (its change number, name, value, when): where the counters' history stands, which a
     /// snapshot of the verification cache names to be checked against when it is read.
     /// `None`: no counter (nothing changed yet), or none carries `seq` now (bumped since).
@@ -92,7 +93,10 @@ impl crate::SqlStore {
     ) -> Result<Option<(i64, String, u64, i64)>, keygate_rbac::StorageError> {
         use change_counters as cc;
         let row: Option<(i64, String, i64, i64)> = self.with_conn(|conn| {
-            let q = cc::table.select((cc::seq, cc::scope, cc::value, cc::changed_at)).order(cc::seq.desc());
+            // One transaction's counters share its change number: the first by name.
+            let q = cc::table
+                .select((cc::seq, cc::scope, cc::value, cc::changed_at))
+                .order((cc::seq.desc(), cc::scope));
             match seq {
                 Some(seq) => q.filter(cc::seq.eq(seq)).first(conn).optional(),
                 None => q.first(conn).optional(),
