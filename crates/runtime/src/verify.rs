@@ -101,7 +101,7 @@ impl Runtime {
                 // A key to load waits for a turn (bounded: its thread's CPU is the cached
                 // verifications'); a key cached is spending or confirming, not loading.
                 let _turn = match &self.loading {
-                    Some(gates) if !self.rbac.is_cached(call.secret) => Some(gates.enter(call.secret).await),
+                    Some(turns) if !self.rbac.is_cached(call.secret) => turns.enter().await,
                     _ => None,
                 };
                 // The root key is checked still current by the verification itself, with
