@@ -58,12 +58,18 @@ stop_server() {
   unset 'pids[-1]'
 }
 
+# Each server of the miss and cached rounds starts cold: the cache a graceful stop wrote
+# beside the database (`keygate.db-keys`) is removed first.
+cold() { rm -f "$work/bench.db-keys"; }
+
 for r in $(seq 1 "$ROUNDS"); do
   if [ -n "${COMPARE:-}" ]; then
+    cold
     KEYGATE_BIN=$COMPARE serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS%% *}"
     wrk_round "miss-compare round=$r" $PORT bins/keygate/bench/verify-v2.lua
     stop_server
   fi
+  cold
   serve_keygate $PORT "$work/miss.log" KEYGATE_VERIFY_CACHE_MB=1 KEYGATE_ANALYTICS="${ANALYTICS%% *}"
   line=$(wrk_round "miss round=$r" $PORT bins/keygate/bench/verify-v2.lua)
   echo "$line"
@@ -74,6 +80,7 @@ for r in $(seq 1 "$ROUNDS"); do
   for analytics in $ANALYTICS; do
     name=cached
     [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
+    cold
     serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="$analytics"
     before=$(rss_kib) heap_before=$(heap)
     # One pass over every key warms the cache (its length from the miss rate just
@@ -98,11 +105,12 @@ if [ "${RESTART:-1}" = 1 ] && [ "${MISS_ONLY:-0}" = 0 ]; then
   [ "${SCALE_OUT:-0}" = 1 ] || modes="snapshot cold"
   misses_per_s=$(median_of "$work/results" miss rps)
   for mode in $modes; do
+    cold
     serve_keygate $PORT "$work/restart.log"
     DURATION=${WARM:-$((secrets * 6 / 5 / (misses_per_s > 0 ? misses_per_s : 1) + 2))s} \
       wrk_round warm $PORT bins/keygate/bench/verify-v2.lua >/dev/null
     stop_server
-    [ "$mode" = snapshot ] || rm -f "$work/bench.db-keys"
+    [ "$mode" = snapshot ] || cold
     serve_keygate $PORT "$work/restart.log"
     slice=${SLICE:-2}
     for t in $(seq 0 "$slice" $((${RESTART_FOR:-12} - slice))); do
