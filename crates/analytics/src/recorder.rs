@@ -5,9 +5,12 @@
 //! instances add up.
 //!
 //! Recording is the in-process rate-limit store's pattern: a fixed number of shards, each a
-//! hash map behind its own `parking_lot` lock, chosen by the series' hash; a series already
-//! counted this minute is found by its borrowed parts ([`hashbrown::Equivalent`]), so the
-//! common case allocates nothing and takes one uncontended lock.
+//! hash table behind its own `parking_lot` lock, chosen by the series' hash (its high bits:
+//! the table takes its first slot from the low ones, so the shard must not); a series
+//! already counted this minute is found by its borrowed parts, so the common case
+//! allocates nothing and takes one uncontended lock. The parts are hashed once per count
+//! and the hash is kept with the series: a table growing, or a lookup meeting another
+//! series, reads no series' text.
 //!
 //! A series stays held for its minute (and until what it counted is written), whether or
 //! not its counts were taken: a key verified again finds its series, whatever the number of
@@ -19,7 +22,7 @@
 //! series' counts are dropped and counted ([`Recorder::dropped`]), never delaying the
 //! verification.
 
-use hashbrown::{Equivalent, HashMap};
+use hashbrown::{HashMap, HashTable};
 use keygate_rbac::VerifyCode;
 use parking_lot::Mutex;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -49,6 +52,8 @@ pub struct Series {
     pub code: VerifyCode,
     /// The minute's start (Unix ms).
     pub minute: u64,
+    /// The recorder's hash of the parts, code and minute.
+    hash: u64,
 }
 
 /// A series and its count, drained.
@@ -162,37 +167,26 @@ impl SeriesRef<'_, '_> {
     }
 }
 
-/// The hash of a series' parts, code and minute: the same for a [`Series`] and the
-/// [`SeriesRef`] it was made from.
-fn hash_series<'p, H: Hasher>(
-    h: &mut H,
-    parts: impl Iterator<Item = &'p str>,
-    code: VerifyCode,
-    minute: u64,
-) {
-    for p in parts {
-        p.hash(h);
-    }
-    code.hash(h);
-    minute.hash(h);
-}
-
-impl Hash for Series {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        hash_series(h, self.parts(), self.code, self.minute);
+impl SeriesRef<'_, '_> {
+    /// The hash of the series' parts, code and minute (kept with the [`Series`] made from
+    /// it).
+    fn hash(&self, hasher: &foldhash::fast::FixedState) -> u64 {
+        let mut h = hasher.build_hasher();
+        for p in self.parts() {
+            p.hash(&mut h);
+        }
+        self.outcome.code.hash(&mut h);
+        self.minute.hash(&mut h);
+        h.finish()
     }
 }
 
-impl Hash for SeriesRef<'_, '_> {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        hash_series(h, self.parts(), self.outcome.code, self.minute);
-    }
-}
-
-impl Equivalent<Series> for SeriesRef<'_, '_> {
-    fn equivalent(&self, s: &Series) -> bool {
-        // Bytes against bytes: the verification's hot path reads no UTF-8 again.
-        s.code == self.outcome.code
+impl SeriesRef<'_, '_> {
+    /// Whether `s` is this series (its hash first: a series met on the way is passed over
+    /// without reading its text; then bytes against bytes, no UTF-8 read again).
+    fn is(&self, hash: u64, s: &Series) -> bool {
+        s.hash == hash
+            && s.code == self.outcome.code
             && s.minute == self.minute
             && RawParts(&s.parts).eq(self.parts().map(str::as_bytes))
     }
@@ -210,9 +204,15 @@ struct Held {
 /// Keys and the latest minute each has a series in.
 type KeyMinutes = HashMap<Box<str>, u64, foldhash::fast::FixedState>;
 
+/// A series held, and its counts.
+struct Entry {
+    series: Series,
+    held: Held,
+}
+
 /// The in-memory counts; see the module docs.
 pub struct Recorder {
-    shards: Box<[Mutex<HashMap<Series, Held, foldhash::fast::FixedState>>]>,
+    shards: Box<[Mutex<HashTable<Entry>>]>,
     /// The latest minute of each key with a series held (`lastUsed` before a flush): set
     /// when a series is created, cleared when its minute's series is let go; sharded by key.
     last_minutes: Box<[Mutex<KeyMinutes>]>,
@@ -236,14 +236,25 @@ impl std::fmt::Debug for Recorder {
 
 /// Tags beyond this many are not sorted on the stack (a rare request pays an allocation).
 const INLINE_TAGS: usize = 16;
+/// The shards of series (picked by a hash's top 6 bits), and of keys' latest minutes (top 4).
+const SHARDS: usize = 64;
+const KEY_SHARDS: usize = 16;
+
+/// The shard of a hash: from its high bits, clear of the low ones a table starts from.
+fn shard_of(hash: u64, shards: usize) -> usize {
+    (hash >> 58) as usize % shards
+}
 
 impl Recorder {
     /// A recorder holding at most `max_series` series at once.
     pub fn new(max_series: usize) -> Self {
         let hasher = foldhash::fast::FixedState::with_seed(0x616e_616c_7974_6963);
         Self {
-            shards: (0..64).map(|_| Mutex::new(HashMap::with_hasher(hasher))).collect(),
-            last_minutes: (0..16).map(|_| Mutex::new(HashMap::with_hasher(hasher))).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+            // Their own seed: a key's slot in its shard's map must not follow the shard.
+            last_minutes: (0..KEY_SHARDS)
+                .map(|_| Mutex::new(HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0x6b65_7973))))
+                .collect(),
             hasher,
             max_series,
             series: AtomicUsize::new(0),
@@ -269,9 +280,9 @@ impl Recorder {
         tags.sort_unstable();
         let n = dedup(tags);
         let key = SeriesRef { outcome, tags: &tags[..n], minute: outcome.at_ms - outcome.at_ms % MINUTE_MS };
-        let hash = self.hasher.hash_one(&key);
-        let mut shard = self.shards[hash as usize % self.shards.len()].lock();
-        if let Some(held) = shard.get_mut(&key) {
+        let hash = key.hash(&self.hasher);
+        let mut shard = self.shards[shard_of(hash, SHARDS)].lock();
+        if let Some(Entry { held, .. }) = shard.find_mut(hash, |e| key.is(hash, &e.series)) {
             if held.pending == 0 {
                 held.since = self.drains.load(Ordering::Relaxed);
             }
@@ -285,13 +296,14 @@ impl Recorder {
             metrics::counter!("keygate_analytics_dropped_total").increment(1);
             return;
         }
-        shard.insert(owned(&key), Held { pending: 1, since: self.drains.load(Ordering::Relaxed) });
+        let held = Held { pending: 1, since: self.drains.load(Ordering::Relaxed) };
+        shard.insert_unique(hash, Entry { series: owned(&key, hash), held }, |e| e.series.hash);
         drop(shard);
         self.note_minute(outcome.key_id, key.minute);
     }
 
     fn last_minutes_of(&self, key_id: &str) -> &Mutex<KeyMinutes> {
-        &self.last_minutes[self.hasher.hash_one(key_id) as usize % self.last_minutes.len()]
+        &self.last_minutes[shard_of(self.hasher.hash_one(key_id), KEY_SHARDS)]
     }
 
     /// `key_id` has a series in `minute` (a new series: a key's first of its kind in a
@@ -316,7 +328,7 @@ impl Recorder {
         let mut out = Vec::new();
         let mut gone: Vec<(Box<str>, u64)> = Vec::new();
         for shard in self.shards.iter() {
-            shard.lock().retain(|series, held| {
+            shard.lock().retain(|Entry { series, held }| {
                 if held.pending > 0 && wait.is_none_or(|(rounds, _)| held.since + rounds <= drain) {
                     out.push(SeriesCount { series: series.clone(), count: held.pending });
                     held.pending = 0;
@@ -372,13 +384,13 @@ fn dedup(tags: &mut [&str]) -> usize {
     n
 }
 
-fn owned(k: &SeriesRef<'_, '_>) -> Series {
+fn owned(k: &SeriesRef<'_, '_>, hash: u64) -> Series {
     let mut buf = Vec::with_capacity(k.parts().map(|p| p.len() + 1).sum());
     for p in k.parts() {
         put_len(&mut buf, p.len());
         buf.extend_from_slice(p.as_bytes());
     }
-    Series { parts: buf.into_boxed_slice(), code: k.outcome.code, minute: k.minute }
+    Series { parts: buf.into_boxed_slice(), code: k.outcome.code, minute: k.minute, hash }
 }
 
 #[cfg(test)]
