@@ -235,17 +235,27 @@ impl Flush {
         }
         let chunk = || Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
         let mut out = std::collections::VecDeque::new();
-        for c in self.verifications.chunks(FLUSH_CHUNK_ROWS) {
-            out.push_back(Flush { verifications: c.to_vec(), ..chunk() });
+        // The rows moved into their chunks, not copied (a copy of a row is eight strings).
+        for c in chunked(self.verifications) {
+            out.push_back(Flush { verifications: c, ..chunk() });
         }
-        for c in self.limits.chunks(FLUSH_CHUNK_ROWS) {
-            out.push_back(Flush { limits: c.to_vec(), ..chunk() });
+        for c in chunked(self.limits) {
+            out.push_back(Flush { limits: c, ..chunk() });
         }
-        for c in self.identifiers.chunks(FLUSH_CHUNK_ROWS) {
-            out.push_back(Flush { identifiers: c.to_vec(), ..chunk() });
+        for c in chunked(self.identifiers) {
+            out.push_back(Flush { identifiers: c, ..chunk() });
         }
         out
     }
+}
+
+/// `rows` as vectors of at most [`FLUSH_CHUNK_ROWS`], in order, each row moved once.
+fn chunked<T>(rows: Vec<T>) -> impl Iterator<Item = Vec<T>> {
+    let mut rows = rows.into_iter().peekable();
+    std::iter::from_fn(move || {
+        rows.peek()?;
+        Some(rows.by_ref().take(FLUSH_CHUNK_ROWS).collect())
+    })
 }
 
 /// The most rows one flush transaction writes. A flush of more is written as several, so
@@ -332,6 +342,15 @@ fn joined<'b>(buf: &'b mut [u8], prefix: &str, name: &str) -> std::borrow::Cow<'
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rows_are_cut_into_chunks_in_order() {
+        let n = super::FLUSH_CHUNK_ROWS;
+        let chunks: Vec<Vec<usize>> = super::chunked((0..2 * n + 1).collect()).collect();
+        assert_eq!(chunks.iter().map(Vec::len).collect::<Vec<_>>(), [n, n, 1]);
+        assert_eq!(chunks.concat(), (0..2 * n + 1).collect::<Vec<_>>());
+        assert_eq!(super::chunked(Vec::<u8>::new()).count(), 0);
+    }
+
     #[test]
     fn a_name_is_joined_on_the_stack_where_it_fits_else_on_the_heap() {
         let mut buf = [0u8; 16];

@@ -80,7 +80,8 @@ macro_rules! count_columns {
 }
 
 /// An API's count of one outcome in one bucket (workspace, API, width, bucket, outcome).
-type ApiBucket = (String, String, i64, i64, String);
+/// An API's bucket: workspace, API, width, bucket, outcome (borrowed from the counts summed).
+type ApiBucket<'a> = (&'a str, &'a str, i64, i64, &'a str);
 
 /// The most counts one SQLite upsert statement writes (nine parameters each).
 #[cfg(feature = "sqlite")]
@@ -218,7 +219,7 @@ impl DieselTx<'_> {
     }
 
     /// Adds each count to its API's row of `api_verification_counts`.
-    fn upsert_api_totals(&mut self, totals: &HashMap<ApiBucket, i64>) -> R<()> {
+    fn upsert_api_totals(&mut self, totals: &HashMap<ApiBucket<'_>, i64>) -> R<()> {
         use diesel::sql_types::{BigInt, Text};
         let sql = "INSERT INTO api_verification_counts (workspace_id, api_id, width, bucket, outcome, count) \
                    VALUES ($1, $2, $3, $4, $5, $6) \
@@ -299,9 +300,9 @@ impl DieselTx<'_> {
 impl VerificationCountTx for DieselTx<'_> {
     fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()> {
         self.upsert_series(counts)?;
-        let mut totals: HashMap<ApiBucket, i64> = HashMap::new();
+        let mut totals: HashMap<ApiBucket<'_>, i64> = HashMap::new();
         for c in counts {
-            let key = (c.workspace_id.clone(), c.api_id.clone(), c.width, c.bucket, c.outcome.clone());
+            let key = (&*c.workspace_id, &*c.api_id, c.width, c.bucket, &*c.outcome);
             *totals.entry(key).or_default() += i64::try_from(c.count).unwrap_or(i64::MAX);
         }
         self.upsert_api_totals(&totals)
@@ -442,8 +443,8 @@ impl VerificationCountTx for DieselTx<'_> {
             .select((a::workspace_id, a::api_id, a::bucket, a::outcome, a::count))
             .load(self.conn)
             .map_err(db_err)?;
-        let mut totals: HashMap<ApiBucket, i64> = HashMap::new();
-        for (ws, api, bucket, outcome, n) in rows {
+        let mut totals: HashMap<ApiBucket<'_>, i64> = HashMap::new();
+        for (ws, api, bucket, outcome, n) in &rows {
             *totals.entry((ws, api, to, bucket - bucket.rem_euclid(to), outcome)).or_default() += n;
         }
         self.upsert_api_totals(&totals)?;
