@@ -10,6 +10,7 @@ mod clock;
 mod credits;
 mod error;
 mod ids;
+mod limits;
 pub mod migration;
 mod names;
 mod outcome;
@@ -27,6 +28,10 @@ pub use credits::{
 };
 pub use error::{ErrorCode, StorageError, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_base58_token, random_token};
+pub use limits::{
+    MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS, check_limit_bounds,
+    limit_configs, validate_ratelimits,
+};
 pub use migration::{HashScheme, Migrations};
 pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_api_name,

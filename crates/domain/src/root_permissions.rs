@@ -1,6 +1,9 @@
 //! The root-key permission strings each operation needs (contract §2: a root key
 //! satisfies `P` when it holds `*` or exactly `P`): the contract's vocabulary, named once
-//! for every crate (`keygate-rbac` checks them, the dashboard offers them).
+//! for every crate (`keygate-rbac` checks them, the dashboard offers them); and what one
+//! root key may hand another ([`permission_covers`], [`checked_permissions`]).
+
+use crate::{ValidationError, validate_permission_name};
 
 pub const PERM_ADD_PERMISSION_TO_KEY: &str = "rbac.*.add_permission_to_key";
 pub const PERM_CREATE_PERMISSION: &str = "rbac.*.create_permission";
@@ -73,3 +76,75 @@ pub const WORKSPACE_PERMISSIONS: &[&str] = &[
     "portal.*.create_portal_session",
     "audit.*.read",
 ];
+
+// Root keys' own management (`rootKeys.*`, API-v2.md §19).
+pub const PERM_CREATE_ROOT_KEY: &str = "rootkey.*.create_key";
+pub const PERM_READ_ROOT_KEY: &str = "rootkey.*.read_key";
+pub const PERM_UPDATE_ROOT_KEY: &str = "rootkey.*.update_key";
+pub const PERM_DELETE_ROOT_KEY: &str = "rootkey.*.delete_key";
+/// Most permissions one root key holds.
+pub const MAX_ROOT_KEY_PERMISSIONS: usize = 1000;
+
+/// Whether the held permission `held` reaches everything `wanted` grants: `*`, the same
+/// string, or the same dotted segments where `held` has `*` for a whole segment
+/// (`api.*.read_key` covers `api.api_1.read_key`; `api.*` covers nothing of three segments).
+pub fn permission_covers(held: &str, wanted: &str) -> bool {
+    if held == "*" || held == wanted {
+        return true;
+    }
+    let (mut h, mut w) = (held.split('.'), wanted.split('.'));
+    loop {
+        match (h.next(), w.next()) {
+            (None, None) => return true,
+            (Some(a), Some(b)) if a == "*" || a == b => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Checks and de-duplicates a permission list (1 to 1000 valid names).
+pub fn checked_permissions(
+    permissions: &[String],
+    allow_empty: bool,
+) -> Result<Vec<String>, ValidationError> {
+    if (!allow_empty && permissions.is_empty()) || permissions.len() > MAX_ROOT_KEY_PERMISSIONS {
+        let least = if allow_empty { 0 } else { 1 };
+        return Err(ValidationError::new(
+            "permissions",
+            format!("must hold {least} to {MAX_ROOT_KEY_PERMISSIONS} permissions"),
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(permissions.len());
+    for (i, name) in permissions.iter().enumerate() {
+        validate_permission_name(&format!("permissions.{i}"), name)?;
+        if !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permission_covers;
+
+    #[test]
+    fn a_pattern_covers_what_it_matches_segment_by_segment() {
+        for (held, wanted, covers) in [
+            ("*", "*", true),
+            ("*", "api.*.create_key", true),
+            ("api.*.read_key", "api.*.read_key", true),
+            ("api.*.read_key", "api.api_1.read_key", true),
+            ("api.*.read_key", "api.*.create_key", false),
+            ("api.*.read_key", "*", false),
+            ("api.api_1.read_key", "api.*.read_key", false),
+            ("api.*", "api.api_1.read_key", false),
+            ("api.*.*", "api.api_1.read_key", true),
+            ("rootkey.*.create_key", "rootkey.*.create_key", true),
+            ("ratelimit.*.limit", "ratelimit.rlns_1.limit", true),
+            ("api.*.read_key", "api.a.b.read_key", false),
+        ] {
+            assert_eq!(permission_covers(held, wanted), covers, "{held} covers {wanted}");
+        }
+    }
+}

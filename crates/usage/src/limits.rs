@@ -2,11 +2,9 @@
 //! §13.2), and their taking: all or nothing through the rate-limit engine, given back when
 //! the verification does not pass after all.
 
-use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, check_len};
+use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, check_len, check_limit_bounds};
 use keygate_ratelimit::{BudgetKey, Decision, Entry, LimitRequest, RateLimitStore, StoreError};
-use keygate_rbac::{
-    CachedKey, LimitOutcome, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, RateLimitConfig,
-};
+use keygate_rbac::{CachedKey, LimitOutcome, MAX_LIMIT_NAME_CHARS, RateLimitConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -67,15 +65,7 @@ pub fn validate_usage(usage: &Usage) -> Result<(), ValidationError> {
         if a.cost.is_some_and(|c| c > max_cost) {
             return Err(ValidationError::new(at("cost"), format!("must be 0 to {max_cost}")));
         }
-        if a.limit.is_some_and(|l| !(1..=MAX_LIMIT_TOKENS).contains(&l)) {
-            return Err(ValidationError::new(at("limit"), format!("must be 1 to {MAX_LIMIT_TOKENS}")));
-        }
-        if a.duration.is_some_and(|d| !(1_000..=MAX_LIMIT_DURATION_MS).contains(&d)) {
-            return Err(ValidationError::new(
-                at("duration"),
-                format!("must be 1000 to {MAX_LIMIT_DURATION_MS}"),
-            ));
-        }
+        check_limit_bounds(at, a.limit, a.duration)?;
     }
     Ok(())
 }

@@ -1,76 +1,23 @@
 //! Identities (API-v2.md §11): customers of the workspace, named by the caller's
-//! `externalId`, whose keys share their `meta` and rate limits; and the rate-limit
-//! configurations identities and keys carry (`ratelimits`, in one room with them: the same
-//! rules and storage for both owners).
+//! `externalId`, whose keys share their `meta` and rate limits (the limits' bounds, check
+//! and stored form: `keygate_domain::limits`, the same for keys).
 
 use super::changes::Changes;
 use crate::perms::{PERM_CREATE_IDENTITY, PERM_DELETE_IDENTITY, PERM_READ_IDENTITY, PERM_UPDATE_IDENTITY};
 use crate::{
-    AuditEvent, Identity, IdentityView, LimitOwner, NewRateLimit, Page, Principal, RateLimitConfig,
-    RbacError, RbacService, RbacStore, RbacTx, Resource, Scope,
+    AuditEvent, Identity, IdentityView, LimitOwner, NewRateLimit, Page, Principal, RbacError, RbacService,
+    RbacStore, RbacTx, Resource, Scope,
 };
 use keygate_domain::{
-    IdPrefix, MAX_NAME_CHARS, Patch, ValidationError, check_len, new_id, validate_external_id,
+    IdPrefix, MAX_NAME_CHARS, Patch, ValidationError, check_len, limit_configs, new_id, validate_external_id,
+    validate_ratelimits,
 };
-use std::collections::BTreeSet;
 
-/// The most rate limits one identity or key carries.
-pub const MAX_RATELIMITS: usize = 50;
-/// Longest name of a rate limit.
-pub const MAX_LIMIT_NAME_CHARS: usize = 128;
-/// Largest `limit` of a rate limit.
-pub const MAX_LIMIT_TOKENS: u64 = 1_000_000;
-/// Longest window of a rate limit: 30 days.
-pub const MAX_LIMIT_DURATION_MS: u64 = 2_592_000_000;
 /// Largest serialized `meta` of an identity.
 pub const MAX_IDENTITY_META_BYTES: usize = 64 * 1024;
 /// Above this many linked keys, a change of the identity ends the workspace's cached
 /// verifications rather than each key's.
 const KEYS_TOUCHED_ONE_BY_ONE: usize = 100;
-
-/// Checks a request's rate limits (`path` is the field: `ratelimits`): at most 50, each
-/// name 1–128 characters and given once, limit 1–1,000,000, window 1 s–30 days.
-pub fn validate_ratelimits(path: &str, limits: &[NewRateLimit]) -> Result<(), ValidationError> {
-    if limits.len() > MAX_RATELIMITS {
-        return Err(ValidationError::new(path, format!("at most {MAX_RATELIMITS} entries")));
-    }
-    let mut names = BTreeSet::new();
-    for (i, l) in limits.iter().enumerate() {
-        check_len(&format!("{path}.{i}.name"), &l.name, MAX_LIMIT_NAME_CHARS)?;
-        if !names.insert(l.name.as_str()) {
-            return Err(ValidationError::new(format!("{path}.{i}.name"), "is given twice"));
-        }
-        if !(1..=MAX_LIMIT_TOKENS).contains(&l.limit) {
-            let msg = format!("must be 1 to {MAX_LIMIT_TOKENS}");
-            return Err(ValidationError::new(format!("{path}.{i}.limit"), msg));
-        }
-        if !(1_000..=MAX_LIMIT_DURATION_MS).contains(&l.duration) {
-            let msg = format!("must be 1000 to {MAX_LIMIT_DURATION_MS}");
-            return Err(ValidationError::new(format!("{path}.{i}.duration"), msg));
-        }
-    }
-    Ok(())
-}
-
-/// The stored form of a request's rate limits: a limit whose name the owner already has
-/// keeps its id (and so its budget's count); the others get new ids. Sorted by name.
-pub(super) fn limit_configs(existing: &[RateLimitConfig], new: &[NewRateLimit]) -> Vec<RateLimitConfig> {
-    let mut out: Vec<RateLimitConfig> = new
-        .iter()
-        .map(|n| RateLimitConfig {
-            id: existing
-                .iter()
-                .find(|e| e.name == n.name)
-                .map_or_else(|| new_id(IdPrefix::RateLimit), |e| e.id.clone()),
-            name: n.name.clone(),
-            limit: n.limit,
-            duration: n.duration,
-            auto_apply: n.auto_apply,
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
-}
 
 /// `meta` of an identity: at most 64 KiB serialized.
 fn check_meta(meta: &str) -> Result<(), ValidationError> {

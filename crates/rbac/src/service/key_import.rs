@@ -181,7 +181,7 @@ impl<S: RbacStore> RbacService<S> {
             tx.insert_keys(&rows)?;
             for ((key, _), e) in rows.iter().zip(kept()) {
                 if !e.ratelimits.is_empty() {
-                    let limits = super::identities::limit_configs(&[], &e.ratelimits);
+                    let limits = keygate_domain::limit_configs(&[], &e.ratelimits);
                     tx.replace_ratelimits(ws, LimitOwner::Key(&key.id), &limits, now)?;
                 }
             }
@@ -218,7 +218,7 @@ fn validate_entry(i: usize, e: &MigratedKey) -> Result<(), ValidationError> {
     for (j, name) in e.roles.iter().enumerate() {
         (ROLE_RULES.validate_name)(&format!("{}.{j}", at("roles")), name)?;
     }
-    super::identities::validate_ratelimits(&at("ratelimits"), &e.ratelimits)
+    keygate_domain::validate_ratelimits(&at("ratelimits"), &e.ratelimits)
 }
 
 /// Every entry's hash decoded under `scheme` (400 at the first that does not decode).

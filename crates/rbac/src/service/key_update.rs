@@ -43,7 +43,7 @@ impl<S: RbacStore> RbacService<S> {
             return Err(ValidationError::new("meta", msg).into());
         }
         if let Some(limits) = ratelimits.as_set() {
-            super::identities::validate_ratelimits("ratelimits", limits)?;
+            keygate_domain::validate_ratelimits("ratelimits", limits)?;
         }
         let listed = |names: &[String], create: bool| -> Vec<EntityRef> {
             names.iter().map(|n| EntityRef::listed(n.clone(), create).or_id()).collect()
@@ -134,7 +134,7 @@ impl<S: RbacStore> RbacService<S> {
                 let owner = LimitOwner::Key(key_id);
                 let existing = tx.ratelimits_of(owner)?;
                 let wanted = ratelimits.apply(None).unwrap_or_default();
-                tx.replace_ratelimits(ws, owner, &super::identities::limit_configs(&existing, &wanted), now)?;
+                tx.replace_ratelimits(ws, owner, &keygate_domain::limit_configs(&existing, &wanted), now)?;
             }
             let mut events = vec![AuditEvent {
                 workspace_id: ws.to_string(),

@@ -71,7 +71,7 @@ impl<S: RbacStore> RbacService<S> {
         if let Some(external_id) = &new.external_id {
             validate_external_id("externalId", external_id)?;
         }
-        super::identities::validate_ratelimits("ratelimits", &new.ratelimits)?;
+        keygate_domain::validate_ratelimits("ratelimits", &new.ratelimits)?;
         // A past `expires` is accepted (as in Unkey's v2 API, over the same data): the key
         // then verifies EXPIRED.
         // v2 (`byte_length` set): a role may be named by its id too.
@@ -106,7 +106,7 @@ impl<S: RbacStore> RbacService<S> {
 
         let ws = p.workspace_id.as_str();
         let external_id = new.external_id.clone();
-        let limits = super::identities::limit_configs(&[], &new.ratelimits);
+        let limits = keygate_domain::limit_configs(&[], &new.ratelimits);
         let (mut key, secret) = self.new_key(ws, new);
         let key = self.write(|tx, changes| {
             changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));

@@ -27,20 +27,21 @@ mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use changes::{Changes, RECONCILE_MARGIN_MS};
-pub use identities::{
-    MAX_IDENTITY_META_BYTES, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
-    validate_ratelimits,
-};
+pub use identities::MAX_IDENTITY_META_BYTES;
 pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
+pub use keygate_domain::{
+    MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS, validate_ratelimits,
+};
 pub use keys::{key_summary, key_view};
 pub use links::LinkMode;
 
 use keygate_cache::verify::VerifyCache;
 pub use keygate_cache::verify::{MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS};
-pub use root_keys::{
-    MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
-    PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
+pub use keygate_domain::root_permissions::{
+    MAX_ROOT_KEY_PERMISSIONS, PERM_CREATE_ROOT_KEY, PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY,
+    PERM_UPDATE_ROOT_KEY, permission_covers,
 };
+pub use root_keys::{MAX_ROOT_KEY_EXPIRES_MS, NewRootKey, RootKeyChange};
 pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use verify::{Assumed, Checked, Snapshot, Unconfirmed, verification_read};

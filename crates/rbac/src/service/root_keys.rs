@@ -8,17 +8,15 @@ use crate::cache::RootKeyEntries;
 use crate::{
     AuditEvent, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, RootKey, Scope,
 };
+use keygate_domain::root_permissions::{
+    PERM_CREATE_ROOT_KEY, PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY,
+    checked_permissions, permission_covers,
+};
 use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, Patch, Secret, ValidationError, check_len, new_id, random_token,
-    validate_display_name, validate_permission_name,
+    validate_display_name,
 };
 
-pub const PERM_CREATE_ROOT_KEY: &str = "rootkey.*.create_key";
-pub const PERM_READ_ROOT_KEY: &str = "rootkey.*.read_key";
-pub const PERM_UPDATE_ROOT_KEY: &str = "rootkey.*.update_key";
-pub const PERM_DELETE_ROOT_KEY: &str = "rootkey.*.delete_key";
-/// Most permissions one root key holds.
-pub const MAX_ROOT_KEY_PERMISSIONS: usize = 1000;
 /// The latest expiry (or reroll `expiration`) accepted, in unix ms (2100-01-01).
 pub const MAX_ROOT_KEY_EXPIRES_MS: i64 = 4_102_444_800_000;
 
@@ -40,47 +38,10 @@ pub struct RootKeyChange {
     pub permissions: Option<Vec<String>>,
 }
 
-/// Whether the held permission `held` reaches everything `wanted` grants: `*`, the same
-/// string, or the same dotted segments where `held` has `*` for a whole segment
-/// (`api.*.read_key` covers `api.api_1.read_key`; `api.*` covers nothing of three segments).
-pub fn permission_covers(held: &str, wanted: &str) -> bool {
-    if held == "*" || held == wanted {
-        return true;
-    }
-    let (mut h, mut w) = (held.split('.'), wanted.split('.'));
-    loop {
-        match (h.next(), w.next()) {
-            (None, None) => return true,
-            (Some(a), Some(b)) if a == "*" || a == b => {}
-            _ => return false,
-        }
-    }
-}
-
 /// The permissions of `wanted` that `p` does not cover (a 403 names them).
 fn uncovered<'a>(p: &Principal, wanted: &'a [String]) -> Vec<&'a str> {
     let held: Vec<&str> = p.permissions().collect();
     wanted.iter().filter(|w| !held.iter().any(|h| permission_covers(h, w))).map(String::as_str).collect()
-}
-
-/// Checks and de-duplicates a permission list (1 to 1000 valid names).
-fn checked_permissions(permissions: &[String], allow_empty: bool) -> Result<Vec<String>, RbacError> {
-    if (!allow_empty && permissions.is_empty()) || permissions.len() > MAX_ROOT_KEY_PERMISSIONS {
-        let least = if allow_empty { 0 } else { 1 };
-        return Err(ValidationError::new(
-            "permissions",
-            format!("must hold {least} to {MAX_ROOT_KEY_PERMISSIONS} permissions"),
-        )
-        .into());
-    }
-    let mut out: Vec<String> = Vec::with_capacity(permissions.len());
-    for (i, name) in permissions.iter().enumerate() {
-        validate_permission_name(&format!("permissions.{i}"), name)?;
-        if !out.contains(name) {
-            out.push(name.clone());
-        }
-    }
-    Ok(out)
 }
 
 /// A root key's last 4 characters (`end`).
@@ -423,30 +384,5 @@ fn check_lifetime(
             format!("the calling root key expires at {own}: the new key must expire no later"),
         )
         .into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::permission_covers;
-
-    #[test]
-    fn a_pattern_covers_what_it_matches_segment_by_segment() {
-        for (held, wanted, covers) in [
-            ("*", "*", true),
-            ("*", "api.*.create_key", true),
-            ("api.*.read_key", "api.*.read_key", true),
-            ("api.*.read_key", "api.api_1.read_key", true),
-            ("api.*.read_key", "api.*.create_key", false),
-            ("api.*.read_key", "*", false),
-            ("api.api_1.read_key", "api.*.read_key", false),
-            ("api.*", "api.api_1.read_key", false),
-            ("api.*.*", "api.api_1.read_key", true),
-            ("rootkey.*.create_key", "rootkey.*.create_key", true),
-            ("ratelimit.*.limit", "ratelimit.rlns_1.limit", true),
-            ("api.*.read_key", "api.a.b.read_key", false),
-        ] {
-            assert_eq!(permission_covers(held, wanted), covers, "{held} covers {wanted}");
-        }
     }
 }
