@@ -18,8 +18,8 @@ pub mod upkeep;
 pub mod verify;
 pub mod warm;
 
-pub use limit::{LimitAsk, Limited, LimitedAll, LoadGates, LoadTurns};
-pub use offload::{CallError, Offload};
+pub use limit::{LimitAsk, Limited, LimitedAll, LoadGates};
+pub use offload::{CallError, LoadQueue, Offload};
 pub use verify::VerifyCall;
 
 pub use upkeep::{
@@ -154,7 +154,7 @@ pub struct Runtime {
     /// One store read per root key, namespace or overrides at a time (the hot paths' misses).
     pub loads: LoadGates,
     /// Verifications loading their key, at most [`RuntimeSettings::max_loading`] at once.
-    pub loading: Option<LoadTurns>,
+    pub loading: Option<Arc<LoadQueue>>,
 }
 
 impl Runtime {
@@ -204,7 +204,7 @@ impl Runtime {
             analytics_settings: settings.analytics,
             fail_open: settings.fail_open,
             loads: LoadGates::default(),
-            loading: settings.max_loading.map(LoadTurns::new),
+            loading: settings.max_loading.map(|n| Arc::new(LoadQueue::new(n))),
         })
     }
 

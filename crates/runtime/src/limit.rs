@@ -115,26 +115,6 @@ impl LoadGates {
     }
 }
 
-/// At most `n` holders at once, in the order they came: a waiter is never overtaken by
-/// one that came after it (a lock that lets a newcomer in ahead of the waiters it wakes
-/// left some verifications waiting for their key's load past a client's timeout while
-/// every other one missed too).
-#[derive(Debug)]
-pub struct LoadTurns(tokio::sync::Semaphore);
-
-impl LoadTurns {
-    /// `n` turns at once (at least one).
-    pub fn new(n: usize) -> Self {
-        Self(tokio::sync::Semaphore::new(n.max(1)))
-    }
-
-    /// Waits for a turn; held until the permit is dropped. (`None` only if the turns were
-    /// closed, which nothing does.)
-    pub async fn enter(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        self.0.acquire().await.ok()
-    }
-}
-
 type Rbac = Arc<RbacService<SqlStore>>;
 type Limiter = Arc<dyn RateLimitStore>;
 

@@ -98,15 +98,9 @@ impl Runtime {
                     (call.principal.cloned(), call.workspace_id.map(String::from));
                 let (api_id, access) = (call.api_id.map(String::from), call.access.cloned());
                 let (query, asks) = (call.query.cloned(), call.usage.clone());
-                // A key to load waits for a turn (bounded: its thread's CPU is the cached
-                // verifications'); a key cached is spending or confirming, not loading.
-                let _turn = match &self.loading {
-                    Some(turns) if !self.rbac.is_cached(call.secret) => turns.enter().await,
-                    _ => None,
-                };
                 // The root key is checked still current by the verification itself, with
                 // the key's change counters (one read).
-                blocking(offload, move || {
+                let load = move || {
                     let scope = scope(
                         principal.as_ref(),
                         workspace_id.as_deref(),
@@ -114,8 +108,13 @@ impl Runtime {
                         access.as_ref(),
                     );
                     Ok(usage.verify(&secret, &scope, query.as_ref(), &asks)?)
-                })
-                .await?
+                };
+                // A key to load joins the queue of loads (bounded: its thread's CPU is the
+                // cached verifications'); a key cached is spending or confirming, not loading.
+                match &self.loading {
+                    Some(queue) if !self.rbac.is_cached(call.secret) => queue.run(offload, load).await?,
+                    _ => blocking(offload, load).await?,
+                }
             }
         };
         let verification = pending.settle().await?;
