@@ -82,7 +82,7 @@ impl<S: RbacStore> RbacService<S> {
             };
             let rows = tx.api_keys_page(ws, api_id, identity.as_deref(), after, limit + 1)?;
             let mut page = Page::keyset(rows, limit, |k| k.id.as_str());
-            self.live_credits(&mut page.items.iter_mut().collect::<Vec<_>>());
+            self.live_credits(&mut page.items.iter_mut().collect::<Vec<_>>())?;
             let items = page.items.into_iter().map(|k| describe(tx, k)).collect::<Result<_, _>>()?;
             Ok((Page { items, next: page.next }, total))
         })

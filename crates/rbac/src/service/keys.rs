@@ -28,7 +28,7 @@ impl<S: RbacStore> RbacService<S> {
         }
         self.store.snapshot(|tx| {
             let mut key = tx.get_key(&p.workspace_id, key_id)?.ok_or_else(not_found)?;
-            self.live_credits(&mut [&mut key]);
+            self.live_credits(&mut [&mut key])?;
             key_view(tx, key)
         })
     }
@@ -247,7 +247,7 @@ impl<S: RbacStore> RbacService<S> {
             if !access.admits(key.api_id.as_deref()) {
                 return Err(ApiAccess::denied("read_key", key.api_id.as_deref()));
             }
-            self.live_credits(&mut [&mut key]);
+            self.live_credits(&mut [&mut key])?;
             key_summary(tx, key)
         })
     }

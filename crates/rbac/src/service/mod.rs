@@ -84,9 +84,9 @@ pub trait CreditCounters: Send + Sync + std::fmt::Debug {
     /// key's counter held still: its spends committed first, none taken meanwhile, and the
     /// counter read from the database again after.
     fn hold(&self, key_id: &str, write: &mut dyn FnMut() -> Result<(), RbacError>) -> Result<(), RbacError>;
-    /// Puts the live counters' values in place of the rows' in `keys` (a counter out of
-    /// reach leaves the row's).
-    fn overlay(&self, keys: &mut [&mut Key]);
+    /// Puts the live counters' values in place of the rows' in `keys`; a counter out of
+    /// reach is an error (the row may lag it), not the row's value.
+    fn overlay(&self, keys: &mut [&mut Key]) -> Result<(), RbacError>;
 }
 
 /// Told after a namespace's rate-limit overrides changed (committed). The server passes
@@ -189,9 +189,10 @@ impl<S: RbacStore> RbacService<S> {
 
     /// Keys as the database holds them, with their live credit counters where those are
     /// ahead of the rows.
-    pub(crate) fn live_credits(&self, keys: &mut [&mut Key]) {
-        if let Some(counters) = &self.credit_counters {
-            counters.overlay(keys);
+    pub(crate) fn live_credits(&self, keys: &mut [&mut Key]) -> Result<(), RbacError> {
+        match &self.credit_counters {
+            Some(counters) => counters.overlay(keys),
+            None => Ok(()),
         }
     }
 

@@ -214,12 +214,13 @@ impl<S: UsageStore + 'static> CreditCounters for Ledger<S> {
         Ledger::hold(self, key_id, write)
     }
 
-    fn overlay(&self, keys: &mut [&mut Key]) {
+    fn overlay(&self, keys: &mut [&mut Key]) -> Result<(), RbacError> {
         match &self.kind {
-            Kind::Shared(ledger) => ledger.overlay(keys),
+            Kind::Shared(ledger) => ledger.overlay(keys)?,
             Kind::Memory(ledger) => ledger.journaling.overlay(keys, |id| ledger.find(id)),
             Kind::Rows(_) => {}
         }
+        Ok(())
     }
 }
 

@@ -309,20 +309,18 @@ impl SharedLedger {
     }
 
     /// The live counters of `keys`' credits, where the store holds them, in place of the
-    /// rows' (which lag by at most the write-behind interval). A store out of reach leaves
-    /// the rows' values.
-    pub(crate) fn overlay(&self, keys: &mut [&mut Key]) {
+    /// rows' (which lag by at most the write-behind interval). A store out of reach is
+    /// an error (503), not the rows' values answered as live.
+    pub(crate) fn overlay(&self, keys: &mut [&mut Key]) -> Result<(), StorageError> {
         let ids: Vec<&str> = keys.iter().filter(|k| k.credits.is_some()).map(|k| k.id.as_str()).collect();
         if ids.is_empty() {
-            return;
+            return Ok(());
         }
-        let live = match self.store.read(&ids) {
-            Ok(l) => l,
-            Err(e) => {
-                log::debug!("credits: the shared store is out of reach, answering the rows' values: {e}");
-                return;
-            }
-        };
+        // A connection a failover broke fails its first call: once more, on another.
+        let live = self.store.read(&ids).or_else(|e| {
+            log::debug!("credits: reading live counters failed, once more: {e}");
+            self.store.read(&ids)
+        })?;
         let mut live = live.into_iter();
         for key in keys.iter_mut().filter(|k| k.credits.is_some()) {
             if let (Some(Some(l)), Some(c)) = (live.next(), key.credits.as_mut()) {
@@ -332,6 +330,7 @@ impl SharedLedger {
                 }
             }
         }
+        Ok(())
     }
 
     /// One write-behind pass over every shard with changed counters and no other
