@@ -2,6 +2,13 @@
 //! counted in memory (no I/O), the counts flushed to the database in one transaction under
 //! an id that makes a retried flush land once, then rolled up into hours and days (each
 //! closed hour keeping its heaviest identifiers only) and pruned.
+//!
+//! A flush appends its verification counts to the journal as one entry ([`crate::journal`]),
+//! and a fold adds the journal up into `verification_counts`, each series once for all the
+//! entries it is in: before every read of the counts (on any instance, so a count reaches
+//! every reader as soon as its flush lands), and when the oldest entry has waited
+//! [`FOLD_AFTER_MS`]. A key verified many times a minute costs the database one row a
+//! minute, not one per flush.
 
 use crate::limit_recorder::{Drained, LimitDecision};
 use crate::recorder::{Outcome, SeriesCount};
@@ -18,6 +25,14 @@ use std::sync::atomic::Ordering;
 /// s): the counts a key gathers meanwhile are written in the same row, so a key verified
 /// every few seconds costs a row per few verifications rather than one per verification.
 pub const WRITE_AFTER_FLUSHES: u64 = 2;
+
+/// How long the journal's oldest entry waits for a read before a periodic flush folds the
+/// journal anyway ([`AnalyticsService::fold_journal`]).
+pub const FOLD_AFTER_MS: i64 = MINUTE;
+
+/// How many flushes' entries one fold's transaction takes (bounding its memory; the rest
+/// are the next transaction's).
+const FOLD_TAKE: usize = 256;
 
 /// Every how many periodic flushes the rate-limit counts are taken (every 2 s: their
 /// identifiers' rows are written per flush that finds them heavier than their sketch's
@@ -109,8 +124,12 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     /// new, and the id, found, says it landed the first time, so counts are never lost to
     /// a failure nor added twice. Meanwhile new counts wait in the recorders, within their
     /// bounds.
+    /// The journal is folded after, so the counts are in `verification_counts` when it
+    /// returns.
     pub fn flush_analytics(&self) -> Result<usize, RbacError> {
-        self.flush_all(Taken::All)
+        let n = self.flush_all(Taken::All)?;
+        self.fold_journal()?;
+        Ok(n)
     }
 
     /// The periodic flush: [`Self::flush_analytics`] of the verification counts that are
@@ -119,13 +138,79 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     /// meanwhile is written once for both), and of the rate-limit counts every
     /// [`LIMITS_EVERY_FLUSHES`]th. Run every second, a count reaches the database within 3
     /// s (and the write).
+    /// The journal is folded after when its oldest entry has waited [`FOLD_AFTER_MS`].
     pub fn flush_analytics_due(&self) -> Result<usize, RbacError> {
-        self.flush_all(Taken::Due)
+        let n = self.flush_all(Taken::Due)?;
+        let oldest = self.rbac.store().analytics_read(|tx| Ok(tx.journal_oldest()?))?;
+        if oldest.is_some_and(|t| t <= self.now() - FOLD_AFTER_MS) {
+            self.fold_journal()?;
+        }
+        Ok(n)
     }
 
     /// [`Self::flush_analytics`] at shutdown: nothing is held after.
     pub fn flush_analytics_final(&self) -> Result<usize, RbacError> {
-        self.flush_all(Taken::Final)
+        let n = self.flush_all(Taken::Final)?;
+        self.fold_journal()?;
+        Ok(n)
+    }
+
+    /// Before a read of the verification counts (every read of this crate's, and any
+    /// other that reads `verification_counts`): the journal folded, when it holds anything,
+    /// so the read sees every count flushed so far by any instance.
+    pub fn fold_for_read(&self) -> Result<(), RbacError> {
+        if self.rbac.store().analytics_read(|tx| Ok(tx.journal_oldest()?))?.is_some() {
+            self.fold_journal()?;
+        }
+        Ok(())
+    }
+
+    /// Adds the journal up into `verification_counts`: how many rows it wrote. First the
+    /// flushes' entries are taken, their counts summed per series and bucket and appended
+    /// again as merged entries of at most [`FLUSH_CHUNK_ROWS`] series, in one transaction;
+    /// then each merged entry is added to the counts in the transaction that takes it. So
+    /// each count lands once, whatever fails or whichever instance folds meanwhile (an
+    /// entry is taken by one transaction), and no transaction holds the database's write
+    /// lock for more than a chunk's writes. An entry that does not decode is logged and
+    /// dropped.
+    pub fn fold_journal(&self) -> Result<usize, RbacError> {
+        let _one = self.folding.lock();
+        let store = self.rbac.store();
+        let now = self.now();
+        loop {
+            let more = store.analytics_transaction(|tx| {
+                let taken = tx.take_journal(false, FOLD_TAKE)?;
+                let merged = crate::journal::merge(&taken, |e| log::error!("analytics: dropped {e}"));
+                for chunk in merged.chunks(FLUSH_CHUNK_ROWS) {
+                    tx.append_journal(
+                        &new_id(IdPrefix::Request),
+                        true,
+                        now,
+                        &crate::journal::encode(chunk.iter().copied()),
+                    )?;
+                }
+                Ok(taken.len() == FOLD_TAKE)
+            })?;
+            if !more {
+                break;
+            }
+        }
+        let mut rows = 0;
+        while let Some(n) = store.analytics_transaction(|tx| {
+            let Some(body) = tx.take_journal(true, 1)?.pop() else { return Ok(None) };
+            let counts: Vec<VerificationCount> = match crate::journal::decode(&body) {
+                Ok(counts) => counts.iter().map(crate::journal::Count::to_stored).collect(),
+                Err(e) => {
+                    log::error!("analytics: dropped {e}");
+                    Vec::new()
+                }
+            };
+            tx.add_verification_counts(&counts)?;
+            Ok(Some(counts.len()))
+        })? {
+            rows += n;
+        }
+        Ok(rows)
     }
 
     fn flush_all(&self, taken: Taken) -> Result<usize, RbacError> {
@@ -136,20 +221,11 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         let now = self.rbac.clock().now_ms();
         if let Some(recorder) = &self.recorder {
             let due = matches!(taken, Taken::Due).then_some((WRITE_AFTER_FLUSHES, now));
-            batch.verifications = recorder.drain(due).iter().map(stored).collect();
-            // In the order of the table's key, so each chunk's writes fall on neighbouring
-            // pages of its index rather than across all of them.
-            batch.verifications.sort_unstable_by(|a, b| {
-                (&a.workspace_id, a.bucket, &a.api_id, &a.key_id, &a.identity_id, &a.outcome, &a.tags).cmp(&(
-                    &b.workspace_id,
-                    b.bucket,
-                    &b.api_id,
-                    &b.key_id,
-                    &b.identity_id,
-                    &b.outcome,
-                    &b.tags,
-                ))
-            });
+            let drained = recorder.drain(due);
+            batch.series = drained.len();
+            if !drained.is_empty() {
+                batch.journal = journal_entry(&drained);
+            }
         }
         let limits_due = match taken {
             Taken::Due => {
@@ -177,10 +253,12 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             if !tx.claim_analytics_flush(&f.id, self.now())? {
                 return Ok(0);
             }
-            tx.add_verification_counts(&f.verifications)?;
+            if !f.journal.is_empty() {
+                tx.append_journal(&f.id, false, self.now(), &f.journal)?;
+            }
             tx.add_ratelimit_counts(&f.limits)?;
             tx.add_identifier_counts(&f.identifiers)?;
-            Ok(f.verifications.len() + f.limits.len() + f.identifiers.len())
+            Ok(f.series + f.limits.len() + f.identifiers.len())
         })
     }
 
@@ -217,33 +295,36 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
 #[derive(Debug, Default)]
 pub(crate) struct Flush {
     id: String,
-    verifications: Vec<VerificationCount>,
+    /// The verification counts, as a journal entry (empty: none), and how many series.
+    journal: Vec<u8>,
+    series: usize,
     limits: Vec<RatelimitCount>,
     identifiers: Vec<IdentifierCount>,
 }
 
 impl Flush {
     fn is_empty(&self) -> bool {
-        self.verifications.is_empty() && self.limits.is_empty() && self.identifiers.is_empty()
+        self.journal.is_empty() && self.limits.is_empty() && self.identifiers.is_empty()
     }
 
-    /// The flush as flushes of at most [`FLUSH_CHUNK_ROWS`] rows, each with an id of its
-    /// own (one transaction each).
+    /// The flush as flushes of at most [`FLUSH_CHUNK_ROWS`] rows of rate-limit counts (the
+    /// journal entry, one row, with the first), each with an id of its own (one
+    /// transaction each).
     fn into_chunks(self) -> std::collections::VecDeque<Flush> {
-        if self.verifications.len() + self.limits.len() + self.identifiers.len() <= FLUSH_CHUNK_ROWS {
+        if self.limits.len() + self.identifiers.len() <= FLUSH_CHUNK_ROWS {
             return [self].into();
         }
         let chunk = || Flush { id: new_id(IdPrefix::Request), ..Flush::default() };
         let mut out = std::collections::VecDeque::new();
-        // The rows moved into their chunks, not copied (a copy of a row is eight strings).
-        for c in chunked(self.verifications) {
-            out.push_back(Flush { verifications: c, ..chunk() });
-        }
+        // The rows moved into their chunks, not copied.
         for c in chunked(self.limits) {
             out.push_back(Flush { limits: c, ..chunk() });
         }
         for c in chunked(self.identifiers) {
             out.push_back(Flush { identifiers: c, ..chunk() });
+        }
+        if let Some(first) = out.front_mut() {
+            (first.journal, first.series) = (self.journal, self.series);
         }
         out
     }
@@ -278,20 +359,30 @@ fn write_in_order(
     Ok(rows)
 }
 
-/// A drained series as the database keeps it.
-fn stored(c: &SeriesCount) -> VerificationCount {
-    let s = &c.series;
-    VerificationCount {
-        workspace_id: s.workspace_id().to_string(),
-        width: MINUTE,
-        bucket: i64::try_from(s.minute).unwrap_or(i64::MAX),
-        api_id: s.api_id().to_string(),
-        key_id: s.key_id().to_string(),
-        identity_id: s.identity_id().to_string(),
-        outcome: s.code.as_str().to_string(),
-        tags: s.tags().map(str::to_string).collect(),
-        count: c.count,
-    }
+/// Drained series as one journal entry (minute buckets; the tag sets as the table stores
+/// them).
+fn journal_entry(drained: &[SeriesCount]) -> Vec<u8> {
+    let tags: Vec<std::borrow::Cow<'static, str>> = drained
+        .iter()
+        .map(|c| match c.series.tags().collect::<Vec<_>>() {
+            t if t.is_empty() => "[]".into(),
+            t => serde_json::to_string(&t).unwrap_or_else(|_| "[]".into()).into(),
+        })
+        .collect();
+    crate::journal::encode(drained.iter().zip(&tags).map(|(c, tags)| {
+        let s = &c.series;
+        crate::journal::Count {
+            workspace_id: s.workspace_id(),
+            width: MINUTE,
+            bucket: i64::try_from(s.minute).unwrap_or(i64::MAX),
+            api_id: s.api_id(),
+            key_id: s.key_id(),
+            identity_id: s.identity_id(),
+            outcome: s.code.as_str(),
+            tags,
+            count: c.count,
+        }
+    }))
 }
 
 /// Drained rate-limit counts as the database keeps them (open hours' identifiers at

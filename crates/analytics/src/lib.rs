@@ -8,6 +8,7 @@
 //! - [`limit_recorder`]: rate-limit decisions per namespace-minute, and each namespace's
 //!   heaviest identifiers per hour (a heavy-hitters sketch).
 //! - [`flush`]: recording through the service, the flush, roll-up and retention.
+//! - [`journal`]: the flushes' counts as the journal holds them until a fold adds them up.
 //! - [`verifications`]: `analytics.getVerifications`, v1's `keys.getVerifications`,
 //!   `lastUsed`, the dashboard's charts.
 //! - [`ratelimits`]: `keygate.getRatelimits` and the dashboard's totals.
@@ -19,6 +20,7 @@
 //! the same snapshot as the counts ([`store::AnalyticsTx`] extends `RbacTx`).
 
 pub mod flush;
+pub mod journal;
 pub mod limit_recorder;
 pub mod ratelimits;
 pub mod recorder;
@@ -49,6 +51,8 @@ pub struct AnalyticsService<S> {
     limit_recorder: Option<Arc<LimitRecorder>>,
     /// A flush whose commit was not confirmed ([`flush`]).
     unconfirmed_flush: parking_lot::Mutex<std::collections::VecDeque<flush::Flush>>,
+    /// Held while this instance folds the journal ([`flush`]).
+    folding: parking_lot::Mutex<()>,
     /// Periodic flushes so far (the rate-limit counts are taken every other one).
     due_flushes: std::sync::atomic::AtomicU64,
     /// The SQL queries running per workspace.
@@ -65,6 +69,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             recorder: max_series.map(|n| Arc::new(Recorder::new(n))),
             limit_recorder: max_series.map(|n| Arc::new(LimitRecorder::new(n))),
             unconfirmed_flush: Default::default(),
+            folding: Default::default(),
             due_flushes: Default::default(),
             sql_slots: Default::default(),
         }

@@ -26,6 +26,14 @@ pub trait VerificationCountTx {
     fn claim_analytics_flush(&mut self, id: &str, now: i64) -> R<bool>;
     /// Forgets the flushes written before `before`: how many.
     fn delete_analytics_flushes_before(&mut self, before: i64) -> R<usize>;
+    /// Appends an entry to the verification journal ([`crate::journal`]) under `id` (a new
+    /// id, which sorts by time): a flush's counts (`merged` false) or a fold's sums (true).
+    fn append_journal(&mut self, id: &str, merged: bool, written_at: i64, body: &[u8]) -> R<()>;
+    /// Takes (deletes, and returns the bodies of) up to `max` of the oldest journal entries
+    /// of the kind. An entry another transaction takes meanwhile is that one's alone.
+    fn take_journal(&mut self, merged: bool, max: usize) -> R<Vec<Vec<u8>>>;
+    /// When the oldest journal entry was written (`None`: the journal is empty).
+    fn journal_oldest(&mut self) -> R<Option<i64>>;
 }
 
 /// A count of verifications, as stored: absent parts are empty strings.

@@ -136,6 +136,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             Some(_) => return Err(ApiAccess::denied("read_analytics", Some(&q.api_id))),
             None => return Err(ApiAccess::denied("read_analytics", None)),
         }
+        self.fold_for_read()?;
         // No `end`: now, or (a `start` in the future) an empty range.
         let end = q.end.unwrap_or_else(|| self.now().max(q.start.unwrap_or(0)));
         let slice_start = |t: i64| match q.time.unwrap_or(TimeSlice::Hour) {
@@ -266,6 +267,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     ) -> Result<Vec<(i64, [u64; 7])>, RbacError> {
         let access =
             ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
+        self.fold_for_read()?;
         let keys: Vec<String> = key_id.map(str::to_string).into_iter().collect();
         if let Some(id) = key_id {
             validate_key_id("keyId", id)?;
@@ -320,6 +322,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     ) -> Result<(Vec<(String, u64, u64)>, Vec<((String, String), u64, u64)>), RbacError> {
         let access =
             ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
+        self.fold_for_read()?;
         let ws = p.workspace_id.as_str();
         let counts = self.rbac.store().analytics_snapshot(|tx| {
             let mut counts = Vec::new();
@@ -390,6 +393,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         if start > end {
             return Err(ValidationError::new("start", "must be before end").into());
         }
+        self.fold_for_read()?;
         let ws = p.workspace_id.as_str();
         let counts = self.rbac.store().analytics_snapshot(|tx| {
             let filter = VerificationFilter {
@@ -452,6 +456,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         if keys.is_empty() {
             return Ok(());
         }
+        self.fold_for_read()?;
         let ids: Vec<&str> = keys.iter().map(|k| k.key.id.as_str()).collect();
         let mut last: HashMap<String, i64> =
             self.rbac.store().analytics_read(|tx| Ok(tx.keys_last_used(&ids)?))?.into_iter().collect();

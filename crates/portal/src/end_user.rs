@@ -161,6 +161,7 @@ impl<S: PortalStore> PortalService<S> {
         let first = start - start.rem_euclid(width);
         let ws = ctx.session.workspace_id.as_str();
         let keys: Vec<String> = key_id.map(str::to_string).into_iter().collect();
+        self.analytics.fold_for_read()?;
         let counts = self.rbac.store().analytics_snapshot(|tx| {
             let Some(identity) = tx.identity_by_external_id(ws, &ctx.session.external_id)? else {
                 return Ok(Vec::new());

@@ -28,6 +28,7 @@ pub use portals::PortalRef;
 pub use sessions::{NewSession, PortalContext, SessionGroup};
 pub use store::{PortalStore, PortalTx};
 
+use keygate_analytics::AnalyticsService;
 use keygate_rbac::RbacService;
 use std::sync::Arc;
 
@@ -35,14 +36,17 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct PortalService<S> {
     rbac: Arc<RbacService<S>>,
+    /// The counts' service (a read of the counts folds its journal first).
+    analytics: Arc<AnalyticsService<S>>,
     /// Where the portal's pages are reached from outside (`url` of a new session).
     public_url: String,
 }
 
 impl<S: PortalStore> PortalService<S> {
-    /// The portal over `rbac`; its pages reached at `public_url` (no trailing slash).
-    pub fn new(rbac: Arc<RbacService<S>>, public_url: &str) -> Self {
-        Self { rbac, public_url: public_url.trim_end_matches('/').to_string() }
+    /// The portal over `rbac` and `analytics`; its pages reached at `public_url` (no
+    /// trailing slash).
+    pub fn new(rbac: Arc<RbacService<S>>, analytics: Arc<AnalyticsService<S>>, public_url: &str) -> Self {
+        Self { rbac, analytics, public_url: public_url.trim_end_matches('/').to_string() }
     }
 
     pub fn rbac(&self) -> &Arc<RbacService<S>> {

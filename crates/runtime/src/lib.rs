@@ -138,7 +138,7 @@ pub struct Runtime {
     /// What verifications spend: rate limits of keys and identities, credits.
     pub usage: UsageService<SqlStore>,
     /// Verification and rate-limit counts.
-    pub analytics: AnalyticsService<SqlStore>,
+    pub analytics: Arc<AnalyticsService<SqlStore>>,
     /// The customer portal (API-v2.md §17).
     pub portal: PortalService<SqlStore>,
     /// Where rate-limit decisions are made.
@@ -189,9 +189,11 @@ impl Runtime {
         let shared_credits = redis.clone().map(|r| r as Arc<dyn SharedCredits>);
         let (rbac, usage) = UsageService::wire(rbac, limiter.clone(), shared_credits);
         // SQL analytics queries hold a pooled connection each for up to 5 s: half the pool.
-        let analytics = AnalyticsService::new(rbac.clone(), settings.analytics.map(|a| a.max_series))
-            .with_sql_capacity(settings.pool.max_size as usize / 2);
-        let portal = PortalService::new(rbac.clone(), &settings.public_url);
+        let analytics = Arc::new(
+            AnalyticsService::new(rbac.clone(), settings.analytics.map(|a| a.max_series))
+                .with_sql_capacity(settings.pool.max_size as usize / 2),
+        );
+        let portal = PortalService::new(rbac.clone(), analytics.clone(), &settings.public_url);
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,

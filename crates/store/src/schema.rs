@@ -223,6 +223,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    verification_journal (id) {
+        id -> Text,
+        merged -> Bool,
+        written_at -> BigInt,
+        body -> Binary,
+    }
+}
+
+diesel::table! {
     api_verification_counts (workspace_id, api_id, width, bucket, outcome) {
         workspace_id -> Text,
         api_id -> Text,

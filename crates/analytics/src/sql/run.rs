@@ -123,6 +123,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         }
         let scope = scope_of(p, family)?;
         let _slot = self.sql_slots.take(&p.workspace_id)?;
+        self.fold_for_read()?;
         let dialect = match self.rbac.store().kind() {
             "postgres" => Dialect::Postgres,
             _ => Dialect::Sqlite,

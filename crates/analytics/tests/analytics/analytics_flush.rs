@@ -19,6 +19,8 @@ struct Unreliable {
     lose_next_reply: AtomicBool,
     /// Transactions to let through before one fails (negative: none fails).
     fail_after: AtomicI64,
+    /// Transactions to let through before one's reply is lost after its commit.
+    lose_reply_after: AtomicI64,
 }
 
 impl Unreliable {
@@ -29,7 +31,9 @@ impl Unreliable {
             return Err(StorageError::Unavailable("the database is down (test)".into()).into());
         }
         let out = run()?;
-        if self.lose_next_reply.swap(false, Ordering::SeqCst) {
+        if self.lose_next_reply.swap(false, Ordering::SeqCst)
+            || self.lose_reply_after.fetch_sub(1, Ordering::SeqCst) == 0
+        {
             return Err(StorageError::Unavailable("the connection dropped after COMMIT (test)".into()).into());
         }
         Ok(out)
@@ -72,6 +76,7 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
         fail_next: AtomicBool::new(false),
         lose_next_reply: AtomicBool::new(false),
         fail_after: AtomicI64::new(-1),
+        lose_reply_after: AtomicI64::new(-1),
     };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
@@ -134,6 +139,7 @@ fn a_large_flush_is_written_in_chunks_each_exactly_once() {
         fail_next: AtomicBool::new(false),
         lose_next_reply: AtomicBool::new(false),
         fail_after: AtomicI64::new(-1),
+        lose_reply_after: AtomicI64::new(-1),
     };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
@@ -283,4 +289,114 @@ fn a_flush_of_many_series_adds_each_count_to_its_row() {
     record_all();
     assert_eq!(svc.flush_analytics().expect("flush"), 71);
     assert_eq!(by_key(), expected(2));
+}
+
+/// The periodic flush appends its counts to the journal; they reach `verification_counts`
+/// when a fold adds them up, each series once for all the entries it is in: before a read,
+/// or once the oldest entry has waited `FOLD_AFTER_MS`. A fold that fails anywhere (before
+/// a transaction, or after one committed with its reply lost) lands each count once when
+/// the next one completes it.
+#[test]
+fn the_journal_is_folded_by_a_read_or_after_a_minute_each_count_once() {
+    use keygate_analytics::VerificationsQuery;
+    use keygate_analytics::flush::FOLD_AFTER_MS;
+    use keygate_analytics::recorder::Outcome;
+    use keygate_rbac::VerifyCode;
+
+    let db = TestDb::fresh();
+    let inner =
+        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store = Unreliable {
+        inner,
+        fail_next: AtomicBool::new(false),
+        lose_next_reply: AtomicBool::new(false),
+        fail_after: AtomicI64::new(-1),
+        lose_reply_after: AtomicI64::new(-1),
+    };
+    // 5 s into a minute.
+    let clock = Arc::new(ManualClock::new(1_700_000_045_000));
+    let rbac = Arc::new(RbacService::new(store, clock.clone()));
+    let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
+    let (ws, rk, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+    let api = rbac.create_api(&admin, "journal").expect("api").id;
+    let recorder = svc.recorder().expect("analytics on").clone();
+    let record = |key: &str| {
+        recorder.record(&Outcome {
+            workspace_id: &ws.id,
+            api_id: Some(&api),
+            key_id: key,
+            identity_id: None,
+            code: VerifyCode::Valid,
+            tags: &[],
+            at_ms: clock.now_ms(),
+        })
+    };
+    // Three periodic flushes: whatever was recorded before them is due and journaled.
+    let journaled = || {
+        for _ in 0..3 {
+            svc.flush_analytics_due().expect("flush");
+        }
+    };
+    let rows = |table: &str| -> i64 {
+        use diesel::prelude::*;
+        #[derive(diesel::QueryableByName)]
+        struct N {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let q = format!("SELECT COUNT(*) AS n FROM {table}");
+        rbac.store().inner.with_conn(|c| diesel::sql_query(&q).get_result::<N>(c)).expect("count").n
+    };
+    let total = |key: &str| -> u64 {
+        let q = VerificationsQuery { api_id: api.clone(), key_ids: vec![key.into()], ..Default::default() };
+        svc.get_verifications(&admin, &q).expect("read").iter().map(|r| r.total()).sum()
+    };
+
+    // Two entries carrying key_a, one key_b: nothing in the counts yet.
+    record("key_a");
+    record("key_b");
+    journaled();
+    record("key_a");
+    journaled();
+    assert_eq!(rows("verification_journal"), 2);
+    assert_eq!(rows("verification_counts"), 0);
+    // A minute after the first entry, the periodic flush folds: a row per series.
+    clock.advance(FOLD_AFTER_MS as u64);
+    svc.flush_analytics_due().expect("flush");
+    assert_eq!((rows("verification_journal"), rows("verification_counts")), (0, 2));
+    assert_eq!((total("key_a"), total("key_b")), (2, 1));
+
+    // A read folds first: a count journaled a moment ago is in its answer.
+    record("key_a");
+    journaled();
+    assert_eq!(rows("verification_journal"), 1);
+    assert_eq!(total("key_a"), 3);
+    assert_eq!(rows("verification_journal"), 0);
+
+    // The fold's merge commits, its reply lost: the merged entry waits, and lands once.
+    record("key_a");
+    record("key_b");
+    journaled();
+    rbac.store().fail_after.store(0, Ordering::SeqCst);
+    assert!(svc.fold_journal().is_err(), "the transaction before the merge failed");
+    rbac.store().lose_next_reply.store(true, Ordering::SeqCst);
+    assert!(svc.fold_journal().is_err());
+    assert_eq!(rows("verification_journal"), 1, "one merged entry of both series");
+    // Its application commits, its reply lost (after the merge's transaction, with
+    // nothing to merge): nothing is added twice after.
+    rbac.store().lose_reply_after.store(1, Ordering::SeqCst);
+    assert!(svc.fold_journal().is_err());
+    assert_eq!(rows("verification_journal"), 0);
+    assert_eq!(svc.fold_journal().expect("fold"), 0);
+    assert_eq!((total("key_a"), total("key_b")), (4, 2));
+
+    // An entry that does not decode is dropped, not retried forever, nor a panic.
+    rbac.store()
+        .inner
+        .analytics_transaction(|tx| Ok(tx.append_journal("req_damaged", false, 0, &[1, 2, 3])?))
+        .expect("append");
+    assert_eq!(svc.fold_journal().expect("fold"), 0);
+    assert_eq!(rows("verification_journal"), 0);
+    assert_eq!((total("key_a"), total("key_b")), (4, 2));
 }

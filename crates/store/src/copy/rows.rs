@@ -24,11 +24,16 @@ pub(super) fn for_each_row(
     columns: &[Column],
     mut each: impl FnMut(&str) -> Result<(), CopyError>,
 ) -> Result<(), CopyError> {
-    let list = columns.iter().map(|c| quoted(&c.name)).collect::<Vec<_>>().join(", ");
+    // Bytes travel as lowercase hex (JSON holds no bytes), the same text on either side.
+    let list = |hex: fn(String) -> String| {
+        let name = |c: &Column| if c.is_binary() { hex(quoted(&c.name)) } else { quoted(&c.name) };
+        columns.iter().map(name).collect::<Vec<_>>().join(", ")
+    };
     let db = |e| CopyError::database(side, e);
     match conn {
         #[cfg(feature = "sqlite")]
         DbConn::Sqlite(c) => {
+            let list = list(|c| format!("lower(hex({c}))"));
             let sql = format!("SELECT json_array({list}) AS r FROM {}", quoted(table));
             let rows = diesel::sql_query(sql)
                 .load_iter::<JsonRow, diesel::connection::DefaultLoadingMode>(c)
@@ -39,6 +44,7 @@ pub(super) fn for_each_row(
         }
         #[cfg(feature = "postgres")]
         DbConn::Pg(c) => {
+            let list = list(|c| format!("encode({c}, 'hex')"));
             let sql = format!("SELECT json_build_array({list})::text AS r FROM {}", quoted(table));
             let rows = diesel::sql_query(sql)
                 .load_iter::<JsonRow, diesel::pg::PgRowByRowLoadingMode>(c)
@@ -64,8 +70,13 @@ pub(super) fn insert_batch(
     match conn {
         #[cfg(feature = "sqlite")]
         DbConn::Sqlite(c) => {
-            let values = (0..columns.len())
-                .map(|i| format!("json_extract(value, '$[{i}]')"))
+            let values = columns
+                .iter()
+                .enumerate()
+                .map(|(i, col)| match col.is_binary() {
+                    true => format!("unhex(json_extract(value, '$[{i}]'))"),
+                    false => format!("json_extract(value, '$[{i}]')"),
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             let sql = format!("INSERT INTO {} ({names}) SELECT {values} FROM json_each(?)", quoted(table));
@@ -76,7 +87,10 @@ pub(super) fn insert_batch(
             let values = columns
                 .iter()
                 .enumerate()
-                .map(|(i, col)| format!("(e->>{i})::{}", quoted(&col.kind)))
+                .map(|(i, col)| match col.is_binary() {
+                    true => format!("decode(e->>{i}, 'hex')"),
+                    false => format!("(e->>{i})::{}", quoted(&col.kind)),
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             let sql = format!(

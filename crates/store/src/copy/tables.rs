@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Text};
 /// Every table, in an order where each table's foreign keys point to tables before it
 /// (`__diesel_schema_migrations` is the target's own). A table a migration adds must be
 /// added here: the copy refuses a database holding a table this list does not name.
-pub const TABLES: [&str; 23] = [
+pub const TABLES: [&str; 24] = [
     "workspaces",
     "root_keys",
     "apis",
@@ -29,6 +29,7 @@ pub const TABLES: [&str; 23] = [
     "ratelimit_counts",
     "ratelimit_identifiers",
     "analytics_flushes",
+    "verification_journal",
     "dashboard_sessions",
     "portals",
     "portal_sessions",
@@ -44,6 +45,13 @@ const MIGRATIONS_TABLE: &str = "__diesel_schema_migrations";
 pub(super) struct Column {
     pub name: String,
     pub kind: String,
+}
+
+impl Column {
+    /// A column of bytes (SQLite's `BLOB`, PostgreSQL's `bytea`).
+    pub(super) fn is_binary(&self) -> bool {
+        self.kind.eq_ignore_ascii_case("blob") || self.kind == "bytea"
+    }
 }
 
 #[derive(diesel::QueryableByName)]

@@ -500,4 +500,48 @@ impl VerificationCountTx for DieselTx<'_> {
             .execute(self.conn)
             .map_err(db_err)
     }
+
+    fn append_journal(&mut self, id: &str, merged: bool, written_at: i64, body: &[u8]) -> R<()> {
+        use verification_journal::dsl as j;
+        diesel::insert_into(j::verification_journal)
+            .values((j::id.eq(id), j::merged.eq(merged), j::written_at.eq(written_at), j::body.eq(body)))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    fn take_journal(&mut self, merged: bool, max: usize) -> R<Vec<Vec<u8>>> {
+        // One statement: on PostgreSQL an entry a concurrent fold deleted first is skipped
+        // after its lock is released (read committed), so each entry is taken once. The
+        // bound is a literal: SQLite compiles a statement again whenever its LIMIT's
+        // parameter is bound again.
+        let sql = format!(
+            "DELETE FROM verification_journal WHERE id IN \
+             (SELECT id FROM verification_journal WHERE merged = $1 ORDER BY id LIMIT {max}) \
+             RETURNING body"
+        );
+        let q = diesel::sql_query(sql).bind::<diesel::sql_types::Bool, _>(merged);
+        let rows: Vec<JournalBody> = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => q.load(c),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => q.load(c),
+        }
+        .map_err(db_err)?;
+        Ok(rows.into_iter().map(|r| r.body).collect())
+    }
+
+    fn journal_oldest(&mut self) -> R<Option<i64>> {
+        use diesel::dsl::min;
+        use verification_journal::dsl as j;
+        // No `.first()`: its `LIMIT ?` would make SQLite compile the statement every time.
+        j::verification_journal.select(min(j::written_at)).get_result(self.conn).map_err(db_err)
+    }
+}
+
+/// A journal entry's body, as `take_journal` returns it.
+#[derive(diesel::QueryableByName)]
+struct JournalBody {
+    #[diesel(sql_type = diesel::sql_types::Binary)]
+    body: Vec<u8>,
 }
