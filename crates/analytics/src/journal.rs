@@ -18,7 +18,11 @@
 //! panic: the fold logs it and drops it.
 
 use crate::store::VerificationCount;
-use std::collections::HashMap;
+use hashbrown::HashMap;
+
+/// The journal's maps: its strings, and a fold's sums. foldhash, seeded at random per
+/// process (not SipHash: a fold at a million keys hashes millions of parts a minute).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 const VERSION: u8 = 1;
 
@@ -71,7 +75,7 @@ pub struct Corrupt(&'static str);
 
 /// `counts` as one entry.
 pub fn encode<'a>(counts: impl IntoIterator<Item = Count<'a>>) -> Vec<u8> {
-    let mut strings: HashMap<&str, u32> = HashMap::new();
+    let mut strings: Map<&str, u32> = Map::default();
     let mut order: Vec<&str> = Vec::new();
     let mut records: Vec<u8> = Vec::new();
     let mut n: u32 = 0;
@@ -140,7 +144,7 @@ pub fn decode(body: &[u8]) -> Result<Vec<Count<'_>>, Corrupt> {
 /// The counts of `bodies` summed per series and bucket, in the table's key order; a body
 /// that does not decode is passed to `corrupt` and left out.
 pub fn merge<'a>(bodies: &'a [Vec<u8>], mut corrupt: impl FnMut(Corrupt)) -> Vec<Count<'a>> {
-    let mut sums: HashMap<Count<'a>, u64> = HashMap::new();
+    let mut sums: Map<Count<'a>, u64> = Map::default();
     for body in bodies {
         match decode(body) {
             Ok(counts) => {
