@@ -167,7 +167,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
 
     /// Adds the journal up into `verification_counts`: how many rows it wrote. First the
     /// flushes' entries are taken, their counts summed per series and bucket and appended
-    /// again as merged entries of at most [`FLUSH_CHUNK_ROWS`] series, in one transaction;
+    /// again as merged entries of at most 200 series (a flush chunk), in one transaction;
     /// then each merged entry is added to the counts in the transaction that takes it. So
     /// each count lands once, whatever fails or whichever instance folds meanwhile (an
     /// entry is taken by one transaction), and no transaction holds the database's write
