@@ -71,7 +71,11 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
                 None => return,
             },
         };
-        recorder.record(&Outcome { workspace_id, api_id, key_id, identity_id, code: v.code, tags, at_ms });
+        let outcome = Outcome { workspace_id, api_id, key_id, identity_id, code: v.code, tags, at_ms };
+        match &v.found {
+            Some(key) if tags.is_empty() => recorder.record_beside(key, &outcome),
+            _ => recorder.record(&outcome),
+        }
     }
 
     /// Counts a decision of a namespace made at `at_ms` (the decision's own clock reading:

@@ -1,4 +1,4 @@
-//! A cached key in 64 bytes, its id and what it shares (issue 82): what `keys.verifyKey`
+//! A cached key in 56 bytes, its id and what it shares (issue 82): what `keys.verifyKey`
 //! reads of a key, made once from the store's [`KeySummary`] when it is loaded. Its
 //! workspace and API, its permissions and roles,
 //! and its identity are the [`Interner`]'s shared copies, one pointer each; what few keys
@@ -19,13 +19,36 @@ pub struct CachedKey {
     pub(crate) grants: Arc<Grants>,
     pub(crate) identity: Option<Arc<IdentityView>>,
     pub(crate) rare: Option<Box<Rare>>,
-    /// Unix ms, or [`NEVER`].
-    pub(crate) expires: i64,
-    pub(crate) enabled: bool,
+    /// When the key expires and whether it is enabled, in one word ([`Lifetime`]): the
+    /// byte a flag of its own took cost the entry its room for what analytics keep beside
+    /// it (`VerifyEntry::tally`) within the allocator's 128-byte class.
+    pub(crate) lifetime: Lifetime,
 }
 
-/// `expires` of a key that never expires (a key expired at `i64::MIN` is expired anyway).
-const NEVER: i64 = i64::MIN;
+/// A key's expiry (Unix ms, or never) and whether it is enabled, packed: the expiry
+/// shifted left by one, the low bit set for a disabled key. Expiries beyond +-2^62 ms
+/// (146 million years) are held at that bound, which neither side reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lifetime(i64);
+
+/// The expiry (shifted out) of a key that never expires.
+const NEVER: i64 = i64::MIN >> 1;
+
+impl Lifetime {
+    pub(crate) fn new(expires: Option<i64>, enabled: bool) -> Self {
+        let at = expires.map_or(NEVER, |e| e.clamp(NEVER + 1, i64::MAX >> 1));
+        Self((at << 1) | i64::from(!enabled))
+    }
+
+    pub(crate) fn enabled(self) -> bool {
+        self.0 & 1 == 0
+    }
+
+    pub(crate) fn expires(self) -> Option<i64> {
+        let at = self.0 >> 1;
+        (at != NEVER).then_some(at)
+    }
+}
 
 /// What few keys have.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -64,8 +87,7 @@ impl CachedKey {
             grants: interner.grants(&permissions, &roles),
             identity: identity.map(|i| interner.identity(i)),
             rare: (rare != Rare::default()).then(|| Box::new(rare)),
-            expires: key.expires.unwrap_or(NEVER),
-            enabled: key.enabled,
+            lifetime: Lifetime::new(key.expires, key.enabled),
         }
     }
 
@@ -91,12 +113,12 @@ impl CachedKey {
     }
 
     pub fn enabled(&self) -> bool {
-        self.enabled
+        self.lifetime.enabled()
     }
 
     /// Unix ms from which the key is expired.
     pub fn expires(&self) -> Option<i64> {
-        (self.expires != NEVER).then_some(self.expires)
+        self.lifetime.expires()
     }
 
     pub fn name(&self) -> Option<&str> {
@@ -192,8 +214,7 @@ impl PartialEq for CachedKey {
             && self.grants == o.grants
             && self.identity == o.identity
             && self.rare == o.rare
-            && self.expires == o.expires
-            && self.enabled == o.enabled
+            && self.lifetime == o.lifetime
     }
 }
 
@@ -293,7 +314,7 @@ mod tests {
         let keys: Vec<CachedKey> = (0..1_000).map(make).collect();
         assert!(std::ptr::eq(keys[0].permissions().as_ptr(), keys[999].permissions().as_ptr()));
         assert!(std::ptr::eq(keys[0].identity().unwrap(), keys[999].identity().unwrap()));
-        assert_eq!(std::mem::size_of::<CachedKey>(), 64);
+        assert_eq!(std::mem::size_of::<CachedKey>(), 56);
         assert!(keys[999].heap_weight() < 48, "{}", keys[999].heap_weight());
         assert!(first > 200, "the first of its kind counts what it shares: {first}");
     }

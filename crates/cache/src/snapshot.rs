@@ -7,13 +7,16 @@
 //! current is the caller's to decide from the header (keygate-runtime's `warm.rs`): the
 //! file knows nothing of databases.
 
-use crate::compact::{CachedKey, KeyCredits, Rare};
+use crate::compact::{CachedKey, KeyCredits, Lifetime, Rare};
 use crate::intern::{Grants, Interner, KeyScope, Name};
 use crate::ttl::Digest;
 use keygate_domain::{Credits, Identity, IdentityView, RateLimitConfig, Refill, RefillInterval};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// `expires` of a key that never expires.
+const NO_EXPIRY: i64 = i64::MIN;
 
 /// The file's form; a file of another is not read. Raise it whenever what a cached key
 /// means or holds changes.
@@ -82,6 +85,7 @@ struct KeyRow {
     digest: Digest,
     id: String,
     enabled: bool,
+    /// Unix ms, or [`NO_EXPIRY`].
     expires: i64,
     scope: u32,
     grants: u32,
@@ -197,7 +201,7 @@ impl TableMaker {
             digest: *digest,
             id: k.id().to_string(),
             enabled: k.enabled(),
-            expires: k.expires,
+            expires: k.expires().unwrap_or(NO_EXPIRY),
             scope,
             grants,
             identity,
@@ -356,7 +360,6 @@ impl SnapshotReader {
                 });
                 let key = CachedKey {
                     id: row.id.into(),
-                    enabled: row.enabled,
                     scope: scopes.get(row.scope as usize).ok_or_else(|| damaged("a scope"))?.clone(),
                     grants: grants.get(row.grants as usize).ok_or_else(|| damaged("grants"))?.clone(),
                     identity: match row.identity {
@@ -366,7 +369,7 @@ impl SnapshotReader {
                         None => None,
                     },
                     rare: rare.map(Box::new),
-                    expires: row.expires,
+                    lifetime: Lifetime::new((row.expires != NO_EXPIRY).then_some(row.expires), row.enabled),
                 };
                 Ok((row.digest, key))
             })

@@ -5,6 +5,7 @@
 use crate::counters::{Scope, Tag, creation_shard};
 use crate::{CachedKey, Interner, KeyCache};
 use keygate_domain::KeySummary;
+use once_cell::race::OnceBox;
 use std::any::Any;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -41,6 +42,30 @@ pub struct VerifyEntry {
     /// What the spending capability works out once per snapshot (`keygate_rbac`'s
     /// `Snapshot::attached`).
     pub attached: OnceLock<Arc<dyn Any + Send + Sync>>,
+    /// What analytics count of this key's verifications beside it (`keygate_analytics`:
+    /// made at the first one), so that counting one finds its place with the key instead
+    /// of in a table of its own.
+    pub tally: OnceBox<Tally>,
+}
+
+/// Verifications of one key counted per outcome code within one minute, kept beside its
+/// cache entry by analytics, which own their meaning (`keygate_analytics`'s recorder):
+/// the minute, the counts not yet taken, and when the first of them was queued.
+#[derive(Debug, Default)]
+pub struct Tally(pub parking_lot::Mutex<TallyCounts>);
+
+/// A [`Tally`]'s state, under its lock.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TallyCounts {
+    /// The minute the counts are of (minutes since the Unix epoch).
+    pub minute: u32,
+    /// Per outcome code (`VerifyCode as usize`), the counts not yet taken.
+    pub counts: [u32; keygate_domain::VerifyCode::ALL.len()],
+    /// Whether counts are waiting to be taken (the entry is queued for it).
+    pub queued: bool,
+    /// When the first count not yet taken came (the recorder's drains made before it,
+    /// wrapping).
+    pub since: u32,
 }
 
 impl std::fmt::Debug for VerifyEntry {
@@ -51,7 +76,7 @@ impl std::fmt::Debug for VerifyEntry {
 
 impl VerifyEntry {
     pub fn new(tag: Tag, snapshot: Option<CachedKey>) -> Self {
-        Self { tag, snapshot, attached: OnceLock::new() }
+        Self { tag, snapshot, attached: OnceLock::new(), tally: OnceBox::new() }
     }
 }
 
@@ -155,5 +180,17 @@ pub fn entry_scopes<'a>(key: Option<(&'a str, &'a str)>, digest: &crate::Digest)
             let shard = Scope::KeysCreated(creation_shard(digest));
             ([shard, shard], 1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_with_its_reference_counts_fits_the_allocators_128_byte_class() {
+        // An `Arc` allocation is the entry after two counters (16 bytes).
+        assert!(16 + std::mem::size_of::<VerifyEntry>() <= 128, "{}", std::mem::size_of::<VerifyEntry>());
+        assert!(std::mem::size_of::<Tally>() <= 48, "{}", std::mem::size_of::<Tally>());
     }
 }

@@ -234,6 +234,85 @@ fn the_periodic_flush_writes_each_series_when_its_oldest_count_is_due() {
     assert_eq!((written("key_a"), written("key_b")), (3, 2));
 }
 
+/// Verifications of found keys made without tags are counted beside the key's cache entry
+/// (its tally): written when due, as the table's series are; a count of the next minute
+/// while the last minute's still wait is counted apart, under its own minute; tags and
+/// unknown keys are counted in the table; a key's last minute is known before any flush.
+#[test]
+fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() {
+    use keygate_domain::NewKey;
+    use keygate_rbac::{VerifyCode, VerifyScope};
+
+    let db = TestDb::fresh();
+    let store =
+        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    // 50 s into a minute.
+    let minute: u64 = 1_700_000_040_000; // a minute's start
+    let clock = Arc::new(ManualClock::new(minute + 50_000));
+    let rbac = Arc::new(RbacService::new(store, clock.clone()));
+    let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
+    let (ws, rk, _) = rbac.bootstrap(None).expect("bootstrap").expect("fresh db");
+    let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
+    let api = rbac.create_api(&admin, "beside").expect("api").id;
+    let new = || NewKey { api_id: Some(api.clone()), ..NewKey::default() };
+    let (a, a_secret) = rbac.create_key_as(&admin, new()).expect("key a");
+    let (b, b_secret) = rbac.create_key_as(&admin, new()).expect("key b");
+    let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: Some(&api), access: None, root_key: None };
+    let verify = |secret: &str, tags: &[String]| {
+        let v = rbac.check_key(secret, &scope, None).expect("verify");
+        svc.record_verification(&v, &scope, tags);
+        v.code
+    };
+    let recorder = svc.recorder().expect("analytics on").clone();
+    // A key's counts per minute: (minutes after `minute`, count).
+    let per_minute = |key: &str| -> Vec<(i64, i64)> {
+        let q = format!(
+            "SELECT toUnixTimestamp64Milli(time) AS t, sum(count) AS n FROM key_verifications_per_minute_v1 \
+             WHERE key_id = '{key}' GROUP BY t ORDER BY t"
+        );
+        let rows = svc.query_sql(&admin, keygate_analytics::sql::Family::Verifications, &q).expect("sql");
+        let rows = serde_json::to_value(rows).expect("json");
+        let rows = rows.as_array().expect("rows");
+        let at = |r: &serde_json::Value, c: &str| r[c].as_i64().expect("a number");
+        rows.iter().map(|r| ((at(r, "t") - minute as i64) / 60_000, at(r, "n"))).collect()
+    };
+    let flush = || svc.flush_analytics_due().expect("flush");
+
+    assert_eq!(verify(a_secret.expose(), &[]), VerifyCode::Valid);
+    assert_eq!(verify(a_secret.expose(), &[]), VerifyCode::Valid);
+    assert_eq!(recorder.series(), 0, "a found key without tags is counted beside its entry");
+    assert_eq!(recorder.last_minutes(&[&a.id]), vec![(a.id.clone(), minute)]);
+    assert_eq!(flush(), 0, "flush 0");
+    assert_eq!(verify(b_secret.expose(), &[]), VerifyCode::Valid);
+    assert_eq!(flush(), 0, "flush 1");
+    assert_eq!(per_minute(&a.id), vec![]);
+    assert_eq!(flush(), 1, "flush 2: a's counts are due, in one series");
+    assert_eq!((per_minute(&a.id), per_minute(&b.id)), (vec![(0, 2)], vec![]));
+    // b's count waits into the next minute, where b is verified again: counted apart.
+    clock.advance(15_000);
+    assert_eq!(verify(b_secret.expose(), &[]), VerifyCode::Valid);
+    assert_eq!(recorder.series(), 1, "the next minute's count, while the last one's waits");
+    assert_eq!(recorder.last_minutes(&[&b.id]), vec![(b.id.clone(), minute + 60_000)]);
+    assert_eq!(flush(), 1, "flush 3: b's first count");
+    assert_eq!(per_minute(&b.id), vec![(0, 1)]);
+    // Tags and unknown secrets are counted in the table.
+    assert_eq!(verify(a_secret.expose(), &["t".to_string()]), VerifyCode::Valid);
+    assert_eq!(verify("kg_no_such_key", &[]), VerifyCode::NotFound);
+    assert_eq!(svc.flush_analytics().expect("flush everything"), 3);
+    assert_eq!((per_minute(&a.id), per_minute(&b.id)), (vec![(0, 2), (1, 1)], vec![(0, 1), (1, 1)]));
+    // A count taken leaves its tally to the next minute's counts.
+    assert_eq!(verify(b_secret.expose(), &[]), VerifyCode::Valid);
+    assert_eq!(verify(b_secret.expose(), &[]), VerifyCode::Valid);
+    assert_eq!(svc.flush_analytics().expect("flush"), 1);
+    assert_eq!(per_minute(&b.id), vec![(0, 1), (1, 3)]);
+    // Two minutes on, the latest minutes noted are let go (the database tells them).
+    clock.advance(120_000);
+    for _ in 0..60 {
+        flush();
+    }
+    assert_eq!(recorder.last_minutes(&[&a.id, &b.id]), vec![]);
+}
+
 /// A flush of more series than one statement writes (SQLite's statements hold 32 counts,
 /// then one at a time): every series lands with its count, and a second flush adds to them.
 #[test]

@@ -61,6 +61,16 @@ impl Snapshot {
     pub fn attached<T: Any + Send + Sync>(&self, init: impl FnOnce(&CachedKey) -> Arc<T>) -> Option<Arc<T>> {
         self.0.attached.get_or_init(|| init(self.key())).clone().downcast().ok()
     }
+
+    /// The cache entry (its address tells entries apart).
+    pub fn entry(&self) -> &Arc<VerifyEntry> {
+        &self.0
+    }
+
+    /// What analytics count beside this snapshot's cache entry (made at first use).
+    pub fn tally(&self) -> &keygate_cache::verify::Tally {
+        self.0.tally.get_or_init(Box::default)
+    }
 }
 
 /// What an answer of [`RbacService::check_assuming`] assumes: the shared store's epoch and
