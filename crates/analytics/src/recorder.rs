@@ -312,12 +312,13 @@ impl Recorder {
     /// Counts one verification of a found key, made without tags, beside the key's cache
     /// entry (its [`Tally`](keygate_cache::verify::Tally)): found with the key, no lookup
     /// of its own; the entry is queued for the drains when its tally gets its first count
-    /// not yet taken. A tally still holding another minute's counts sends this one to the
-    /// table ([`Self::record`]), as does a tally of a key cached anew meanwhile. `outcome`
-    /// must be `key`'s.
+    /// not yet taken. The entry's first verification (which makes the tally), and one that
+    /// finds the tally holding another minute's counts still, are counted in the table
+    /// ([`Self::record`]). `outcome` must be `key`'s.
     pub fn record_beside(&self, key: &Snapshot, outcome: &Outcome<'_>) {
+        let Some(tally) = key.tally() else { return self.record(outcome) };
         let minute = u32::try_from(outcome.at_ms / MINUTE_MS).unwrap_or(u32::MAX);
-        let mut t = key.tally().0.lock();
+        let mut t = tally.0.lock();
         let new_minute = t.minute != minute;
         if new_minute {
             if t.queued {
@@ -351,7 +352,9 @@ impl Recorder {
             let taken = std::mem::take(&mut *shard.lock());
             let mut kept = Vec::new();
             for key in taken {
-                let mut t = key.tally().0.lock();
+                // (Queued, so its tally was made.)
+                let Some(tally) = key.tally() else { continue };
+                let mut t = tally.0.lock();
                 let waited = u64::from((drain as u32).wrapping_sub(t.since));
                 if rounds.is_some_and(|r| waited < r) {
                     drop(t);

@@ -67,9 +67,15 @@ impl Snapshot {
         &self.0
     }
 
-    /// What analytics count beside this snapshot's cache entry (made at first use).
-    pub fn tally(&self) -> &keygate_cache::verify::Tally {
-        self.0.tally.get_or_init(Box::default)
+    /// What analytics count beside this snapshot's cache entry: `None` at the entry's
+    /// first use, which makes it for the next (a key verified once per entry, as under a
+    /// cache too small for the keys in use, is counted as if there were no tally).
+    pub fn tally(&self) -> Option<&keygate_cache::verify::Tally> {
+        let tally = self.0.tally.get();
+        if tally.is_none() {
+            drop(self.0.tally.set(Box::default()));
+        }
+        tally
     }
 }
 
