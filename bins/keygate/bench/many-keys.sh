@@ -22,6 +22,8 @@
 #   ANALYTICS="on off" bash bins/keygate/bench/many-keys.sh  # cached rounds of both, and their ratio
 #   COMPARE=/tmp/keygate-before MISS_ONLY=1 bash bins/keygate/bench/many-keys.sh
 #                     # miss rounds of another build interleaved with this one's, nothing else
+#   COMPARE=/tmp/keygate-before RESTART=0 bash bins/keygate/bench/many-keys.sh
+#                     # miss and cached rounds of both builds interleaved, and their ratio
 # Needs: wrk, curl, taskset, python3; SCALE_OUT=1 also psql.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -78,10 +80,16 @@ for r in $(seq 1 "$ROUNDS"); do
   [ "${MISS_ONLY:-0}" = 0 ] || continue
 
   for analytics in $ANALYTICS; do
+   for build in "" ${COMPARE:+compare}; do
     name=cached
     [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
+    [ -z "$build" ] || name=$name-compare
     cold
-    serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="$analytics"
+    if [ -n "$build" ]; then
+      KEYGATE_BIN=$COMPARE serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="$analytics"
+    else
+      serve_keygate $PORT "$work/cached.log" KEYGATE_ANALYTICS="$analytics"
+    fi
     before=$(rss_kib) heap_before=$(heap)
     # One pass over every key warms the cache (its length from the miss rate just
     # measured, with a fifth to spare); then the measured round.
@@ -93,6 +101,7 @@ for r in $(seq 1 "$ROUNDS"); do
       "heap_per_key=$(( ($(heap) - heap_before) / secrets ))" \
       "weight_per_key=$(( $(metric keygate_verify_cache_bytes) / (cached > 0 ? cached : 1) ))" "cached=$cached"
     stop_server
+   done
   done
 done | tee "$work/results"
 
@@ -128,12 +137,16 @@ echo "  miss:   median $(median_of "$work/results" miss rps) req/s," \
   "$(field "$work/results" miss-compare cpu_us | median) us of server CPU per verification"
 for analytics in $ANALYTICS; do
   [ "${MISS_ONLY:-0}" = 0 ] || break
-  name=cached
-  [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || name=cached-$analytics
+  base=cached
+  [ "$ANALYTICS" = "${ANALYTICS%% *}" ] || base=cached-$analytics
+  for name in $base ${COMPARE:+$base-compare}; do
   echo "  $name: median $(median_of "$work/results" "$name" rps) req/s, p99 $(median_of "$work/results" "$name" p99_us) us," \
     "$(median_of "$work/results" "$name" bytes_per_key) bytes of RSS per key," \
     "$(median_of "$work/results" "$name" heap_per_key) of heap (the allocator's count)," \
     "$(median_of "$work/results" "$name" weight_per_key) by the cache's account"
+  done
+  [ -z "${COMPARE:-}" ] ||
+    echo "  $base, this build / $COMPARE: $(ratio "$work/results" "$base" "$base-compare") (median of per-round ratios)"
 done
 for mode in snapshot cold; do
   lines=$(awk -v m="restart-$mode" '$1 == m' "$work/results")
