@@ -23,7 +23,23 @@ struct Unreliable {
     lose_reply_after: AtomicI64,
 }
 
+/// The SQL store of a test database.
+fn sql_store(db: &TestDb) -> SqlStore {
+    SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open")
+}
+
 impl Unreliable {
+    /// The SQL store of `db`, failing nothing until a test asks.
+    fn over(db: &TestDb) -> Self {
+        Self {
+            inner: sql_store(db),
+            fail_next: AtomicBool::new(false),
+            lose_next_reply: AtomicBool::new(false),
+            fail_after: AtomicI64::new(-1),
+            lose_reply_after: AtomicI64::new(-1),
+        }
+    }
+
     /// A transaction of the inner store, failed before or after as the test asks.
     fn unreliably<T>(&self, run: impl FnOnce() -> Result<T, RbacError>) -> Result<T, RbacError> {
         if self.fail_next.swap(false, Ordering::SeqCst) || self.fail_after.fetch_sub(1, Ordering::SeqCst) == 0
@@ -69,15 +85,7 @@ impl RbacStore for Unreliable {
 #[test]
 fn an_unconfirmed_flush_is_written_exactly_once() {
     let db = TestDb::fresh();
-    let inner =
-        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
-    let store = Unreliable {
-        inner,
-        fail_next: AtomicBool::new(false),
-        lose_next_reply: AtomicBool::new(false),
-        fail_after: AtomicI64::new(-1),
-        lose_reply_after: AtomicI64::new(-1),
-    };
+    let store = Unreliable::over(&db);
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
     let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
@@ -132,15 +140,7 @@ fn an_unconfirmed_flush_is_written_exactly_once() {
 #[test]
 fn a_large_flush_is_written_in_chunks_each_exactly_once() {
     let db = TestDb::fresh();
-    let inner =
-        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
-    let store = Unreliable {
-        inner,
-        fail_next: AtomicBool::new(false),
-        lose_next_reply: AtomicBool::new(false),
-        fail_after: AtomicI64::new(-1),
-        lose_reply_after: AtomicI64::new(-1),
-    };
+    let store = Unreliable::over(&db);
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
     let svc = AnalyticsService::new(rbac.clone(), Some(1_000));
@@ -179,8 +179,7 @@ fn the_periodic_flush_writes_each_series_when_its_oldest_count_is_due() {
 
     assert_eq!(WRITE_AFTER_FLUSHES, 2, "the steps below count on it");
     let db = TestDb::fresh();
-    let store =
-        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store = sql_store(&db);
     // 10 s into a minute.
     let clock = Arc::new(ManualClock::new(1_700_000_040_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
@@ -244,8 +243,7 @@ fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() 
     use keygate_rbac::{VerifyCode, VerifyScope};
 
     let db = TestDb::fresh();
-    let store =
-        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store = sql_store(&db);
     // 50 s into a minute.
     let minute: u64 = 1_700_000_040_000; // a minute's start
     let clock = Arc::new(ManualClock::new(minute + 50_000));
@@ -328,8 +326,7 @@ fn a_flush_of_many_series_adds_each_count_to_its_row() {
     use keygate_rbac::VerifyCode;
 
     let db = TestDb::fresh();
-    let store =
-        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
+    let store = sql_store(&db);
     let clock = Arc::new(ManualClock::new(1_700_000_040_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
     let svc = AnalyticsService::new(rbac.clone(), Some(10_000));
@@ -389,15 +386,7 @@ fn the_journal_is_folded_by_a_read_or_after_a_minute_each_count_once() {
     use keygate_rbac::VerifyCode;
 
     let db = TestDb::fresh();
-    let inner =
-        SqlStore::open(&db.url, PoolSettings { max_size: 4, ..PoolSettings::default() }).expect("open");
-    let store = Unreliable {
-        inner,
-        fail_next: AtomicBool::new(false),
-        lose_next_reply: AtomicBool::new(false),
-        fail_after: AtomicI64::new(-1),
-        lose_reply_after: AtomicI64::new(-1),
-    };
+    let store = Unreliable::over(&db);
     // 5 s into a minute.
     let clock = Arc::new(ManualClock::new(1_700_000_045_000));
     let rbac = Arc::new(RbacService::new(store, clock.clone()));
