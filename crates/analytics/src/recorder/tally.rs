@@ -1,4 +1,4 @@
-//! Counts kept beside a found key's cache entry (its [`Tally`](keygate_cache::verify::Tally)):
+//! Counts kept beside a found key's cache entry (its `keygate_cache::verify::Tally`):
 //! a verification of a key the cache holds, made without tags, adds to its tally, found
 //! with the key, at no lookup in the table of series; the drains take due tallies as they
 //! take due series.
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 impl Recorder {
     /// Counts one verification of a found key, made without tags, beside the key's cache
-    /// entry (its [`Tally`](keygate_cache::verify::Tally)): found with the key, no lookup
+    /// entry (its `keygate_cache::verify::Tally`): found with the key, no lookup
     /// of its own; the entry is queued for the drains when its tally gets its first count
     /// not yet taken. The entry's first verification (which makes the tally), and one that
     /// finds the tally holding another minute's counts still, are counted in the table
