@@ -5,6 +5,7 @@
 
 pub mod postgres_server;
 pub mod proxy;
+pub mod receiver;
 pub mod webdriver;
 
 use actix_web::dev::ServerHandle;

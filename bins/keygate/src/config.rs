@@ -211,6 +211,10 @@ pub struct ServeArgs {
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
+    /// Webhook endpoints may point at loopback, private, link-local and unique-local
+    /// addresses (docs/webhooks.md; off: refused at creation and at every delivery).
+    #[arg(long, env = "KEYGATE_WEBHOOKS_ALLOW_PRIVATE", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub webhooks_allow_private: bool,
     /// `ratelimits.limit` (v1) and `ratelimit.limit` (v2) answers carry the rate-limit
     /// header fields forward auth sends (`RateLimit-Limit`, `-Remaining`, `-Reset`, and
     /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11): on or off.
@@ -386,6 +390,7 @@ impl ServeArgs {
                 ..RedisSettings::default()
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
+            webhooks_allow_private: self.webhooks_allow_private,
             ratelimit_headers: self.ratelimit_headers,
             verify_cache: self.verify_cache,
             verify_cache_mb: self.verify_cache_mb,
@@ -459,6 +464,8 @@ pub struct ServerConfig {
     pub redis: RedisSettings,
     /// Pass rate-limit requests when the rate-limit store is unreachable (contract §5.12).
     pub ratelimit_fail_open: bool,
+    /// `KEYGATE_WEBHOOKS_ALLOW_PRIVATE`: webhook endpoints may point at private addresses.
+    pub webhooks_allow_private: bool,
     /// Rate-limit header fields on `limit` answers (`KEYGATE_RATELIMIT_HEADERS`).
     pub ratelimit_headers: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).

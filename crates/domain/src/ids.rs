@@ -27,6 +27,12 @@ pub enum IdPrefix {
     Portal,
     /// A portal session (not a credential).
     PortalSession,
+    /// A webhook endpoint (API-v2.md §23).
+    WebhookEndpoint,
+    /// A webhook event: its id is the `webhook-id` of every delivery of it.
+    WebhookEvent,
+    /// A delivery of a webhook event to one endpoint.
+    WebhookDelivery,
 }
 
 impl IdPrefix {
@@ -46,6 +52,9 @@ impl IdPrefix {
             IdPrefix::AuditEvent => "evt",
             IdPrefix::Portal => "portal",
             IdPrefix::PortalSession => "ps",
+            IdPrefix::WebhookEndpoint => "whep",
+            IdPrefix::WebhookEvent => "msg",
+            IdPrefix::WebhookDelivery => "whdl",
         }
     }
 }

@@ -347,6 +347,21 @@ impl EntityRef {
     }
 }
 
+/// A webhook event (API-v2.md §23), written in the transaction of the change that causes
+/// it, with a pending delivery to each endpoint subscribed to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    /// `msg_…`: the `webhook-id` of every delivery of it.
+    pub id: String,
+    pub workspace_id: String,
+    /// `key.created`, `key.credits.low`, …
+    pub event_type: &'static str,
+    /// The body every attempt sends: `{type, timestamp, data}`.
+    pub body: String,
+    /// Unix ms.
+    pub created_at: i64,
+}
+
 /// An audit event, written in the transaction of the change it records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEvent {

@@ -203,6 +203,8 @@ pub mod problems {
             (ErrorCode::NotFound, Resource::Migration) => "unkey/data/migration_not_found",
             (ErrorCode::NotFound, Resource::Portal) => "unkey/data/portal_not_found",
             (ErrorCode::Conflict, Resource::Portal) => "unkey/data/portal_already_exists",
+            (ErrorCode::NotFound, Resource::WebhookEndpoint) => "keygate/data/webhook_endpoint_not_found",
+            (ErrorCode::NotFound, Resource::WebhookDelivery) => "keygate/data/webhook_delivery_not_found",
             (ErrorCode::Conflict, Resource::Permission) => "unkey/data/permission_already_exists",
             (ErrorCode::Conflict, Resource::Role) => "unkey/data/role_already_exists",
             _ => return None,

@@ -71,6 +71,7 @@ impl Keygate {
             settings.metrics_namespaces,
         );
         let clock = runtime.rbac.clock().clone();
+        handlers::v2::webhooks::render_keys_as_v2(&runtime);
         let state = AppState {
             runtime,
             ratelimit_headers: settings.ratelimit_headers,

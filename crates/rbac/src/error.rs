@@ -82,6 +82,10 @@ pub enum Resource {
     Migration,
     /// A customer portal (API-v2.md §17).
     Portal,
+    /// A webhook endpoint (API-v2.md §23).
+    WebhookEndpoint,
+    /// A delivery of a webhook event (API-v2.md §23).
+    WebhookDelivery,
 }
 
 impl Resource {
@@ -99,6 +103,8 @@ impl Resource {
             Resource::RootKey => "root key",
             Resource::Migration => "migration",
             Resource::Portal => "portal",
+            Resource::WebhookEndpoint => "webhook endpoint",
+            Resource::WebhookDelivery => "webhook delivery",
         }
     }
 
@@ -116,6 +122,8 @@ impl Resource {
             Resource::RootKey => "root_key",
             Resource::Migration => "migration",
             Resource::Portal => "portal",
+            Resource::WebhookEndpoint => "webhook_endpoint",
+            Resource::WebhookDelivery => "webhook_delivery",
         }
     }
 }

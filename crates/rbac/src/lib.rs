@@ -33,8 +33,8 @@ pub use keygate_domain::StorageError;
 pub use keygate_domain::migration;
 pub use keygate_domain::{
     Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityRef, Identity, IdentityView, Key, KeyLookup,
-    KeySummary, KeyUpdate, KeyView, LimitOwner, NamespaceRef, NewEntity, NewKey, NewRateLimit, Page,
-    RateLimitConfig, RoleView, Workspace,
+    KeySummary, KeyUpdate, KeyView, LimitOwner, NamespaceRef, NewEntity, NewKey, NewRateLimit, OutboxEvent,
+    Page, RateLimitConfig, RoleView, Workspace,
 };
 pub use keygate_domain::{
     Credits, CreditsUpdate, HashScheme, MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, Migrations,
@@ -56,10 +56,10 @@ pub use service::{
     OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService,
     SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary, key_view, validate_ratelimits, verification_read,
 };
+pub use service::{KeyChange, KeyEvents, PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use service::{
     MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
     PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
 };
-pub use service::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
-pub use store::{EntityKind, RbacStore, RbacTx};
+pub use store::{EntityKind, OutboxTx, RbacStore, RbacTx};
 pub use verification::Verification;

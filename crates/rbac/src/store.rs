@@ -3,8 +3,8 @@
 //! `crates/rbac/tests/`).
 
 use crate::{
-    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, KeySummary, LimitOwner, Override,
-    RateLimitConfig, RbacError, RootKey, StorageError, Workspace,
+    Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, KeySummary, LimitOwner, OutboxEvent,
+    Override, RateLimitConfig, RbacError, RootKey, StorageError, Workspace,
 };
 use keygate_domain::Named;
 
@@ -351,6 +351,16 @@ pub trait CounterTx {
     fn root_key_counters(&mut self) -> R<Vec<(String, u64)>>;
 }
 
+/// The webhook outbox (API-v2.md §23): an event is written in the transaction of the
+/// change that causes it, with a pending delivery to each endpoint subscribed to it
+/// (`keygate-webhooks` owns the endpoints and the deliveries' lives).
+pub trait OutboxTx {
+    /// The ids of the workspace's enabled endpoints subscribed to `event_type`.
+    fn webhook_subscribers(&mut self, workspace_id: &str, event_type: &str) -> R<Vec<String>>;
+    /// Writes `event` and a delivery of it to each of `endpoint_ids`, due at its creation.
+    fn insert_webhook_event(&mut self, event: &OutboxEvent, endpoint_ids: &[String]) -> R<()>;
+}
+
 /// Everything an RBAC transaction offers: what the service's closures receive. The other
 /// capabilities' transactions extend it (`keygate_usage::UsageTx`,
 /// `keygate_analytics::AnalyticsTx`), so their operations read keys, identities and APIs in
@@ -367,6 +377,7 @@ pub trait RbacTx:
     + AuditTx
     + SessionTx
     + CounterTx
+    + OutboxTx
 {
 }
 
@@ -382,6 +393,7 @@ impl<T> RbacTx for T where
         + AuditTx
         + SessionTx
         + CounterTx
+        + OutboxTx
         + ?Sized
 {
 }

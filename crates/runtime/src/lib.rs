@@ -34,6 +34,7 @@ use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::{CounterSource, Migrations, OverridesListener, RbacError, RbacService};
 use keygate_store::{PoolSettings, RedisOpenError, RedisSettings, RedisStore, SqlStore, StoreOpenError};
 use keygate_usage::{SharedCredits, UsageService};
+use keygate_webhooks::{Outbox, WebhookService};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +70,8 @@ pub struct RuntimeSettings {
     pub vault: Option<Arc<keygate_vault::Keyring>>,
     /// Where end users reach the server (portal sessions' links).
     pub public_url: String,
+    /// Webhook endpoints may point at loopback and private addresses.
+    pub webhooks_allow_private: bool,
     /// Verifications that load their key from the database at once, at most (`None`: no
     /// bound): on SQLite a load is CPU (about 90 us), and a cold cache's loads on the
     /// blocking pool's threads would take the workers' cores from the cached verifications
@@ -94,6 +97,7 @@ impl RuntimeSettings {
             migrations: Migrations::default(),
             vault: None,
             public_url: "http://localhost".into(),
+            webhooks_allow_private: false,
             max_loading: None,
         }
     }
@@ -141,6 +145,8 @@ pub struct Runtime {
     pub analytics: Arc<AnalyticsService<SqlStore>>,
     /// The customer portal (API-v2.md §17).
     pub portal: PortalService<SqlStore>,
+    /// Webhook endpoints and the delivery of their events (API-v2.md §23).
+    pub webhooks: WebhookService<SqlStore>,
     /// Where rate-limit decisions are made.
     pub limiter: Arc<dyn RateLimitStore>,
     /// The Redis store, when `redis_url` is set (`limiter` wraps it).
@@ -185,6 +191,8 @@ impl Runtime {
         if let Some(keyring) = &settings.vault {
             rbac = rbac.with_vault(keyring.clone());
         }
+        let outbox = Arc::new(Outbox::default());
+        rbac = rbac.with_key_events(outbox.clone());
         // With Redis, credit counters live there, written behind to the database.
         let shared_credits = redis.clone().map(|r| r as Arc<dyn SharedCredits>);
         let (rbac, usage) = UsageService::wire(rbac, limiter.clone(), shared_credits);
@@ -194,12 +202,14 @@ impl Runtime {
                 .with_sql_capacity(settings.pool.max_size as usize / 2),
         );
         let portal = PortalService::new(rbac.clone(), analytics.clone(), &settings.public_url);
+        let webhooks = WebhookService::new(rbac.clone(), outbox, settings.webhooks_allow_private);
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,
             usage,
             analytics,
             portal,
+            webhooks,
             limiter,
             redis,
             description,

@@ -25,6 +25,11 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// they reach the API within 3 s), and every
 /// [`keygate_analytics::flush::LIMITS_EVERY_FLUSHES`]th flush the rate-limit counts.
 pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the webhook worker looks for due deliveries (a round that finds a full batch
+/// looks again at once).
+pub const WEBHOOK_DELIVERY_INTERVAL: Duration = Duration::from_millis(200);
+/// How often the webhook backlog's gauges are read.
+const WEBHOOK_BACKLOG_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the roll-up and retention of analytics run.
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
 
@@ -91,6 +96,26 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
             },
         );
     }
+    let every = (WEBHOOK_BACKLOG_INTERVAL.as_millis() / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
+    upkeep.spawn("keygate-webhooks", WEBHOOK_DELIVERY_INTERVAL, host.clone(), move |h: &T, round| {
+        let webhooks = &h.as_ref().webhooks;
+        // Full batches in a row while a backlog lasts.
+        loop {
+            match webhooks.deliver_due() {
+                Ok(n) if n >= keygate_webhooks::deliver::CLAIM_BATCH => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    log::warn!("webhooks: claiming due deliveries failed (tried again shortly): {e}");
+                    break;
+                }
+            }
+        }
+        if round % every == 0
+            && let Err(e) = webhooks.observe_backlog()
+        {
+            log::debug!("webhooks: reading the backlog failed: {e}");
+        }
+    });
     if let Some(a) = analytics {
         let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;
         upkeep.spawn("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |h: &T, round| {

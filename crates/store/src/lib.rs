@@ -13,6 +13,7 @@
 
 mod backend;
 mod backup;
+mod capabilities;
 mod conn;
 pub mod copy;
 mod pool;

@@ -5,10 +5,7 @@ use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionMa
 use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection, Pool, PooledConnection, R2D2Connection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
-use keygate_analytics::{AnalyticsStore, AnalyticsTx};
-use keygate_portal::{PortalStore, PortalTx};
 use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
-use keygate_usage::{UsageStore, UsageTx};
 use std::time::Duration;
 
 #[cfg(feature = "sqlite")]
@@ -395,7 +392,10 @@ impl SqlStore {
     /// flush) slept up to ~80 ms, on the worker that serves every request. Other processes
     /// still meet the busy handler. PostgreSQL: a plain BEGIN; writers serialize on the
     /// rows they lock.
-    fn write_tx<T>(&self, f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>) -> Result<T, RbacError> {
+    pub(crate) fn write_tx<T>(
+        &self,
+        f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
         let _span = self.span("database write").entered();
         if self.backend.kind() != "sqlite" {
             return self.run_in("BEGIN IMMEDIATE", "BEGIN", f);
@@ -414,7 +414,7 @@ impl SqlStore {
 
     /// Reads of one snapshot. SQLite (WAL): a deferred transaction reads one snapshot and
     /// takes no write lock. PostgreSQL: every statement sees the snapshot of the first.
-    fn snapshot_tx<T>(
+    pub(crate) fn snapshot_tx<T>(
         &self,
         f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>,
     ) -> Result<T, RbacError> {
@@ -423,7 +423,10 @@ impl SqlStore {
     }
 
     /// Reads outside a transaction.
-    fn read_tx<T>(&self, f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>) -> Result<T, RbacError> {
+    pub(crate) fn read_tx<T>(
+        &self,
+        f: impl FnOnce(&mut DieselTx<'_>) -> Result<T, RbacError>,
+    ) -> Result<T, RbacError> {
         let _span = self.span("database read").entered();
         let mut conn = self.conn()?;
         f(&mut DieselTx::new(&mut conn))
@@ -530,68 +533,5 @@ impl RbacStore for SqlStore {
 
     fn ping(&self) -> Result<(), StorageError> {
         self.with_conn(|c| c.batch_execute("SELECT 1"))
-    }
-}
-
-// One transaction serves every capability: each kind of transaction the capability
-// crates define is the same `DieselTx` on the same connection.
-
-impl UsageStore for SqlStore {
-    fn usage_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn UsageTx) -> Result<T, RbacError>,
-    {
-        self.write_tx(|tx| f(tx))
-    }
-
-    /// `<database file>-credits`.
-    fn credit_journal(&self) -> Option<std::path::PathBuf> {
-        self.beside_database("-credits")
-    }
-
-    fn usage_read<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn UsageTx) -> Result<T, RbacError>,
-    {
-        self.read_tx(|tx| f(tx))
-    }
-}
-
-impl AnalyticsStore for SqlStore {
-    fn analytics_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
-    {
-        self.write_tx(|tx| f(tx))
-    }
-
-    fn analytics_snapshot<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
-    {
-        self.snapshot_tx(|tx| f(tx))
-    }
-
-    fn analytics_read<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn AnalyticsTx) -> Result<T, RbacError>,
-    {
-        self.read_tx(|tx| f(tx))
-    }
-}
-
-impl PortalStore for SqlStore {
-    fn portal_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn PortalTx) -> Result<T, RbacError>,
-    {
-        self.write_tx(|tx| f(tx))
-    }
-
-    fn portal_read<T, F>(&self, f: F) -> Result<T, RbacError>
-    where
-        F: FnOnce(&mut dyn PortalTx) -> Result<T, RbacError>,
-    {
-        self.read_tx(|tx| f(tx))
     }
 }

@@ -316,3 +316,72 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(portals, portal_sessions);
+
+diesel::table! {
+    /// Webhook endpoints (API-v2.md §23).
+    webhook_endpoints (id) {
+        id -> Text,
+        workspace_id -> Text,
+        url -> Text,
+        events -> Text,
+        description -> Nullable<Text>,
+        enabled -> Bool,
+        credits_low -> Text,
+        expiring_days -> Text,
+        secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_until -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// The webhook outbox: events and the body their deliveries send.
+    webhook_events (id) {
+        id -> Text,
+        workspace_id -> Text,
+        event_type -> Text,
+        body -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// A delivery of an event to an endpoint, claimed with a lease.
+    webhook_deliveries (id) {
+        id -> Text,
+        workspace_id -> Text,
+        endpoint_id -> Text,
+        event_id -> Text,
+        event_type -> Text,
+        status -> Text,
+        attempts -> BigInt,
+        next_attempt_at -> Nullable<BigInt>,
+        lease_owner -> Nullable<Text>,
+        lease_until -> Nullable<BigInt>,
+        last_status -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Each attempt of a delivery.
+    webhook_attempts (delivery_id, attempt) {
+        delivery_id -> Text,
+        attempt -> BigInt,
+        at -> BigInt,
+        status -> Nullable<BigInt>,
+        error -> Nullable<Text>,
+        response -> Nullable<Text>,
+        duration_ms -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    webhook_endpoints,
+    webhook_events,
+    webhook_deliveries,
+    webhook_attempts
+);

@@ -50,3 +50,4 @@ mod v2_routes;
 mod verify_cache;
 mod verify_usage;
 mod warm_restart;
+mod webhooks;

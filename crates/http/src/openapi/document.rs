@@ -40,6 +40,7 @@ pub fn document(api: Api) -> Value {
             v2::overrides::openapi(),
             v2::root_keys::openapi(),
             v2::portal::openapi(),
+            v2::webhooks::openapi(),
             v2::sql::openapi(),
             v2::openapi(),
         ],

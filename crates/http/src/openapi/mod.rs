@@ -306,6 +306,22 @@ pub(crate) mod kinds {
         list.build()
     }
 
+    /// 1–10 integers in `min..=max`, or null.
+    fn integers_or_null(min: i64, max: i64) -> Array {
+        let item = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(min)).maximum(Some(max));
+        list(item, 1, 10, true)
+    }
+
+    /// A webhook endpoint's `creditsLow`: percents 1–99.
+    pub(crate) fn credits_low_percents() -> Array {
+        integers_or_null(1, 99)
+    }
+
+    /// A webhook endpoint's `expiringDays`: days 1–365.
+    pub(crate) fn expiring_days() -> Array {
+        integers_or_null(1, 365)
+    }
+
     /// A permission name (`keygate_domain::validate_permission_name`).
     pub(crate) fn permission_name() -> Object {
         string(1, MAX_NAME_CHARS, PERMISSION_NAME).examples(["documents.read"]).build()

@@ -163,6 +163,9 @@ impl<S: RbacStore> RbacService<S> {
             let result = write_links(tx, p, owner, resolved, mode, now, &mut events)?;
             if !events.is_empty() {
                 tx.insert_audit_events(&events)?;
+                if let Owner::Key(key_id) = owner {
+                    self.key_event(tx, ws, key_id, crate::KeyChange::Updated, now)?;
+                }
             }
             finish(tx, result)
         })

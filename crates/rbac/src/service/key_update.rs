@@ -152,6 +152,9 @@ impl<S: RbacStore> RbacService<S> {
                 write_links(tx, p, owner, resolved, LinkMode::Replace, now, &mut events)?;
             }
             tx.insert_audit_events(&events)?;
+            if changed {
+                self.key_event(tx, ws, key_id, crate::KeyChange::Updated, now)?;
+            }
             Ok(())
         })
     }

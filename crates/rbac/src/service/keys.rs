@@ -5,9 +5,10 @@ use crate::perms::{PERM_CREATE_KEY, PERM_READ_KEY, PERM_UPDATE_KEY};
 use crate::service::creation_shard;
 use crate::service::links::{Owner, PERMISSION_RULES, ROLE_RULES, plan_refs, resolve_links, write_links};
 use crate::{
-    ApiAccess, AuditEvent, EntityKind, EntityRef, Key, KeyLookup, KeySummary, KeyView, LimitOwner, LinkMode,
-    MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, NewKey,
-    Principal, RateLimitConfig, RbacError, RbacService, RbacStore, RbacTx, Resource, Scope, StorageError,
+    ApiAccess, AuditEvent, EntityKind, EntityRef, Key, KeyChange, KeyLookup, KeySummary, KeyView, LimitOwner,
+    LinkMode, MAX_KEY_META_BYTES, MAX_KEY_PREFIX_CHARS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS,
+    NewKey, Principal, RateLimitConfig, RbacError, RbacService, RbacStore, RbacTx, Resource, Scope,
+    StorageError,
 };
 use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, Secret, ValidationError, check_len, has_prefix, hash_secret, new_id,
@@ -144,6 +145,7 @@ impl<S: RbacStore> RbacService<S> {
             write_links(tx, p, owner, permissions, LinkMode::Add, key.created_at, &mut events)?;
             write_links(tx, p, owner, roles, LinkMode::Add, key.created_at, &mut events)?;
             tx.insert_audit_events(&events)?;
+            self.key_event(tx, ws, &key.id, KeyChange::Created, key.created_at)?;
             Ok(key)
         })?;
         Ok((key, secret))
@@ -199,6 +201,9 @@ impl<S: RbacStore> RbacService<S> {
                 if !access.admits(key.api_id.as_deref()) {
                     return Err(ApiAccess::denied("delete_key", key.api_id.as_deref()));
                 }
+            }
+            if has_prefix(key_id, IdPrefix::Key) && tx.get_key(ws, key_id)?.is_some() {
+                self.key_event(tx, ws, key_id, KeyChange::Deleted, self.now())?;
             }
             let hash = has_prefix(key_id, IdPrefix::Key).then(|| tx.delete_key(ws, key_id)).transpose()?;
             let hash = hash.flatten().ok_or_else(not_found)?;
@@ -380,6 +385,7 @@ impl<S: RbacStore> RbacService<S> {
                 detail: None,
             };
             tx.insert_audit_events(&[event("key.create", &key.id), event("key.reroll", key_id)])?;
+            self.key_event(tx, ws, &key.id, KeyChange::Rerolled { from: key_id }, now)?;
             secret_out = Some(secret);
             Ok(key)
         })?;

@@ -3,7 +3,8 @@
 //! [`key_update`], [`verify`] (verification and its cache, the change
 //! counters), [`identities`], [`entities`] (permissions and roles), [`overrides`] and
 //! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces), [`root_keys`], [`audit`],
-//! [`sessions`] (the dashboard's), [`vault`] (recoverable keys), and [`links`], what the link operations share. This
+//! [`sessions`] (the dashboard's), [`vault`] (recoverable keys), [`events`] (key changes for
+//! the webhook outbox), and [`links`], what the link operations share. This
 //! file holds the service itself.
 
 mod admin;
@@ -12,6 +13,7 @@ mod audit;
 mod auth;
 mod changes;
 mod entities;
+mod events;
 mod identities;
 mod key_import;
 mod key_links;
@@ -27,6 +29,7 @@ mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use changes::{Changes, RECONCILE_MARGIN_MS};
+pub use events::{KeyChange, KeyEvents};
 pub use identities::MAX_IDENTITY_META_BYTES;
 pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
 pub use keygate_domain::{
@@ -122,6 +125,8 @@ pub struct RbacService<S> {
     root_key_uses: parking_lot::Mutex<HashMap<String, i64>>,
     /// The keyring recoverable keys are sealed with (`vault`); `None`: none configured.
     vault: Option<Arc<keygate_vault::Keyring>>,
+    /// Told of every key change, in its transaction (`events`: the webhook outbox).
+    key_events: Option<Arc<dyn KeyEvents>>,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -143,6 +148,7 @@ impl<S: RbacStore> RbacService<S> {
             migrations: Default::default(),
             root_key_uses: Default::default(),
             vault: None,
+            key_events: None,
         }
     }
 

@@ -441,5 +441,7 @@ mod sessions_tx;
 mod sql_tx;
 #[path = "vault.rs"]
 mod vault_tx;
+#[path = "webhooks.rs"]
+mod webhooks_tx;
 #[path = "workspaces.rs"]
 mod workspaces_tx;

@@ -15,6 +15,7 @@ pub mod ratelimit;
 pub mod ratelimit_analytics;
 pub mod root_keys;
 pub mod sql;
+pub mod webhooks;
 
 use crate::error::{ApiError, problems};
 use actix_web::HttpResponse;

@@ -1,0 +1,510 @@
+//! Webhooks (the `webhook_endpoints`, `webhook_events`, `webhook_deliveries` and
+//! `webhook_attempts` tables): the outbox rbac writes with each change, and what
+//! `keygate-webhooks` reads and writes.
+
+use crate::DbConn;
+use crate::schema::*;
+use crate::tx::{DieselTx, R, db_err};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use keygate_domain::{IdPrefix, OutboxEvent, new_id};
+use keygate_rbac::store::OutboxTx;
+use keygate_webhooks::{Attempt, Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookTx};
+
+type EndpointRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    bool,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    i64,
+    Option<i64>,
+);
+
+macro_rules! endpoint_columns {
+    () => {
+        (
+            webhook_endpoints::id,
+            webhook_endpoints::workspace_id,
+            webhook_endpoints::url,
+            webhook_endpoints::events,
+            webhook_endpoints::description,
+            webhook_endpoints::enabled,
+            webhook_endpoints::credits_low,
+            webhook_endpoints::expiring_days,
+            webhook_endpoints::secret,
+            webhook_endpoints::previous_secret,
+            webhook_endpoints::previous_secret_until,
+            webhook_endpoints::created_at,
+            webhook_endpoints::updated_at,
+        )
+    };
+}
+
+/// Numbers written comma-separated.
+fn joined<T: ToString>(values: &[T]) -> String {
+    values.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn parsed<T: std::str::FromStr>(s: &str) -> Vec<T> {
+    s.split(',').filter_map(|v| v.parse().ok()).collect()
+}
+
+fn endpoint(r: EndpointRow) -> (Endpoint, EndpointSecrets) {
+    let (
+        id,
+        workspace_id,
+        url,
+        events,
+        description,
+        enabled,
+        low,
+        days,
+        secret,
+        previous,
+        until,
+        at,
+        updated,
+    ) = r;
+    let endpoint = Endpoint {
+        id,
+        workspace_id,
+        url,
+        events: events.split(' ').filter(|e| !e.is_empty()).map(str::to_string).collect(),
+        description,
+        enabled,
+        credits_low: parsed(&low),
+        expiring_days: parsed(&days),
+        created_at: at,
+        updated_at: updated,
+    };
+    (endpoint, EndpointSecrets { current: secret, previous, previous_until: until })
+}
+
+/// delivery id, attempt, at, status, error, response, duration (ms).
+type AttemptRow = (String, i64, i64, Option<i64>, Option<String>, Option<String>, i64);
+
+type DeliveryRow = (String, String, String, String, String, String, i64, Option<i64>, Option<i64>, i64);
+
+macro_rules! delivery_columns {
+    () => {
+        (
+            webhook_deliveries::id,
+            webhook_deliveries::workspace_id,
+            webhook_deliveries::endpoint_id,
+            webhook_deliveries::event_id,
+            webhook_deliveries::event_type,
+            webhook_deliveries::status,
+            webhook_deliveries::attempts,
+            webhook_deliveries::last_status,
+            webhook_deliveries::next_attempt_at,
+            webhook_deliveries::created_at,
+        )
+    };
+}
+
+fn delivery(r: DeliveryRow) -> Delivery {
+    let (id, workspace_id, endpoint_id, event_id, event_type, status, attempts, last_status, next, at) = r;
+    Delivery {
+        id,
+        workspace_id,
+        endpoint_id,
+        event_id,
+        event_type,
+        status: DeliveryStatus::parse(&status).unwrap_or(DeliveryStatus::Failed),
+        attempts,
+        last_status,
+        next_attempt_at: next,
+        created_at: at,
+    }
+}
+
+/// A delivery as the claim returns it.
+#[derive(QueryableByName)]
+struct Claimed {
+    #[diesel(sql_type = Text)]
+    id: String,
+    #[diesel(sql_type = Text)]
+    workspace_id: String,
+    #[diesel(sql_type = Text)]
+    endpoint_id: String,
+    #[diesel(sql_type = Text)]
+    event_id: String,
+    #[diesel(sql_type = Text)]
+    event_type: String,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = BigInt)]
+    attempts: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    last_status: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    next_attempt_at: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    created_at: i64,
+}
+
+impl OutboxTx for DieselTx<'_> {
+    fn webhook_subscribers(&mut self, workspace_id: &str, event_type: &str) -> R<Vec<String>> {
+        let rows: Vec<(String, String)> = webhook_endpoints::table
+            .filter(webhook_endpoints::workspace_id.eq(workspace_id))
+            .filter(webhook_endpoints::enabled.eq(true))
+            .select((webhook_endpoints::id, webhook_endpoints::events))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, events)| events.split(' ').any(|e| e == "*" || e == event_type))
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    fn insert_webhook_event(&mut self, event: &OutboxEvent, endpoint_ids: &[String]) -> R<()> {
+        diesel::insert_into(webhook_events::table)
+            .values((
+                webhook_events::id.eq(&event.id),
+                webhook_events::workspace_id.eq(&event.workspace_id),
+                webhook_events::event_type.eq(event.event_type),
+                webhook_events::body.eq(&event.body),
+                webhook_events::created_at.eq(event.created_at),
+            ))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        for endpoint_id in endpoint_ids {
+            diesel::insert_into(webhook_deliveries::table)
+                .values((
+                    webhook_deliveries::id.eq(new_id(IdPrefix::WebhookDelivery)),
+                    webhook_deliveries::workspace_id.eq(&event.workspace_id),
+                    webhook_deliveries::endpoint_id.eq(endpoint_id),
+                    webhook_deliveries::event_id.eq(&event.id),
+                    webhook_deliveries::event_type.eq(event.event_type),
+                    webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()),
+                    webhook_deliveries::attempts.eq(0),
+                    webhook_deliveries::next_attempt_at.eq(event.created_at),
+                    webhook_deliveries::created_at.eq(event.created_at),
+                    webhook_deliveries::updated_at.eq(event.created_at),
+                ))
+                .execute(self.conn)
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+}
+
+impl WebhookTx for DieselTx<'_> {
+    fn insert_webhook_endpoint(&mut self, e: &Endpoint, s: &EndpointSecrets) -> R<()> {
+        diesel::insert_into(webhook_endpoints::table)
+            .values((
+                webhook_endpoints::id.eq(&e.id),
+                webhook_endpoints::workspace_id.eq(&e.workspace_id),
+                webhook_endpoints::url.eq(&e.url),
+                webhook_endpoints::events.eq(e.events.join(" ")),
+                webhook_endpoints::description.eq(&e.description),
+                webhook_endpoints::enabled.eq(e.enabled),
+                webhook_endpoints::credits_low.eq(joined(&e.credits_low)),
+                webhook_endpoints::expiring_days.eq(joined(&e.expiring_days)),
+                webhook_endpoints::secret.eq(&s.current),
+                webhook_endpoints::previous_secret.eq(&s.previous),
+                webhook_endpoints::previous_secret_until.eq(s.previous_until),
+                webhook_endpoints::created_at.eq(e.created_at),
+                webhook_endpoints::updated_at.eq(e.updated_at),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn webhook_endpoint(&mut self, workspace_id: &str, id: &str) -> R<Option<(Endpoint, EndpointSecrets)>> {
+        webhook_endpoints::table
+            .filter(webhook_endpoints::id.eq(id))
+            .filter(webhook_endpoints::workspace_id.eq(workspace_id))
+            .select(endpoint_columns!())
+            .get_result::<EndpointRow>(self.conn)
+            .optional()
+            .map(|r| r.map(endpoint))
+            .map_err(db_err)
+    }
+
+    fn webhook_endpoints(
+        &mut self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Endpoint>> {
+        let mut q = webhook_endpoints::table
+            .filter(webhook_endpoints::workspace_id.eq(workspace_id))
+            .select(endpoint_columns!())
+            .order(webhook_endpoints::id.asc())
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .into_boxed();
+        if let Some(after) = after {
+            q = q.filter(webhook_endpoints::id.gt(after));
+        }
+        q.load::<EndpointRow>(self.conn)
+            .map(|rows| rows.into_iter().map(|r| endpoint(r).0).collect())
+            .map_err(db_err)
+    }
+
+    fn update_webhook_endpoint(&mut self, e: &Endpoint) -> R<()> {
+        diesel::update(webhook_endpoints::table.filter(webhook_endpoints::id.eq(&e.id)))
+            .set((
+                webhook_endpoints::url.eq(&e.url),
+                webhook_endpoints::events.eq(e.events.join(" ")),
+                webhook_endpoints::description.eq(&e.description),
+                webhook_endpoints::enabled.eq(e.enabled),
+                webhook_endpoints::credits_low.eq(joined(&e.credits_low)),
+                webhook_endpoints::expiring_days.eq(joined(&e.expiring_days)),
+                webhook_endpoints::updated_at.eq(e.updated_at),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn set_webhook_secrets(&mut self, endpoint_id: &str, s: &EndpointSecrets) -> R<()> {
+        diesel::update(webhook_endpoints::table.filter(webhook_endpoints::id.eq(endpoint_id)))
+            .set((
+                webhook_endpoints::secret.eq(&s.current),
+                webhook_endpoints::previous_secret.eq(&s.previous),
+                webhook_endpoints::previous_secret_until.eq(s.previous_until),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn delete_webhook_endpoint(&mut self, workspace_id: &str, id: &str) -> R<bool> {
+        let of_endpoint = webhook_deliveries::table
+            .filter(webhook_deliveries::endpoint_id.eq(id))
+            .select(webhook_deliveries::id);
+        diesel::delete(webhook_attempts::table.filter(webhook_attempts::delivery_id.eq_any(of_endpoint)))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::endpoint_id.eq(id)))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        diesel::delete(
+            webhook_endpoints::table
+                .filter(webhook_endpoints::workspace_id.eq(workspace_id))
+                .filter(webhook_endpoints::id.eq(id)),
+        )
+        .execute(self.conn)
+        .map(|n| n > 0)
+        .map_err(db_err)
+    }
+
+    fn webhook_deliveries(
+        &mut self,
+        endpoint_id: &str,
+        status: Option<DeliveryStatus>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Delivery>> {
+        let mut q = webhook_deliveries::table
+            .filter(webhook_deliveries::endpoint_id.eq(endpoint_id))
+            .select(delivery_columns!())
+            .order(webhook_deliveries::id.desc())
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .into_boxed();
+        if let Some(s) = status {
+            q = q.filter(webhook_deliveries::status.eq(s.as_str()));
+        }
+        if let Some(before) = before {
+            q = q.filter(webhook_deliveries::id.lt(before));
+        }
+        q.load::<DeliveryRow>(self.conn).map(|rows| rows.into_iter().map(delivery).collect()).map_err(db_err)
+    }
+
+    fn webhook_delivery(&mut self, workspace_id: &str, id: &str) -> R<Option<Delivery>> {
+        webhook_deliveries::table
+            .filter(webhook_deliveries::id.eq(id))
+            .filter(webhook_deliveries::workspace_id.eq(workspace_id))
+            .select(delivery_columns!())
+            .get_result::<DeliveryRow>(self.conn)
+            .optional()
+            .map(|r| r.map(delivery))
+            .map_err(db_err)
+    }
+
+    fn webhook_attempts(&mut self, delivery_id: &str) -> R<Vec<Attempt>> {
+        let rows: Vec<AttemptRow> = webhook_attempts::table
+            .filter(webhook_attempts::delivery_id.eq(delivery_id))
+            .order(webhook_attempts::attempt.asc())
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(delivery_id, attempt, at, status, error, response, duration_ms)| Attempt {
+                delivery_id,
+                attempt,
+                at,
+                status,
+                error,
+                response,
+                duration_ms,
+            })
+            .collect())
+    }
+
+    fn replay_webhook_delivery(&mut self, id: &str, now: i64) -> R<()> {
+        diesel::update(webhook_deliveries::table.filter(webhook_deliveries::id.eq(id)))
+            .set((
+                webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()),
+                webhook_deliveries::next_attempt_at.eq(Some(now)),
+                webhook_deliveries::lease_owner.eq(None::<String>),
+                webhook_deliveries::lease_until.eq(None::<i64>),
+                webhook_deliveries::updated_at.eq(now),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn claim_webhook_deliveries(
+        &mut self,
+        owner: &str,
+        now: i64,
+        lease_until: i64,
+        limit: usize,
+    ) -> R<Vec<Delivery>> {
+        // One statement; on PostgreSQL the rows another claim holds are skipped, so
+        // concurrent claims never take the same delivery. The bound is a literal (SQLite
+        // compiles a statement again whenever its LIMIT's parameter is bound again).
+        let sql = |lock: &str| {
+            format!(
+                "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 WHERE id IN \
+                 (SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
+                 AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at LIMIT {limit}{lock}) \
+                 RETURNING id, workspace_id, endpoint_id, event_id, event_type, status, attempts, \
+                 last_status, next_attempt_at, created_at"
+            )
+        };
+        let rows: Vec<Claimed> = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => diesel::sql_query(sql(""))
+                .bind::<Text, _>(owner)
+                .bind::<BigInt, _>(lease_until)
+                .bind::<BigInt, _>(now)
+                .load(c),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => diesel::sql_query(sql(" FOR UPDATE SKIP LOCKED"))
+                .bind::<Text, _>(owner)
+                .bind::<BigInt, _>(lease_until)
+                .bind::<BigInt, _>(now)
+                .load(c),
+        }
+        .map_err(db_err)?;
+        let mut out: Vec<Delivery> = rows
+            .into_iter()
+            .map(|c| {
+                delivery((
+                    c.id,
+                    c.workspace_id,
+                    c.endpoint_id,
+                    c.event_id,
+                    c.event_type,
+                    c.status,
+                    c.attempts,
+                    c.last_status,
+                    c.next_attempt_at,
+                    c.created_at,
+                ))
+            })
+            .collect();
+        out.sort_by_key(|d| d.next_attempt_at);
+        Ok(out)
+    }
+
+    fn webhook_event_body(&mut self, event_id: &str) -> R<Option<String>> {
+        webhook_events::table
+            .filter(webhook_events::id.eq(event_id))
+            .select(webhook_events::body)
+            .get_result(self.conn)
+            .optional()
+            .map_err(db_err)
+    }
+
+    fn webhook_endpoint_by_id(&mut self, id: &str) -> R<Option<(Endpoint, EndpointSecrets)>> {
+        webhook_endpoints::table
+            .filter(webhook_endpoints::id.eq(id))
+            .select(endpoint_columns!())
+            .get_result::<EndpointRow>(self.conn)
+            .optional()
+            .map(|r| r.map(endpoint))
+            .map_err(db_err)
+    }
+
+    fn finish_webhook_attempt(
+        &mut self,
+        owner: &str,
+        a: &Attempt,
+        status: DeliveryStatus,
+        next_attempt_at: Option<i64>,
+    ) -> R<bool> {
+        let updated = diesel::update(
+            webhook_deliveries::table
+                .filter(webhook_deliveries::id.eq(&a.delivery_id))
+                .filter(webhook_deliveries::lease_owner.eq(owner)),
+        )
+        .set((
+            webhook_deliveries::status.eq(status.as_str()),
+            webhook_deliveries::attempts.eq(a.attempt),
+            webhook_deliveries::last_status.eq(a.status),
+            webhook_deliveries::next_attempt_at.eq(next_attempt_at),
+            webhook_deliveries::lease_owner.eq(None::<String>),
+            webhook_deliveries::lease_until.eq(None::<i64>),
+            webhook_deliveries::updated_at.eq(a.at),
+        ))
+        .execute(self.conn)
+        .map_err(db_err)?;
+        if updated == 0 {
+            return Ok(false);
+        }
+        // A replayed delivery numbers its attempts on; an attempt number met twice (a
+        // lease taken over mid-attempt) keeps the first record.
+        let row = (
+            webhook_attempts::delivery_id.eq(&a.delivery_id),
+            webhook_attempts::attempt.eq(a.attempt),
+            webhook_attempts::at.eq(a.at),
+            webhook_attempts::status.eq(a.status),
+            webhook_attempts::error.eq(&a.error),
+            webhook_attempts::response.eq(&a.response),
+            webhook_attempts::duration_ms.eq(a.duration_ms),
+        );
+        match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => {
+                diesel::insert_into(webhook_attempts::table).values(row).on_conflict_do_nothing().execute(c)
+            }
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => {
+                diesel::insert_into(webhook_attempts::table).values(row).on_conflict_do_nothing().execute(c)
+            }
+        }
+        .map_err(db_err)?;
+        Ok(true)
+    }
+
+    fn disable_webhook_endpoint(&mut self, id: &str, now: i64) -> R<()> {
+        diesel::update(webhook_endpoints::table.filter(webhook_endpoints::id.eq(id)))
+            .set((webhook_endpoints::enabled.eq(false), webhook_endpoints::updated_at.eq(Some(now))))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
+    }
+
+    fn webhook_backlog(&mut self) -> R<(i64, Option<i64>)> {
+        use diesel::dsl::{count_star, min};
+        webhook_deliveries::table
+            .filter(webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()))
+            .select((count_star(), min(webhook_deliveries::created_at)))
+            .get_result(self.conn)
+            .map_err(db_err)
+    }
+}

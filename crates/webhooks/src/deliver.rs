@@ -1,0 +1,309 @@
+//! The delivery worker: each round claims the due deliveries nobody holds (a lease of
+//! [`LEASE_MS`], so any number of instances share the work and each delivery is sent by
+//! one; a dead instance's claims are taken over when their lease ends), sends them at
+//! once, signed, and records each answer with where the delivery goes next: done on a
+//! 2xx, retried after [`RETRY_DELAYS_MS`], failed when those run out, and the endpoint
+//! disabled on a 410.
+//!
+//! A request never follows a redirect, never waits past [`DELIVERY_TIMEOUT`], reads at
+//! most [`MAX_RESPONSE_BYTES`] of the answer, ignores proxy settings, and connects only to
+//! addresses [`crate::address`] allows, resolved at the delivery.
+
+use crate::address::{CheckedResolver, forbidden, is_local_name};
+use crate::{Attempt, WebhookTx};
+use crate::{Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookService, WebhookStore, signing};
+use keygate_rbac::{RbacError, StorageError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A 2xx within this is a success; anything later is a failed attempt.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a claim holds a delivery: well past the timeout, so a live instance's claim
+/// never ends under it.
+pub const LEASE_MS: i64 = 60_000;
+/// The most of an answer's body read.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+/// The most of an answer's body kept in the delivery log.
+pub const KEPT_RESPONSE_BYTES: usize = 2 * 1024;
+/// The waits before the retries of a failed delivery (API-v2.md §23): 5 s, 5 min, 30 min,
+/// 2 h, 5 h, 10 h, 10 h; after the last retry fails, the delivery is failed.
+pub const RETRY_DELAYS_MS: [i64; 7] =
+    [5_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000, 5 * 3_600_000, 10 * 3_600_000, 10 * 3_600_000];
+/// The most deliveries one round claims (and sends at once).
+pub const CLAIM_BATCH: usize = 64;
+
+/// The HTTP client and the runtime it runs on.
+#[derive(Debug)]
+pub struct Sender {
+    /// Always `Some` but while dropped.
+    rt: Option<tokio::runtime::Runtime>,
+    client: reqwest::Client,
+}
+
+impl Drop for Sender {
+    /// Without waiting: the service may be dropped on an async runtime's thread (a server's
+    /// shutdown), where a runtime may not block to stop.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Sender {
+    fn new(allow_private: bool) -> Result<Self, String> {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let client = reqwest::Client::builder()
+            .timeout(DELIVERY_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver { allow_private }))
+            .user_agent(concat!("keygate-webhooks/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { rt: Some(rt), client })
+    }
+}
+
+/// What one attempt sends.
+struct Job {
+    delivery: Delivery,
+    url: String,
+    body: String,
+    secrets: Vec<String>,
+}
+
+/// How an attempt went.
+struct Answer {
+    status: Option<u16>,
+    error: Option<String>,
+    response: Option<String>,
+    took: Duration,
+    /// Whether a failure is retried (not when the endpoint went or is disabled).
+    retry: bool,
+}
+
+impl Answer {
+    fn error(why: impl Into<String>) -> Self {
+        Self { status: None, error: Some(why.into()), response: None, took: Duration::ZERO, retry: true }
+    }
+
+    /// A delivery that cannot be sent at all: failed without a retry.
+    fn unsendable(why: String) -> Self {
+        Self { retry: false, ..Self::error(why) }
+    }
+}
+
+impl<S: WebhookStore> WebhookService<S> {
+    fn sender(&self) -> Result<&Sender, RbacError> {
+        self.sender
+            .get_or_init(|| Sender::new(self.allow_private))
+            .as_ref()
+            .map_err(|e| RbacError::Storage(StorageError::Internal(format!("the webhook client: {e}"))))
+    }
+
+    /// One round of the worker: claims the due deliveries (at most [`CLAIM_BATCH`]),
+    /// sends them at once and records the answers; how many it sent.
+    pub fn deliver_due(&self) -> Result<usize, RbacError> {
+        let now = self.now();
+        let store = self.rbac.store();
+        let claimed = store.webhook_transaction(|tx| {
+            Ok(tx.claim_webhook_deliveries(&self.instance, now, now + LEASE_MS, CLAIM_BATCH)?)
+        })?;
+        if claimed.is_empty() {
+            return Ok(0);
+        }
+        let mut jobs = Vec::with_capacity(claimed.len());
+        let mut unsendable = Vec::new();
+        store.webhook_read(|tx| {
+            for d in claimed {
+                match self.job(tx, d, now)? {
+                    Ok(job) => jobs.push(job),
+                    Err((d, why)) => unsendable.push((d, why)),
+                }
+            }
+            Ok(())
+        })?;
+        let sent = jobs.len();
+        let sender = self.sender()?;
+        let rt = sender
+            .rt
+            .as_ref()
+            .ok_or_else(|| RbacError::Storage(StorageError::Internal("no runtime".into())))?;
+        let answers = rt.block_on(futures_util::future::join_all(
+            jobs.into_iter().map(|job| self.send(&sender.client, job)),
+        ));
+        for (delivery, answer) in
+            answers.into_iter().chain(unsendable.into_iter().map(|(d, why)| (d, Answer::unsendable(why))))
+        {
+            if let Err(e) = self.record(&delivery, answer) {
+                log::warn!(
+                    "webhooks: recording an attempt of {} failed (its lease ends, then it is sent again): {e}",
+                    delivery.id
+                );
+            }
+        }
+        Ok(sent)
+    }
+
+    /// What the delivery sends, or why it cannot be sent (its endpoint went or is
+    /// disabled: the delivery fails without an attempt on the wire).
+    fn job(
+        &self,
+        tx: &mut dyn WebhookTx,
+        d: Delivery,
+        now: i64,
+    ) -> Result<Result<Job, (Delivery, String)>, RbacError> {
+        let Some(body) = tx.webhook_event_body(&d.event_id)? else {
+            return Ok(Err((d, "the event is gone".into())));
+        };
+        let Some((endpoint, secrets)) = tx.webhook_endpoint_by_id(&d.endpoint_id)? else {
+            return Ok(Err((d, "the endpoint is gone".into())));
+        };
+        if !endpoint.enabled {
+            return Ok(Err((d, "the endpoint is disabled".into())));
+        }
+        match self.signing_secrets(&endpoint, &secrets, now) {
+            Ok(secrets) => Ok(Ok(Job { delivery: d, url: endpoint.url, body, secrets })),
+            Err(why) => Ok(Err((d, why))),
+        }
+    }
+
+    /// The secrets that sign now: the current one, and the one before a rotation while
+    /// its overlap lasts.
+    fn signing_secrets(&self, e: &Endpoint, s: &EndpointSecrets, now: i64) -> Result<Vec<String>, String> {
+        let keyring = self.rbac.vault().map(|v| &**v);
+        let mut out = vec![signing::open(keyring, &e.workspace_id, &e.id, &s.current)?];
+        if let (Some(previous), Some(until)) = (&s.previous, s.previous_until)
+            && until > now
+        {
+            out.push(signing::open(keyring, &e.workspace_id, &e.id, previous)?);
+        }
+        Ok(out)
+    }
+
+    /// One attempt on the wire.
+    async fn send(&self, client: &reqwest::Client, job: Job) -> (Delivery, Answer) {
+        let Job { delivery, url, body, secrets } = job;
+        if let Some(why) = self.refused_literal(&url) {
+            return (delivery, Answer::error(why));
+        }
+        let ts = self.now().div_euclid(1000);
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        let signature = signing::signature_header(&secrets, &delivery.event_id, ts, &body);
+        let started = Instant::now();
+        let request = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &delivery.event_id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", signature)
+            .body(body);
+        let mut answer = match request.send().await {
+            Ok(response) => read_answer(response).await,
+            Err(e) => Answer::error(describe(&e)),
+        };
+        answer.took = started.elapsed();
+        (delivery, answer)
+    }
+
+    /// Why a URL whose host is an address literal or a local name may not be called (the
+    /// resolver sees names only).
+    fn refused_literal(&self, url: &str) -> Option<String> {
+        if self.allow_private {
+            return None;
+        }
+        let parsed = url::Url::parse(url).ok()?;
+        match parsed.host()? {
+            url::Host::Ipv4(ip) => forbidden(ip.into()).map(|why| format!("{ip} is {why}")),
+            url::Host::Ipv6(ip) => forbidden(ip.into()).map(|why| format!("{ip} is {why}")),
+            url::Host::Domain(name) => is_local_name(name).then(|| format!("{name} is this machine")),
+        }
+    }
+
+    /// Records an attempt and where the delivery goes next.
+    fn record(&self, d: &Delivery, answer: Answer) -> Result<(), RbacError> {
+        let now = self.now();
+        let attempt = Attempt {
+            delivery_id: d.id.clone(),
+            attempt: d.attempts + 1,
+            at: now,
+            status: answer.status.map(i64::from),
+            error: answer.error,
+            response: answer.response,
+            duration_ms: i64::try_from(answer.took.as_millis()).unwrap_or(i64::MAX),
+        };
+        let (status, next, outcome) = match answer.status {
+            Some(s) if (200..300).contains(&s) => (DeliveryStatus::Succeeded, None, "succeeded"),
+            Some(410) => (DeliveryStatus::Failed, None, "gone"),
+            _ => match usize::try_from(d.attempts).ok().and_then(|n| RETRY_DELAYS_MS.get(n)) {
+                Some(wait) if answer.retry => (DeliveryStatus::Pending, Some(now + wait), "retry"),
+                _ => (DeliveryStatus::Failed, None, "failed"),
+            },
+        };
+        let held = self.rbac.store().webhook_transaction(|tx| {
+            let held = tx.finish_webhook_attempt(&self.instance, &attempt, status, next)?;
+            if held && answer.status == Some(410) {
+                tx.disable_webhook_endpoint(&d.endpoint_id, now)?;
+            }
+            Ok(held)
+        })?;
+        if held {
+            metrics::counter!("keygate_webhook_deliveries_total", "outcome" => outcome).increment(1);
+        }
+        Ok(())
+    }
+
+    /// Sets the backlog gauges: pending deliveries, and the age of the oldest.
+    pub fn observe_backlog(&self) -> Result<(), RbacError> {
+        let (pending, oldest) = self.rbac.store().webhook_read(|tx| Ok(tx.webhook_backlog()?))?;
+        metrics::gauge!("keygate_webhook_pending_deliveries").set(pending as f64);
+        let age = oldest.map_or(0.0, |at| (self.now() - at).max(0) as f64 / 1000.0);
+        metrics::gauge!("keygate_webhook_oldest_pending_seconds").set(age);
+        Ok(())
+    }
+}
+
+/// The status and the start of the body (at most [`MAX_RESPONSE_BYTES`] read).
+async fn read_answer(mut response: reqwest::Response) -> Answer {
+    let status = response.status().as_u16();
+    let mut body = Vec::new();
+    let mut error = None;
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = MAX_RESPONSE_BYTES - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() >= MAX_RESPONSE_BYTES {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(describe(&e));
+                break;
+            }
+        }
+    }
+    body.truncate(KEPT_RESPONSE_BYTES);
+    let response = (!body.is_empty()).then(|| String::from_utf8_lossy(&body).into_owned());
+    // A body cut short by the timeout is a failed attempt, whatever the status said.
+    let status = if error.is_some() { None } else { Some(status) };
+    Answer { status, error, response, took: Duration::ZERO, retry: true }
+}
+
+/// A transport error in a line: a timeout, a refused connection, a refused address.
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return format!("no answer within {} s", DELIVERY_TIMEOUT.as_secs());
+    }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

@@ -1,0 +1,72 @@
+//! keygate's webhooks (API-v2.md §23): a workspace's endpoints are called, signed per the
+//! Standard Webhooks specification, when its keys change (and, as those land, when
+//! credits run low, keys expire or leak).
+//!
+//! - [`model`]: endpoints, deliveries, attempts, and what a request may say of them.
+//! - [`endpoints`] serves `webhooks.*`: endpoints, secrets and their rotation, the
+//!   delivery log and replay.
+//! - [`outbox`] writes an event, with a delivery per subscribed endpoint, in the
+//!   transaction of the change that causes it (registered with the RBAC service as its
+//!   `KeyEvents`): a change is never committed without its event.
+//! - [`deliver`] is the worker: it claims due deliveries with a lease (so any number of
+//!   instances deliver each once), signs ([`signing`]), sends, records the answer and
+//!   schedules the retries.
+//! - [`address`] keeps deliveries off loopback and private networks.
+//!
+//! Built on `keygate-rbac`; the store extends its transactions ([`store::WebhookTx`]).
+
+pub mod address;
+pub mod deliver;
+pub mod endpoints;
+pub mod model;
+pub mod outbox;
+pub mod signing;
+pub mod store;
+
+pub use deliver::{DELIVERY_TIMEOUT, LEASE_MS, MAX_RESPONSE_BYTES, RETRY_DELAYS_MS};
+pub use model::{
+    Attempt, Delivery, DeliveryStatus, EVENT_TYPES, Endpoint, EndpointChange, EndpointSecrets, NewEndpoint,
+    Thresholds,
+};
+pub use outbox::{KeyRenderer, Outbox};
+pub use store::{WebhookStore, WebhookTx};
+
+use keygate_rbac::RbacService;
+use std::sync::{Arc, OnceLock};
+
+/// The webhooks service, over rbac's service and store.
+#[derive(Debug)]
+pub struct WebhookService<S> {
+    rbac: Arc<RbacService<S>>,
+    outbox: Arc<Outbox>,
+    /// `KEYGATE_WEBHOOKS_ALLOW_PRIVATE`: endpoints may point at loopback and private
+    /// addresses.
+    allow_private: bool,
+    /// The HTTP client and the runtime it runs on, made at the first delivery.
+    sender: OnceLock<Result<deliver::Sender, String>>,
+    /// This instance's name on the leases it takes.
+    instance: String,
+}
+
+impl<S: WebhookStore> WebhookService<S> {
+    /// The service over `rbac`, whose key changes `outbox` (registered with it as its
+    /// `KeyEvents`) writes.
+    pub fn new(rbac: Arc<RbacService<S>>, outbox: Arc<Outbox>, allow_private: bool) -> Self {
+        let instance = keygate_domain::random_token("inst");
+        Self { rbac, outbox, allow_private, sender: OnceLock::new(), instance }
+    }
+
+    /// The outbox (to set how keys are shown in events: [`Outbox::set_key_renderer`]).
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+
+    /// Whether endpoints may point at loopback and private addresses.
+    pub fn allows_private(&self) -> bool {
+        self.allow_private
+    }
+
+    fn now(&self) -> i64 {
+        self.rbac.clock().now_ms() as i64
+    }
+}

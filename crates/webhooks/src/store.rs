@@ -1,0 +1,90 @@
+//! The storage webhooks are defined over: endpoints, deliveries and attempts, read and
+//! written in the same transactions as the keys ([`WebhookTx`] extends `RbacTx`, whose
+//! `OutboxTx` writes events with the changes that cause them).
+
+use crate::{Attempt, Delivery, DeliveryStatus, Endpoint, EndpointSecrets};
+use keygate_rbac::{RbacError, RbacStore, RbacTx, StorageError};
+
+type R<T> = Result<T, StorageError>;
+
+/// Endpoints and their deliveries.
+pub trait WebhookTx: RbacTx {
+    fn insert_webhook_endpoint(&mut self, endpoint: &Endpoint, secrets: &EndpointSecrets) -> R<()>;
+    /// The workspace's endpoint `id`, with its secrets.
+    fn webhook_endpoint(&mut self, workspace_id: &str, id: &str) -> R<Option<(Endpoint, EndpointSecrets)>>;
+    /// The workspace's endpoints after `after` (by id, ascending), at most `limit`.
+    fn webhook_endpoints(
+        &mut self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Endpoint>>;
+    /// Writes its URL, events, description, enabled flag, thresholds and `updated_at`.
+    fn update_webhook_endpoint(&mut self, endpoint: &Endpoint) -> R<()>;
+    fn set_webhook_secrets(&mut self, endpoint_id: &str, secrets: &EndpointSecrets) -> R<()>;
+    /// Deletes the endpoint with its deliveries and their attempts; whether it existed.
+    fn delete_webhook_endpoint(&mut self, workspace_id: &str, id: &str) -> R<bool>;
+
+    /// The endpoint's deliveries (of `status` when given), newest first, those before the
+    /// delivery id `before`, at most `limit`.
+    fn webhook_deliveries(
+        &mut self,
+        endpoint_id: &str,
+        status: Option<DeliveryStatus>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<Delivery>>;
+    /// The workspace's delivery `id`.
+    fn webhook_delivery(&mut self, workspace_id: &str, id: &str) -> R<Option<Delivery>>;
+    /// A delivery's attempts, first first.
+    fn webhook_attempts(&mut self, delivery_id: &str) -> R<Vec<Attempt>>;
+    /// Makes the delivery pending again, due at `now`, unclaimed (its attempts go on
+    /// counting).
+    fn replay_webhook_delivery(&mut self, id: &str, now: i64) -> R<()>;
+
+    /// Claims up to `limit` pending deliveries due at `now` that nobody holds (or whose
+    /// holder's lease ended), for `owner` until `lease_until`, oldest due first. Of
+    /// concurrent claims each delivery goes to one.
+    fn claim_webhook_deliveries(
+        &mut self,
+        owner: &str,
+        now: i64,
+        lease_until: i64,
+        limit: usize,
+    ) -> R<Vec<Delivery>>;
+    /// What an event's deliveries send.
+    fn webhook_event_body(&mut self, event_id: &str) -> R<Option<String>>;
+    /// An endpoint by id alone (the worker), with its secrets.
+    fn webhook_endpoint_by_id(&mut self, id: &str) -> R<Option<(Endpoint, EndpointSecrets)>>;
+    /// Records `attempt` of a delivery `owner` holds, and where the delivery goes next
+    /// (`status`, due at `next_attempt_at` when pending), releasing it. `false` when
+    /// `owner` no longer holds it (its lease ended and another instance took it over):
+    /// nothing is written then.
+    fn finish_webhook_attempt(
+        &mut self,
+        owner: &str,
+        attempt: &Attempt,
+        status: DeliveryStatus,
+        next_attempt_at: Option<i64>,
+    ) -> R<bool>;
+    /// Disables an endpoint (its receiver answered 410 Gone).
+    fn disable_webhook_endpoint(&mut self, id: &str, now: i64) -> R<()>;
+    /// Pending deliveries, and the creation time of the oldest (metrics).
+    fn webhook_backlog(&mut self) -> R<(i64, Option<i64>)>;
+}
+
+/// A store that hands out webhook transactions besides the others. A closure returning
+/// `Err` rolls its transaction back.
+pub trait WebhookStore: RbacStore {
+    fn webhook_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn WebhookTx) -> Result<T, RbacError>;
+
+    /// Reads outside a transaction.
+    fn webhook_read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn WebhookTx) -> Result<T, RbacError>,
+    {
+        self.webhook_transaction(f)
+    }
+}

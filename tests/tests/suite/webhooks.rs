@@ -1,0 +1,436 @@
+//! Webhooks (API-v2.md §23) against a receiver on loopback: endpoints and their secrets,
+//! key events written with the change that causes them, signed deliveries (checked here
+//! with an HMAC of our own; `tests/webhooks/` checks them with the Standard Webhooks
+//! reference library), retries on the clock's schedule, 410, replay, rotation, redirects
+//! not followed, and private addresses refused unless allowed.
+#![allow(clippy::unwrap_used)]
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, Mac};
+use keygate_domain::Clock;
+use keygate_test_support::TestDb;
+use keygate_tests::TestServer;
+use keygate_tests::receiver::{Answer, Received, Receiver};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A server whose endpoints may point at loopback (the receiver).
+fn server() -> TestServer {
+    let db = Arc::new(TestDb::fresh());
+    let mut config = TestServer::config(&db.url);
+    config.webhooks_allow_private = true;
+    TestServer::start_with(config, db)
+}
+
+/// An endpoint at `url` for `events`: (endpointId, secret).
+fn endpoint(s: &TestServer, url: &str, events: Value) -> (String, String) {
+    let r = s.v2("webhooks.createEndpoint", &json!({"url": url, "events": events}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    (r.data()["endpointId"].as_str().unwrap().to_string(), r.data()["secret"].as_str().unwrap().to_string())
+}
+
+/// The signatures a delivery carries that `secret` makes.
+fn signed_by(got: &Received, secret: &str) -> bool {
+    let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    let signed = format!("{}.{}.{}", got.header("webhook-id"), got.header("webhook-timestamp"), got.body);
+    mac.update(signed.as_bytes());
+    let want = format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()));
+    got.header("webhook-signature").split(' ').any(|s| s == want)
+}
+
+fn deliveries(s: &TestServer, endpoint_id: &str) -> Vec<Value> {
+    let r = s.v2("webhooks.listDeliveries", &json!({"endpointId": endpoint_id}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.data().as_array().unwrap().clone()
+}
+
+/// Waits (up to 10 s) until the endpoint's deliveries satisfy `done`.
+fn wait_deliveries(s: &TestServer, endpoint_id: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = deliveries(s, endpoint_id);
+        if done(&d) || Instant::now() > deadline {
+            return d;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn create_key(s: &TestServer, body: &Value) -> (String, String) {
+    let r = s.v2("keys.createKey", body);
+    assert_eq!(r.status, 200, "{}", r.text);
+    (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string())
+}
+
+fn api(s: &TestServer) -> String {
+    s.v2("apis.createApi", &json!({"name": "hooked"})).data()["apiId"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn endpoints_are_created_read_listed_changed_rotated_and_deleted() {
+    let s = server();
+    let r = s.v2(
+        "webhooks.createEndpoint",
+        &json!({"url": "https://hooks.example.com/in", "events": ["key.created", "key.credits.low"],
+                "description": "billing", "thresholds": {"creditsLow": [90, 50], "expiringDays": [1, 30]}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let id = r.data()["endpointId"].as_str().unwrap().to_string();
+    let secret = r.data()["secret"].as_str().unwrap();
+    assert!(id.starts_with("whep_"), "{id}");
+    let raw = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    assert!((24..=64).contains(&raw.len()), "{secret}");
+
+    let got = s.v2("webhooks.getEndpoint", &json!({"endpointId": id}));
+    assert_eq!(got.status, 200, "{}", got.text);
+    let e = got.data();
+    assert_eq!(e["url"], json!("https://hooks.example.com/in"));
+    assert_eq!(e["events"], json!(["key.created", "key.credits.low"]));
+    assert_eq!(e["description"], json!("billing"));
+    assert_eq!(e["enabled"], json!(true));
+    assert_eq!(e["thresholds"], json!({"creditsLow": [50, 90], "expiringDays": [30, 1]}));
+    assert!(!got.text.contains(secret), "the secret is shown once");
+
+    let r = s.v2(
+        "webhooks.updateEndpoint",
+        &json!({"endpointId": id, "events": ["*"], "enabled": false, "description": null}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.data()["events"], json!(["*"]));
+    assert_eq!(r.data()["enabled"], json!(false));
+    assert!(r.data().get("description").is_none(), "{}", r.text);
+    assert_eq!(r.data()["thresholds"]["creditsLow"], json!([50, 90]), "untouched");
+
+    let (second, _) = endpoint(&s, "https://hooks.example.com/two", json!(["key.deleted"]));
+    let page = s.v2("webhooks.listEndpoints", &json!({"limit": 1}));
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert_eq!(page.data()[0]["endpointId"], json!(id));
+    assert_eq!(page.json["pagination"]["hasMore"], json!(true));
+    let cursor = page.json["pagination"]["cursor"].clone();
+    let next = s.v2("webhooks.listEndpoints", &json!({"limit": 1, "cursor": cursor}));
+    assert_eq!(next.data()[0]["endpointId"], json!(second));
+    assert_eq!(next.json["pagination"]["hasMore"], json!(false));
+
+    let rotated = s.v2("webhooks.rotateSecret", &json!({"endpointId": id}));
+    assert_eq!(rotated.status, 200, "{}", rotated.text);
+    let new_secret = rotated.data()["secret"].as_str().unwrap();
+    assert!(new_secret.starts_with("whsec_") && new_secret != secret);
+
+    assert_eq!(s.v2("webhooks.deleteEndpoint", &json!({"endpointId": id})).status, 200);
+    s.v2("webhooks.getEndpoint", &json!({"endpointId": id}))
+        .assert_problem(404, "keygate/data/webhook_endpoint_not_found");
+    s.v2("webhooks.deleteEndpoint", &json!({"endpointId": id}))
+        .assert_problem(404, "keygate/data/webhook_endpoint_not_found");
+    let audit = s.count("audit_events", "action LIKE 'webhook.%'");
+    assert_eq!(audit, 5, "create x2, update, rotate, delete are audited");
+}
+
+#[test]
+fn bad_endpoints_are_refused_and_change_nothing() {
+    let s = server();
+    let bad = [
+        json!({"url": "ftp://x.example/", "events": ["key.created"]}),
+        json!({"url": "https://x.example/", "events": []}),
+        json!({"url": "https://x.example/", "events": ["key.nope"]}),
+        json!({"url": "https://x.example/", "events": ["*", "key.created"]}),
+        json!({"url": "https://x.example/", "events": ["key.created", "key.created"]}),
+        json!({"url": "https://x.example/", "events": ["key.created"], "thresholds": {"creditsLow": [100]}}),
+        json!({"url": "https://x.example/", "events": ["key.created"], "thresholds": {"creditsLow": [0]}}),
+        json!({"url": "https://x.example/", "events": ["key.created"], "thresholds": {"expiringDays": [366]}}),
+        json!({"url": "https://x.example/", "events": ["key.created"], "description": "a\u{7}b"}),
+        json!({"url": format!("https://x.example/{}", "a".repeat(2048)), "events": ["key.created"]}),
+        json!({"url": "https://user:pw@x.example/", "events": ["key.created"]}),
+    ];
+    for body in bad {
+        let r = s.v2("webhooks.createEndpoint", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text);
+    }
+    assert_eq!(s.count("webhook_endpoints", "1 = 1"), 0);
+    let reader = s.root_key_with(&["webhook.*.read_endpoint"]);
+    let r =
+        s.v2_as(&reader, "webhooks.createEndpoint", &json!({"url": "https://x.example/", "events": ["*"]}));
+    assert_eq!(r.status, 403, "{}", r.text);
+    let r = s.v2_as(&reader, "webhooks.listEndpoints", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    for op in ["webhooks.getEndpoint", "webhooks.rotateSecret", "webhooks.listDeliveries"] {
+        s.v2(op, &json!({"endpointId": "whep_nope"}))
+            .assert_problem(404, "keygate/data/webhook_endpoint_not_found");
+    }
+    s.v2("webhooks.replayDelivery", &json!({"deliveryId": "whdl_nope"}))
+        .assert_problem(404, "keygate/data/webhook_delivery_not_found");
+    assert_eq!(s.v2("webhooks.listEndpoints", &json!({"cursor": "nope"})).status, 400);
+}
+
+#[test]
+fn private_and_loopback_addresses_are_refused_unless_allowed() {
+    let s = TestServer::start();
+    let refused = [
+        "http://127.0.0.1/",
+        "http://127.1.2.3:8080/x",
+        "http://[::1]/",
+        "http://localhost/",
+        "http://LOCALHOST./",
+        "http://app.localhost/",
+        "http://10.0.0.1/",
+        "http://172.16.5.4/",
+        "http://192.168.0.1/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://100.64.0.1/",
+        "http://0.0.0.0/",
+        "http://[fe80::1]/",
+        "http://[fd00::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[::ffff:10.1.1.1]/",
+        "http://[::ffff:169.254.0.1]/",
+    ];
+    for url in refused {
+        let r = s.v2("webhooks.createEndpoint", &json!({"url": url, "events": ["*"]}));
+        let detail = r.assert_problem(400, "unkey/application/invalid_input");
+        assert!(detail.contains("private network"), "{url}: {detail}");
+        let (id, _) = {
+            let ok =
+                s.v2("webhooks.createEndpoint", &json!({"url": "https://93.184.216.34/", "events": ["*"]}));
+            assert_eq!(ok.status, 200, "{}", ok.text);
+            (ok.data()["endpointId"].as_str().unwrap().to_string(), ())
+        };
+        let r = s.v2("webhooks.updateEndpoint", &json!({"endpointId": id, "url": url}));
+        assert_eq!(r.status, 400, "{url}: {}", r.text);
+        s.v2("webhooks.deleteEndpoint", &json!({"endpointId": id}));
+    }
+    // This machine's own name resolves to one of its addresses (loopback or private).
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
+    if let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 80)) {
+        let addrs: Vec<_> = addrs.collect();
+        let local = addrs.iter().any(|a| {
+            let ip = a.ip();
+            ip.is_loopback()
+                || matches!(ip, std::net::IpAddr::V4(v4) if v4.is_private() || v4.is_link_local())
+        });
+        if local {
+            let r = s
+                .v2("webhooks.createEndpoint", &json!({"url": format!("http://{host}:9/"), "events": ["*"]}));
+            assert_eq!(r.status, 400, "{host} resolves to {addrs:?}: {}", r.text);
+        }
+    }
+    assert_eq!(s.count("webhook_endpoints", "url NOT LIKE 'https://93.%'"), 0);
+
+    let open = server();
+    let r = open.v2("webhooks.createEndpoint", &json!({"url": "http://127.0.0.1:9/", "events": ["*"]}));
+    assert_eq!(r.status, 200, "allowed by the setting: {}", r.text);
+}
+
+#[test]
+fn key_changes_are_delivered_signed_with_the_key_as_get_key_shows_it() {
+    let s = server();
+    let rx = Receiver::start();
+    let (endpoint_id, secret) = endpoint(&s, &rx.url, json!(["*"]));
+    let api = api(&s);
+    let (key_id, plaintext) = create_key(
+        &s,
+        &json!({"apiId": api, "name": "first", "permissions": ["docs.read"], "externalId": "acme"}),
+    );
+    let got = rx.wait_for(1);
+    assert_eq!(got.len(), 1, "one event for the creation");
+    let created = &got[0];
+    assert_eq!(created.header("content-type"), "application/json");
+    assert!(created.header("webhook-id").starts_with("msg_"), "{:?}", created.headers);
+    let ts: i64 = created.header("webhook-timestamp").parse().unwrap();
+    assert_eq!(ts, (s.clock.now_ms() / 1000) as i64, "the server's clock, in seconds");
+    assert!(signed_by(created, &secret), "{:?}", created.headers);
+    let body = created.json();
+    assert_eq!(body["type"], json!("key.created"));
+    assert!(body["timestamp"].as_str().unwrap().starts_with("20"), "{body}");
+    let shown = s.v2("keys.getKey", &json!({"keyId": key_id})).data().clone();
+    for field in ["keyId", "start", "enabled", "createdAt", "name", "permissions", "roles", "identity"] {
+        assert_eq!(body["data"][field], shown[field], "{field}: {body}");
+    }
+    assert!(!created.body.contains(&plaintext), "no secret in a payload");
+
+    assert_eq!(s.v2("keys.updateKey", &json!({"keyId": key_id, "name": "second"})).status, 200);
+    assert_eq!(
+        s.v2("keys.addPermissions", &json!({"keyId": key_id, "permissions": ["docs.write"]})).status,
+        200
+    );
+    let reroll = s.v2("keys.rerollKey", &json!({"keyId": key_id, "expiration": 0}));
+    assert_eq!(reroll.status, 200, "{}", reroll.text);
+    let new_id = reroll.data()["keyId"].as_str().unwrap().to_string();
+    assert_eq!(s.v2("keys.deleteKey", &json!({"keyId": new_id})).status, 200);
+    let got = rx.wait_for(5);
+    let types: Vec<Value> = got.iter().map(|g| g.json()["type"].clone()).collect();
+    let mut sorted: Vec<String> = types.iter().map(|t| t.as_str().unwrap().to_string()).collect();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["key.created", "key.deleted", "key.rerolled", "key.updated", "key.updated"],
+        "{types:?}"
+    );
+    let of =
+        |t: &str| got.iter().filter(|g| g.json()["type"] == json!(t)).map(Received::json).collect::<Vec<_>>();
+    assert!(of("key.updated").iter().any(|b| b["data"]["name"] == json!("second")));
+    assert!(of("key.updated").iter().any(|b| b["data"]["permissions"].as_array().unwrap().len() == 2));
+    assert_eq!(of("key.rerolled")[0]["data"]["keyId"], json!(new_id));
+    assert_eq!(of("key.rerolled")[0]["data"]["previousKeyId"], json!(key_id));
+    assert_eq!(of("key.deleted")[0]["data"]["keyId"], json!(new_id));
+    assert!(got.iter().all(|g| signed_by(g, &secret)));
+    let ids: std::collections::HashSet<&str> = got.iter().map(|g| g.header("webhook-id")).collect();
+    assert_eq!(ids.len(), 5, "each event its own id");
+    let log = wait_deliveries(&s, &endpoint_id, |d| d.iter().all(|x| x["status"] == json!("succeeded")));
+    assert_eq!(log.len(), 5);
+    assert!(log.iter().all(|d| d["attempts"] == json!(1) && d["lastStatus"] == json!(200)), "{log:?}");
+
+    // A call that fails writes no event.
+    assert_eq!(s.v2("keys.updateKey", &json!({"keyId": "key_missing", "name": "x"})).status, 404);
+    assert_eq!(s.count("webhook_events", "1 = 1"), 5);
+}
+
+#[test]
+fn only_subscribed_enabled_endpoints_get_events() {
+    let s = server();
+    let (rx_created, rx_deleted, rx_off) = (Receiver::start(), Receiver::start(), Receiver::start());
+    endpoint(&s, &rx_created.url, json!(["key.created"]));
+    endpoint(&s, &rx_deleted.url, json!(["key.deleted"]));
+    let (off, _) = endpoint(&s, &rx_off.url, json!(["*"]));
+    assert_eq!(s.v2("webhooks.updateEndpoint", &json!({"endpointId": off, "enabled": false})).status, 200);
+    let (key_id, _) = create_key(&s, &json!({"apiId": api(&s)}));
+    assert_eq!(s.v2("keys.deleteKey", &json!({"keyId": key_id})).status, 200);
+    assert_eq!(rx_created.wait_for(1).len(), 1);
+    assert_eq!(rx_deleted.wait_for(1).len(), 1);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(rx_created.received().len(), 1);
+    assert_eq!(rx_created.received()[0].json()["type"], json!("key.created"));
+    assert_eq!(rx_deleted.received()[0].json()["type"], json!("key.deleted"));
+    assert!(rx_off.received().is_empty(), "a disabled endpoint gets nothing");
+    // Another workspace's endpoint hears nothing of this one's keys.
+    assert_eq!(s.count("webhook_deliveries", "1 = 1"), 2);
+}
+
+#[test]
+fn failed_deliveries_are_retried_on_schedule_with_the_same_id_and_410_disables() {
+    let s = server();
+    let rx = Receiver::start();
+    rx.answer([Answer::status(500)]);
+    let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.created"]));
+    create_key(&s, &json!({"apiId": api(&s)}));
+    let first = rx.wait_for(1);
+    let log = wait_deliveries(&s, &endpoint_id, |d| d.first().is_some_and(|x| x["attempts"] == json!(1)));
+    let d = &log[0];
+    assert_eq!((d["status"].clone(), d["lastStatus"].clone()), (json!("pending"), json!(500)), "{d}");
+    let now = s.clock.now_ms() as i64;
+    assert_eq!(d["nextAttemptAt"], json!(now + 5_000), "the first retry 5 s on");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(rx.received().len(), 1, "not before it is due");
+    s.clock.advance(5_000);
+    let both = rx.wait_for(2);
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[1].header("webhook-id"), first[0].header("webhook-id"), "a retry keeps the event's id");
+    assert_eq!(both[1].body, first[0].body);
+    let log = wait_deliveries(&s, &endpoint_id, |d| d[0]["status"] == json!("succeeded"));
+    assert_eq!((log[0]["attempts"].clone(), log[0]["lastStatus"].clone()), (json!(2), json!(200)));
+    assert_eq!(log[0]["nextAttemptAt"], Value::Null);
+    assert_eq!(s.count("webhook_attempts", "1 = 1"), 2, "the log holds both attempts");
+
+    // Replay: the same event again, same id.
+    let delivery_id = log[0]["deliveryId"].as_str().unwrap();
+    let r = s.v2("webhooks.replayDelivery", &json!({"deliveryId": delivery_id}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let three = rx.wait_for(3);
+    assert_eq!(three[2].header("webhook-id"), first[0].header("webhook-id"));
+    wait_deliveries(&s, &endpoint_id, |d| d[0]["attempts"] == json!(3));
+
+    // 410 Gone: failed, and the endpoint disabled.
+    rx.answer([Answer::status(410)]);
+    create_key(&s, &json!({"apiId": api(&s)}));
+    rx.wait_for(4);
+    let log = wait_deliveries(&s, &endpoint_id, |d| d[0]["status"] == json!("failed"));
+    assert_eq!((log[0]["status"].clone(), log[0]["lastStatus"].clone()), (json!("failed"), json!(410)));
+    let e = s.v2("webhooks.getEndpoint", &json!({"endpointId": endpoint_id}));
+    assert_eq!(e.data()["enabled"], json!(false), "{}", e.text);
+    let failed = s.v2("webhooks.listDeliveries", &json!({"endpointId": endpoint_id, "status": "failed"}));
+    assert_eq!(failed.data().as_array().unwrap().len(), 1, "{}", failed.text);
+}
+
+#[test]
+fn deliveries_run_out_of_retries_after_the_documented_schedule() {
+    let s = server();
+    let rx = Receiver::start();
+    rx.answer((0..8).map(|_| Answer::status(503)));
+    let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.created"]));
+    create_key(&s, &json!({"apiId": api(&s)}));
+    let mut waits = Vec::new();
+    for n in 1..=8 {
+        rx.wait_for(n);
+        let log = wait_deliveries(&s, &endpoint_id, |d| d[0]["attempts"] == json!(n));
+        let d = &log[0];
+        if n == 8 {
+            assert_eq!(d["status"], json!("failed"), "{d}");
+            assert_eq!(d["nextAttemptAt"], Value::Null);
+            break;
+        }
+        let wait = d["nextAttemptAt"].as_i64().unwrap() - s.clock.now_ms() as i64;
+        waits.push(wait / 1000);
+        s.clock.advance(wait as u64);
+    }
+    assert_eq!(waits, [5, 300, 1_800, 7_200, 18_000, 36_000, 36_000]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(rx.received().len(), 8);
+}
+
+#[test]
+fn a_rotated_secret_signs_beside_the_old_one_for_a_day() {
+    let s = server();
+    let rx = Receiver::start();
+    let (endpoint_id, old) = endpoint(&s, &rx.url, json!(["key.created"]));
+    let new = s.v2("webhooks.rotateSecret", &json!({"endpointId": endpoint_id})).data()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    create_key(&s, &json!({"apiId": api(&s)}));
+    let got = rx.wait_for(1);
+    assert_eq!(got[0].header("webhook-signature").split(' ').count(), 2, "{:?}", got[0].headers);
+    assert!(signed_by(&got[0], &old) && signed_by(&got[0], &new));
+    s.clock.advance(24 * 3_600_000);
+    create_key(&s, &json!({"apiId": api(&s)}));
+    let got = rx.wait_for(2);
+    assert_eq!(got[1].header("webhook-signature").split(' ').count(), 1);
+    assert!(signed_by(&got[1], &new) && !signed_by(&got[1], &old));
+}
+
+#[test]
+fn redirects_are_not_followed() {
+    let s = server();
+    let (rx, elsewhere) = (Receiver::start(), Receiver::start());
+    rx.answer([Answer {
+        status: 307,
+        headers: vec![("location".into(), elsewhere.url.clone())],
+        body: String::new(),
+    }]);
+    let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.created"]));
+    create_key(&s, &json!({"apiId": api(&s)}));
+    rx.wait_for(1);
+    let log = wait_deliveries(&s, &endpoint_id, |d| d[0]["attempts"] == json!(1));
+    assert_eq!((log[0]["status"].clone(), log[0]["lastStatus"].clone()), (json!("pending"), json!(307)));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(elsewhere.received().is_empty(), "the redirect's target is never called");
+}
+
+#[test]
+fn deliveries_to_a_private_address_are_not_sent_when_not_allowed() {
+    // Written while allowed, delivered by an instance that does not allow it (the rule
+    // holds at delivery, not only at creation).
+    let db = Arc::new(TestDb::fresh());
+    let mut open = TestServer::config(&db.url);
+    open.webhooks_allow_private = true;
+    let writer = TestServer::start_with(open, db.clone());
+    let rx = Receiver::start();
+    let (endpoint_id, _) = endpoint(&writer, &rx.url, json!(["key.created"]));
+    drop(writer);
+    let s = TestServer::start_on(db);
+    create_key(&s, &json!({"apiId": api(&s)}));
+    let log = wait_deliveries(&s, &endpoint_id, |d| d.first().is_some_and(|x| x["attempts"] == json!(1)));
+    assert_eq!(log[0]["status"], json!("pending"), "retried later: {log:?}");
+    assert_eq!(log[0]["lastStatus"], Value::Null, "no answer: never called");
+    assert!(rx.received().is_empty());
+}
