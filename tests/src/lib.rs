@@ -5,7 +5,6 @@
 
 pub mod postgres_server;
 pub mod proxy;
-pub mod receiver;
 pub mod webdriver;
 
 use actix_web::dev::ServerHandle;

@@ -8,12 +8,14 @@
 //! * [`bench`]: p50/p99 reports of the benchmarks that time whole operations.
 //! * [`http`]: one raw HTTP/1.1 exchange over a fresh connection (for processes the tests
 //!   start, and for requests no client library would send).
+//! * [`receiver`]: a webhook receiver on loopback that records what it gets.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod bench;
 pub mod db;
 pub mod http;
 pub mod process;
+pub mod receiver;
 
 pub use db::*;
 pub use http::{Response, http, http_unix, request, try_http};

@@ -120,7 +120,7 @@ impl<S: WebhookStore> WebhookService<S> {
         self.rbac.store().webhook_read(|tx| Ok(self.find(tx, p, id)?.0))
     }
 
-    /// `webhooks.listEndpoints`: by id, a page at a time.
+    /// `webhooks.listEndpoints`: by id, a page at a time (`cursor`: the last id seen).
     pub fn list_endpoints(
         &self,
         p: &Principal,
@@ -129,11 +129,10 @@ impl<S: WebhookStore> WebhookService<S> {
     ) -> Result<Page<Endpoint>, RbacError> {
         need(p, PERM_READ)?;
         check_limit(limit)?;
-        let after = cursor.map(|c| parse_cursor(c, IdPrefix::WebhookEndpoint)).transpose()?;
         let rows = self
             .rbac
             .store()
-            .webhook_read(|tx| Ok(tx.webhook_endpoints(&p.workspace_id, after, limit + 1)?))?;
+            .webhook_read(|tx| Ok(tx.webhook_endpoints(&p.workspace_id, cursor, limit + 1)?))?;
         Ok(Page::keyset(rows, limit, |e| &e.id))
     }
 
@@ -211,7 +210,8 @@ impl<S: WebhookStore> WebhookService<S> {
         Ok(secret)
     }
 
-    /// `webhooks.listDeliveries`: the endpoint's deliveries, newest first, a page at a time.
+    /// `webhooks.listDeliveries`: the endpoint's deliveries, newest first, a page at a time
+    /// (`cursor`: the last delivery id seen).
     pub fn list_deliveries(
         &self,
         p: &Principal,
@@ -228,10 +228,9 @@ impl<S: WebhookStore> WebhookService<S> {
                     .ok_or_else(|| ValidationError::new("status", "must be pending, succeeded or failed"))
             })
             .transpose()?;
-        let before = cursor.map(|c| parse_cursor(c, IdPrefix::WebhookDelivery)).transpose()?;
         let rows = self.rbac.store().webhook_read(|tx| {
             let (e, _) = self.find(tx, p, endpoint_id)?;
-            Ok(tx.webhook_deliveries(&e.id, status, before, limit + 1)?)
+            Ok(tx.webhook_deliveries(&e.id, status, cursor, limit + 1)?)
         })?;
         Ok(Page::keyset(rows, limit, |d| &d.id))
     }
@@ -278,13 +277,4 @@ fn check_limit(limit: usize) -> Result<(), ValidationError> {
         return Err(ValidationError::new("limit", format!("must be 1 to {MAX_PAGE}")));
     }
     Ok(())
-}
-
-/// A cursor is the id of the last item of the page before.
-fn parse_cursor(cursor: &str, prefix: IdPrefix) -> Result<&str, ValidationError> {
-    if has_prefix(cursor, prefix) {
-        Ok(cursor)
-    } else {
-        Err(ValidationError::new("cursor", "is not a cursor this API gave"))
-    }
 }

@@ -10,8 +10,8 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use keygate_domain::Clock;
 use keygate_test_support::TestDb;
+use keygate_test_support::receiver::{Answer, Received, Receiver};
 use keygate_tests::TestServer;
-use keygate_tests::receiver::{Answer, Received, Receiver};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,7 +161,7 @@ fn bad_endpoints_are_refused_and_change_nothing() {
     }
     s.v2("webhooks.replayDelivery", &json!({"deliveryId": "whdl_nope"}))
         .assert_problem(404, "keygate/data/webhook_delivery_not_found");
-    assert_eq!(s.v2("webhooks.listEndpoints", &json!({"cursor": "nope"})).status, 400);
+    assert_eq!(s.v2("webhooks.listEndpoints", &json!({"cursor": "nope"})).status, 400, "not one of ours");
 }
 
 #[test]
@@ -433,4 +433,83 @@ fn deliveries_to_a_private_address_are_not_sent_when_not_allowed() {
     assert_eq!(log[0]["status"], json!("pending"), "retried later: {log:?}");
     assert_eq!(log[0]["lastStatus"], Value::Null, "no answer: never called");
     assert!(rx.received().is_empty());
+}
+
+#[test]
+fn a_dead_instances_claim_is_taken_over_when_its_lease_ends() {
+    use keygate_webhooks::{Attempt, DeliveryStatus, LEASE_MS, WebhookStore};
+    let s = server();
+    let rx = Receiver::start();
+    rx.answer([Answer::status(500)]);
+    let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.created"]));
+    create_key(&s, &json!({"apiId": api(&s)}));
+    rx.wait_for(1);
+    wait_deliveries(&s, &endpoint_id, |d| d.first().is_some_and(|x| x["attempts"] == json!(1)));
+    // Another instance claims the retry when it is due, and dies.
+    let due = s.clock.now_ms() as i64 + 5_000;
+    let store = s.state.rbac.store();
+    let claimed = store
+        .webhook_transaction(|tx| Ok(tx.claim_webhook_deliveries("dead", due, due + LEASE_MS, 10)?))
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    s.clock.advance(5_000);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(rx.received().len(), 1, "held by the dead instance's lease");
+    s.clock.advance(LEASE_MS as u64 + 1);
+    let got = rx.wait_for(2);
+    assert_eq!(got.len(), 2, "taken over once the lease ended");
+    wait_deliveries(&s, &endpoint_id, |d| d[0]["status"] == json!("succeeded"));
+    // The dead instance's late answer changes nothing.
+    let late = Attempt {
+        delivery_id: claimed[0].id.clone(),
+        attempt: 2,
+        at: due,
+        status: Some(500),
+        error: None,
+        response: None,
+        duration_ms: 1,
+    };
+    let held = store
+        .webhook_transaction(|tx| {
+            Ok(tx.finish_webhook_attempt("dead", &late, DeliveryStatus::Pending, Some(due))?)
+        })
+        .unwrap();
+    assert!(!held);
+    let log = deliveries(&s, &endpoint_id);
+    assert_eq!((log[0]["status"].clone(), log[0]["attempts"].clone()), (json!("succeeded"), json!(2)));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: set KEYGATE_TEST_POSTGRES_URL and run with --include-ignored (.ci/run does)"]
+fn three_instances_on_one_database_deliver_each_event_once() {
+    let base = TestDb::postgres_url().expect("KEYGATE_TEST_POSTGRES_URL must be set for this test");
+    let db = Arc::new(TestDb::postgres(&base));
+    let start = || {
+        let mut config = TestServer::config(&db.url);
+        config.webhooks_allow_private = true;
+        TestServer::start_with(config, db.clone())
+    };
+    let servers = [start(), start(), start()];
+    let rx = Receiver::start();
+    let (endpoint_id, _) = endpoint(&servers[0], &rx.url, json!(["key.created"]));
+    let api = api(&servers[0]);
+    std::thread::scope(|scope| {
+        for (i, s) in servers.iter().enumerate() {
+            let api = &api;
+            scope.spawn(move || {
+                for _ in 0..20 {
+                    create_key(s, &json!({"apiId": api, "name": format!("from-{i}")}));
+                }
+            });
+        }
+    });
+    let got = rx.wait_for(60);
+    std::thread::sleep(Duration::from_millis(1_000));
+    let got_all = rx.received();
+    assert_eq!(got.len(), 60);
+    let ids: std::collections::HashSet<&str> = got_all.iter().map(|g| g.header("webhook-id")).collect();
+    assert_eq!((ids.len(), got_all.len()), (60, 60), "each event delivered once");
+    let log =
+        wait_deliveries(&servers[1], &endpoint_id, |d| d.iter().all(|x| x["status"] == json!("succeeded")));
+    assert!(log.iter().all(|d| d["attempts"] == json!(1)), "{log:?}");
 }

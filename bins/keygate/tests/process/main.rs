@@ -18,3 +18,4 @@ mod store_copy;
 mod tracing;
 mod unix_socket;
 mod warm_restart;
+mod webhooks_durability;

@@ -65,7 +65,12 @@ impl std::fmt::Debug for Receiver {
 
 impl Receiver {
     pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        Self::start_on(0)
+    }
+
+    /// A receiver on loopback port `port` (0: any free one).
+    pub fn start_on(port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("a loopback port");
         let url = format!("http://{}/hook", listener.local_addr().expect("its address"));
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
