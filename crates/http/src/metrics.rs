@@ -245,6 +245,11 @@ impl Metrics {
         for reason in REFUSAL_REASONS {
             metrics::counter!("keygate_gateway_refusals_total", "reason" => reason).increment(0);
         }
+        for outcome in keygate_webhooks::deliver::OUTCOMES {
+            metrics::counter!("keygate_webhook_deliveries_total", "outcome" => outcome).increment(0);
+        }
+        metrics::gauge!("keygate_webhook_pending_deliveries").set(0.0);
+        metrics::gauge!("keygate_webhook_oldest_pending_seconds").set(0.0);
         let routes =
             routes.iter().copied().chain([UNMATCHED]).map(|route| (route, RouteMetrics::default())).collect();
         Self {

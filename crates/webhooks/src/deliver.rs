@@ -29,6 +29,8 @@ pub const KEPT_RESPONSE_BYTES: usize = 2 * 1024;
 /// 2 h, 5 h, 10 h, 10 h; after the last retry fails, the delivery is failed.
 pub const RETRY_DELAYS_MS: [i64; 7] =
     [5_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000, 5 * 3_600_000, 10 * 3_600_000, 10 * 3_600_000];
+/// What an attempt came to, as `keygate_webhook_deliveries_total{outcome}` counts it.
+pub const OUTCOMES: [&str; 4] = ["succeeded", "retry", "failed", "gone"];
 /// The most deliveries one round claims (and sends at once).
 pub const CLAIM_BATCH: usize = 64;
 
