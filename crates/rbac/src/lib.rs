@@ -56,10 +56,10 @@ pub use service::{
     OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService,
     SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary, key_view, validate_ratelimits, verification_read,
 };
-pub use service::{KeyChange, KeyEvents, PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
+pub use service::{CreditChange, KeyChange, KeyEvents, PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use service::{
     MAX_ROOT_KEY_EXPIRES_MS, MAX_ROOT_KEY_PERMISSIONS, NewRootKey, PERM_CREATE_ROOT_KEY,
     PERM_DELETE_ROOT_KEY, PERM_READ_ROOT_KEY, PERM_UPDATE_ROOT_KEY, RootKeyChange, permission_covers,
 };
-pub use store::{EntityKind, OutboxTx, RbacStore, RbacTx};
+pub use store::{CreditSubscriber, EntityKind, OutboxTx, RbacStore, RbacTx};
 pub use verification::Verification;

@@ -359,6 +359,24 @@ pub trait OutboxTx {
     fn webhook_subscribers(&mut self, workspace_id: &str, event_type: &str) -> R<Vec<String>>;
     /// Writes `event` and a delivery of it to each of `endpoint_ids`, due at its creation.
     fn insert_webhook_event(&mut self, event: &OutboxEvent, endpoint_ids: &[String]) -> R<()>;
+    /// The enabled endpoints of the keys' workspaces, with each key's credit base: one row
+    /// per (key, endpoint), none for a key whose workspace has no enabled endpoint.
+    fn credit_subscribers(&mut self, key_ids: &[&str]) -> R<Vec<CreditSubscriber>>;
+}
+
+/// A key and an enabled endpoint of its workspace ([`OutboxTx::credit_subscribers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreditSubscriber {
+    pub key_id: String,
+    pub workspace_id: String,
+    /// What a share of the credits is of: the refill amount, else the credits when last
+    /// set by a write (`None`: unknown).
+    pub base: Option<u64>,
+    pub endpoint_id: String,
+    /// The endpoint's event types, space-separated (`*`: all).
+    pub events: String,
+    /// Its `creditsLow` percents, comma-separated.
+    pub credits_low: String,
 }
 
 /// Everything an RBAC transaction offers: what the service's closures receive. The other

@@ -59,6 +59,7 @@ diesel::table! {
         credit_seq -> BigInt,
         vault_key_id -> Nullable<Text>,
         ciphertext -> Nullable<Text>,
+        credits_base -> Nullable<BigInt>,
     }
 }
 
@@ -385,3 +386,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     webhook_deliveries,
     webhook_attempts
 );
+
+diesel::allow_tables_to_appear_in_same_query!(keys, webhook_endpoints);

@@ -80,7 +80,8 @@ impl<S: UsageStore + 'static> UsageService<S> {
         limiter: Arc<dyn RateLimitStore>,
         shared: Option<Arc<dyn SharedCredits>>,
     ) -> (Arc<RbacService<S>>, Self) {
-        let ledger = Arc::new(Ledger::new(rbac.store().clone(), rbac.counter_source(), shared));
+        let events = ledger::SpendEvents::new(rbac.key_events().cloned(), rbac.clock().clone());
+        let ledger = Arc::new(Ledger::new(rbac.store().clone(), rbac.counter_source(), shared, events));
         let rbac = Arc::new(rbac.with_credit_counters(ledger.clone()));
         let own_local = Arc::new(limits::LOCAL_OWN_NAMESPACE.to_owned());
         let no_limits: Arc<[limits::Applied]> = Arc::new([]);

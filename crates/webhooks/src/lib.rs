@@ -11,6 +11,7 @@
 //! - [`deliver`] is the worker: it claims due deliveries with a lease (so any number of
 //!   instances deliver each once), signs ([`signing`]), sends, records the answer and
 //!   schedules the retries.
+//! - [`thresholds`] decides when credit events fire, from a counter's write.
 //! - [`address`] keeps deliveries off loopback and private networks.
 //!
 //! Built on `keygate-rbac`; the store extends its transactions ([`store::WebhookTx`]).
@@ -22,6 +23,7 @@ pub mod model;
 pub mod outbox;
 pub mod signing;
 pub mod store;
+pub mod thresholds;
 
 pub use deliver::{DELIVERY_TIMEOUT, LEASE_MS, MAX_RESPONSE_BYTES, RETRY_DELAYS_MS};
 pub use model::{

@@ -2,9 +2,11 @@
 //! to it, in the transaction of the change that causes it. Nothing is written (and nothing
 //! read but the workspace's subscriptions) when no endpoint takes the event.
 
+use crate::thresholds::{crossed_low, exhausted};
 use keygate_domain::{IdPrefix, KeySummary, OutboxEvent, new_id};
-use keygate_rbac::{KeyChange, KeyEvents, RbacError, RbacTx, key_summary};
+use keygate_rbac::{CreditChange, CreditSubscriber, KeyChange, KeyEvents, RbacError, RbacTx, key_summary};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 /// How a key is shown in an event's `data` (the HTTP layer sets v2's `getKey` object).
@@ -36,6 +38,76 @@ impl Outbox {
         }
     }
 
+    /// Writes one event to `endpoints`.
+    fn write(
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        event_type: &'static str,
+        at: i64,
+        data: Value,
+        endpoints: &[String],
+    ) -> Result<(), RbacError> {
+        let event = OutboxEvent {
+            id: new_id(IdPrefix::WebhookEvent),
+            workspace_id: workspace_id.to_string(),
+            event_type,
+            body: body(event_type, at, data),
+            created_at: at,
+        };
+        tx.insert_webhook_event(&event, endpoints)?;
+        metrics::counter!("keygate_webhook_events_total", "type" => event_type).increment(1);
+        Ok(())
+    }
+
+    /// The credit events of one key's change to the endpoints in `subscribers` (its
+    /// workspace's): `key.credits.low` once per percent crossed, each to the endpoints
+    /// that name it, and `key.credits.exhausted`.
+    fn credit_events(
+        &self,
+        tx: &mut dyn RbacTx,
+        change: &CreditChange<'_>,
+        subscribers: &[&CreditSubscriber],
+        at: i64,
+    ) -> Result<(), RbacError> {
+        let Some(first) = subscribers.first() else { return Ok(()) };
+        let takes = |s: &CreditSubscriber, t: &str| s.events.split(' ').any(|e| e == "*" || e == t);
+        let mut low: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+        let mut gone = Vec::new();
+        for s in subscribers {
+            if let Some(base) = s.base.filter(|_| takes(s, "key.credits.low")) {
+                for percent in s.credits_low.split(',').filter_map(|p| p.parse::<u8>().ok()) {
+                    if crossed_low(base, change, percent) {
+                        low.entry(percent).or_default().push(s.endpoint_id.clone());
+                    }
+                }
+            }
+            if takes(s, "key.credits.exhausted") && exhausted(change) {
+                gone.push(s.endpoint_id.clone());
+            }
+        }
+        if low.is_empty() && gone.is_empty() {
+            return Ok(());
+        }
+        let ws = first.workspace_id.as_str();
+        let Some(key) = tx.get_key(ws, change.key_id)? else { return Ok(()) };
+        let key = self.key_data(key_summary(tx, key)?);
+        let with = |fields: Value| {
+            let mut data = key.clone();
+            if let (Some(obj), Value::Object(extra)) = (data.as_object_mut(), fields) {
+                obj.extend(extra);
+            }
+            data
+        };
+        for (percent, endpoints) in low {
+            let data = with(json!({ "threshold": percent, "remaining": change.after, "base": first.base }));
+            Self::write(tx, ws, "key.credits.low", at, data, &endpoints)?;
+        }
+        if !gone.is_empty() {
+            Self::write(tx, ws, "key.credits.exhausted", at, with(json!({ "remaining": 0 })), &gone)?;
+        }
+        Ok(())
+    }
+
     /// Writes an event of `event_type` with `data` when an endpoint of the workspace takes
     /// it (`data` is made only then).
     pub fn emit(
@@ -51,16 +123,7 @@ impl Outbox {
             return Ok(());
         }
         let Some(data) = data(tx)? else { return Ok(()) };
-        let event = OutboxEvent {
-            id: new_id(IdPrefix::WebhookEvent),
-            workspace_id: workspace_id.to_string(),
-            event_type,
-            body: body(event_type, at, data),
-            created_at: at,
-        };
-        tx.insert_webhook_event(&event, &endpoints)?;
-        metrics::counter!("keygate_webhook_events_total", "type" => event_type).increment(1);
-        Ok(())
+        Self::write(tx, workspace_id, event_type, at, data, &endpoints)
     }
 }
 
@@ -87,5 +150,28 @@ impl KeyEvents for Outbox {
             }
             Ok(Some(data))
         })
+    }
+
+    fn credits_spent(
+        &self,
+        tx: &mut dyn RbacTx,
+        changes: &[CreditChange<'_>],
+        at: i64,
+    ) -> Result<(), RbacError> {
+        let spent: Vec<&CreditChange<'_>> = changes.iter().filter(|c| c.spent()).collect();
+        if spent.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = spent.iter().map(|c| c.key_id).collect();
+        let subscribers = tx.credit_subscribers(&ids)?;
+        if subscribers.is_empty() {
+            return Ok(());
+        }
+        for change in spent {
+            let mine: Vec<&CreditSubscriber> =
+                subscribers.iter().filter(|s| s.key_id == change.key_id).collect();
+            self.credit_events(tx, change, &mine, at)?;
+        }
+        Ok(())
     }
 }

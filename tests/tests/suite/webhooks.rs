@@ -513,3 +513,159 @@ fn three_instances_on_one_database_deliver_each_event_once() {
         wait_deliveries(&servers[1], &endpoint_id, |d| d.iter().all(|x| x["status"] == json!("succeeded")));
     assert!(log.iter().all(|d| d["attempts"] == json!(1)), "{log:?}");
 }
+
+/// Verifies `secret` once: its code.
+fn verify(s: &TestServer, secret: &str) -> String {
+    let r = s.v2("keys.verifyKey", &json!({"key": secret}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.data()["code"].as_str().unwrap().to_string()
+}
+
+/// The credit events received, as (type, threshold or null, remaining), by type and
+/// threshold. (Spends reach the rows in batches, so one write may cross several
+/// thresholds: `remaining` is where that write left the credits.)
+fn credit_events(rx: &Receiver) -> Vec<(String, Value, Value)> {
+    let mut got: Vec<(String, Value, Value)> = rx
+        .received()
+        .iter()
+        .map(Received::json)
+        .filter(|b| b["type"].as_str().unwrap().starts_with("key.credits."))
+        .map(|b| {
+            (
+                b["type"].as_str().unwrap().to_string(),
+                b["data"]["threshold"].clone(),
+                b["data"]["remaining"].clone(),
+            )
+        })
+        .collect();
+    got.sort_by_key(|g| (g.0.clone(), g.1.as_u64(), std::cmp::Reverse(g.2.as_u64())));
+    got
+}
+
+#[test]
+fn credits_crossing_a_threshold_and_running_out_fire_once_each_and_an_update_rearms_them() {
+    let s = server();
+    let rx = Receiver::start();
+    let r = s.v2(
+        "webhooks.createEndpoint",
+        &json!({"url": rx.url, "events": ["key.credits.low", "key.credits.exhausted"],
+                "thresholds": {"creditsLow": [50, 80]}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let (key_id, secret) = create_key(&s, &json!({"apiId": api(&s), "credits": {"remaining": 10}}));
+    for _ in 0..10 {
+        assert_eq!(verify(&s, &secret), "VALID");
+    }
+    for _ in 0..3 {
+        assert_eq!(verify(&s, &secret), "USAGE_EXCEEDED");
+    }
+    rx.wait_for(3);
+    std::thread::sleep(Duration::from_millis(800));
+    let kinds = |events: &[(String, Value, Value)]| -> Vec<(String, Value)> {
+        events.iter().map(|e| (e.0.clone(), e.1.clone())).collect()
+    };
+    let (low, out) = ("key.credits.low".to_string(), "key.credits.exhausted".to_string());
+    let events = credit_events(&rx);
+    assert_eq!(
+        kinds(&events),
+        [(out.clone(), Value::Null), (low.clone(), json!(50)), (low.clone(), json!(80))],
+        "each crossing once"
+    );
+    assert!(events[1].2.as_u64().unwrap() <= 5 && events[2].2.as_u64().unwrap() <= 2, "{events:?}");
+    let first =
+        rx.received().iter().map(Received::json).find(|b| b["type"] == json!("key.credits.low")).unwrap();
+    assert_eq!(first["data"]["keyId"], json!(key_id));
+    assert_eq!(first["data"]["base"], json!(10));
+    assert_eq!(
+        first["data"]["credits"]["remaining"], first["data"]["remaining"],
+        "the key as the write left it"
+    );
+
+    // Credits set again: the thresholds are armed again.
+    let r = s.v2("keys.updateCredits", &json!({"keyId": key_id, "operation": "set", "value": 4}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    for _ in 0..4 {
+        assert_eq!(verify(&s, &secret), "VALID");
+    }
+    rx.wait_for(6);
+    std::thread::sleep(Duration::from_millis(800));
+    let events = credit_events(&rx);
+    let again = [
+        (out.clone(), Value::Null),
+        (out, Value::Null),
+        (low.clone(), json!(50)),
+        (low.clone(), json!(50)),
+        (low.clone(), json!(80)),
+        (low, json!(80)),
+    ];
+    assert_eq!(kinds(&events), again, "each crossing once more");
+}
+
+#[test]
+fn concurrent_verifiers_spending_past_a_threshold_fire_it_once() {
+    let s = server();
+    let rx = Receiver::start();
+    let r = s.v2(
+        "webhooks.createEndpoint",
+        &json!({"url": rx.url, "events": ["key.credits.low", "key.credits.exhausted"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let (_, secret) = create_key(&s, &json!({"apiId": api(&s), "credits": {"remaining": 100}}));
+    let valid = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..20 {
+            scope.spawn(|| {
+                for _ in 0..6 {
+                    if verify(&s, &secret) == "VALID" {
+                        valid.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(valid.into_inner(), 100);
+    rx.wait_for(2);
+    std::thread::sleep(Duration::from_millis(800));
+    let types: Vec<String> = credit_events(&rx).into_iter().map(|e| e.0).collect();
+    assert_eq!(types, ["key.credits.exhausted", "key.credits.low"]);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: set KEYGATE_TEST_POSTGRES_URL and run with --include-ignored (.ci/run does)"]
+fn three_instances_spending_past_a_threshold_fire_it_once() {
+    let base = TestDb::postgres_url().expect("KEYGATE_TEST_POSTGRES_URL must be set for this test");
+    let db = Arc::new(TestDb::postgres(&base));
+    let start = || {
+        let mut config = TestServer::config(&db.url);
+        config.webhooks_allow_private = true;
+        TestServer::start_with(config, db.clone())
+    };
+    let servers = [start(), start(), start()];
+    let rx = Receiver::start();
+    let r = servers[0].v2(
+        "webhooks.createEndpoint",
+        &json!({"url": rx.url, "events": ["key.credits.low", "key.credits.exhausted"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let (_, secret) =
+        create_key(&servers[0], &json!({"apiId": api(&servers[0]), "credits": {"remaining": 100}}));
+    let valid = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for i in 0..21 {
+            let (s, secret, valid) = (&servers[i % 3], &secret, &valid);
+            scope.spawn(move || {
+                for _ in 0..6 {
+                    if verify(s, secret) == "VALID" {
+                        valid.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(valid.into_inner(), 100, "exact across instances");
+    // With Redis the counters reach the rows by the write-behind (every second).
+    rx.wait_for(2);
+    std::thread::sleep(Duration::from_millis(2_500));
+    let types: Vec<String> = credit_events(&rx).into_iter().map(|e| e.0).collect();
+    assert_eq!(types, ["key.credits.exhausted", "key.credits.low"]);
+}

@@ -31,6 +31,29 @@ impl KeyChange<'_> {
     }
 }
 
+/// A key's credit counter as a write of spends left it (`keygate-usage`'s ledgers, when
+/// they write counters to the rows): what it was, what it is, and whether a refill came
+/// between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditChange<'a> {
+    pub key_id: &'a str,
+    pub before: u64,
+    pub after: u64,
+    pub refilled: bool,
+}
+
+impl<'a> CreditChange<'a> {
+    /// From the counter's (remaining, last refill) before and after.
+    pub fn of(key_id: &'a str, before: (u64, Option<i64>), after: (u64, Option<i64>)) -> Self {
+        Self { key_id, before: before.0, after: after.0, refilled: before.1 != after.1 }
+    }
+
+    /// Whether credits went out (the only changes thresholds are crossed by).
+    pub fn spent(&self) -> bool {
+        self.refilled || self.after < self.before
+    }
+}
+
 /// Told of every change of a key, in the transaction that makes it (after the write; for a
 /// deletion, before it). An error rolls the change back.
 pub trait KeyEvents: Send + Sync + std::fmt::Debug {
@@ -42,6 +65,19 @@ pub trait KeyEvents: Send + Sync + std::fmt::Debug {
         change: KeyChange<'_>,
         at: i64,
     ) -> Result<(), RbacError>;
+
+    /// Told of credit counters written by spends, in the transaction that writes them
+    /// (each counter's writes are serialized by the rows, so every crossing of a
+    /// threshold is seen by exactly one call). Nothing by default.
+    fn credits_spent(
+        &self,
+        tx: &mut dyn RbacTx,
+        changes: &[CreditChange<'_>],
+        at: i64,
+    ) -> Result<(), RbacError> {
+        let _ = (tx, changes, at);
+        Ok(())
+    }
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -49,6 +85,11 @@ impl<S: RbacStore> RbacService<S> {
     pub fn with_key_events(mut self, events: std::sync::Arc<dyn KeyEvents>) -> Self {
         self.key_events = Some(events);
         self
+    }
+
+    /// The registered [`KeyEvents`] (the credit ledgers tell it of spends).
+    pub fn key_events(&self) -> Option<&std::sync::Arc<dyn KeyEvents>> {
+        self.key_events.as_ref()
     }
 
     /// Tells the registered [`KeyEvents`], if any, of `change` to the key.

@@ -29,7 +29,7 @@ mod verify;
 
 pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use changes::{Changes, RECONCILE_MARGIN_MS};
-pub use events::{KeyChange, KeyEvents};
+pub use events::{CreditChange, KeyChange, KeyEvents};
 pub use identities::MAX_IDENTITY_META_BYTES;
 pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
 pub use keygate_domain::{

@@ -78,6 +78,7 @@ impl DieselTx<'_> {
         diesel::update(keys::table.filter(keys::id.eq(key_id)))
             .set((
                 keys::credits_remaining.eq(remaining),
+                keys::credits_base.eq(remaining),
                 keys::refill_interval.eq(interval),
                 keys::refill_amount.eq(amount),
                 keys::refill_day.eq(day),
@@ -117,6 +118,11 @@ impl CreditTx for DieselTx<'_> {
                 keys::credit_version.eq(keys::credit_version + 1),
                 keys::credit_seq.eq(0),
             ))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        // An update of the credits sets what later spends are a share of.
+        diesel::update(keys::table.filter(keys::id.eq(key_id)))
+            .set(keys::credits_base.eq(keys::credits_remaining))
             .execute(self.conn)
             .map_err(db_err)?;
         let now: Option<Option<i64>> = keys::table

@@ -171,6 +171,7 @@ impl KeyTx for DieselTx<'_> {
                             keys::key_prefix.eq(&key.prefix),
                             keys::byte_length.eq(key.byte_length.map(i64::from)),
                             keys::credits_remaining.eq(remaining),
+                            keys::credits_base.eq(remaining),
                             keys::refill_interval.eq(interval),
                             keys::refill_amount.eq(amount),
                             keys::refill_day.eq(day),

@@ -8,6 +8,7 @@ use crate::tx::{DieselTx, R, db_err};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use keygate_domain::{IdPrefix, OutboxEvent, new_id};
+use keygate_rbac::CreditSubscriber;
 use keygate_rbac::store::OutboxTx;
 use keygate_webhooks::{Attempt, Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookTx};
 
@@ -86,6 +87,9 @@ fn endpoint(r: EndpointRow) -> (Endpoint, EndpointSecrets) {
     };
     (endpoint, EndpointSecrets { current: secret, previous, previous_until: until })
 }
+
+/// key id, workspace, refill amount, credits base, endpoint id, events, creditsLow.
+type SubscriberRow = (String, String, Option<i64>, Option<i64>, String, String, String);
 
 /// delivery id, attempt, at, status, error, response, duration (ms).
 type AttemptRow = (String, i64, i64, Option<i64>, Option<String>, Option<String>, i64);
@@ -194,6 +198,34 @@ impl OutboxTx for DieselTx<'_> {
                 .map_err(db_err)?;
         }
         Ok(())
+    }
+    fn credit_subscribers(&mut self, key_ids: &[&str]) -> R<Vec<CreditSubscriber>> {
+        let rows: Vec<SubscriberRow> = keys::table
+            .inner_join(webhook_endpoints::table.on(webhook_endpoints::workspace_id.eq(keys::workspace_id)))
+            .filter(keys::id.eq_any(key_ids))
+            .filter(webhook_endpoints::enabled.eq(true))
+            .select((
+                keys::id,
+                keys::workspace_id,
+                keys::refill_amount,
+                keys::credits_base,
+                webhook_endpoints::id,
+                webhook_endpoints::events,
+                webhook_endpoints::credits_low,
+            ))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(key_id, workspace_id, refill, base, endpoint_id, events, credits_low)| CreditSubscriber {
+                key_id,
+                workspace_id,
+                base: refill.or(base).and_then(|b| u64::try_from(b).ok()),
+                endpoint_id,
+                events,
+                credits_low,
+            })
+            .collect())
     }
 }
 

@@ -7,38 +7,49 @@
 //! stepped aside for another, each batch is committed to the rows before its answer
 //! ([`commit_counters`]).
 
+use super::SpendEvents;
 use super::counter::{Counter, CounterValue, Folding};
 use super::journal::{COMPACT_AT, FOLD_EVERY, Journal};
 use super::journaling::{Journaling, applied, value};
 use super::memory::{CounterWrite, MemoryLedger, commit_counters};
 use crate::store::UsageStore;
-use keygate_rbac::{RbacError, StorageError};
+use keygate_rbac::{CreditChange, RbacError, StorageError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The memory ledger of `store`'s keys, with the credit journal of its database where it
 /// has one and no other process owns it (what the journal holds replayed onto the rows
 /// first), folded behind by a thread of its own.
-pub(crate) fn memory_ledger<S: UsageStore + 'static>(store: &Arc<S>) -> Arc<MemoryLedger> {
+pub(crate) fn memory_ledger<S: UsageStore + 'static>(
+    store: &Arc<S>,
+    events: SpendEvents,
+) -> Arc<MemoryLedger> {
     let (s, t) = (store.clone(), store.clone());
+    let (commit_events, fold_events) = (events.clone(), events.clone());
     let ledger = MemoryLedger::new(
         store,
-        Journaling::open(&**store),
-        Box::new(move |l: &MemoryLedger, batch| commit(l, &*s, batch)),
+        Journaling::open(&**store, events.clone()),
+        Box::new(move |l: &MemoryLedger, batch| commit(l, &*s, batch, &commit_events)),
         Box::new(move |l: &MemoryLedger| {
-            fold(l, &*t);
+            fold(l, &*t, &fold_events);
         }),
     );
+    ledger.set_row_events(events);
     start(&ledger);
     ledger
 }
 
 /// The memory ledger's commit of a batch of spends, to the rows (spends queued while the
 /// journal is off; a journaled spend is not queued).
-pub(super) fn commit<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
+pub(super) fn commit<S: UsageStore>(
+    l: &MemoryLedger,
+    store: &S,
+    batch: Vec<CounterWrite>,
+    events: &SpendEvents,
+) {
     let j = &l.journaling;
     // The journaled counters reach the rows before any later value does.
-    if !j.pending.lock().is_empty() && !fold(l, store) {
+    if !j.pending.lock().is_empty() && !fold(l, store, events) {
         let e = StorageError::Unavailable("the credit journal could not be folded".into());
         for w in batch {
             w.counter.stale.store(true, Ordering::Release);
@@ -48,13 +59,13 @@ pub(super) fn commit<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<Coun
         }
         return;
     }
-    commit_counters(l, store, batch)
+    commit_counters(l, store, batch, events)
 }
 
 /// Folds the journaled counters into the rows, in one transaction: each where the row
 /// is as this process last wrote it, else (another process wrote it since) this process's
 /// spends applied to what the row holds. Whether it went (else they wait for the next).
-pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
+pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S, events: &SpendEvents) -> bool {
     let j = &l.journaling;
     let _folding = j.folding.lock();
     // The next fold's list made here, as long as this one's: spends after this fold do
@@ -103,6 +114,16 @@ pub(super) fn fold<S: UsageStore>(l: &MemoryLedger, store: &S) -> bool {
                 tx.write_key_credits(&[(key_id, v.remaining, v.last_refill_at)])?;
             }
             written.push((counter, f, next, true));
+        }
+        if events.on() {
+            let changes: Vec<CreditChange<'_>> = written
+                .iter()
+                .filter_map(|(counter, f, v, conflict)| {
+                    let before = if *conflict { None } else { Some(f.before) };
+                    Some(CreditChange::of(&counter.key_id, value(before?), value((*v)?)))
+                })
+                .collect();
+            events.written(tx, &changes)?;
         }
         Ok::<_, RbacError>(
             written.into_iter().map(|(counter, f, v, c)| (counter.clone(), f.seq, v, c)).collect::<Vec<_>>(),

@@ -3,10 +3,11 @@
 //! process opens a database another left. The file is [`super::journal`]; the fold that
 //! writes the journaled counters to the rows is [`super::fold`].
 
+use super::SpendEvents;
 use super::counter::{Counter, CounterValue, Folding};
 use super::journal::{self, Journal, Record, Value};
 use crate::store::UsageStore;
-use keygate_rbac::{Key, RbacError};
+use keygate_rbac::{CreditChange, Key, RbacError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -31,6 +32,8 @@ pub(crate) struct Journaling {
     pub(super) others: Option<std::path::PathBuf>,
     /// This process's shared lock of the processes that spend, once it asked.
     pub(super) joined: OnceLock<Option<std::fs::File>>,
+    /// Told of the counters a replay writes.
+    events: SpendEvents,
 }
 
 pub(super) fn value(v: CounterValue) -> Value {
@@ -41,20 +44,25 @@ impl Journaling {
     /// Takes the journal of `store`'s database when it has one and no other process owns
     /// it, and replays what it holds onto the rows first (what a process that stopped
     /// without folding left).
-    pub(super) fn open<S: UsageStore>(store: &S) -> Self {
-        let Some(path) = store.credit_journal() else { return Self::default() };
-        match own_and_replay(store, &path) {
+    pub(super) fn open<S: UsageStore>(store: &S, events: SpendEvents) -> Self {
+        let Some(path) = store.credit_journal() else { return Self { events, ..Self::default() } };
+        match own_and_replay(store, &path, &events) {
             Ok(Some((journal, n))) => {
                 if n > 0 {
                     log::info!("{}: the spends of {n} keys replayed onto their rows", path.display());
                 }
                 let on = AtomicBool::new(!journal.shared);
-                Self { journal: OnceLock::from(parking_lot::Mutex::new(journal)), on, ..Self::default() }
+                Self {
+                    journal: OnceLock::from(parking_lot::Mutex::new(journal)),
+                    on,
+                    events,
+                    ..Self::default()
+                }
             }
-            Ok(None) => Self { others: Some(path), ..Self::default() },
+            Ok(None) => Self { others: Some(path), events, ..Self::default() },
             Err(e) => {
                 log::error!("{e}: each spend is committed to the database before its answer");
-                Self::default()
+                Self { events, ..Self::default() }
             }
         }
     }
@@ -79,7 +87,7 @@ impl Journaling {
                 }
             };
             if !yielded {
-                match own_and_replay(store, path) {
+                match own_and_replay(store, path, &self.events) {
                     Ok(Some((journal, n))) => {
                         log::info!("{}: the journal of a stopped process taken over, the spends of {n} keys replayed", path.display());
                         let _ = self.journal.set(parking_lot::Mutex::new(journal));
@@ -208,6 +216,7 @@ pub(super) fn applied(before: CounterValue, after: CounterValue, now: CounterVal
 fn own_and_replay<S: UsageStore>(
     store: &S,
     path: &std::path::Path,
+    events: &SpendEvents,
 ) -> Result<Option<(Journal, usize)>, String> {
     let at = path.display();
     let (mut journal, records) = match Journal::own(path) {
@@ -215,8 +224,8 @@ fn own_and_replay<S: UsageStore>(
         Ok(None) => return Ok(None),
         Err(e) => return Err(format!("{at}: the credit journal cannot be opened: {e}")),
     };
-    let n =
-        replay(store, records).map_err(|e| format!("{at}: the credit journal could not be replayed: {e}"))?;
+    let n = replay(store, records, events)
+        .map_err(|e| format!("{at}: the credit journal could not be replayed: {e}"))?;
     let len = journal.len();
     journal
         .compact(len)
@@ -231,12 +240,12 @@ fn own_and_replay<S: UsageStore>(
 /// 200 ms). For tools that read the rows without serving: `keygate backup`, `store copy`.
 pub fn replay_credit_journal<S: UsageStore>(store: &S) -> Result<Option<usize>, String> {
     let Some(path) = store.credit_journal() else { return Ok(Some(0)) };
-    Ok(own_and_replay(store, &path)?.map(|(_, n)| n))
+    Ok(own_and_replay(store, &path, &SpendEvents::default())?.map(|(_, n)| n))
 }
 
 /// Replays a journal's records onto the rows: for each key, its spends since its last
 /// reset from where its row is ([`replayed`]): how many keys' rows it wrote.
-fn replay<S: UsageStore>(store: &S, records: Vec<Record>) -> Result<usize, RbacError> {
+fn replay<S: UsageStore>(store: &S, records: Vec<Record>, events: &SpendEvents) -> Result<usize, RbacError> {
     let mut keys: HashMap<String, Vec<(u64, Value, Value)>> = HashMap::new();
     for r in records {
         match r {
@@ -258,6 +267,8 @@ fn replay<S: UsageStore>(store: &S, records: Vec<Record>) -> Result<usize, RbacE
             let Some(now) = row.remaining else { continue };
             if let Some((remaining, at)) = replayed(&pairs, (now, row.last_refill_at)) {
                 tx.write_key_credits(&[(key_id, remaining, at)])?;
+                let change = CreditChange::of(key_id, (now, row.last_refill_at), (remaining, at));
+                events.written(tx, &[change])?;
                 written += 1;
             }
         }

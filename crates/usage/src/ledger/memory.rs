@@ -191,6 +191,12 @@ impl Default for MemoryLedger {
 }
 
 impl MemoryLedger {
+    /// What the inner rows queue (spends on the rows while another process owns the
+    /// journal) tells of the counters it writes.
+    pub(super) fn set_row_events(&self, events: super::SpendEvents) {
+        self.rows.set_events(events);
+    }
+
     /// The ledger of `store`'s keys: `journaling` its credit journal's side, `committer`
     /// and `folder` what commits a batch and folds the journal ([`super::fold`] wires them).
     pub(super) fn new<S: UsageStore + 'static>(
@@ -428,7 +434,12 @@ impl Drop for MemoryLedger {
 
 /// The memory ledger's commit of a batch: each key's last value written in one
 /// transaction, then every spend answered.
-pub(super) fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch: Vec<CounterWrite>) {
+pub(super) fn commit_counters<S: UsageStore>(
+    l: &MemoryLedger,
+    store: &S,
+    batch: Vec<CounterWrite>,
+    events: &super::SpendEvents,
+) {
     {
         let Some(last_seq) = batch.last().map(|w| w.seq) else { return };
         // Each key's last value (the queue holds them in each key's order), written where
@@ -439,6 +450,7 @@ pub(super) fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch:
         }
         let done = store.usage_transaction(|tx| {
             let mut conflicts = Vec::new();
+            let mut changes = Vec::new();
             for (key_id, (i, v)) in &last {
                 let expected = *batch[*i].counter.stored.lock();
                 let written = match expected {
@@ -452,8 +464,15 @@ pub(super) fn commit_counters<S: UsageStore>(l: &MemoryLedger, store: &S, batch:
                 };
                 if !written {
                     conflicts.push(*key_id);
+                } else if let Some(e) = expected.filter(|_| events.on()) {
+                    changes.push(keygate_rbac::CreditChange::of(
+                        key_id,
+                        (e.remaining, e.last_refill_at),
+                        (v.remaining, v.last_refill_at),
+                    ));
                 }
             }
+            events.written(tx, &changes)?;
             Ok(conflicts.into_iter().map(str::to_string).collect::<Vec<String>>())
         });
         metrics::counter!("keygate_credit_commits_total").increment(1);

@@ -21,9 +21,14 @@ mod prefetch;
 pub(crate) mod rows;
 pub mod shared;
 
+use crate::store::UsageTx;
 use crate::store::{CreditSpend, UsageStore};
+use keygate_domain::Clock;
 use keygate_ratelimit::{Decision, Entry};
-use keygate_rbac::{Assumed, CachedKey, CounterSource, CreditCounters, Key, RbacError, StorageError, Tag};
+use keygate_rbac::{
+    Assumed, CachedKey, CounterSource, CreditChange, CreditCounters, Key, KeyEvents, RbacError, StorageError,
+    Tag,
+};
 use memory::{Commit, Counter, MemoryLedger};
 use rows::CreditQueue;
 use shared::{SharedCredits, SharedLedger, SharedRefill};
@@ -50,18 +55,77 @@ pub(crate) enum Kind {
 
 impl<S: UsageStore + 'static> Ledger<S> {
     /// The ledger that fits: `shared` when given; else in memory when the change counters
-    /// are local (the database is this process's alone), else on the rows.
+    /// are local (the database is this process's alone), else on the rows. Each tells
+    /// `events` of the counters it writes.
     pub(crate) fn new(
         store: Arc<S>,
         counters: &CounterSource,
         shared: Option<Arc<dyn SharedCredits>>,
+        events: SpendEvents,
     ) -> Self {
         let kind = match (shared, counters) {
-            (Some(shared), _) => Kind::Shared(SharedLedger::new(shared)),
-            (None, CounterSource::Local(_)) => Kind::Memory(fold::memory_ledger(&store)),
-            (None, _) => Kind::Rows(Arc::default()),
+            (Some(shared), _) => Kind::Shared(SharedLedger::new(shared, events)),
+            (None, CounterSource::Local(_)) => Kind::Memory(fold::memory_ledger(&store, events)),
+            (None, _) => Kind::Rows(Arc::new(CreditQueue::with_events(events))),
         };
         Self { store, kind }
+    }
+}
+
+/// Where a ledger tells of the credit counters it writes to the rows (rbac's
+/// [`KeyEvents`]: the webhook outbox's credit events), in the transaction that writes them.
+#[derive(Clone, Default)]
+pub(crate) struct SpendEvents {
+    to: Option<(Arc<dyn KeyEvents>, Arc<dyn Clock>)>,
+}
+
+impl std::fmt::Debug for SpendEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpendEvents").field("on", &self.to.is_some()).finish()
+    }
+}
+
+impl SpendEvents {
+    pub(crate) fn new(events: Option<Arc<dyn KeyEvents>>, clock: Arc<dyn Clock>) -> Self {
+        Self { to: events.map(|e| (e, clock)) }
+    }
+
+    /// Whether anything is told (else a writer need not read what it overwrites).
+    pub(crate) fn on(&self) -> bool {
+        self.to.is_some()
+    }
+
+    /// The changes between two reads of the same rows (`before` and `after`, each by key
+    /// id), told as [`Self::written`].
+    pub(crate) fn rows_written(
+        &self,
+        tx: &mut dyn UsageTx,
+        before: &[crate::store::CreditRow],
+        after: &[crate::store::CreditRow],
+    ) -> Result<(), RbacError> {
+        let changes: Vec<CreditChange<'_>> = after
+            .iter()
+            .filter_map(|a| {
+                let b = before.iter().find(|b| b.key_id == a.key_id)?;
+                let was = (b.remaining?, b.last_refill_at);
+                let now = (a.remaining?, a.last_refill_at);
+                (was != now).then(|| CreditChange::of(&a.key_id, was, now))
+            })
+            .collect();
+        self.written(tx, &changes)
+    }
+
+    /// Tells of `changes`, written in `tx`, when credits went out in any.
+    pub(crate) fn written(
+        &self,
+        tx: &mut dyn UsageTx,
+        changes: &[CreditChange<'_>],
+    ) -> Result<(), RbacError> {
+        let Some((events, clock)) = &self.to else { return Ok(()) };
+        if !changes.iter().any(CreditChange::spent) {
+            return Ok(());
+        }
+        events.credits_spent(tx, changes, clock.now_ms() as i64)
     }
 }
 

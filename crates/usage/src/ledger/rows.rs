@@ -1,8 +1,9 @@
 //! The rows ledger: each spend a statement on the key's row, committed by a writer
 //! thread's group commit (several instances share the database).
 
+use super::SpendEvents;
 use crate::store::{CreditRow, CreditSpend, UsageStore, UsageTx};
-use keygate_rbac::{RbacError, StorageError};
+use keygate_rbac::{CreditChange, RbacError, StorageError};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ pub(crate) struct CreditQueue {
     waiting: Batches<QueuedSpend>,
     /// Whether the writer thread started.
     writer: std::sync::OnceLock<bool>,
+    /// Told of the counters each batch writes.
+    events: std::sync::OnceLock<SpendEvents>,
 }
 
 #[derive(Debug)]
@@ -33,6 +36,18 @@ struct QueuedSpend {
 }
 
 impl CreditQueue {
+    /// A queue whose batches tell `events` of the counters they write.
+    pub(crate) fn with_events(events: SpendEvents) -> Self {
+        let queue = Self::default();
+        queue.set_events(events);
+        queue
+    }
+
+    /// Sets what the batches tell of the counters they write (once).
+    pub(crate) fn set_events(&self, events: SpendEvents) {
+        let _ = self.events.set(events);
+    }
+
     /// Queues a spend; the answer comes once it is committed.
     pub(crate) fn spend<S: UsageStore + 'static>(
         self: &Arc<Self>,
@@ -78,6 +93,11 @@ pub(crate) fn no_writer() -> StorageError {
     StorageError::Unavailable("the credit writer thread did not start".into())
 }
 
+/// What the queue's batches tell of the counters they write.
+fn q_events(queue: &std::sync::Weak<CreditQueue>) -> Option<SpendEvents> {
+    queue.upgrade().and_then(|q| q.events.get().cloned())
+}
+
 /// The writer: while the service lives, commits whatever waits, one transaction at a time.
 fn write_spends<S: UsageStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) {
     loop {
@@ -87,7 +107,7 @@ fn write_spends<S: UsageStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) 
         if batch.is_empty() {
             continue;
         }
-        let done = store.usage_transaction(|tx| spend_on_rows(tx, &batch));
+        let done = store.usage_transaction(|tx| spend_on_rows(tx, &batch, q_events(queue).as_ref()));
         metrics::counter!("keygate_credit_commits_total").increment(1);
         metrics::histogram!("keygate_credit_commit_batch_size").record(batch.len() as f64);
         match done {
@@ -116,12 +136,19 @@ fn write_spends<S: UsageStore>(queue: &std::sync::Weak<CreditQueue>, store: &S) 
 /// one statement, each spend decided in arrival order (a due refill first, as
 /// [`crate::refill::refill_at`] says), the changed counters written in one statement
 /// (PostgreSQL; SQLite: one per key).
-fn spend_on_rows(tx: &mut dyn UsageTx, batch: &[QueuedSpend]) -> Result<Vec<CreditSpend>, RbacError> {
+fn spend_on_rows(
+    tx: &mut dyn UsageTx,
+    batch: &[QueuedSpend],
+    events: Option<&SpendEvents>,
+) -> Result<Vec<CreditSpend>, RbacError> {
     let mut ids: Vec<&str> = batch.iter().map(|s| s.key_id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
+    let locked = tx.lock_key_credits(&ids)?;
+    let before: HashMap<String, (Option<u64>, Option<i64>)> =
+        locked.iter().map(|r| (r.key_id.clone(), (r.remaining, r.last_refill_at))).collect();
     let mut rows: HashMap<String, (CreditRow, bool)> =
-        tx.lock_key_credits(&ids)?.into_iter().map(|r| (r.key_id.clone(), (r, false))).collect();
+        locked.into_iter().map(|r| (r.key_id.clone(), (r, false))).collect();
     let mut results = Vec::with_capacity(batch.len());
     for s in batch {
         let Some((row, changed)) = rows.get_mut(&s.key_id) else {
@@ -154,6 +181,16 @@ fn spend_on_rows(tx: &mut dyn UsageTx, batch: &[QueuedSpend]) -> Result<Vec<Cred
         .collect();
     if !writes.is_empty() {
         tx.write_key_credits(&writes)?;
+        if let Some(events) = events {
+            let changes: Vec<CreditChange<'_>> = writes
+                .iter()
+                .filter_map(|(id, remaining, at)| {
+                    let (was, was_at) = before.get(*id)?;
+                    Some(CreditChange::of(id, ((*was)?, *was_at), (*remaining, *at)))
+                })
+                .collect();
+            events.written(tx, &changes)?;
+        }
     }
     Ok(results)
 }

@@ -164,11 +164,33 @@ pub(crate) struct SharedLedger {
     store: Arc<dyn SharedCredits>,
     /// This instance's write-behind leases (its own passes never wait for each other's).
     token: u64,
+    /// Told of the counters written behind.
+    events: super::SpendEvents,
 }
 
 impl SharedLedger {
-    pub(crate) fn new(store: Arc<dyn SharedCredits>) -> Self {
-        Self { store, token: rand::random() }
+    pub(crate) fn new(store: Arc<dyn SharedCredits>, events: super::SpendEvents) -> Self {
+        Self { store, token: rand::random(), events }
+    }
+
+    /// Writes live counters behind in `tx` (see [`crate::store::CreditTx::write_behind_credits`]),
+    /// telling the events of what the rows went from and to (read before and after, locked).
+    fn write_behind_in(
+        &self,
+        tx: &mut dyn crate::store::UsageTx,
+        counters: &[(&str, LiveCredits)],
+    ) -> Result<Vec<WrittenBehind>, RbacError> {
+        if !self.events.on() {
+            return Ok(tx.write_behind_credits(counters)?);
+        }
+        let mut ids: Vec<&str> = counters.iter().map(|c| c.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let before = tx.lock_key_credits(&ids)?;
+        let outcomes = tx.write_behind_credits(counters)?;
+        let after = tx.lock_key_credits(&ids)?;
+        self.events.rows_written(tx, &before, &after)?;
+        Ok(outcomes)
     }
 
     /// See [`SharedCredits::checks_counters`].
@@ -278,7 +300,7 @@ impl SharedLedger {
         let out = (|| {
             if let Some(live) = live {
                 // Whatever it says: written, or superseded (then the row is newer).
-                db.usage_transaction(|tx| Ok(tx.write_behind_credits(&[(key_id, live)])?))?;
+                db.usage_transaction(|tx| self.write_behind_in(tx, &[(key_id, live)]))?;
             }
             write()
         })();
@@ -345,7 +367,7 @@ impl SharedLedger {
                     break;
                 }
                 let rows: Vec<(&str, LiveCredits)> = dirty.iter().map(|(id, l)| (id.as_str(), *l)).collect();
-                let outcomes = db.usage_transaction(|tx| Ok(tx.write_behind_credits(&rows)?))?;
+                let outcomes = db.usage_transaction(|tx| self.write_behind_in(tx, &rows))?;
                 let settled: Vec<(String, LiveCredits, WrittenBehind)> =
                     dirty.into_iter().zip(outcomes).map(|((id, l), o)| (id, l, o)).collect();
                 self.store.settle(shard, &settled)?;

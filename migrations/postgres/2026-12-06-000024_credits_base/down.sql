@@ -1,0 +1,1 @@
+ALTER TABLE keys DROP COLUMN credits_base;
