@@ -97,6 +97,8 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
         );
     }
     let every = (WEBHOOK_BACKLOG_INTERVAL.as_millis() / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
+    let scan_every = (keygate_webhooks::expiry::EXPIRY_SCAN_INTERVAL.as_millis()
+        / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
     upkeep.spawn("keygate-webhooks", WEBHOOK_DELIVERY_INTERVAL, host.clone(), move |h: &T, round| {
         let webhooks = &h.as_ref().webhooks;
         // Full batches in a row while a backlog lasts.
@@ -114,6 +116,11 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
             && let Err(e) = webhooks.observe_backlog()
         {
             log::debug!("webhooks: reading the backlog failed: {e}");
+        }
+        if round % scan_every == 0
+            && let Err(e) = webhooks.scan_expiry()
+        {
+            log::warn!("webhooks: the scan for expiring keys failed (tried again later): {e}");
         }
     });
     if let Some(a) = analytics {

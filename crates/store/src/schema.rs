@@ -388,3 +388,15 @@ diesel::allow_tables_to_appear_in_same_query!(
 );
 
 diesel::allow_tables_to_appear_in_same_query!(keys, webhook_endpoints);
+
+diesel::table! {
+    /// Expiry events announced: one per (key, endpoint, days before, expiry).
+    webhook_expiry_notices (key_id, endpoint_id, days, expires) {
+        key_id -> Text,
+        endpoint_id -> Text,
+        days -> BigInt,
+        expires -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(keys, webhook_expiry_notices);

@@ -11,7 +11,8 @@
 //! - [`deliver`] is the worker: it claims due deliveries with a lease (so any number of
 //!   instances deliver each once), signs ([`signing`]), sends, records the answer and
 //!   schedules the retries.
-//! - [`thresholds`] decides when credit events fire, from a counter's write.
+//! - [`thresholds`] decides when credit events fire, from a counter's write; [`expiry`]
+//!   finds the keys about to expire or expired.
 //! - [`address`] keeps deliveries off loopback and private networks.
 //!
 //! Built on `keygate-rbac`; the store extends its transactions ([`store::WebhookTx`]).
@@ -19,6 +20,7 @@
 pub mod address;
 pub mod deliver;
 pub mod endpoints;
+pub mod expiry;
 pub mod model;
 pub mod outbox;
 pub mod signing;

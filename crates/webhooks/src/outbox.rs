@@ -59,6 +59,28 @@ impl Outbox {
         Ok(())
     }
 
+    /// Writes an event of `event_type` about a key (shown as getKey shows it, with
+    /// `fields` beside) to `endpoints`: whether the key was there to write it about.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn key_event_to(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        key_id: &str,
+        event_type: &'static str,
+        at: i64,
+        fields: Value,
+        endpoints: &[String],
+    ) -> Result<bool, RbacError> {
+        let Some(key) = tx.get_key(workspace_id, key_id)? else { return Ok(false) };
+        let mut data = self.key_data(key_summary(tx, key)?);
+        if let (Some(obj), Value::Object(extra)) = (data.as_object_mut(), fields) {
+            obj.extend(extra);
+        }
+        Self::write(tx, workspace_id, event_type, at, data, endpoints)?;
+        Ok(true)
+    }
+
     /// The credit events of one key's change to the endpoints in `subscribers` (its
     /// workspace's): `key.credits.low` once per percent crossed, each to the endpoints
     /// that name it, and `key.credits.exhausted`.

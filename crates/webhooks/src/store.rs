@@ -71,6 +71,26 @@ pub trait WebhookTx: RbacTx {
     fn disable_webhook_endpoint(&mut self, id: &str, now: i64) -> R<()>;
     /// Pending deliveries, and the creation time of the oldest (metrics).
     fn webhook_backlog(&mut self) -> R<(i64, Option<i64>)>;
+
+    /// Every enabled endpoint (of every workspace), by id.
+    fn enabled_webhook_endpoints(&mut self) -> R<Vec<Endpoint>>;
+    /// Keys of the workspace expiring in `(from, to]` without a notice for
+    /// (`endpoint_id`, `days`, their expiry), soonest first, at most `limit`: (key id,
+    /// expires).
+    fn keys_expiring_unnoticed(
+        &mut self,
+        workspace_id: &str,
+        endpoint_id: &str,
+        days: i64,
+        from: i64,
+        to: i64,
+        limit: usize,
+    ) -> R<Vec<(String, i64)>>;
+    /// Notes that (key, endpoint, days, expires) was announced: whether it was not yet (of
+    /// concurrent inserts, one gets `true`).
+    fn insert_expiry_notice(&mut self, key_id: &str, endpoint_id: &str, days: i64, expires: i64) -> R<bool>;
+    /// Forgets the notices of expiries before `before`: how many.
+    fn prune_expiry_notices(&mut self, before: i64) -> R<usize>;
 }
 
 /// A store that hands out webhook transactions besides the others. A closure returning

@@ -669,3 +669,69 @@ fn three_instances_spending_past_a_threshold_fire_it_once() {
     let types: Vec<String> = credit_events(&rx).into_iter().map(|e| e.0).collect();
     assert_eq!(types, ["key.credits.exhausted", "key.credits.low"]);
 }
+
+#[test]
+fn keys_about_to_expire_and_expired_are_announced_once_per_threshold() {
+    const DAY: u64 = 86_400_000;
+    let s = server();
+    let rx = Receiver::start();
+    let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.expiring", "key.expired"]));
+    let now = s.clock.now_ms();
+    let api = api(&s);
+    let key = |name: &str, expires: Option<u64>| {
+        let mut body = json!({"apiId": api, "name": name});
+        if let Some(at) = expires {
+            body["expires"] = json!(at);
+        }
+        create_key(&s, &body).0
+    };
+    let (a, b, c) =
+        (key("a", Some(now + 10 * DAY)), key("b", Some(now + 3 * DAY)), key("c", Some(now + DAY / 2)));
+    key("d", None);
+    let events = |n: usize| -> Vec<(String, String, Value)> {
+        rx.wait_for(n);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut got: Vec<(String, String, Value)> = rx
+            .received()
+            .iter()
+            .map(Received::json)
+            .map(|b| {
+                (
+                    b["type"].as_str().unwrap().into(),
+                    b["data"]["keyId"].as_str().unwrap().into(),
+                    b["data"]["daysBefore"].clone(),
+                )
+            })
+            .collect();
+        got.sort_by(|x, y| (&x.1, &x.0).cmp(&(&y.1, &y.0)));
+        got
+    };
+    let expiring = |k: &str, d: u64| ("key.expiring".to_string(), k.to_string(), json!(d));
+    let expired = |k: &str| ("key.expired".to_string(), k.to_string(), Value::Null);
+    s.state.webhooks.scan_expiry().unwrap();
+    s.state.webhooks.scan_expiry().unwrap();
+    let mut want = vec![expiring(&b, 7), expiring(&c, 1)];
+    want.sort_by(|x, y| (&x.1, &x.0).cmp(&(&y.1, &y.0)));
+    assert_eq!(events(2), want, "the nearest threshold once; a key 10 days away not yet");
+
+    // Three days on: a enters its week, b and c expired (b's last day passed unseen).
+    s.clock.advance(3 * DAY + 1);
+    let second = TestServer::start_on(s.db.clone());
+    second.clock.set(s.clock.now_ms());
+    std::thread::scope(|scope| {
+        scope.spawn(|| s.state.webhooks.scan_expiry().unwrap());
+        scope.spawn(|| second.state.webhooks.scan_expiry().unwrap());
+    });
+    want.extend([expiring(&a, 7), expired(&b), expired(&c)]);
+    want.sort_by(|x, y| (&x.1, &x.0).cmp(&(&y.1, &y.0)));
+    assert_eq!(events(5), want, "two instances scanning: each once");
+
+    // A new expiry is announced afresh.
+    let r = s.v2("keys.updateKey", &json!({"keyId": a, "expires": s.clock.now_ms() + 2 * DAY}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    s.state.webhooks.scan_expiry().unwrap();
+    let got = events(6);
+    assert_eq!(got.iter().filter(|e| **e == expiring(&a, 7)).count(), 2, "{got:?}");
+    assert_eq!(got.len(), 6, "{got:?}");
+    assert_eq!(deliveries(&s, &endpoint_id).len(), 6);
+}

@@ -429,6 +429,8 @@ mod keys_tx;
 pub(crate) use keys_tx::pg_verification_read;
 #[path = "namespaces.rs"]
 mod namespaces_tx;
+#[path = "outbox.rs"]
+mod outbox_tx;
 #[path = "portal.rs"]
 mod portal_tx;
 #[path = "ratelimit_analytics.rs"]

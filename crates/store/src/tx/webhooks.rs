@@ -1,15 +1,12 @@
-//! Webhooks (the `webhook_endpoints`, `webhook_events`, `webhook_deliveries` and
-//! `webhook_attempts` tables): the outbox rbac writes with each change, and what
-//! `keygate-webhooks` reads and writes.
+//! Webhooks (the `webhook_endpoints`, `webhook_deliveries`, `webhook_attempts` and
+//! `webhook_expiry_notices` tables): what `keygate-webhooks` reads and writes. The outbox
+//! rbac writes with each change is [`super::outbox_tx`].
 
 use crate::DbConn;
 use crate::schema::*;
 use crate::tx::{DieselTx, R, db_err};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
-use keygate_domain::{IdPrefix, OutboxEvent, new_id};
-use keygate_rbac::CreditSubscriber;
-use keygate_rbac::store::OutboxTx;
 use keygate_webhooks::{Attempt, Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookTx};
 
 type EndpointRow = (
@@ -88,9 +85,6 @@ fn endpoint(r: EndpointRow) -> (Endpoint, EndpointSecrets) {
     (endpoint, EndpointSecrets { current: secret, previous, previous_until: until })
 }
 
-/// key id, workspace, refill amount, credits base, endpoint id, events, creditsLow.
-type SubscriberRow = (String, String, Option<i64>, Option<i64>, String, String, String);
-
 /// delivery id, attempt, at, status, error, response, duration (ms).
 type AttemptRow = (String, i64, i64, Option<i64>, Option<String>, Option<String>, i64);
 
@@ -152,81 +146,6 @@ struct Claimed {
     next_attempt_at: Option<i64>,
     #[diesel(sql_type = BigInt)]
     created_at: i64,
-}
-
-impl OutboxTx for DieselTx<'_> {
-    fn webhook_subscribers(&mut self, workspace_id: &str, event_type: &str) -> R<Vec<String>> {
-        let rows: Vec<(String, String)> = webhook_endpoints::table
-            .filter(webhook_endpoints::workspace_id.eq(workspace_id))
-            .filter(webhook_endpoints::enabled.eq(true))
-            .select((webhook_endpoints::id, webhook_endpoints::events))
-            .load(self.conn)
-            .map_err(db_err)?;
-        Ok(rows
-            .into_iter()
-            .filter(|(_, events)| events.split(' ').any(|e| e == "*" || e == event_type))
-            .map(|(id, _)| id)
-            .collect())
-    }
-
-    fn insert_webhook_event(&mut self, event: &OutboxEvent, endpoint_ids: &[String]) -> R<()> {
-        diesel::insert_into(webhook_events::table)
-            .values((
-                webhook_events::id.eq(&event.id),
-                webhook_events::workspace_id.eq(&event.workspace_id),
-                webhook_events::event_type.eq(event.event_type),
-                webhook_events::body.eq(&event.body),
-                webhook_events::created_at.eq(event.created_at),
-            ))
-            .execute(self.conn)
-            .map_err(db_err)?;
-        for endpoint_id in endpoint_ids {
-            diesel::insert_into(webhook_deliveries::table)
-                .values((
-                    webhook_deliveries::id.eq(new_id(IdPrefix::WebhookDelivery)),
-                    webhook_deliveries::workspace_id.eq(&event.workspace_id),
-                    webhook_deliveries::endpoint_id.eq(endpoint_id),
-                    webhook_deliveries::event_id.eq(&event.id),
-                    webhook_deliveries::event_type.eq(event.event_type),
-                    webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()),
-                    webhook_deliveries::attempts.eq(0),
-                    webhook_deliveries::next_attempt_at.eq(event.created_at),
-                    webhook_deliveries::created_at.eq(event.created_at),
-                    webhook_deliveries::updated_at.eq(event.created_at),
-                ))
-                .execute(self.conn)
-                .map_err(db_err)?;
-        }
-        Ok(())
-    }
-    fn credit_subscribers(&mut self, key_ids: &[&str]) -> R<Vec<CreditSubscriber>> {
-        let rows: Vec<SubscriberRow> = keys::table
-            .inner_join(webhook_endpoints::table.on(webhook_endpoints::workspace_id.eq(keys::workspace_id)))
-            .filter(keys::id.eq_any(key_ids))
-            .filter(webhook_endpoints::enabled.eq(true))
-            .select((
-                keys::id,
-                keys::workspace_id,
-                keys::refill_amount,
-                keys::credits_base,
-                webhook_endpoints::id,
-                webhook_endpoints::events,
-                webhook_endpoints::credits_low,
-            ))
-            .load(self.conn)
-            .map_err(db_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|(key_id, workspace_id, refill, base, endpoint_id, events, credits_low)| CreditSubscriber {
-                key_id,
-                workspace_id,
-                base: refill.or(base).and_then(|b| u64::try_from(b).ok()),
-                endpoint_id,
-                events,
-                credits_low,
-            })
-            .collect())
-    }
 }
 
 impl WebhookTx for DieselTx<'_> {
@@ -528,6 +447,73 @@ impl WebhookTx for DieselTx<'_> {
             .set((webhook_endpoints::enabled.eq(false), webhook_endpoints::updated_at.eq(Some(now))))
             .execute(self.conn)
             .map(drop)
+            .map_err(db_err)
+    }
+
+    fn enabled_webhook_endpoints(&mut self) -> R<Vec<Endpoint>> {
+        webhook_endpoints::table
+            .filter(webhook_endpoints::enabled.eq(true))
+            .select(endpoint_columns!())
+            .order(webhook_endpoints::id.asc())
+            .load::<EndpointRow>(self.conn)
+            .map(|rows| rows.into_iter().map(|r| endpoint(r).0).collect())
+            .map_err(db_err)
+    }
+
+    fn keys_expiring_unnoticed(
+        &mut self,
+        workspace_id: &str,
+        endpoint_id: &str,
+        days: i64,
+        from: i64,
+        to: i64,
+        limit: usize,
+    ) -> R<Vec<(String, i64)>> {
+        use diesel::dsl::{exists, not};
+        let noticed = webhook_expiry_notices::table
+            .filter(webhook_expiry_notices::key_id.eq(keys::id))
+            .filter(webhook_expiry_notices::endpoint_id.eq(endpoint_id))
+            .filter(webhook_expiry_notices::days.eq(days))
+            .filter(webhook_expiry_notices::expires.nullable().eq(keys::expires));
+        let rows: Vec<(String, Option<i64>)> = keys::table
+            .filter(keys::workspace_id.eq(workspace_id))
+            .filter(keys::expires.gt(from))
+            .filter(keys::expires.le(to))
+            .filter(not(exists(noticed)))
+            .order(keys::expires.asc())
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .select((keys::id, keys::expires))
+            .load(self.conn)
+            .map_err(db_err)?;
+        Ok(rows.into_iter().filter_map(|(id, at)| Some((id, at?))).collect())
+    }
+
+    fn insert_expiry_notice(&mut self, key_id: &str, endpoint_id: &str, days: i64, expires: i64) -> R<bool> {
+        let row = (
+            webhook_expiry_notices::key_id.eq(key_id),
+            webhook_expiry_notices::endpoint_id.eq(endpoint_id),
+            webhook_expiry_notices::days.eq(days),
+            webhook_expiry_notices::expires.eq(expires),
+        );
+        let n = match &mut *self.conn {
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => diesel::insert_into(webhook_expiry_notices::table)
+                .values(row)
+                .on_conflict_do_nothing()
+                .execute(c),
+            #[cfg(feature = "postgres")]
+            DbConn::Pg(c) => diesel::insert_into(webhook_expiry_notices::table)
+                .values(row)
+                .on_conflict_do_nothing()
+                .execute(c),
+        }
+        .map_err(db_err)?;
+        Ok(n == 1)
+    }
+
+    fn prune_expiry_notices(&mut self, before: i64) -> R<usize> {
+        diesel::delete(webhook_expiry_notices::table.filter(webhook_expiry_notices::expires.lt(before)))
+            .execute(self.conn)
             .map_err(db_err)
     }
 

@@ -1,0 +1,2 @@
+DROP TABLE webhook_expiry_notices;
+DROP INDEX keys_by_workspace_expires;
