@@ -9,6 +9,9 @@
 #   KEYGATE_BIN=/tmp/keygate-before bash bins/keygate/bench/verify-credits.sh  # another build, as is
 #   PARTS=1 bash bins/keygate/bench/verify-credits.sh  # also the two parts of a spend apart
 #   CPU=1 bash bins/keygate/bench/verify-credits.sh    # also the ratios of CPU time per request
+#   WEBHOOK=1 bash bins/keygate/bench/verify-credits.sh  # spending with a webhook endpoint
+#     subscribed to credit events (enabled) against none (the endpoint disabled), same keys,
+#     rounds interleaved (issue 76: >= 0.97x); the endpoint's receiver is a closed port
 #
 # One server, one worker pinned to CPU 0; wrk (one thread, one connection per request
 # stream) on CPU 1. KEYS plain keys, and KEYS keys each with credits (1e9) and one
@@ -34,7 +37,7 @@ export ROOT_KEY
 require wrk curl taskset
 [ -n "${KEYGATE_BIN:-}" ] || cargo build --release -q -p keygate --bin keygate
 bench_database
-serve_keygate $PORT "$work/server.log"
+serve_keygate $PORT "$work/server.log" KEYGATE_WEBHOOKS_ALLOW_PRIVATE=true
 
 create_keys $PORT v2/keys.createKey '{"apiId":"api_bench"}' "$KEYS" >"$work/plain.txt"
 spending=${SPENDING:-'{"apiId":"api_bench","credits":{"remaining":1000000000},"ratelimits":[{"name":"calls","limit":1000000,"duration":60000,"autoApply":true}]}'}
@@ -55,6 +58,23 @@ done
 run() { # name keys-file
   KEYS_FILE=$2 wrk_round "$1" $PORT bins/keygate/bench/verify-v2.lua
 }
+hook() { # enabled: true|false
+  curl -sS "http://127.0.0.1:$PORT/v2/webhooks.$1" -H "Authorization: Bearer $ROOT_KEY" \
+    -H 'Content-Type: application/json' -d "$2"
+}
+if [ -n "${WEBHOOK:-}" ]; then
+  endpoint=$(hook createEndpoint '{"url":"http://127.0.0.1:9/hook","events":["key.credits.low","key.credits.exhausted"],"enabled":false}' |
+    sed -E 's/.*"endpointId":"([^"]+)".*/\1/')
+  cp "$work/spending.txt" "$work/hooked.txt"
+  kinds="spending hooked"
+  # A round of `hooked` with the endpoint enabled, every other round with it disabled.
+  run() {
+    local enabled=false
+    [[ $1 == hooked* ]] && enabled=true
+    hook updateEndpoint "{\"endpointId\":\"$endpoint\",\"enabled\":$enabled}" >/dev/null
+    KEYS_FILE=$2 wrk_round "$1" $PORT bins/keygate/bench/verify-v2.lua
+  }
+fi
 # Warm-up: every key's cache entry.
 for f in $kinds; do
   run "warm-$f" "$work/$f.txt" >/dev/null
@@ -72,6 +92,9 @@ echo "plain verifyKey:    median $(median_of "$out" plain rps) req/s, median p99
 echo "spending verifyKey: median $(median_of "$out" spending rps) req/s, median p99 $(median_of "$out" spending p99_us) us"
 target=$([[ -n ${SCALE_OUT:-} ]] && echo 0.80 || echo 0.85)
 echo "spending/plain: median of per-round ratios $(ratio "$out" spending plain) (target >= $target); errors: $(errors "$out")"
+if [ -n "${WEBHOOK:-}" ]; then
+  echo "spending with a credit webhook/without: median of per-round ratios $(ratio "$out" hooked spending) (target >= 0.97)"
+fi
 if [ -n "${PARTS:-}" ]; then
   echo "limit only/plain: $(ratio "$out" limited plain); credits only/plain: $(ratio "$out" credits plain)"
 fi

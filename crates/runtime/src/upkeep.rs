@@ -25,9 +25,15 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// they reach the API within 3 s), and every
 /// [`keygate_analytics::flush::LIMITS_EVERY_FLUSHES`]th flush the rate-limit counts.
 pub const ANALYTICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
-/// How often the webhook worker looks for due deliveries (a round that finds a full batch
-/// looks again at once).
+/// How often the webhook worker looks for due deliveries of every instance (a round that
+/// finds a full batch looks again at once); this process's own events are sent as they are
+/// written.
 pub const WEBHOOK_DELIVERY_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a webhook round goes on, after its deliveries, sending this process's events as
+/// they are written (most of the round: the thread sleeps for the rest).
+const WEBHOOK_WAKE_WAIT: Duration = Duration::from_millis(195);
+/// The pause between an event written and its delivery claimed (its commit).
+const WEBHOOK_COMMIT_PAUSE: Duration = Duration::from_millis(2);
 /// How often the webhook backlog's gauges are read.
 const WEBHOOK_BACKLOG_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the roll-up and retention of analytics run.
@@ -99,30 +105,45 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
     let every = (WEBHOOK_BACKLOG_INTERVAL.as_millis() / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
     let scan_every = (keygate_webhooks::expiry::EXPIRY_SCAN_INTERVAL.as_millis()
         / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
-    upkeep.spawn("keygate-webhooks", WEBHOOK_DELIVERY_INTERVAL, host.clone(), move |h: &T, round| {
-        let webhooks = &h.as_ref().webhooks;
-        // Full batches in a row while a backlog lasts.
-        loop {
-            match webhooks.deliver_due() {
-                Ok(n) if n >= keygate_webhooks::deliver::CLAIM_BATCH => continue,
-                Ok(_) => break,
-                Err(e) => {
-                    log::warn!("webhooks: claiming due deliveries failed (tried again shortly): {e}");
-                    break;
+    upkeep.spawn(
+        "keygate-webhooks",
+        WEBHOOK_DELIVERY_INTERVAL - WEBHOOK_WAKE_WAIT,
+        host.clone(),
+        move |h: &T, round| {
+            let webhooks = &h.as_ref().webhooks;
+            // Full batches in a row while a backlog lasts.
+            let deliver = || loop {
+                match webhooks.deliver_due() {
+                    Ok(n) if n >= keygate_webhooks::deliver::CLAIM_BATCH => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        log::warn!("webhooks: claiming due deliveries failed (tried again shortly): {e}");
+                        break;
+                    }
                 }
+            };
+            deliver();
+            // Until the next round, this process's own events are sent as they are written
+            // (a moment later, for their transaction to commit); other instances' at the round.
+            let until = std::time::Instant::now() + WEBHOOK_WAKE_WAIT;
+            while let Some(left) = until.checked_duration_since(std::time::Instant::now())
+                && webhooks.outbox().wait(left)
+            {
+                std::thread::sleep(WEBHOOK_COMMIT_PAUSE);
+                deliver();
             }
-        }
-        if round % every == 0
-            && let Err(e) = webhooks.observe_backlog()
-        {
-            log::debug!("webhooks: reading the backlog failed: {e}");
-        }
-        if round % scan_every == 0
-            && let Err(e) = webhooks.scan_expiry()
-        {
-            log::warn!("webhooks: the scan for expiring keys failed (tried again later): {e}");
-        }
-    });
+            if round % every == 0
+                && let Err(e) = webhooks.observe_backlog()
+            {
+                log::debug!("webhooks: reading the backlog failed: {e}");
+            }
+            if round % scan_every == 0
+                && let Err(e) = webhooks.scan_expiry()
+            {
+                log::warn!("webhooks: the scan for expiring keys failed (tried again later): {e}");
+            }
+        },
+    );
     if let Some(a) = analytics {
         let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;
         upkeep.spawn("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |h: &T, round| {

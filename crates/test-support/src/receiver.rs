@@ -16,6 +16,8 @@ pub struct Received {
     /// Header names lowercased.
     pub headers: HashMap<String, String>,
     pub body: String,
+    /// When it arrived.
+    pub at: Instant,
 }
 
 impl Received {
@@ -95,7 +97,12 @@ impl Receiver {
 
     /// Waits (up to 10 s) until `n` requests have arrived; what arrived.
     pub fn wait_for(&self, n: usize) -> Vec<Received> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        self.wait_for_within(n, Duration::from_secs(10))
+    }
+
+    /// Waits (up to `limit`) until `n` requests have arrived; what arrived.
+    pub fn wait_for_within(&self, n: usize, limit: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + limit;
         let mut got = self.shared.got.lock();
         while got.len() < n {
             if self.shared.arrived.wait_until(&mut got, deadline).timed_out() {
@@ -133,7 +140,8 @@ fn serve(stream: TcpStream, s: &Shared) {
         return;
     }
     let answer = s.answers.lock().pop_front().unwrap_or(Answer::status(200));
-    s.got.lock().push(Received { path, headers, body: String::from_utf8_lossy(&body).into_owned() });
+    let body = String::from_utf8_lossy(&body).into_owned();
+    s.got.lock().push(Received { path, headers, body, at: Instant::now() });
     s.arrived.notify_all();
     let mut out = format!(
         "HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n",

@@ -9,10 +9,11 @@
 //! most [`MAX_RESPONSE_BYTES`] of the answer, ignores proxy settings, and connects only to
 //! addresses [`crate::address`] allows, resolved at the delivery.
 
+use crate::Attempt;
 use crate::address::{CheckedResolver, forbidden, is_local_name};
-use crate::{Attempt, WebhookTx};
 use crate::{Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookService, WebhookStore, signing};
 use keygate_rbac::{RbacError, StorageError};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ pub const RETRY_DELAYS_MS: [i64; 7] =
 /// What an attempt came to, as `keygate_webhook_deliveries_total{outcome}` counts it.
 pub const OUTCOMES: [&str; 4] = ["succeeded", "retry", "failed", "gone"];
 /// The most deliveries one round claims (and sends at once).
-pub const CLAIM_BATCH: usize = 64;
+pub const CLAIM_BATCH: usize = 128;
 
 /// The HTTP client and the runtime it runs on.
 #[derive(Debug)]
@@ -116,17 +117,26 @@ impl<S: WebhookStore> WebhookService<S> {
         if claimed.is_empty() {
             return Ok(0);
         }
+        let (bodies, endpoints) = store.webhook_read(|tx| {
+            let mut events: Vec<&str> = claimed.iter().map(|d| d.event_id.as_str()).collect();
+            let mut ids: Vec<&str> = claimed.iter().map(|d| d.endpoint_id.as_str()).collect();
+            for list in [&mut events, &mut ids] {
+                list.sort_unstable();
+                list.dedup();
+            }
+            Ok((tx.webhook_event_bodies(&events)?, tx.webhook_endpoints_by_ids(&ids)?))
+        })?;
+        let bodies: HashMap<String, String> = bodies.into_iter().collect();
+        let endpoints: HashMap<String, (Endpoint, EndpointSecrets)> =
+            endpoints.into_iter().map(|(e, s)| (e.id.clone(), (e, s))).collect();
         let mut jobs = Vec::with_capacity(claimed.len());
         let mut unsendable = Vec::new();
-        store.webhook_read(|tx| {
-            for d in claimed {
-                match self.job(tx, d, now)? {
-                    Ok(job) => jobs.push(job),
-                    Err((d, why)) => unsendable.push((d, why)),
-                }
+        for d in claimed {
+            match self.job(d, &bodies, &endpoints, now) {
+                Ok(job) => jobs.push(job),
+                Err(not) => unsendable.push(*not),
             }
-            Ok(())
-        })?;
+        }
         let sent = jobs.len();
         let sender = self.sender()?;
         let rt = sender
@@ -136,15 +146,14 @@ impl<S: WebhookStore> WebhookService<S> {
         let answers = rt.block_on(futures_util::future::join_all(
             jobs.into_iter().map(|job| self.send(&sender.client, job)),
         ));
-        for (delivery, answer) in
-            answers.into_iter().chain(unsendable.into_iter().map(|(d, why)| (d, Answer::unsendable(why))))
-        {
-            if let Err(e) = self.record(&delivery, answer) {
-                log::warn!(
-                    "webhooks: recording an attempt of {} failed (its lease ends, then it is sent again): {e}",
-                    delivery.id
-                );
-            }
+        let all: Vec<(Delivery, Answer)> = answers
+            .into_iter()
+            .chain(unsendable.into_iter().map(|(d, why)| (d, Answer::unsendable(why))))
+            .collect();
+        if let Err(e) = self.record(all) {
+            log::warn!(
+                "webhooks: recording a round's attempts failed (their leases end, then they are sent again): {e}"
+            );
         }
         Ok(sent)
     }
@@ -153,22 +162,23 @@ impl<S: WebhookStore> WebhookService<S> {
     /// disabled: the delivery fails without an attempt on the wire).
     fn job(
         &self,
-        tx: &mut dyn WebhookTx,
         d: Delivery,
+        bodies: &HashMap<String, String>,
+        endpoints: &HashMap<String, (Endpoint, EndpointSecrets)>,
         now: i64,
-    ) -> Result<Result<Job, (Delivery, String)>, RbacError> {
-        let Some(body) = tx.webhook_event_body(&d.event_id)? else {
-            return Ok(Err((d, "the event is gone".into())));
+    ) -> Result<Job, Box<(Delivery, String)>> {
+        let Some(body) = bodies.get(&d.event_id).cloned() else {
+            return Err(Box::new((d, "the event is gone".into())));
         };
-        let Some((endpoint, secrets)) = tx.webhook_endpoint_by_id(&d.endpoint_id)? else {
-            return Ok(Err((d, "the endpoint is gone".into())));
+        let Some((endpoint, secrets)) = endpoints.get(&d.endpoint_id) else {
+            return Err(Box::new((d, "the endpoint is gone".into())));
         };
         if !endpoint.enabled {
-            return Ok(Err((d, "the endpoint is disabled".into())));
+            return Err(Box::new((d, "the endpoint is disabled".into())));
         }
-        match self.signing_secrets(&endpoint, &secrets, now) {
-            Ok(secrets) => Ok(Ok(Job { delivery: d, url: endpoint.url, body, secrets })),
-            Err(why) => Ok(Err((d, why))),
+        match self.signing_secrets(endpoint, secrets, now) {
+            Ok(secrets) => Ok(Job { delivery: d, url: endpoint.url.clone(), body, secrets }),
+            Err(why) => Err(Box::new((d, why))),
         }
     }
 
@@ -224,35 +234,46 @@ impl<S: WebhookStore> WebhookService<S> {
         }
     }
 
-    /// Records an attempt and where the delivery goes next.
-    fn record(&self, d: &Delivery, answer: Answer) -> Result<(), RbacError> {
+    /// Records a round's attempts and where each delivery goes next, in one transaction.
+    fn record(&self, round: Vec<(Delivery, Answer)>) -> Result<(), RbacError> {
         let now = self.now();
-        let attempt = Attempt {
-            delivery_id: d.id.clone(),
-            attempt: d.attempts + 1,
-            at: now,
-            status: answer.status.map(i64::from),
-            error: answer.error,
-            response: answer.response,
-            duration_ms: i64::try_from(answer.took.as_millis()).unwrap_or(i64::MAX),
-        };
-        let (status, next, outcome) = match answer.status {
-            Some(s) if (200..300).contains(&s) => (DeliveryStatus::Succeeded, None, "succeeded"),
-            Some(410) => (DeliveryStatus::Failed, None, "gone"),
-            _ => match usize::try_from(d.attempts).ok().and_then(|n| RETRY_DELAYS_MS.get(n)) {
-                Some(wait) if answer.retry => (DeliveryStatus::Pending, Some(now + wait), "retry"),
-                _ => (DeliveryStatus::Failed, None, "failed"),
-            },
-        };
+        let mut outcomes = Vec::with_capacity(round.len());
+        let mut attempts = Vec::with_capacity(round.len());
+        for (d, answer) in round {
+            let (status, next, outcome) = match answer.status {
+                Some(s) if (200..300).contains(&s) => (DeliveryStatus::Succeeded, None, "succeeded"),
+                Some(410) => (DeliveryStatus::Failed, None, "gone"),
+                _ => match usize::try_from(d.attempts).ok().and_then(|n| RETRY_DELAYS_MS.get(n)) {
+                    Some(wait) if answer.retry => (DeliveryStatus::Pending, Some(now + wait), "retry"),
+                    _ => (DeliveryStatus::Failed, None, "failed"),
+                },
+            };
+            let attempt = Attempt {
+                delivery_id: d.id,
+                attempt: d.attempts + 1,
+                at: now,
+                status: answer.status.map(i64::from),
+                error: answer.error,
+                response: answer.response,
+                duration_ms: i64::try_from(answer.took.as_millis()).unwrap_or(i64::MAX),
+            };
+            outcomes.push((outcome, d.endpoint_id));
+            attempts.push((attempt, status, next));
+        }
         let held = self.rbac.store().webhook_transaction(|tx| {
-            let held = tx.finish_webhook_attempt(&self.instance, &attempt, status, next)?;
-            if held && answer.status == Some(410) {
-                tx.disable_webhook_endpoint(&d.endpoint_id, now)?;
+            let held = tx.finish_webhook_attempts(&self.instance, &attempts)?;
+            // Not held any more: another instance took the delivery over; its answer stands.
+            for ((outcome, endpoint_id), held) in outcomes.iter().zip(&held) {
+                if *held && *outcome == "gone" {
+                    tx.disable_webhook_endpoint(endpoint_id, now)?;
+                }
             }
             Ok(held)
         })?;
-        if held {
-            metrics::counter!("keygate_webhook_deliveries_total", "outcome" => outcome).increment(1);
+        for ((outcome, _), held) in outcomes.iter().zip(held) {
+            if held {
+                metrics::counter!("keygate_webhook_deliveries_total", "outcome" => *outcome).increment(1);
+            }
         }
         Ok(())
     }

@@ -16,6 +16,9 @@ pub type KeyRenderer = Box<dyn Fn(KeySummary) -> Value + Send + Sync>;
 #[derive(Default)]
 pub struct Outbox {
     render: OnceLock<KeyRenderer>,
+    /// Set when this process wrote an event: the worker's wait ([`Outbox::wait`]) ends.
+    written: parking_lot::Mutex<bool>,
+    woken: parking_lot::Condvar,
 }
 
 impl std::fmt::Debug for Outbox {
@@ -31,6 +34,21 @@ impl Outbox {
         let _ = self.render.set(render);
     }
 
+    /// Waits up to `limit` for this process to write an event (its transaction may not be
+    /// committed yet when this returns): whether one was written.
+    pub fn wait(&self, limit: std::time::Duration) -> bool {
+        let mut written = self.written.lock();
+        if !*written {
+            self.woken.wait_for(&mut written, limit);
+        }
+        std::mem::replace(&mut *written, false)
+    }
+
+    fn wake(&self) {
+        *self.written.lock() = true;
+        self.woken.notify_all();
+    }
+
     fn key_data(&self, summary: KeySummary) -> Value {
         match self.render.get() {
             Some(render) => render(summary),
@@ -40,6 +58,7 @@ impl Outbox {
 
     /// Writes one event to `endpoints`.
     fn write(
+        &self,
         tx: &mut dyn RbacTx,
         workspace_id: &str,
         event_type: &'static str,
@@ -56,6 +75,7 @@ impl Outbox {
         };
         tx.insert_webhook_event(&event, endpoints)?;
         metrics::counter!("keygate_webhook_events_total", "type" => event_type).increment(1);
+        self.wake();
         Ok(())
     }
 
@@ -77,7 +97,7 @@ impl Outbox {
         if let (Some(obj), Value::Object(extra)) = (data.as_object_mut(), fields) {
             obj.extend(extra);
         }
-        Self::write(tx, workspace_id, event_type, at, data, endpoints)?;
+        self.write(tx, workspace_id, event_type, at, data, endpoints)?;
         Ok(true)
     }
 
@@ -122,10 +142,10 @@ impl Outbox {
         };
         for (percent, endpoints) in low {
             let data = with(json!({ "threshold": percent, "remaining": change.after, "base": first.base }));
-            Self::write(tx, ws, "key.credits.low", at, data, &endpoints)?;
+            self.write(tx, ws, "key.credits.low", at, data, &endpoints)?;
         }
         if !gone.is_empty() {
-            Self::write(tx, ws, "key.credits.exhausted", at, with(json!({ "remaining": 0 })), &gone)?;
+            self.write(tx, ws, "key.credits.exhausted", at, with(json!({ "remaining": 0 })), &gone)?;
         }
         Ok(())
     }
@@ -145,7 +165,7 @@ impl Outbox {
             return Ok(());
         }
         let Some(data) = data(tx)? else { return Ok(()) };
-        Self::write(tx, workspace_id, event_type, at, data, &endpoints)
+        self.write(tx, workspace_id, event_type, at, data, &endpoints)
     }
 }
 

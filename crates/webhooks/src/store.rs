@@ -52,21 +52,19 @@ pub trait WebhookTx: RbacTx {
         lease_until: i64,
         limit: usize,
     ) -> R<Vec<Delivery>>;
-    /// What an event's deliveries send.
-    fn webhook_event_body(&mut self, event_id: &str) -> R<Option<String>>;
-    /// An endpoint by id alone (the worker), with its secrets.
-    fn webhook_endpoint_by_id(&mut self, id: &str) -> R<Option<(Endpoint, EndpointSecrets)>>;
-    /// Records `attempt` of a delivery `owner` holds, and where the delivery goes next
-    /// (`status`, due at `next_attempt_at` when pending), releasing it. `false` when
-    /// `owner` no longer holds it (its lease ended and another instance took it over):
-    /// nothing is written then.
-    fn finish_webhook_attempt(
+    /// What the events' deliveries send: (event id, body), those that exist.
+    fn webhook_event_bodies(&mut self, event_ids: &[&str]) -> R<Vec<(String, String)>>;
+    /// Endpoints by id alone (the worker), with their secrets: those that exist.
+    fn webhook_endpoints_by_ids(&mut self, ids: &[&str]) -> R<Vec<(Endpoint, EndpointSecrets)>>;
+    /// Records attempts of deliveries `owner` holds, each with where its delivery goes next
+    /// (`status`, due at `next_attempt_at` when pending), releasing them: for each, whether
+    /// `owner` still held it (else its lease ended and another instance took it over, and
+    /// nothing of it is written).
+    fn finish_webhook_attempts(
         &mut self,
         owner: &str,
-        attempt: &Attempt,
-        status: DeliveryStatus,
-        next_attempt_at: Option<i64>,
-    ) -> R<bool>;
+        attempts: &[(Attempt, DeliveryStatus, Option<i64>)],
+    ) -> R<Vec<bool>>;
     /// Disables an endpoint (its receiver answered 410 Gone).
     fn disable_webhook_endpoint(&mut self, id: &str, now: i64) -> R<()>;
     /// Pending deliveries, and the creation time of the oldest (metrics).

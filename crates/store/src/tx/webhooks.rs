@@ -372,74 +372,109 @@ impl WebhookTx for DieselTx<'_> {
         Ok(out)
     }
 
-    fn webhook_event_body(&mut self, event_id: &str) -> R<Option<String>> {
+    fn webhook_event_bodies(&mut self, event_ids: &[&str]) -> R<Vec<(String, String)>> {
         webhook_events::table
-            .filter(webhook_events::id.eq(event_id))
-            .select(webhook_events::body)
-            .get_result(self.conn)
-            .optional()
+            .filter(webhook_events::id.eq_any(event_ids))
+            .select((webhook_events::id, webhook_events::body))
+            .load(self.conn)
             .map_err(db_err)
     }
 
-    fn webhook_endpoint_by_id(&mut self, id: &str) -> R<Option<(Endpoint, EndpointSecrets)>> {
+    fn webhook_endpoints_by_ids(&mut self, ids: &[&str]) -> R<Vec<(Endpoint, EndpointSecrets)>> {
         webhook_endpoints::table
-            .filter(webhook_endpoints::id.eq(id))
+            .filter(webhook_endpoints::id.eq_any(ids))
             .select(endpoint_columns!())
-            .get_result::<EndpointRow>(self.conn)
-            .optional()
-            .map(|r| r.map(endpoint))
+            .load::<EndpointRow>(self.conn)
+            .map(|rows| rows.into_iter().map(endpoint).collect())
             .map_err(db_err)
     }
 
-    fn finish_webhook_attempt(
+    fn finish_webhook_attempts(
         &mut self,
         owner: &str,
-        a: &Attempt,
-        status: DeliveryStatus,
-        next_attempt_at: Option<i64>,
-    ) -> R<bool> {
-        let updated = diesel::update(
-            webhook_deliveries::table
-                .filter(webhook_deliveries::id.eq(&a.delivery_id))
-                .filter(webhook_deliveries::lease_owner.eq(owner)),
-        )
-        .set((
-            webhook_deliveries::status.eq(status.as_str()),
-            webhook_deliveries::attempts.eq(a.attempt),
-            webhook_deliveries::last_status.eq(a.status),
-            webhook_deliveries::next_attempt_at.eq(next_attempt_at),
-            webhook_deliveries::lease_owner.eq(None::<String>),
-            webhook_deliveries::lease_until.eq(None::<i64>),
-            webhook_deliveries::updated_at.eq(a.at),
-        ))
-        .execute(self.conn)
-        .map_err(db_err)?;
-        if updated == 0 {
-            return Ok(false);
-        }
-        // A replayed delivery numbers its attempts on; an attempt number met twice (a
-        // lease taken over mid-attempt) keeps the first record.
-        let row = (
-            webhook_attempts::delivery_id.eq(&a.delivery_id),
-            webhook_attempts::attempt.eq(a.attempt),
-            webhook_attempts::at.eq(a.at),
-            webhook_attempts::status.eq(a.status),
-            webhook_attempts::error.eq(&a.error),
-            webhook_attempts::response.eq(&a.response),
-            webhook_attempts::duration_ms.eq(a.duration_ms),
-        );
-        match &mut *self.conn {
-            #[cfg(feature = "sqlite")]
-            DbConn::Sqlite(c) => {
-                diesel::insert_into(webhook_attempts::table).values(row).on_conflict_do_nothing().execute(c)
-            }
+        attempts: &[(Attempt, DeliveryStatus, Option<i64>)],
+    ) -> R<Vec<bool>> {
+        let held: std::collections::HashSet<String> = match &mut *self.conn {
+            // One statement for the round, one round trip.
             #[cfg(feature = "postgres")]
             DbConn::Pg(c) => {
-                diesel::insert_into(webhook_attempts::table).values(row).on_conflict_do_nothing().execute(c)
+                use diesel::sql_types::Array;
+                #[derive(QueryableByName)]
+                struct Held {
+                    #[diesel(sql_type = Text)]
+                    id: String,
+                }
+                let rows: Vec<Held> = diesel::sql_query(
+                    "UPDATE webhook_deliveries d SET status = v.status, attempts = v.attempt, \
+                     last_status = v.last, next_attempt_at = v.next, lease_owner = NULL, lease_until = NULL, \
+                     updated_at = v.at FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[], \
+                     $7::int8[]) AS v(id, status, attempt, last, next, at) \
+                     WHERE d.id = v.id AND d.lease_owner = $1 RETURNING d.id",
+                )
+                .bind::<Text, _>(owner)
+                .bind::<Array<Text>, _>(attempts.iter().map(|a| a.0.delivery_id.as_str()).collect::<Vec<_>>())
+                .bind::<Array<Text>, _>(attempts.iter().map(|a| a.1.as_str()).collect::<Vec<_>>())
+                .bind::<Array<BigInt>, _>(attempts.iter().map(|a| a.0.attempt).collect::<Vec<_>>())
+                .bind::<Array<Nullable<BigInt>>, _>(attempts.iter().map(|a| a.0.status).collect::<Vec<_>>())
+                .bind::<Array<Nullable<BigInt>>, _>(attempts.iter().map(|a| a.2).collect::<Vec<_>>())
+                .bind::<Array<BigInt>, _>(attempts.iter().map(|a| a.0.at).collect::<Vec<_>>())
+                .load(c)
+                .map_err(db_err)?;
+                rows.into_iter().map(|h| h.id).collect()
             }
+            #[cfg(feature = "sqlite")]
+            DbConn::Sqlite(c) => {
+                let mut held = std::collections::HashSet::new();
+                for (a, status, next) in attempts {
+                    let n = diesel::update(
+                        webhook_deliveries::table
+                            .filter(webhook_deliveries::id.eq(&a.delivery_id))
+                            .filter(webhook_deliveries::lease_owner.eq(owner)),
+                    )
+                    .set((
+                        webhook_deliveries::status.eq(status.as_str()),
+                        webhook_deliveries::attempts.eq(a.attempt),
+                        webhook_deliveries::last_status.eq(a.status),
+                        webhook_deliveries::next_attempt_at.eq(next),
+                        webhook_deliveries::lease_owner.eq(None::<String>),
+                        webhook_deliveries::lease_until.eq(None::<i64>),
+                        webhook_deliveries::updated_at.eq(a.at),
+                    ))
+                    .execute(c)
+                    .map_err(db_err)?;
+                    if n == 1 {
+                        held.insert(a.delivery_id.clone());
+                    }
+                }
+                held
+            }
+        };
+        // A replayed delivery numbers its attempts on; an attempt number met twice (a
+        // lease taken over mid-attempt) keeps the first record.
+        let rows: Vec<_> = attempts
+            .iter()
+            .map(|(a, _, _)| a)
+            .filter(|a| held.contains(&a.delivery_id))
+            .map(|a| {
+                (
+                    webhook_attempts::delivery_id.eq(&a.delivery_id),
+                    webhook_attempts::attempt.eq(a.attempt),
+                    webhook_attempts::at.eq(a.at),
+                    webhook_attempts::status.eq(a.status),
+                    webhook_attempts::error.eq(&a.error),
+                    webhook_attempts::response.eq(&a.response),
+                    webhook_attempts::duration_ms.eq(a.duration_ms),
+                )
+            })
+            .collect();
+        if !rows.is_empty() {
+            on_each_backend!(self.conn, c => diesel::insert_into(webhook_attempts::table)
+                .values(&rows)
+                .on_conflict_do_nothing()
+                .execute(c))
+            .map_err(db_err)?;
         }
-        .map_err(db_err)?;
-        Ok(true)
+        Ok(attempts.iter().map(|(a, _, _)| held.contains(&a.delivery_id)).collect())
     }
 
     fn disable_webhook_endpoint(&mut self, id: &str, now: i64) -> R<()> {
