@@ -5,7 +5,7 @@
 use crate::store::UsageStore;
 use crate::{UsageService, ledger::Kind};
 use keygate_domain::{IdPrefix, ValidationError, has_prefix, validate_key_id};
-use keygate_rbac::{ApiAccess, AuditEvent, Credits, Principal, RbacError, Resource, Scope};
+use keygate_rbac::{ApiAccess, AuditEvent, Credits, KeyChange, Principal, RbacError, Resource, Scope};
 
 /// What `keys.updateCredits` does with its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +79,7 @@ impl<S: UsageStore + 'static> UsageService<S> {
                         at: now,
                         detail: None,
                     }])?;
+                    self.rbac.key_event(&mut *tx, ws, key_id, KeyChange::Updated, now)?;
                     changes.bump(tx, now)?;
                     Ok(after)
                 })

@@ -250,6 +250,8 @@ fn key_changes_are_delivered_signed_with_the_key_as_get_key_shows_it() {
     assert!(!created.body.contains(&plaintext), "no secret in a payload");
 
     assert_eq!(s.v2("keys.updateKey", &json!({"keyId": key_id, "name": "second"})).status, 200);
+    let r = s.v2("keys.updateCredits", &json!({"keyId": key_id, "operation": "set", "value": 7}));
+    assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(
         s.v2("keys.addPermissions", &json!({"keyId": key_id, "permissions": ["docs.write"]})).status,
         200
@@ -258,32 +260,33 @@ fn key_changes_are_delivered_signed_with_the_key_as_get_key_shows_it() {
     assert_eq!(reroll.status, 200, "{}", reroll.text);
     let new_id = reroll.data()["keyId"].as_str().unwrap().to_string();
     assert_eq!(s.v2("keys.deleteKey", &json!({"keyId": new_id})).status, 200);
-    let got = rx.wait_for(5);
+    let got = rx.wait_for(6);
     let types: Vec<Value> = got.iter().map(|g| g.json()["type"].clone()).collect();
     let mut sorted: Vec<String> = types.iter().map(|t| t.as_str().unwrap().to_string()).collect();
     sorted.sort();
     assert_eq!(
         sorted,
-        ["key.created", "key.deleted", "key.rerolled", "key.updated", "key.updated"],
+        ["key.created", "key.deleted", "key.rerolled", "key.updated", "key.updated", "key.updated"],
         "{types:?}"
     );
     let of =
         |t: &str| got.iter().filter(|g| g.json()["type"] == json!(t)).map(Received::json).collect::<Vec<_>>();
     assert!(of("key.updated").iter().any(|b| b["data"]["name"] == json!("second")));
     assert!(of("key.updated").iter().any(|b| b["data"]["permissions"].as_array().unwrap().len() == 2));
+    assert!(of("key.updated").iter().any(|b| b["data"]["credits"]["remaining"] == json!(7)), "updateCredits");
     assert_eq!(of("key.rerolled")[0]["data"]["keyId"], json!(new_id));
     assert_eq!(of("key.rerolled")[0]["data"]["previousKeyId"], json!(key_id));
     assert_eq!(of("key.deleted")[0]["data"]["keyId"], json!(new_id));
     assert!(got.iter().all(|g| signed_by(g, &secret)));
     let ids: std::collections::HashSet<&str> = got.iter().map(|g| g.header("webhook-id")).collect();
-    assert_eq!(ids.len(), 5, "each event its own id");
+    assert_eq!(ids.len(), 6, "each event its own id");
     let log = wait_deliveries(&s, &endpoint_id, |d| d.iter().all(|x| x["status"] == json!("succeeded")));
-    assert_eq!(log.len(), 5);
+    assert_eq!(log.len(), 6);
     assert!(log.iter().all(|d| d["attempts"] == json!(1) && d["lastStatus"] == json!(200)), "{log:?}");
 
     // A call that fails writes no event.
     assert_eq!(s.v2("keys.updateKey", &json!({"keyId": "key_missing", "name": "x"})).status, 404);
-    assert_eq!(s.count("webhook_events", "1 = 1"), 5);
+    assert_eq!(s.count("webhook_events", "1 = 1"), 6);
 }
 
 #[test]

@@ -92,8 +92,9 @@ impl<S: RbacStore> RbacService<S> {
         self.key_events.as_ref()
     }
 
-    /// Tells the registered [`KeyEvents`], if any, of `change` to the key.
-    pub(crate) fn key_event(
+    /// Tells the registered [`KeyEvents`], if any, of `change` to the key, in the change's
+    /// transaction (the other capabilities' writes of a key too: `keys.updateCredits`).
+    pub fn key_event(
         &self,
         tx: &mut dyn RbacTx,
         workspace_id: &str,
