@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 /// A 2xx within this is a success; anything later is a failed attempt.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a claim holds a delivery: well past the timeout, so a live instance's claim
-/// never ends under it.
-pub const LEASE_MS: i64 = 60_000;
+/// How long a claim holds a delivery: past the timeout with room for the round's record,
+/// so a live instance's claim does not end under it; and short, since a claim of an
+/// instance that died is taken over only when it ends.
+pub const LEASE_MS: i64 = 15_000;
 /// The most of an answer's body read.
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// The most of an answer's body kept in the delivery log.
