@@ -120,6 +120,14 @@ impl TestServer {
         Self::start_with(Self::config(&db.url), db)
     }
 
+    /// A fresh server whose webhook endpoints may point at loopback (a test receiver).
+    pub fn start_hooked() -> Self {
+        let db = Arc::new(TestDb::fresh());
+        let mut config = Self::config(&db.url);
+        config.webhooks_allow_private = true;
+        Self::start_with(config, db)
+    }
+
     /// The configuration the tests use for a database URL.
     pub fn config(url: &str) -> ServerConfig {
         let mut config = ServerConfig::for_database(url);

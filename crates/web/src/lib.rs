@@ -6,8 +6,13 @@
 pub use askama::Template;
 
 pub mod portal;
+pub mod webhooks;
 pub use portal::{
     PortalFrame, PortalKey, PortalKeyPage, PortalKeysPage, PortalMessagePage, PortalRow, PortalsPage,
+};
+pub use webhooks::{
+    AttemptRow, DeliveryPage, DeliveryRow, EventChoice, WebhookPage, WebhookRow, WebhookSecretPage,
+    WebhooksPage,
 };
 
 /// The stylesheet, served at `<base>/assets/app.css`.

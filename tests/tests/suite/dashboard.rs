@@ -449,9 +449,17 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
     let root_keys = s.count("root_keys", "revoked_at IS NULL AND enabled");
     let portal = json!({"slug": "guarded", "displayName": "Guarded", "keyspaceId": api});
     let portal_id = s.v2("portal.createPortal", &portal).data()["portalId"].as_str().unwrap().to_string();
+    let hook = json!({"url": "https://93.184.215.14/in", "events": ["key.deleted"]});
+    let hook = s.v2("webhooks.createEndpoint", &hook).data()["endpointId"].as_str().unwrap().to_string();
     let mut b = Browser::new(&s);
     assert_eq!(b.login(&s.root_key).status, 303);
     let routes = [
+        ("/dashboard/webhooks".to_string(), vec![("url", "https://93.184.215.14/x"), ("key.created", "on")]),
+        (format!("/dashboard/webhooks/{hook}"), vec![("url", "https://93.184.215.14/y")]),
+        (format!("/dashboard/webhooks/{hook}/enabled"), vec![("enabled", "false")]),
+        (format!("/dashboard/webhooks/{hook}/rotate"), vec![]),
+        (format!("/dashboard/webhooks/{hook}/delete"), vec![]),
+        ("/dashboard/deliveries/whdl_not_there/replay".to_string(), vec![]),
         (
             "/dashboard/portals".to_string(),
             vec![("slug", "forged"), ("display_name", "x"), ("api_id", api.as_str())],
@@ -507,6 +515,12 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
         "no root key made or changed"
     );
     assert_eq!(s.count("portals", "display_name = 'Guarded' AND enabled"), 1, "no portal made or changed");
+    assert_eq!(
+        s.count("webhook_endpoints", "url = 'https://93.184.215.14/in' AND enabled"),
+        1,
+        "no endpoint made or changed"
+    );
+    assert_eq!(s.count("audit_events", "action LIKE 'webhook.%'"), 1, "only the API's create");
     assert_eq!(b.get("/dashboard").status, 200, "still signed in");
 }
 
@@ -999,4 +1013,145 @@ fn the_store_unreachable_is_a_503_page_under_the_proxy_prefix() {
     assert!(p.body.contains(r#"href="/admin/keygate/assets/app.css""#), "links under the prefix: {}", p.body);
     assert_secure_headers(&p);
     proxy.restore();
+}
+
+/// Waits (up to 10 s) until the endpoint's first delivery satisfies `done`; the delivery.
+fn first_delivery(
+    s: &TestServer,
+    endpoint: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = s.v2("webhooks.listDeliveries", &json!({"endpointId": endpoint}));
+        let d = r.data()[0].clone();
+        if done(&d) || std::time::Instant::now() > deadline {
+            return d;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn webhooks_are_managed_from_the_dashboard_and_their_deliveries_shown_escaped() {
+    use keygate_test_support::receiver::{Answer, Receiver};
+    let s = TestServer::start_hooked();
+    let receiver = Receiver::start();
+    let hostile = "<script>alert('answer')</script>";
+    receiver.answer([Answer { body: hostile.into(), ..Answer::status(500) }, Answer::status(200)]);
+    let mut b = Browser::new(&s);
+    assert_eq!(b.login(&s.root_key).status, 303);
+    let list = b.get("/dashboard/webhooks");
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert_secure_headers(&list);
+    let t = list.csrf();
+
+    // Refused forms change nothing and say why.
+    for (url, credits) in [("ftp://hooks.example.com/in", ""), (receiver.url.as_str(), "ninety")] {
+        let form =
+            [("csrf_token", t.as_str()), ("url", url), ("key.created", "on"), ("credits_low", credits)];
+        let p = b.post("/dashboard/webhooks", &form);
+        assert_eq!(p.status, 400, "{}", p.body);
+    }
+    assert_eq!(s.count("webhook_endpoints", "1 = 1"), 0, "nothing created");
+
+    // Created: the secret shown once; listed with what the form said (escaped).
+    let made = b.post(
+        "/dashboard/webhooks",
+        &[
+            ("csrf_token", &t),
+            ("url", &receiver.url),
+            ("description", "<b>billing</b>"),
+            ("key.created", "on"),
+            ("key.deleted", "on"),
+            ("credits_low", "90, 50"),
+        ],
+    );
+    assert_eq!(made.status, 200, "{}", made.body);
+    assert_secure_headers(&made);
+    let secret = shown_secret(&made);
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    let listed = s.v2("webhooks.listEndpoints", &json!({})).data()[0].clone();
+    let id = listed["endpointId"].as_str().unwrap().to_string();
+    assert_eq!(listed["events"], json!(["key.created", "key.deleted"]));
+    assert_eq!(listed["description"], json!("<b>billing</b>"));
+    assert_eq!(listed["thresholds"], json!({"creditsLow": [50, 90], "expiringDays": [7, 1]}));
+    let page = b.get("/dashboard/webhooks");
+    assert!(page.body.contains(&id) && page.body.contains("&#60;b&#62;billing&#60;/b&#62;"), "{}", page.body);
+    assert!(!page.body.contains("<b>billing") && !page.body.contains(&secret));
+
+    // A key created: delivered, answered 500 with a hostile body, shown escaped on the
+    // delivery's page; replayed from there, delivered again with the same id.
+    let api = s.v2("apis.createApi", &json!({"name": "hooked"})).data()["apiId"].clone();
+    s.v2("keys.createKey", &json!({"apiId": api}));
+    let first = receiver.wait_for(1);
+    assert_eq!(first.len(), 1);
+    let delivery = first_delivery(&s, &id, |d| d["attempts"] == 1);
+    let delivery_id = delivery["deliveryId"].as_str().unwrap().to_string();
+    let endpoint_page = b.get(&format!("/dashboard/webhooks/{id}"));
+    assert_eq!(endpoint_page.status, 200);
+    assert!(endpoint_page.body.contains(&delivery_id) && endpoint_page.body.contains("key.created"));
+    let failed_only = b.get(&format!("/dashboard/webhooks/{id}?status=succeeded"));
+    assert!(!failed_only.body.contains(&delivery_id), "the status filter applies");
+    let shown = b.get(&format!("/dashboard/deliveries/{delivery_id}"));
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_secure_headers(&shown);
+    assert!(shown.body.contains("HTTP 500"), "{}", shown.body);
+    assert!(shown.body.contains("&#60;script&#62;alert("), "{}", shown.body);
+    assert!(!shown.body.contains(hostile), "the receiver's answer is escaped");
+    let replayed = b.post(&format!("/dashboard/deliveries/{delivery_id}/replay"), &[("csrf_token", &t)]);
+    assert_eq!(replayed.status, 303);
+    let both = receiver.wait_for(2);
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[1].header("webhook-id"), first[0].header("webhook-id"));
+    assert_eq!(both[1].body, first[0].body);
+    assert_eq!(first_delivery(&s, &id, |d| d["status"] == "succeeded")["status"], "succeeded");
+    assert!(b.get(&format!("/dashboard/deliveries/{delivery_id}")).body.contains("HTTP 200"));
+
+    // Edited (an emptied threshold field keeps its values), disabled, rotated, deleted.
+    let p = b.post(
+        &format!("/dashboard/webhooks/{id}"),
+        &[
+            ("csrf_token", &t),
+            ("url", &receiver.url),
+            ("description", ""),
+            ("key.rerolled", "on"),
+            ("expiring_days", "3"),
+        ],
+    );
+    assert_eq!(p.status, 303, "{}", p.body);
+    let e = s.v2("webhooks.getEndpoint", &json!({"endpointId": id})).data().clone();
+    assert_eq!(e["events"], json!(["key.rerolled"]));
+    assert!(e.get("description").is_none(), "{e}");
+    assert_eq!(e["thresholds"], json!({"creditsLow": [50, 90], "expiringDays": [3]}));
+    let off =
+        b.post(&format!("/dashboard/webhooks/{id}/enabled"), &[("csrf_token", &t), ("enabled", "false")]);
+    assert_eq!(off.status, 303);
+    assert_eq!(s.v2("webhooks.getEndpoint", &json!({"endpointId": id})).data()["enabled"], false);
+    assert!(b.get(&format!("/dashboard/webhooks/{id}")).body.contains("Disabled"));
+    let rotated = b.post(&format!("/dashboard/webhooks/{id}/rotate"), &[("csrf_token", &t)]);
+    assert_eq!(rotated.status, 200, "{}", rotated.body);
+    let new_secret = shown_secret(&rotated);
+    assert!(new_secret.starts_with("whsec_") && new_secret != secret);
+    assert!(!b.get(&format!("/dashboard/webhooks/{id}")).body.contains(&new_secret));
+
+    // A root key that may only read endpoints sees them, and may not change them.
+    let perms = ["webhook.*.read_endpoint".to_string()];
+    let (_, reader_key) = s.state.rbac.create_root_key(&s.workspace_id, &perms).unwrap();
+    let mut reader = Browser::new(&s);
+    assert_eq!(reader.login(reader_key.expose()).status, 303);
+    assert_eq!(reader.get(&format!("/dashboard/webhooks/{id}")).status, 200);
+    let rt = token(&mut reader);
+    let refused = reader.post(&format!("/dashboard/webhooks/{id}/delete"), &[("csrf_token", &rt)]);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(refused.body.contains("webhook.*.delete_endpoint"), "{}", refused.body);
+
+    let gone = b.post(&format!("/dashboard/webhooks/{id}/delete"), &[("csrf_token", &t)]);
+    assert_eq!(gone.status, 303);
+    s.v2("webhooks.getEndpoint", &json!({"endpointId": id}))
+        .assert_problem(404, "keygate/data/webhook_endpoint_not_found");
+    assert_eq!(b.get(&format!("/dashboard/webhooks/{id}")).status, 404);
+    assert_eq!(b.get(&format!("/dashboard/deliveries/{delivery_id}")).status, 404);
+    let audited = s.count("audit_events", "action LIKE 'webhook.%'");
+    assert_eq!(audited, 6, "create, replay, update twice, rotate, delete");
 }

@@ -306,3 +306,87 @@ fn an_end_user_manages_their_keys_in_the_customer_portal() {
     assert_eq!(r.b.find_all("h1").len(), 1);
     assert!(r.b.source().contains("This link has expired"));
 }
+
+#[test]
+#[ignore = "needs chromium and chromium-driver (Debian packages; .ci/run installs them) and runs with --include-ignored"]
+fn webhooks_are_managed_and_their_deliveries_read_from_the_browser() {
+    use keygate_test_support::receiver::{Answer, Receiver};
+    let s = TestServer::start_hooked();
+    let receiver = Receiver::start();
+    let hostile = "<img src=x onerror=\"document.title='owned'\"><script>document.title='owned'</script>";
+    receiver.answer([Answer { body: hostile.into(), ..Answer::status(500) }, Answer::status(204)]);
+    let r = Run::start(&s);
+    r.b.goto(&r.url("/login"));
+    r.b.type_into(&r.b.active(), &format!("{}{ENTER}", s.root_key));
+    r.arrived("");
+
+    // An endpoint, with the keyboard: its secret shown once.
+    r.b.goto(&r.url("/webhooks"));
+    r.check(Some("webhooks"));
+    r.fill("#url", &receiver.url);
+    r.fill("#description", "billing");
+    r.b.type_into(&r.b.find("input[type=checkbox][name='key.created']"), " ");
+    r.fill("#credits_low", "90");
+    r.press("form[action$='/webhooks'] button[type=submit]");
+    let secret = r.b.attribute(&r.b.find("#secret"), "value").unwrap();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    r.check(Some("webhook-created"));
+    let e = s.v2("webhooks.listEndpoints", &json!({})).data()[0].clone();
+    let id = e["endpointId"].as_str().unwrap().to_string();
+    assert_eq!(e["events"], json!(["key.created"]));
+    assert_eq!(e["thresholds"]["creditsLow"], json!([90]));
+
+    // A key created: the delivery fails (500, a hostile answer) and its page shows the
+    // answer as text: nothing in it runs.
+    let api = s.v2("apis.createApi", &json!({"name": "hooked"})).data()["apiId"].clone();
+    s.v2("keys.createKey", &json!({"apiId": api}));
+    let first = receiver.wait_for(1);
+    assert_eq!(first.len(), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let delivery = loop {
+        let d = s.v2("webhooks.listDeliveries", &json!({"endpointId": id})).data()[0].clone();
+        if d["attempts"] == 1 {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no attempt recorded: {d}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let delivery_id = delivery["deliveryId"].as_str().unwrap().to_string();
+    r.b.goto(&r.url(&format!("/webhooks/{id}")));
+    r.check(Some("webhook"));
+    r.press(&format!("a[href$='/deliveries/{delivery_id}']"));
+    r.arrived(&format!("/deliveries/{delivery_id}"));
+    r.check(Some("delivery"));
+    assert_eq!(r.b.script("return document.querySelector('pre').textContent;"), json!(hostile));
+    assert!(r.b.find_all("pre *").is_empty(), "the answer is text, not markup");
+    assert_ne!(r.b.script("return document.title;"), json!("owned"));
+
+    // Replayed: sent again with the same id; the page shows the new attempt.
+    r.press("form[action$='/replay'] button");
+    r.arrived(&format!("/deliveries/{delivery_id}"));
+    let both = receiver.wait_for(2);
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[1].header("webhook-id"), first[0].header("webhook-id"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !r.b.source().contains("HTTP 204") {
+        assert!(Instant::now() < deadline, "the replay's answer is not shown");
+        std::thread::sleep(Duration::from_millis(100));
+        r.new_page(|| drop(r.b.script("location.reload(); return null;")));
+    }
+
+    // Rotated (the new secret shown once), disabled, deleted.
+    r.b.goto(&r.url(&format!("/webhooks/{id}")));
+    r.press("form[action$='/rotate'] button");
+    let rotated = r.b.attribute(&r.b.find("#secret"), "value").unwrap();
+    assert!(rotated.starts_with("whsec_") && rotated != secret);
+    r.check(Some("webhook-rotated"));
+    r.b.goto(&r.url(&format!("/webhooks/{id}")));
+    r.press("form[action$='/enabled'] button");
+    r.arrived(&format!("/webhooks/{id}"));
+    assert_eq!(s.v2("webhooks.getEndpoint", &json!({"endpointId": id})).data()["enabled"], false);
+    r.press("form[action$='/delete'] button");
+    r.arrived("/webhooks");
+    s.v2("webhooks.getEndpoint", &json!({"endpointId": id}))
+        .assert_problem(404, "keygate/data/webhook_endpoint_not_found");
+    r.check(None);
+}

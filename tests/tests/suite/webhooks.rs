@@ -18,10 +18,7 @@ use std::time::{Duration, Instant};
 
 /// A server whose endpoints may point at loopback (the receiver).
 fn server() -> TestServer {
-    let db = Arc::new(TestDb::fresh());
-    let mut config = TestServer::config(&db.url);
-    config.webhooks_allow_private = true;
-    TestServer::start_with(config, db)
+    TestServer::start_hooked()
 }
 
 /// An endpoint at `url` for `events`: (endpointId, secret).

@@ -18,6 +18,7 @@ mod ratelimits;
 mod root_keys;
 mod session;
 pub mod settings;
+mod webhooks;
 
 use answer::{DashError, unavailable_page};
 pub(crate) use forms::when;
@@ -100,6 +101,15 @@ pub fn configure(cfg: &mut web::ServiceConfig, middleware: crate::plumbing::Requ
             .route("/portals", web::get().to(portals::list))
             .route("/portals", web::post().to(portals::create))
             .route("/portals/{id}", web::post().to(portals::update))
+            .route("/webhooks", web::get().to(webhooks::list))
+            .route("/webhooks", web::post().to(webhooks::create))
+            .route("/webhooks/{id}", web::get().to(webhooks::show))
+            .route("/webhooks/{id}", web::post().to(webhooks::update))
+            .route("/webhooks/{id}/enabled", web::post().to(webhooks::set_enabled))
+            .route("/webhooks/{id}/rotate", web::post().to(webhooks::rotate))
+            .route("/webhooks/{id}/delete", web::post().to(webhooks::delete))
+            .route("/deliveries/{id}", web::get().to(webhooks::delivery))
+            .route("/deliveries/{id}/replay", web::post().to(webhooks::replay))
             .route("/audit", web::get().to(audit::list))
             .route("/permissions", web::get().to(permissions::list))
             .route("/permissions", web::post().to(permissions::create))
