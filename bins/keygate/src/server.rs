@@ -333,6 +333,9 @@ fn spawn_audit_retention(upkeep: &mut Upkeep, state: Weak<AppState>, days: u64) 
     );
 }
 
+/// How long a stopping server waits for its webhook requests still open.
+const WEBHOOK_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `keygate serve`: runs until SIGINT or SIGTERM, then stops accepting, lets in-flight
 /// requests finish (up to 5 s) and exits.
 pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
@@ -356,6 +359,15 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
                         log::warn!("verification cache: the snapshot {} was not written: {e}", path.display())
                     }
                 }
+            }
+            match state.runtime.webhooks.finish_sending(WEBHOOK_SHUTDOWN_WAIT) {
+                Ok(0) => {}
+                Ok(n) => {
+                    log::info!("webhooks: {n} deliveries still open at exit are sent again after their lease")
+                }
+                Err(e) => log::warn!(
+                    "webhooks: the last answers were not recorded (sent again after their lease): {e}"
+                ),
             }
             (state.usage.write_behind_credits(), state.analytics.flush_analytics_final())
         };

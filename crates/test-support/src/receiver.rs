@@ -37,11 +37,18 @@ pub struct Answer {
     /// Extra header lines (`location: …`).
     pub headers: Vec<(String, String)>,
     pub body: String,
+    /// How long to wait before answering (a receiver that hangs).
+    pub after: Duration,
 }
 
 impl Answer {
     pub fn status(status: u16) -> Self {
-        Self { status, headers: Vec::new(), body: String::new() }
+        Self { status, headers: Vec::new(), body: String::new(), after: Duration::ZERO }
+    }
+
+    /// `status`, after `after`.
+    pub fn hanging(after: Duration, status: u16) -> Self {
+        Self { after, ..Self::status(status) }
     }
 }
 
@@ -143,6 +150,7 @@ fn serve(stream: TcpStream, s: &Shared) {
     let body = String::from_utf8_lossy(&body).into_owned();
     s.got.lock().push(Received { path, headers, body, at: Instant::now() });
     s.arrived.notify_all();
+    std::thread::sleep(answer.after);
     let mut out = format!(
         "HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n",
         answer.status,

@@ -1,9 +1,13 @@
-//! The delivery worker: each round claims the due deliveries nobody holds (a lease of
-//! [`LEASE_MS`], so any number of instances share the work and each delivery is sent by
-//! one; a dead instance's claims are taken over when their lease ends), sends them at
-//! once, signed, and records each answer with where the delivery goes next: done on a
-//! 2xx, retried after [`RETRY_DELAYS_MS`], failed when those run out, and the endpoint
-//! disabled on a 410.
+//! The delivery worker: each round records the answers that came in since the last one,
+//! then claims the due deliveries nobody holds (a lease of [`LEASE_MS`], so any number of
+//! instances share the work and each delivery is sent by one; a dead instance's claims
+//! are taken over when their lease ends) and starts sending them, signed. Sends run on
+//! their own: a receiver that hangs holds its own request until [`DELIVERY_TIMEOUT`],
+//! never another's; a workspace with [`MAX_IN_FLIGHT_PER_WORKSPACE`] requests open is
+//! not claimed for until some end, so one tenant's slow receivers cannot take the
+//! instance's [`MAX_IN_FLIGHT`] from the others. Each answer is recorded with where the
+//! delivery goes next: done on a 2xx, retried after [`RETRY_DELAYS_MS`], failed when
+//! those run out, and the endpoint disabled on a 410.
 //!
 //! A request never follows a redirect, never waits past [`DELIVERY_TIMEOUT`], reads at
 //! most [`MAX_RESPONSE_BYTES`] of the answer, ignores proxy settings, and connects only to
@@ -13,13 +17,14 @@ use crate::Attempt;
 use crate::address::{CheckedResolver, forbidden, is_local_name};
 use crate::{Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookService, WebhookStore, signing};
 use keygate_rbac::{RbacError, StorageError};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A 2xx within this is a success; anything later is a failed attempt.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a claim holds a delivery: past the timeout with room for the round's record,
+/// How long a claim holds a delivery: past the timeout with room for the answer's record,
 /// so a live instance's claim does not end under it; and short, since a claim of an
 /// instance that died is taken over only when it ends.
 pub const LEASE_MS: i64 = 15_000;
@@ -33,20 +38,53 @@ pub const RETRY_DELAYS_MS: [i64; 7] =
     [5_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000, 5 * 3_600_000, 10 * 3_600_000, 10 * 3_600_000];
 /// What an attempt came to, as `keygate_webhook_deliveries_total{outcome}` counts it.
 pub const OUTCOMES: [&str; 4] = ["succeeded", "retry", "failed", "gone"];
-/// The most deliveries one round claims (and sends at once).
+/// The most deliveries one claim takes.
 pub const CLAIM_BATCH: usize = 128;
+/// The most requests an instance has open at once.
+pub const MAX_IN_FLIGHT: usize = 1_024;
+/// Past this many open requests of a workspace, the claims leave its deliveries for later
+/// (one claim may take up to [`CLAIM_BATCH`] more before that).
+pub const MAX_IN_FLIGHT_PER_WORKSPACE: usize = 128;
 
-/// The HTTP client and the runtime it runs on.
+/// The requests on their way, and the answers not recorded yet.
+#[derive(Debug, Default)]
+struct Flights {
+    open: usize,
+    by_workspace: HashMap<String, usize>,
+    answered: Vec<(Delivery, Answer)>,
+}
+
+impl Flights {
+    fn started(&mut self, workspace: &str) {
+        self.open += 1;
+        *self.by_workspace.entry(workspace.to_string()).or_default() += 1;
+    }
+
+    fn ended(&mut self, d: Delivery, answer: Answer) {
+        self.open = self.open.saturating_sub(1);
+        if let Some(n) = self.by_workspace.get_mut(&d.workspace_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_workspace.remove(&d.workspace_id);
+            }
+        }
+        self.answered.push((d, answer));
+    }
+}
+
+/// The HTTP client, the runtime its requests run on, and what is in flight.
 #[derive(Debug)]
 pub struct Sender {
     /// Always `Some` but while dropped.
     rt: Option<tokio::runtime::Runtime>,
     client: reqwest::Client,
+    flights: Arc<Mutex<Flights>>,
 }
 
 impl Drop for Sender {
-    /// Without waiting: the service may be dropped on an async runtime's thread (a server's
-    /// shutdown), where a runtime may not block to stop.
+    /// Without waiting (the requests still open are dropped; their leases end and they
+    /// are sent again): the service may be dropped on an async runtime's thread (a
+    /// server's shutdown), where a runtime may not block to stop.
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
@@ -56,8 +94,12 @@ impl Drop for Sender {
 
 impl Sender {
     fn new(allow_private: bool) -> Result<Self, String> {
-        let rt =
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("keygate-webhook-send")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
         let client = reqwest::Client::builder()
             .timeout(DELIVERY_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
@@ -66,7 +108,7 @@ impl Sender {
             .user_agent(concat!("keygate-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| e.to_string())?;
-        Ok(Self { rt: Some(rt), client })
+        Ok(Self { rt: Some(rt), client, flights: Arc::default() })
     }
 }
 
@@ -79,6 +121,7 @@ struct Job {
 }
 
 /// How an attempt went.
+#[derive(Debug)]
 struct Answer {
     status: Option<u16>,
     error: Option<String>,
@@ -107,15 +150,46 @@ impl<S: WebhookStore> WebhookService<S> {
             .map_err(|e| RbacError::Storage(StorageError::Internal(format!("the webhook client: {e}"))))
     }
 
-    /// One round of the worker: claims the due deliveries (at most [`CLAIM_BATCH`]),
-    /// sends them at once and records the answers; how many it sent.
+    /// One round of the worker: records the answers that came in, then claims due
+    /// deliveries (at most [`CLAIM_BATCH`], within [`MAX_IN_FLIGHT`]) and starts sending
+    /// them; how many it claimed. A claim is a write: it is made only when a read finds
+    /// something due.
     pub fn deliver_due(&self) -> Result<usize, RbacError> {
+        let sender = self.sender()?;
+        let (answered, room, skip) = {
+            let mut f = sender.flights.lock();
+            let skip: Vec<String> = f
+                .by_workspace
+                .iter()
+                .filter(|(_, n)| **n >= MAX_IN_FLIGHT_PER_WORKSPACE)
+                .map(|(w, _)| w.clone())
+                .collect();
+            (std::mem::take(&mut f.answered), MAX_IN_FLIGHT.saturating_sub(f.open), skip)
+        };
+        if !answered.is_empty()
+            && let Err(e) = self.record(answered)
+        {
+            log::warn!(
+                "webhooks: recording answers failed (their leases end, then they are sent again): {e}"
+            );
+        }
         let now = self.now();
         let store = self.rbac.store();
+        if room == 0 || !store.webhook_read(|tx| Ok(tx.webhook_due(now)?))? {
+            return Ok(0);
+        }
+        let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
         let claimed = store.webhook_transaction(|tx| {
-            Ok(tx.claim_webhook_deliveries(&self.instance, now, now + LEASE_MS, CLAIM_BATCH)?)
+            Ok(tx.claim_webhook_deliveries(
+                &self.instance,
+                now,
+                now + LEASE_MS,
+                room.min(CLAIM_BATCH),
+                &skip,
+            )?)
         })?;
-        if claimed.is_empty() {
+        let n = claimed.len();
+        if n == 0 {
             return Ok(0);
         }
         let (bodies, endpoints) = store.webhook_read(|tx| {
@@ -130,33 +204,55 @@ impl<S: WebhookStore> WebhookService<S> {
         let bodies: HashMap<String, String> = bodies.into_iter().collect();
         let endpoints: HashMap<String, (Endpoint, EndpointSecrets)> =
             endpoints.into_iter().map(|(e, s)| (e.id.clone(), (e, s))).collect();
-        let mut jobs = Vec::with_capacity(claimed.len());
-        let mut unsendable = Vec::new();
-        for d in claimed {
-            match self.job(d, &bodies, &endpoints, now) {
-                Ok(job) => jobs.push(job),
-                Err(not) => unsendable.push(*not),
-            }
-        }
-        let sent = jobs.len();
-        let sender = self.sender()?;
         let rt = sender
             .rt
             .as_ref()
             .ok_or_else(|| RbacError::Storage(StorageError::Internal("no runtime".into())))?;
-        let answers = rt.block_on(futures_util::future::join_all(
-            jobs.into_iter().map(|job| self.send(&sender.client, job)),
-        ));
-        let all: Vec<(Delivery, Answer)> = answers
-            .into_iter()
-            .chain(unsendable.into_iter().map(|(d, why)| (d, Answer::unsendable(why))))
-            .collect();
-        if let Err(e) = self.record(all) {
-            log::warn!(
-                "webhooks: recording a round's attempts failed (their leases end, then they are sent again): {e}"
-            );
+        let ts = now.div_euclid(1000);
+        for d in claimed {
+            let job = match self.job(d, &bodies, &endpoints, now) {
+                Ok(job) => job,
+                Err(not) => {
+                    let (d, why) = *not;
+                    sender.flights.lock().answered.push((d, Answer::unsendable(why)));
+                    continue;
+                }
+            };
+            if let Some(why) = self.refused_literal(&job.url) {
+                sender.flights.lock().answered.push((job.delivery, Answer::error(why)));
+                continue;
+            }
+            sender.flights.lock().started(&job.delivery.workspace_id);
+            let (client, flights, outbox) =
+                (sender.client.clone(), sender.flights.clone(), self.outbox.clone());
+            rt.spawn(async move {
+                let (d, answer) = send(&client, job, ts).await;
+                flights.lock().ended(d, answer);
+                outbox.wake();
+            });
         }
-        Ok(sent)
+        Ok(n)
+    }
+
+    /// At shutdown, after the worker stopped: waits up to `limit` for the requests still
+    /// open, and records the answers in; how many requests were left open (their leases
+    /// end, and another instance, or this one restarted, sends them again).
+    pub fn finish_sending(&self, limit: Duration) -> Result<usize, RbacError> {
+        let Some(Ok(sender)) = self.sender.get() else { return Ok(0) };
+        let until = Instant::now() + limit;
+        while sender.flights.lock().open > 0
+            && let Some(left) = until.checked_duration_since(Instant::now())
+        {
+            self.outbox.wait(left.min(Duration::from_millis(50)));
+        }
+        let (answered, open) = {
+            let mut f = sender.flights.lock();
+            (std::mem::take(&mut f.answered), f.open)
+        };
+        if !answered.is_empty() {
+            self.record(answered)?;
+        }
+        Ok(open)
     }
 
     /// What the delivery sends, or why it cannot be sent (its endpoint went or is
@@ -196,31 +292,6 @@ impl<S: WebhookStore> WebhookService<S> {
         Ok(out)
     }
 
-    /// One attempt on the wire.
-    async fn send(&self, client: &reqwest::Client, job: Job) -> (Delivery, Answer) {
-        let Job { delivery, url, body, secrets } = job;
-        if let Some(why) = self.refused_literal(&url) {
-            return (delivery, Answer::error(why));
-        }
-        let ts = self.now().div_euclid(1000);
-        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-        let signature = signing::signature_header(&secrets, &delivery.event_id, ts, &body);
-        let started = Instant::now();
-        let request = client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("webhook-id", &delivery.event_id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature)
-            .body(body);
-        let mut answer = match request.send().await {
-            Ok(response) => read_answer(response).await,
-            Err(e) => Answer::error(describe(&e)),
-        };
-        answer.took = started.elapsed();
-        (delivery, answer)
-    }
-
     /// Why a URL whose host is an address literal or a local name may not be called (the
     /// resolver sees names only).
     fn refused_literal(&self, url: &str) -> Option<String> {
@@ -235,7 +306,7 @@ impl<S: WebhookStore> WebhookService<S> {
         }
     }
 
-    /// Records a round's attempts and where each delivery goes next, in one transaction.
+    /// Records attempts and where each delivery goes next, in one transaction.
     fn record(&self, round: Vec<(Delivery, Answer)>) -> Result<(), RbacError> {
         let now = self.now();
         let mut outcomes = Vec::with_capacity(round.len());
@@ -287,6 +358,27 @@ impl<S: WebhookStore> WebhookService<S> {
         metrics::gauge!("keygate_webhook_oldest_pending_seconds").set(age);
         Ok(())
     }
+}
+
+/// One attempt on the wire, signed at `ts` (unix seconds).
+async fn send(client: &reqwest::Client, job: Job, ts: i64) -> (Delivery, Answer) {
+    let Job { delivery, url, body, secrets } = job;
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let signature = signing::signature_header(&secrets, &delivery.event_id, ts, &body);
+    let started = Instant::now();
+    let request = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("webhook-id", &delivery.event_id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", signature)
+        .body(body);
+    let mut answer = match request.send().await {
+        Ok(response) => read_answer(response).await,
+        Err(e) => Answer::error(describe(&e)),
+    };
+    answer.took = started.elapsed();
+    (delivery, answer)
 }
 
 /// The status and the start of the body (at most [`MAX_RESPONSE_BYTES`] read).

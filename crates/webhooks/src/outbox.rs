@@ -44,7 +44,8 @@ impl Outbox {
         std::mem::replace(&mut *written, false)
     }
 
-    fn wake(&self) {
+    /// Ends a [`wait`](Self::wait) (an event written, an answer in).
+    pub(crate) fn wake(&self) {
         *self.written.lock() = true;
         self.woken.notify_all();
     }

@@ -42,15 +42,19 @@ pub trait WebhookTx: RbacTx {
     /// counting).
     fn replay_webhook_delivery(&mut self, id: &str, now: i64) -> R<()>;
 
+    /// Whether a pending delivery is due at `now` that nobody holds (a read, before a
+    /// claim's write).
+    fn webhook_due(&mut self, now: i64) -> R<bool>;
     /// Claims up to `limit` pending deliveries due at `now` that nobody holds (or whose
-    /// holder's lease ended), for `owner` until `lease_until`, oldest due first. Of
-    /// concurrent claims each delivery goes to one.
+    /// holder's lease ended), none of the workspaces `skip`, for `owner` until
+    /// `lease_until`, oldest due first. Of concurrent claims each delivery goes to one.
     fn claim_webhook_deliveries(
         &mut self,
         owner: &str,
         now: i64,
         lease_until: i64,
         limit: usize,
+        skip: &[&str],
     ) -> R<Vec<Delivery>>;
     /// What the events' deliveries send: (event id, body), those that exist.
     fn webhook_event_bodies(&mut self, event_ids: &[&str]) -> R<Vec<(String, String)>>;

@@ -402,11 +402,7 @@ fn a_rotated_secret_signs_beside_the_old_one_for_a_day() {
 fn redirects_are_not_followed() {
     let s = server();
     let (rx, elsewhere) = (Receiver::start(), Receiver::start());
-    rx.answer([Answer {
-        status: 307,
-        headers: vec![("location".into(), elsewhere.url.clone())],
-        body: String::new(),
-    }]);
+    rx.answer([Answer { headers: vec![("location".into(), elsewhere.url.clone())], ..Answer::status(307) }]);
     let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.created"]));
     create_key(&s, &json!({"apiId": api(&s)}));
     rx.wait_for(1);
@@ -448,8 +444,14 @@ fn a_dead_instances_claim_is_taken_over_when_its_lease_ends() {
     // Another instance claims the retry when it is due, and dies.
     let due = s.clock.now_ms() as i64 + 5_000;
     let store = s.state.rbac.store();
+    let skipped = store
+        .webhook_transaction(|tx| {
+            Ok(tx.claim_webhook_deliveries("dead", due, due + LEASE_MS, 10, &[s.workspace_id.as_str()])?)
+        })
+        .unwrap();
+    assert!(skipped.is_empty(), "a workspace skipped is not claimed for");
     let claimed = store
-        .webhook_transaction(|tx| Ok(tx.claim_webhook_deliveries("dead", due, due + LEASE_MS, 10)?))
+        .webhook_transaction(|tx| Ok(tx.claim_webhook_deliveries("dead", due, due + LEASE_MS, 10, &[])?))
         .unwrap();
     assert_eq!(claimed.len(), 1);
     s.clock.advance(5_000);
@@ -735,4 +737,43 @@ fn keys_about_to_expire_and_expired_are_announced_once_per_threshold() {
     assert_eq!(got.iter().filter(|e| **e == expiring(&a, 7)).count(), 2, "{got:?}");
     assert_eq!(got.len(), 6, "{got:?}");
     assert_eq!(deliveries(&s, &endpoint_id).len(), 6);
+}
+
+#[test]
+fn a_receiver_that_hangs_times_out_and_is_retried_without_holding_up_the_others() {
+    let s = server();
+    let (hangs, quick) = (Receiver::start(), Receiver::start());
+    hangs.answer([Answer::hanging(Duration::from_secs(30), 200)]);
+    let (slow_id, _) = endpoint(&s, &hangs.url, json!(["key.created"]));
+    let (quick_id, _) = endpoint(&s, &quick.url, json!(["key.created"]));
+    let started = Instant::now();
+    create_key(&s, &json!({"apiId": api(&s)}));
+    assert_eq!(hangs.wait_for(1).len(), 1);
+    // The other endpoint's delivery is sent and recorded while the first request hangs.
+    let log = wait_deliveries(&s, &quick_id, |d| d[0]["status"] == json!("succeeded"));
+    assert_eq!(log[0]["status"], json!("succeeded"), "{log:?}");
+    assert_eq!(quick.received().len(), 1);
+    assert!(started.elapsed() < Duration::from_secs(8), "not held up: {:?}", started.elapsed());
+    assert_eq!(deliveries(&s, &slow_id)[0]["attempts"], json!(0), "still open");
+
+    // The hanging request ends at the timeout: a failed attempt, retried 5 s later.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let log = loop {
+        let log = deliveries(&s, &slow_id);
+        if log[0]["attempts"] == json!(1) || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!((log[0]["status"].clone(), log[0]["lastStatus"].clone()), (json!("pending"), Value::Null));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(10), "not before the timeout: {waited:?}");
+    assert_eq!(s.count("webhook_attempts", "error = 'no answer within 10 s' AND status IS NULL"), 1);
+    assert_eq!(log[0]["nextAttemptAt"], json!(s.clock.now_ms() as i64 + 5_000));
+    s.clock.advance(5_000);
+    let got = hangs.wait_for(2);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].header("webhook-id"), got[0].header("webhook-id"));
+    let log = wait_deliveries(&s, &slow_id, |d| d[0]["status"] == json!("succeeded"));
+    assert_eq!((log[0]["status"].clone(), log[0]["attempts"].clone()), (json!("succeeded"), json!(2)));
 }

@@ -317,21 +317,47 @@ impl WebhookTx for DieselTx<'_> {
             .map_err(db_err)
     }
 
+    fn webhook_due(&mut self, now: i64) -> R<bool> {
+        use diesel::dsl::exists;
+        diesel::select(exists(
+            webhook_deliveries::table
+                .filter(webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()))
+                .filter(webhook_deliveries::next_attempt_at.le(now))
+                .filter(
+                    webhook_deliveries::lease_until.is_null().or(webhook_deliveries::lease_until.lt(now)),
+                ),
+        ))
+        .get_result(self.conn)
+        .map_err(db_err)
+    }
+
     fn claim_webhook_deliveries(
         &mut self,
         owner: &str,
         now: i64,
         lease_until: i64,
         limit: usize,
+        skip: &[&str],
     ) -> R<Vec<Delivery>> {
         // One statement; on PostgreSQL the rows another claim holds are skipped, so
         // concurrent claims never take the same delivery. The bound is a literal (SQLite
-        // compiles a statement again whenever its LIMIT's parameter is bound again).
+        // compiles a statement again whenever its LIMIT's parameter is bound again), and so
+        // are the workspaces skipped: ids of this store's own making, written only when
+        // they are nothing but letters, digits and `_`.
+        let skipped: Vec<String> = skip
+            .iter()
+            .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .map(|w| format!("'{w}'"))
+            .collect();
+        let skip = match skipped.is_empty() {
+            true => String::new(),
+            false => format!(" AND workspace_id NOT IN ({})", skipped.join(", ")),
+        };
         let sql = |lock: &str| {
             format!(
                 "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 WHERE id IN \
                  (SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
-                 AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at LIMIT {limit}{lock}) \
+                 AND (lease_until IS NULL OR lease_until < $3){skip} ORDER BY next_attempt_at LIMIT {limit}{lock}) \
                  RETURNING id, workspace_id, endpoint_id, event_id, event_type, status, attempts, \
                  last_status, next_attempt_at, created_at"
             )
