@@ -18,6 +18,10 @@ pub const EXPIRY_BATCH: usize = 500;
 const DAY_MS: i64 = 86_400_000;
 /// How long a notice is kept after the expiry it was for.
 const NOTICE_KEPT_MS: i64 = 30 * DAY_MS;
+/// How far back `key.expired` looks: inside the notices kept, so a key whose notice was
+/// pruned is never announced again (a key that expired while no instance ran for longer
+/// than this is not announced).
+const EXPIRED_LOOKBACK_MS: i64 = NOTICE_KEPT_MS - DAY_MS;
 
 impl<S: WebhookStore> WebhookService<S> {
     /// One scan: announces the keys that entered a window or expired since, for every
@@ -37,8 +41,10 @@ impl<S: WebhookStore> WebhookService<S> {
                 }
             }
             if e.subscribes("key.expired") {
-                // Expiries since the endpoint was made (not every key that ever expired).
-                let window = Window { days: 0, from: e.created_at.saturating_sub(1), to: now };
+                // Expiries since the endpoint was made (not every key that ever expired),
+                // within the notices kept.
+                let from = e.created_at.saturating_sub(1).max(now.saturating_sub(EXPIRED_LOOKBACK_MS));
+                let window = Window { days: 0, from, to: now };
                 sent += self.announce(e, "key.expired", window, &[], now)?;
             }
         }

@@ -737,6 +737,20 @@ fn keys_about_to_expire_and_expired_are_announced_once_per_threshold() {
     assert_eq!(got.iter().filter(|e| **e == expiring(&a, 7)).count(), 2, "{got:?}");
     assert_eq!(got.len(), 6, "{got:?}");
     assert_eq!(deliveries(&s, &endpoint_id).len(), 6);
+
+    // Long after: the notices of old expiries are pruned, and those keys are not
+    // announced again.
+    for _ in 0..3 {
+        s.clock.advance(20 * DAY);
+        second.clock.set(s.clock.now_ms());
+        s.state.webhooks.scan_expiry().unwrap();
+    }
+    s.state.webhooks.scan_expiry().unwrap();
+    assert_eq!(s.count("webhook_expiry_notices", "1 = 1"), 0, "pruned");
+    let got = events(7);
+    assert_eq!(got.iter().filter(|e| **e == expired(&a)).count(), 1, "{got:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(deliveries(&s, &endpoint_id).len(), 7, "b and c are not announced again");
 }
 
 #[test]
