@@ -215,6 +215,11 @@ pub struct ServeArgs {
     /// addresses (docs/webhooks.md; off: refused at creation and at every delivery).
     #[arg(long, env = "KEYGATE_WEBHOOKS_ALLOW_PRIVATE", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub webhooks_allow_private: bool,
+    /// Delete webhook deliveries finished (sent or failed) more than this many days ago,
+    /// with their attempts and events, in the background (at most 5,000 a minute); 0
+    /// keeps them for good. Pending deliveries are never deleted.
+    #[arg(long, env = "KEYGATE_WEBHOOKS_RETENTION_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=36_500))]
+    pub webhooks_retention_days: u64,
     /// `ratelimits.limit` (v1) and `ratelimit.limit` (v2) answers carry the rate-limit
     /// header fields forward auth sends (`RateLimit-Limit`, `-Remaining`, `-Reset`, and
     /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11): on or off.
@@ -391,6 +396,7 @@ impl ServeArgs {
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
             webhooks_allow_private: self.webhooks_allow_private,
+            webhooks_retention_days: self.webhooks_retention_days,
             ratelimit_headers: self.ratelimit_headers,
             verify_cache: self.verify_cache,
             verify_cache_mb: self.verify_cache_mb,
@@ -466,6 +472,8 @@ pub struct ServerConfig {
     pub ratelimit_fail_open: bool,
     /// `KEYGATE_WEBHOOKS_ALLOW_PRIVATE`: webhook endpoints may point at private addresses.
     pub webhooks_allow_private: bool,
+    /// `KEYGATE_WEBHOOKS_RETENTION_DAYS`: finished deliveries are kept this many days; 0: kept.
+    pub webhooks_retention_days: u64,
     /// Rate-limit header fields on `limit` answers (`KEYGATE_RATELIMIT_HEADERS`).
     pub ratelimit_headers: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).

@@ -72,6 +72,8 @@ pub struct RuntimeSettings {
     pub public_url: String,
     /// Webhook endpoints may point at loopback and private addresses.
     pub webhooks_allow_private: bool,
+    /// Days finished webhook deliveries, their attempts and events are kept (0: for good).
+    pub webhooks_retention_days: u64,
     /// Verifications that load their key from the database at once, at most (`None`: no
     /// bound): on SQLite a load is CPU (about 90 us), and a cold cache's loads on the
     /// blocking pool's threads would take the workers' cores from the cached verifications
@@ -98,6 +100,7 @@ impl RuntimeSettings {
             vault: None,
             public_url: "http://localhost".into(),
             webhooks_allow_private: false,
+            webhooks_retention_days: keygate_webhooks::retention::DEFAULT_RETENTION_DAYS,
             max_loading: None,
         }
     }
@@ -202,7 +205,8 @@ impl Runtime {
                 .with_sql_capacity(settings.pool.max_size as usize / 2),
         );
         let portal = PortalService::new(rbac.clone(), analytics.clone(), &settings.public_url);
-        let webhooks = WebhookService::new(rbac.clone(), outbox, settings.webhooks_allow_private);
+        let webhooks = WebhookService::new(rbac.clone(), outbox, settings.webhooks_allow_private)
+            .with_retention_days(settings.webhooks_retention_days);
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,

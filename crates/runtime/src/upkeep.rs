@@ -105,6 +105,8 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
     let every = (WEBHOOK_BACKLOG_INTERVAL.as_millis() / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
     let scan_every = (keygate_webhooks::expiry::EXPIRY_SCAN_INTERVAL.as_millis()
         / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
+    let prune_every = (keygate_webhooks::retention::PRUNE_INTERVAL.as_millis()
+        / WEBHOOK_DELIVERY_INTERVAL.as_millis()) as u64;
     upkeep.spawn(
         "keygate-webhooks",
         WEBHOOK_DELIVERY_INTERVAL - WEBHOOK_WAKE_WAIT,
@@ -141,6 +143,15 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
                 && let Err(e) = webhooks.scan_expiry()
             {
                 log::warn!("webhooks: the scan for expiring keys failed (tried again later): {e}");
+            }
+            if round % prune_every == 1 {
+                match webhooks.prune_history() {
+                    Ok((0, 0)) => {}
+                    Ok((d, e)) => {
+                        log::info!("webhooks: retention deleted {d} finished deliveries and {e} events")
+                    }
+                    Err(e) => log::warn!("webhooks: retention failed (tried again later): {e}"),
+                }
             }
         },
     );

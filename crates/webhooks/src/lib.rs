@@ -23,6 +23,7 @@ pub mod endpoints;
 pub mod expiry;
 pub mod model;
 pub mod outbox;
+pub mod retention;
 pub mod signing;
 pub mod store;
 pub mod thresholds;
@@ -50,6 +51,9 @@ pub struct WebhookService<S> {
     sender: OnceLock<Result<deliver::Sender, String>>,
     /// This instance's name on the leases it takes.
     instance: String,
+    /// How long finished deliveries, their attempts and their events are kept, in days
+    /// (0: for good).
+    retention_days: u64,
 }
 
 impl<S: WebhookStore> WebhookService<S> {
@@ -57,7 +61,14 @@ impl<S: WebhookStore> WebhookService<S> {
     /// `KeyEvents`) writes.
     pub fn new(rbac: Arc<RbacService<S>>, outbox: Arc<Outbox>, allow_private: bool) -> Self {
         let instance = keygate_domain::random_token("inst");
-        Self { rbac, outbox, allow_private, sender: OnceLock::new(), instance }
+        let retention_days = retention::DEFAULT_RETENTION_DAYS;
+        Self { rbac, outbox, allow_private, sender: OnceLock::new(), instance, retention_days }
+    }
+
+    /// Keeps finished deliveries, their attempts and events `days` (0: for good).
+    pub fn with_retention_days(mut self, days: u64) -> Self {
+        self.retention_days = days;
+        self
     }
 
     /// The outbox (to set how keys are shown in events: [`Outbox::set_key_renderer`]).

@@ -71,6 +71,10 @@ pub trait WebhookTx: RbacTx {
     ) -> R<Vec<bool>>;
     /// Disables an endpoint (its receiver answered 410 Gone).
     fn disable_webhook_endpoint(&mut self, id: &str, now: i64) -> R<()>;
+    /// Deletes at most `max` deliveries sent or failed before `before` (with their
+    /// attempts), then at most `max` events older than `before` left without deliveries;
+    /// how many rows of each.
+    fn prune_webhook_history(&mut self, before: i64, max: usize) -> R<(usize, usize)>;
     /// Pending deliveries, and the creation time of the oldest (metrics).
     fn webhook_backlog(&mut self) -> R<(i64, Option<i64>)>;
 

@@ -791,3 +791,36 @@ fn a_receiver_that_hangs_times_out_and_is_retried_without_holding_up_the_others(
     let log = wait_deliveries(&s, &slow_id, |d| d[0]["status"] == json!("succeeded"));
     assert_eq!((log[0]["status"].clone(), log[0]["attempts"].clone()), (json!("succeeded"), json!(2)));
 }
+
+#[test]
+fn finished_deliveries_are_deleted_after_the_retention_and_pending_ones_kept() {
+    const DAY: u64 = 86_400_000;
+    let s = server();
+    let (ok, failing) = (Receiver::start(), Receiver::start());
+    failing.answer((0..20).map(|_| Answer::status(500)));
+    let (ok_id, _) = endpoint(&s, &ok.url, json!(["key.created"]));
+    let (failing_id, _) = endpoint(&s, &failing.url, json!(["key.created"]));
+    create_key(&s, &json!({"apiId": api(&s)}));
+    wait_deliveries(&s, &ok_id, |d| d[0]["status"] == json!("succeeded"));
+    wait_deliveries(&s, &failing_id, |d| d[0]["attempts"] == json!(1));
+
+    // Within the retention: nothing goes.
+    s.clock.advance(29 * DAY);
+    assert_eq!(s.state.webhooks.prune_history().unwrap(), (0, 0));
+    // Past it: the finished delivery and its attempt go; the pending one and the event it
+    // still needs stay.
+    s.clock.advance(2 * DAY);
+    assert_eq!(s.state.webhooks.prune_history().unwrap(), (1, 0));
+    assert!(deliveries(&s, &ok_id).is_empty());
+    let pending = deliveries(&s, &failing_id)[0].clone();
+    assert_eq!(pending["status"], json!("pending"));
+    let kept =
+        s.count("webhook_attempts", &format!("delivery_id = '{}'", pending["deliveryId"].as_str().unwrap()));
+    assert!(kept >= 1);
+    assert_eq!(s.count("webhook_attempts", "1 = 1"), kept, "only the pending delivery's attempts are left");
+    assert_eq!(s.count("webhook_events", "1 = 1"), 1);
+    // Once its last delivery has gone, the event goes too.
+    assert_eq!(s.v2("webhooks.deleteEndpoint", &json!({"endpointId": failing_id})).status, 200);
+    assert_eq!(s.state.webhooks.prune_history().unwrap(), (0, 1));
+    assert_eq!(s.count("webhook_events", "1 = 1"), 0);
+}

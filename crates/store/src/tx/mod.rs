@@ -443,6 +443,8 @@ mod sessions_tx;
 mod sql_tx;
 #[path = "vault.rs"]
 mod vault_tx;
+#[path = "webhook_retention.rs"]
+mod webhook_retention_tx;
 #[path = "webhooks.rs"]
 mod webhooks_tx;
 #[path = "workspaces.rs"]

@@ -578,6 +578,10 @@ impl WebhookTx for DieselTx<'_> {
             .map_err(db_err)
     }
 
+    fn prune_webhook_history(&mut self, before: i64, max: usize) -> R<(usize, usize)> {
+        super::webhook_retention_tx::prune(self.conn, before, max)
+    }
+
     fn webhook_backlog(&mut self) -> R<(i64, Option<i64>)> {
         use diesel::dsl::{count_star, min};
         webhook_deliveries::table
