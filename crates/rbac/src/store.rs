@@ -153,6 +153,8 @@ pub trait ApiTx {
     /// Whether the API exists in the workspace; locks it until the transaction ends (a key
     /// created into it and its deletion serialize).
     fn lock_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool>;
+    /// The ids of the API's keys.
+    fn api_key_ids(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>>;
     /// Deletes the API's keys (their links go with them); their ids.
     fn delete_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>>;
     /// Deletes the API itself; whether it existed.

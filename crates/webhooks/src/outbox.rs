@@ -195,6 +195,36 @@ impl KeyEvents for Outbox {
         })
     }
 
+    fn wants(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        change: KeyChange<'_>,
+    ) -> Result<bool, RbacError> {
+        Ok(!tx.webhook_subscribers(workspace_id, change.event_type())?.is_empty())
+    }
+
+    /// The endpoints read once for all the keys.
+    fn keys_changed(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        key_ids: &[String],
+        change: KeyChange<'_>,
+        at: i64,
+    ) -> Result<(), RbacError> {
+        let endpoints = tx.webhook_subscribers(workspace_id, change.event_type())?;
+        if endpoints.is_empty() {
+            return Ok(());
+        }
+        for id in key_ids {
+            let Some(key) = tx.get_key(workspace_id, id)? else { continue };
+            let data = self.key_data(key_summary(tx, key)?);
+            self.write(tx, workspace_id, change.event_type(), at, data, &endpoints)?;
+        }
+        Ok(())
+    }
+
     fn credits_spent(
         &self,
         tx: &mut dyn RbacTx,

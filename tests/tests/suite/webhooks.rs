@@ -824,3 +824,38 @@ fn finished_deliveries_are_deleted_after_the_retention_and_pending_ones_kept() {
     assert_eq!(s.state.webhooks.prune_history().unwrap(), (0, 1));
     assert_eq!(s.count("webhook_events", "1 = 1"), 0);
 }
+
+#[test]
+fn imported_keys_and_the_keys_of_a_deleted_api_are_announced() {
+    let s = server();
+    let rx = Receiver::start();
+    let (endpoint_id, _) = endpoint(&s, &rx.url, json!(["key.created", "key.deleted"]));
+    let api = api(&s);
+    let hash = |secret: &str| {
+        use sha2::Digest;
+        sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let keys =
+        json!([{"hash": hash("old-key-1"), "name": "first"}, {"hash": hash("old-key-2"), "name": "second"}]);
+    let r = s.v2("keys.migrateKeys", &json!({"migrationId": "sha256_hex", "apiId": api, "keys": keys}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let created = rx.wait_for(2);
+    assert_eq!(created.len(), 2);
+    let mut names: Vec<Value> = created.iter().map(|g| g.json()["data"]["name"].clone()).collect();
+    names.sort_by_key(|n| n.to_string());
+    assert_eq!(names, [json!("first"), json!("second")]);
+    assert!(created.iter().all(|g| g.json()["type"] == "key.created"));
+
+    let (own, _) = create_key(&s, &json!({"apiId": api, "name": "third"}));
+    assert_eq!(rx.wait_for(3).len(), 3);
+    assert_eq!(s.v2("apis.deleteApi", &json!({"apiId": api})).status, 200);
+    let all = rx.wait_for(6);
+    let deleted: Vec<Value> = all.iter().map(Received::json).filter(|b| b["type"] == "key.deleted").collect();
+    assert_eq!(deleted.len(), 3, "each key of the API: {deleted:?}");
+    assert!(deleted.iter().any(|b| b["data"]["keyId"] == json!(own) && b["data"]["name"] == "third"));
+    let mut names: Vec<String> = deleted.iter().map(|b| b["data"]["name"].as_str().unwrap().into()).collect();
+    names.sort();
+    assert_eq!(names, ["first", "second", "third"], "as they were");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(deliveries(&s, &endpoint_id).len(), 6);
+}

@@ -4,8 +4,8 @@
 
 use crate::perms::PERM_CREATE_API;
 use crate::{
-    Api, ApiAccess, AuditEvent, Key, Page, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource,
-    Scope,
+    Api, ApiAccess, AuditEvent, Key, KeyChange, Page, Principal, RbacError, RbacService, RbacStore, RbacTx,
+    Resource, Scope,
 };
 use keygate_domain::{IdPrefix, MAX_NAME_CHARS, check_len, new_id, validate_api_name};
 
@@ -122,6 +122,8 @@ impl<S: RbacStore> RbacService<S> {
                 return Err(RbacError::not_found(Resource::Api, api_id));
             }
             let now = self.now();
+            // `key.deleted` of each key, read before it goes.
+            self.keys_event(tx, ws, |tx| Ok(tx.api_key_ids(ws, api_id)?), KeyChange::Deleted, now)?;
             let deleted = tx.delete_api_keys(ws, api_id)?;
             tx.delete_api(ws, api_id)?;
             // Many keys at once: the workspace's counter ends every cached answer of it.

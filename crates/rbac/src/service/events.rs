@@ -66,6 +66,33 @@ pub trait KeyEvents: Send + Sync + std::fmt::Debug {
         at: i64,
     ) -> Result<(), RbacError>;
 
+    /// Whether a change of this kind in the workspace is told to anyone (a change of many
+    /// keys reads them for [`keys_changed`](Self::keys_changed) only then). Yes by default.
+    fn wants(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        change: KeyChange<'_>,
+    ) -> Result<bool, RbacError> {
+        let _ = (tx, workspace_id, change);
+        Ok(true)
+    }
+
+    /// Told of the same change of many keys (an import, an API's deletion).
+    fn keys_changed(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        key_ids: &[String],
+        change: KeyChange<'_>,
+        at: i64,
+    ) -> Result<(), RbacError> {
+        for id in key_ids {
+            self.key_changed(tx, workspace_id, id, change, at)?;
+        }
+        Ok(())
+    }
+
     /// Told of credit counters written by spends, in the transaction that writes them
     /// (each counter's writes are serialized by the rows, so every crossing of a
     /// threshold is seen by exactly one call). Nothing by default.
@@ -90,6 +117,24 @@ impl<S: RbacStore> RbacService<S> {
     /// The registered [`KeyEvents`] (the credit ledgers tell it of spends).
     pub fn key_events(&self) -> Option<&std::sync::Arc<dyn KeyEvents>> {
         self.key_events.as_ref()
+    }
+
+    /// Tells the registered [`KeyEvents`], if any, of `change` to each of the keys, in the
+    /// change's transaction; `key_ids` is asked for only when someone is told.
+    pub fn keys_event(
+        &self,
+        tx: &mut dyn RbacTx,
+        workspace_id: &str,
+        key_ids: impl FnOnce(&mut dyn RbacTx) -> Result<Vec<String>, RbacError>,
+        change: KeyChange<'_>,
+        at: i64,
+    ) -> Result<(), RbacError> {
+        let Some(events) = &self.key_events else { return Ok(()) };
+        if !events.wants(tx, workspace_id, change)? {
+            return Ok(());
+        }
+        let ids = key_ids(tx)?;
+        events.keys_changed(tx, workspace_id, &ids, change, at)
     }
 
     /// Tells the registered [`KeyEvents`], if any, of `change` to the key, in the change's

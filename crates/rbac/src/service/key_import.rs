@@ -188,6 +188,8 @@ impl<S: RbacStore> RbacService<S> {
             tx.link_keys_entities(EntityKind::Permission, ws, &permission_links, now)?;
             tx.link_keys_entities(EntityKind::Role, ws, &role_links, now)?;
             tx.insert_audit_events(&events)?;
+            let ids = |_: &mut dyn RbacTx| Ok(rows.iter().map(|(k, _)| k.id.clone()).collect());
+            self.keys_event(tx, ws, ids, crate::KeyChange::Created, now)?;
             Ok(out)
         })
     }

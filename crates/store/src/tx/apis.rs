@@ -57,6 +57,11 @@ impl ApiTx for DieselTx<'_> {
         Ok(lock_first!(self.conn, query)?.is_some())
     }
 
+    fn api_key_ids(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>> {
+        let of_api = keys::table.filter(keys::workspace_id.eq(workspace_id)).filter(keys::api_id.eq(api_id));
+        of_api.select(keys::id).order(keys::id).load(self.conn).map_err(db_err)
+    }
+
     fn delete_api_keys(&mut self, workspace_id: &str, api_id: &str) -> R<Vec<String>> {
         let of_api = keys::table.filter(keys::workspace_id.eq(workspace_id)).filter(keys::api_id.eq(api_id));
         let ids: Vec<String> = of_api.select(keys::id).order(keys::id).load(self.conn).map_err(db_err)?;
