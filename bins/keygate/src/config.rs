@@ -220,6 +220,10 @@ pub struct ServeArgs {
     /// keeps them for good. Pending deliveries are never deleted.
     #[arg(long, env = "KEYGATE_WEBHOOKS_RETENTION_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=36_500))]
     pub webhooks_retention_days: u64,
+    /// The DNS server (`IP:PORT`) webhook endpoints' host names are looked up with, when
+    /// an endpoint is written and at every delivery (unset: the system's resolver).
+    #[arg(long, env = "KEYGATE_WEBHOOKS_DNS")]
+    pub webhooks_dns: Option<std::net::SocketAddr>,
     /// `ratelimits.limit` (v1) and `ratelimit.limit` (v2) answers carry the rate-limit
     /// header fields forward auth sends (`RateLimit-Limit`, `-Remaining`, `-Reset`, and
     /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11): on or off.
@@ -397,6 +401,7 @@ impl ServeArgs {
             ratelimit_fail_open: self.ratelimit_fail_open,
             webhooks_allow_private: self.webhooks_allow_private,
             webhooks_retention_days: self.webhooks_retention_days,
+            webhooks_dns: self.webhooks_dns,
             ratelimit_headers: self.ratelimit_headers,
             verify_cache: self.verify_cache,
             verify_cache_mb: self.verify_cache_mb,
@@ -474,6 +479,8 @@ pub struct ServerConfig {
     pub webhooks_allow_private: bool,
     /// `KEYGATE_WEBHOOKS_RETENTION_DAYS`: finished deliveries are kept this many days; 0: kept.
     pub webhooks_retention_days: u64,
+    /// `KEYGATE_WEBHOOKS_DNS`: the DNS server webhook names are looked up with.
+    pub webhooks_dns: Option<std::net::SocketAddr>,
     /// Rate-limit header fields on `limit` answers (`KEYGATE_RATELIMIT_HEADERS`).
     pub ratelimit_headers: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).

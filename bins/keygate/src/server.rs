@@ -91,6 +91,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         fail_open: config.ratelimit_fail_open,
         webhooks_allow_private: config.webhooks_allow_private,
         webhooks_retention_days: config.webhooks_retention_days,
+        webhooks_dns: config.webhooks_dns,
         verify_cache: config.verify_cache,
         verify_cache_bytes: config.verify_cache_mb << 20,
         analytics: config.analytics,

@@ -74,6 +74,8 @@ pub struct RuntimeSettings {
     pub webhooks_allow_private: bool,
     /// Days finished webhook deliveries, their attempts and events are kept (0: for good).
     pub webhooks_retention_days: u64,
+    /// The DNS server webhook endpoints' names are looked up with; `None`: the system's.
+    pub webhooks_dns: Option<std::net::SocketAddr>,
     /// Verifications that load their key from the database at once, at most (`None`: no
     /// bound): on SQLite a load is CPU (about 90 us), and a cold cache's loads on the
     /// blocking pool's threads would take the workers' cores from the cached verifications
@@ -101,6 +103,7 @@ impl RuntimeSettings {
             public_url: "http://localhost".into(),
             webhooks_allow_private: false,
             webhooks_retention_days: keygate_webhooks::retention::DEFAULT_RETENTION_DAYS,
+            webhooks_dns: None,
             max_loading: None,
         }
     }
@@ -206,7 +209,8 @@ impl Runtime {
         );
         let portal = PortalService::new(rbac.clone(), analytics.clone(), &settings.public_url);
         let webhooks = WebhookService::new(rbac.clone(), outbox, settings.webhooks_allow_private)
-            .with_retention_days(settings.webhooks_retention_days);
+            .with_retention_days(settings.webhooks_retention_days)
+            .with_dns(settings.webhooks_dns);
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,

@@ -13,6 +13,7 @@
 
 pub mod bench;
 pub mod db;
+pub mod dns;
 pub mod http;
 pub mod process;
 pub mod receiver;

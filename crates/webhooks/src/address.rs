@@ -68,56 +68,107 @@ pub fn is_local_name(host: &str) -> bool {
     h == "localhost" || h.ends_with(".localhost")
 }
 
+/// Where webhook host names are looked up: the system's resolver, or the DNS server
+/// `KEYGATE_WEBHOOKS_DNS` names (over UDP, then TCP; nothing cached), for instance a
+/// resolver that answers only for public names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Names {
+    #[default]
+    System,
+    Server(SocketAddr),
+}
+
+impl Names {
+    /// `host`'s addresses.
+    async fn lookup(self, host: &str) -> Result<Vec<IpAddr>, String> {
+        use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+        use hickory_resolver::net::runtime::TokioRuntimeProvider;
+        let Names::Server(server) = self else {
+            let found = tokio::net::lookup_host((host, 0)).await.map_err(|e| e.to_string())?;
+            return Ok(found.map(|a| a.ip()).collect());
+        };
+        let mut ns = NameServerConfig::udp_and_tcp(server.ip());
+        for c in &mut ns.connections {
+            c.port = server.port();
+        }
+        let mut builder = hickory_resolver::Resolver::builder_with_config(
+            ResolverConfig::from_parts(None, Vec::new(), vec![ns]),
+            TokioRuntimeProvider::default(),
+        );
+        let options = builder.options_mut();
+        options.cache_size = 0;
+        options.timeout = RESOLVE_TIMEOUT;
+        options.attempts = 1;
+        let resolver = builder.build().map_err(|e| e.to_string())?;
+        let found = resolver.lookup_ip(host).await.map_err(|e| e.to_string())?;
+        Ok(found.iter().collect())
+    }
+
+    /// `host`'s addresses, or `None` when they are not known within `wait`. Blocking.
+    fn lookup_within(self, host: &str, wait: Duration) -> Option<Vec<IpAddr>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let host = host.to_string();
+        std::thread::Builder::new()
+            .name("keygate-webhook-resolve".into())
+            .spawn(move || {
+                let found = match self {
+                    Names::System => (host.as_str(), 0)
+                        .to_socket_addrs()
+                        .map(|a| a.map(|s| s.ip()).collect::<Vec<_>>())
+                        .map_err(|e| e.to_string()),
+                    Names::Server(_) => tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| e.to_string())
+                        .and_then(|rt| rt.block_on(self.lookup(&host))),
+                };
+                let _ = tx.send(found);
+            })
+            .ok()?;
+        rx.recv_timeout(wait).ok()?.ok()
+    }
+}
+
 /// The reason `url` may not be called, if any: an IP literal or a local name at once; a
-/// name by what it resolves to now (within [`RESOLVE_TIMEOUT`]; a name that does not
-/// resolve yet is taken, and checked at each delivery). Blocking (a DNS lookup).
-pub fn refusal(url: &url::Url) -> Option<String> {
-    let port = url.port_or_known_default().unwrap_or(443);
+/// name by what it resolves to now through `names` (within [`RESOLVE_TIMEOUT`]; a name
+/// that does not resolve yet is taken, and checked at each delivery). Blocking.
+pub fn refusal(url: &url::Url, names: Names) -> Option<String> {
     match url.host()? {
         url::Host::Ipv4(ip) => forbidden(IpAddr::V4(ip)).map(|why| format!("{ip} is {why}")),
         url::Host::Ipv6(ip) => forbidden(IpAddr::V6(ip)).map(|why| format!("{ip} is {why}")),
         url::Host::Domain(name) if is_local_name(name) => Some(format!("{name} is this machine")),
         url::Host::Domain(name) => {
-            let addrs = resolve_within(name, port, RESOLVE_TIMEOUT)?;
-            addrs.iter().find_map(|a| forbidden(a.ip()).map(|why| format!("{name} resolves to {why}")))
+            let addrs = names.lookup_within(name, RESOLVE_TIMEOUT)?;
+            addrs.iter().find_map(|ip| forbidden(*ip).map(|why| format!("{name} resolves to {why}")))
         }
     }
 }
 
-/// `name`'s addresses, or `None` when it does not resolve within `wait`.
-fn resolve_within(name: &str, port: u16, wait: Duration) -> Option<Vec<SocketAddr>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let target = (name.to_string(), port);
-    std::thread::Builder::new()
-        .name("keygate-webhook-resolve".into())
-        .spawn(move || {
-            let found = target.to_socket_addrs().map(Iterator::collect::<Vec<_>>);
-            let _ = tx.send(found);
-        })
-        .ok()?;
-    rx.recv_timeout(wait).ok()?.ok()
-}
-
-/// Resolves names for deliveries and drops every address [`forbidden`] refuses (unless
-/// private addresses are allowed): a name with no other address fails to connect.
+/// Resolves names for deliveries through `names` and drops every address [`forbidden`]
+/// refuses (unless private addresses are allowed): a name with no other address fails to
+/// connect.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckedResolver {
     pub allow_private: bool,
+    pub names: Names,
 }
 
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let allow_private = self.allow_private;
+        let Self { allow_private, names } = *self;
         Box::pin(async move {
             let host = name.as_str().to_string();
             if !allow_private && is_local_name(&host) {
                 return Err(format!("{host} is this machine").into());
             }
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> =
-                found.iter().copied().filter(|a| allow_private || forbidden(a.ip()).is_none()).collect();
+            let found = names.lookup(&host).await?;
+            let allowed: Vec<SocketAddr> = found
+                .iter()
+                .filter(|ip| allow_private || forbidden(**ip).is_none())
+                .map(|ip| SocketAddr::new(*ip, 0))
+                .collect();
             if allowed.is_empty() {
-                let why = found.first().and_then(|a| forbidden(a.ip())).unwrap_or("no address");
+                let why = found.first().and_then(|ip| forbidden(*ip)).unwrap_or("no address");
                 return Err(format!("{host} resolves to {why}").into());
             }
             let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
@@ -179,8 +230,8 @@ mod tests {
             "http://169.254.169.254/latest",
         ] {
             let url = url::Url::parse(u).unwrap();
-            assert!(refusal(&url).is_some(), "{u}");
+            assert!(refusal(&url, Names::System).is_some(), "{u}");
         }
-        assert!(refusal(&url::Url::parse("http://93.184.216.34/").unwrap()).is_none());
+        assert!(refusal(&url::Url::parse("http://93.184.216.34/").unwrap(), Names::System).is_none());
     }
 }

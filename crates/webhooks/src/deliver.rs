@@ -14,7 +14,7 @@
 //! addresses [`crate::address`] allows, resolved at the delivery.
 
 use crate::Attempt;
-use crate::address::{CheckedResolver, forbidden, is_local_name};
+use crate::address::{CheckedResolver, Names, forbidden, is_local_name};
 use crate::{Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookService, WebhookStore, signing};
 use keygate_rbac::{RbacError, StorageError};
 use parking_lot::Mutex;
@@ -93,7 +93,7 @@ impl Drop for Sender {
 }
 
 impl Sender {
-    fn new(allow_private: bool) -> Result<Self, String> {
+    fn new(allow_private: bool, names: Names) -> Result<Self, String> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("keygate-webhook-send")
@@ -104,7 +104,7 @@ impl Sender {
             .timeout(DELIVERY_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver { allow_private }))
+            .dns_resolver(Arc::new(CheckedResolver { allow_private, names }))
             .user_agent(concat!("keygate-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| e.to_string())?;
@@ -145,7 +145,7 @@ impl Answer {
 impl<S: WebhookStore> WebhookService<S> {
     fn sender(&self) -> Result<&Sender, RbacError> {
         self.sender
-            .get_or_init(|| Sender::new(self.allow_private))
+            .get_or_init(|| Sender::new(self.allow_private, self.names))
             .as_ref()
             .map_err(|e| RbacError::Storage(StorageError::Internal(format!("the webhook client: {e}"))))
     }

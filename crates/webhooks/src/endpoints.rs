@@ -49,7 +49,7 @@ impl<S: WebhookStore> WebhookService<S> {
     fn check_target(&self, field: &str, url: &str) -> Result<(), RbacError> {
         let parsed = check_url(field, url)?;
         if !self.allow_private
-            && let Some(why) = address::refusal(&parsed)
+            && let Some(why) = address::refusal(&parsed, self.names)
         {
             return Err(ValidationError::new(
                 field,

@@ -54,6 +54,8 @@ pub struct WebhookService<S> {
     /// How long finished deliveries, their attempts and their events are kept, in days
     /// (0: for good).
     retention_days: u64,
+    /// Where endpoints' host names are looked up.
+    names: address::Names,
 }
 
 impl<S: WebhookStore> WebhookService<S> {
@@ -62,7 +64,22 @@ impl<S: WebhookStore> WebhookService<S> {
     pub fn new(rbac: Arc<RbacService<S>>, outbox: Arc<Outbox>, allow_private: bool) -> Self {
         let instance = keygate_domain::random_token("inst");
         let retention_days = retention::DEFAULT_RETENTION_DAYS;
-        Self { rbac, outbox, allow_private, sender: OnceLock::new(), instance, retention_days }
+        Self {
+            rbac,
+            outbox,
+            allow_private,
+            sender: OnceLock::new(),
+            instance,
+            retention_days,
+            names: address::Names::System,
+        }
+    }
+
+    /// Looks endpoints' host names up with the DNS server at `server` (`None`: the
+    /// system's resolver), when they are written and at every delivery.
+    pub fn with_dns(mut self, server: Option<std::net::SocketAddr>) -> Self {
+        self.names = server.map_or(address::Names::System, address::Names::Server);
+        self
     }
 
     /// Keeps finished deliveries, their attempts and events `days` (0: for good).

@@ -859,3 +859,45 @@ fn imported_keys_and_the_keys_of_a_deleted_api_are_announced() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(deliveries(&s, &endpoint_id).len(), 6);
 }
+
+#[test]
+fn a_name_that_resolves_to_loopback_only_at_delivery_is_not_called() {
+    use keygate_test_support::dns::DnsServer;
+    use std::net::Ipv4Addr;
+    let public = Ipv4Addr::new(93, 184, 215, 14);
+    let dns = DnsServer::start(Ipv4Addr::LOCALHOST);
+    let rx = Receiver::start();
+    let port = rx.url.rsplit(':').next().unwrap().split('/').next().unwrap().to_string();
+    let url = format!("http://hooks.rebind.test:{port}/hook");
+    let start = |allow_private: bool| {
+        let db = Arc::new(TestDb::fresh());
+        let mut config = TestServer::config(&db.url);
+        config.webhooks_dns = Some(dns.addr);
+        config.webhooks_allow_private = allow_private;
+        TestServer::start_with(config, db)
+    };
+    let s = start(false);
+    // While the name points at this machine, the endpoint is refused.
+    let r = s.v2("webhooks.createEndpoint", &json!({"url": url, "events": ["key.created"]}));
+    r.assert_problem(400, "unkey/application/invalid_input");
+    assert!(r.text.contains("resolves to a loopback address"), "{}", r.text);
+    assert!(dns.asked().iter().any(|n| n == "hooks.rebind.test"), "looked up: {:?}", dns.asked());
+    // Written while it points at a public address; then it is made to point here.
+    dns.set(public);
+    let (endpoint_id, _) = endpoint(&s, &url, json!(["key.created"]));
+    dns.set(Ipv4Addr::LOCALHOST);
+    create_key(&s, &json!({"apiId": api(&s)}));
+    let log = wait_deliveries(&s, &endpoint_id, |d| d.first().is_some_and(|x| x["attempts"] == json!(1)));
+    assert_eq!((log[0]["status"].clone(), log[0]["lastStatus"].clone()), (json!("pending"), Value::Null));
+    let refused =
+        s.count("webhook_attempts", "error LIKE '%hooks.rebind.test resolves to a loopback address%'");
+    assert_eq!(refused, 1, "the attempt says why");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(rx.received().is_empty(), "never called");
+
+    // The same name, where private addresses are allowed, leads to the receiver.
+    let open = start(true);
+    endpoint(&open, &url, json!(["key.created"]));
+    create_key(&open, &json!({"apiId": api(&open)}));
+    assert_eq!(rx.wait_for(1).len(), 1);
+}
