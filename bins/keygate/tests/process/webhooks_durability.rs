@@ -56,3 +56,50 @@ fn an_event_answered_before_a_kill_9_is_delivered_after_the_restart() {
     assert_eq!(log.as_array().unwrap().len(), 1, "{log}");
     assert_eq!(json!(got[0].header("webhook-id")), log[0]["eventId"], "the event's one id");
 }
+
+#[test]
+fn no_secret_plaintext_or_hash_is_in_a_payload_a_log_line_or_a_metric() {
+    use keygate_test_support::receiver::Answer;
+    use sha2::Digest;
+    let db = TestDb::fresh();
+    let rx = Receiver::start();
+    rx.answer([Answer { body: "try later".into(), ..Answer::status(500) }]);
+    let port = free_port();
+    let mut cmd = keygate_command(BIN, &db.url, port);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY)
+        .env("KEYGATE_WEBHOOKS_ALLOW_PRIVATE", "true")
+        .env("RUST_LOG", "debug,keygate::access=info");
+    let mut server = start_keygate(cmd);
+    let endpoint = v2(port, "webhooks.createEndpoint", &json!({"url": rx.url, "events": ["*"]}));
+    let first = endpoint["secret"].as_str().unwrap().to_string();
+    let id = endpoint["endpointId"].clone();
+    let second =
+        v2(port, "webhooks.rotateSecret", &json!({"endpointId": id}))["secret"].as_str().unwrap().to_string();
+    let api = v2(port, "apis.createApi", &json!({"name": "quiet"}))["apiId"].clone();
+    let key = v2(port, "keys.createKey", &json!({"apiId": api, "remaining": 2}));
+    let plaintext = key["key"].as_str().unwrap().to_string();
+    v2(port, "keys.verifyKey", &json!({"key": plaintext}));
+    v2(port, "keys.updateKey", &json!({"keyId": key["keyId"], "name": "renamed"}));
+    let got = rx.wait_for(2);
+    assert_eq!(got.len(), 2, "the created event (answered 500) and the updated one");
+    let metrics = try_http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    assert!(metrics.contains("keygate_webhook_deliveries_total"), "{metrics}");
+    let logs = server.output(true);
+    assert!(logs.contains("webhook") || logs.contains("keygate listening"), "the logs were read");
+    let hash: String =
+        sha2::Sha256::digest(plaintext.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let payloads: Vec<&str> = got.iter().map(|g| g.body.as_str()).collect();
+    for (what, secret) in [
+        ("the first secret", first.as_str()),
+        ("the first secret's key", first.trim_start_matches("whsec_")),
+        ("the second secret", second.as_str()),
+        ("the second secret's key", second.trim_start_matches("whsec_")),
+        ("the key", plaintext.as_str()),
+        ("the key's hash", hash.as_str()),
+        ("the root key", ROOT_KEY),
+    ] {
+        assert!(!logs.contains(secret), "{what} is in a log line");
+        assert!(!metrics.contains(secret), "{what} is in a metric");
+        assert!(payloads.iter().all(|p| !p.contains(secret)), "{what} is in a payload");
+    }
+}
