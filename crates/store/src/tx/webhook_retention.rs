@@ -5,14 +5,14 @@ use crate::DbConn;
 use crate::schema::*;
 use crate::tx::{BATCH_ROWS, R, db_err};
 use diesel::prelude::*;
-use keygate_webhooks::DeliveryStatus;
 
 /// Deletes at most `max` deliveries finished before `before` (and their attempts), then at
 /// most `max` events older than `before` without deliveries; how many of each.
 pub(super) fn prune(conn: &mut DbConn, before: i64, max: usize) -> R<(usize, usize)> {
     let max = i64::try_from(max).unwrap_or(i64::MAX);
     let finished: Vec<String> = webhook_deliveries::table
-        .filter(webhook_deliveries::status.ne(DeliveryStatus::Pending.as_str()))
+        // Written out, for the planner to use the partial index of finished deliveries.
+        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>("status <> 'pending'"))
         .filter(webhook_deliveries::updated_at.lt(before))
         .order(webhook_deliveries::updated_at.asc())
         .limit(max)

@@ -319,9 +319,11 @@ impl WebhookTx for DieselTx<'_> {
 
     fn webhook_due(&mut self, now: i64) -> R<bool> {
         use diesel::dsl::exists;
+        // `status = 'pending'` written out, so that the planner can use the partial index of
+        // due deliveries (a bound value cannot prove the index's condition).
         diesel::select(exists(
             webhook_deliveries::table
-                .filter(webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()))
+                .filter(diesel::dsl::sql::<diesel::sql_types::Bool>("status = 'pending'"))
                 .filter(webhook_deliveries::next_attempt_at.le(now))
                 .filter(
                     webhook_deliveries::lease_until.is_null().or(webhook_deliveries::lease_until.lt(now)),
@@ -585,7 +587,8 @@ impl WebhookTx for DieselTx<'_> {
     fn webhook_backlog(&mut self) -> R<(i64, Option<i64>)> {
         use diesel::dsl::{count_star, min};
         webhook_deliveries::table
-            .filter(webhook_deliveries::status.eq(DeliveryStatus::Pending.as_str()))
+            // Written out, for the planner to use the partial index of pending deliveries.
+            .filter(diesel::dsl::sql::<diesel::sql_types::Bool>("status = 'pending'"))
             .select((count_star(), min(webhook_deliveries::created_at)))
             .get_result(self.conn)
             .map_err(db_err)
