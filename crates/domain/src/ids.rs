@@ -1,7 +1,7 @@
 use rand::RngCore;
 
 /// Base-62 alphabet of ids: URL-safe, no separators.
-const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+pub(crate) const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// An id's time part: milliseconds since the Unix epoch in 8 base-62 digits (62^8 ms is
 /// some 6,900 years), most significant first.
 const TIME_CHARS: usize = 8;
@@ -90,7 +90,7 @@ const CHUNKS_PER_DRAW: usize = 10;
 /// a 6-bit chunk of a random u64; chunks 62 and 63 are rejected (1 in 32), so every
 /// character is uniform and independent, and no division is needed (request ids are made
 /// on every response).
-fn random_string(prefix: &str, chars: usize) -> String {
+pub(crate) fn random_string(prefix: &str, chars: usize) -> String {
     let mut out = String::with_capacity(prefix.len() + 1 + chars);
     out.push_str(prefix);
     out.push('_');

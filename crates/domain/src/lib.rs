@@ -6,6 +6,7 @@
 //! Nothing here does I/O; everything is cheap and synchronous.
 
 pub mod calendar;
+pub mod checksum;
 mod clock;
 mod credits;
 mod error;

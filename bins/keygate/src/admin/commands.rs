@@ -91,6 +91,14 @@ pub enum KeysCmd {
         #[arg(long)]
         id: String,
     },
+    /// Check checksummed keys offline (API-v2.md §24), one per line of each FILE (`-`:
+    /// standard input), blank lines aside: exits 0 when every one has a valid checksum,
+    /// else 1 naming the lines (never their contents). Needs no database.
+    Check {
+        /// Files of keys, one per line; `-` for standard input.
+        #[arg(required = true)]
+        files: Vec<String>,
+    },
     /// Import keys issued elsewhere, by their hashes (`keys.migrateKeys`, API-v2.md §15):
     /// a file of JSON lines, one entry each, 1,000 per transaction. Re-running completes an
     /// interrupted import: what is there already is reported as failed, nothing doubles.

@@ -2,6 +2,7 @@
 //! object on stdout; errors are one line on stderr and a non-zero exit.
 
 mod backup;
+mod check;
 pub mod commands;
 mod encryption;
 pub(crate) mod import;
@@ -46,6 +47,7 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
         Command::Store(cmd) => return store::run(cmd),
         // No database at all.
         Command::Encryption(commands::EncryptionCmd::NewKey { id }) => return encryption::new_key(&id),
+        Command::Keys(KeysCmd::Check { files }) => return check::run(&files),
         other => other,
     };
     // Only `workspaces create` may start a new SQLite database: any other command run in
@@ -108,6 +110,7 @@ fn execute(database_url: &str, command: Command) -> anyhow::Result<serde_json::V
             json!({ "keyId": key.id, "key": secret.expose() })
         }
         Command::Keys(KeysCmd::Import(args)) => return import::run(rbac, &args),
+        Command::Keys(KeysCmd::Check { .. }) => anyhow::bail!("needs no database"),
         Command::Keys(KeysCmd::List { workspace }) => {
             let list: Vec<_> = rbac
                 .list_keys(&workspace)?

@@ -680,3 +680,47 @@ fn a_portal_session_s_code_and_token_are_in_no_log_line() {
     assert!(logged.contains("/v2/portal.createSession"), "the access log was on:\n{logged}");
     assert!(!logged.contains(&token) && !logged.contains(&code), "a secret in a log line:\n{logged}");
 }
+
+#[test]
+fn keys_check_passes_checksummed_keys_and_fails_any_one_character_change() {
+    use keygate_domain::checksum::checksum_token;
+    // No database is opened (nor created) for it.
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("none.db").display());
+    let keys: Vec<String> = (0..10_000).map(|i| checksum_token(["kg", "sk_live", "acme"][i % 3])).collect();
+    let file = dir.path().join("keys.txt");
+    std::fs::write(&file, format!("{}\n\n", keys.join("\n"))).unwrap();
+    let checked = ok(&db, &["keys", "check", file.to_str().unwrap()]);
+    assert_eq!(checked, serde_json::json!({"checked": 10_000, "valid": 10_000}));
+    assert!(!dir.path().join("none.db").exists(), "no database");
+
+    // Every one-character change of a key, each on its line: every line refused, by number.
+    let key = &keys[0];
+    let mut changed = Vec::new();
+    for i in 3..key.len() {
+        let mut bytes = key.clone().into_bytes();
+        bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
+        changed.push(String::from_utf8(bytes).unwrap());
+    }
+    let file = dir.path().join("changed.txt");
+    std::fs::write(&file, changed.join("\n")).unwrap();
+    let err = fail(&db, &["keys", "check", file.to_str().unwrap()]);
+    assert!(err.contains(&format!("{n} of {n} keys are not valid", n = changed.len())), "{err}");
+    assert!(!changed.iter().any(|c| err.contains(c.as_str())), "no key's text in the error");
+
+    // Standard input, and a line that is no checksummed key at all.
+    let mut child = Command::new(BIN)
+        .args(["keys", "check", "-"])
+        .env("DATABASE_URL", &db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(format!("{}\nkg_notakey\n", keys[1]).as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("-:2 (not a checksummed key)"), "{err}");
+}
