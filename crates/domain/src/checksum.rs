@@ -6,12 +6,37 @@
 //! What a scanner (gitleaks, trufflehog) would match, then check the checksum of:
 //! `\b[A-Za-z0-9_]{1,16}_[0-9A-Za-z]{36}\b` (the prefix: 1 to 16 of `A-Z a-z 0-9 _`).
 
-use crate::ids::{ALPHABET, random_string};
+use crate::ids::{ALPHABET, random_base58_token, random_string};
 
 /// The random characters after `<prefix>_`.
 pub const RANDOM_CHARS: usize = 30;
 /// The checksum's characters, last.
 pub const CHECKSUM_CHARS: usize = 6;
+
+/// How an API's keys are made (API-v2.md §24), set when it is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyFormat {
+    /// `keys.createKey`'s forms (v1: `kg_` and 43 base-62 characters; v2: base58 of `byteLength` bytes).
+    #[default]
+    Plain,
+    /// GitHub's token shape with a CRC32 checksum ([`checksum_token`]).
+    Checksum,
+}
+
+impl KeyFormat {
+    /// As stored and shown: `plain`, `checksum`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            KeyFormat::Plain => "plain",
+            KeyFormat::Checksum => "checksum",
+        }
+    }
+
+    /// From [`Self::as_str`]'s form (anything else: plain, as rows written before formats were).
+    pub fn from_stored(s: &str) -> Self {
+        if s == "checksum" { KeyFormat::Checksum } else { KeyFormat::Plain }
+    }
+}
 
 /// What a string is, as a checksummed key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +55,19 @@ pub fn checksum_token(prefix: &str) -> String {
     let sum = checksum_of(&out);
     out.push_str(std::str::from_utf8(&sum).unwrap_or("000000"));
     out
+}
+
+/// A plain v2 key: [`random_base58_token`], but never a string that [`check`] would find
+/// [`Checksum::Invalid`] and a verification refuse unread (36 characters after the prefix,
+/// the last six not their checksum; with 26 or 27 bytes most draws are): such a draw is
+/// drawn again.
+pub fn plain_token(prefix: Option<&str>, bytes: usize) -> String {
+    loop {
+        let token = random_base58_token(prefix, bytes);
+        if check(&token) != Checksum::Invalid {
+            return token;
+        }
+    }
 }
 
 /// Whether `token` is a checksummed key, and a valid one. No allocation: cheap enough to

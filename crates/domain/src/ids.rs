@@ -124,7 +124,7 @@ pub fn random_token(prefix: &str) -> String {
 }
 
 /// A secret token in Unkey v2's form: the base58 encoding of `bytes` random bytes, after
-/// `<prefix>_` when a prefix is given.
+/// `<prefix>_` when a prefix is given. (A key's: [`crate::checksum::plain_token`].)
 pub fn random_base58_token(prefix: Option<&str>, bytes: usize) -> String {
     let mut raw = vec![0u8; bytes];
     rand::rng().fill_bytes(&mut raw);

@@ -96,6 +96,52 @@ impl Migrations {
     }
 }
 
+/// One key to bring in: its hash, under the call's scheme, and what `createKey` would take
+/// (its API is the call's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigratedKey {
+    pub hash: String,
+    pub name: Option<String>,
+    /// The identity to link, by its `externalId` (created when missing).
+    pub external_id: Option<String>,
+    /// A JSON object as text.
+    pub meta: Option<String>,
+    /// Role names or ids; each must exist.
+    pub roles: Vec<String>,
+    /// Permission slugs; missing ones are created.
+    pub permissions: Vec<String>,
+    pub expires: Option<i64>,
+    pub enabled: bool,
+    pub credits: Option<crate::Credits>,
+    pub ratelimits: Vec<crate::NewRateLimit>,
+}
+
+impl MigratedKey {
+    /// An enabled key of that hash, with nothing else.
+    pub fn with_hash(hash: impl Into<String>) -> Self {
+        Self {
+            hash: hash.into(),
+            name: None,
+            external_id: None,
+            meta: None,
+            roles: Vec::new(),
+            permissions: Vec::new(),
+            expires: None,
+            enabled: true,
+            credits: None,
+            ratelimits: Vec::new(),
+        }
+    }
+}
+
+/// What a call did: the keys made, `(hash as given, key id)` in request order, and the
+/// hashes skipped, already a key's or repeating an earlier entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Migrated {
+    pub migrated: Vec<(String, String)>,
+    pub failed: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,8 @@ pub struct Api {
     pub workspace_id: String,
     pub name: String,
     pub created_at: i64,
+    /// How its keys are made (API-v2.md §24).
+    pub key_format: crate::checksum::KeyFormat,
 }
 
 /// `keys.updateKey` (API-v2.md §12.3): each field absent (unchanged), cleared or set;

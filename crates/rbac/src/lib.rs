@@ -37,9 +37,9 @@ pub use keygate_domain::{
     Page, RateLimitConfig, RoleView, Workspace,
 };
 pub use keygate_domain::{
-    Credits, CreditsUpdate, HashScheme, MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, Migrations,
-    PermissionQuery, QuerySyntaxError, Refill, RefillInterval, RefillSpec, check_refill, credit_setting,
-    parse_permission_query, updated_credits,
+    Credits, CreditsUpdate, HashScheme, MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, Migrated,
+    MigratedKey, Migrations, PermissionQuery, QuerySyntaxError, Refill, RefillInterval, RefillSpec,
+    check_refill, credit_setting, parse_permission_query, updated_credits,
 };
 pub use keygate_domain::{LimitOutcome, VerifyCode};
 pub use keygate_ratelimit::overrides::{
@@ -52,9 +52,9 @@ pub use service::{
     AUTH_CACHE_TTL_MS, Assumed, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
     MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,
     MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_MIGRATED_KEYS,
-    MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, Migrated, MigratedKey,
-    OVERRIDE_CACHE_TTL_MS, OverridesListener, PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService,
-    SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary, key_view, validate_ratelimits, verification_read,
+    MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener,
+    PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService, SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary,
+    key_view, validate_ratelimits, verification_read,
 };
 pub use service::{CreditChange, KeyChange, KeyEvents, PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use service::{

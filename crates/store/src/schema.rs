@@ -31,6 +31,7 @@ diesel::table! {
         id -> Text,
         name -> Text,
         created_at -> BigInt,
+        key_format -> Text,
     }
 }
 

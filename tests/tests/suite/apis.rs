@@ -30,7 +30,7 @@ fn an_api_is_created_read_listed_and_deleted_with_its_keys() {
     assert!(api.starts_with("api_"), "{api}");
     assert_eq!(
         s.v2("apis.getApi", &json!({ "apiId": api })).data(),
-        &json!({ "id": api, "name": "payments" })
+        &json!({ "id": api, "name": "payments", "keyFormat": "plain" })
     );
     let other = create_api(&s, "payments");
     assert_ne!(api, other, "names need not be unique");
@@ -100,7 +100,7 @@ fn create_key_makes_the_api_it_names_when_there_is_none() {
     let s = TestServer::start();
     create_key(&s, "legacy_label");
     let api = s.v2("apis.getApi", &json!({ "apiId": "legacy_label" }));
-    assert_eq!(api.data(), &json!({ "id": "legacy_label", "name": "legacy_label" }));
+    assert_eq!(api.data(), &json!({ "id": "legacy_label", "name": "legacy_label", "keyFormat": "plain" }));
     // v1's free-form label too, and a second key joins the same API.
     let r = s.post("/v1/keys.createKey", &json!({ "apiId": "v1 label" }));
     assert_eq!(r.status, 200, "{}", r.text);

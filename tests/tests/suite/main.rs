@@ -8,6 +8,7 @@ mod analytics;
 mod analytics_sql;
 mod apis;
 mod audit;
+mod checksum;
 mod client;
 mod credits;
 mod dashboard;

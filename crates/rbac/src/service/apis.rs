@@ -7,14 +7,20 @@ use crate::{
     Api, ApiAccess, AuditEvent, Key, KeyChange, Page, Principal, RbacError, RbacService, RbacStore, RbacTx,
     Resource, Scope,
 };
-use keygate_domain::{IdPrefix, MAX_NAME_CHARS, check_len, new_id, validate_api_name};
+use keygate_domain::{IdPrefix, KeyFormat, MAX_NAME_CHARS, check_len, new_id, validate_api_name};
 
 /// The most APIs [`RbacService::list_apis`] answers.
 pub const MAX_LISTED_APIS: usize = 1_000;
 
 impl<S: RbacStore> RbacService<S> {
-    /// `apis.createApi`: a new API of the caller's workspace. Names need not be unique.
+    /// `apis.createApi`: a new API of the caller's workspace, whose keys are plain. Names
+    /// need not be unique.
     pub fn create_api(&self, p: &Principal, name: &str) -> Result<Api, RbacError> {
+        self.create_api_of(p, name, KeyFormat::Plain)
+    }
+
+    /// `apis.createApi` with its `keyFormat` (API-v2.md §24), fixed for the API's life.
+    pub fn create_api_of(&self, p: &Principal, name: &str, key_format: KeyFormat) -> Result<Api, RbacError> {
         validate_api_name("name", name)?;
         if !p.holds(PERM_CREATE_API) {
             return Err(RbacError::missing(&[PERM_CREATE_API]));
@@ -24,6 +30,7 @@ impl<S: RbacStore> RbacService<S> {
             workspace_id: p.workspace_id.clone(),
             name: name.to_string(),
             created_at: self.now(),
+            key_format,
         };
         self.write(|tx, _| {
             tx.insert_api_if_absent(&api)?;
@@ -166,6 +173,7 @@ pub(super) fn ensure_api(
         workspace_id: ws.to_string(),
         name: api_id.to_string(),
         created_at: now,
+        key_format: KeyFormat::Plain,
     };
     if tx.insert_api_if_absent(&api)? {
         tx.insert_audit_events(&[api_event(p, "api.create", api_id, now)])?;

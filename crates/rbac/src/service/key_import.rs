@@ -9,10 +9,10 @@ use crate::service::links::{
     LinkRules, PERMISSION_RULES, ROLE_RULES, RefPlan, ResolvedLinks, created_action, resolve_links,
 };
 use crate::{
-    AuditEvent, EntityKind, Identity, Key, LimitOwner, MAX_KEY_META_BYTES, MAX_VERIFY_KEY_CHARS,
-    NewRateLimit, Principal, RbacError, RbacService, RbacStore, RbacTx, Resource, Scope, StorageError,
+    AuditEvent, EntityKind, Identity, Key, LimitOwner, MAX_KEY_META_BYTES, MAX_VERIFY_KEY_CHARS, Principal,
+    RbacError, RbacService, RbacStore, RbacTx, Resource, Scope, StorageError,
 };
-use crate::{Credits, HashScheme};
+use crate::{HashScheme, Migrated, MigratedKey};
 use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, Named, ValidationError, check_len, digest_hex, new_id, validate_display_name,
     validate_external_id,
@@ -23,52 +23,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const MAX_MIGRATED_KEYS: usize = 1_000;
 /// The longest migration id.
 const MAX_MIGRATION_ID_CHARS: usize = 255;
-
-/// One key to bring in: its hash, under the call's scheme, and what `createKey` would take
-/// (its API is the call's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigratedKey {
-    pub hash: String,
-    pub name: Option<String>,
-    /// The identity to link, by its `externalId` (created when missing).
-    pub external_id: Option<String>,
-    /// A JSON object as text.
-    pub meta: Option<String>,
-    /// Role names or ids; each must exist.
-    pub roles: Vec<String>,
-    /// Permission slugs; missing ones are created.
-    pub permissions: Vec<String>,
-    pub expires: Option<i64>,
-    pub enabled: bool,
-    pub credits: Option<Credits>,
-    pub ratelimits: Vec<NewRateLimit>,
-}
-
-impl MigratedKey {
-    /// An enabled key of that hash, with nothing else.
-    pub fn with_hash(hash: impl Into<String>) -> Self {
-        Self {
-            hash: hash.into(),
-            name: None,
-            external_id: None,
-            meta: None,
-            roles: Vec::new(),
-            permissions: Vec::new(),
-            expires: None,
-            enabled: true,
-            credits: None,
-            ratelimits: Vec::new(),
-        }
-    }
-}
-
-/// What a call did: the keys made, `(hash as given, key id)` in request order, and the
-/// hashes skipped, already a key's or repeating an earlier entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Migrated {
-    pub migrated: Vec<(String, String)>,
-    pub failed: Vec<String>,
-}
 
 impl<S: RbacStore> RbacService<S> {
     /// `keys.migrateKeys`: the keys of `entries` into the API `api_id` (which must exist),

@@ -10,10 +10,10 @@ use crate::{
     NewKey, Principal, RateLimitConfig, RbacError, RbacService, RbacStore, RbacTx, Resource, Scope,
     StorageError,
 };
+use keygate_domain::checksum::{checksum_token, plain_token};
 use keygate_domain::{
-    IdPrefix, MAX_NAME_CHARS, Secret, ValidationError, check_len, has_prefix, hash_secret, new_id,
-    random_base58_token, random_token, secret_digest, sort_by_name, validate_display_name,
-    validate_external_id, validate_key_id,
+    IdPrefix, KeyFormat, MAX_NAME_CHARS, Secret, ValidationError, check_len, has_prefix, hash_secret, new_id,
+    random_token, secret_digest, sort_by_name, validate_display_name, validate_external_id, validate_key_id,
 };
 
 impl<S: RbacStore> RbacService<S> {
@@ -40,7 +40,8 @@ impl<S: RbacStore> RbacService<S> {
         if let Some(n) = &name {
             validate_display_name("name", n)?;
         }
-        let (key, secret) = self.new_key(workspace_id, NewKey { name, ..NewKey::default() });
+        let (key, secret) =
+            self.new_key(workspace_id, NewKey { name, ..NewKey::default() }, KeyFormat::Plain);
         self.write(|tx, changes| {
             changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
             Ok(tx.insert_key(&key, &secret.hash())?)
@@ -108,7 +109,11 @@ impl<S: RbacStore> RbacService<S> {
         let ws = p.workspace_id.as_str();
         let external_id = new.external_id.clone();
         let limits = keygate_domain::limit_configs(&[], &new.ratelimits);
-        let (mut key, secret) = self.new_key(ws, new);
+        let format = match &new.api_id {
+            Some(api_id) => self.store.read(|tx| Ok(tx.get_api(ws, api_id)?))?.map(|a| a.key_format),
+            None => None,
+        };
+        let (mut key, secret) = self.new_key(ws, new, format.unwrap_or_default());
         let key = self.write(|tx, changes| {
             changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
             let permissions = resolve_links(tx, ws, &PERMISSION_RULES, &permission_plan)?;
@@ -152,15 +157,22 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     /// A new key's row and secret (not stored).
-    pub(super) fn new_key(&self, workspace_id: &str, new: NewKey) -> (Key, Secret) {
+    pub(super) fn new_key(&self, workspace_id: &str, new: NewKey, format: KeyFormat) -> (Key, Secret) {
+        let checksum = format == KeyFormat::Checksum;
         let (secret, start) = match new.byte_length {
+            _ if checksum => {
+                let prefix = new.prefix.as_deref().unwrap_or("kg");
+                let secret = Secret::new(checksum_token(prefix));
+                let start = secret.expose().chars().take(prefix.len() + 5).collect();
+                (secret, start)
+            }
             None => {
                 let secret = Secret::new(random_token(new.prefix.as_deref().unwrap_or("kg")));
                 let start = secret.visible_prefix();
                 (secret, start)
             }
             Some(bytes) => {
-                let secret = Secret::new(random_base58_token(new.prefix.as_deref(), bytes));
+                let secret = Secret::new(plain_token(new.prefix.as_deref(), bytes));
                 let shown = new.prefix.as_ref().map_or(0, |p| p.len() + 1) + 4;
                 let start = secret.expose().chars().take(shown).collect();
                 (secret, start)
@@ -173,7 +185,7 @@ impl<S: RbacStore> RbacService<S> {
             api_id: new.api_id,
             identity_id: None,
             credits: new.credits,
-            prefix: new.byte_length.and(new.prefix),
+            prefix: if checksum { new.prefix.or(Some("kg".into())) } else { new.byte_length.and(new.prefix) },
             byte_length: new.byte_length.and_then(|b| u32::try_from(b).ok()),
             start,
             name: new.name,
@@ -347,7 +359,11 @@ impl<S: RbacStore> RbacService<S> {
                 true => Some(self.sealing_keyring(p, original.api_id.as_deref())?),
                 false => None,
             };
-            let (mut key, secret) = self.new_key(ws, new);
+            let format = match &original.api_id {
+                Some(api_id) => tx.get_api(ws, api_id)?.map(|a| a.key_format),
+                None => None,
+            };
+            let (mut key, secret) = self.new_key(ws, new, format.unwrap_or_default());
             key.identity_id = original.identity_id.clone();
             changes.touch(Scope::KeysCreated(creation_shard(&secret_digest(secret.expose()))));
             changes.touch(Scope::Key(key_id));

@@ -31,7 +31,7 @@ pub use audit::{MAX_AUDIT_PAGE, PERM_READ_AUDIT};
 pub use changes::{Changes, RECONCILE_MARGIN_MS};
 pub use events::{CreditChange, KeyChange, KeyEvents};
 pub use identities::MAX_IDENTITY_META_BYTES;
-pub use key_import::{MAX_MIGRATED_KEYS, Migrated, MigratedKey};
+pub use key_import::MAX_MIGRATED_KEYS;
 pub use keygate_domain::{
     MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS, validate_ratelimits,
 };

@@ -13,6 +13,7 @@ use crate::{
 };
 use keygate_cache::CachedKey;
 use keygate_cache::verify::{VerifyEntry, entry_scopes};
+use keygate_domain::checksum::{self, Checksum};
 use keygate_domain::{digest_hex, secret_digest};
 use std::any::Any;
 use std::sync::Arc;
@@ -152,7 +153,7 @@ impl<S: RbacStore> RbacService<S> {
         then: impl FnOnce(Checked) -> Option<R>,
     ) -> Option<R> {
         let CounterSource::Local(local) = &self.counters else { return None };
-        if !self.verify_cache.enabled || secret.is_empty() {
+        if !self.verify_cache.enabled || no_key(secret) {
             return None;
         }
         if self.probe.as_ref().is_some_and(|p| !p.current()) {
@@ -207,7 +208,7 @@ impl<S: RbacStore> RbacService<S> {
         // the root key cache exact): its counter is read with the key's when the key's
         // entry is cached, else on its own first.
         let root_key = scope.root_key.filter(|p| p.tag().is_some() && !self.counters.is_local());
-        if secret.is_empty() {
+        if no_key(secret) {
             if let Some(p) = root_key {
                 self.ensure_root_key_current(p)?;
             }
@@ -271,6 +272,7 @@ impl<S: RbacStore> RbacService<S> {
     ) -> Option<(Checked, Assumed)> {
         if !matches!(self.counters, CounterSource::Shared(_))
             || !self.verify_cache.enabled
+            || no_key(secret)
             || !self.counter_state.shared_current.load(Ordering::Acquire)
         {
             return None;
@@ -323,7 +325,7 @@ impl<S: RbacStore> RbacService<S> {
     ) -> Option<(Unconfirmed, Confirming)> {
         let CounterSource::Shared(shared) = &self.counters else { return None };
         if !self.verify_cache.enabled
-            || secret.is_empty()
+            || no_key(secret)
             || !self.counter_state.shared_current.load(Ordering::Acquire)
         {
             return None;
@@ -522,6 +524,13 @@ impl<S: RbacStore> RbacService<S> {
             ("verifications", verified, self.verify_loads()),
         ]
     }
+}
+
+/// Whether `secret` is no key, known without a lookup: empty, or of the checksummed keys'
+/// shape with a checksum that does not match (API-v2.md §24), so a flood of made-up
+/// strings costs neither a store read nor a place in the cache.
+fn no_key(secret: &str) -> bool {
+    secret.is_empty() || checksum::check(secret) == Checksum::Invalid
 }
 
 fn not_found() -> Verification {

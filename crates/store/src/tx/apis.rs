@@ -4,8 +4,17 @@ use crate::DbConn;
 use crate::schema::*;
 use crate::tx::{DieselTx, KeyRow, Keyset, R, db_err, key_from_row, like_literal};
 use diesel::prelude::*;
+use keygate_domain::KeyFormat;
 use keygate_rbac::store::ApiTx;
 use keygate_rbac::{Api, Key};
+
+type ApiRow = (String, String, String, i64, String);
+const API_COLUMNS: (apis::workspace_id, apis::id, apis::name, apis::created_at, apis::key_format) =
+    (apis::workspace_id, apis::id, apis::name, apis::created_at, apis::key_format);
+
+fn api_from_row((workspace_id, id, name, created_at, format): ApiRow) -> Api {
+    Api { id, workspace_id, name, created_at, key_format: KeyFormat::from_stored(&format) }
+}
 
 impl ApiTx for DieselTx<'_> {
     fn insert_api_if_absent(&mut self, api: &Api) -> R<bool> {
@@ -19,34 +28,32 @@ impl ApiTx for DieselTx<'_> {
                     apis::id.eq(&api.id),
                     apis::name.eq(&api.name),
                     apis::created_at.eq(api.created_at),
+                    apis::key_format.eq(api.key_format.as_str()),
                 ))
                 .execute(c)
         })
     }
 
     fn get_api(&mut self, workspace_id: &str, api_id: &str) -> R<Option<Api>> {
-        let row: Option<(String, String, String, i64)> = apis::table
+        let row: Option<ApiRow> = apis::table
             .filter(apis::workspace_id.eq(workspace_id))
             .filter(apis::id.eq(api_id))
-            .select((apis::workspace_id, apis::id, apis::name, apis::created_at))
+            .select(API_COLUMNS)
             .get_result(self.conn)
             .optional()
             .map_err(db_err)?;
-        Ok(row.map(|(workspace_id, id, name, created_at)| Api { id, workspace_id, name, created_at }))
+        Ok(row.map(api_from_row))
     }
 
     fn list_apis(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Api>> {
-        let rows: Vec<(String, String, String, i64)> = apis::table
+        let rows: Vec<ApiRow> = apis::table
             .filter(apis::workspace_id.eq(workspace_id))
             .order((apis::name.asc(), apis::id.asc()))
             .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-            .select((apis::workspace_id, apis::id, apis::name, apis::created_at))
+            .select(API_COLUMNS)
             .load(self.conn)
             .map_err(db_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|(workspace_id, id, name, created_at)| Api { id, workspace_id, name, created_at })
-            .collect())
+        Ok(rows.into_iter().map(api_from_row).collect())
     }
 
     fn lock_api(&mut self, workspace_id: &str, api_id: &str) -> R<bool> {

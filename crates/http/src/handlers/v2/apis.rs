@@ -7,7 +7,7 @@ use crate::handlers::keys::read::{KeyObject, may_decrypt, reveal_all};
 use crate::openapi::{V2Errors, V2Precondition};
 use crate::plumbing::{Authed, Json};
 use actix_web::HttpResponse;
-use keygate_domain::MAX_NAME_CHARS;
+use keygate_domain::{KeyFormat, MAX_NAME_CHARS};
 use keygate_rbac::{Api, key_summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
@@ -16,22 +16,48 @@ use utoipa::ToSchema;
 /// v2's Api.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Api)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct ApiObject {
     id: String,
     name: String,
+    key_format: KeyFormatName,
 }
 
 impl From<Api> for ApiObject {
     fn from(a: Api) -> Self {
-        Self { id: a.id, name: a.name }
+        Self { id: a.id, name: a.name, key_format: a.key_format.into() }
+    }
+}
+
+/// How an API's keys are made (API-v2.md §24): `plain`, or `checksum` (GitHub's token
+/// shape, `<prefix>_` + 30 base-62 characters + a 6-character CRC32 checksum).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = KeyFormat)]
+pub(crate) enum KeyFormatName {
+    #[default]
+    Plain,
+    Checksum,
+}
+
+impl From<KeyFormat> for KeyFormatName {
+    fn from(f: KeyFormat) -> Self {
+        match f {
+            KeyFormat::Plain => KeyFormatName::Plain,
+            KeyFormat::Checksum => KeyFormatName::Checksum,
+        }
     }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct CreateApiBody {
     /// 3–255 characters: a letter, then `A-Z a-z 0-9 . _ -`. Need not be unique.
     #[schema(min_length = 3, max_length = 255, pattern = "^[A-Za-z][A-Za-z0-9._-]*$", example = "payments")]
     name: String,
+    /// How the API's keys are made, fixed for its life (default `plain`).
+    #[serde(default)]
+    key_format: KeyFormatName,
 }
 
 /// The answer of `createApi` (v1 and v2's `data`).
@@ -44,6 +70,13 @@ pub(crate) struct CreatedApi {
 impl CreateApiBody {
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    pub(crate) fn key_format(&self) -> KeyFormat {
+        match self.key_format {
+            KeyFormatName::Plain => KeyFormat::Plain,
+            KeyFormatName::Checksum => KeyFormat::Checksum,
+        }
     }
 }
 
@@ -64,7 +97,7 @@ impl CreatedApi {
     request_body = CreateApiBody,
     responses((status = 200, description = "OK", body = Envelope<CreatedApi>), V2Errors))]
 pub async fn create_api(call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api(p, b.name())).await?;
+    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api_of(p, b.name(), b.key_format())).await?;
     Ok(ok(CreatedApi::new(api.id)))
 }
 

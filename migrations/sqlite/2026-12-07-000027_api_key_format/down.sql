@@ -1,0 +1,1 @@
+ALTER TABLE apis DROP COLUMN key_format;
