@@ -224,6 +224,14 @@ pub struct ServeArgs {
     /// an endpoint is written and at every delivery (unset: the system's resolver).
     #[arg(long, env = "KEYGATE_WEBHOOKS_DNS")]
     pub webhooks_dns: Option<std::net::SocketAddr>,
+    /// The file of GitHub's secret scanning public keys (the JSON GitHub publishes), read
+    /// again when it changes; unset: `POST /v1/secret-scanning/github` answers 401.
+    #[arg(long, env = "KEYGATE_GITHUB_SCANNING_KEYS")]
+    pub github_scanning_keys: Option<std::path::PathBuf>,
+    /// What the first report of a live key does to it: disable, expire (now) or report
+    /// (the audit event and the webhook only).
+    #[arg(long, env = "KEYGATE_GITHUB_SCANNING_ACTION", default_value = "disable", value_parser = ["disable", "expire", "report"])]
+    pub github_scanning_action: String,
     /// `ratelimits.limit` (v1) and `ratelimit.limit` (v2) answers carry the rate-limit
     /// header fields forward auth sends (`RateLimit-Limit`, `-Remaining`, `-Reset`, and
     /// `RateLimit-Policy`, `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11): on or off.
@@ -402,6 +410,9 @@ impl ServeArgs {
             webhooks_allow_private: self.webhooks_allow_private,
             webhooks_retention_days: self.webhooks_retention_days,
             webhooks_dns: self.webhooks_dns,
+            github_scanning_keys: self.github_scanning_keys,
+            github_scanning_action: keygate_scanning::LeakAction::parse(&self.github_scanning_action)
+                .unwrap_or_default(),
             ratelimit_headers: self.ratelimit_headers,
             verify_cache: self.verify_cache,
             verify_cache_mb: self.verify_cache_mb,
@@ -481,6 +492,10 @@ pub struct ServerConfig {
     pub webhooks_retention_days: u64,
     /// `KEYGATE_WEBHOOKS_DNS`: the DNS server webhook names are looked up with.
     pub webhooks_dns: Option<std::net::SocketAddr>,
+    /// `KEYGATE_GITHUB_SCANNING_KEYS`: GitHub's secret scanning public keys.
+    pub github_scanning_keys: Option<std::path::PathBuf>,
+    /// `KEYGATE_GITHUB_SCANNING_ACTION`.
+    pub github_scanning_action: keygate_scanning::LeakAction,
     /// Rate-limit header fields on `limit` answers (`KEYGATE_RATELIMIT_HEADERS`).
     pub ratelimit_headers: bool,
     /// Cache verifications (`KEYGATE_VERIFY_CACHE`).

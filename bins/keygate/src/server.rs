@@ -82,6 +82,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         }
         None => Default::default(),
     };
+    if let Some(path) = &config.github_scanning_keys {
+        keygate_scanning::signature::KeyFile::new(Some(path.clone()))
+            .check()
+            .map_err(|e| anyhow::anyhow!("KEYGATE_GITHUB_SCANNING_KEYS: {e}"))?;
+    }
     // One lane (asynchronous connection, queue, one script call in flight) per worker.
     let settings = RuntimeSettings {
         database_url: config.database_url.clone(),
@@ -92,6 +97,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         webhooks_allow_private: config.webhooks_allow_private,
         webhooks_retention_days: config.webhooks_retention_days,
         webhooks_dns: config.webhooks_dns,
+        github_scanning_keys: config.github_scanning_keys.clone(),
+        github_scanning_action: config.github_scanning_action,
         verify_cache: config.verify_cache,
         verify_cache_bytes: config.verify_cache_mb << 20,
         analytics: config.analytics,

@@ -1,6 +1,8 @@
 //! The route table: every path, its methods and its handler, in one place.
 
-use crate::handlers::{analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{
+    analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, scanning, system, v2,
+};
 use crate::metrics::RouteName;
 use crate::plumbing::RequestId;
 use actix_web::http::Method;
@@ -61,6 +63,7 @@ route_table! {
     "/v1/apis.deleteApi" ["POST"] => apis::delete_api,
     "/v1/analytics.getVerifications" ["GET"] => analytics::get_verifications,
     "/v1/keys.getVerifications" ["GET"] => analytics::key_verifications,
+    "/v1/secret-scanning/github" ["POST"] => scanning::github,
     "/v1/liveness" ["GET"] => system::liveness,
     "/v1/readiness" ["GET"] => system::readiness,
     "/v2/ratelimit.multiLimit" ["POST"] => v2::ratelimit::multi_limit,

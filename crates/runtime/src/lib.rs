@@ -32,6 +32,7 @@ use keygate_domain::Clock;
 use keygate_portal::PortalService;
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::{CounterSource, Migrations, OverridesListener, RbacError, RbacService};
+use keygate_scanning::{LeakAction, ScanningService};
 use keygate_store::{PoolSettings, RedisOpenError, RedisSettings, RedisStore, SqlStore, StoreOpenError};
 use keygate_usage::{SharedCredits, UsageService};
 use keygate_webhooks::{Outbox, WebhookService};
@@ -76,6 +77,10 @@ pub struct RuntimeSettings {
     pub webhooks_retention_days: u64,
     /// The DNS server webhook endpoints' names are looked up with; `None`: the system's.
     pub webhooks_dns: Option<std::net::SocketAddr>,
+    /// The file of GitHub's secret scanning public keys; `None`: reports are refused.
+    pub github_scanning_keys: Option<std::path::PathBuf>,
+    /// What the first report of a live key does to it.
+    pub github_scanning_action: LeakAction,
     /// Verifications that load their key from the database at once, at most (`None`: no
     /// bound): on SQLite a load is CPU (about 90 us), and a cold cache's loads on the
     /// blocking pool's threads would take the workers' cores from the cached verifications
@@ -104,6 +109,8 @@ impl RuntimeSettings {
             webhooks_allow_private: false,
             webhooks_retention_days: keygate_webhooks::retention::DEFAULT_RETENTION_DAYS,
             webhooks_dns: None,
+            github_scanning_keys: None,
+            github_scanning_action: LeakAction::default(),
             max_loading: None,
         }
     }
@@ -153,6 +160,8 @@ pub struct Runtime {
     pub portal: PortalService<SqlStore>,
     /// Webhook endpoints and the delivery of their events (API-v2.md §23).
     pub webhooks: WebhookService<SqlStore>,
+    /// GitHub's secret scanning reports (API-v2.md §24).
+    pub scanning: ScanningService<SqlStore>,
     /// Where rate-limit decisions are made.
     pub limiter: Arc<dyn RateLimitStore>,
     /// The Redis store, when `redis_url` is set (`limiter` wraps it).
@@ -211,6 +220,11 @@ impl Runtime {
         let webhooks = WebhookService::new(rbac.clone(), outbox, settings.webhooks_allow_private)
             .with_retention_days(settings.webhooks_retention_days)
             .with_dns(settings.webhooks_dns);
+        let scanning = ScanningService::new(
+            rbac.clone(),
+            settings.github_scanning_keys.clone(),
+            settings.github_scanning_action,
+        );
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,
@@ -218,6 +232,7 @@ impl Runtime {
             analytics,
             portal,
             webhooks,
+            scanning,
             limiter,
             redis,
             description,

@@ -1,11 +1,12 @@
 //! The capabilities' stores over the one pool: each kind of transaction a capability crate
-//! defines (usage, analytics, portal, webhooks) is the same `DieselTx` on the same
+//! defines (usage, analytics, portal, webhooks, scanning) is the same `DieselTx` on the same
 //! connection, so one transaction serves every capability.
 
 use crate::SqlStore;
 use keygate_analytics::{AnalyticsStore, AnalyticsTx};
 use keygate_portal::{PortalStore, PortalTx};
 use keygate_rbac::RbacError;
+use keygate_scanning::{LeakStore, LeakTx};
 use keygate_usage::{UsageStore, UsageTx};
 use keygate_webhooks::{WebhookStore, WebhookTx};
 
@@ -82,5 +83,14 @@ impl WebhookStore for SqlStore {
         F: FnOnce(&mut dyn WebhookTx) -> Result<T, RbacError>,
     {
         self.read_tx(|tx| f(tx))
+    }
+}
+
+impl LeakStore for SqlStore {
+    fn leak_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn LeakTx) -> Result<T, RbacError>,
+    {
+        self.write_tx(|tx| f(tx))
     }
 }

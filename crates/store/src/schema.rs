@@ -401,3 +401,15 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(keys, webhook_expiry_notices);
+
+diesel::table! {
+    /// The first report of each key found leaked by GitHub's secret scanning.
+    leaked_keys (key_id) {
+        key_id -> Text,
+        workspace_id -> Text,
+        url -> Text,
+        source -> Text,
+        action -> Text,
+        reported_at -> BigInt,
+    }
+}

@@ -188,8 +188,15 @@ impl KeyEvents for Outbox {
         self.emit(tx, workspace_id, change.event_type(), at, |tx| {
             let Some(key) = tx.get_key(workspace_id, key_id)? else { return Ok(None) };
             let mut data = self.key_data(key_summary(tx, key)?);
-            if let (KeyChange::Rerolled { from }, Some(obj)) = (change, data.as_object_mut()) {
-                obj.insert("previousKeyId".into(), Value::String(from.to_string()));
+            match (change, data.as_object_mut()) {
+                (KeyChange::Rerolled { from }, Some(obj)) => {
+                    obj.insert("previousKeyId".into(), Value::String(from.to_string()));
+                }
+                (KeyChange::Leaked { url, source }, Some(obj)) => {
+                    obj.insert("url".into(), Value::String(url.to_string()));
+                    obj.insert("source".into(), Value::String(source.to_string()));
+                }
+                _ => {}
             }
             Ok(Some(data))
         })

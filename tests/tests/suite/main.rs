@@ -41,6 +41,7 @@ mod redis_round_trips;
 mod root_keys;
 mod routes;
 mod scale_out;
+mod scanning;
 mod set_permissions;
 mod tenancy;
 mod update_key;

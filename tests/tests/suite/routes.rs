@@ -153,6 +153,13 @@ fn every_route_checks_auth_method_and_its_permission() {
                 r.assert_error(401, "UNAUTHORIZED");
                 continue;
             }
+            // GitHub's secret scanning reports carry GitHub's signature, not a root key
+            // (tests/tests/suite/scanning.rs): a root key alone is 401.
+            if *path == "/v1/secret-scanning/github" {
+                let r = s.request(s.client.post(s.url(path)).bearer_auth(&s.root_key).json(&json!([])));
+                r.assert_error(401, "UNAUTHORIZED");
+                continue;
+            }
             // Public routes answer without a root key.
             if *path == "/v1/keys.verifyKey" {
                 let r = s.post_raw(path, None, json!({"key": "kg_unknown"}).to_string());

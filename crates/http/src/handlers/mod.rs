@@ -10,6 +10,7 @@ pub mod overrides;
 pub mod permissions;
 pub mod ratelimit;
 pub mod references;
+pub mod scanning;
 pub mod system;
 pub mod v2;
 

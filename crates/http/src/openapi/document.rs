@@ -3,7 +3,9 @@
 
 use super::requests::{NoNul, refuse_nul_in_requests};
 use super::{Api, error_responses};
-use crate::handlers::{analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, system, v2};
+use crate::handlers::{
+    analytics, apis, audit, gateway, keys, overrides, permissions, ratelimit, scanning, system, v2,
+};
 use serde_json::Value;
 use utoipa::PartialSchema;
 
@@ -27,6 +29,7 @@ pub fn document(api: Api) -> Value {
             overrides::openapi(),
             audit::openapi(),
             gateway::openapi(),
+            scanning::openapi(),
             system::openapi_paths(),
         ],
         Api::V2 => vec![

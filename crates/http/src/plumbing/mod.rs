@@ -13,7 +13,7 @@ pub mod trace_context;
 pub(crate) use auth::{authenticate, authenticate_secret};
 pub(crate) use blocking::blocking;
 pub use body::Obj;
-pub(crate) use body::{integer, parse_json, parse_json_as};
+pub(crate) use body::{integer, parse_json, parse_json_as, read_body};
 #[cfg(feature = "pages")]
 pub(crate) use extract::PORTAL_COOKIE;
 pub(crate) use extract::{Anyone, Authed, Json, JsonBytes, PortalCaller, Query, QueryOrJson};

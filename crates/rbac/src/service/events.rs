@@ -17,6 +17,11 @@ pub enum KeyChange<'a> {
     Rerolled {
         from: &'a str,
     },
+    /// A secret scanner found the key where it was published (API-v2.md §24).
+    Leaked {
+        url: &'a str,
+        source: &'a str,
+    },
 }
 
 impl KeyChange<'_> {
@@ -27,6 +32,7 @@ impl KeyChange<'_> {
             KeyChange::Updated => "key.updated",
             KeyChange::Deleted => "key.deleted",
             KeyChange::Rerolled { .. } => "key.rerolled",
+            KeyChange::Leaked { .. } => "key.leaked",
         }
     }
 }

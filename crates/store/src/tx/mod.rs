@@ -437,6 +437,8 @@ mod portal_tx;
 mod ratelimit_analytics_tx;
 #[path = "root_keys.rs"]
 mod root_keys_tx;
+#[path = "scanning.rs"]
+mod scanning_tx;
 #[path = "sessions.rs"]
 mod sessions_tx;
 #[path = "sql.rs"]

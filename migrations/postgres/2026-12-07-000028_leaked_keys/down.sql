@@ -1,0 +1,1 @@
+DROP TABLE leaked_keys;
