@@ -1,6 +1,6 @@
 //! The keygate RBAC service: root keys and their authentication, workspaces, APIs, keys,
 //! identities, permissions and roles and the links between them, rate-limit namespaces and
-//! their overrides, the audit log, dashboard sessions, and `keys.verifyKey`'s check with
+//! their overrides, the audit log, and `keys.verifyKey`'s check with
 //! its cache, and the upkeep of the change counters that keep it exact (the counters
 //! themselves, and the caches, are `keygate-cache`'s; the records `keygate-domain`'s).
 //!
@@ -49,12 +49,12 @@ pub use keygate_ratelimit::overrides::{
 pub use model::{Principal, RootKey, VerifyScope};
 pub use perms::{ApiAccess, WORKSPACE_PERMISSIONS};
 pub use service::{
-    AUTH_CACHE_TTL_MS, Assumed, Changes, Checked, CreditCounters, DashboardSession, LinkMode, MAX_AUDIT_PAGE,
+    AUTH_CACHE_TTL_MS, Assumed, Changes, Checked, CreditCounters, LinkMode, MAX_AUDIT_PAGE,
     MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,
     MAX_KEY_PREFIX_CHARS, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_MIGRATED_KEYS,
     MAX_RATELIMITS, MAX_V2_KEY_PREFIX_CHARS, MAX_VERIFY_KEY_CHARS, OVERRIDE_CACHE_TTL_MS, OverridesListener,
-    PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService, SESSION_IDLE_MS, Snapshot, Unconfirmed, key_summary,
-    key_view, validate_ratelimits, verification_read,
+    PERM_READ_AUDIT, RECONCILE_MARGIN_MS, RbacService, Snapshot, Unconfirmed, key_summary, key_view,
+    validate_ratelimits, verification_read,
 };
 pub use service::{CreditChange, KeyChange, KeyEvents, PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use service::{

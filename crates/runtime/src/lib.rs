@@ -29,6 +29,7 @@ pub use upkeep::{
 
 use keygate_analytics::AnalyticsService;
 use keygate_domain::Clock;
+use keygate_operators::Sessions;
 use keygate_portal::PortalService;
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
 use keygate_rbac::{CounterSource, Migrations, OverridesListener, RbacError, RbacService};
@@ -162,6 +163,8 @@ pub struct Runtime {
     pub webhooks: WebhookService<SqlStore>,
     /// GitHub's secret scanning reports (API-v2.md §24).
     pub scanning: ScanningService<SqlStore>,
+    /// The dashboard's sessions.
+    pub sessions: Sessions<SqlStore>,
     /// Where rate-limit decisions are made.
     pub limiter: Arc<dyn RateLimitStore>,
     /// The Redis store, when `redis_url` is set (`limiter` wraps it).
@@ -225,6 +228,7 @@ impl Runtime {
             settings.github_scanning_keys.clone(),
             settings.github_scanning_action,
         );
+        let sessions = Sessions::new(rbac.clone());
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,
@@ -233,6 +237,7 @@ impl Runtime {
             portal,
             webhooks,
             scanning,
+            sessions,
             limiter,
             redis,
             description,

@@ -60,7 +60,7 @@ pub(super) async fn form(req: HttpRequest, state: web::Data<AppState>) -> Result
     let settings = settings(&state);
     if let Some(token) = cookie(&req, SESSION_COOKIE).map(str::to_string) {
         let st = state.clone();
-        if blocking(move || Ok(st.rbac.session(&token)?)).await?.is_some() {
+        if blocking(move || Ok(st.sessions.session(&token)?)).await?.is_some() {
             return Ok(see_other(settings.base.clone()).finish());
         }
     }
@@ -97,7 +97,7 @@ pub(super) async fn login(
     }
     let root_key = root_key.unwrap_or_default();
     let st = state.clone();
-    let created = web::block(move || st.rbac.create_session(root_key.trim()))
+    let created = web::block(move || st.sessions.create_session(root_key.trim()))
         .await
         .map_err(|e| DashError::Unavailable(e.to_string()))?;
     match created {
@@ -138,7 +138,7 @@ pub(super) async fn logout(
     }
     let token = cookie(&req, SESSION_COOKIE).unwrap_or_default().to_string();
     let st = state.clone();
-    blocking(move || Ok(st.rbac.end_session(&token)?)).await?;
+    blocking(move || Ok(st.sessions.end_session(&token)?)).await?;
     let settings = settings(&state);
     let mut res = see_other(format!("{}/login", settings.base)).finish();
     if let Ok(v) = set_cookie(&req, &settings, SESSION_COOKIE, "", Some(0)).parse() {

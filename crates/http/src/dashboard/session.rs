@@ -6,7 +6,7 @@ use super::settings::DashboardSettings;
 use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
-use keygate_rbac::DashboardSession;
+use keygate_operators::DashboardSession;
 use keygate_web::Layout;
 use std::future::Future;
 use std::pin::Pin;
@@ -61,7 +61,7 @@ impl FromRequest for Signed {
             let base = settings(&state).base;
             let Some(token) = token else { return Err(DashError::SignIn { base }) };
             let st = state.clone();
-            let session = blocking(move || Ok(st.rbac.session(&token)?)).await?;
+            let session = blocking(move || Ok(st.sessions.session(&token)?)).await?;
             let Some(session) = session else { return Err(DashError::SignIn { base }) };
             let layout = Layout {
                 base,

@@ -3,7 +3,7 @@
 //! [`key_update`], [`verify`] (verification and its cache, the change
 //! counters), [`identities`], [`entities`] (permissions and roles), [`overrides`] and
 //! [`namespaces`] (rate limits), [`admin`] (bootstrap, workspaces), [`root_keys`], [`audit`],
-//! [`sessions`] (the dashboard's), [`vault`] (recoverable keys), [`events`] (key changes for
+//! [`vault`] (recoverable keys), [`events`] (key changes for
 //! the webhook outbox), and [`links`], what the link operations share. This
 //! file holds the service itself.
 
@@ -23,7 +23,6 @@ mod links;
 mod namespaces;
 mod overrides;
 mod root_keys;
-mod sessions;
 mod vault;
 mod verify;
 
@@ -45,7 +44,6 @@ pub use keygate_domain::root_permissions::{
     PERM_UPDATE_ROOT_KEY, permission_covers,
 };
 pub use root_keys::{MAX_ROOT_KEY_EXPIRES_MS, NewRootKey, RootKeyChange};
-pub use sessions::{DashboardSession, SESSION_IDLE_MS};
 pub use vault::{PERM_DECRYPT_KEY, PERM_ENCRYPT_KEY, Rotated};
 pub use verify::{Assumed, Checked, Snapshot, Unconfirmed, verification_read};
 
