@@ -273,6 +273,9 @@ pub struct ServeArgs {
     /// `{"policies": {"name": {"permissions": "...", "ratelimit": "...", "keyHeader": "..."}}}`.
     #[arg(long, env = "KEYGATE_GATEWAY_POLICIES")]
     pub gateway_policies: Option<String>,
+    /// Proxies (addresses, CIDR ranges) whose X-Forwarded-For forward auth believes.
+    #[arg(long, env = "KEYGATE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<String>,
     /// Delete audit events older than this many days, in the background (at most
     /// 5,000 a minute); 0 keeps them for good.
     #[arg(long, env = "KEYGATE_AUDIT_RETENTION_DAYS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=36_500))]
@@ -439,6 +442,7 @@ impl ServeArgs {
             metrics_listen: self.metrics_listen,
             metrics_namespaces: usize::from(self.metrics_namespaces),
             gateway_policies: self.gateway_policies,
+            trusted_proxies: self.trusted_proxies,
             workers: self.workers,
             pool: PoolSettings {
                 max_size: self.db_pool_size,
@@ -521,6 +525,8 @@ pub struct ServerConfig {
     pub metrics_namespaces: usize,
     /// The gateway policies file.
     pub gateway_policies: Option<String>,
+    /// `KEYGATE_TRUSTED_PROXIES`.
+    pub trusted_proxies: Vec<String>,
     pub workers: Option<usize>,
     pub pool: PoolSettings,
     pub docs_url: Option<String>,

@@ -82,6 +82,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         }
         None => Default::default(),
     };
+    let trusted_proxies =
+        keygate_domain::AllowedIps::parse("KEYGATE_TRUSTED_PROXIES", &config.trusted_proxies)
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
     if let Some(path) = &config.github_scanning_keys {
         keygate_scanning::signature::KeyFile::new(Some(path.clone()))
             .check()
@@ -174,6 +177,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
             metrics_namespaces: config.metrics_namespaces,
             metrics_access,
             gateway_policies,
+            trusted_proxies,
             trace_sample_ratio: sample_ratio,
             dashboard: config.dashboard.clone(),
         },

@@ -47,7 +47,7 @@ pub struct VerificationsQuery {
 pub enum OrderField {
     Time,
     Outcome(Option<VerifyCode>),
-    /// `forbidden` and `unauthorized`: codes keygate never answers (always 0).
+    /// `unauthorized`: a code keygate never answers (always 0).
     Never,
     Total,
 }
@@ -57,7 +57,7 @@ impl OrderField {
         Some(match s {
             "time" => Self::Time,
             "total" => Self::Total,
-            "forbidden" | "unauthorized" => Self::Never,
+            "unauthorized" => Self::Never,
             other => Self::Outcome(Some(*VerifyCode::ALL.iter().find(|c| field_name(**c) == other)?)),
         })
     }
@@ -73,6 +73,7 @@ pub fn field_name(code: VerifyCode) -> &'static str {
         VerifyCode::InsufficientPermissions => "insufficientPermissions",
         VerifyCode::UsageExceeded => "usageExceeded",
         VerifyCode::RateLimited => "rateLimited",
+        VerifyCode::Forbidden => "forbidden",
     }
 }
 
@@ -86,7 +87,7 @@ pub struct VerificationsRow {
     pub tags: Option<Vec<String>>,
     pub tag: Option<String>,
     /// Counts in [`VerifyCode::ALL`]'s order.
-    pub counts: [u64; 7],
+    pub counts: [u64; VerifyCode::ALL.len()],
 }
 
 impl VerificationsRow {
@@ -190,7 +191,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             }
             Ok((counts, identities))
         })?;
-        let mut rows: HashMap<Group, [u64; 7]> = HashMap::new();
+        let mut rows: HashMap<Group, [u64; VerifyCode::ALL.len()]> = HashMap::new();
         for c in counts {
             if !q.tags.iter().all(|t| c.tags.contains(t)) || (q.by_identity && c.identity_id.is_empty()) {
                 continue;
@@ -264,7 +265,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         key_id: Option<&str>,
         (start, end): (i64, i64),
         width: i64,
-    ) -> Result<Vec<(i64, [u64; 7])>, RbacError> {
+    ) -> Result<Vec<(i64, [u64; VerifyCode::ALL.len()])>, RbacError> {
         let access =
             ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
         self.fold_for_read()?;
@@ -300,7 +301,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             }
             Ok(counts)
         })?;
-        let mut buckets: BTreeMap<i64, [u64; 7]> = BTreeMap::new();
+        let mut buckets: BTreeMap<i64, [u64; VerifyCode::ALL.len()]> = BTreeMap::new();
         for c in counts {
             if let Some(i) = VerifyCode::ALL.iter().position(|k| k.as_str() == c.outcome) {
                 buckets.entry(c.bucket).or_default()[i] += c.count;

@@ -6,6 +6,7 @@
 //! without any leave empty.
 
 use crate::intern::{Grants, Interner, KeyScope, Name, share_of_grants};
+use keygate_domain::allowlist::{self, AllowedIps};
 use keygate_domain::{Credits, IdentityView, KeySummary, RateLimitConfig};
 use std::sync::Arc;
 
@@ -60,6 +61,9 @@ pub(crate) struct Rare {
     /// An identity id whose identity the store did not find with the key (a link to an
     /// identity deleted meanwhile).
     pub(crate) identity_id: Option<Box<str>>,
+    /// Its own `allowedIps`, and its API's (API-v2.md §25; its identity's is the identity's).
+    pub(crate) allowed_ips: Option<AllowedIps>,
+    pub(crate) api_allowed_ips: Option<AllowedIps>,
 }
 
 /// A key's credits, with when the key was created (refills count from then).
@@ -72,7 +76,7 @@ pub struct KeyCredits {
 impl CachedKey {
     /// The compact form of `s`, its shared parts from `interner`.
     pub fn new(s: KeySummary, interner: &Interner) -> Self {
-        let KeySummary { key, permissions, roles, identity, ratelimits, last_used: _ } = s;
+        let KeySummary { key, permissions, roles, identity, ratelimits, last_used: _, api_allowed_ips } = s;
         let identity_id = key.identity_id.filter(|id| identity.as_ref().is_none_or(|i| i.identity.id != *id));
         let rare = Rare {
             name: key.name.map(Into::into),
@@ -80,6 +84,8 @@ impl CachedKey {
             credits: key.credits.map(|credits| KeyCredits { credits, created_at: key.created_at }),
             ratelimits: ratelimits.into(),
             identity_id: identity_id.map(Into::into),
+            allowed_ips: key.allowed_ips,
+            api_allowed_ips,
         };
         Self {
             id: key.id.into(),
@@ -160,6 +166,15 @@ impl CachedKey {
         self.identity.as_deref()
     }
 
+    /// Whether a verification from `ip` may use the key: `ip` is in every `allowedIps` list
+    /// of the key, its identity and its API that is set (API-v2.md §25).
+    pub fn admits_ip(&self, ip: Option<std::net::IpAddr>) -> bool {
+        let own =
+            self.rare.as_ref().map_or([None, None], |r| [r.allowed_ips.as_ref(), r.api_allowed_ips.as_ref()]);
+        let identity = self.identity.as_ref().and_then(|i| i.identity.allowed_ips.as_ref());
+        allowlist::admits(own.into_iter().chain([identity]), ip)
+    }
+
     /// About the bytes it holds besides its own size: its own heap, and its share of what
     /// it holds with other keys (a set, an identity: their size over the keys holding
     /// them when this one was made, so that a thousand keys of one identity count it
@@ -170,6 +185,8 @@ impl CachedKey {
                 + r.name.as_ref().map_or(0, |n| n.len())
                 + r.meta.as_ref().map_or(0, |m| m.len())
                 + r.identity_id.as_ref().map_or(0, |i| i.len())
+                + r.allowed_ips.as_ref().map_or(0, AllowedIps::heap_bytes)
+                + r.api_allowed_ips.as_ref().map_or(0, AllowedIps::heap_bytes)
                 + r.ratelimits.iter().map(limit_bytes).sum::<usize>()
         });
         let identity = self.identity.as_ref().map_or(0, |i| {
@@ -227,7 +244,9 @@ mod tests {
 
     fn summary(id: &str, permissions: &[&str]) -> KeySummary {
         KeySummary {
+            api_allowed_ips: None,
             key: Key {
+                allowed_ips: None,
                 id: id.into(),
                 workspace_id: "ws_2abcdefgh0123456789abcdef".into(),
                 api_id: Some("api_2abcdefgh0123456789abcdef".into()),
@@ -247,6 +266,7 @@ mod tests {
             roles: vec!["reader".into()],
             identity: Some(IdentityView {
                 identity: Identity {
+                    allowed_ips: None,
                     id: "id_2abcdefgh0123456789abcdef".into(),
                     workspace_id: "ws_2abcdefgh0123456789abcdef".into(),
                     external_id: "customer_1".into(),

@@ -285,6 +285,7 @@ mod tests {
     fn identity(id: &str, external_id: &str) -> IdentityView {
         IdentityView {
             identity: Identity {
+                allowed_ips: None,
                 id: id.into(),
                 workspace_id: "ws_1".into(),
                 external_id: external_id.into(),

@@ -10,6 +10,7 @@
 use crate::compact::{CachedKey, KeyCredits, Lifetime, Rare};
 use crate::intern::{Grants, Interner, KeyScope, Name};
 use crate::ttl::Digest;
+use keygate_domain::AllowedIps;
 use keygate_domain::{Credits, Identity, IdentityView, RateLimitConfig, Refill, RefillInterval};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -65,6 +66,9 @@ struct IdentityRow {
     created_at: i64,
     updated_at: i64,
     ratelimits: Vec<Limit>,
+    /// Its `allowedIps`, stored form (absent from snapshots written before it was kept).
+    #[serde(default)]
+    allowed_ips: Option<String>,
 }
 
 /// A refill: daily (else monthly), amount, day, last refill.
@@ -78,6 +82,11 @@ struct RareRow {
     credits: Option<(u64, Option<RefillRow>, i64)>,
     ratelimits: Vec<Limit>,
     identity_id: Option<String>,
+    /// The key's and its API's `allowedIps`, stored form.
+    #[serde(default)]
+    allowed_ips: Option<String>,
+    #[serde(default)]
+    api_allowed_ips: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -178,6 +187,7 @@ impl TableMaker {
                     created_at: id.created_at,
                     updated_at: id.updated_at,
                     ratelimits: view.ratelimits.iter().map(limit_row).collect(),
+                    allowed_ips: id.allowed_ips.as_ref().map(AllowedIps::to_stored),
                 });
                 self.identities.insert(Arc::as_ptr(view), i);
                 i
@@ -196,6 +206,8 @@ impl TableMaker {
             }),
             ratelimits: r.ratelimits.iter().map(limit_row).collect(),
             identity_id: r.identity_id.as_deref().map(str::to_string),
+            allowed_ips: r.allowed_ips.as_ref().map(AllowedIps::to_stored),
+            api_allowed_ips: r.api_allowed_ips.as_ref().map(AllowedIps::to_stored),
         });
         KeyRow {
             digest: *digest,
@@ -331,6 +343,7 @@ impl SnapshotReader {
                         workspace_id: i.workspace_id,
                         external_id: i.external_id,
                         meta: i.meta,
+                        allowed_ips: i.allowed_ips.as_deref().map(AllowedIps::from_stored),
                         created_at: i.created_at,
                         updated_at: i.updated_at,
                     },
@@ -357,6 +370,8 @@ impl SnapshotReader {
                     }),
                     ratelimits: r.ratelimits.into_iter().map(limit_of).collect(),
                     identity_id: r.identity_id.map(Into::into),
+                    allowed_ips: r.allowed_ips.as_deref().map(AllowedIps::from_stored),
+                    api_allowed_ips: r.api_allowed_ips.as_deref().map(AllowedIps::from_stored),
                 });
                 let key = CachedKey {
                     id: row.id.into(),
@@ -393,8 +408,14 @@ mod tests {
     use keygate_domain::{Key, KeySummary};
 
     fn summary(i: usize, identity: usize) -> KeySummary {
+        let list = |entries: &[&str]| {
+            let owned: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+            AllowedIps::parse("allowedIps", &owned).unwrap()
+        };
         KeySummary {
+            api_allowed_ips: i.is_multiple_of(2).then(|| list(&["10.0.0.0/8"])).flatten(),
             key: Key {
+                allowed_ips: i.is_multiple_of(3).then(|| list(&["10.1.0.0/16", "2001:db8::1"])).flatten(),
                 id: format!("key_{i:025}"),
                 workspace_id: "ws_1".into(),
                 api_id: i.is_multiple_of(2).then(|| "api_1".to_string()),
@@ -422,6 +443,7 @@ mod tests {
             roles: vec!["reader".into()],
             identity: Some(IdentityView {
                 identity: Identity {
+                    allowed_ips: identity.is_multiple_of(2).then(|| list(&["10.1.2.0/24"])).flatten(),
                     id: format!("id_{identity}"),
                     workspace_id: "ws_1".into(),
                     external_id: format!("customer {identity}"),
@@ -469,7 +491,13 @@ mod tests {
             assert_eq!(d1, d2);
             assert_eq!(format!("{k1:?}"), format!("{k2:?}"));
             assert_eq!((k1.credits(), k1.name(), k1.identity()), (k2.credits(), k2.name(), k2.identity()));
+            assert_eq!(k1.rare, k2.rare, "allowedIps of the key and its API too");
+            for ip in ["10.1.2.3", "10.1.9.9", "10.9.0.1", "2001:db8::1", "192.168.0.1"] {
+                let ip = Some(ip.parse().unwrap());
+                assert_eq!(k1.admits_ip(ip), k2.admits_ip(ip));
+            }
         }
+        assert!(keys.iter().any(|(_, k)| !k.admits_ip(Some("10.9.0.1".parse().unwrap()))));
         assert!(Arc::ptr_eq(&read[0].1.grants, &read[3].1.grants), "keys alike share again");
         assert!(Arc::ptr_eq(read[1].1.identity.as_ref().unwrap(), read[5].1.identity.as_ref().unwrap()));
     }

@@ -209,6 +209,9 @@ impl Embedded {
             workspace_id: inner.workspace_id.as_deref(),
             api_id: inner.api_id.as_deref(),
             access: None,
+            // The middleware does not pass the request's address yet: a key with
+            // `allowedIps` answers FORBIDDEN here (docs/api-v2.md, "Where a key may be used from").
+            ip: None,
             query: asks.query.as_ref(),
             usage: &asks.usage,
             tags: &asks.tags,

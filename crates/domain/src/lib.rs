@@ -5,8 +5,10 @@
 //!
 //! Nothing here does I/O; everything is cheap and synchronous.
 
+pub mod allowlist;
 pub mod calendar;
 pub mod checksum;
+pub use allowlist::{AllowedIps, MAX_ALLOWED_IPS};
 pub use checksum::KeyFormat;
 mod clock;
 mod credits;

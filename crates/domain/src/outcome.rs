@@ -13,11 +13,14 @@ pub enum VerifyCode {
     UsageExceeded,
     /// A rate limit of the key or its identity was exceeded (nothing spent).
     RateLimited,
+    /// The call's address is outside an `allowedIps` list of the key, its identity or its
+    /// API, or none was given while one applies (API-v2.md §25).
+    Forbidden,
 }
 
 impl VerifyCode {
     /// Every code, in the order the API documents them.
-    pub const ALL: [VerifyCode; 7] = [
+    pub const ALL: [VerifyCode; 8] = [
         VerifyCode::Valid,
         VerifyCode::NotFound,
         VerifyCode::Disabled,
@@ -25,6 +28,7 @@ impl VerifyCode {
         VerifyCode::InsufficientPermissions,
         VerifyCode::UsageExceeded,
         VerifyCode::RateLimited,
+        VerifyCode::Forbidden,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -36,6 +40,7 @@ impl VerifyCode {
             VerifyCode::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
             VerifyCode::UsageExceeded => "USAGE_EXCEEDED",
             VerifyCode::RateLimited => "RATE_LIMITED",
+            VerifyCode::Forbidden => "FORBIDDEN",
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct Api {
     pub created_at: i64,
     /// How its keys are made (API-v2.md §24).
     pub key_format: crate::checksum::KeyFormat,
+    /// Where its keys may be used from (API-v2.md §25); `None`: anywhere.
+    pub allowed_ips: Option<crate::AllowedIps>,
 }
 
 /// `keys.updateKey` (API-v2.md §12.3): each field absent (unchanged), cleared or set;
@@ -43,6 +45,8 @@ pub struct KeyUpdate {
     pub enabled: Option<bool>,
     pub roles: Option<Vec<String>>,
     pub permissions: Option<Vec<String>>,
+    /// Cleared: anywhere.
+    pub allowed_ips: crate::Patch<crate::AllowedIps>,
 }
 
 /// An identity (API-v2.md §11): one customer of the workspace, named by the caller's
@@ -54,6 +58,8 @@ pub struct Identity {
     pub external_id: String,
     /// A JSON object as text.
     pub meta: Option<String>,
+    /// Where its keys may be used from (API-v2.md §25); `None`: anywhere.
+    pub allowed_ips: Option<crate::AllowedIps>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -113,6 +119,8 @@ pub struct Key {
     pub meta: Option<String>,
     pub enabled: bool,
     pub expires: Option<i64>,
+    /// Where it may be used from (API-v2.md §25); `None`: anywhere.
+    pub allowed_ips: Option<crate::AllowedIps>,
     pub created_at: i64,
     /// When the key's row was last changed by an update (`created_at` until then).
     pub updated_at: i64,
@@ -149,6 +157,8 @@ pub struct NewKey {
     pub byte_length: Option<usize>,
     /// Its plaintext kept sealed in the vault, to be revealed (API-v2.md §16).
     pub recoverable: bool,
+    /// Where it may be used from (API-v2.md §25).
+    pub allowed_ips: Option<crate::AllowedIps>,
 }
 
 impl Default for NewKey {
@@ -167,6 +177,7 @@ impl Default for NewKey {
             roles: Vec::new(),
             byte_length: None,
             recoverable: false,
+            allowed_ips: None,
         }
     }
 }
@@ -185,6 +196,8 @@ pub struct KeySummary {
     /// When the key was last verified (Unix ms, the start of that minute), from the
     /// analytics counts (`RbacService::fill_last_used`).
     pub last_used: Option<i64>,
+    /// Its API's `allowedIps` (read with the key for a verification; `None` elsewhere).
+    pub api_allowed_ips: Option<crate::AllowedIps>,
 }
 
 impl KeySummary {
@@ -207,7 +220,7 @@ impl KeySummary {
         once(&mut permissions);
         once(&mut roles);
         ratelimits.sort_by(|a, b| a.name.cmp(&b.name));
-        KeySummary { key, permissions, roles, identity, ratelimits, last_used: None }
+        KeySummary { key, permissions, roles, identity, ratelimits, last_used: None, api_allowed_ips: None }
     }
 }
 

@@ -81,6 +81,7 @@ impl Keygate {
             metrics,
             metrics_access: settings.metrics_access,
             gateway_policies: settings.gateway_policies,
+            trusted_proxies: settings.trusted_proxies,
             trace_sample_ratio: settings.trace_sample_ratio,
             openapi: openapi::Documents::new(openapi::document::render),
             #[cfg(feature = "pages")]

@@ -44,6 +44,9 @@ pub struct HttpSettings {
     pub metrics_access: MetricsAccess,
     /// Named policies of `/v1/gateway.authorize` (`KEYGATE_GATEWAY_POLICIES`).
     pub gateway_policies: GatewayPolicies,
+    /// The proxies whose `X-Forwarded-For` forward auth believes (`KEYGATE_TRUSTED_PROXIES`);
+    /// `None`: the connection's address is the client's.
+    pub trusted_proxies: Option<keygate_domain::AllowedIps>,
     /// The share of requests without a caller's trace context that are traced, when the
     /// process traces (`KEYGATE_OTLP_SAMPLE_RATIO`).
     pub trace_sample_ratio: f64,
@@ -65,6 +68,7 @@ impl Default for HttpSettings {
             metrics_namespaces: 20,
             metrics_access: MetricsAccess::RootKey,
             gateway_policies: GatewayPolicies::default(),
+            trusted_proxies: None,
             trace_sample_ratio: 0.0,
             #[cfg(feature = "pages")]
             dashboard: None,

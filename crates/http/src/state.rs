@@ -27,6 +27,8 @@ pub struct AppState {
     pub metrics_access: MetricsAccess,
     /// Named policies of `/v1/gateway.authorize` (`KEYGATE_GATEWAY_POLICIES`).
     pub gateway_policies: crate::handlers::gateway::policy::GatewayPolicies,
+    /// The proxies whose `X-Forwarded-For` forward auth believes.
+    pub trusted_proxies: Option<keygate_domain::AllowedIps>,
     /// The OpenAPI documents, rendered on first request.
     pub openapi: crate::openapi::Documents,
     /// The share of requests without a caller's trace context that are traced.

@@ -20,7 +20,7 @@ pub const MAX_WINDOW_MS: i64 = 90 * DAY;
 pub struct VerificationPoint {
     pub time: i64,
     /// Counts in [`VerifyCode::ALL`]'s order.
-    pub counts: [u64; 7],
+    pub counts: [u64; VerifyCode::ALL.len()],
 }
 
 impl VerificationPoint {
@@ -29,7 +29,7 @@ impl VerificationPoint {
     }
 
     /// The count of the outcome whose field is `name` (`valid`, `rateLimited`, …; 0 for a
-    /// name keygate never counts, such as `forbidden`).
+    /// name keygate never counts).
     pub fn field(&self, name: &str) -> u64 {
         VerifyCode::ALL.iter().position(|c| outcome_field(*c) == name).map_or(0, |i| self.counts[i])
     }
@@ -178,8 +178,12 @@ impl<S: PortalStore> PortalService<S> {
             Ok(tx.verification_counts(&filter)?)
         })?;
         let buckets: Vec<i64> = (0..).map(|i| first + i * width).take_while(|t| *t < end).collect();
-        let zeroed =
-            || buckets.iter().map(|t| VerificationPoint { time: *t, counts: [0; 7] }).collect::<Vec<_>>();
+        let zeroed = || {
+            buckets
+                .iter()
+                .map(|t| VerificationPoint { time: *t, counts: [0; VerifyCode::ALL.len()] })
+                .collect::<Vec<_>>()
+        };
         let mut total = zeroed();
         let mut per_key: BTreeMap<String, Vec<VerificationPoint>> = BTreeMap::new();
         if let Some(id) = key_id {

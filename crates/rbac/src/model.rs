@@ -135,6 +135,9 @@ pub struct VerifyScope<'a> {
     /// in one read, and a root key revoked meanwhile is refused
     /// ([`crate::RbacService::ensure_root_key_current`]'s check).
     pub root_key: Option<&'a Principal>,
+    /// The address the call comes from, when known (API-v2.md §25: a key with an
+    /// `allowedIps` list answers FORBIDDEN without one).
+    pub ip: Option<std::net::IpAddr>,
 }
 
 impl VerifyScope<'_> {

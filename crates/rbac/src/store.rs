@@ -207,6 +207,13 @@ pub trait IdentityTx {
         limit: usize,
     ) -> R<Vec<Identity>>;
     fn set_identity_meta(&mut self, id: &str, meta: Option<&str>, now: i64) -> R<()>;
+    /// Sets (or with `None` clears) the identity's `allowedIps`.
+    fn set_identity_allowed_ips(
+        &mut self,
+        id: &str,
+        allowed: Option<&keygate_domain::AllowedIps>,
+        now: i64,
+    ) -> R<()>;
     /// Deletes the identity (its rate limits go with it); whether it existed.
     fn delete_identity(&mut self, workspace_id: &str, id: &str) -> R<bool>;
     /// Unlinks every key of the identity; their ids.

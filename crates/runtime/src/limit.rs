@@ -417,6 +417,7 @@ fn decisions_are_send<'a, O: Offload>(
         workspace_id: None,
         api_id: None,
         access: None,
+        ip: None,
         query: None,
         usage: &usage,
         tags: &[],

@@ -27,6 +27,8 @@ pub struct VerifyCall<'a> {
     pub api_id: Option<&'a str>,
     /// The APIs the root key may verify in, when it may not verify in all.
     pub access: Option<&'a ApiAccess>,
+    /// The address the verified request comes from (API-v2.md §25), when known.
+    pub ip: Option<std::net::IpAddr>,
     pub query: Option<&'a PermissionQuery>,
     pub usage: &'a Usage,
     /// The request's tags (v2), counted with its outcome in analytics.
@@ -47,7 +49,7 @@ impl std::fmt::Debug for VerifyCall<'_> {
 impl VerifyCall<'_> {
     /// Which keys the secret may find.
     pub fn scope(&self) -> VerifyScope<'_> {
-        scope(self.principal, self.workspace_id, self.api_id, self.access)
+        VerifyScope { ip: self.ip, ..scope(self.principal, self.workspace_id, self.api_id, self.access) }
     }
 }
 
@@ -65,6 +67,7 @@ fn scope<'a>(
         api_id,
         access,
         root_key: principal.map(|p| &**p),
+        ip: None,
     }
 }
 
@@ -97,16 +100,19 @@ impl Runtime {
                 let (principal, workspace_id) =
                     (call.principal.cloned(), call.workspace_id.map(String::from));
                 let (api_id, access) = (call.api_id.map(String::from), call.access.cloned());
-                let (query, asks) = (call.query.cloned(), call.usage.clone());
+                let (query, asks, ip) = (call.query.cloned(), call.usage.clone(), call.ip);
                 // The root key is checked still current by the verification itself, with
                 // the key's change counters (one read).
                 let load = move || {
-                    let scope = scope(
-                        principal.as_ref(),
-                        workspace_id.as_deref(),
-                        api_id.as_deref(),
-                        access.as_ref(),
-                    );
+                    let scope = VerifyScope {
+                        ip,
+                        ..scope(
+                            principal.as_ref(),
+                            workspace_id.as_deref(),
+                            api_id.as_deref(),
+                            access.as_ref(),
+                        )
+                    };
                     Ok(usage.verify(&secret, &scope, query.as_ref(), &asks)?)
                 };
                 // A key to load joins the queue of loads (bounded: its thread's CPU is the

@@ -32,6 +32,7 @@ diesel::table! {
         name -> Text,
         created_at -> BigInt,
         key_format -> Text,
+        allowed_ips -> Nullable<Text>,
     }
 }
 
@@ -61,6 +62,7 @@ diesel::table! {
         vault_key_id -> Nullable<Text>,
         ciphertext -> Nullable<Text>,
         credits_base -> Nullable<BigInt>,
+        allowed_ips -> Nullable<Text>,
     }
 }
 
@@ -72,6 +74,7 @@ diesel::table! {
         meta -> Nullable<Text>,
         created_at -> BigInt,
         updated_at -> BigInt,
+        allowed_ips -> Nullable<Text>,
     }
 }
 

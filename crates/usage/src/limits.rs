@@ -393,6 +393,7 @@ mod tests {
 
     fn summary(key: Vec<RateLimitConfig>, shared: Vec<RateLimitConfig>) -> CachedKey {
         let key_row = Key {
+            allowed_ips: None,
             id: "key_1".into(),
             workspace_id: "ws".into(),
             api_id: None,
@@ -409,6 +410,7 @@ mod tests {
             updated_at: 0,
         };
         let identity = Identity {
+            allowed_ips: None,
             id: "id_1".into(),
             workspace_id: "ws".into(),
             external_id: "acme".into(),
@@ -417,6 +419,7 @@ mod tests {
             updated_at: 0,
         };
         let summary = KeySummary {
+            api_allowed_ips: None,
             key: key_row,
             permissions: vec![],
             roles: vec![],

@@ -69,6 +69,8 @@ fn keygate(dir: &std::path::Path, unix: bool) -> Keygate {
     let port = free_port();
     let mut cmd = keygate_command(BIN, &db, port);
     cmd.env("KEYGATE_WORKERS", "2").env("KEYGATE_GATEWAY_POLICIES", dir.join("policies.json"));
+    // The gateway is the trusted proxy (docs/gateways.md, "The client's address").
+    cmd.env("KEYGATE_TRUSTED_PROXIES", "127.0.0.1,::1");
     let kg = if unix {
         let path = dir.join("keygate.sock");
         // nginx's workers run as another user (nobody or www-data here): docs/gateways.md.
@@ -242,13 +244,39 @@ fn gateway_in_front(gateway: Gateway, mode: Mode, unix: bool) {
     assert!(retry.is_some_and(|s| (1..=WINDOW_MS / 1000).contains(&s)), "{r:?}");
     check_fields(&r, 0);
 
+    // allowedIps (nginx, whose block sets X-Forwarded-For to the connection's address): the
+    // end user's address decides, and an X-Forwarded-For the end user sends is replaced.
+    let mut fenced_id = String::new();
+    if gateway == Gateway::Nginx {
+        let fenced = |allowed: &str| {
+            let body = format!(
+                r#"{{"apiId": "api_gw", "permissions": ["documents.read"], "allowedIps": ["{allowed}"]}}"#
+            );
+            let v = k.api("/v2/keys.createKey", &body);
+            (v["data"]["keyId"].as_str().unwrap().to_string(), v["data"]["key"].as_str().unwrap().to_string())
+        };
+        let ((here_id, here), (_, elsewhere)) = (fenced("127.0.0.1"), fenced("203.0.113.0/24"));
+        fenced_id = here_id;
+        assert_eq!(get(Some(&here), &[]).status, 200, "from an allowed address");
+        assert_eq!(get(Some(&here), &[("X-Forwarded-For", "203.0.113.5")]).status, 200);
+        for forged in ["203.0.113.5", "203.0.113.5, 127.0.0.1"] {
+            let r = get(Some(&elsewhere), &[("X-Forwarded-For", forged)]);
+            assert_eq!(r.status, 403, "a forged X-Forwarded-For {forged}: {r:?}");
+        }
+    }
+
     // A deleted key: refused at once.
     k.api("/v1/keys.deleteKey", &format!(r#"{{"keyId":"{reader_id}"}}"#));
     assert_eq!(get(Some(&reader), &[]).status, 401, "deleted: refused at once");
 
     // Everything the upstream received: keygate's pass headers only, never a root key.
     let seen = up.seen();
-    assert_eq!(seen.len(), 1 + forged_limits.len(), "only passes reach the upstream: {seen:?}");
+    let fenced_passes = if fenced_id.is_empty() { 0 } else { 2 };
+    assert_eq!(
+        seen.len(),
+        1 + forged_limits.len() + fenced_passes,
+        "only passes reach the upstream: {seen:?}"
+    );
     for headers in &seen {
         for (name, value) in headers {
             let allowed = ["x-keygate-key-id", "x-keygate-key-name", "x-keygate-key-meta"];
@@ -261,7 +289,8 @@ fn gateway_in_front(gateway: Gateway, mode: Mode, unix: bool) {
         }
         let ids: Vec<&str> =
             headers.iter().filter(|(n, _)| n == "x-keygate-key-id").map(|(_, v)| v.as_str()).collect();
-        assert!(ids == [reader_id.as_str()] || ids == [limited_id.as_str()], "{headers:?}");
+        let passed = [reader_id.as_str(), limited_id.as_str(), fenced_id.as_str()];
+        assert!(ids.len() == 1 && passed.contains(&ids[0]) && !ids[0].is_empty(), "{headers:?}");
     }
 
     // keygate down: 503, never a pass nor a 403.

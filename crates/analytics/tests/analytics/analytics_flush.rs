@@ -255,7 +255,13 @@ fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() 
     let new = || NewKey { api_id: Some(api.clone()), ..NewKey::default() };
     let (a, a_secret) = rbac.create_key_as(&admin, new()).expect("key a");
     let (b, b_secret) = rbac.create_key_as(&admin, new()).expect("key b");
-    let scope = VerifyScope { workspace_id: Some(&ws.id), api_id: Some(&api), access: None, root_key: None };
+    let scope = VerifyScope {
+        workspace_id: Some(&ws.id),
+        api_id: Some(&api),
+        access: None,
+        root_key: None,
+        ip: None,
+    };
     let verify = |secret: &str, tags: &[String]| {
         let v = rbac.check_key(secret, &scope, None).expect("verify");
         svc.record_verification(&v, &scope, tags);

@@ -77,8 +77,8 @@ fn fixture() -> Fixture {
     let admin = Principal::new(rk.id, ws.id.clone(), ["*".to_string()]);
     let api1 = rbac.create_api(&admin, "one").expect("api").id;
     let api2 = rbac.create_api(&admin, "two").expect("api").id;
-    let alice = rbac.create_identity(&admin, "alice", None, &[]).expect("identity").identity.id;
-    let bob = rbac.create_identity(&admin, "bob", None, &[]).expect("identity").identity.id;
+    let alice = rbac.create_identity(&admin, "alice", None, &[], None).expect("identity").identity.id;
+    let bob = rbac.create_identity(&admin, "bob", None, &[], None).expect("identity").identity.id;
     let email = rbac.resolve_namespace(&admin, "email").expect("ns").to_string();
     let sms = rbac.resolve_namespace(&admin, "sms").expect("ns").to_string();
     let other = rbac.create_workspace("other").expect("workspace");

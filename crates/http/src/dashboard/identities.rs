@@ -72,7 +72,7 @@ pub(super) async fn create(signed: Signed, form: web::Form<IdentityForm>) -> Res
         let message = "Meta: a JSON object, such as {\"plan\": \"pro\"}, or nothing.".into();
         return Err(DashError::Invalid { layout: signed.layout, message });
     }
-    signed.run(move |kg, p| kg.rbac.create_identity(p, &external_id, meta, &[])).await?;
+    signed.run(move |kg, p| kg.rbac.create_identity(p, &external_id, meta, &[], None)).await?;
     Ok(see_other(format!("{}/identities", signed.layout.base)))
 }
 
@@ -149,6 +149,8 @@ pub(super) async fn update(
     let ratelimits = Patch::Set(limits(&signed, form.ratelimits.as_deref().unwrap_or(""))?);
     let id = path.into_inner();
     let back = format!("{}/identities/{id}", signed.layout.base);
-    signed.run(move |kg, p| kg.rbac.update_identity(p, &id, meta, ratelimits)).await?;
+    signed
+        .run(move |kg, p| kg.rbac.update_identity(p, &id, meta, ratelimits, keygate_domain::Patch::Absent))
+        .await?;
     Ok(see_other(back))
 }

@@ -82,12 +82,12 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
 
 /// Every slot of the range (empty ones included), and the totals per outcome.
 pub(super) fn chart_buckets(
-    counted: &[(i64, [u64; 7])],
+    counted: &[(i64, [u64; VerifyCode::ALL.len()])],
     first: i64,
     slots: i64,
     width: i64,
-) -> (Vec<Bucket>, [u64; 7]) {
-    let mut totals = [0u64; 7];
+) -> (Vec<Bucket>, [u64; VerifyCode::ALL.len()]) {
+    let mut totals = [0u64; VerifyCode::ALL.len()];
     let buckets = (0..slots)
         .map(|i| {
             let at = first + i * width;

@@ -148,7 +148,6 @@ pub(crate) struct RowObject {
     time: Option<i64>,
     valid: u64,
     not_found: u64,
-    /// Always 0 (keygate answers no such code).
     forbidden: u64,
     usage_exceeded: u64,
     rate_limited: u64,
@@ -185,7 +184,7 @@ impl From<VerificationsRow> for RowObject {
             time: r.time,
             valid: r.count(VerifyCode::Valid),
             not_found: r.count(VerifyCode::NotFound),
-            forbidden: 0,
+            forbidden: r.count(VerifyCode::Forbidden),
             usage_exceeded: r.count(VerifyCode::UsageExceeded),
             rate_limited: r.count(VerifyCode::RateLimited),
             unauthorized: 0,

@@ -32,8 +32,9 @@ impl From<Api> for ApiResponse {
 /// Create an API
 #[utoipa::path(post, path = "/v1/apis.createApi", operation_id = "apis.createApi", tag = "apis",
     request_body = CreateApiBody, responses((status = 200, description = "OK", body = CreatedApi), V1BodyErrors))]
-pub async fn create_api(call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api_of(p, b.name(), b.key_format())).await?;
+pub async fn create_api(mut call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
+    let allowed = call.input.0.allowed_ips()?;
+    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api_of(p, b.name(), b.key_format(), allowed)).await?;
     Ok(HttpResponse::Ok().json(CreatedApi::new(api.id)))
 }
 

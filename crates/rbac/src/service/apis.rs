@@ -7,7 +7,7 @@ use crate::{
     Api, ApiAccess, AuditEvent, Key, KeyChange, Page, Principal, RbacError, RbacService, RbacStore, RbacTx,
     Resource, Scope,
 };
-use keygate_domain::{IdPrefix, KeyFormat, MAX_NAME_CHARS, check_len, new_id, validate_api_name};
+use keygate_domain::{AllowedIps, IdPrefix, KeyFormat, MAX_NAME_CHARS, check_len, new_id, validate_api_name};
 
 /// The most APIs [`RbacService::list_apis`] answers.
 pub const MAX_LISTED_APIS: usize = 1_000;
@@ -16,11 +16,18 @@ impl<S: RbacStore> RbacService<S> {
     /// `apis.createApi`: a new API of the caller's workspace, whose keys are plain. Names
     /// need not be unique.
     pub fn create_api(&self, p: &Principal, name: &str) -> Result<Api, RbacError> {
-        self.create_api_of(p, name, KeyFormat::Plain)
+        self.create_api_of(p, name, KeyFormat::Plain, None)
     }
 
-    /// `apis.createApi` with its `keyFormat` (API-v2.md §24), fixed for the API's life.
-    pub fn create_api_of(&self, p: &Principal, name: &str, key_format: KeyFormat) -> Result<Api, RbacError> {
+    /// `apis.createApi` with its `keyFormat` (API-v2.md §24) and `allowedIps` (§25), both
+    /// fixed for the API's life.
+    pub fn create_api_of(
+        &self,
+        p: &Principal,
+        name: &str,
+        key_format: KeyFormat,
+        allowed_ips: Option<AllowedIps>,
+    ) -> Result<Api, RbacError> {
         validate_api_name("name", name)?;
         if !p.holds(PERM_CREATE_API) {
             return Err(RbacError::missing(&[PERM_CREATE_API]));
@@ -31,6 +38,7 @@ impl<S: RbacStore> RbacService<S> {
             name: name.to_string(),
             created_at: self.now(),
             key_format,
+            allowed_ips,
         };
         self.write(|tx, _| {
             tx.insert_api_if_absent(&api)?;
@@ -174,6 +182,7 @@ pub(super) fn ensure_api(
         name: api_id.to_string(),
         created_at: now,
         key_format: KeyFormat::Plain,
+        allowed_ips: None,
     };
     if tx.insert_api_if_absent(&api)? {
         tx.insert_audit_events(&[api_event(p, "api.create", api_id, now)])?;

@@ -9,8 +9,8 @@ use crate::{
     RbacStore, RbacTx, Resource, Scope,
 };
 use keygate_domain::{
-    IdPrefix, MAX_NAME_CHARS, Patch, ValidationError, check_len, limit_configs, new_id, validate_external_id,
-    validate_ratelimits,
+    AllowedIps, IdPrefix, MAX_NAME_CHARS, Patch, ValidationError, check_len, limit_configs, new_id,
+    validate_external_id, validate_ratelimits,
 };
 
 /// Largest serialized `meta` of an identity.
@@ -50,6 +50,7 @@ impl<S: RbacStore> RbacService<S> {
         external_id: &str,
         meta: Option<String>,
         ratelimits: &[NewRateLimit],
+        allowed_ips: Option<AllowedIps>,
     ) -> Result<IdentityView, RbacError> {
         validate_external_id("externalId", external_id)?;
         if let Some(m) = &meta {
@@ -65,6 +66,7 @@ impl<S: RbacStore> RbacService<S> {
             workspace_id: p.workspace_id.clone(),
             external_id: external_id.to_string(),
             meta,
+            allowed_ips,
             created_at: now,
             updated_at: now,
         };
@@ -121,6 +123,7 @@ impl<S: RbacStore> RbacService<S> {
         reference: &str,
         meta: Patch<String>,
         ratelimits: Patch<Vec<NewRateLimit>>,
+        allowed_ips: Patch<AllowedIps>,
     ) -> Result<IdentityView, RbacError> {
         check_len("identity", reference, MAX_NAME_CHARS)?;
         if let Patch::Set(m) = &meta {
@@ -140,6 +143,9 @@ impl<S: RbacStore> RbacService<S> {
             let now = self.now();
             if meta.is_given() {
                 tx.set_identity_meta(&found.id, meta.as_set().map(String::as_str), now)?;
+            }
+            if allowed_ips.is_given() {
+                tx.set_identity_allowed_ips(&found.id, allowed_ips.as_set(), now)?;
             }
             if ratelimits.is_given() {
                 let owner = LimitOwner::Identity(&found.id);
@@ -198,6 +204,7 @@ pub(super) fn ensure_identity(
         workspace_id: ws.to_string(),
         external_id: external_id.to_string(),
         meta: None,
+        allowed_ips: None,
         created_at: now,
         updated_at: now,
     };

@@ -106,6 +106,7 @@ impl<S: RbacStore> RbacService<S> {
                     meta: e.meta.clone(),
                     enabled: e.enabled,
                     expires: e.expires,
+                    allowed_ips: None,
                     created_at: now,
                     updated_at: now,
                 };
@@ -278,6 +279,7 @@ fn ensure_identities<'x>(
             workspace_id: ws.to_string(),
             external_id: x.clone(),
             meta: None,
+            allowed_ips: None,
             created_at: now,
             updated_at: now,
         })

@@ -31,6 +31,7 @@ impl<S: RbacStore> RbacService<S> {
             enabled,
             roles,
             permissions,
+            allowed_ips,
         } = update;
         if let Some(n) = name.as_set() {
             validate_display_name("name", n)?;
@@ -116,6 +117,7 @@ impl<S: RbacStore> RbacService<S> {
             key.name = name.apply(key.name);
             key.meta = meta.apply(key.meta);
             key.expires = expires.apply(key.expires);
+            key.allowed_ips = allowed_ips.apply(key.allowed_ips);
             key.enabled = enabled.unwrap_or(key.enabled);
             // The row's update time moves only when the call changes something (`{keyId}`
             // alone is a no-op).

@@ -192,6 +192,7 @@ impl<S: RbacStore> RbacService<S> {
             meta: new.meta,
             enabled: new.enabled,
             expires: new.expires,
+            allowed_ips: new.allowed_ips,
             created_at: now,
             updated_at: now,
         };

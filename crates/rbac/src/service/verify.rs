@@ -375,7 +375,9 @@ impl<S: RbacStore> RbacService<S> {
         let Some(k) = entry.snapshot.as_ref().filter(|k| scope.admits(k.workspace_id(), k.api_id())) else {
             return Checked { verification: not_found(), snapshot: None };
         };
-        let code = if !k.enabled() {
+        let code = if !k.admits_ip(scope.ip) {
+            VerifyCode::Forbidden
+        } else if !k.enabled() {
             VerifyCode::Disabled
         } else if k.expires().is_some_and(|e| e <= self.now()) {
             VerifyCode::Expired
@@ -546,7 +548,13 @@ pub fn verification_read(
     counters: &crate::store::CounterNames<'_>,
 ) -> Result<(Option<KeySummary>, Vec<u64>), RbacError> {
     let summary = match tx.key_by_hash(hash)? {
-        Some(key) => Some(key_summary(tx, key)?),
+        Some(key) => {
+            let api = match &key.api_id {
+                Some(id) => tx.get_api(&key.workspace_id, id)?.and_then(|a| a.allowed_ips),
+                None => None,
+            };
+            Some(KeySummary { api_allowed_ips: api, ..key_summary(tx, key)? })
+        }
         None => None,
     };
     let names = counters(summary.as_ref().map(|s| (s.key.id.as_str(), s.key.workspace_id.as_str())));

@@ -381,20 +381,38 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
     let ws = f.ws.as_str();
     assert_eq!(code(VerifyScope::default()), VerifyCode::Valid);
     assert_eq!(
-        code(VerifyScope { workspace_id: Some(ws), api_id: Some("api_a"), access: None, root_key: None }),
+        code(VerifyScope {
+            workspace_id: Some(ws),
+            api_id: Some("api_a"),
+            access: None,
+            root_key: None,
+            ip: None
+        }),
         VerifyCode::Valid
     );
     assert_eq!(
-        code(VerifyScope { workspace_id: None, api_id: Some("api_b"), access: None, root_key: None }),
+        code(VerifyScope {
+            workspace_id: None,
+            api_id: Some("api_b"),
+            access: None,
+            root_key: None,
+            ip: None
+        }),
         VerifyCode::NotFound
     );
     assert_eq!(
-        code(VerifyScope { workspace_id: Some("ws_other"), api_id: None, access: None, root_key: None }),
+        code(VerifyScope {
+            workspace_id: Some("ws_other"),
+            api_id: None,
+            access: None,
+            root_key: None,
+            ip: None
+        }),
         VerifyCode::NotFound
     );
     let v = f.svc.check_key(
         secret.expose(),
-        &VerifyScope { workspace_id: Some("ws_other"), api_id: None, access: None, root_key: None },
+        &VerifyScope { workspace_id: Some("ws_other"), api_id: None, access: None, root_key: None, ip: None },
         None,
     );
     let v = v.expect("verify");
@@ -402,6 +420,7 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
     assert_eq!(f.svc.get_key(&f.admin, &key.id).expect("get").key.api_id.as_deref(), Some("api_a"));
     // A key created without an apiId is not found by a call that names one.
     let (_, plain) = f.svc.create_key_as(&f.admin, new(None)).expect("create");
-    let scoped = VerifyScope { workspace_id: None, api_id: Some("api_a"), access: None, root_key: None };
+    let scoped =
+        VerifyScope { workspace_id: None, api_id: Some("api_a"), access: None, root_key: None, ip: None };
     assert_eq!(f.svc.check_key(plain.expose(), &scoped, None).expect("verify").code, VerifyCode::NotFound);
 }

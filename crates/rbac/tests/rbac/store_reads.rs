@@ -249,7 +249,9 @@ fn a_miss_in_one_transaction(c: Counted, hit_reads: usize) {
     let role = c.svc.create_entity(&c.admin, EntityKind::Role, entity("reader")).expect("role");
     c.svc.add_role_permissions(&c.admin, &role.id, &[EntityRef::by_name("doc.read")]).expect("role perm");
     let limit = NewRateLimit { name: "requests".into(), limit: 10, duration: 60_000, auto_apply: true };
-    c.svc.create_identity(&c.admin, "customer_1", None, std::slice::from_ref(&limit)).expect("identity");
+    c.svc
+        .create_identity(&c.admin, "customer_1", None, std::slice::from_ref(&limit), None)
+        .expect("identity");
     let new = NewKey {
         external_id: Some("customer_1".into()),
         ratelimits: vec![limit],
@@ -305,6 +307,7 @@ fn the_verification_read_answers_as_its_reads_in_a_snapshot() {
             "customer_1",
             Some("{\"plan\":\"pro\"}".into()),
             &[limit("b", 5), limit("a", 7)],
+            None,
         )
         .expect("identity");
     let new = NewKey {

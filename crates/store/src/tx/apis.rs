@@ -4,16 +4,19 @@ use crate::DbConn;
 use crate::schema::*;
 use crate::tx::{DieselTx, KeyRow, Keyset, R, db_err, key_from_row, like_literal};
 use diesel::prelude::*;
-use keygate_domain::KeyFormat;
+use keygate_domain::{AllowedIps, KeyFormat};
 use keygate_rbac::store::ApiTx;
 use keygate_rbac::{Api, Key};
 
-type ApiRow = (String, String, String, i64, String);
-const API_COLUMNS: (apis::workspace_id, apis::id, apis::name, apis::created_at, apis::key_format) =
-    (apis::workspace_id, apis::id, apis::name, apis::created_at, apis::key_format);
+type ApiRow = (String, String, String, i64, String, Option<String>);
+type ApiColumns =
+    (apis::workspace_id, apis::id, apis::name, apis::created_at, apis::key_format, apis::allowed_ips);
+const API_COLUMNS: ApiColumns =
+    (apis::workspace_id, apis::id, apis::name, apis::created_at, apis::key_format, apis::allowed_ips);
 
-fn api_from_row((workspace_id, id, name, created_at, format): ApiRow) -> Api {
-    Api { id, workspace_id, name, created_at, key_format: KeyFormat::from_stored(&format) }
+fn api_from_row((workspace_id, id, name, created_at, format, allowed): ApiRow) -> Api {
+    let allowed_ips = allowed.as_deref().map(AllowedIps::from_stored);
+    Api { id, workspace_id, name, created_at, key_format: KeyFormat::from_stored(&format), allowed_ips }
 }
 
 impl ApiTx for DieselTx<'_> {
@@ -29,6 +32,7 @@ impl ApiTx for DieselTx<'_> {
                     apis::name.eq(&api.name),
                     apis::created_at.eq(api.created_at),
                     apis::key_format.eq(api.key_format.as_str()),
+                    apis::allowed_ips.eq(api.allowed_ips.as_ref().map(AllowedIps::to_stored)),
                 ))
                 .execute(c)
         })

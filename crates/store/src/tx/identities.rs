@@ -4,12 +4,13 @@ use crate::DbConn;
 use crate::schema::*;
 use crate::tx::{BATCH_ROWS, DieselTx, Keyset, R, contains_pattern, db_err};
 use diesel::prelude::*;
+use keygate_domain::AllowedIps;
 use keygate_rbac::store::IdentityTx;
 use keygate_rbac::{Identity, LimitOwner, RateLimitConfig};
 use std::collections::HashSet;
 
 /// An identity's row: the columns of [`identity_columns!`].
-pub(crate) type IdentityRow = (String, String, String, Option<String>, i64, i64);
+pub(crate) type IdentityRow = (String, String, String, Option<String>, i64, i64, Option<String>);
 
 macro_rules! identity_columns {
     () => {
@@ -20,14 +21,16 @@ macro_rules! identity_columns {
             identities::meta,
             identities::created_at,
             identities::updated_at,
+            identities::allowed_ips,
         )
     };
 }
 
 pub(crate) fn identity(
-    (id, workspace_id, external_id, meta, created_at, updated_at): IdentityRow,
+    (id, workspace_id, external_id, meta, created_at, updated_at, allowed): IdentityRow,
 ) -> Identity {
-    Identity { id, workspace_id, external_id, meta, created_at, updated_at }
+    let allowed_ips = allowed.as_deref().map(keygate_domain::AllowedIps::from_stored);
+    Identity { id, workspace_id, external_id, meta, allowed_ips, created_at, updated_at }
 }
 
 pub(crate) fn ratelimit(
@@ -51,6 +54,8 @@ impl IdentityTx for DieselTx<'_> {
                     identities::workspace_id.eq(&i.workspace_id),
                     identities::external_id.eq(&i.external_id),
                     identities::meta.eq(&i.meta),
+                    identities::allowed_ips
+                        .eq(i.allowed_ips.as_ref().map(keygate_domain::AllowedIps::to_stored)),
                     identities::created_at.eq(i.created_at),
                     identities::updated_at.eq(i.updated_at),
                 ))
@@ -113,6 +118,8 @@ impl IdentityTx for DieselTx<'_> {
                         identities::workspace_id.eq(&i.workspace_id),
                         identities::external_id.eq(&i.external_id),
                         identities::meta.eq(&i.meta),
+                        identities::allowed_ips
+                            .eq(i.allowed_ips.as_ref().map(keygate_domain::AllowedIps::to_stored)),
                         identities::created_at.eq(i.created_at),
                         identities::updated_at.eq(i.updated_at),
                     )
@@ -177,6 +184,17 @@ impl IdentityTx for DieselTx<'_> {
         }
         let rows = on_each_keyset!(self.conn, page).map_err(db_err)?;
         Ok(rows.into_iter().map(identity).collect())
+    }
+
+    fn set_identity_allowed_ips(&mut self, id: &str, allowed: Option<&AllowedIps>, now: i64) -> R<()> {
+        diesel::update(identities::table.filter(identities::id.eq(id)))
+            .set((
+                identities::allowed_ips.eq(allowed.map(AllowedIps::to_stored)),
+                identities::updated_at.eq(now),
+            ))
+            .execute(self.conn)
+            .map(drop)
+            .map_err(db_err)
     }
 
     fn set_identity_meta(&mut self, id: &str, meta: Option<&str>, now: i64) -> R<()> {

@@ -30,6 +30,7 @@ impl KeyTx for DieselTx<'_> {
                 keys::identity_id.eq(&key.identity_id),
                 keys::key_prefix.eq(&key.prefix),
                 keys::byte_length.eq(key.byte_length.map(i64::from)),
+                keys::allowed_ips.eq(key.allowed_ips.as_ref().map(keygate_domain::AllowedIps::to_stored)),
             ))
             .execute(self.conn)
             .map_err(db_err)?;
@@ -44,6 +45,7 @@ impl KeyTx for DieselTx<'_> {
                 keys::enabled.eq(key.enabled),
                 keys::expires.eq(key.expires),
                 keys::identity_id.eq(&key.identity_id),
+                keys::allowed_ips.eq(key.allowed_ips.as_ref().map(keygate_domain::AllowedIps::to_stored)),
                 keys::updated_at.eq(now),
             ))
             .execute(self.conn)
@@ -278,18 +280,20 @@ pub(crate) fn pg_verification_read(
         .map_err(|e| keygate_rbac::StorageError::Internal(format!("the verification read's answer: {e}")))?;
     let (key, direct, roles, inherited, limits, found_identity, identity_limits, values) = read;
     let summary = key.map(|k| {
+        let api_allowed_ips = k.19.as_deref().map(keygate_domain::AllowedIps::from_stored);
         let view = found_identity.map(|i| IdentityView {
             identity: identity(i),
             ratelimits: sorted(identity_limits.into_iter().map(ratelimit).collect()),
         });
         let permissions = direct.into_iter().chain(inherited);
-        KeySummary::new(
+        let summary = KeySummary::new(
             key_from_row(k.into()),
             permissions,
             roles,
             view,
             limits.into_iter().map(ratelimit).collect(),
-        )
+        );
+        KeySummary { api_allowed_ips, ..summary }
     });
     let names = counters(summary.as_ref().map(|s| (s.key.id.as_str(), s.key.workspace_id.as_str())));
     let mut out = Vec::with_capacity(names.len());
@@ -349,12 +353,18 @@ struct KeyJson(
     Option<String>,
     Option<i64>,
     i64,
+    Option<String>,
+    /// Its API's `allowedIps` (not a column of the key).
+    Option<String>,
 );
 
 #[cfg(feature = "postgres")]
 impl From<KeyJson> for KeyRow {
     fn from(k: KeyJson) -> Self {
-        (k.0, k.1, k.2, k.3, k.4, k.5, k.6, k.7, k.8, k.9, k.10, k.11, k.12, k.13, k.14, k.15, k.16, k.17)
+        (
+            k.0, k.1, k.2, k.3, k.4, k.5, k.6, k.7, k.8, k.9, k.10, k.11, k.12, k.13, k.14, k.15, k.16, k.17,
+            k.18,
+        )
     }
 }
 
@@ -423,7 +433,8 @@ const PG_VERIFICATION_READ: &str = "PREPARE keygate_verification_read(text, text
      SELECT json_build_array(\
      (SELECT json_build_array(id, workspace_id, prefix, name, meta, enabled, expires, created_at, api_id, \
       identity_id, credits_remaining, refill_interval, refill_amount, refill_day, last_refill_at, key_prefix, \
-      byte_length, updated_at) FROM k), \
+      byte_length, updated_at, allowed_ips, \
+      (SELECT a.allowed_ips FROM apis a WHERE a.workspace_id = k.workspace_id AND a.id = k.api_id)) FROM k), \
      (SELECT coalesce(json_agg(p.name), '[]') FROM k JOIN keys_permissions kp ON kp.key_id = k.id \
       JOIN permissions p ON p.id = kp.permission_id), \
      (SELECT coalesce(json_agg(r.name), '[]') FROM k JOIN keys_roles kr ON kr.key_id = k.id \
@@ -432,7 +443,7 @@ const PG_VERIFICATION_READ: &str = "PREPARE keygate_verification_read(text, text
       JOIN roles_permissions rp ON rp.role_id = kr.role_id JOIN permissions p ON p.id = rp.permission_id), \
      (SELECT coalesce(json_agg(json_build_array(l.id, l.name, l.max_tokens, l.duration, l.auto_apply)), '[]') \
       FROM k JOIN ratelimits l ON l.key_id = k.id), \
-     (SELECT json_build_array(id, workspace_id, external_id, meta, created_at, updated_at) FROM i), \
+     (SELECT json_build_array(id, workspace_id, external_id, meta, created_at, updated_at, allowed_ips) FROM i), \
      (SELECT coalesce(json_agg(json_build_array(l.id, l.name, l.max_tokens, l.duration, l.auto_apply)), '[]') \
       FROM i JOIN ratelimits l ON l.identity_id = i.id), \
      (SELECT coalesce(json_agg(json_build_array(n.scope, coalesce(c.value, 0))), '[]') FROM \

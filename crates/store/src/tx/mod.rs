@@ -233,6 +233,7 @@ type KeyRow = (
     Option<String>,
     Option<i64>,
     i64,
+    Option<String>,
 );
 
 /// The columns a [`Key`] is read from, in [`KeyRow`]'s order.
@@ -257,6 +258,7 @@ macro_rules! key_columns {
             keys::key_prefix,
             keys::byte_length,
             keys::updated_at,
+            keys::allowed_ips,
         )
     };
 }
@@ -281,6 +283,7 @@ fn key_from_row(
         prefix,
         byte_length,
         updated_at,
+        allowed_ips,
     ): KeyRow,
 ) -> Key {
     let refill = match (interval.as_deref().and_then(RefillInterval::parse), amount) {
@@ -306,6 +309,7 @@ fn key_from_row(
         meta,
         enabled,
         expires,
+        allowed_ips: allowed_ips.as_deref().map(keygate_domain::AllowedIps::from_stored),
         created_at,
         updated_at,
     }

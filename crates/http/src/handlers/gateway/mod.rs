@@ -18,6 +18,7 @@ use keygate_rbac::{ApiAccess, Verification, VerifyCode};
 use keygate_usage::Usage;
 use policy::{GatewayPolicy, IdentifierSource, PolicyRefusal, PolicySpec};
 use std::borrow::Cow;
+use std::net::IpAddr;
 
 pub mod policy;
 
@@ -115,11 +116,13 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     };
     // With a rate limit of the policy's, the key is checked first, spending nothing, so
     // that a request the policy's limit refuses spends neither credits nor key limits.
+    let ip = client_ip(&req, state.trusted_proxies.as_ref());
     let call = |check_only| VerifyCall {
         secret: secret.clone(),
         principal: Some(principal.clone()),
         api_id: None,
         access: Some(access.clone()),
+        ip,
         query: policy.permissions.clone(),
         usage: Usage { check_only, ..Usage::default() },
         tags: Vec::new(),
@@ -210,6 +213,9 @@ fn refuse_unless_valid(v: &Verification, now: u64) -> Result<(), ApiError> {
         }
         VerifyCode::UsageExceeded => {
             Err(ApiError::new(ErrorCode::TooManyRequests, "the key has no credits left for this request"))
+        }
+        VerifyCode::Forbidden => {
+            Err(ApiError::new(ErrorCode::Forbidden, "the API key may not be used from this address"))
         }
         code => Err(ApiError::unauthorized(format!("the API key is not valid ({})", code.as_str()))),
     }
@@ -325,4 +331,28 @@ pub(crate) fn security_scheme() -> utoipa::openapi::security::SecurityScheme {
         "The gateway's own root key (needs api.*.verify_key, and ratelimit.*.limit with a rate limit); \
          the end user's key travels in Authorization: Bearer <key> or the policy's key header",
     )))
+}
+
+/// The end user's address (API-v2.md §25): the connection's, unless it comes from a trusted
+/// proxy (`KEYGATE_TRUSTED_PROXIES`; over a Unix socket, any configured): then the nearest
+/// address of `X-Forwarded-For` (read from the right) that is not a trusted proxy. An
+/// `X-Forwarded-For` sent by anyone else is ignored; a malformed one from a trusted proxy
+/// gives no address (a key with `allowedIps` is then FORBIDDEN).
+pub(crate) fn client_ip(req: &HttpRequest, trusted: Option<&keygate_domain::AllowedIps>) -> Option<IpAddr> {
+    let peer = req.peer_addr().map(|a| a.ip());
+    let Some(trusted) = trusted else { return peer };
+    if peer.is_some_and(|p| !trusted.contains(p)) {
+        return peer;
+    }
+    let mut nearest = peer;
+    let values: Vec<&str> =
+        req.headers().get_all("x-forwarded-for").map(|v| v.to_str().unwrap_or("")).collect();
+    for entry in values.iter().rev().flat_map(|v| v.rsplit(',')) {
+        let addr: IpAddr = entry.trim().parse().ok()?;
+        nearest = Some(addr);
+        if !trusted.contains(addr) {
+            break;
+        }
+    }
+    nearest
 }

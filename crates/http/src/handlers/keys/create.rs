@@ -75,6 +75,7 @@ pub async fn create_key(mut call: Authed<Json<CreateKeyBody>>) -> Result<HttpRes
         roles: body.roles.unwrap_or_default(),
         byte_length: None,
         recoverable: body.recoverable.unwrap_or(false),
+        allowed_ips: None,
     };
     let (key, secret) = call.run(|kg, principal, _| kg.rbac.create_key_as(principal, new)).await?;
     Ok(HttpResponse::Ok().json(CreatedKey::new(key.id, secret.expose().to_string())))
@@ -132,6 +133,10 @@ pub(crate) struct CreateKeyBodyV2 {
     /// The key's own rate limits.
     #[schema(max_items = 50, value_type = Option<Vec<RatelimitRequest>>)]
     ratelimits: Option<Vec<Obj<RatelimitRequest>>>,
+    /// Where the key may be used from: IPv4/IPv6 addresses and CIDR ranges (at most 100);
+    /// a verification must give an `ip` inside it (and inside its identity's and API's lists).
+    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    allowed_ips: Option<Vec<String>>,
 }
 
 /// Create a key (shown once)
@@ -182,6 +187,7 @@ pub async fn create_key_v2(mut call: Authed<Json<CreateKeyBodyV2>>) -> Result<Ht
         roles: b.roles.unwrap_or_default(),
         byte_length: Some(byte_length as usize),
         recoverable: b.recoverable.unwrap_or(false),
+        allowed_ips: crate::handlers::v2::allowed_ips("allowedIps", b.allowed_ips)?,
     };
     if new.meta.as_ref().is_some_and(|m| m.len() > MAX_KEY_META_BYTES) {
         let msg = format!("must be at most {MAX_KEY_META_BYTES} bytes when serialized");

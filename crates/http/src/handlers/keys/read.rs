@@ -163,6 +163,10 @@ pub(crate) struct KeyObject {
     /// The key's own rate limits, by name (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ratelimits: Vec<RatelimitObject>,
+    /// Where it may be used from, when narrowed (its identity's and API's lists apply too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    allowed_ips: Option<Vec<String>>,
     /// When it was last updated (Unix ms; absent: never since its creation).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -194,6 +198,7 @@ impl From<KeySummary> for KeyObject {
             identity: s.identity.map(IdentityObject::from),
             credits: k.credits.map(|c| CreditsObject::of(Some(c))),
             ratelimits: s.ratelimits.into_iter().map(RatelimitObject::from).collect(),
+            allowed_ips: k.allowed_ips.map(|a| a.entries()),
             updated_at: (k.updated_at > k.created_at).then_some(k.updated_at),
             last_used_at: s.last_used,
             plaintext: None,

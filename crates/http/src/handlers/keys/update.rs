@@ -92,6 +92,10 @@ pub(crate) struct UpdateKeyBody {
     #[serde(default)]
     #[schema(value_type = Option<Vec<RatelimitRequest>>, max_items = 50)]
     ratelimits: Patch<Vec<Obj<RatelimitRequest>>>,
+    /// Where the key may be used from (at most 100 addresses or CIDR ranges); null or `[]`: anywhere.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    allowed_ips: Patch<Vec<String>>,
     enabled: Option<bool>,
     /// The key's roles become exactly these (names or ids; each must exist).
     #[schema(schema_with = kinds::role_names_100_or_null)]
@@ -153,6 +157,10 @@ pub async fn update_key(mut call: Authed<Json<UpdateKeyBody>>) -> Result<HttpRes
         enabled: b.enabled,
         roles: b.roles.take(),
         permissions: b.permissions.take(),
+        allowed_ips: crate::handlers::v2::allowed_ips_patch(
+            "allowedIps",
+            std::mem::take(&mut b.allowed_ips),
+        )?,
     };
     call.run(move |kg, p, Json(b)| kg.rbac.update_key(p, &b.key_id, update)).await?;
     Ok(ok_empty())

@@ -20,6 +20,8 @@ pub(crate) struct VerifyCall {
     pub principal: Option<Arc<Principal>>,
     pub api_id: Option<String>,
     pub access: Option<keygate_rbac::ApiAccess>,
+    /// The address the verified request comes from (API-v2.md §25), when known.
+    pub ip: Option<std::net::IpAddr>,
     pub query: Option<PermissionQuery>,
     pub usage: Usage,
     /// The request's tags (v2), counted with its outcome in analytics.
@@ -48,6 +50,7 @@ pub(crate) async fn verification(
         workspace_id: None,
         api_id: call.api_id.as_deref(),
         access: call.access.as_ref(),
+        ip: call.ip,
         query: call.query.as_ref(),
         usage: &call.usage,
         tags: &call.tags,

@@ -44,6 +44,10 @@ pub(crate) struct VerifyKeyBody {
     /// and rate limits in verifications).
     #[schema(max_items = 50, value_type = Option<Vec<VerifyRatelimit>>)]
     ratelimits: Option<Vec<Obj<VerifyRatelimit>>>,
+    /// The address the verified request came from (IPv4 or IPv6): needed when the key,
+    /// its identity or its API has `allowedIps` (else FORBIDDEN).
+    #[schema(max_length = 64, example = "203.0.113.7")]
+    ip: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -305,6 +309,7 @@ pub async fn verify_key(
         principal,
         api_id: body.api_id,
         access: None,
+        ip: verified_ip(body.ip)?,
         query,
         usage,
         tags: Vec::new(),
@@ -346,10 +351,20 @@ pub(crate) struct VerifyKeyBodyV2 {
     /// ones; a name found on neither is an ad-hoc limit of the key (limit and duration).
     #[schema(max_items = 50, value_type = Option<Vec<VerifyRatelimit>>)]
     ratelimits: Option<Vec<Obj<VerifyRatelimit>>>,
+    /// The address the verified request came from (IPv4 or IPv6): needed when the key,
+    /// its identity or its API has `allowedIps` (else FORBIDDEN).
+    #[schema(max_length = 64, example = "203.0.113.7")]
+    ip: Option<String>,
     #[schema(ignore)]
     migration_id: Option<Value>,
     #[schema(ignore)]
     keyspaces: Option<Value>,
+}
+
+/// A verification's `ip`: an IPv4 or IPv6 address (400 otherwise).
+fn verified_ip(ip: Option<String>) -> Result<Option<std::net::IpAddr>, ApiError> {
+    ip.map(|s| s.parse().map_err(|_| ValidationError::new("ip", "must be an IPv4 or IPv6 address").into()))
+        .transpose()
 }
 
 /// Up to 20 tags of up to 512 characters.
@@ -407,6 +422,7 @@ pub async fn verify_key_v2(call: Authed<Json<VerifyKeyBodyV2>>) -> Result<HttpRe
         principal: Some(principal),
         api_id: None,
         access: Some(access),
+        ip: verified_ip(b.ip)?,
         query,
         usage: Usage { cost, ratelimits, check_only: false },
         tags: b.tags.unwrap_or_default(),

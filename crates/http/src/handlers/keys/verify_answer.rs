@@ -265,6 +265,7 @@ mod tests {
                     workspace_id: "ws_1".into(),
                     external_id: "acme \"inc\"".into(),
                     meta: Some(r#"{"plan":"pro","seats":3,"nested":{"ok":[true,null,1.5]}}"#.into()),
+                    allowed_ips: None,
                     created_at: 1,
                     updated_at: 2,
                 },

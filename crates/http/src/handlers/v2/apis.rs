@@ -21,11 +21,16 @@ pub(crate) struct ApiObject {
     id: String,
     name: String,
     key_format: KeyFormatName,
+    /// Where its keys may be used from, when narrowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    allowed_ips: Option<Vec<String>>,
 }
 
 impl From<Api> for ApiObject {
     fn from(a: Api) -> Self {
-        Self { id: a.id, name: a.name, key_format: a.key_format.into() }
+        let allowed_ips = a.allowed_ips.map(|l| l.entries());
+        Self { id: a.id, name: a.name, key_format: a.key_format.into(), allowed_ips }
     }
 }
 
@@ -58,6 +63,10 @@ pub(crate) struct CreateApiBody {
     /// How the API's keys are made, fixed for its life (default `plain`).
     #[serde(default)]
     key_format: KeyFormatName,
+    /// Where the API's keys may be used from (at most 100 IPv4/IPv6 addresses or CIDR
+    /// ranges), fixed for its life.
+    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    allowed_ips: Option<Vec<String>>,
 }
 
 /// The answer of `createApi` (v1 and v2's `data`).
@@ -70,6 +79,11 @@ pub(crate) struct CreatedApi {
 impl CreateApiBody {
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its `allowedIps`, checked (taken out of the body).
+    pub(crate) fn allowed_ips(&mut self) -> Result<Option<keygate_domain::AllowedIps>, ApiError> {
+        super::allowed_ips("allowedIps", self.allowed_ips.take())
     }
 
     pub(crate) fn key_format(&self) -> KeyFormat {
@@ -96,8 +110,9 @@ impl CreatedApi {
 #[utoipa::path(post, path = "/v2/apis.createApi", operation_id = "apis.createApi", tag = "apis",
     request_body = CreateApiBody,
     responses((status = 200, description = "OK", body = Envelope<CreatedApi>), V2Errors))]
-pub async fn create_api(call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
-    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api_of(p, b.name(), b.key_format())).await?;
+pub async fn create_api(mut call: Authed<Json<CreateApiBody>>) -> Result<HttpResponse, ApiError> {
+    let allowed = call.input.0.allowed_ips()?;
+    let api = call.run(|kg, p, Json(b)| kg.rbac.create_api_of(p, b.name(), b.key_format(), allowed)).await?;
     Ok(ok(CreatedApi::new(api.id)))
 }
 

@@ -80,6 +80,10 @@ pub(crate) struct IdentityObject {
     #[schema(value_type = Object)]
     meta: Value,
     ratelimits: Vec<RatelimitObject>,
+    /// Where its keys may be used from, when narrowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    allowed_ips: Option<Vec<String>>,
 }
 
 impl From<IdentityView> for IdentityObject {
@@ -90,6 +94,7 @@ impl From<IdentityView> for IdentityObject {
             external_id: v.identity.external_id,
             meta: meta.unwrap_or_else(|| Value::Object(Map::new())),
             ratelimits: v.ratelimits.into_iter().map(RatelimitObject::from).collect(),
+            allowed_ips: v.identity.allowed_ips.map(|a| a.entries()),
         }
     }
 }
@@ -113,6 +118,10 @@ pub(crate) struct CreateIdentityBody {
     meta: Option<Map<String, Value>>,
     #[schema(max_items = 50, value_type = Option<Vec<RatelimitRequest>>)]
     ratelimits: Option<Vec<Obj<RatelimitRequest>>>,
+    /// Where the identity's keys may be used from: IPv4/IPv6 addresses and CIDR ranges
+    /// (at most 100).
+    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    allowed_ips: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -131,8 +140,10 @@ pub async fn create_identity(mut call: Authed<Json<CreateIdentityBody>>) -> Resu
     let b = &mut call.input.0;
     let meta = b.meta.take().map(meta_text).transpose()?;
     let limits = new_ratelimits("ratelimits", b.ratelimits.take().unwrap_or_default())?;
-    let created =
-        call.run(move |kg, p, Json(b)| kg.rbac.create_identity(p, &b.external_id, meta, &limits)).await?;
+    let allowed = super::allowed_ips("allowedIps", b.allowed_ips.take())?;
+    let created = call
+        .run(move |kg, p, Json(b)| kg.rbac.create_identity(p, &b.external_id, meta, &limits, allowed))
+        .await?;
     Ok(ok(CreatedIdentity { identity_id: created.identity.id }))
 }
 
@@ -198,6 +209,11 @@ pub(crate) struct UpdateIdentityBody {
     #[serde(default)]
     #[schema(value_type = Option<Vec<RatelimitRequest>>, max_items = 50)]
     ratelimits: Patch<Vec<Obj<RatelimitRequest>>>,
+    /// Absent: unchanged; null or `[]`: anywhere; a list (at most 100 addresses or CIDR
+    /// ranges): replaced.
+    #[serde(default, rename = "allowedIps")]
+    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    allowed_ips: Patch<Vec<String>>,
 }
 
 /// Update an identity's meta and rate limits
@@ -212,8 +228,10 @@ pub async fn update_identity(mut call: Authed<Json<UpdateIdentityBody>>) -> Resu
     check_len("identity", &b.identity, MAX_NAME_CHARS)?;
     let meta = std::mem::take(&mut b.meta).try_map(meta_text)?;
     let limits = std::mem::take(&mut b.ratelimits).try_map(|l| new_ratelimits("ratelimits", l))?;
-    let updated =
-        call.run(move |kg, p, Json(b)| kg.rbac.update_identity(p, &b.identity, meta, limits)).await?;
+    let allowed = super::allowed_ips_patch("allowedIps", std::mem::take(&mut b.allowed_ips))?;
+    let updated = call
+        .run(move |kg, p, Json(b)| kg.rbac.update_identity(p, &b.identity, meta, limits, allowed))
+        .await?;
     Ok(ok(IdentityObject::from(updated)))
 }
 

@@ -19,7 +19,7 @@ pub mod webhooks;
 
 use crate::error::{ApiError, problems};
 use actix_web::HttpResponse;
-use keygate_domain::{IdPrefix, ValidationError, check_len, new_id};
+use keygate_domain::{AllowedIps, IdPrefix, Patch, ValidationError, check_len, new_id};
 use keygate_rbac::Page;
 use serde::Serialize;
 use serde_json::{Number, Value};
@@ -200,6 +200,28 @@ pub(crate) fn check_count<T>(path: &str, list: &[T], max: usize) -> Result<(), A
         return Err(ValidationError::new(path, format!("at most {max} entries")).into());
     }
     Ok(())
+}
+
+/// An `allowedIps` field (API-v2.md §25): at most 100 addresses or CIDR ranges; absent,
+/// null or `[]`: none.
+pub(crate) fn allowed_ips(field: &str, entries: Option<Vec<String>>) -> Result<Option<AllowedIps>, ApiError> {
+    Ok(match entries {
+        Some(e) => AllowedIps::parse(field, &e)?,
+        None => None,
+    })
+}
+
+/// An `allowedIps` field of an update: absent (unchanged), null or `[]` (cleared), or set.
+pub(crate) fn allowed_ips_patch(
+    field: &str,
+    entries: Patch<Vec<String>>,
+) -> Result<Patch<AllowedIps>, ApiError> {
+    Ok(match entries.try_map(|e| AllowedIps::parse(field, &e))? {
+        Patch::Set(None) => Patch::Clear,
+        Patch::Set(Some(list)) => Patch::Set(list),
+        Patch::Clear => Patch::Clear,
+        Patch::Absent => Patch::Absent,
+    })
 }
 
 #[cfg(test)]

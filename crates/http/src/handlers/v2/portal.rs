@@ -473,7 +473,7 @@ impl From<&VerificationPoint> for Point {
             valid: p.field("valid"),
             rate_limited: p.field("rateLimited"),
             insufficient_permissions: p.field("insufficientPermissions"),
-            forbidden: 0,
+            forbidden: p.field("forbidden"),
             disabled: p.field("disabled"),
             expired: p.field("expired"),
             usage_exceeded: p.field("usageExceeded"),
