@@ -20,7 +20,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::guard::{Guard, Rejection, VerifiedKey};
+use crate::guard::{ClientAddr, Guard, Rejection, VerifiedKey};
 use actix_web::body::EitherBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse};
@@ -80,9 +80,12 @@ where
         let service = self.service.clone();
         let guard = self.guard.clone();
         let key = guard.key_in(|name| req.headers().get(name).map(|v| v.as_bytes()));
+        // The service's [`ClientAddr`] when it set one, else the connection's address.
+        let set = req.extensions().get::<ClientAddr>().map(|a| a.0);
+        let ip = set.or_else(|| req.peer_addr().map(|a| a.ip()));
         Box::pin(async move {
             let outcome = match key {
-                Ok(key) => guard.check(key).await,
+                Ok(key) => guard.check_from(key, ip).await,
                 Err(r) => Err(r),
             };
             match outcome {

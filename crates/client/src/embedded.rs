@@ -185,14 +185,21 @@ impl Embedded {
     /// query that does not parse, a cost out of bounds) is [`Error::Embedded`] with code
     /// `BAD_REQUEST`.
     pub async fn verify(&self, req: &VerifyKeyRequest) -> Result<VerifyKeyResult, Error> {
-        self.verify_prepared(&req.key, &PreparedVerify::new(req)?).await
+        let ip = match &req.ip {
+            Some(ip) => Some(ip.parse().map_err(|_| Error::Embedded {
+                code: "BAD_REQUEST",
+                message: "ip: must be an IPv4 or IPv6 address".into(),
+            })?),
+            None => None,
+        };
+        Ok(result(&self.verification_prepared(&req.key, &PreparedVerify::new(req)?, ip).await?))
     }
 
     /// [`Self::verify`] of `key` with what a request asks read once beforehand
     /// ([`PreparedVerify::new`]): a middleware asks the same of every request, so its
     /// permission query is parsed once, not per request.
     pub async fn verify_prepared(&self, key: &str, asks: &PreparedVerify) -> Result<VerifyKeyResult, Error> {
-        Ok(result(&self.verification_prepared(key, asks).await?))
+        Ok(result(&self.verification_prepared(key, asks, None).await?))
     }
 
     /// [`Self::verify_prepared`] as keygate answers it (the guard converts it into a
@@ -201,6 +208,7 @@ impl Embedded {
         &self,
         key: &str,
         asks: &PreparedVerify,
+        ip: Option<std::net::IpAddr>,
     ) -> Result<Verification, Error> {
         let inner = &self.inner;
         let call = keygate_runtime::VerifyCall {
@@ -209,9 +217,7 @@ impl Embedded {
             workspace_id: inner.workspace_id.as_deref(),
             api_id: inner.api_id.as_deref(),
             access: None,
-            // The middleware does not pass the request's address yet: a key with
-            // `allowedIps` answers FORBIDDEN here (docs/api-v2.md, "Where a key may be used from").
-            ip: None,
+            ip,
             query: asks.query.as_ref(),
             usage: &asks.usage,
             tags: &asks.tags,
@@ -342,6 +348,7 @@ pub(crate) fn result(v: &Verification) -> VerifyKeyResult {
         keygate_rbac::VerifyCode::InsufficientPermissions => VerifyCode::InsufficientPermissions,
         keygate_rbac::VerifyCode::UsageExceeded => VerifyCode::UsageExceeded,
         keygate_rbac::VerifyCode::RateLimited => VerifyCode::RateLimited,
+        keygate_rbac::VerifyCode::Forbidden => VerifyCode::Forbidden,
         #[allow(unreachable_patterns)]
         _ => VerifyCode::Unknown,
     };

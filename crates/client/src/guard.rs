@@ -5,6 +5,7 @@
 use crate::error::Error;
 use crate::keys::{VerifyCode, VerifyCredits, VerifyKeyRequest, VerifyKeyResult, VerifyRatelimit};
 use crate::verifier::Verifier;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The longest key read from a request (as keygate's `keys.verifyKey` takes): a longer
@@ -322,8 +323,19 @@ impl Guard {
     }
 
     /// Verifies `key` (the result of [`Self::key_in`]): the verification when the key may
-    /// pass, else the refusal.
+    /// pass, else the refusal. No address is given: a key under an `allowedIps` list is
+    /// refused ([`Self::check_from`]).
     pub async fn check(&self, key: Option<String>) -> Result<VerifiedKey, Rejection> {
+        self.check_from(key, None).await
+    }
+
+    /// [`Self::check`] of a request from `ip` (the middleware's: the connection's address,
+    /// or [`ClientAddr`]), which a key's `allowedIps` lists are checked against.
+    pub async fn check_from(
+        &self,
+        key: Option<String>,
+        ip: Option<IpAddr>,
+    ) -> Result<VerifiedKey, Rejection> {
         let Some(key) = key else {
             return Err(self.unauthorized("MISSING_KEY", "this route needs an API key"));
         };
@@ -334,12 +346,13 @@ impl Guard {
                 .prepared
                 .get_or_init(|| crate::embedded::PreparedVerify::new(&p.request(String::new())).ok())
         {
-            return match embedded.verification_prepared(&key, asks).await {
+            return match embedded.verification_prepared(&key, asks, ip).await {
                 Ok(v) if v.valid() => Ok(VerifiedKey::new(Verified::Embedded(v, Default::default()))),
                 verified => answer(verified.map(|v| crate::embedded::result(&v))),
             };
         }
-        answer(p.verifier.verify(&p.request(key)).await)
+        let req = VerifyKeyRequest { ip: ip.map(|ip| ip.to_string()), ..p.request(key) };
+        answer(p.verifier.verify(&req).await)
     }
 
     fn unauthorized(&self, code: &'static str, detail: &str) -> Rejection {
@@ -358,9 +371,18 @@ impl Policy {
             credits: self.cost.map(|cost| VerifyCredits { cost }),
             ratelimits: self.ratelimits.clone(),
             tags: self.tags.clone(),
+            ip: None,
         }
     }
 }
+
+/// The end user's address, for a service whose connections come through a proxy or whose
+/// server does not tell the middleware the peer: insert it into the request's extensions
+/// before the keygate layer (tower: `http::Request::extensions_mut`; actix-web:
+/// `HttpMessage::extensions_mut`), and the guard checks keys' `allowedIps` against it
+/// instead of the connection's address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
 
 /// The guard's answer to a verification: through, or the refusal.
 fn answer(verified: Result<VerifyKeyResult, Error>) -> Result<VerifiedKey, Rejection> {
@@ -414,6 +436,9 @@ fn refuse_unless_valid(v: VerifyKeyResult, now: u64) -> Result<VerifiedKey, Reje
         }
         VerifyCode::UsageExceeded => {
             Rejection::new(429, "USAGE_EXCEEDED", "the key has no credits left for this request")
+        }
+        VerifyCode::Forbidden => {
+            Rejection::new(403, "FORBIDDEN", "the API key may not be used from this address")
         }
         code => {
             let mut r =

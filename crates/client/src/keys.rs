@@ -293,6 +293,10 @@ pub struct VerifyKeyRequest {
     /// Tags counted with the outcome in analytics.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The address the verified request came from (IPv4 or IPv6): needed for a key under
+    /// an `allowedIps` list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
 }
 
 /// `credits` of `keys.verifyKey`.
@@ -339,6 +343,8 @@ pub enum VerifyCode {
     UsageExceeded,
     /// One of the key's rate limits is exhausted.
     RateLimited,
+    /// The call's address is outside the key's (its identity's, its API's) `allowedIps`.
+    Forbidden,
     /// A code this version does not know (from a newer keygate or Unkey).
     #[serde(other)]
     Unknown,
@@ -355,6 +361,7 @@ impl VerifyCode {
             VerifyCode::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
             VerifyCode::UsageExceeded => "USAGE_EXCEEDED",
             VerifyCode::RateLimited => "RATE_LIMITED",
+            VerifyCode::Forbidden => "FORBIDDEN",
             VerifyCode::Unknown => "UNKNOWN",
         }
     }

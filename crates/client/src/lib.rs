@@ -93,6 +93,8 @@ pub mod tower;
 
 pub use client::{Client, ClientBuilder, Empty, Pagination, Response};
 pub use error::{ApiError, Error, FieldError};
-pub use guard::{ErrorFormat, Guard, KeySource, MAX_KEY_CHARS, Rejection, RenderRejection, VerifiedKey};
+pub use guard::{
+    ClientAddr, ErrorFormat, Guard, KeySource, MAX_KEY_CHARS, Rejection, RenderRejection, VerifiedKey,
+};
 pub use system::Liveness;
 pub use verifier::Verifier;

@@ -14,7 +14,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::guard::{ErrorFormat, Guard, Rejection, VerifiedKey};
+use crate::guard::{ClientAddr, ErrorFormat, Guard, Rejection, VerifiedKey};
 use futures_util::future::BoxFuture;
 use std::task::{Context, Poll};
 
@@ -69,9 +69,11 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let guard = self.guard.clone();
         let key = guard.key_in(|name| req.headers().get(name).map(http::HeaderValue::as_bytes));
+        // tower knows no peer: the service tells it ([`ClientAddr`]).
+        let ip = req.extensions().get::<ClientAddr>().map(|a| a.0);
         Box::pin(async move {
             let outcome = match key {
-                Ok(key) => guard.check(key).await,
+                Ok(key) => guard.check_from(key, ip).await,
                 Err(r) => Err(r),
             };
             match outcome {

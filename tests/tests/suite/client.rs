@@ -174,6 +174,7 @@ fn every_operation_answers_its_typed_data() {
                 credits: Some(VerifyCredits { cost: 2 }),
                 ratelimits: vec![VerifyRatelimit { name: "per_key".into(), ..Default::default() }],
                 tags: vec!["path=/x".into()],
+                ip: Some("192.0.2.1".into()),
             })
             .await
             .unwrap();

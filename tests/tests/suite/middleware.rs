@@ -83,8 +83,11 @@ fn two_per_hour() -> VerifyRatelimit {
 fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
     match stack {
         Stack::Axum => {
+            use axum::extract::ConnectInfo;
             use axum::routing::get;
+            use keygate_client::ClientAddr;
             use keygate_client::tower::KeygateLayer;
+            use std::net::SocketAddr;
             let handler = |key: VerifiedKey| async move { answer(&key) };
             // A whole router behind `Router::layer`, and single routes behind `route_layer`.
             let whole =
@@ -96,9 +99,19 @@ fn serve(stack: Stack, guard: Guard, rt: &tokio::runtime::Runtime) -> u16 {
                     get(handler).route_layer(KeygateLayer::new(guard.clone().ratelimit(two_per_hour()))),
                 )
                 .route("/paid", get(handler).route_layer(KeygateLayer::new(paid(&guard))))
-                .merge(whole);
+                .merge(whole)
+                // The peer's address for keys' allowedIps: axum's ConnectInfo as ClientAddr.
+                .layer(axum::middleware::from_fn(
+                    |ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                     mut req: axum::extract::Request,
+                     next: axum::middleware::Next| async move {
+                        req.extensions_mut().insert(ClientAddr(peer.ip()));
+                        next.run(req).await
+                    },
+                ));
             let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
             let port = listener.local_addr().unwrap().port();
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
             port
         }
@@ -244,6 +257,16 @@ fn protects(stack: Stack, back: Back) {
     assert_eq!(spent.header("retry-after"), None, "credits come back by a refill, not by waiting");
     let bearer_only = get(&rt, port, "/paid", Some(&format!("Bearer {}", with_credits.key)));
     assert_eq!((bearer_only.status, bearer_only.body.as_str()), (401, "this route needs an API key"));
+
+    // allowedIps: the request's address (actix: the connection's; axum: ClientAddr).
+    let fenced = |allowed: &str| {
+        let body = json!({"apiId": "api_mw", "allowedIps": [allowed]});
+        format!("Bearer {}", s.v2("keys.createKey", &body).data()["key"].as_str().unwrap())
+    };
+    let (here, elsewhere) = (fenced("127.0.0.1"), fenced("203.0.113.0/24"));
+    assert_eq!(get(&rt, port, "/whole", Some(&here)).status, 200, "from an allowed address");
+    let refused = get(&rt, port, "/whole", Some(&elsewhere));
+    assert_eq!((refused.status, refused.code().as_str()), (403, "FORBIDDEN"), "{}", refused.body);
 
     // The guard on a whole router or scope: any valid key.
     assert_eq!(get(&rt, port, "/whole", None).status, 401);
