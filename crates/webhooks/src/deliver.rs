@@ -155,16 +155,20 @@ impl<S: WebhookStore> WebhookService<S> {
     /// them; how many it claimed. A claim is a write: it is made only when a read finds
     /// something due.
     pub fn deliver_due(&self) -> Result<usize, RbacError> {
-        let sender = self.sender()?;
-        let (answered, room, skip) = {
-            let mut f = sender.flights.lock();
-            let skip: Vec<String> = f
-                .by_workspace
-                .iter()
-                .filter(|(_, n)| **n >= MAX_IN_FLIGHT_PER_WORKSPACE)
-                .map(|(w, _)| w.clone())
-                .collect();
-            (std::mem::take(&mut f.answered), MAX_IN_FLIGHT.saturating_sub(f.open), skip)
+        // The client and its runtime are made for the first delivery claimed: an instance
+        // whose workspaces have no endpoint never starts them.
+        let (answered, room, skip) = match self.sender.get() {
+            Some(Ok(sender)) => {
+                let mut f = sender.flights.lock();
+                let skip: Vec<String> = f
+                    .by_workspace
+                    .iter()
+                    .filter(|(_, n)| **n >= MAX_IN_FLIGHT_PER_WORKSPACE)
+                    .map(|(w, _)| w.clone())
+                    .collect();
+                (std::mem::take(&mut f.answered), MAX_IN_FLIGHT.saturating_sub(f.open), skip)
+            }
+            _ => (Vec::new(), MAX_IN_FLIGHT, Vec::new()),
         };
         if !answered.is_empty()
             && let Err(e) = self.record(answered)
@@ -192,6 +196,7 @@ impl<S: WebhookStore> WebhookService<S> {
         if n == 0 {
             return Ok(0);
         }
+        let sender = self.sender()?;
         let (bodies, endpoints) = store.webhook_read(|tx| {
             let mut events: Vec<&str> = claimed.iter().map(|d| d.event_id.as_str()).collect();
             let mut ids: Vec<&str> = claimed.iter().map(|d| d.endpoint_id.as_str()).collect();
