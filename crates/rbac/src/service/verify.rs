@@ -153,7 +153,11 @@ impl<S: RbacStore> RbacService<S> {
         then: impl FnOnce(Checked) -> Option<R>,
     ) -> Option<R> {
         let CounterSource::Local(local) = &self.counters else { return None };
-        if !self.verify_cache.enabled || no_key(secret) {
+        if no_key(secret) {
+            // Known without a lookup: answered inline, as a cached answer is.
+            return then(Checked { verification: not_found(), snapshot: None });
+        }
+        if !self.verify_cache.enabled {
             return None;
         }
         if self.probe.as_ref().is_some_and(|p| !p.current()) {
