@@ -32,7 +32,9 @@ impl AllowedIps {
                 let msg = "must be an IPv4 or IPv6 address, or a range in CIDR notation (10.0.0.0/8, 2001:db8::/32)";
                 ValidationError::new(format!("{field}.{i}"), msg)
             };
-            if e.len() > MAX_ENTRY_CHARS {
+            // (A prefix length is written as a number is: `/8`, never `/08`.)
+            let padded = e.split_once('/').is_some_and(|(_, len)| len.len() > 1 && len.starts_with('0'));
+            if e.len() > MAX_ENTRY_CHARS || padded {
                 return Err(bad());
             }
             let net = match e.parse::<IpAddr>() {
@@ -121,8 +123,43 @@ mod tests {
     }
 
     #[test]
+    fn every_form_the_openapi_pattern_allows_parses() {
+        // One of each alternative of `IP_RANGE` (keygate-http's OpenAPI documents).
+        let forms = [
+            "255.255.255.255/32",
+            "0.0.0.0/0",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7::",
+            "1::",
+            "1:2:3:4:5:6::8",
+            "1:2:3:4:5::7:8",
+            "1:2:3:4::6:7:8",
+            "1:2:3::5:6:7:8",
+            "1:2::4:5:6:7:8",
+            "1::3:4:5:6:7:8",
+            "::2:3:4:5:6:7:8",
+            "::",
+            "FFFF:0000::1/128",
+            "::/0",
+            "2001:db8::/119",
+        ];
+        let owned: Vec<String> = forms.iter().map(|f| f.to_string()).collect();
+        assert_eq!(AllowedIps::parse("allowedIps", &owned).unwrap().unwrap().entries().len(), forms.len());
+    }
+
+    #[test]
     fn bad_entries_and_long_lists_are_refused_naming_the_entry() {
-        for bad in ["10.0.0.0/33", "300.1.1.1", "10.0.0", "::/129", "", "a.b.c.d", "10.0.0.1/", "1.2.3.4 "] {
+        for bad in [
+            "10.0.0.0/33",
+            "300.1.1.1",
+            "10.0.0",
+            "::/129",
+            "",
+            "a.b.c.d",
+            "10.0.0.1/",
+            "1.2.3.4 ",
+            "10.0.0.0/08",
+        ] {
             let e = AllowedIps::parse("allowedIps", &["1.1.1.1".into(), bad.into()]).unwrap_err();
             assert_eq!(e.path, "allowedIps.1", "{bad}");
         }

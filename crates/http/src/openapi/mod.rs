@@ -127,7 +127,31 @@ pub(crate) const NO_NUL: &str = "^[^\\u0000]*$";
 /// A permission name (`keygate_domain::validate_permission_name`).
 pub(crate) const PERMISSION_NAME: &str = "^[A-Za-z0-9._:*-]+$";
 /// A display name: no control character (`keygate_domain::validate_display_name`).
+/// The forms of an IPv6 address as alternatives: eight groups, or fewer around one `::`.
+macro_rules! ipv6_forms {
+    () => {
+        concat!(
+            "([0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}|([0-9A-Fa-f]{1,4}:){1,7}:|([0-9A-Fa-f]{1,4}:){1,6}:[0-9A-Fa-f]{1,4}|",
+            "([0-9A-Fa-f]{1,4}:){1,5}(:[0-9A-Fa-f]{1,4}){1,2}|([0-9A-Fa-f]{1,4}:){1,4}(:[0-9A-Fa-f]{1,4}){1,3}|",
+            "([0-9A-Fa-f]{1,4}:){1,3}(:[0-9A-Fa-f]{1,4}){1,4}|([0-9A-Fa-f]{1,4}:){1,2}(:[0-9A-Fa-f]{1,4}){1,5}|",
+            "[0-9A-Fa-f]{1,4}:(:[0-9A-Fa-f]{1,4}){1,6}|:((:[0-9A-Fa-f]{1,4}){1,7}|:)"
+        )
+    };
+}
 pub(crate) const DISPLAY_NAME: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
+/// An IPv4 address (dotted quad, no leading zeros) or an IPv6 address (any `::` form but
+/// the embedded-IPv4 ones, which the server takes too): a request's `ip`.
+pub(crate) const IP_ADDRESS: &str = concat!(
+    "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}|",
+    ipv6_forms!(),
+    ")$"
+);
+/// An address of [`IP_ADDRESS`] or a CIDR range of one: an `allowedIps` entry.
+pub(crate) const IP_RANGE: &str = concat!(
+    "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}(/(3[0-2]|[12]?[0-9]))?|(",
+    ipv6_forms!(),
+    ")(/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))?)$"
+);
 
 /// The error answers of a document, by status: (status, component name, description).
 /// Operations refer to them (`#/components/responses/...`) through the `IntoResponses`
@@ -345,6 +369,16 @@ pub(crate) mod kinds {
     /// Up to 1000 role names, or null (v1).
     pub(crate) fn role_names_or_null() -> Array {
         list(string(1, MAX_NAME_CHARS, DISPLAY_NAME).examples(["admin"]), 0, 1000, true)
+    }
+
+    /// `allowedIps`: up to 100 addresses or CIDR ranges, or null.
+    pub(crate) fn allowed_ips_or_null() -> Array {
+        list(string(2, 64, super::IP_RANGE).examples(["10.0.0.0/8"]), 0, 100, true)
+    }
+
+    /// A request's `ip`: an IPv4 or IPv6 address.
+    pub(crate) fn ip_address() -> Object {
+        string(2, 64, super::IP_ADDRESS).examples(["203.0.113.7"]).build()
     }
 
     /// Up to 100 role names, or null (v2).

@@ -135,7 +135,7 @@ pub(crate) struct CreateKeyBodyV2 {
     ratelimits: Option<Vec<Obj<RatelimitRequest>>>,
     /// Where the key may be used from: IPv4/IPv6 addresses and CIDR ranges (at most 100);
     /// a verification must give an `ip` inside it (and inside its identity's and API's lists).
-    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    #[schema(schema_with = crate::openapi::kinds::allowed_ips_or_null)]
     allowed_ips: Option<Vec<String>>,
 }
 

@@ -94,7 +94,7 @@ pub(crate) struct UpdateKeyBody {
     ratelimits: Patch<Vec<Obj<RatelimitRequest>>>,
     /// Where the key may be used from (at most 100 addresses or CIDR ranges); null or `[]`: anywhere.
     #[serde(default)]
-    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    #[schema(schema_with = crate::openapi::kinds::allowed_ips_or_null)]
     allowed_ips: Patch<Vec<String>>,
     enabled: Option<bool>,
     /// The key's roles become exactly these (names or ids; each must exist).

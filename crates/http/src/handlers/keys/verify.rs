@@ -46,7 +46,7 @@ pub(crate) struct VerifyKeyBody {
     ratelimits: Option<Vec<Obj<VerifyRatelimit>>>,
     /// The address the verified request came from (IPv4 or IPv6): needed when the key,
     /// its identity or its API has `allowedIps` (else FORBIDDEN).
-    #[schema(max_length = 64, example = "203.0.113.7")]
+    #[schema(schema_with = crate::openapi::kinds::ip_address)]
     ip: Option<String>,
 }
 
@@ -353,7 +353,7 @@ pub(crate) struct VerifyKeyBodyV2 {
     ratelimits: Option<Vec<Obj<VerifyRatelimit>>>,
     /// The address the verified request came from (IPv4 or IPv6): needed when the key,
     /// its identity or its API has `allowedIps` (else FORBIDDEN).
-    #[schema(max_length = 64, example = "203.0.113.7")]
+    #[schema(schema_with = crate::openapi::kinds::ip_address)]
     ip: Option<String>,
     #[schema(ignore)]
     migration_id: Option<Value>,

@@ -65,7 +65,7 @@ pub(crate) struct CreateApiBody {
     key_format: KeyFormatName,
     /// Where the API's keys may be used from (at most 100 IPv4/IPv6 addresses or CIDR
     /// ranges), fixed for its life.
-    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    #[schema(schema_with = crate::openapi::kinds::allowed_ips_or_null)]
     allowed_ips: Option<Vec<String>>,
 }
 

@@ -120,7 +120,7 @@ pub(crate) struct CreateIdentityBody {
     ratelimits: Option<Vec<Obj<RatelimitRequest>>>,
     /// Where the identity's keys may be used from: IPv4/IPv6 addresses and CIDR ranges
     /// (at most 100).
-    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    #[schema(schema_with = crate::openapi::kinds::allowed_ips_or_null)]
     allowed_ips: Option<Vec<String>>,
 }
 
@@ -212,7 +212,7 @@ pub(crate) struct UpdateIdentityBody {
     /// Absent: unchanged; null or `[]`: anywhere; a list (at most 100 addresses or CIDR
     /// ranges): replaced.
     #[serde(default, rename = "allowedIps")]
-    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    #[schema(schema_with = crate::openapi::kinds::allowed_ips_or_null)]
     allowed_ips: Patch<Vec<String>>,
 }
 
