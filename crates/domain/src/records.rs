@@ -393,6 +393,38 @@ pub struct AuditEvent {
     pub detail: Option<String>,
 }
 
+impl AuditEvent {
+    /// `actor_id`'s `action` on the `resource_type` `resource_id`, and nothing more.
+    pub fn new(
+        workspace_id: &str,
+        actor_id: &str,
+        action: &'static str,
+        resource_type: &'static str,
+        resource_id: &str,
+        at: i64,
+    ) -> Self {
+        Self {
+            workspace_id: workspace_id.to_string(),
+            actor_id: actor_id.to_string(),
+            action,
+            resource_type,
+            resource_id: resource_id.to_string(),
+            key_id: None,
+            role_id: None,
+            at,
+            detail: None,
+        }
+    }
+
+    /// `actor_id`'s `action` on the key `key_id`.
+    pub fn on_key(workspace_id: &str, actor_id: &str, action: &'static str, key_id: &str, at: i64) -> Self {
+        Self {
+            key_id: Some(key_id.to_string()),
+            ..Self::new(workspace_id, actor_id, action, "key", key_id, at)
+        }
+    }
+}
+
 /// An audit event as read back (`audit.listEvents`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {

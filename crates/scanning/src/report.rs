@@ -120,17 +120,8 @@ impl<S: LeakStore> ScanningService<S> {
                     changes.touch(Scope::Key(&key.id));
                 }
                 let detail = serde_json::json!({"url": r.url, "source": r.source, "action": action.as_str()});
-                tx.insert_audit_events(&[AuditEvent {
-                    workspace_id: ws.to_string(),
-                    actor_id: SCANNING_ACTOR.to_string(),
-                    action: "key.leaked",
-                    resource_type: "key",
-                    resource_id: key.id.clone(),
-                    key_id: Some(key.id.clone()),
-                    role_id: None,
-                    at: now,
-                    detail: Some(detail.to_string()),
-                }])?;
+                let event = AuditEvent::on_key(ws, SCANNING_ACTOR, "key.leaked", &key.id, now);
+                tx.insert_audit_events(&[AuditEvent { detail: Some(detail.to_string()), ..event }])?;
                 rbac.key_event(tx, ws, &key.id, KeyChange::Leaked { url: &r.url, source: &r.source }, now)?;
                 changes.bump(tx, now)?;
                 log::warn!(

@@ -68,17 +68,8 @@ impl<S: UsageStore + 'static> UsageService<S> {
                     if op == CreditOp::Set {
                         tx.set_key_credits(key_id, after.as_ref())?;
                     }
-                    tx.insert_audit_events(&[AuditEvent {
-                        workspace_id: ws.to_string(),
-                        actor_id: p.root_key_id.clone(),
-                        action: "key.update_credits",
-                        resource_type: "key",
-                        resource_id: key_id.to_string(),
-                        key_id: Some(key_id.to_string()),
-                        role_id: None,
-                        at: now,
-                        detail: None,
-                    }])?;
+                    let event = AuditEvent::on_key(ws, &p.root_key_id, "key.update_credits", key_id, now);
+                    tx.insert_audit_events(&[event])?;
                     self.rbac.key_event(&mut *tx, ws, key_id, KeyChange::Updated, now)?;
                     changes.bump(tx, now)?;
                     Ok(after)

@@ -26,17 +26,7 @@ fn need(p: &Principal, perm: &'static str) -> Result<(), RbacError> {
 }
 
 fn audit(p: &Principal, action: &'static str, endpoint_id: &str, at: i64) -> AuditEvent {
-    AuditEvent {
-        workspace_id: p.workspace_id.clone(),
-        actor_id: p.root_key_id.clone(),
-        action,
-        resource_type: "webhook_endpoint",
-        resource_id: endpoint_id.to_string(),
-        key_id: None,
-        role_id: None,
-        at,
-        detail: None,
-    }
+    AuditEvent::new(&p.workspace_id, &p.root_key_id, action, "webhook_endpoint", endpoint_id, at)
 }
 
 fn internal(e: String) -> RbacError {

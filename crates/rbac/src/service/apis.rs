@@ -146,17 +146,11 @@ impl<S: RbacStore> RbacService<S> {
                 changes.touch(Scope::Workspace(ws));
             }
             let mut events = vec![api_event(p, "api.delete", api_id, now)];
-            events.extend(deleted.into_iter().map(|key_id| AuditEvent {
-                workspace_id: ws.to_string(),
-                actor_id: p.root_key_id.clone(),
-                action: "key.delete",
-                resource_type: "key",
-                resource_id: key_id.clone(),
-                key_id: Some(key_id),
-                role_id: None,
-                at: now,
-                detail: None,
-            }));
+            events.extend(
+                deleted
+                    .into_iter()
+                    .map(|key_id| AuditEvent::on_key(ws, &p.root_key_id, "key.delete", &key_id, now)),
+            );
             tx.insert_audit_events(&events)?;
             Ok(())
         })
@@ -201,15 +195,5 @@ fn authorize_api(p: &Principal, action: &str, api_id: &str) -> Result<(), RbacEr
 }
 
 fn api_event(p: &Principal, action: &'static str, api_id: &str, at: i64) -> AuditEvent {
-    AuditEvent {
-        workspace_id: p.workspace_id.clone(),
-        actor_id: p.root_key_id.clone(),
-        action,
-        resource_type: "api",
-        resource_id: api_id.to_string(),
-        key_id: None,
-        role_id: None,
-        at,
-        detail: None,
-    }
+    AuditEvent::new(&p.workspace_id, &p.root_key_id, action, "api", api_id, at)
 }

@@ -305,17 +305,7 @@ impl<S: RbacStore> RbacService<S> {
         id: &str,
         at: i64,
     ) -> AuditEvent {
-        AuditEvent {
-            workspace_id: p.workspace_id.clone(),
-            actor_id: p.root_key_id.clone(),
-            action,
-            resource_type,
-            resource_id: id.to_string(),
-            key_id: None,
-            role_id: None,
-            at,
-            detail: None,
-        }
+        AuditEvent::new(&p.workspace_id, &p.root_key_id, action, resource_type, id, at)
     }
 }
 

@@ -230,15 +230,5 @@ fn touch_keys(changes: &mut Changes, ws: &str, keys: &[String]) {
 }
 
 pub(super) fn identity_event(p: &Principal, action: &'static str, id: &str, at: i64) -> AuditEvent {
-    AuditEvent {
-        workspace_id: p.workspace_id.clone(),
-        actor_id: p.root_key_id.clone(),
-        action,
-        resource_type: "identity",
-        resource_id: id.to_string(),
-        key_id: None,
-        role_id: None,
-        at,
-        detail: None,
-    }
+    AuditEvent::new(&p.workspace_id, &p.root_key_id, action, "identity", id, at)
 }

@@ -119,16 +119,10 @@ impl<S: RbacStore> RbacService<S> {
                         names.iter().map(|n| resolved(by_name, n)).collect::<Result<_, _>>()?;
                     links.extend(ids.into_iter().map(|id| (key.id.clone(), id.clone())));
                 }
+                let detail = Some(format!("migration {migration_id}"));
                 events.push(AuditEvent {
-                    workspace_id: ws.to_string(),
-                    actor_id: p.root_key_id.clone(),
-                    action: "key.create",
-                    resource_type: "key",
-                    resource_id: key.id.clone(),
-                    key_id: Some(key.id.clone()),
-                    role_id: None,
-                    at: now,
-                    detail: Some(format!("migration {migration_id}")),
+                    detail,
+                    ..AuditEvent::on_key(ws, &p.root_key_id, "key.create", &key.id, now)
                 });
                 out.migrated.push((e.hash.clone(), key.id.clone()));
                 rows.push((key, hexes[i].clone()));
@@ -237,17 +231,14 @@ fn create_missing(
     if !fresh.is_empty() {
         for (stored, created) in tx.insert_entities_if_absent(kind, &p.workspace_id, &fresh, now)? {
             if created {
-                events.push(AuditEvent {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_id: p.root_key_id.clone(),
-                    action: created_action(kind),
-                    resource_type: kind.noun(),
-                    resource_id: stored.id.clone(),
-                    key_id: None,
-                    role_id: None,
-                    at: now,
-                    detail: None,
-                });
+                events.push(AuditEvent::new(
+                    &p.workspace_id,
+                    &p.root_key_id,
+                    created_action(kind),
+                    kind.noun(),
+                    &stored.id,
+                    now,
+                ));
             }
             by_name.insert(stored.name, stored.id);
         }

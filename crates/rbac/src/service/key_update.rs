@@ -138,17 +138,7 @@ impl<S: RbacStore> RbacService<S> {
                 let wanted = ratelimits.apply(None).unwrap_or_default();
                 tx.replace_ratelimits(ws, owner, &keygate_domain::limit_configs(&existing, &wanted), now)?;
             }
-            let mut events = vec![AuditEvent {
-                workspace_id: ws.to_string(),
-                actor_id: p.root_key_id.clone(),
-                action: "key.update",
-                resource_type: "key",
-                resource_id: key_id.to_string(),
-                key_id: Some(key_id.to_string()),
-                role_id: None,
-                at: now,
-                detail: None,
-            }];
+            let mut events = vec![AuditEvent::on_key(ws, &p.root_key_id, "key.update", key_id, now)];
             let owner = Owner::Key(key_id);
             for resolved in resolved_permissions.into_iter().chain(resolved_roles) {
                 write_links(tx, p, owner, resolved, LinkMode::Replace, now, &mut events)?;

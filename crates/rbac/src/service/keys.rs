@@ -135,17 +135,8 @@ impl<S: RbacStore> RbacService<S> {
             if !limits.is_empty() {
                 tx.replace_ratelimits(ws, LimitOwner::Key(&key.id), &limits, key.created_at)?;
             }
-            let mut events = vec![AuditEvent {
-                workspace_id: ws.to_string(),
-                actor_id: p.root_key_id.clone(),
-                action: "key.create",
-                resource_type: "key",
-                resource_id: key.id.clone(),
-                key_id: Some(key.id.clone()),
-                role_id: None,
-                at: key.created_at,
-                detail: None,
-            }];
+            let mut events =
+                vec![AuditEvent::on_key(ws, &p.root_key_id, "key.create", &key.id, key.created_at)];
             let owner = Owner::Key(&key.id);
             write_links(tx, p, owner, permissions, LinkMode::Add, key.created_at, &mut events)?;
             write_links(tx, p, owner, roles, LinkMode::Add, key.created_at, &mut events)?;
@@ -220,17 +211,13 @@ impl<S: RbacStore> RbacService<S> {
             }
             let hash = has_prefix(key_id, IdPrefix::Key).then(|| tx.delete_key(ws, key_id)).transpose()?;
             let hash = hash.flatten().ok_or_else(not_found)?;
-            tx.insert_audit_events(&[AuditEvent {
-                workspace_id: ws.to_string(),
-                actor_id: p.root_key_id.clone(),
-                action: "key.delete",
-                resource_type: "key",
-                resource_id: key_id.to_string(),
-                key_id: Some(key_id.to_string()),
-                role_id: None,
-                at: self.now(),
-                detail: None,
-            }])?;
+            tx.insert_audit_events(&[AuditEvent::on_key(
+                ws,
+                &p.root_key_id,
+                "key.delete",
+                key_id,
+                self.now(),
+            )])?;
             Ok(hash)
         })?;
         // The change counter touched above already keeps every instance from serving the key;
@@ -390,17 +377,8 @@ impl<S: RbacStore> RbacService<S> {
                 original.expires = Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)));
                 tx.update_key(&original, now)?;
             }
-            let event = |action: &'static str, id: &str| AuditEvent {
-                workspace_id: ws.to_string(),
-                actor_id: p.root_key_id.clone(),
-                action,
-                resource_type: "key",
-                resource_id: id.to_string(),
-                key_id: Some(id.to_string()),
-                role_id: None,
-                at: now,
-                detail: None,
-            };
+            let event =
+                |action: &'static str, id: &str| AuditEvent::on_key(ws, &p.root_key_id, action, id, now);
             tx.insert_audit_events(&[event("key.create", &key.id), event("key.reroll", key_id)])?;
             self.key_event(tx, ws, &key.id, KeyChange::Rerolled { from: key_id }, now)?;
             secret_out = Some(secret);

@@ -434,11 +434,6 @@ pub(super) fn write_links(
     let noun = kind.noun();
     let ws = p.workspace_id.as_str();
     let event = |action: &'static str, resource_type: &'static str, id: &str| AuditEvent {
-        workspace_id: ws.to_string(),
-        actor_id: p.root_key_id.clone(),
-        action,
-        resource_type,
-        resource_id: id.to_string(),
         key_id: match owner {
             Owner::Key(key_id) => Some(key_id.to_string()),
             Owner::Role(_) | Owner::RoleByRef(_) => None,
@@ -447,8 +442,7 @@ pub(super) fn write_links(
             Owner::Key(_) => None,
             Owner::Role(role_id) | Owner::RoleByRef(role_id) => Some(role_id.to_string()),
         },
-        at: now,
-        detail: None,
+        ..AuditEvent::new(ws, &p.root_key_id, action, resource_type, id, now)
     };
     let created_action = created_action(kind);
     let (attach_action, detach_action) = owner.actions(kind);

@@ -312,17 +312,7 @@ impl<S: RbacStore> RbacService<S> {
     }
 
     fn root_key_event(&self, p: &Principal, action: &'static str, id: &str) -> AuditEvent {
-        AuditEvent {
-            workspace_id: p.workspace_id.clone(),
-            actor_id: p.root_key_id.clone(),
-            action,
-            resource_type: "rootKey",
-            resource_id: id.to_string(),
-            key_id: None,
-            role_id: None,
-            at: self.now(),
-            detail: None,
-        }
+        AuditEvent::new(&p.workspace_id, &p.root_key_id, action, "rootKey", id, self.now())
     }
 
     /// Notes that `p` authenticated a request now (`monotonic_ms`, the caller's reading of

@@ -109,17 +109,7 @@ impl<S: RbacStore> RbacService<S> {
             let now = self.now();
             let events: Vec<AuditEvent> = sealed
                 .iter()
-                .map(|(key_id, _)| AuditEvent {
-                    workspace_id: ws.to_string(),
-                    actor_id: p.root_key_id.clone(),
-                    action: "key.decrypt",
-                    resource_type: "key",
-                    resource_id: key_id.clone(),
-                    key_id: Some(key_id.clone()),
-                    role_id: None,
-                    at: now,
-                    detail: None,
-                })
+                .map(|(key_id, _)| AuditEvent::on_key(ws, &p.root_key_id, "key.decrypt", key_id, now))
                 .collect();
             tx.insert_audit_events(&events)?;
             Ok(revealed)
