@@ -56,6 +56,7 @@ for rule in \
   "keygate-analytics:keygate-usage keygate-portal keygate-store keygate-runtime" \
   "keygate-portal:keygate-usage keygate-store keygate-runtime" \
   "keygate-operators:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \
+  "keygate-legacy:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \
   "keygate-scanning:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \
   "keygate-store:keygate-runtime keygate-http" \
   "keygate-runtime:keygate-http keygate" \

@@ -155,6 +155,11 @@ impl VerifyCache {
         }
     }
 
+    /// Drops a remembered "no such key" for `digest` (an answer that must not be kept).
+    pub fn forget_unknown(&self, digest: &crate::Digest) {
+        self.unknown.invalidate(digest);
+    }
+
     pub fn put(&self, digest: crate::Digest, entry: Arc<VerifyEntry>) {
         match entry.snapshot {
             Some(_) => {

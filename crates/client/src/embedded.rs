@@ -218,6 +218,7 @@ impl Embedded {
             api_id: inner.api_id.as_deref(),
             access: None,
             ip,
+            migration: None,
             query: asks.query.as_ref(),
             usage: &asks.usage,
             tags: &asks.tags,

@@ -36,7 +36,7 @@ pub use limits::{
     MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS, check_limit_bounds,
     limit_configs, validate_ratelimits,
 };
-pub use migration::{HashScheme, Migrated, MigratedKey, Migrations};
+pub use migration::{Cut, HashScheme, LegacyHashes, LegacyRow, Migrated, MigratedKey, Migrations};
 pub use names::{
     MAX_IDENTIFIER_CHARS, MAX_KEY_ID_CHARS, MAX_NAME_CHARS, MAX_SAFE_INTEGER, check_len, validate_api_name,
     validate_display_name, validate_external_id, validate_key_id, validate_namespace_name,

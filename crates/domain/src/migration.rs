@@ -6,6 +6,14 @@
 //! `sha256_base64` (standard or URL-safe base64, padding optional). The configuration may
 //! name more ids, each mapped to a built-in scheme (`KEYGATE_MIGRATIONS=acme=sha256_base64`),
 //! so an id another service gave a team works unchanged.
+//!
+//! Keys from systems that stored a slow salted hash (bcrypt, argon2id, scrypt, Django's
+//! PBKDF2: API-v2.md §25) come in under a *legacy* migration, `ID=legacy:SEP:POS`: each
+//! entry's hash is kept as given with its `lookup` (the part of the key the old system kept
+//! in clear to find the row), and a presented key's lookup is its `POS`-th part (from 0)
+//! when split at `SEP` (`pk=legacy:_:1` for `prefix_lookup_secret` keys). Such a key is
+//! checked against its old hash when it is first presented, and stored under keygate's own
+//! hash from then on.
 
 use crate::ValidationError;
 use base64::Engine;
@@ -16,6 +24,31 @@ use std::collections::BTreeMap;
 pub enum HashScheme {
     Sha256Hex,
     Sha256Base64,
+    /// An old system's slow hash of the whole key, kept as given, found by its lookup.
+    Legacy(Cut),
+}
+
+/// Where a key's lookup part is: its `pos`-th part (from 0) when split at `sep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    pub sep: char,
+    pub pos: u8,
+}
+
+impl Cut {
+    /// The lookup part of `key`, when it has a non-empty one.
+    pub fn lookup(self, key: &str) -> Option<&str> {
+        key.split(self.sep).nth(self.pos as usize).filter(|s| !s.is_empty())
+    }
+
+    /// From `SEP:POS` (one character, a position up to 15).
+    fn parse(text: &str) -> Option<Self> {
+        let (sep, pos) = text.rsplit_once(':')?;
+        let mut chars = sep.chars();
+        let (Some(sep), None) = (chars.next(), chars.next()) else { return None };
+        let pos: u8 = pos.parse().ok().filter(|p| *p < 16)?;
+        Some(Self { sep, pos })
+    }
 }
 
 impl HashScheme {
@@ -32,12 +65,15 @@ impl HashScheme {
         match self {
             Self::Sha256Hex => "sha256_hex",
             Self::Sha256Base64 => "sha256_base64",
+            Self::Legacy(_) => "legacy",
         }
     }
 
-    /// The SHA-256 digest `hash` stands for, or `None` when it does not decode to 32 bytes.
+    /// The SHA-256 digest `hash` stands for, or `None` when it does not decode to 32 bytes
+    /// (or the scheme is a legacy one, whose hashes are no digest).
     pub fn decode(self, hash: &str) -> Option<[u8; 32]> {
         let bytes = match self {
+            Self::Legacy(_) => return None,
             Self::Sha256Hex => hex::decode(hash).ok()?,
             Self::Sha256Base64 => {
                 let unpadded = hash.trim_end_matches('=');
@@ -56,6 +92,43 @@ impl HashScheme {
             }
         };
         bytes.try_into().ok()
+    }
+}
+
+impl HashScheme {
+    /// Every entry's digest under this scheme, or `None` for a legacy entry (whose old hash
+    /// `refuse` must not refuse, and which needs its `lookup`): 400 at the first fault.
+    pub fn import(
+        self,
+        entries: &[MigratedKey],
+        refuse: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<Option<[u8; 32]>>, ValidationError> {
+        let at = |i: usize, field: &str| format!("keys.{i}.{field}");
+        let legacy = matches!(self, HashScheme::Legacy(_));
+        let mut out = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            match (&e.lookup, legacy) {
+                (Some(_), false) => {
+                    return Err(ValidationError::new(at(i, "lookup"), "is for legacy migrations only"));
+                }
+                (None, true) => return Err(ValidationError::new(at(i, "lookup"), "is required")),
+                (Some(lookup), true) => crate::check_len(&at(i, "lookup"), lookup, crate::MAX_NAME_CHARS)?,
+                (None, false) => {}
+            }
+            if legacy {
+                if let Some(why) = refuse(&e.hash) {
+                    return Err(ValidationError::new(at(i, "hash"), why));
+                }
+                out.push(None);
+                continue;
+            }
+            let digest = self.decode(&e.hash).ok_or_else(|| {
+                let msg = format!("is not a SHA-256 hash in the form {} expects", self.name());
+                ValidationError::new(at(i, "hash"), msg)
+            })?;
+            out.push(Some(digest));
+        }
+        Ok(out)
     }
 }
 
@@ -81,8 +154,13 @@ impl Migrations {
             if id.is_empty() || id.chars().count() > MAX_MIGRATION_ID_CHARS {
                 return Err(invalid("the id must be 1 to 255 characters"));
             }
-            let scheme = HashScheme::parse(scheme)
-                .ok_or_else(|| invalid("the scheme is sha256_hex or sha256_base64"))?;
+            let scheme = match scheme.strip_prefix("legacy:") {
+                Some(cut) => HashScheme::Legacy(
+                    Cut::parse(cut).ok_or_else(|| invalid("use legacy:SEP:POS (one character, 0 to 15)"))?,
+                ),
+                None => HashScheme::parse(scheme)
+                    .ok_or_else(|| invalid("the scheme is sha256_hex, sha256_base64 or legacy:SEP:POS"))?,
+            };
             if named.insert(id.to_string(), scheme).is_some() {
                 return Err(invalid("the id is named twice"));
             }
@@ -94,6 +172,32 @@ impl Migrations {
     pub fn scheme(&self, id: &str) -> Option<HashScheme> {
         self.named.get(id).copied().or_else(|| HashScheme::parse(id))
     }
+
+    /// The legacy migrations, by id.
+    pub fn legacy(&self) -> impl Iterator<Item = (&str, Cut)> {
+        self.named.iter().filter_map(|(id, s)| match s {
+            HashScheme::Legacy(cut) => Some((id.as_str(), *cut)),
+            _ => None,
+        })
+    }
+}
+
+/// Old systems' hashes, registered by `keygate-legacy` with `keygate-rbac`'s service.
+pub trait LegacyHashes: Send + Sync + std::fmt::Debug {
+    /// Why `hash` cannot be imported (not a format known, or too costly to check), if so.
+    fn refuse(&self, hash: &str) -> Option<String>;
+    /// Whether `secret` is the key of `hash`, found under `lookup`; `None` when the
+    /// bounds on concurrent checks refuse it now.
+    fn check(&self, lookup: &str, hash: &str, secret: &str) -> Option<bool>;
+}
+
+/// A key waiting for its first use (`keys.migrateKeys` under a legacy migration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LegacyRow {
+    pub key_id: String,
+    pub workspace_id: String,
+    pub lookup: String,
+    pub hash: String,
 }
 
 /// One key to bring in: its hash, under the call's scheme, and what `createKey` would take
@@ -101,6 +205,8 @@ impl Migrations {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigratedKey {
     pub hash: String,
+    /// Under a legacy migration: the part of the key its old system kept in clear.
+    pub lookup: Option<String>,
     pub name: Option<String>,
     /// The identity to link, by its `externalId` (created when missing).
     pub external_id: Option<String>,
@@ -121,6 +227,7 @@ impl MigratedKey {
     pub fn with_hash(hash: impl Into<String>) -> Self {
         Self {
             hash: hash.into(),
+            lookup: None,
             name: None,
             external_id: None,
             meta: None,
@@ -184,6 +291,28 @@ mod tests {
         assert_eq!(m.scheme("sha256_hex"), Some(HashScheme::Sha256Hex), "built-ins by their names");
         assert_eq!(m.scheme("other"), None);
         for bad in [&["acme"][..], &["acme=md5"], &["=sha256_hex"], &["a=sha256_hex", "a=sha256_base64"]] {
+            assert!(Migrations::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn legacy_migrations_cut_the_lookup_at_a_separator_and_position() {
+        let m = Migrations::parse(&["pk=legacy:_:1", "drf=legacy:.:0", "colon=legacy:::2", "a=sha256_hex"])
+            .unwrap();
+        let cut = |id| match m.scheme(id) {
+            Some(HashScheme::Legacy(c)) => c,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(cut("pk").lookup("acme_BRTRKFsL_51FwqftsmMDHHbJAMEXXHCgG"), Some("BRTRKFsL"));
+        assert_eq!(cut("drf").lookup("Xb3Fe1.s3cr3t"), Some("Xb3Fe1"));
+        assert_eq!(cut("colon").lookup("a:b:c"), Some("c"));
+        assert_eq!(cut("pk").lookup("nolookup"), None, "too few parts");
+        assert_eq!(cut("pk").lookup("a__b"), None, "an empty part");
+        assert_eq!(m.legacy().map(|(id, _)| id).collect::<Vec<_>>(), ["colon", "drf", "pk"]);
+        assert_eq!(HashScheme::Legacy(cut("pk")).decode(&"0".repeat(64)), None);
+        for bad in
+            [&["x=legacy:_"][..], &["x=legacy:__:1"], &["x=legacy:_:16"], &["x=legacy::1"], &["x=legacy"]]
+        {
             assert!(Migrations::parse(bad).is_err(), "{bad:?}");
         }
     }

@@ -180,6 +180,9 @@ pub struct Kept {
     /// Keys held in the verification cache, and what they weigh by its account (bounded
     /// by `KEYGATE_VERIFY_CACHE_MB`).
     pub verify_cache: (usize, u64),
+    /// Old systems' hashes checked so far (keys brought in under a legacy migration,
+    /// checked on their first use).
+    pub legacy_checks: u64,
 }
 
 /// The allocator's own account of the heap, by `kind` of `keygate_memory_bytes`:
@@ -317,6 +320,7 @@ impl Metrics {
         }
         metrics::gauge!("keygate_verify_cache_keys").set(kept.verify_cache.0 as f64);
         metrics::gauge!("keygate_verify_cache_bytes").set(kept.verify_cache.1 as f64);
+        metrics::counter!("keygate_legacy_hash_checks_total").absolute(kept.legacy_checks);
         for (kind, bytes) in allocator_bytes().into_iter().flatten() {
             metrics::gauge!("keygate_memory_bytes", "kind" => kind).set(bytes as f64);
         }

@@ -37,10 +37,11 @@ pub use keygate_domain::{
     Page, RateLimitConfig, RoleView, Workspace,
 };
 pub use keygate_domain::{
-    Credits, CreditsUpdate, HashScheme, MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, Migrated,
+    Credits, CreditsUpdate, Cut, HashScheme, MAX_QUERY_DEPTH, MAX_QUERY_NODES, MAX_QUERY_TOKENS, Migrated,
     MigratedKey, Migrations, PermissionQuery, QuerySyntaxError, Refill, RefillInterval, RefillSpec,
     check_refill, credit_setting, parse_permission_query, updated_credits,
 };
+pub use keygate_domain::{LegacyHashes, LegacyRow};
 pub use keygate_domain::{LimitOutcome, VerifyCode};
 pub use keygate_ratelimit::overrides::{
     Effective, MAX_OVERRIDES_PER_NAMESPACE, MAX_PATTERN_BYTES_PER_NAMESPACE, MAX_STARS_PER_PATTERN, Override,
@@ -48,6 +49,7 @@ pub use keygate_ratelimit::overrides::{
 };
 pub use model::{Principal, RootKey, VerifyScope};
 pub use perms::{ApiAccess, WORKSPACE_PERMISSIONS};
+pub use service::MAX_LEGACY_CANDIDATES;
 pub use service::{
     AUTH_CACHE_TTL_MS, Assumed, Changes, Checked, CreditCounters, LinkMode, MAX_AUDIT_PAGE,
     MAX_CACHED_KEY_BYTES, MAX_CACHED_UNKNOWN_KEYS, MAX_IDENTITY_META_BYTES, MAX_KEY_META_BYTES,

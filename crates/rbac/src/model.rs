@@ -138,6 +138,8 @@ pub struct VerifyScope<'a> {
     /// The address the call comes from, when known (API-v2.md §25: a key with an
     /// `allowedIps` list answers FORBIDDEN without one).
     pub ip: Option<std::net::IpAddr>,
+    /// The legacy migration to look for a key not found under (API-v2.md §25; `None`: any).
+    pub migration: Option<&'a str>,
 }
 
 impl VerifyScope<'_> {

@@ -130,7 +130,8 @@ pub trait KeyTx {
     /// Keys brought in (`keys.migrateKeys`): several at once, each with its hash and
     /// credits, in as few statements as the backend allows.
     fn insert_keys(&mut self, keys: &[(Key, String)]) -> R<()>;
-    /// The hashes among `hashes` that are a key's, in any workspace.
+    /// The hashes among `hashes` that are a key's, or a key's old system's kept for its
+    /// first use, in any workspace.
     fn existing_hashes(&mut self, hashes: &[String]) -> R<Vec<String>>;
     /// Links of several keys at once: (key id, entity id) pairs, none there yet.
     fn link_keys_entities(
@@ -388,6 +389,17 @@ pub struct CreditSubscriber {
     pub credits_low: String,
 }
 
+/// Keys from other systems waiting for their first use (`service::legacy`).
+pub trait LegacyTx {
+    /// Keys brought in under a legacy migration: their lookups and old hashes.
+    fn insert_legacy_hashes(&mut self, rows: &[crate::LegacyRow]) -> R<()>;
+    /// The keys (at most `limit`) waiting for their first use under `lookup`: id, old hash.
+    fn legacy_candidates(&mut self, lookup: &str, limit: usize) -> R<Vec<(String, String)>>;
+    /// Key `key_id`, waiting for its first use, stored under `hash` from now on and its old
+    /// hash forgotten; false when it was not waiting (another verification came first).
+    fn adopt_legacy_key(&mut self, key_id: &str, hash: &str) -> R<bool>;
+}
+
 /// Everything an RBAC transaction offers: what the service's closures receive. The other
 /// capabilities' transactions extend it (`keygate_usage::UsageTx`,
 /// `keygate_analytics::AnalyticsTx`), so their operations read keys, identities and APIs in
@@ -405,6 +417,7 @@ pub trait RbacTx:
     + SessionTx
     + CounterTx
     + OutboxTx
+    + LegacyTx
 {
 }
 
@@ -421,6 +434,7 @@ impl<T> RbacTx for T where
         + SessionTx
         + CounterTx
         + OutboxTx
+        + LegacyTx
         + ?Sized
 {
 }

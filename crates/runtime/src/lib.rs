@@ -202,7 +202,8 @@ impl Runtime {
             .with_overrides_listener(Arc::new(OverridesToLimiter(limiter.clone())))
             .with_counter_source(counters)
             .with_verify_cache_bytes(settings.verify_cache, settings.verify_cache_bytes)
-            .with_migrations(settings.migrations.clone());
+            .with_migrations(settings.migrations.clone())
+            .with_legacy(Arc::new(keygate_legacy::Legacy::default()));
         if let Some((probe, every)) = probe {
             rbac = rbac.with_change_probe(probe, every);
         }

@@ -418,6 +418,7 @@ fn decisions_are_send<'a, O: Offload>(
         api_id: None,
         access: None,
         ip: None,
+        migration: None,
         query: None,
         usage: &usage,
         tags: &[],

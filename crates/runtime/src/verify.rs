@@ -29,6 +29,8 @@ pub struct VerifyCall<'a> {
     pub access: Option<&'a ApiAccess>,
     /// The address the verified request comes from (API-v2.md §25), when known.
     pub ip: Option<std::net::IpAddr>,
+    /// The legacy migration a key not found is looked for under (API-v2.md §25; `None`: any).
+    pub migration: Option<&'a str>,
     pub query: Option<&'a PermissionQuery>,
     pub usage: &'a Usage,
     /// The request's tags (v2), counted with its outcome in analytics.
@@ -49,7 +51,11 @@ impl std::fmt::Debug for VerifyCall<'_> {
 impl VerifyCall<'_> {
     /// Which keys the secret may find.
     pub fn scope(&self) -> VerifyScope<'_> {
-        VerifyScope { ip: self.ip, ..scope(self.principal, self.workspace_id, self.api_id, self.access) }
+        VerifyScope {
+            ip: self.ip,
+            migration: self.migration,
+            ..scope(self.principal, self.workspace_id, self.api_id, self.access)
+        }
     }
 }
 
@@ -68,6 +74,7 @@ fn scope<'a>(
         access,
         root_key: principal.map(|p| &**p),
         ip: None,
+        migration: None,
     }
 }
 
@@ -101,11 +108,13 @@ impl Runtime {
                     (call.principal.cloned(), call.workspace_id.map(String::from));
                 let (api_id, access) = (call.api_id.map(String::from), call.access.cloned());
                 let (query, asks, ip) = (call.query.cloned(), call.usage.clone(), call.ip);
+                let migration = call.migration.map(String::from);
                 // The root key is checked still current by the verification itself, with
                 // the key's change counters (one read).
                 let load = move || {
                     let scope = VerifyScope {
                         ip,
+                        migration: migration.as_deref(),
                         ..scope(
                             principal.as_ref(),
                             workspace_id.as_deref(),

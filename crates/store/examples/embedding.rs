@@ -25,8 +25,14 @@ fn main() -> anyhow::Result<()> {
     // rbac's check; what a key spends, credits and its own rate limits, is keygate-usage's
     // `UsageService::verify`.)
     let query = PermissionQuery::Permission("documents.read".into());
-    let scope =
-        VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None, root_key: None, ip: None };
+    let scope = VerifyScope {
+        workspace_id: Some(&ws.id),
+        api_id: None,
+        access: None,
+        root_key: None,
+        ip: None,
+        migration: None,
+    };
     let verification = rbac.check_key(secret.expose(), &scope, Some(&query))?;
     assert_eq!(verification.code, VerifyCode::Valid);
     println!("key {} verifies {:?} with {:?}", key.id, verification.code, verification.permissions());

@@ -416,3 +416,15 @@ diesel::table! {
         reported_at -> BigInt,
     }
 }
+
+diesel::table! {
+    /// Keys from other systems waiting for their first use: lookup part and old hash.
+    legacy_keys (key_id) {
+        key_id -> Text,
+        workspace_id -> Text,
+        lookup -> Text,
+        hash -> Text,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(keys, legacy_keys);

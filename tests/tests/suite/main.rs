@@ -23,6 +23,7 @@ mod identities;
 mod in_process;
 mod integers;
 mod keys;
+mod legacy;
 mod links;
 mod metrics;
 mod middleware;

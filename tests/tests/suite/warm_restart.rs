@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 const ANY: VerifyScope<'static> =
-    VerifyScope { workspace_id: None, api_id: None, access: None, root_key: None, ip: None };
+    VerifyScope { workspace_id: None, api_id: None, access: None, root_key: None, ip: None, migration: None };
 
 /// A process on the database: its runtime, as a server opens it.
 fn process(db: &TestDb) -> Runtime {

@@ -35,7 +35,9 @@ impl std::error::Error for Incomplete {}
 const ACTOR: &str = "admin-cli";
 
 pub fn run(rbac: RbacService<SqlStore>, args: &ImportArgs) -> anyhow::Result<Value> {
-    let rbac = rbac.with_migrations(Migrations::parse(&args.migrations)?);
+    let rbac = rbac
+        .with_migrations(Migrations::parse(&args.migrations)?)
+        .with_legacy(std::sync::Arc::new(keygate_legacy::Legacy::default()));
     let ws = rbac.api_workspace(&args.api)?;
     let principal = Principal::new(ACTOR.into(), ws.id, ["*".to_string()]);
     let (input, size): (Box<dyn Read>, Option<u64>) = if args.file == "-" {

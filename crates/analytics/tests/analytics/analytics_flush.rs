@@ -261,6 +261,7 @@ fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() 
         access: None,
         root_key: None,
         ip: None,
+        migration: None,
     };
     let verify = |secret: &str, tags: &[String]| {
         let v = rbac.check_key(secret, &scope, None).expect("verify");

@@ -135,6 +135,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<Htt
                 .zip(st.analytics.limit_recorder())
                 .map(|(v, l)| (v.series(), l.entries())),
             verify_cache: st.rbac.verify_cache_keys(),
+            legacy_checks: st.rbac.legacy_checks(),
         };
         Ok(st.metrics.render(&kept))
     })

@@ -5,6 +5,7 @@
 
 use crate::perms::{PERM_CREATE_IDENTITY, PERM_CREATE_KEY};
 use crate::service::creation_shard;
+use crate::service::legacy::placeholder;
 use crate::service::links::{
     LinkRules, PERMISSION_RULES, ROLE_RULES, RefPlan, ResolvedLinks, created_action, resolve_links,
 };
@@ -12,7 +13,8 @@ use crate::{
     AuditEvent, EntityKind, Identity, Key, LimitOwner, MAX_KEY_META_BYTES, MAX_VERIFY_KEY_CHARS, Principal,
     RbacError, RbacService, RbacStore, RbacTx, Resource, Scope, StorageError,
 };
-use crate::{HashScheme, Migrated, MigratedKey};
+use crate::{LegacyRow, Migrated, MigratedKey};
+use keygate_cache::counters::CREATION_SHARDS;
 use keygate_domain::{
     IdPrefix, MAX_NAME_CHARS, Named, ValidationError, check_len, digest_hex, new_id, validate_display_name,
     validate_external_id,
@@ -55,7 +57,7 @@ impl<S: RbacStore> RbacService<S> {
         let scheme = self.migrations.scheme(migration_id).ok_or_else(|| {
             RbacError::NotFound(Resource::Migration, format!("migration {migration_id} not found"))
         })?;
-        let digests = decode_hashes(scheme, entries)?;
+        let digests = scheme.import(entries, |h| self.legacy_refusal(h))?;
         let ws = p.workspace_id.as_str();
         self.write(|tx, changes| {
             let now = self.now();
@@ -63,7 +65,12 @@ impl<S: RbacStore> RbacService<S> {
                 return Err(RbacError::not_found(Resource::Api, api_id));
             }
             // Which entries make a key: not a hash already stored, nor an earlier entry's.
-            let hexes: Vec<String> = digests.iter().map(digest_hex).collect();
+            // (A legacy entry's old hash stands for it: `existing_hashes` knows those too.)
+            let hexes: Vec<String> = entries
+                .iter()
+                .zip(&digests)
+                .map(|(e, d)| d.as_ref().map_or_else(|| e.hash.clone(), digest_hex))
+                .collect();
             let stored: BTreeSet<String> = tx.existing_hashes(&hexes)?.into_iter().collect();
             let mut seen = BTreeSet::new();
             let fresh: Vec<bool> =
@@ -82,7 +89,7 @@ impl<S: RbacStore> RbacService<S> {
 
             // The keys, their links and limits, each kind in one statement.
             let mut out = Migrated::default();
-            let mut rows = Vec::new();
+            let (mut rows, mut legacy) = (Vec::new(), Vec::new());
             let (mut permission_links, mut role_links) = (Vec::new(), Vec::new());
             for (i, e) in entries.iter().enumerate() {
                 if !fresh[i] {
@@ -110,7 +117,18 @@ impl<S: RbacStore> RbacService<S> {
                     created_at: now,
                     updated_at: now,
                 };
-                changes.touch(Scope::KeysCreated(creation_shard(&digests[i])));
+                let hash = match &digests[i] {
+                    Some(digest) => {
+                        changes.touch(Scope::KeysCreated(creation_shard(digest)));
+                        hexes[i].clone()
+                    }
+                    None => {
+                        let lookup = e.lookup.clone().unwrap_or_default();
+                        let (key_id, workspace_id) = (key.id.clone(), ws.to_string());
+                        legacy.push(LegacyRow { key_id, workspace_id, lookup, hash: e.hash.clone() });
+                        placeholder(&key.id)
+                    }
+                };
                 for (names, by_name, links) in [
                     (&e.permissions, &permission_ids, &mut permission_links),
                     (&e.roles, &role_ids, &mut role_links),
@@ -125,9 +143,14 @@ impl<S: RbacStore> RbacService<S> {
                     ..AuditEvent::on_key(ws, &p.root_key_id, "key.create", &key.id, now)
                 });
                 out.migrated.push((e.hash.clone(), key.id.clone()));
-                rows.push((key, hexes[i].clone()));
+                rows.push((key, hash));
             }
             tx.insert_keys(&rows)?;
+            if !legacy.is_empty() {
+                tx.insert_legacy_hashes(&legacy)?;
+                // Its secret's digest is not known yet: any "no such key" remembered may be its.
+                (0..CREATION_SHARDS).for_each(|s| changes.touch(Scope::KeysCreated(s)));
+            }
             for ((key, _), e) in rows.iter().zip(kept()) {
                 if !e.ratelimits.is_empty() {
                     let limits = keygate_domain::limit_configs(&[], &e.ratelimits);
@@ -170,22 +193,6 @@ fn validate_entry(i: usize, e: &MigratedKey) -> Result<(), ValidationError> {
         (ROLE_RULES.validate_name)(&format!("{}.{j}", at("roles")), name)?;
     }
     keygate_domain::validate_ratelimits(&at("ratelimits"), &e.ratelimits)
-}
-
-/// Every entry's hash decoded under `scheme` (400 at the first that does not decode).
-fn decode_hashes(scheme: HashScheme, entries: &[MigratedKey]) -> Result<Vec<[u8; 32]>, ValidationError> {
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            scheme.decode(&e.hash).ok_or_else(|| {
-                ValidationError::new(
-                    format!("keys.{i}.hash"),
-                    format!("is not a SHA-256 hash in the form {} expects", scheme.name()),
-                )
-            })
-        })
-        .collect()
 }
 
 /// The entities named (permissions by slug, created when missing; roles by name or id,

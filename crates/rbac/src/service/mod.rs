@@ -19,6 +19,7 @@ mod key_import;
 mod key_links;
 mod key_update;
 mod keys;
+mod legacy;
 mod links;
 mod namespaces;
 mod overrides;
@@ -35,6 +36,7 @@ pub use keygate_domain::{
     MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS, validate_ratelimits,
 };
 pub use keys::{key_summary, key_view};
+pub use legacy::MAX_LEGACY_CANDIDATES;
 pub use links::LinkMode;
 
 use keygate_cache::verify::VerifyCache;
@@ -125,6 +127,9 @@ pub struct RbacService<S> {
     vault: Option<Arc<keygate_vault::Keyring>>,
     /// Told of every key change, in its transaction (`events`: the webhook outbox).
     key_events: Option<Arc<dyn KeyEvents>>,
+    /// Old systems' hashes, checked on a legacy-migrated key's first use (`legacy`).
+    legacy: Option<Arc<dyn crate::LegacyHashes>>,
+    legacy_checks: std::sync::atomic::AtomicU64,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -147,6 +152,8 @@ impl<S: RbacStore> RbacService<S> {
             root_key_uses: Default::default(),
             vault: None,
             key_events: None,
+            legacy: None,
+            legacy_checks: Default::default(),
         }
     }
 

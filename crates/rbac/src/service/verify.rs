@@ -231,9 +231,13 @@ impl<S: RbacStore> RbacService<S> {
         let entry = if !self.verify_cache.enabled {
             span.record("keygate.cache.hit", false);
             self.verify_cache.loads.fetch_add(1, Ordering::Relaxed);
-            let hash = digest_hex(&digest);
-            let snapshot = self.verify_cache.compact(self.store.verification_read(&hash, &|_| Vec::new())?.0);
-            Arc::new(VerifyEntry::new(Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot))
+            let load = || {
+                let hash = digest_hex(&digest);
+                let snapshot =
+                    self.verify_cache.compact(self.store.verification_read(&hash, &|_| Vec::new())?.0);
+                Ok(Arc::new(VerifyEntry::new(Tag { source: SOURCE_STORE, values: [0; 2] }, snapshot)))
+            };
+            self.after_miss(load()?, secret, &digest, scope.migration, load)?
         } else {
             let current = match cached {
                 Some(entry) => {
@@ -254,7 +258,10 @@ impl<S: RbacStore> RbacService<S> {
                 }
                 None => {
                     span.record("keygate.cache.hit", false);
-                    self.load_verify_entry(&digest)?
+                    let entry = self.load_verify_entry(&digest)?;
+                    self.after_miss(entry, secret, &digest, scope.migration, || {
+                        self.load_verify_entry(&digest)
+                    })?
                 }
             }
         };

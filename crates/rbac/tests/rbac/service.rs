@@ -386,7 +386,8 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
             api_id: Some("api_a"),
             access: None,
             root_key: None,
-            ip: None
+            ip: None,
+            migration: None
         }),
         VerifyCode::Valid
     );
@@ -396,7 +397,8 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
             api_id: Some("api_b"),
             access: None,
             root_key: None,
-            ip: None
+            ip: None,
+            migration: None
         }),
         VerifyCode::NotFound
     );
@@ -406,13 +408,21 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
             api_id: None,
             access: None,
             root_key: None,
-            ip: None
+            ip: None,
+            migration: None
         }),
         VerifyCode::NotFound
     );
     let v = f.svc.check_key(
         secret.expose(),
-        &VerifyScope { workspace_id: Some("ws_other"), api_id: None, access: None, root_key: None, ip: None },
+        &VerifyScope {
+            workspace_id: Some("ws_other"),
+            api_id: None,
+            access: None,
+            root_key: None,
+            ip: None,
+            migration: None,
+        },
         None,
     );
     let v = v.expect("verify");
@@ -420,7 +430,13 @@ fn verification_is_scoped_to_the_callers_workspace_and_the_named_api() {
     assert_eq!(f.svc.get_key(&f.admin, &key.id).expect("get").key.api_id.as_deref(), Some("api_a"));
     // A key created without an apiId is not found by a call that names one.
     let (_, plain) = f.svc.create_key_as(&f.admin, new(None)).expect("create");
-    let scoped =
-        VerifyScope { workspace_id: None, api_id: Some("api_a"), access: None, root_key: None, ip: None };
+    let scoped = VerifyScope {
+        workspace_id: None,
+        api_id: Some("api_a"),
+        access: None,
+        root_key: None,
+        ip: None,
+        migration: None,
+    };
     assert_eq!(f.svc.check_key(plain.expose(), &scoped, None).expect("verify").code, VerifyCode::NotFound);
 }

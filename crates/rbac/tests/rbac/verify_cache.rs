@@ -15,7 +15,7 @@ fn service(db: &TestDb) -> RbacService<SqlStore> {
 }
 
 const ANY: VerifyScope<'static> =
-    VerifyScope { workspace_id: None, api_id: None, access: None, root_key: None, ip: None };
+    VerifyScope { workspace_id: None, api_id: None, access: None, root_key: None, ip: None, migration: None };
 
 fn code(rbac: &RbacService<SqlStore>, secret: &str) -> VerifyCode {
     rbac.check_key(secret, &ANY, None).unwrap().code

@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Text};
 /// Every table, in an order where each table's foreign keys point to tables before it
 /// (`__diesel_schema_migrations` is the target's own). A table a migration adds must be
 /// added here: the copy refuses a database holding a table this list does not name.
-pub const TABLES: [&str; 30] = [
+pub const TABLES: [&str; 31] = [
     "workspaces",
     "root_keys",
     "apis",
@@ -21,6 +21,7 @@ pub const TABLES: [&str; 30] = [
     "keys_permissions",
     "keys_roles",
     "leaked_keys",
+    "legacy_keys",
     "ratelimit_namespaces",
     "ratelimit_overrides",
     "ratelimits",

@@ -202,6 +202,12 @@ impl KeyTx for DieselTx<'_> {
                 .load(self.conn)
                 .map_err(db_err)?;
             found.extend(rows);
+            let rows: Vec<String> = legacy_keys::table
+                .filter(legacy_keys::hash.eq_any(chunk))
+                .select(legacy_keys::hash)
+                .load(self.conn)
+                .map_err(db_err)?;
+            found.extend(rows);
         }
         Ok(found)
     }

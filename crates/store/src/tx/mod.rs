@@ -431,6 +431,8 @@ mod identities_tx;
 mod keys_tx;
 #[cfg(feature = "postgres")]
 pub(crate) use keys_tx::pg_verification_read;
+#[path = "legacy.rs"]
+mod legacy_tx;
 #[path = "namespaces.rs"]
 mod namespaces_tx;
 #[path = "outbox.rs"]

@@ -47,8 +47,14 @@ fn api_labels_on_keys_become_api_objects() {
     let (page, total) = svc.list_api_keys(&admin, "payments", None, None, 100, |_, k| Ok(k)).expect("list");
     assert_eq!((page.items.len(), total), (2, 2));
     for (label, key_id, secret) in &secrets {
-        let scope =
-            VerifyScope { workspace_id: Some(&ws.id), api_id: None, access: None, root_key: None, ip: None };
+        let scope = VerifyScope {
+            workspace_id: Some(&ws.id),
+            api_id: None,
+            access: None,
+            root_key: None,
+            ip: None,
+            migration: None,
+        };
         let v = svc.check_key(secret.expose(), &scope, None).expect("verify");
         assert_eq!(v.code, VerifyCode::Valid, "{key_id}");
         let key = v.key().expect("key");

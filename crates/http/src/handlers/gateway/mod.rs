@@ -123,6 +123,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
         api_id: None,
         access: Some(access.clone()),
         ip,
+        migration: None,
         query: policy.permissions.clone(),
         usage: Usage { check_only, ..Usage::default() },
         tags: Vec::new(),

@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 #[serde(rename_all = "camelCase")]
 pub(crate) struct MigrateKeysBody {
     /// How the hashes were computed: `sha256_hex`, `sha256_base64`, or a migration id the
-    /// configuration maps to one of them.
+    /// configuration maps to one of them or to an old system's hashes (`legacy:SEP:POS`).
     #[schema(min_length = 1, max_length = 255, example = "sha256_hex")]
     migration_id: String,
     /// The API the keys go into; it must exist.
@@ -36,12 +36,18 @@ pub(crate) struct MigrateKeysBody {
 pub struct MigrateKeyEntry {
     /// The key's hash on your side, under the migration's scheme: the SHA-256 digest as 64
     /// hex digits (`sha256_hex`, either case) or 43 base64 characters, standard or URL-safe,
-    /// padding optional (`sha256_base64`).
+    /// padding optional (`sha256_base64`); under a legacy migration, the old system's hash
+    /// of the whole key: bcrypt (`$2a$`, `$2b$`, `$2y$`, cost at most 14), an argon2 or
+    /// scrypt PHC string (at most 128 MiB), or Django's `pbkdf2_sha256$...`.
     #[schema(
-        pattern = r"^(?:[0-9A-Fa-f]{64}|[A-Za-z0-9+/_-]{43}=?)$",
+        pattern = r"^(?:[0-9A-Fa-f]{64}|[A-Za-z0-9+/_-]{43}=?|\$2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}|\$(?:argon2id|argon2i|argon2d|scrypt)\$[^\s]+|pbkdf2_sha256\$[0-9]+\$[^$\s]+\$[A-Za-z0-9+/]{43}=)$",
         example = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
     )]
     pub(crate) hash: String,
+    /// Under a legacy migration (and only there): the part of the key its old system kept
+    /// in clear to find it, e.g. its prefix; the migration says where it is in a key.
+    #[schema(min_length = 1, max_length = 255)]
+    lookup: Option<String>,
     #[schema(schema_with = kinds::role_name)]
     name: Option<String>,
     /// Links the key to the identity with this externalId, created when missing.
@@ -87,6 +93,7 @@ impl MigrateKeyEntry {
         }
         Ok(MigratedKey {
             hash: self.hash,
+            lookup: self.lookup,
             name: self.name,
             external_id: self.external_id,
             meta: self.meta.map(|m| Value::Object(m).to_string()),

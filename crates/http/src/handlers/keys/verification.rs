@@ -22,6 +22,8 @@ pub(crate) struct VerifyCall {
     pub access: Option<keygate_rbac::ApiAccess>,
     /// The address the verified request comes from (API-v2.md §25), when known.
     pub ip: Option<std::net::IpAddr>,
+    /// v2's `migrationId`: the legacy migration to look for a key not found under.
+    pub migration: Option<String>,
     pub query: Option<PermissionQuery>,
     pub usage: Usage,
     /// The request's tags (v2), counted with its outcome in analytics.
@@ -51,6 +53,7 @@ pub(crate) async fn verification(
         api_id: call.api_id.as_deref(),
         access: call.access.as_ref(),
         ip: call.ip,
+        migration: call.migration.as_deref(),
         query: call.query.as_ref(),
         usage: &call.usage,
         tags: &call.tags,

@@ -310,6 +310,7 @@ pub async fn verify_key(
         api_id: body.api_id,
         access: None,
         ip: verified_ip(body.ip)?,
+        migration: None,
         query,
         usage,
         tags: Vec::new(),
@@ -355,8 +356,11 @@ pub(crate) struct VerifyKeyBodyV2 {
     /// its identity or its API has `allowedIps` (else FORBIDDEN).
     #[schema(schema_with = crate::openapi::kinds::ip_address)]
     ip: Option<String>,
-    #[schema(ignore)]
-    migration_id: Option<Value>,
+    /// A migration id (`keys.migrateKeys`): a key not found is looked for among the keys
+    /// that migration brought in from another system and have not been used yet (any
+    /// legacy migration's when absent).
+    #[schema(min_length = 1, max_length = 255)]
+    migration_id: Option<String>,
     #[schema(ignore)]
     keyspaces: Option<Value>,
 }
@@ -414,7 +418,11 @@ pub async fn verify_key_v2(call: Authed<Json<VerifyKeyBodyV2>>) -> Result<HttpRe
         None => None,
     };
     let ratelimits = limit_asks("ratelimits", b.ratelimits.unwrap_or_default())?;
-    unsupported(&[("migrationId", &b.migration_id), ("keyspaces", &b.keyspaces)])?;
+    unsupported(&[("keyspaces", &b.keyspaces)])?;
+    if let Some(id) = &b.migration_id {
+        check_len("migrationId", id, 255)?;
+        state.rbac.ensure_migration(id)?;
+    }
     let access = ApiAccess::of(&principal, "verify_key")
         .ok_or_else(|| ApiError::from(ApiAccess::denied("verify_key", None)))?;
     let call = VerifyCall {
@@ -423,6 +431,7 @@ pub async fn verify_key_v2(call: Authed<Json<VerifyKeyBodyV2>>) -> Result<HttpRe
         api_id: None,
         access: Some(access),
         ip: verified_ip(b.ip)?,
+        migration: b.migration_id,
         query,
         usage: Usage { cost, ratelimits, check_only: false },
         tags: b.tags.unwrap_or_default(),
