@@ -106,13 +106,17 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         verify_cache_bytes: config.verify_cache_mb << 20,
         analytics: config.analytics,
         change_probe: None,
-        // SQLite's loads are CPU: as many at once as workers; PostgreSQL's wait on the network.
+        // SQLite's loads are CPU: as many at once as workers (and one more with legacy
+        // migrations, whose old-hash check may hold a load for its time, at the lowest
+        // priority); PostgreSQL's wait on the network.
         max_loading: (config.redis_url.is_none()
             && matches!(
                 keygate_store::Backend::from_url(&config.database_url),
                 Ok(keygate_store::Backend::Sqlite(_))
             ))
-        .then(|| worker_count(&config)),
+        .then(|| {
+            worker_count(&config) + usize::from(config.migrations.iter().any(|m| m.contains("legacy:")))
+        }),
         migrations: keygate_rbac::Migrations::parse(&config.migrations)
             .map_err(|e| anyhow::anyhow!("KEYGATE_MIGRATIONS: {e}"))?,
         vault: config

@@ -1,5 +1,8 @@
 //! The bounds on old-hash checks (API-v2.md §25): a few at once in the whole process,
-//! taken in turn, and one at a time per lookup value.
+//! taken in turn, one at a time per lookup value, and after a check that failed, none for
+//! that lookup value for [`cool_down`]'s while (four times the check's time, a second at
+//! least: so wrong secrets for one lookup value, however many and however sent, keep at
+//! most a quarter of one core busy).
 //!
 //! A check for a lookup value that is being checked (or waits its turn) already is refused
 //! at once: the verification answers NOT_FOUND, not remembered, so the key's holder can try
@@ -8,11 +11,19 @@
 //! [`MAX_WAIT`], then refused too), instead of finding every place taken by the flood.
 
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// The longest a check waits for its turn.
 pub const MAX_WAIT: Duration = Duration::from_secs(2);
+/// The most lookup values cooling down at once (beyond, the expired ones are dropped
+/// first; a lookup that still finds no room is not cooled).
+const MAX_COOLING: usize = 100_000;
+
+/// How long a lookup value gets no check after one that took `took` failed.
+pub fn cool_down(took: Duration) -> Duration {
+    (took * 4).max(Duration::from_secs(1))
+}
 
 /// The checks allowed at once, and the lookup values being checked or waiting.
 #[derive(Debug)]
@@ -29,6 +40,8 @@ struct State {
     queue: VecDeque<u64>,
     next: u64,
     lookups: HashSet<String>,
+    /// Lookup values after a failed check, until when they get none.
+    cooling: HashMap<String, Instant>,
 }
 
 /// One check let through: frees its place when dropped.
@@ -53,6 +66,9 @@ impl Gate {
     /// `lookup` runs or waits already.
     pub fn enter(&self, lookup: &str, wait: Duration) -> Option<Pass<'_>> {
         let mut st = self.state.lock();
+        if st.cooling.get(lookup).is_some_and(|until| *until > Instant::now()) {
+            return None;
+        }
         if !st.lookups.insert(lookup.to_string()) {
             return None;
         }
@@ -74,6 +90,20 @@ impl Gate {
                 self.turn.notify_all();
                 return None;
             }
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// The check failed after `took`: its lookup value gets none for [`cool_down`]`(took)`.
+    pub fn failed(&self, took: Duration) {
+        let mut st = self.gate.state.lock();
+        let now = Instant::now();
+        if st.cooling.len() >= MAX_COOLING {
+            st.cooling.retain(|_, until| *until > now);
+        }
+        if st.cooling.len() < MAX_COOLING {
+            st.cooling.insert(self.lookup.clone(), now + cool_down(took));
         }
     }
 }
@@ -103,6 +133,17 @@ mod tests {
         drop(a);
         assert!(gate.enter("a", NOW).is_some(), "freed when the check ends");
         drop(b);
+    }
+
+    #[test]
+    fn a_failed_check_cools_its_lookup_down() {
+        let gate = Gate::new(1);
+        gate.enter("a", NOW).unwrap().failed(Duration::from_millis(1));
+        assert!(gate.enter("a", NOW).is_none(), "cooling down");
+        assert!(gate.enter("b", NOW).is_some(), "other lookups are not");
+        assert_eq!(cool_down(Duration::from_millis(500)), Duration::from_secs(2));
+        gate.state.lock().cooling.insert("a".into(), Instant::now());
+        assert!(gate.enter("a", NOW).is_some(), "and checked again once it has passed");
     }
 
     #[test]

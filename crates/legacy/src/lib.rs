@@ -4,7 +4,10 @@
 //! ([`LegacyHashes`]): whether a hash may come in ([`hash`]: a known format, within
 //! bounds of cost), and whether a secret matches one, within the [`gate`]'s bounds on
 //! checks at once (a flood of wrong secrets for one lookup value runs one check at a
-//! time, and all of them together at most half the machine's cores, taken in turn).
+//! time and, after each failed one, none for a while; all of them together at most half
+//! the machine's cores, a check finding them taken refused at once), each
+//! on a thread of its own at the lowest scheduling priority ([`low_priority`]): the
+//! verifications the process answers meanwhile run first.
 
 pub mod gate;
 pub mod hash;
@@ -39,7 +42,36 @@ impl LegacyHashes for Legacy {
 
     fn check(&self, lookup: &str, hash: &str, secret: &str) -> Option<bool> {
         let Ok(parsed) = LegacyHash::parse(hash) else { return Some(false) };
-        let _pass = self.gate.enter(lookup, gate::MAX_WAIT)?;
-        Some(parsed.verify(secret))
+        // No waiting for a place: the check runs inside a verification's load, and a load
+        // waiting would hold one of the few that run at once (on SQLite, one per worker).
+        let pass = self.gate.enter(lookup, std::time::Duration::ZERO)?;
+        let start = std::time::Instant::now();
+        let matched = low_priority(|| parsed.verify(secret));
+        if !matched {
+            pass.failed(start.elapsed());
+        }
+        Some(matched)
+    }
+}
+
+/// `f` on a thread of its own at nice 19 (a thread's priority cannot be raised back
+/// without privileges, hence a new one per check: microseconds, against a check's tens
+/// or hundreds of milliseconds), the caller waiting without using the CPU. Where the
+/// priority cannot be lowered, `f` runs at the usual one.
+pub fn low_priority<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let mut job = Some(f);
+    let done = std::thread::scope(|s| {
+        let worker = std::thread::Builder::new().name("keygate-legacy".into()).spawn_scoped(s, || {
+            #[cfg(target_os = "linux")]
+            let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+            job.take().map(|f| f())
+        });
+        worker.ok().and_then(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    });
+    match (done, job) {
+        (Some(out), _) => out,
+        // No thread could be started: here, then.
+        (None, Some(f)) => f(),
+        (None, None) => unreachable!("the job ran and answered"),
     }
 }
