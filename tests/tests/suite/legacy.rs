@@ -113,6 +113,8 @@ fn migration_id_in_verify_key_narrows_the_search_and_must_exist() {
     migrate(&s, "drf", json!([{"hash": bcrypt_of(key), "lookup": "LKUP"}])).data();
     s.v2("keys.verifyKey", &json!({"key": key, "migrationId": "nobody"}))
         .assert_problem(404, "unkey/data/migration_not_found");
+    s.v2("keys.verifyKey", &json!({"key": key, "migrationId": ""}))
+        .assert_problem(400, "unkey/application/invalid_input");
     assert_eq!(code(&s, json!({"key": key, "migrationId": "pk"})), "NOT_FOUND");
     assert_eq!(s.state.rbac.legacy_checks(), 0, "pk's cut finds no lookup in it");
     let other = "LKU2.another_drf_key";

@@ -421,6 +421,9 @@ pub async fn verify_key_v2(call: Authed<Json<VerifyKeyBodyV2>>) -> Result<HttpRe
     unsupported(&[("keyspaces", &b.keyspaces)])?;
     if let Some(id) = &b.migration_id {
         check_len("migrationId", id, 255)?;
+        if id.is_empty() {
+            return Err(ValidationError::new("migrationId", "must be 1 to 255 characters").into());
+        }
         state.rbac.ensure_migration(id)?;
     }
     let access = ApiAccess::of(&principal, "verify_key")
