@@ -208,10 +208,11 @@ fn verify_refuses_a_bad_query_with_its_position_before_the_lookup() {
     // v1's object form is a type error here.
     s.v2("keys.verifyKey", &json!({"key": "k", "permissions": {"and": ["a"]}}))
         .assert_problem(400, "unkey/application/invalid_input");
-    for field in ["migrationId", "keyspaces"] {
-        s.v2("keys.verifyKey", &json!({"key": "k", field: "x"}))
-            .assert_problem(400, "keygate/application/not_supported");
-    }
+    s.v2("keys.verifyKey", &json!({"key": "k", "keyspaces": "x"}))
+        .assert_problem(400, "keygate/application/not_supported");
+    // A migration id must name a migration (legacy imports: tests/suite/legacy.rs).
+    s.v2("keys.verifyKey", &json!({"key": "k", "migrationId": "x"}))
+        .assert_problem(404, "unkey/data/migration_not_found");
     s.v2("keys.verifyKey", &json!({"key": "k", "tags": vec!["x"; 21]}))
         .assert_problem(400, "unkey/application/invalid_input");
     s.v2("keys.verifyKey", &json!({"key": "k", "credits": {"cost": -1}}))
