@@ -42,6 +42,15 @@ fn code(s: &TestServer, body: Value) -> String {
     s.v2("keys.verifyKey", &body).data()["code"].as_str().unwrap().to_string()
 }
 
+/// Whether `key` verifies VALID within 30 s: a cool-down lasts four times the failed
+/// check's time, which a loaded machine stretches.
+fn valid_once_cooled(s: &TestServer, key: &str) -> bool {
+    (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        code(s, json!({"key": key})) == "VALID"
+    })
+}
+
 #[test]
 fn a_legacy_key_verifies_on_first_use_and_is_a_plain_key_from_then_on() {
     let s = server();
@@ -92,8 +101,7 @@ fn a_legacy_key_verifies_on_first_use_and_is_a_plain_key_from_then_on() {
     // The failed check cooled LOOKUP02 down (a second at least): refused, not remembered.
     assert_eq!(code(&s, json!({"key": "acme_LOOKUP02_right"})), "NOT_FOUND");
     assert_eq!(checks(), 3);
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_eq!(code(&s, json!({"key": "acme_LOOKUP02_right"})), "VALID");
+    assert!(valid_once_cooled(&s, "acme_LOOKUP02_right"));
 }
 
 #[test]
@@ -203,6 +211,5 @@ fn a_flood_of_wrong_secrets_for_one_lookup_runs_one_check_at_a_time_and_then_non
     assert!(checks <= 3, "{checks} checks for {flood} wrong secrets: one, then a cool-down");
     // A refused check is not remembered: once the cool-down after the last failed check
     // has passed (a second at these checks' cost), the right secret verifies.
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_eq!(code(&s, json!({"key": right})), "VALID");
+    assert!(valid_once_cooled(&s, right));
 }
