@@ -55,6 +55,7 @@ for rule in \
   "keygate-usage:keygate-analytics keygate-store keygate-runtime" \
   "keygate-analytics:keygate-usage keygate-portal keygate-store keygate-runtime" \
   "keygate-portal:keygate-usage keygate-store keygate-runtime" \
+  "keygate-namespaces:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \
   "keygate-operators:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \
   "keygate-legacy:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \
   "keygate-scanning:keygate-usage keygate-analytics keygate-portal keygate-webhooks keygate-store keygate-runtime" \

@@ -47,8 +47,12 @@ async fn limit(bare: web::Data<Bare>, body: web::Bytes) -> HttpResponse {
         duration: number(&body.duration).max(1),
         cost: body.cost.as_ref().map_or(1, number),
     };
-    let key =
-        BudgetKey { namespace_id: &bare.namespace, identifier: &body.identifier, duration: req.duration };
+    let key = BudgetKey {
+        namespace_id: &bare.namespace,
+        identifier: &body.identifier,
+        duration: req.duration,
+        algorithm: Default::default(),
+    };
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -50,8 +50,8 @@ pub use query::{
 };
 pub use records::{
     Api, AuditEvent, AuditFilter, AuditRecord, Entity, EntityRef, Identity, IdentityView, Key, KeyLookup,
-    KeySummary, KeyUpdate, KeyView, LimitOwner, NamespaceRef, NewEntity, NewKey, NewRateLimit, OutboxEvent,
-    Page, RateLimitConfig, RoleView, Workspace,
+    KeySummary, KeyUpdate, KeyView, LimitOwner, NamespaceInfo, NamespaceRef, NewEntity, NewKey, NewRateLimit,
+    OutboxEvent, Page, RateLimitConfig, RoleView, Workspace,
 };
 pub use redact::{redact_in, redact_url};
 pub use secret::{

@@ -266,6 +266,16 @@ pub struct NewEntity {
     pub permissions: Vec<String>,
 }
 
+/// A rate-limit namespace as `ratelimit.getNamespace` shows it (API-v2.md §26): its
+/// `algorithm` is the stored name (`fixed`, `sliding`, `token_bucket`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    pub id: String,
+    pub name: String,
+    pub algorithm: String,
+    pub created_at: i64,
+}
+
 /// A rate-limit namespace named by id or by name (the override endpoints); at least one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamespaceRef {

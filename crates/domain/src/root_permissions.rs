@@ -65,6 +65,8 @@ pub const WORKSPACE_PERMISSIONS: &[&str] = &[
     "ratelimit.*.read_override",
     "ratelimit.*.delete_override",
     "ratelimit.*.read_analytics",
+    "ratelimit.*.read_namespace",
+    "ratelimit.*.update_namespace",
     "rootkey.*.create_key",
     "rootkey.*.read_key",
     "rootkey.*.update_key",

@@ -46,7 +46,12 @@ fn filled(live: usize, long: bool, ns: &Arc<String>) -> (MemoryStore, Ids) {
     let store = MemoryStore::new();
     let ids = Ids::new(live, long);
     for i in 0..ids.len {
-        let key = BudgetKey { namespace_id: ns, identifier: ids.get(i), duration: REQ.duration };
+        let key = BudgetKey {
+            namespace_id: ns,
+            identifier: ids.get(i),
+            duration: REQ.duration,
+            algorithm: Default::default(),
+        };
         store.check(key, REQ, NOW);
     }
     (store, ids)
@@ -59,7 +64,12 @@ fn run(store: &MemoryStore, ids: &Ids, ns: &Arc<String>, start: usize, iters: u6
         if i == ids.len {
             i = 0;
         }
-        let key = BudgetKey { namespace_id: ns, identifier: ids.get(i), duration: REQ.duration };
+        let key = BudgetKey {
+            namespace_id: ns,
+            identifier: ids.get(i),
+            duration: REQ.duration,
+            algorithm: Default::default(),
+        };
         black_box(store.check(key, REQ, NOW));
     }
 }
@@ -163,7 +173,12 @@ fn own_limits(c: &mut Criterion) {
     for (label, namespace) in [("namespace_per_key", false), ("one_namespace", true)] {
         let store = MemoryStore::new();
         let ns = |i: usize| if namespace { &one } else { &per_key[i] };
-        let key = |i: usize| BudgetKey { namespace_id: ns(i), identifier: &ids[i], duration: 60_000 };
+        let key = |i: usize| BudgetKey {
+            namespace_id: ns(i),
+            identifier: &ids[i],
+            duration: 60_000,
+            algorithm: Default::default(),
+        };
         let req = LimitRequest { limit: u64::MAX >> 12, duration: 60_000, cost: 1 };
         for i in 0..KEYS {
             store.check(key(i), req, NOW);

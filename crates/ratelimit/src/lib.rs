@@ -8,7 +8,11 @@
 //!   `keygate-store`; [`FailOpen`] wraps a shared store for operators who prefer passing
 //!   requests to refusing them while it is unreachable.
 //!
-//! # The algorithm: fixed windows aligned to the Unix epoch
+//! # The algorithms
+//! A namespace chooses `fixed` (below, the default), `sliding` or `token_bucket`: see
+//! [`algorithm`] for the other two.
+//!
+//! ## Fixed windows aligned to the Unix epoch
 //!
 //! A budget is identified by `(namespace, identifier, duration)` ([`BudgetKey`]); the
 //! namespace id is unique per workspace, so workspaces never share a budget. `limit` is *not*
@@ -28,11 +32,13 @@
 //! Every check-and-update of one budget happens under one lock, so the number of tokens
 //! passed in a window never exceeds `limit`, whatever the concurrency.
 
+pub mod algorithm;
 mod decision;
 mod memory;
 pub mod overrides;
 mod table;
 
+pub use algorithm::{Algorithm, bucket_give_back, decide_as, decide_bucket, decide_sliding};
 pub use decision::{
     Decision, LimitRequest, MIN_DURATION_MS, MIN_LIMIT, WindowState, decide, deny_from_known,
     fail_open_decision, window_start,
@@ -55,6 +61,9 @@ pub struct BudgetKey<'a> {
     pub namespace_id: &'a Arc<String>,
     pub identifier: &'a str,
     pub duration: u64,
+    /// The algorithm deciding this budget ([`Algorithm`]): part of its identity, so a
+    /// namespace whose algorithm changes starts every budget afresh (API-v2.md §26).
+    pub algorithm: Algorithm,
 }
 
 /// Errors of a rate-limit store.
@@ -226,7 +235,10 @@ pub fn pass_failing_open(key: BudgetKey<'_>, req: LimitRequest, now_ms: u64, e: 
 
 impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
     fn limit(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Result<Decision, StoreError> {
-        Ok(self.0.limit(key, req, now_ms).unwrap_or_else(|e| pass_failing_open(key, req, now_ms, &e)))
+        match self.0.limit(key, req, now_ms) {
+            Err(e @ StoreError::Unavailable(_)) => Ok(pass_failing_open(key, req, now_ms, &e)),
+            other => other,
+        }
     }
 
     fn limit_if_current(
@@ -236,10 +248,12 @@ impl<S: RateLimitStore> RateLimitStore for FailOpen<S> {
         now_ms: u64,
         overrides_epoch: u64,
     ) -> Result<Checked, StoreError> {
-        Ok(self
-            .0
-            .limit_if_current(key, req, now_ms, overrides_epoch)
-            .unwrap_or_else(|e| Checked::Decided(pass_failing_open(key, req, now_ms, &e))))
+        match self.0.limit_if_current(key, req, now_ms, overrides_epoch) {
+            Err(e @ StoreError::Unavailable(_)) => {
+                Ok(Checked::Decided(pass_failing_open(key, req, now_ms, &e)))
+            }
+            other => other,
+        }
     }
 
     /// Every entry passes, failing open, while the store is down.
@@ -326,7 +340,8 @@ mod tests {
     #[test]
     fn fail_open_passes_when_the_store_is_down_and_reports_it_in_ping() {
         let ns = Arc::new("ns".to_string());
-        let key = BudgetKey { namespace_id: &ns, identifier: "u", duration: 60_000 };
+        let key =
+            BudgetKey { namespace_id: &ns, identifier: "u", duration: 60_000, algorithm: Default::default() };
         let req = LimitRequest { limit: 10, duration: 60_000, cost: 3 };
         assert_eq!(Down.limit(key, req, 61_000).unwrap_err().code(), ErrorCode::ServiceUnavailable);
         let d = FailOpen(Down).limit(key, req, 61_000).expect("fails open");
@@ -340,7 +355,8 @@ mod tests {
     #[test]
     fn fail_open_answers_the_wrapped_store_when_it_is_up() {
         let ns = Arc::new("ns".to_string());
-        let key = BudgetKey { namespace_id: &ns, identifier: "u", duration: 60_000 };
+        let key =
+            BudgetKey { namespace_id: &ns, identifier: "u", duration: 60_000, algorithm: Default::default() };
         let req = LimitRequest { limit: 1, duration: 60_000, cost: 1 };
         let store = FailOpen(MemoryStore::new());
         assert!(store.limit(key, req, 0).unwrap().success);

@@ -38,7 +38,10 @@
 //! idle shards shrink too.
 
 use crate::table::LineTable;
-use crate::{BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide};
+use crate::{
+    Algorithm, BudgetKey, Decision, LimitRequest, RateLimitStore, StoreError, WindowState, decide,
+    decide_bucket, decide_sliding, window_start,
+};
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::Arc;
 
@@ -67,13 +70,20 @@ struct Entry {
 
 type Hasher = foldhash::fast::RandomState;
 
-/// The budgets of one `(namespace, duration)` in one shard.
+/// The budgets of one `(namespace, duration, algorithm)` in one shard; a sliding window's
+/// budgets are in two classes, by the parity of their window's index (see
+/// [`MemoryStore::check`]), so that a budget's current and previous windows are two
+/// entries of one shape.
 #[derive(Debug)]
 struct Class {
-    /// The class's hash (of the namespace and the duration), for [`Shard::index`].
+    /// The class's hash (of the namespace, the duration, the algorithm and the parity),
+    /// for [`Shard::index`].
     hash: u64,
     namespace_id: Arc<String>,
     duration: u64,
+    algorithm: Algorithm,
+    /// A sliding window class's windows' parity (0 for the other algorithms).
+    parity: u8,
     table: LineTable<Entry>,
     /// The identifiers longer than [`ident::INLINE`] bytes of the table's entries.
     arena: Arena,
@@ -94,11 +104,13 @@ fn epoch_ms(duration: u64) -> u64 {
 }
 
 impl Class {
-    fn new(hash: u64, key: &BudgetKey<'_>) -> Self {
+    fn new(hash: u64, key: &BudgetKey<'_>, parity: u8) -> Self {
         Self {
             hash,
             namespace_id: key.namespace_id.clone(),
             duration: key.duration,
+            algorithm: key.algorithm,
+            parity,
             table: LineTable::default(),
             arena: Arena::default(),
             peak: 0,
@@ -117,11 +129,11 @@ impl Class {
     /// one or two epochs, a steady load keeps its table; a table shrinks (and an empty class
     /// goes) only after a whole epoch well below that.
     fn sweep(&mut self, hasher: &Hasher, now_ms: u64) {
-        let duration = self.duration;
+        let (duration, algorithm) = (self.duration, self.algorithm);
         let mut released = 0;
         self.table.retain(
             |e| {
-                let keep = !e.state.is_expired(duration, now_ms);
+                let keep = !algorithm.is_spent(&e.state, duration, now_ms);
                 if let (false, Ident::Heap { len, .. }) = (keep, e.id) {
                     released += len as usize;
                 }
@@ -182,8 +194,10 @@ impl Class {
         true
     }
 
-    fn matches(&self, key: &BudgetKey<'_>) -> bool {
+    fn matches(&self, key: &BudgetKey<'_>, parity: u8) -> bool {
         self.duration == key.duration
+            && self.algorithm == key.algorithm
+            && self.parity == parity
             && (Arc::ptr_eq(&self.namespace_id, key.namespace_id) || self.namespace_id == *key.namespace_id)
     }
 }
@@ -208,27 +222,27 @@ impl Shard {
         Self { classes: Vec::new(), index: hashbrown::HashTable::new(), len: 0, sweep_at_len: MIN_SWEEP_LEN }
     }
 
-    /// Where the class of `key` is in `classes`.
+    /// Where the class of `key` (of windows of `parity`, see [`Class`]) is in `classes`.
     #[inline(always)]
-    fn position(&self, hasher: &Hasher, key: &BudgetKey<'_>) -> Option<usize> {
+    fn position(&self, hasher: &Hasher, key: &BudgetKey<'_>, parity: u8) -> Option<usize> {
         if self.classes.len() <= SCAN_CLASSES {
-            self.classes.iter().position(|c| c.matches(key))
+            self.classes.iter().position(|c| c.matches(key, parity))
         } else {
-            self.indexed_position(hasher, key)
+            self.indexed_position(hasher, key, parity)
         }
     }
 
     #[inline(never)]
-    fn indexed_position(&self, hasher: &Hasher, key: &BudgetKey<'_>) -> Option<usize> {
-        self.index.find(class_hash(hasher, key), |&i| self.classes[i].matches(key)).copied()
+    fn indexed_position(&self, hasher: &Hasher, key: &BudgetKey<'_>, parity: u8) -> Option<usize> {
+        self.index.find(class_hash(hasher, key, parity), |&i| self.classes[i].matches(key, parity)).copied()
     }
 
-    /// The class of `key`, created if missing.
-    fn class_or_insert(&mut self, hasher: &Hasher, key: &BudgetKey<'_>) -> &mut Class {
-        let i = match self.position(hasher, key) {
+    /// The class of `key` (windows of `parity`), created if missing.
+    fn class_or_insert(&mut self, hasher: &Hasher, key: &BudgetKey<'_>, parity: u8) -> &mut Class {
+        let i = match self.position(hasher, key, parity) {
             Some(i) => i,
             None => {
-                self.classes.push(Class::new(class_hash(hasher, key), key));
+                self.classes.push(Class::new(class_hash(hasher, key, parity), key, parity));
                 let i = self.classes.len() - 1;
                 let classes = &self.classes;
                 self.index.insert_unique(classes[i].hash, i, |&j| classes[j].hash);
@@ -268,12 +282,20 @@ fn key_hash(hasher: &Hasher, identifier: &[u8]) -> u64 {
 }
 
 /// The hash of a class, for [`Shard::index`].
-fn class_hash(hasher: &Hasher, key: &BudgetKey<'_>) -> u64 {
+fn class_hash(hasher: &Hasher, key: &BudgetKey<'_>, parity: u8) -> u64 {
     // foldhash mixes each write's length in, so ("ab", "c") and ("a", "bc") differ.
     let mut h = hasher.build_hasher();
     h.write(key.namespace_id.as_bytes());
     h.write_u64(key.duration);
+    h.write_u8(key.algorithm as u8);
+    h.write_u8(parity);
     h.finish()
+}
+
+/// The parity of the window starting at `start` (a sliding window's class, see [`Class`]).
+#[inline]
+fn parity(start: u64, duration: u64) -> u8 {
+    (start / duration.max(1) % 2) as u8
 }
 
 /// How a class's table finds an entry's hash again when it is rebuilt.
@@ -335,9 +357,40 @@ impl MemoryStore {
         }
     }
 
-    /// The decision; infallible for the in-process store.
+    /// The decision under the key's algorithm; infallible for the in-process store.
     pub fn check(&self, key: BudgetKey<'_>, req: LimitRequest, now_ms: u64) -> Decision {
-        self.update(key, now_ms, |state| decide(state, req, now_ms))
+        match key.algorithm {
+            Algorithm::Fixed => self.update(key, now_ms, |state| decide(state, req, now_ms)),
+            Algorithm::TokenBucket => self.update(key, now_ms, |state| decide_bucket(state, req, now_ms)),
+            Algorithm::Sliding => {
+                let hash = key_hash(&self.hasher, key.identifier.as_bytes());
+                let mut shard = self.shard(hash).lock();
+                let (current, previous) = self.sliding_in(&shard, &key, hash, now_ms);
+                let (state, decision) = decide_sliding(current, previous, req, now_ms);
+                let at = parity(state.start, key.duration);
+                self.update_in(&mut shard, key, at, hash, now_ms, |_| (state, ()));
+                decision
+            }
+        }
+    }
+
+    /// A sliding budget's current and previous windows' states: the entries of its two
+    /// classes, the current one the window holding `now_ms` (or a later one, when the
+    /// clock stepped back: the decision then counts in that window, failing closed).
+    fn sliding_in(
+        &self,
+        shard: &Shard,
+        key: &BudgetKey<'_>,
+        hash: u64,
+        now_ms: u64,
+    ) -> (Option<WindowState>, Option<WindowState>) {
+        let here = parity(window_start(now_ms, key.duration.max(1)), key.duration);
+        let this = self.read_in(shard, key, here, hash);
+        let other = self.read_in(shard, key, 1 - here, hash);
+        match other {
+            Some(o) if o.start > now_ms => (other, this),
+            _ => (this, other),
+        }
     }
 
     /// Records what a shared store reported for a budget: `used` tokens in the window
@@ -346,6 +399,7 @@ impl MemoryStore {
     /// exhausted budgets this way, to deny without a round trip: see
     /// [`crate::deny_from_known`].)
     pub fn observe(&self, key: BudgetKey<'_>, start: u64, used: u64) {
+        debug_assert_eq!(key.algorithm, Algorithm::Fixed, "only fixed windows' counts only grow");
         self.update(key, start, |state| {
             let next = match state {
                 Some(s) if s.start > start || (s.start == start && s.used >= used) => s,
@@ -355,17 +409,27 @@ impl MemoryStore {
         });
     }
 
-    /// The budget's state, if its window has not ended at `now_ms`.
+    /// The budget's state, if its window has not ended at `now_ms` (a sliding budget's:
+    /// its current window's; a bucket's: while it is not full).
     pub fn known(&self, key: BudgetKey<'_>, now_ms: u64) -> Option<WindowState> {
         let hash = key_hash(&self.hasher, key.identifier.as_bytes());
-        let state = self.read_in(&self.shard(hash).lock(), &key, hash)?;
-        (!state.is_expired(key.duration.max(1), now_ms)).then_some(state)
+        let at = match key.algorithm {
+            Algorithm::Sliding => parity(window_start(now_ms, key.duration.max(1)), key.duration),
+            _ => 0,
+        };
+        let state = self.read_in(&self.shard(hash).lock(), &key, at, hash)?;
+        let ended = match key.algorithm {
+            Algorithm::TokenBucket => Algorithm::TokenBucket.is_spent(&state, key.duration, now_ms),
+            _ => state.is_expired(key.duration.max(1), now_ms),
+        };
+        (!ended).then_some(state)
     }
 
-    /// The budget's stored state (ended or not) in its shard, locked by the caller.
-    fn read_in(&self, shard: &Shard, key: &BudgetKey<'_>, hash: u64) -> Option<WindowState> {
+    /// The budget's stored state (ended or not) in its class of windows of `parity`, in its
+    /// shard, locked by the caller.
+    fn read_in(&self, shard: &Shard, key: &BudgetKey<'_>, parity: u8, hash: u64) -> Option<WindowState> {
         let query = Query::new(key.identifier, hash);
-        let class = &shard.classes[shard.position(&self.hasher, key)?];
+        let class = &shard.classes[shard.position(&self.hasher, key, parity)?];
         class.table.find(hash, |e| e.id.matches(&query, &class.arena)).map(|e| e.state)
     }
 
@@ -381,21 +445,23 @@ impl MemoryStore {
     ) -> R {
         let hash = key_hash(&self.hasher, key.identifier.as_bytes());
         let mut guard = self.shard(hash).lock();
-        self.update_in(&mut guard, key, hash, now_ms, f)
+        self.update_in(&mut guard, key, 0, hash, now_ms, f)
     }
 
-    /// [`Self::update`] in the budget's shard, locked by the caller (`hash`: the key's).
+    /// [`Self::update`] in the budget's class of windows of `parity` (0 but for sliding
+    /// windows), in its shard, locked by the caller (`hash`: the key's).
     #[inline(always)]
     fn update_in<R>(
         &self,
         shard: &mut Shard,
         key: BudgetKey<'_>,
+        parity: u8,
         hash: u64,
         now_ms: u64,
         f: impl FnOnce(Option<WindowState>) -> (WindowState, R),
     ) -> R {
         let query = Query::new(key.identifier, hash);
-        if let Some(i) = shard.position(&self.hasher, &key) {
+        if let Some(i) = shard.position(&self.hasher, &key, parity) {
             let class = &mut shard.classes[i];
             if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.arena)) {
                 let (state, out) = f(Some(entry.state));
@@ -404,14 +470,15 @@ impl MemoryStore {
             }
         }
         let (state, out) = f(None);
-        if state.used == 0 {
-            // Nothing consumed (cost 0, or denied): an untouched budget needs no entry.
+        if state.used == 0 && state.start <= now_ms {
+            // Nothing consumed (cost 0, or denied): an untouched budget needs no entry. (A
+            // bucket that took tokens holds a remainder or an instant after `now`.)
             return out;
         }
         if shard.len >= shard.sweep_at_len {
             shard.sweep(&self.hasher, now_ms);
         }
-        if shard.class_or_insert(&self.hasher, &key).insert(&self.hasher, hash, query, state) {
+        if shard.class_or_insert(&self.hasher, &key, parity).insert(&self.hasher, hash, query, state) {
             shard.len += 1;
         } else {
             // 4 GiB of live identifiers over 15 bytes in one shard and class: not reachable

@@ -70,6 +70,9 @@ pub struct OverrideSet {
     exact: HashMap<String, Effective>,
     /// Patterns, most specific first, then oldest first.
     patterns: Vec<(Pattern, Effective)>,
+    /// The namespace's algorithm (read with its overrides, so that a change of either
+    /// reaches every instance the same way).
+    pub algorithm: crate::Algorithm,
 }
 
 impl OverrideSet {
@@ -85,7 +88,13 @@ impl OverrideSet {
             }
         }
         patterns.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        Self { exact, patterns: patterns.into_iter().map(|(_, _, p, e)| (p, e)).collect() }
+        let patterns = patterns.into_iter().map(|(_, _, p, e)| (p, e)).collect();
+        Self { exact, patterns, algorithm: crate::Algorithm::Fixed }
+    }
+
+    /// The set, for a namespace of `algorithm`.
+    pub fn under(self, algorithm: crate::Algorithm) -> Self {
+        Self { algorithm, ..self }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -6,6 +6,7 @@ use crate::{Effective, OverrideSet, Principal};
 use foldhash::HashMap;
 use foldhash::HashMapExt;
 use keygate_cache::{Cached, Digest, HitCounts, MAX_ENTRIES, TtlCache};
+use keygate_ratelimit::Algorithm;
 use parking_lot::RwLock;
 use std::sync::Arc;
 
@@ -47,7 +48,7 @@ pub(crate) trait OverrideEntries {
         namespace_id: &str,
         identifier: &str,
         now: u64,
-    ) -> Option<Cached<(Option<Effective>, u64)>>;
+    ) -> Option<Cached<(Option<Effective>, u64, Algorithm)>>;
 }
 
 impl OverrideEntries for OverrideCache {
@@ -56,15 +57,15 @@ impl OverrideEntries for OverrideCache {
         namespace_id: &str,
         identifier: &str,
         now: u64,
-    ) -> Option<Cached<(Option<Effective>, u64)>> {
+    ) -> Option<Cached<(Option<Effective>, u64, Algorithm)>> {
         let hit = self.lookup(namespace_id, now, |(set, epoch)| match set.find_exact(identifier) {
-            Some(e) => Ok((Some(e), *epoch)),
-            None if !set.has_patterns() => Ok((None, *epoch)),
+            Some(e) => Ok((Some(e), *epoch, set.algorithm)),
+            None if !set.has_patterns() => Ok((None, *epoch, set.algorithm)),
             None => Err((set.clone(), *epoch)),
         })?;
         let value = match hit.value {
             Ok(found) => found,
-            Err((set, epoch)) => (set.find_pattern(identifier), epoch),
+            Err((set, epoch)) => (set.find_pattern(identifier), epoch, set.algorithm),
         };
         Some(Cached { value, refresh: hit.refresh })
     }
@@ -179,10 +180,11 @@ mod tests {
     #[test]
     fn override_entries_are_found_by_namespace_and_evicted_alone() {
         let c = OverrideCache::new(1_000);
-        let set = Arc::new(OverrideSet::new(Vec::new()));
+        let set = Arc::new(OverrideSet::new(Vec::new()).under(Algorithm::Sliding));
         c.put("rlns_a".into(), (set.clone(), 7), 100, c.generation());
         c.put("rlns_b".into(), (set, 0), 100, c.generation());
-        assert_eq!(c.find("rlns_a", "user", 100), Some(Cached { value: (None, 7), refresh: false }));
+        let found = Some(Cached { value: (None, 7, Algorithm::Sliding), refresh: false });
+        assert_eq!(c.find("rlns_a", "user", 100), found, "with the namespace's algorithm");
         c.evict("rlns_a");
         assert_eq!(c.find("rlns_a", "user", 100), None);
         assert!(c.find("rlns_b", "user", 100).is_some());

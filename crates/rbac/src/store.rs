@@ -6,7 +6,7 @@ use crate::{
     Api, AuditEvent, AuditFilter, AuditRecord, Entity, Identity, Key, KeySummary, LimitOwner, OutboxEvent,
     Override, RateLimitConfig, RbacError, RootKey, StorageError, Workspace,
 };
-use keygate_domain::Named;
+use keygate_domain::{Named, NamespaceInfo};
 
 /// Permissions and roles share one shape (id, workspace, unique name) and one set of
 /// storage operations, selected by kind.
@@ -288,8 +288,17 @@ pub trait EntityTx {
 pub trait NamespaceTx {
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
     fn namespace_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Named>>;
-    /// The workspace's namespaces by name, at most `limit`.
-    fn list_namespaces(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Named>>;
+    /// A keyset page of the workspace's namespaces: names (bytes ascending) after `after`.
+    fn namespaces_page(
+        &mut self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<NamespaceInfo>>;
+    fn namespace_info(&mut self, workspace_id: &str, id: &str) -> R<Option<NamespaceInfo>>;
+    /// The namespace's algorithm's stored name (`fixed` when the namespace is gone).
+    fn namespace_algorithm(&mut self, namespace_id: &str) -> R<String>;
+    fn set_namespace_algorithm(&mut self, namespace_id: &str, algorithm: &str) -> R<()>;
     /// Locks the namespace's row until the transaction ends (override writes serialize).
     fn lock_namespace(&mut self, namespace_id: &str) -> R<()>;
     fn overrides(&mut self, namespace_id: &str) -> R<Vec<Override>>;

@@ -29,6 +29,7 @@ pub use upkeep::{
 
 use keygate_analytics::AnalyticsService;
 use keygate_domain::Clock;
+use keygate_namespaces::Namespaces;
 use keygate_operators::Sessions;
 use keygate_portal::PortalService;
 use keygate_ratelimit::{FailOpen, MemoryStore, RateLimitStore};
@@ -165,6 +166,8 @@ pub struct Runtime {
     pub scanning: ScanningService<SqlStore>,
     /// The dashboard's sessions.
     pub sessions: Sessions<SqlStore>,
+    /// Rate-limit namespaces' settings (API-v2.md §26).
+    pub namespaces: Namespaces<SqlStore>,
     /// Where rate-limit decisions are made.
     pub limiter: Arc<dyn RateLimitStore>,
     /// The Redis store, when `redis_url` is set (`limiter` wraps it).
@@ -230,6 +233,7 @@ impl Runtime {
             settings.github_scanning_action,
         );
         let sessions = Sessions::new(rbac.clone());
+        let namespaces = Namespaces::new(rbac.clone());
         let description = format!("database: {db}; rate-limit store: {limiter_desc}");
         Ok(Self {
             rbac,
@@ -239,6 +243,7 @@ impl Runtime {
             webhooks,
             scanning,
             sessions,
+            namespaces,
             limiter,
             redis,
             description,

@@ -9,12 +9,16 @@
 use crate::Runtime;
 use crate::offload::{CallError, Offload, background, blocking};
 use keygate_ratelimit::{
-    AllOrNothing, BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, pass_failing_open,
+    Algorithm, AllOrNothing, BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, pass_failing_open,
 };
 use keygate_rbac::counters::SOURCE_STORE;
 use keygate_rbac::{Effective, Principal, RbacService};
 use keygate_store::{CounterGuard, RedisStore, SqlStore};
 use std::sync::Arc;
+
+/// The override that applies to an identifier (if any), the overrides epoch it was read
+/// under and the namespace's algorithm (read with its overrides).
+type Applied = (Option<Effective>, u64, Algorithm);
 
 /// How often a decision is retried when the namespace's overrides keep changing under it.
 pub const STALE_OVERRIDES_RETRIES: usize = 3;
@@ -141,10 +145,15 @@ impl Runtime {
                     namespace_id: &namespace_id,
                     identifier: ask.identifier,
                     duration: req.duration,
+                    algorithm: overrides.2,
                 };
                 // Computed apart from the match: a closure's temporaries there would live
                 // across the await below (and the future would not be `Send`).
-                let known = if ask.is_async { redis.limit_async(key, req, now) } else { None };
+                // Only fixed windows decide from this instance's state (`deferred.rs`).
+                let known = match ask.is_async && key.algorithm == Algorithm::Fixed {
+                    true => redis.limit_async(key, req, now),
+                    false => None,
+                };
                 match known {
                     Some(d) => (d, overrides.0),
                     None => {
@@ -161,6 +170,7 @@ impl Runtime {
                     namespace_id: &namespace_id,
                     identifier: ask.identifier,
                     duration: req.duration,
+                    algorithm: overrides.2,
                 };
                 (self.limiter.limit(key, req, now)?, overrides.0)
             }
@@ -192,7 +202,7 @@ impl Runtime {
             Ok(rbac.resolve_namespaces(&p, &names)?)
         })
         .await?;
-        let mut overrides: Vec<(Option<Effective>, u64)> = Vec::with_capacity(asks.len());
+        let mut overrides: Vec<Applied> = Vec::with_capacity(asks.len());
         for (a, ns) in asks.iter().zip(&namespace_ids) {
             overrides.push(self.cached_overrides(offload, ns, a.identifier).await?);
         }
@@ -203,20 +213,26 @@ impl Runtime {
                 true => namespace_ids.iter().zip(&overrides).map(|(ns, o)| (ns.to_string(), o.1)).collect(),
                 false => Vec::new(),
             };
-            let keys: Vec<(Arc<String>, String, LimitRequest)> = namespace_ids
+            let keys: Vec<(Arc<String>, String, LimitRequest, Algorithm)> = namespace_ids
                 .iter()
                 .zip(asks)
                 .zip(&overrides)
                 .map(|((ns, a), o)| {
-                    (ns.clone(), a.identifier.to_string(), with_override(a.request, o.0.as_ref()))
+                    (ns.clone(), a.identifier.to_string(), with_override(a.request, o.0.as_ref()), o.2)
                 })
                 .collect();
             let (limiter, clock) = (self.limiter.clone(), self.rbac.clock().clone());
             let decided = blocking(offload, move || {
                 let all: Vec<(BudgetKey<'_>, LimitRequest)> = keys
                     .iter()
-                    .map(|(ns, id, r)| {
-                        (BudgetKey { namespace_id: ns, identifier: id, duration: r.duration }, *r)
+                    .map(|(ns, id, r, algorithm)| {
+                        let key = BudgetKey {
+                            namespace_id: ns,
+                            identifier: id,
+                            duration: r.duration,
+                            algorithm: *algorithm,
+                        };
+                        (key, *r)
                     })
                     .collect();
                 let epochs: Vec<(&str, u64)> = epochs.iter().map(|(ns, e)| (ns.as_str(), *e)).collect();
@@ -243,7 +259,7 @@ impl Runtime {
             .zip(asks)
             .zip(namespace_ids)
             .zip(overrides)
-            .map(|(((decision, a), namespace_id), (applied, _))| {
+            .map(|(((decision, a), namespace_id), (applied, _, _))| {
                 let passed = decision.success && outcome.passed;
                 self.analytics.record_limit(&principal.workspace_id, &namespace_id, a.identifier, passed, at);
                 Limited { decision, applied, namespace_id }
@@ -276,7 +292,7 @@ impl Runtime {
         offload: &O,
         namespace_id: &Arc<String>,
         identifier: &str,
-    ) -> Result<(Option<Effective>, u64), CallError> {
+    ) -> Result<Applied, CallError> {
         if let Some(hit) = self.rbac.override_cached(namespace_id, identifier) {
             if hit.refresh {
                 let (rbac, limiter, ns) = (self.rbac.clone(), self.limiter.clone(), namespace_id.clone());
@@ -307,7 +323,7 @@ impl Runtime {
         principal: &Arc<Principal>,
         at: Budget<'_>,
         request: LimitRequest,
-        mut overrides: (Option<Effective>, u64),
+        mut overrides: Applied,
     ) -> Result<(Decision, Option<Effective>), CallError> {
         let mut guard = match principal.tag() {
             Some(tag) if tag.source > SOURCE_STORE => Some(tag),
@@ -322,6 +338,7 @@ impl Runtime {
                 namespace_id: at.namespace_id,
                 identifier: at.identifier,
                 duration: req.duration,
+                algorithm: overrides.2,
             };
             // Overrides changing faster than they can be read: decide with the latest read.
             let epoch = (stale < STALE_OVERRIDES_RETRIES).then_some(overrides.1);
@@ -330,7 +347,34 @@ impl Runtime {
                 epoch: tag.source,
                 value: tag.values[0],
             });
-            match redis.limit_batched(key, req, at.now, epoch, counter_guard).await {
+            let decided = match (key.algorithm, &self.redis) {
+                (Algorithm::Fixed, _) | (_, None) => {
+                    redis.limit_batched(key, req, at.now, epoch, counter_guard).await
+                }
+                (algorithm, Some(shared)) => {
+                    // One script call on a blocking connection (`algorithms.rs`).
+                    let (shared, ns, id) =
+                        (shared.clone(), at.namespace_id.clone(), at.identifier.to_string());
+                    let guard = counter_guard.map(|g| (g.name.to_string(), g.epoch, g.value));
+                    let now = at.now;
+                    blocking(offload, move || {
+                        let key = BudgetKey {
+                            namespace_id: &ns,
+                            identifier: &id,
+                            duration: req.duration,
+                            algorithm,
+                        };
+                        let guard = guard.as_ref().map(|(name, epoch, value)| CounterGuard {
+                            name,
+                            epoch: *epoch,
+                            value: *value,
+                        });
+                        Ok(shared.decide_algorithm(key, req, now, epoch, guard))
+                    })
+                    .await?
+                }
+            };
+            match decided {
                 Ok(Checked::Decided(d)) => return Ok((d, overrides.0)),
                 Ok(Checked::StaleOverrides) => {
                     stale += 1;
@@ -342,7 +386,7 @@ impl Runtime {
                     self.return_if_revoked(offload, principal).await?;
                     guard = None;
                 }
-                Err(e) if self.fail_open => {
+                Err(e @ keygate_ratelimit::StoreError::Unavailable(_)) if self.fail_open => {
                     return Ok((pass_failing_open(key, req, at.now, &e), overrides.0));
                 }
                 Err(e) => return Err(e.into()),
@@ -384,9 +428,10 @@ fn load_overrides(
     limiter: &Limiter,
     namespace_id: &str,
     identifier: &str,
-) -> Result<(Option<Effective>, u64), CallError> {
+) -> Result<Applied, CallError> {
     let epoch = limiter.overrides_epoch(namespace_id)?;
-    Ok((rbac.load_overrides(namespace_id, epoch)?.find(identifier), epoch))
+    let set = rbac.load_overrides(namespace_id, epoch)?;
+    Ok((set.find(identifier), epoch, set.algorithm))
 }
 
 /// The request with the override (if any) replacing its limit and duration (§5.6).

@@ -40,7 +40,12 @@ fn main() -> anyhow::Result<()> {
     // May this caller make one more request? 2 per minute for "user_42".
     let limiter = MemoryStore::new();
     let namespace = Arc::new("api".to_string());
-    let budget = BudgetKey { namespace_id: &namespace, identifier: "user_42", duration: 60_000 };
+    let budget = BudgetKey {
+        namespace_id: &namespace,
+        identifier: "user_42",
+        duration: 60_000,
+        algorithm: Default::default(),
+    };
     let request = LimitRequest { limit: 2, duration: 60_000, cost: 1 };
     let now = keygate_domain::Clock::now_ms(&SystemClock);
     let passed: Vec<bool> = (0..3).map(|_| limiter.check(budget, request, now).success).collect();

@@ -147,6 +147,7 @@ diesel::table! {
         workspace_id -> Text,
         name -> Text,
         created_at -> BigInt,
+        algorithm -> Text,
     }
 }
 

@@ -243,7 +243,12 @@ impl Taken {
 
     fn entry<'a>(&'a self, l: &'a Applied, cost: u64) -> Entry<'a> {
         let namespace_id = if l.identity { &self.key.identity } else { &self.key.own };
-        let key = BudgetKey { namespace_id, identifier: &l.budget, duration: l.request.duration };
+        let key = BudgetKey {
+            namespace_id,
+            identifier: &l.budget,
+            duration: l.request.duration,
+            algorithm: Default::default(),
+        };
         (key, LimitRequest { cost, ..l.request })
     }
 

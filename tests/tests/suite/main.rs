@@ -4,6 +4,7 @@
 //! with `cargo test -p keygate-tests --test suite -- <area>::`.
 
 mod add_roles;
+mod algorithms;
 mod allowed_ips;
 mod analytics;
 mod analytics_sql;

@@ -58,6 +58,11 @@ fn needs(
             (&["ratelimit.*.read_override"][..], json!({"namespace": "n", "identifier": "x"}))
         }
         "/v2/ratelimit.listOverrides" => (&["ratelimit.*.read_override"][..], json!({"namespace": "n"})),
+        "/v2/ratelimit.getNamespace" => (&["ratelimit.*.read_namespace"][..], json!({"namespace": "n"})),
+        "/v2/ratelimit.listNamespaces" => (&["ratelimit.*.read_namespace"][..], json!({})),
+        "/v2/ratelimit.updateNamespace" => {
+            (&["ratelimit.*.update_namespace"][..], json!({"namespace": "n", "algorithm": "fixed"}))
+        }
         "/v2/ratelimit.deleteOverride" => {
             (&["ratelimit.*.delete_override"][..], json!({"namespace": "n", "identifier": "x"}))
         }
@@ -206,7 +211,7 @@ fn every_v2_route_checks_method_authentication_and_its_permissions_in_order() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 56, "every authenticated v2 route but the portal's was checked");
+    assert_eq!(checked, 59, "every authenticated v2 route but the portal's was checked");
 }
 
 #[test]

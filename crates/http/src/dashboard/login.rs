@@ -82,7 +82,12 @@ pub(super) async fn login(
     let peer = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
     if let Some(d) = &state.dashboard {
         let ns = Arc::new("dashboard.login".to_string());
-        let key = BudgetKey { namespace_id: &ns, identifier: &peer, duration: 60_000 };
+        let key = BudgetKey {
+            namespace_id: &ns,
+            identifier: &peer,
+            duration: 60_000,
+            algorithm: Default::default(),
+        };
         let ask = LimitRequest { limit: LOGINS_PER_MINUTE, duration: 60_000, cost: 1 };
         if !d.logins.check(key, ask, state.clock.now_ms()).success {
             let page = ErrorPage {

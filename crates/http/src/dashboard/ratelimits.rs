@@ -43,7 +43,7 @@ pub(super) async fn show(signed: Signed, q: web::Query<NamespaceQuery>) -> Resul
             None => Vec::new(),
         };
         // The list, when the root key may read every namespace's overrides.
-        let namespaces = state.rbac.list_namespaces(&p).unwrap_or_default();
+        let namespaces = state.namespaces.list_all(&p).unwrap_or_default();
         Ok((overrides, namespaces))
     })
     .await?;

@@ -41,6 +41,7 @@ pub fn document(api: Api) -> Value {
             v2::identities::openapi(),
             v2::permissions::openapi(),
             v2::overrides::openapi(),
+            v2::namespaces::openapi(),
             v2::root_keys::openapi(),
             v2::portal::openapi(),
             v2::webhooks::openapi(),

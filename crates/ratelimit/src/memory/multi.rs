@@ -6,8 +6,8 @@
 //! lock at a time), and held while the entries are decided and, when all fit, written.
 //! Nothing else sees a state in between: the call is atomic.
 
-use super::{MemoryStore, key_hash};
-use crate::{BudgetKey, Decision, LimitRequest, WindowState, decide};
+use super::{MemoryStore, key_hash, parity};
+use crate::{Algorithm, BudgetKey, Decision, LimitRequest, WindowState, bucket_give_back, decide_as};
 
 /// What [`MemoryStore::limit_all`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub struct AllOrNothing {
 
 impl MemoryStore {
     /// Decides `entries` in order, each on top of the earlier ones (two entries on one
-    /// budget add up), by the one decision rule ([`decide`]); consumes them all if every
+    /// budget add up), by its algorithm's decision ([`decide_as`]); consumes them all if every
     /// entry fits, else nothing anywhere. Entries on the same budget are found by
     /// comparing keys (quadratic in the number of entries: callers bound it, the API at
     /// 100).
@@ -36,22 +36,30 @@ impl MemoryStore {
         let locked =
             |hash: u64| shards.binary_search(&self.shard_index(hash)).expect("every entry's shard is locked");
 
-        // Per entry: the budget's state before the call, and after this entry if it fits.
+        // Per entry: the budget's state before the call, and after this entry if it fits
+        // (a sliding budget's current window; its previous one, which no entry changes,
+        // beside).
         let mut before: Vec<Option<WindowState>> = Vec::with_capacity(entries.len());
         let mut after: Vec<Option<WindowState>> = Vec::with_capacity(entries.len());
+        let mut previous: Vec<Option<WindowState>> = Vec::with_capacity(entries.len());
         let mut decisions = Vec::with_capacity(entries.len());
         for (i, (key, req)) in entries.iter().enumerate() {
             let earlier = (0..i).rev().find(|&j| entries[j].0 == *key);
-            let (original, current) = match earlier {
-                Some(j) => (before[j], after[j]),
+            let (original, current, prev) = match earlier {
+                Some(j) => (before[j], after[j], previous[j]),
                 None => {
-                    let state = self.read_in(&guards[locked(hashes[i])], key, hashes[i]);
-                    (state, state)
+                    let shard = &guards[locked(hashes[i])];
+                    let (state, prev) = match key.algorithm {
+                        Algorithm::Sliding => self.sliding_in(shard, key, hashes[i], now_ms),
+                        _ => (self.read_in(shard, key, 0, hashes[i]), None),
+                    };
+                    (state, state, prev)
                 }
             };
-            let (next, decision) = decide(current, *req, now_ms);
+            let (next, decision) = decide_as(key.algorithm, current, prev, *req, now_ms);
             before.push(original);
             after.push(if decision.success { Some(next) } else { current });
+            previous.push(prev);
             decisions.push(decision);
         }
 
@@ -62,13 +70,16 @@ impl MemoryStore {
                 let last = !entries[i + 1..].iter().any(|(k, _)| k == key);
                 if let (true, Some(state)) = (last, after[i]) {
                     let shard = &mut guards[locked(hashes[i])];
-                    self.update_in(shard, *key, hashes[i], now_ms, |_| (state, ()));
+                    let at = class_parity(key, &state);
+                    self.update_in(shard, *key, at, hashes[i], now_ms, |_| (state, ()));
                 }
             }
         } else {
             // Nothing consumed: each entry reports its budget as it is.
-            for (d, ((_, req), original)) in decisions.iter_mut().zip(entries.iter().zip(&before)) {
-                let (_, as_it_is) = decide(*original, LimitRequest { cost: 0, ..*req }, now_ms);
+            for (i, d) in decisions.iter_mut().enumerate() {
+                let (key, req) = &entries[i];
+                let read = LimitRequest { cost: 0, ..*req };
+                let (_, as_it_is) = decide_as(key.algorithm, before[i], previous[i], read, now_ms);
                 *d = Decision { success: d.success, ..as_it_is };
             }
         }
@@ -81,7 +92,16 @@ impl MemoryStore {
     pub fn give_back(&self, entries: &[(BudgetKey<'_>, LimitRequest)], now_ms: u64) {
         for (key, req) in entries.iter().filter(|(_, r)| r.cost > 0) {
             let start = crate::window_start(now_ms, req.duration.max(1));
-            self.update(*key, now_ms, |state| match state {
+            if key.algorithm == Algorithm::TokenBucket {
+                self.update(*key, now_ms, |state| match state {
+                    Some(s) => (bucket_give_back(s, *req, now_ms), ()),
+                    None => (WindowState { start: now_ms, used: 0 }, ()),
+                });
+                continue;
+            }
+            let hash = key_hash(&self.hasher, key.identifier.as_bytes());
+            let at = class_parity(key, &WindowState { start, used: 0 });
+            self.update_in(&mut self.shard(hash).lock(), *key, at, hash, now_ms, |state| match state {
                 Some(s) if s.start == start => {
                     (WindowState { start, used: s.used.saturating_sub(req.cost) }, ())
                 }
@@ -89,6 +109,15 @@ impl MemoryStore {
                 None => (WindowState { start, used: 0 }, ()),
             });
         }
+    }
+}
+
+/// The class of windows a state of `key` lives in (see `Class`): by its window's parity
+/// for a sliding budget, else the one class.
+fn class_parity(key: &BudgetKey<'_>, state: &WindowState) -> u8 {
+    match key.algorithm {
+        Algorithm::Sliding => parity(state.start, key.duration),
+        _ => 0,
     }
 }
 
@@ -106,7 +135,7 @@ mod tests {
     }
 
     fn key<'a>(ns: &'a Arc<String>, id: &'a str) -> BudgetKey<'a> {
-        BudgetKey { namespace_id: ns, identifier: id, duration: 60_000 }
+        BudgetKey { namespace_id: ns, identifier: id, duration: 60_000, algorithm: Default::default() }
     }
 
     #[test]

@@ -9,7 +9,7 @@ fn ns(name: &str) -> Arc<String> {
 }
 
 fn key<'a>(ns: &'a Arc<String>, id: &'a str) -> BudgetKey<'a> {
-    BudgetKey { namespace_id: ns, identifier: id, duration: 1_000 }
+    BudgetKey { namespace_id: ns, identifier: id, duration: 1_000, algorithm: Default::default() }
 }
 
 /// How many full slots a lookup of `key` reads (compares) before it finds it.
@@ -18,7 +18,7 @@ fn entries_read(s: &MemoryStore, key: &BudgetKey<'_>) -> usize {
     let query = Query::new(key.identifier, hash);
     let mut reads = 0;
     let shard = s.shard(hash).lock();
-    let class = &shard.classes[shard.position(&s.hasher, key).expect("class")];
+    let class = &shard.classes[shard.position(&s.hasher, key, 0).expect("class")];
     let found = class.table.find(hash, |e| {
         reads += 1;
         e.id.matches(&query, &class.arena)
@@ -126,7 +126,11 @@ fn matches_a_reference_model() {
         let k = (namespace.to_string(), id.clone(), duration);
         let (state, expected) = decide(model.get(&k).copied(), req, now);
         model.insert(k, state);
-        let got = s.check(BudgetKey { namespace_id: namespace, identifier: id, duration }, req, now);
+        let got = s.check(
+            BudgetKey { namespace_id: namespace, identifier: id, duration, algorithm: Default::default() },
+            req,
+            now,
+        );
         assert_eq!(got, expected, "step {step}: {namespace} {id} {duration}");
     }
 }
@@ -314,8 +318,17 @@ fn exact_under_contention() {
             std::thread::spawn(move || {
                 for _ in 0..1_000 {
                     let req = LimitRequest { limit: 1_000, duration: 60_000, cost: 1 };
-                    if s.check(BudgetKey { namespace_id: &n, identifier: "hot", duration: 60_000 }, req, 5)
-                        .success
+                    if s.check(
+                        BudgetKey {
+                            namespace_id: &n,
+                            identifier: "hot",
+                            duration: 60_000,
+                            algorithm: Default::default(),
+                        },
+                        req,
+                        5,
+                    )
+                    .success
                     {
                         passed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -344,4 +357,92 @@ fn observed_counts_only_grow_within_a_window_and_a_later_window_replaces_them() 
     s.observe(k, 6_000, 1);
     assert_eq!(s.known(k, 6_100), Some(WindowState { start: 6_000, used: 1 }));
     assert_eq!(s.known(k, 7_000), None, "an ended window is not known");
+}
+
+/// The reference for one budget: the store's documented rules over plain values (one
+/// state; a sliding budget's two windows by parity), written with the pure decisions: a
+/// state is written where one is kept already or when it holds something, and a sweep
+/// drops what its algorithm no longer needs.
+#[derive(Default)]
+struct Reference {
+    slots: [Option<WindowState>; 2],
+}
+
+impl Reference {
+    fn decide(&mut self, a: Algorithm, req: LimitRequest, now: u64) -> Decision {
+        let d = req.duration;
+        let (at, (state, dec)) = match a {
+            Algorithm::Fixed => (0, decide(self.slots[0], req, now)),
+            Algorithm::TokenBucket => (0, crate::decide_bucket(self.slots[0], req, now)),
+            Algorithm::Sliding => {
+                let here = (window_start(now, d) / d % 2) as usize;
+                let (this, other) = (self.slots[here], self.slots[1 - here]);
+                let (current, previous) = match other {
+                    Some(o) if o.start > now => (other, this),
+                    _ => (this, other),
+                };
+                let (s, dec) = decide_sliding(current, previous, req, now);
+                ((s.start / d % 2) as usize, (s, dec))
+            }
+        };
+        if self.slots[at].is_some() || state.used > 0 || state.start > now {
+            self.slots[at] = Some(state);
+        }
+        dec
+    }
+
+    fn sweep(&mut self, a: Algorithm, duration: u64, now: u64) {
+        for slot in &mut self.slots {
+            if slot.is_some_and(|s| a.is_spent(&s, duration, now)) {
+                *slot = None;
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Each algorithm in the store (its classes, sweeps and all) answers what its pure
+    /// decision answers over the budget's whole history, for several budgets, with the
+    /// clock stepping back now and then and sweeps in between.
+    #[test]
+    fn every_algorithm_in_the_store_answers_as_its_reference(
+        algorithm in proptest::sample::select(Algorithm::ALL.to_vec()),
+        duration in proptest::sample::select(vec![1_000u64, 1_500, 7_000]),
+        steps in proptest::collection::vec((0usize..3, 1u64..6, 0u64..3, -400i64..1_500, proptest::bool::weighted(0.1)), 1..120),
+    ) {
+        let (s, n) = (MemoryStore::with_shards(2), ns("n"));
+        let ids = ["a", "b", "a-much-longer-identifier"];
+        let mut refs: Vec<Reference> = (0..3).map(|_| Reference::default()).collect();
+        let (mut now, mut high): (u64, u64) = (1_800_000_000_000, 0);
+        for (who, limit, cost, step, sweep) in steps {
+            // The clock steps back at most 400 ms behind the latest time seen.
+            now = now.saturating_add_signed(step).max(high.saturating_sub(400));
+            high = high.max(now);
+            if sweep {
+                s.sweep(now);
+                refs.iter_mut().for_each(|r| r.sweep(algorithm, duration, now));
+            }
+            let key = BudgetKey { namespace_id: &n, identifier: ids[who], duration, algorithm };
+            let req = LimitRequest { limit, duration, cost };
+            let want = refs[who].decide(algorithm, req, now);
+            proptest::prop_assert_eq!(s.check(key, req, now), want, "{} at {}", algorithm, now);
+        }
+    }
+}
+
+#[test]
+fn budgets_of_different_algorithms_are_apart_and_a_sliding_window_outlives_its_end_by_one() {
+    let (s, n) = (MemoryStore::new(), ns("n"));
+    let at = |algorithm| BudgetKey { namespace_id: &n, identifier: "u", duration: 1_000, algorithm };
+    let req = LimitRequest { limit: 2, duration: 1_000, cost: 2 };
+    for a in Algorithm::ALL {
+        assert!(s.check(at(a), req, 10_000).success, "{a}: a budget of its own");
+    }
+    // The sliding count of window [10 s, 11 s) weighs on the next window after a sweep.
+    s.sweep(11_500);
+    assert!(!s.check(at(Algorithm::Sliding), req, 11_400).success, "2 × 0.6 = 1.2 → 1, + 2 > 2");
+    assert!(s.check(at(Algorithm::Sliding), req, 11_600).success, "2 × 0.4 → 0, + 2 <= 2");
+    let one = LimitRequest { cost: 1, ..req };
+    assert!(s.check(at(Algorithm::Fixed), one, 11_000).success);
+    assert!(s.check(at(Algorithm::TokenBucket), one, 10_500).success, "half refilled");
 }

@@ -238,8 +238,9 @@ impl<S: RbacStore> RbacService<S> {
         self
     }
 
-    /// A namespace's overrides changed: drop this instance's copy, tell the listener.
-    fn overrides_changed(&self, namespace_id: &str) {
+    /// A namespace's overrides or settings changed: drop this instance's copy, tell the
+    /// listener.
+    pub fn overrides_changed(&self, namespace_id: &str) {
         self.overrides.evict(namespace_id);
         if let Some(l) = &self.overrides_listener {
             l.overrides_changed(namespace_id);

@@ -44,16 +44,6 @@ impl<S: RbacStore> RbacService<S> {
         Some(self.check_limit_in(p, all, name, id))
     }
 
-    /// The workspace's namespaces by name (at most 1,000), for a root key that may read
-    /// overrides in all of them (`ratelimit.*.read_override`).
-    pub fn list_namespaces(&self, p: &Principal) -> Result<Vec<Named>, RbacError> {
-        let read = "ratelimit.*.read_override";
-        if !p.holds(read) {
-            return Err(RbacError::missing(&[read]));
-        }
-        self.store.read(|tx| Ok(tx.list_namespaces(&p.workspace_id, 1_000)?))
-    }
-
     /// The namespace named `name`, else (v2's `namespace` takes both) the one with that id.
     pub fn find_namespace(&self, ws: &str, name: &str) -> Result<Option<Named>, RbacError> {
         self.store.read(|tx| match tx.namespace_by_name(ws, name)? {

@@ -7,6 +7,7 @@ use crate::{
     validate_pattern,
 };
 use keygate_domain::{IdPrefix, Named, check_len, has_prefix, new_id};
+use keygate_ratelimit::Algorithm;
 use std::sync::Arc;
 
 impl<S: RbacStore> RbacService<S> {
@@ -18,7 +19,7 @@ impl<S: RbacStore> RbacService<S> {
         &self,
         namespace_id: &str,
         identifier: &str,
-    ) -> Option<Cached<(Option<Effective>, u64)>> {
+    ) -> Option<Cached<(Option<Effective>, u64, Algorithm)>> {
         self.overrides.find(namespace_id, identifier, self.clock.monotonic_ms())
     }
 
@@ -53,7 +54,10 @@ impl<S: RbacStore> RbacService<S> {
     ) -> Result<Arc<OverrideSet>, RbacError> {
         let generation = self.overrides.generation();
         let now = self.clock.monotonic_ms();
-        let set = Arc::new(OverrideSet::new(self.store.read(|tx| Ok(tx.overrides(namespace_id)?))?));
+        let (overrides, algorithm) =
+            self.store.read(|tx| Ok((tx.overrides(namespace_id)?, tx.namespace_algorithm(namespace_id)?)))?;
+        let algorithm = Algorithm::parse(&algorithm).unwrap_or_default();
+        let set = Arc::new(OverrideSet::new(overrides).under(algorithm));
         self.overrides.put(namespace_id.into(), (set.clone(), epoch), now, generation);
         Ok(set)
     }

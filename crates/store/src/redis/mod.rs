@@ -58,6 +58,8 @@
 //! period waits and probes), so an outage costs fast 503s, or fast passes when failing
 //! open, rather than a second of latency per request.
 
+mod algorithms;
+use algorithms::fixed_only;
 mod async_conn;
 mod batch;
 mod conn;
@@ -156,6 +158,8 @@ pub struct RedisStore {
     /// `None` when local denials are off.
     denials: Option<Denials>,
     script: redis::Script,
+    /// The sliding windows' and token buckets' script (`algorithms.rs`).
+    algorithm_script: redis::Script,
     /// The all-or-nothing script of `multi.rs` (hashed once).
     multi_script: redis::Script,
     give_back_script: redis::Script,
@@ -269,6 +273,7 @@ impl RedisStore {
             async_sync_interval: settings.async_sync_interval,
             denials: settings.local_denials.then(Denials::default),
             script,
+            algorithm_script: redis::Script::new(algorithms::ALGORITHMS),
             multi_script: redis::Script::new(multi::MULTI),
             give_back_script: redis::Script::new(multi::GIVE_BACK),
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
@@ -352,6 +357,7 @@ impl RedisStore {
         overrides_epoch: Option<u64>,
         guard: Option<CounterGuard<'_>>,
     ) -> Result<Checked, StoreError> {
+        fixed_only(&key)?;
         if let Some(d) = self.denials.as_ref().and_then(|c| c.deny(key, req, now_ms, overrides_epoch)) {
             return Ok(Checked::Decided(d));
         }
@@ -437,6 +443,9 @@ impl RedisStore {
         now_ms: u64,
         overrides_epoch: Option<u64>,
     ) -> Result<Checked, StoreError> {
+        if key.algorithm != keygate_ratelimit::Algorithm::Fixed {
+            return self.decide_algorithm(key, req, now_ms, overrides_epoch, None);
+        }
         let (call, start) = self.call(&key, req, now_ms, overrides_epoch, None);
         let calls = [&call];
         let parts = (&[][..], &calls[..]);

@@ -2,7 +2,7 @@
 //! script call (`multi.lua`) that decides every entry and writes only if all fit, so the
 //! call is atomic against every other decision on those budgets, on any instance.
 
-use super::{EXPIRY_SLACK_MS, RedisStore, epoch_key};
+use super::{EXPIRY_SLACK_MS, RedisStore, epoch_key, fixed_only};
 use keygate_ratelimit::{AllOrNothing, Decision, Entry, StoreError, window_start};
 
 /// The script (its layout is at its top).
@@ -31,6 +31,9 @@ impl RedisStore {
         epochs: &[(&str, u64)],
         now_ms: u64,
     ) -> Result<Option<AllOrNothing>, StoreError> {
+        for (key, _) in entries {
+            fixed_only(key)?;
+        }
         let windows: Vec<(Vec<u8>, u64)> = entries
             .iter()
             .map(|(key, req)| {

@@ -4,9 +4,24 @@ use crate::DbConn;
 use crate::schema::*;
 use crate::tx::{DieselTx, Keyset, R, db_err, named};
 use diesel::prelude::*;
-use keygate_domain::Named;
+use keygate_domain::{Named, NamespaceInfo};
 use keygate_rbac::store::NamespaceTx;
 use keygate_rbac::{Override, StorageError};
+
+macro_rules! namespace_columns {
+    () => {
+        (
+            ratelimit_namespaces::id,
+            ratelimit_namespaces::name,
+            ratelimit_namespaces::algorithm,
+            ratelimit_namespaces::created_at,
+        )
+    };
+}
+
+fn namespace_info((id, name, algorithm, created_at): (String, String, String, i64)) -> NamespaceInfo {
+    NamespaceInfo { id, name, algorithm, created_at }
+}
 
 impl NamespaceTx for DieselTx<'_> {
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>> {
@@ -31,15 +46,61 @@ impl NamespaceTx for DieselTx<'_> {
         Ok(row.map(named))
     }
 
-    fn list_namespaces(&mut self, workspace_id: &str, limit: usize) -> R<Vec<Named>> {
-        let rows: Vec<(String, String)> = ratelimit_namespaces::table
+    fn namespaces_page(
+        &mut self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> R<Vec<NamespaceInfo>> {
+        use diesel::dsl::sql;
+        use diesel::sql_types::{Bool, Text};
+        macro_rules! page {
+            ($db:ty, $ks:expr, $c:expr) => {{
+                let ks: &Keyset = &$ks;
+                let mut q = ratelimit_namespaces::table
+                    .filter(ratelimit_namespaces::workspace_id.eq(workspace_id))
+                    .into_boxed::<$db>();
+                if let Some(after) = after {
+                    let cmp = format!("{} > ", ks.col("name"));
+                    q = q.filter(sql::<Bool>(&cmp).bind::<Text, _>(after.to_string()));
+                }
+                q.order(sql::<Text>(&ks.col("name")))
+                    .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .select(namespace_columns!())
+                    .load::<(String, String, String, i64)>($c)
+            }};
+        }
+        let rows = on_each_keyset!(self.conn, page).map_err(db_err)?;
+        Ok(rows.into_iter().map(namespace_info).collect())
+    }
+
+    fn namespace_info(&mut self, workspace_id: &str, id: &str) -> R<Option<NamespaceInfo>> {
+        let row = ratelimit_namespaces::table
             .filter(ratelimit_namespaces::workspace_id.eq(workspace_id))
-            .order((ratelimit_namespaces::name.asc(), ratelimit_namespaces::id.asc()))
-            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-            .select((ratelimit_namespaces::id, ratelimit_namespaces::name))
-            .load(self.conn)
+            .filter(ratelimit_namespaces::id.eq(id))
+            .select(namespace_columns!())
+            .get_result::<(String, String, String, i64)>(self.conn)
+            .optional()
             .map_err(db_err)?;
-        Ok(rows.into_iter().map(named).collect())
+        Ok(row.map(namespace_info))
+    }
+
+    fn namespace_algorithm(&mut self, namespace_id: &str) -> R<String> {
+        let found: Option<String> = ratelimit_namespaces::table
+            .filter(ratelimit_namespaces::id.eq(namespace_id))
+            .select(ratelimit_namespaces::algorithm)
+            .get_result(self.conn)
+            .optional()
+            .map_err(db_err)?;
+        Ok(found.unwrap_or_else(|| "fixed".into()))
+    }
+
+    fn set_namespace_algorithm(&mut self, namespace_id: &str, algorithm: &str) -> R<()> {
+        diesel::update(ratelimit_namespaces::table.filter(ratelimit_namespaces::id.eq(namespace_id)))
+            .set(ratelimit_namespaces::algorithm.eq(algorithm))
+            .execute(self.conn)
+            .map_err(db_err)?;
+        Ok(())
     }
 
     fn lock_namespace(&mut self, namespace_id: &str) -> R<()> {

@@ -39,7 +39,7 @@ fn settings() -> RedisSettings {
 }
 
 fn key<'a>(ns: &'a Arc<String>, id: &'a str, duration: u64) -> BudgetKey<'a> {
-    BudgetKey { namespace_id: ns, identifier: id, duration }
+    BudgetKey { namespace_id: ns, identifier: id, duration, algorithm: Default::default() }
 }
 
 fn splitmix(x: &mut u64) -> u64 {

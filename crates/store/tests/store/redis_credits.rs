@@ -90,8 +90,12 @@ fn a_spend_takes_the_keys_own_limits_all_or_nothing() {
     let r = redis(&redis_test_prefix());
     let id = "key_limited";
     let ns = Arc::new(r.limits_namespace(id));
-    let budget =
-        |identifier: &'static str, duration: u64| BudgetKey { namespace_id: &ns, identifier, duration };
+    let budget = |identifier: &'static str, duration: u64| BudgetKey {
+        namespace_id: &ns,
+        identifier,
+        duration,
+        algorithm: Default::default(),
+    };
     let req = |limit: u64, cost: u64| LimitRequest { limit, duration: 60_000, cost };
     let left = |identifier: &'static str, limit: u64| {
         r.limit(budget(identifier, 60_000), LimitRequest { limit, duration: 60_000, cost: 0 }, NOW)

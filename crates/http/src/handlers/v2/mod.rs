@@ -8,6 +8,7 @@ pub mod analytics;
 pub mod apis;
 pub mod credits;
 pub mod identities;
+pub mod namespaces;
 pub mod overrides;
 pub mod permissions;
 pub mod portal;

@@ -1,0 +1,1 @@
+ALTER TABLE ratelimit_namespaces DROP COLUMN algorithm;
