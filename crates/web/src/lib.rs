@@ -260,8 +260,11 @@ pub struct RatelimitsPage {
     pub namespace: String,
     /// `(identifier, limit, duration)`.
     pub overrides: Vec<(String, u64, u64)>,
-    /// The workspace's namespaces, when the root key may list them.
-    pub namespaces: Vec<String>,
+    /// The namespace's algorithm (`fixed`, `sliding`, `token_bucket`), when the root key
+    /// may read it (empty otherwise).
+    pub algorithm: String,
+    /// The workspace's namespaces and their algorithms, when the root key may list them.
+    pub namespaces: Vec<(String, String)>,
 }
 
 /// The audit log, filtered, a page at a time.

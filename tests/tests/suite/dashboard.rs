@@ -482,6 +482,7 @@ fn every_post_without_its_token_is_refused_and_changes_nothing() {
             vec![("namespace", "ns"), ("identifier", "x"), ("limit", "1"), ("duration", "1000")],
         ),
         ("/dashboard/ratelimits/delete".to_string(), vec![("namespace", "ns"), ("identifier", "x")]),
+        ("/dashboard/ratelimits/algorithm".to_string(), vec![("namespace", "ns"), ("algorithm", "sliding")]),
         ("/dashboard/root-keys".to_string(), vec![("*", "on")]),
         (format!("/dashboard/root-keys/{other_root}/enabled"), vec![("enabled", "false")]),
         (format!("/dashboard/root-keys/{other_root}/reroll"), vec![]),
@@ -945,6 +946,24 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
         "the namespaces are listed"
     );
     assert_eq!(b.get("/dashboard/ratelimits?namespace=nowhere").status, 404);
+
+    // The namespace's algorithm (API-v2.md §26): shown, changed, applied by the next
+    // decision; an unknown one is a 400 that changes nothing.
+    assert!(listed.body.contains("decided by <strong>fixed</strong>"), "{}", listed.body);
+    let mut algorithm = |name: &str| {
+        b.post(
+            "/dashboard/ratelimits/algorithm",
+            &[("csrf_token", &t), ("namespace", "email"), ("algorithm", name)],
+        )
+    };
+    assert_eq!(algorithm("leaky").status, 400);
+    let changed = algorithm("token_bucket");
+    assert_eq!((changed.status, changed.location()), (303, Some("/dashboard/ratelimits?namespace=email")));
+    let shown = b.get("/dashboard/ratelimits?namespace=email");
+    assert!(shown.body.contains("decided by <strong>token_bucket</strong>"), "{}", shown.body);
+    assert!(shown.body.contains(r#"<option value="token_bucket" selected>"#), "{}", shown.body);
+    let ns = s.v2("ratelimit.getNamespace", &json!({"namespace": "email"}));
+    assert_eq!(ns.data()["algorithm"], "token_bucket");
     for page in [
         "/dashboard/permissions",
         "/dashboard/roles",

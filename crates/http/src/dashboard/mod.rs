@@ -125,6 +125,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, middleware: crate::plumbing::Requ
             .route("/ratelimits", web::get().to(ratelimits::show))
             .route("/ratelimits", web::post().to(ratelimits::set))
             .route("/ratelimits/delete", web::post().to(ratelimits::delete))
+            .route("/ratelimits/algorithm", web::post().to(ratelimits::algorithm))
             .route("/assets/app.css", web::get().to(stylesheet))
             .route("/assets/app.js", web::get().to(script))
             .route("/assets/favicon.svg", web::get().to(favicon))

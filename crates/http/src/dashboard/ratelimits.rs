@@ -1,5 +1,6 @@
 //! `/dashboard/ratelimits`: a namespace's overrides (by its name or id), set and deleted
-//! through the same service as `ratelimit.*Override`.
+//! through the same service as `ratelimit.*Override`, and its algorithm, changed through
+//! the one `ratelimit.updateNamespace` uses.
 
 use super::answer::{DashError, call, html, see_other};
 use super::forms::{encode, field, number, token_ok};
@@ -14,6 +15,13 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize)]
 pub(super) struct NamespaceQuery {
     namespace: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct AlgorithmForm {
+    csrf_token: Option<String>,
+    namespace: Option<String>,
+    algorithm: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -37,21 +45,28 @@ pub(super) async fn show(signed: Signed, q: web::Query<NamespaceQuery>) -> Resul
     let Signed { session, layout, state } = signed;
     let namespace = field(q.into_inner().namespace).unwrap_or_default();
     let (p, ns) = (session.principal.clone(), (!namespace.is_empty()).then(|| namespace_ref(&namespace)));
-    let (overrides, namespaces) = call(&layout, move || {
+    let named = namespace.clone();
+    let (overrides, algorithm, namespaces) = call(&layout, move || {
         let overrides = match &ns {
             Some(ns) => state.rbac.list_overrides(&p, ns)?,
             None => Vec::new(),
         };
+        // The algorithm, when the root key may read the namespace's settings.
+        let algorithm = match ns {
+            Some(_) => state.namespaces.get(&p, &named).map(|n| n.algorithm).unwrap_or_default(),
+            None => String::new(),
+        };
         // The list, when the root key may read every namespace's overrides.
         let namespaces = state.namespaces.list_all(&p).unwrap_or_default();
-        Ok((overrides, namespaces))
+        Ok((overrides, algorithm, namespaces))
     })
     .await?;
     let page = RatelimitsPage {
         csrf: session.csrf_token.clone(),
         namespace,
         overrides: overrides.into_iter().map(|o| (o.identifier, o.limit, o.duration)).collect(),
-        namespaces: namespaces.into_iter().map(|n| n.name).collect(),
+        algorithm,
+        namespaces: namespaces.into_iter().map(|n| (n.name, n.algorithm)).collect(),
         layout,
     };
     Ok(html(StatusCode::OK, &page))
@@ -87,6 +102,20 @@ pub(super) async fn set(signed: Signed, form: web::Form<OverrideForm>) -> Result
     }
     let ns = namespace_ref(&namespace);
     signed.run(move |kg, p| kg.rbac.set_override(p, &ns, &identifier, limit, duration, false)).await?;
+    Ok(back(&signed, &namespace))
+}
+
+/// Changes the namespace's algorithm (`ratelimit.updateNamespace`'s rules and permission).
+pub(super) async fn algorithm(
+    signed: Signed,
+    form: web::Form<AlgorithmForm>,
+) -> Result<HttpResponse, DashError> {
+    let form = form.into_inner();
+    token_ok(&signed, form.csrf_token.as_deref())?;
+    let namespace = field(form.namespace).unwrap_or_default();
+    let algorithm = field(form.algorithm).unwrap_or_default();
+    let named = namespace.clone();
+    signed.run(move |kg, p| kg.namespaces.update(p, &named, &algorithm)).await?;
     Ok(back(&signed, &namespace))
 }
 
