@@ -211,6 +211,15 @@ pub struct ServeArgs {
     /// When the rate-limit store is unreachable, pass requests (and log) instead of 503.
     #[arg(long, env = "KEYGATE_RATELIMIT_FAIL_OPEN")]
     pub ratelimit_fail_open: bool,
+    /// Without Redis, on SQLite: keep the in-process rate-limit budgets in
+    /// `<database file>-ratelimits/`, so that a restart (`kill -9` included) admits nothing
+    /// beyond a limit: on or off (off: a restart starts every budget afresh).
+    #[arg(long, env = "KEYGATE_RATELIMIT_PERSIST", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub ratelimit_persist: bool,
+    /// The algorithm rate-limit namespaces are created with: fixed, sliding or token_bucket
+    /// (existing namespaces keep theirs; `ratelimit.updateNamespace` changes any).
+    #[arg(long, env = "KEYGATE_RATELIMIT_ALGORITHM", default_value = "fixed", value_parser = ["fixed", "sliding", "token_bucket"])]
+    pub ratelimit_algorithm: String,
     /// Webhook endpoints may point at loopback, private, link-local and unique-local
     /// addresses (docs/webhooks.md; off: refused at creation and at every delivery).
     #[arg(long, env = "KEYGATE_WEBHOOKS_ALLOW_PRIVATE", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
@@ -410,6 +419,9 @@ impl ServeArgs {
                 ..RedisSettings::default()
             },
             ratelimit_fail_open: self.ratelimit_fail_open,
+            ratelimit_persist: self.ratelimit_persist,
+            ratelimit_algorithm: keygate_domain::Algorithm::parse(&self.ratelimit_algorithm)
+                .unwrap_or_default(),
             webhooks_allow_private: self.webhooks_allow_private,
             webhooks_retention_days: self.webhooks_retention_days,
             webhooks_dns: self.webhooks_dns,
@@ -490,6 +502,10 @@ pub struct ServerConfig {
     pub redis: RedisSettings,
     /// Pass rate-limit requests when the rate-limit store is unreachable (contract §5.12).
     pub ratelimit_fail_open: bool,
+    /// `KEYGATE_RATELIMIT_PERSIST`: the in-process budgets survive a restart.
+    pub ratelimit_persist: bool,
+    /// `KEYGATE_RATELIMIT_ALGORITHM`: new namespaces' algorithm.
+    pub ratelimit_algorithm: keygate_domain::Algorithm,
     /// `KEYGATE_WEBHOOKS_ALLOW_PRIVATE`: webhook endpoints may point at private addresses.
     pub webhooks_allow_private: bool,
     /// `KEYGATE_WEBHOOKS_RETENTION_DAYS`: finished deliveries are kept this many days; 0: kept.
@@ -565,36 +581,4 @@ impl ServerConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn debug_output_shows_no_secret() {
-        let cli = Cli::parse_from([
-            "keygate",
-            "--database-url",
-            "postgres://u:DBSECRET@db/k",
-            "--redis-url",
-            "redis://:RDSECRET@cache:6379",
-            "--root-key",
-            "ROOTSECRET_0123456789abcdef",
-        ]);
-        let config = cli.serve.clone().into_config(&cli.database_url);
-        for shown in [format!("{cli:?}"), format!("{config:?}")] {
-            for secret in ["DBSECRET", "RDSECRET", "ROOTSECRET"] {
-                assert!(!shown.contains(secret), "{shown}");
-            }
-            assert!(shown.contains("***@"), "{shown}");
-        }
-    }
-
-    #[test]
-    fn a_dashboard_base_is_a_plain_path() {
-        for ok in ["/dashboard", "/admin/keygate", "/a-b_c.d~e"] {
-            assert_eq!(dashboard_base(ok).as_deref(), Ok(ok));
-        }
-        for bad in ["", "/", "dashboard", "/admin/", "/x;Path=/", "/a b", "/a\"b", "/é"] {
-            assert!(dashboard_base(bad).is_err(), "{bad:?}");
-        }
-    }
-}
+mod tests;

@@ -97,6 +97,8 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         redis_url: config.redis_url.clone(),
         redis: RedisSettings { lanes: worker_count(&config), ..config.redis.clone() },
         fail_open: config.ratelimit_fail_open,
+        ratelimit_persist: config.ratelimit_persist,
+        ratelimit_algorithm: config.ratelimit_algorithm,
         webhooks_allow_private: config.webhooks_allow_private,
         webhooks_retention_days: config.webhooks_retention_days,
         webhooks_dns: config.webhooks_dns,

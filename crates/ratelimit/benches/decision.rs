@@ -106,6 +106,7 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
     own_limits(c);
+    persistent(c);
 
     // Calibration: the floor of any hash table on this machine: a bare foldhash hashbrown
     // probe, no lock, no strings, no decision. Keys are random u64 (splitmix64), read in
@@ -188,6 +189,31 @@ fn own_limits(c: &mut Criterion) {
             b.iter(|| {
                 i = if i + 1 == KEYS { 0 } else { i + 1 };
                 black_box(store.check(key(i), req, NOW))
+            })
+        });
+    }
+    group.finish();
+}
+
+/// The persistent store (its budgets journaled to files in a temporary directory) against
+/// the volatile one: 10,000 live budgets, every decision taking a token (so every decision
+/// appends a record), the journals rewritten as they fill.
+fn persistent(c: &mut Criterion) {
+    let mut group = c.benchmark_group("persistent");
+    group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    let ns = Arc::new(String::from("rlns_8fW2kQxZpL3vN7aT9cYdJe"));
+    let ids = Ids::new(10_000, false);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let stores = [
+        ("volatile", MemoryStore::new()),
+        ("journaled", MemoryStore::persistent(dir.path(), NOW).expect("open").expect("owner")),
+    ];
+    for (label, store) in &stores {
+        group.bench_function(BenchmarkId::new("1_thread_10000", label), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                run(store, &ids, &ns, 0, iters);
+                start.elapsed()
             })
         });
     }

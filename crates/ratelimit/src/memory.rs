@@ -133,7 +133,7 @@ impl Class {
         let mut released = 0;
         self.table.retain(
             |e| {
-                let keep = !algorithm.is_spent(&e.state, duration, now_ms);
+                let keep = !crate::algorithm::is_spent(algorithm, &e.state, duration, now_ms);
                 if let (false, Ident::Heap { len, .. }) = (keep, e.id) {
                     released += len as usize;
                 }
@@ -215,11 +215,19 @@ struct Shard {
     /// Entries in all classes.
     len: usize,
     sweep_at_len: usize,
+    /// Where its budgets' changes are written (a persistent store's, see [`journal`]).
+    journal: Option<journal::ShardJournal>,
 }
 
 impl Shard {
     fn new() -> Self {
-        Self { classes: Vec::new(), index: hashbrown::HashTable::new(), len: 0, sweep_at_len: MIN_SWEEP_LEN }
+        Self {
+            classes: Vec::new(),
+            index: hashbrown::HashTable::new(),
+            len: 0,
+            sweep_at_len: MIN_SWEEP_LEN,
+            journal: None,
+        }
     }
 
     /// Where the class of `key` (of windows of `parity`, see [`Class`]) is in `classes`.
@@ -318,6 +326,8 @@ pub struct MemoryStore {
     /// `shards.len() - 1` (a power of two minus one).
     mask: usize,
     hasher: Hasher,
+    /// A persistent store's hold on its directory ([`Self::persistent`]).
+    _lock: Option<std::fs::File>,
 }
 
 impl Default for MemoryStore {
@@ -336,7 +346,7 @@ impl MemoryStore {
     pub fn with_shards(shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let shards = (0..n).map(|_| Mutex::new(Shard::new())).collect();
-        Self { shards, mask: n - 1, hasher: Hasher::default() }
+        Self { shards, mask: n - 1, hasher: Hasher::default(), _lock: None }
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
@@ -419,7 +429,9 @@ impl MemoryStore {
         };
         let state = self.read_in(&self.shard(hash).lock(), &key, at, hash)?;
         let ended = match key.algorithm {
-            Algorithm::TokenBucket => Algorithm::TokenBucket.is_spent(&state, key.duration, now_ms),
+            Algorithm::TokenBucket => {
+                crate::algorithm::is_spent(Algorithm::TokenBucket, &state, key.duration, now_ms)
+            }
             _ => state.is_expired(key.duration.max(1), now_ms),
         };
         (!ended).then_some(state)
@@ -465,7 +477,12 @@ impl MemoryStore {
             let class = &mut shard.classes[i];
             if let Some(entry) = class.table.find_mut(hash, |e| e.id.matches(&query, &class.arena)) {
                 let (state, out) = f(Some(entry.state));
-                entry.state = state;
+                if state != entry.state {
+                    entry.state = state;
+                    if shard.journal.is_some() {
+                        shard.journal_state(&key, parity, state, now_ms);
+                    }
+                }
                 return out;
             }
         }
@@ -480,6 +497,9 @@ impl MemoryStore {
         }
         if shard.class_or_insert(&self.hasher, &key, parity).insert(&self.hasher, hash, query, state) {
             shard.len += 1;
+            if shard.journal.is_some() {
+                shard.journal_state(&key, parity, state, now_ms);
+            }
         } else {
             // 4 GiB of live identifiers over 15 bytes in one shard and class: not reachable
             // in practice (that is 256 GiB across the 64 shards).
@@ -521,7 +541,9 @@ impl RateLimitStore for MemoryStore {
 }
 
 mod ident;
+mod journal;
 mod multi;
+mod persist;
 #[cfg(test)]
 mod tests;
 

@@ -115,6 +115,14 @@ impl<T> LineTable<T> {
         }
     }
 
+    /// Every value.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|slot| match &slot.0 {
+            State::Full(v) => Some(v),
+            _ => None,
+        })
+    }
+
     /// Every value, to change in ways that keep its hash.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.slots.iter_mut().filter_map(|slot| match &mut slot.0 {

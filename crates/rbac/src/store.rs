@@ -289,12 +289,7 @@ pub trait NamespaceTx {
     fn namespace_by_name(&mut self, workspace_id: &str, name: &str) -> R<Option<Named>>;
     fn namespace_by_id(&mut self, workspace_id: &str, id: &str) -> R<Option<Named>>;
     /// A keyset page of the workspace's namespaces: names (bytes ascending) after `after`.
-    fn namespaces_page(
-        &mut self,
-        workspace_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> R<Vec<NamespaceInfo>>;
+    fn namespaces_page(&mut self, ws: &str, after: Option<&str>, limit: usize) -> R<Vec<NamespaceInfo>>;
     fn namespace_info(&mut self, workspace_id: &str, id: &str) -> R<Option<NamespaceInfo>>;
     /// The namespace's algorithm's stored name (`fixed` when the namespace is gone).
     fn namespace_algorithm(&mut self, namespace_id: &str) -> R<String>;
@@ -309,7 +304,8 @@ pub trait NamespaceTx {
     /// the same identifier (keeping its id and creation order); returns what is stored.
     fn upsert_override(&mut self, workspace_id: &str, o: &Override, now: i64) -> R<Override>;
     fn delete_override(&mut self, namespace_id: &str, identifier: &str) -> R<Option<String>>;
-    fn insert_namespace_if_absent(&mut self, workspace_id: &str, ns: &Named, now: i64) -> R<(Named, bool)>;
+    /// A new namespace is created with the algorithm `alg`; an existing one is found as it is.
+    fn insert_namespace_if_absent(&mut self, ws: &str, ns: &Named, alg: &str, now: i64) -> R<(Named, bool)>;
 }
 
 /// The audit log.

@@ -56,6 +56,12 @@ pub struct RuntimeSettings {
     pub redis: RedisSettings,
     /// Pass rate-limit requests while Redis is unreachable (contract §5.12).
     pub fail_open: bool,
+    /// Without Redis, on SQLite: the in-process store's budgets are kept in
+    /// `<database file>-ratelimits/`, so that a restart (`kill -9` included) admits nothing
+    /// beyond a limit (API-v2.md §26). Off: a restart starts every budget afresh.
+    pub ratelimit_persist: bool,
+    /// The algorithm rate-limit namespaces are created with (API-v2.md §26).
+    pub ratelimit_algorithm: keygate_domain::Algorithm,
     /// The verification cache (on in production; off only to measure without it).
     pub verify_cache: bool,
     /// The most the verification cache's keys weigh, about (bytes).
@@ -101,6 +107,8 @@ impl RuntimeSettings {
             redis_url: None,
             redis: RedisSettings::default(),
             fail_open: false,
+            ratelimit_persist: true,
+            ratelimit_algorithm: Default::default(),
             verify_cache: true,
             verify_cache_bytes: keygate_rbac::MAX_CACHED_KEY_BYTES,
             analytics: Some(AnalyticsSettings::default()),
@@ -145,6 +153,9 @@ pub enum RuntimeError {
     /// The change counters could not be read at start.
     #[error("reading the change counters: {0}")]
     Counters(#[from] RbacError),
+    /// The in-process store's kept budgets could not be read or written.
+    #[error("the rate-limit budgets kept beside the database: {0}")]
+    RateLimitState(String),
 }
 
 /// An opened in-process keygate (see the module docs). Start its upkeep with
@@ -191,7 +202,8 @@ impl Runtime {
     pub fn open(settings: &RuntimeSettings, clock: Arc<dyn Clock>) -> Result<Self, RuntimeError> {
         let store = SqlStore::open(&settings.database_url, settings.pool.clone())?;
         let db = format!("{} {}", store.backend().kind(), store.backend().display_location());
-        let (limiter, redis, limiter_desc) = rate_limit_store(settings)?;
+        let persist_in = settings.ratelimit_persist.then(|| store.beside_database("-ratelimits")).flatten();
+        let (limiter, redis, limiter_desc) = rate_limit_store(settings, persist_in, clock.now_ms())?;
         let counters = match (&redis, store.backend().kind()) {
             (Some(redis), _) => CounterSource::Shared(redis.clone()),
             (None, "sqlite") => CounterSource::Local(Default::default()),
@@ -206,7 +218,8 @@ impl Runtime {
             .with_counter_source(counters)
             .with_verify_cache_bytes(settings.verify_cache, settings.verify_cache_bytes)
             .with_migrations(settings.migrations.clone())
-            .with_legacy(Arc::new(keygate_legacy::Legacy::default()));
+            .with_legacy(Arc::new(keygate_legacy::Legacy::default()))
+            .with_default_algorithm(settings.ratelimit_algorithm);
         if let Some((probe, every)) = probe {
             rbac = rbac.with_change_probe(probe, every);
         }
@@ -274,10 +287,29 @@ impl AsRef<Runtime> for Runtime {
 type RateLimitStores = (Arc<dyn RateLimitStore>, Option<Arc<RedisStore>>, String);
 
 /// The rate-limit store the settings select, the Redis store behind it if any, and a
-/// description.
-fn rate_limit_store(settings: &RuntimeSettings) -> Result<RateLimitStores, RuntimeError> {
+/// description. Without Redis, the in-process store keeps its budgets in `persist_in`
+/// when given.
+fn rate_limit_store(
+    settings: &RuntimeSettings,
+    persist_in: Option<std::path::PathBuf>,
+    now_ms: u64,
+) -> Result<RateLimitStores, RuntimeError> {
     let Some(url) = &settings.redis_url else {
-        return Ok((Arc::new(MemoryStore::new()), None, "memory (in-process)".into()));
+        let Some(dir) = persist_in else {
+            return Ok((Arc::new(MemoryStore::new()), None, "memory (in-process)".into()));
+        };
+        let opened = MemoryStore::persistent(&dir, now_ms)
+            .map_err(|e| RuntimeError::RateLimitState(format!("{}: {e}", dir.display())))?;
+        return Ok(match opened {
+            Some(store) => (Arc::new(store), None, format!("memory (in-process, kept in {})", dir.display())),
+            None => {
+                log::warn!(
+                    "{}: another process keeps its rate-limit budgets there; this one's are in memory only (a restart starts them afresh)",
+                    dir.display()
+                );
+                (Arc::new(MemoryStore::new()), None, "memory (in-process)".into())
+            }
+        });
     };
     let redis = Arc::new(RedisStore::open(url, settings.redis.clone())?);
     let mut desc = format!("redis {}", redis.display_location());

@@ -154,6 +154,8 @@ fn a_bad_value_is_refused_naming_the_key_and_the_file() {
         ("metrics = \"maybe\"\n", "metrics", "invalid value 'maybe'"),
         ("verify_cache = \"perhaps\"\n", "verify_cache", "invalid value"),
         ("ratelimit_fail_open = \"yes\"\n", "ratelimit_fail_open", "true or false"),
+        ("ratelimit_algorithm = \"leaky\"\n", "ratelimit_algorithm", "invalid value 'leaky'"),
+        ("ratelimit_persist = \"maybe\"\n", "ratelimit_persist", "invalid value"),
         ("listen = [\"a\", \"b\"]\n", "listen", "found array"),
         ("log_format = \"xml\"\n", "log_format", "invalid value 'xml'"),
     ] {
@@ -256,4 +258,36 @@ fn the_shipped_example_names_every_setting_and_is_valid_with_every_key_set() {
     let mut cmd = Command::new(BIN);
     cmd.args(["serve", "--config", &shipped]).env_clear().env("PATH", std::env::var("PATH").unwrap());
     assert_eq!(listening_port(cmd).1, port);
+}
+
+/// `ratelimit_algorithm` in the file: namespaces created from then on decide by it (API-v2.md
+/// §26); one changed through the API keeps what it was given.
+#[test]
+fn the_file_sets_the_algorithm_of_new_namespaces() {
+    const ROOT: &str = "kg_root_config_file_algorithm_0123456789";
+    let db = TestDb::sqlite();
+    let port = free_port();
+    let mut cmd = base(&db);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT).args([
+        "--config",
+        &file(db.dir(), &format!("{}ratelimit_algorithm = \"token_bucket\"\n", listen(port))),
+    ]);
+    let _server = start_keygate(cmd);
+    let v2 = |op: &str, body: &str| {
+        let raw = format!(
+            "POST /v2/{op} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let out = keygate_test_support::try_http(port, &raw).unwrap();
+        serde_json::from_str::<serde_json::Value>(out.split("\r\n\r\n").nth(1).unwrap()).unwrap()["data"]
+            .clone()
+    };
+    let limit = r#"{"namespace":"api","identifier":"u","limit":2,"duration":60000}"#;
+    let passed: Vec<bool> =
+        (0..3).map(|_| v2("ratelimit.limit", limit)["success"].as_bool().unwrap()).collect();
+    assert_eq!(passed, [true, true, false]);
+    assert_eq!(v2("ratelimit.getNamespace", r#"{"namespace":"api"}"#)["algorithm"], "token_bucket");
+    v2("ratelimit.updateNamespace", r#"{"namespace":"api","algorithm":"fixed"}"#);
+    assert_eq!(v2("ratelimit.getNamespace", r#"{"namespace":"api"}"#)["algorithm"], "fixed");
 }

@@ -14,6 +14,7 @@ mod hostile;
 mod import;
 mod processes;
 mod prometheus;
+mod ratelimit_durability;
 mod store_copy;
 mod tracing;
 mod unix_socket;

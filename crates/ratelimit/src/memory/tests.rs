@@ -393,7 +393,7 @@ impl Reference {
 
     fn sweep(&mut self, a: Algorithm, duration: u64, now: u64) {
         for slot in &mut self.slots {
-            if slot.is_some_and(|s| a.is_spent(&s, duration, now)) {
+            if slot.is_some_and(|s| crate::algorithm::is_spent(a, &s, duration, now)) {
                 *slot = None;
             }
         }

@@ -130,6 +130,8 @@ pub struct RbacService<S> {
     /// Old systems' hashes, checked on a legacy-migrated key's first use (`legacy`).
     legacy: Option<Arc<dyn crate::LegacyHashes>>,
     legacy_checks: std::sync::atomic::AtomicU64,
+    /// The algorithm a namespace is created with (`namespaces`; API-v2.md §26).
+    default_algorithm: keygate_domain::Algorithm,
 }
 
 impl<S: RbacStore> RbacService<S> {
@@ -149,6 +151,7 @@ impl<S: RbacStore> RbacService<S> {
             probe: None,
             credit_counters: None,
             migrations: Default::default(),
+            default_algorithm: Default::default(),
             root_key_uses: Default::default(),
             vault: None,
             key_events: None,
@@ -172,6 +175,12 @@ impl<S: RbacStore> RbacService<S> {
     /// The migration ids `keys.migrateKeys` accepts besides the built-in schemes' names.
     pub fn with_migrations(mut self, migrations: crate::Migrations) -> Self {
         self.migrations = migrations;
+        self
+    }
+
+    /// The algorithm namespaces are created with (`fixed` unless set); others keep theirs.
+    pub fn with_default_algorithm(mut self, algorithm: keygate_domain::Algorithm) -> Self {
+        self.default_algorithm = algorithm;
         self
     }
 

@@ -100,7 +100,8 @@ impl<S: RbacStore> RbacService<S> {
                 Self::may_create_namespace(p, all, name)?;
                 self.store.transaction(|tx| {
                     let fresh = Named::new(new_id(IdPrefix::Namespace), name);
-                    let (ns, created) = tx.insert_namespace_if_absent(ws, &fresh, self.now())?;
+                    let algorithm = self.default_algorithm.as_str();
+                    let (ns, created) = tx.insert_namespace_if_absent(ws, &fresh, algorithm, self.now())?;
                     if created {
                         tx.insert_audit_events(&[Self::workspace_event(
                             p,

@@ -204,7 +204,13 @@ impl NamespaceTx for DieselTx<'_> {
         Ok(id)
     }
 
-    fn insert_namespace_if_absent(&mut self, workspace_id: &str, ns: &Named, now: i64) -> R<(Named, bool)> {
+    fn insert_namespace_if_absent(
+        &mut self,
+        workspace_id: &str,
+        ns: &Named,
+        algorithm: &str,
+        now: i64,
+    ) -> R<(Named, bool)> {
         if let Some(existing) = self.namespace_by_name(workspace_id, &ns.name)? {
             return Ok((existing, false));
         }
@@ -215,6 +221,7 @@ impl NamespaceTx for DieselTx<'_> {
                     ratelimit_namespaces::workspace_id.eq(workspace_id),
                     ratelimit_namespaces::name.eq(&ns.name),
                     ratelimit_namespaces::created_at.eq(now),
+                    ratelimit_namespaces::algorithm.eq(algorithm),
                 ))
                 .execute(c)
         })?;

@@ -38,7 +38,7 @@ impl Counter {
     /// first touch of a counter, among 1,000 keys in rotation, missed the cache).
     pub(crate) fn prefetch(&self) {
         let start: *const Counter = self;
-        super::prefetch::lines(start.cast(), std::mem::size_of::<Counter>());
+        keygate_domain::prefetch::lines(start.cast(), std::mem::size_of::<Counter>());
     }
 }
 

@@ -298,7 +298,7 @@ fn reserve_and_map(file: &File, from: usize, to: usize) -> std::io::Result<MmapM
 /// missed, and the next atomic instruction (the pending list's lock) waited for it: a
 /// third of a spend's journaling in a profile.
 fn prefetch(map: &[u8], at: usize) {
-    super::prefetch::lines(map.as_ptr().wrapping_add(at), 128);
+    keygate_domain::prefetch::lines(map.as_ptr().wrapping_add(at), 128);
 }
 
 /// Maps `file` into memory, writable and shared with the kernel's page cache.

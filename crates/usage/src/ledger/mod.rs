@@ -17,7 +17,6 @@ pub(crate) mod fold;
 pub(crate) mod journal;
 pub(crate) mod journaling;
 pub(crate) mod memory;
-mod prefetch;
 pub(crate) mod rows;
 pub mod shared;
 

@@ -1,12 +1,13 @@
-//! A hint to the CPU to bring memory into its cache ahead of use, for the spend's few
-//! accesses that otherwise wait for memory one after the other (a profile showed each as
-//! the load after a miss: the journal's next lines, a key's counter).
+//! A hint to the CPU to bring memory into its cache ahead of use, for accesses that otherwise
+//! wait for memory one after the other: a journal's next lines (the credit journal's, the
+//! rate-limit store's), whose first store would miss and hold up the next atomic
+//! instruction (a lock's release); a key's counter.
 
 /// Asks the CPU to bring the cache lines of `len` bytes from `start` into its cache. A hint
 /// only: nothing is read or written, and an address that is not mapped is ignored, so
 /// `start` need not point into anything live (a no-op off x86_64).
 #[allow(unsafe_code)]
-pub(super) fn lines(start: *const u8, len: usize) {
+pub fn lines(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         let last = start.wrapping_add(len.saturating_sub(1));
