@@ -312,6 +312,7 @@ mod tests {
             limit: 10,
             duration: 1_000,
             auto_apply: true,
+            algorithm: keygate_domain::Algorithm::TokenBucket,
         }];
         s.identity = None;
         let k = CachedKey::new(s.clone(), &interner);

@@ -21,7 +21,7 @@ const NO_EXPIRY: i64 = i64::MIN;
 
 /// The file's form; a file of another is not read. Raise it whenever what a cached key
 /// means or holds changes.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// What a snapshot says of where it comes from: checked before its keys are used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +55,8 @@ struct Limit {
     limit: u64,
     duration: u64,
     auto_apply: bool,
+    /// [`keygate_domain::Algorithm::as_str`].
+    algorithm: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -120,11 +122,21 @@ fn limit_row(l: &RateLimitConfig) -> Limit {
         limit: l.limit,
         duration: l.duration,
         auto_apply: l.auto_apply,
+        algorithm: l.algorithm.as_str().to_string(),
     }
 }
 
 fn limit_of(l: Limit) -> RateLimitConfig {
-    RateLimitConfig { id: l.id, name: l.name, limit: l.limit, duration: l.duration, auto_apply: l.auto_apply }
+    RateLimitConfig {
+        id: l.id,
+        name: l.name,
+        limit: l.limit,
+        duration: l.duration,
+        auto_apply: l.auto_apply,
+        // A name this build does not know (a newer writer's): the strictest reading is not
+        // guessable, so the file's FORMAT is raised with any new name.
+        algorithm: keygate_domain::Algorithm::parse(&l.algorithm).unwrap_or_default(),
+    }
 }
 
 /// The tables being made: each shared part's place, found by its address.
@@ -457,6 +469,7 @@ mod tests {
                     limit: 5,
                     duration: 1_000,
                     auto_apply: true,
+                    algorithm: keygate_domain::Algorithm::Sliding,
                 }],
             }),
             ratelimits: Vec::new(),

@@ -395,6 +395,7 @@ pub(crate) fn result(v: &Verification) -> VerifyKeyResult {
                     limit: r.limit,
                     duration: r.duration,
                     auto_apply: r.auto_apply,
+                    algorithm: r.algorithm.as_str().into(),
                 })
                 .collect(),
         }),

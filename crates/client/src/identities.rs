@@ -36,6 +36,9 @@ pub struct RatelimitRequest {
     /// Applied to every verification (default false: only when a verification names it).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub auto_apply: bool,
+    /// `fixed` (when `None`), `sliding` or `token_bucket` (API-v2.md §26).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<String>,
 }
 
 /// A rate limit of a key or an identity, as answers show it.
@@ -54,6 +57,13 @@ pub struct RatelimitResponse {
     /// Applied to every verification.
     #[serde(default)]
     pub auto_apply: bool,
+    /// `fixed`, `sliding` or `token_bucket` (API-v2.md §26).
+    #[serde(default = "fixed")]
+    pub algorithm: String,
+}
+
+fn fixed() -> String {
+    "fixed".into()
 }
 
 /// `identities.createIdentity`.

@@ -19,6 +19,7 @@ pub mod migration;
 mod names;
 mod outcome;
 mod patch;
+pub mod prefetch;
 mod query;
 mod records;
 mod redact;
@@ -33,8 +34,8 @@ pub use credits::{
 pub use error::{ErrorCode, StorageError, ValidationError};
 pub use ids::{IdPrefix, has_prefix, new_id, random_base58_token, random_token};
 pub use limits::{
-    MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS, check_limit_bounds,
-    limit_configs, validate_ratelimits,
+    Algorithm, MAX_LIMIT_DURATION_MS, MAX_LIMIT_NAME_CHARS, MAX_LIMIT_TOKENS, MAX_RATELIMITS,
+    check_limit_bounds, limit_configs, validate_ratelimits,
 };
 pub use migration::{Cut, HashScheme, LegacyHashes, LegacyRow, Migrated, MigratedKey, Migrations};
 pub use names::{

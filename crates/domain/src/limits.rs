@@ -62,8 +62,52 @@ pub fn limit_configs(existing: &[RateLimitConfig], new: &[NewRateLimit]) -> Vec<
             limit: n.limit,
             duration: n.duration,
             auto_apply: n.auto_apply,
+            algorithm: n.algorithm,
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// The algorithm a rate limit decides by (API-v2.md §26): a namespace's, or a key's or
+/// identity's limit's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Epoch-aligned fixed windows (the default).
+    #[default]
+    Fixed,
+    /// The weighted two-window count.
+    Sliding,
+    /// GCRA: `limit` tokens refilled evenly over `duration`.
+    TokenBucket,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 3] = [Algorithm::Fixed, Algorithm::Sliding, Algorithm::TokenBucket];
+
+    /// The name the API and the store use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Fixed => "fixed",
+            Algorithm::Sliding => "sliding",
+            Algorithm::TokenBucket => "token_bucket",
+        }
+    }
+
+    /// The algorithm named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
+    /// The algorithm named `name` in the request field `field`, or a 400 listing the names.
+    pub fn parse_field(field: &str, name: &str) -> Result<Self, crate::ValidationError> {
+        Self::parse(name)
+            .ok_or_else(|| crate::ValidationError::new(field, "must be one of fixed, sliding, token_bucket"))
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

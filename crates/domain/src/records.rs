@@ -73,6 +73,8 @@ pub struct RateLimitConfig {
     pub limit: u64,
     pub duration: u64,
     pub auto_apply: bool,
+    /// What it decides by (API-v2.md §26; `fixed` unless given).
+    pub algorithm: crate::Algorithm,
 }
 
 /// Whose rate limits: an identity's or a key's.
@@ -96,6 +98,7 @@ pub struct NewRateLimit {
     pub limit: u64,
     pub duration: u64,
     pub auto_apply: bool,
+    pub algorithm: crate::Algorithm,
 }
 
 /// A key (an API key of the workspace's users).

@@ -41,58 +41,17 @@
 
 use crate::{Decision, LimitRequest, WindowState, decide, window_start};
 
-/// A namespace's rate-limit algorithm (API-v2.md §26).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Algorithm {
-    /// Epoch-aligned fixed windows (the default).
-    #[default]
-    Fixed,
-    /// The weighted two-window count.
-    Sliding,
-    /// GCRA: `limit` tokens refilled evenly over `duration`.
-    TokenBucket,
-}
+pub use keygate_domain::Algorithm;
 
-impl Algorithm {
-    pub const ALL: [Algorithm; 3] = [Algorithm::Fixed, Algorithm::Sliding, Algorithm::TokenBucket];
-
-    /// The name the API and the store use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::Fixed => "fixed",
-            Algorithm::Sliding => "sliding",
-            Algorithm::TokenBucket => "token_bucket",
-        }
-    }
-
-    /// The algorithm named `name`, if any.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| a.as_str() == name)
-    }
-
-    /// The algorithm named `name` in the request field `field`, or a 400 listing the names.
-    pub fn parse_field(field: &str, name: &str) -> Result<Self, keygate_domain::ValidationError> {
-        Self::parse(name).ok_or_else(|| {
-            keygate_domain::ValidationError::new(field, "must be one of fixed, sliding, token_bucket")
-        })
-    }
-
-    /// How long a stored state can matter after its `start`: a fixed window's for its
-    /// duration, a sliding window's for two (the next window weighs it), a bucket's until
-    /// it is full (see [`Self::is_spent`]).
-    #[inline]
-    pub fn is_spent(self, state: &WindowState, duration: u64, now_ms: u64) -> bool {
-        match self {
-            Algorithm::Fixed => state.is_expired(duration, now_ms),
-            Algorithm::Sliding => now_ms.saturating_sub(state.start) >= duration.saturating_mul(2),
-            Algorithm::TokenBucket => now_ms >= state.start.saturating_add(u64::from(state.used > 0)),
-        }
-    }
-}
-
-impl std::fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+/// Whether a stored state of `algorithm` no longer matters at `now_ms` (a store may drop
+/// it): a fixed window's matters for its duration, a sliding window's for two (the next
+/// window weighs it), a bucket's until it is full.
+#[inline]
+pub fn is_spent(algorithm: Algorithm, state: &WindowState, duration: u64, now_ms: u64) -> bool {
+    match algorithm {
+        Algorithm::Fixed => state.is_expired(duration, now_ms),
+        Algorithm::Sliding => now_ms.saturating_sub(state.start) >= duration.saturating_mul(2),
+        Algorithm::TokenBucket => now_ms >= state.start.saturating_add(u64::from(state.used > 0)),
     }
 }
 
@@ -292,7 +251,7 @@ mod tests {
         assert_eq!(decide_bucket(Some(back), req(4, 1_000, 0), T0).1.remaining, 3);
         let back = bucket_give_back(back, req(4, 1_000, 9), T0);
         assert_eq!(decide_bucket(Some(back), req(4, 1_000, 0), T0).1.remaining, 4, "never above full");
-        assert!(Algorithm::TokenBucket.is_spent(&back, 1_000, T0));
+        assert!(is_spent(Algorithm::TokenBucket, &back, 1_000, T0));
     }
 
     #[test]

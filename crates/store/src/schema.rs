@@ -89,6 +89,7 @@ diesel::table! {
         duration -> BigInt,
         auto_apply -> Bool,
         created_at -> BigInt,
+        algorithm -> Text,
     }
 }
 

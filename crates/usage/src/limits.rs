@@ -3,7 +3,7 @@
 //! the verification does not pass after all.
 
 use keygate_domain::{MAX_SAFE_INTEGER, ValidationError, check_len, check_limit_bounds};
-use keygate_ratelimit::{BudgetKey, Decision, Entry, LimitRequest, RateLimitStore, StoreError};
+use keygate_ratelimit::{Algorithm, BudgetKey, Decision, Entry, LimitRequest, RateLimitStore, StoreError};
 use keygate_rbac::{CachedKey, LimitOutcome, MAX_LIMIT_NAME_CHARS, RateLimitConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -83,6 +83,8 @@ pub(crate) struct Applied {
     /// identity's is shared by its keys), or `<key id>:<name>` for an ad-hoc limit.
     budget: String,
     pub(crate) request: LimitRequest,
+    /// What it decides by (an ad-hoc limit: `fixed`).
+    pub(crate) algorithm: Algorithm,
 }
 
 /// Which limits apply (§13.1), sorted by name: every auto-applied limit of the key and of
@@ -107,6 +109,7 @@ pub(crate) fn applied_limits(key: &CachedKey, asks: &[LimitAsk]) -> Result<Vec<A
             duration: duration.unwrap_or(l.duration),
             cost,
         },
+        algorithm: l.algorithm,
     };
     let mut out: BTreeMap<&str, Applied> = BTreeMap::new();
     for l in key.ratelimits().iter().chain(identity).filter(|l| l.auto_apply) {
@@ -126,6 +129,7 @@ pub(crate) fn applied_limits(key: &CachedKey, asks: &[LimitAsk]) -> Result<Vec<A
                 identity: false,
                 budget: format!("{}:{}", key.id(), a.name),
                 request: LimitRequest { limit, duration, cost },
+                algorithm: Algorithm::Fixed,
             },
             (None, _, _) => {
                 let msg = format!(
@@ -247,7 +251,7 @@ impl Taken {
             namespace_id,
             identifier: &l.budget,
             duration: l.request.duration,
-            algorithm: Default::default(),
+            algorithm: l.algorithm,
         };
         (key, LimitRequest { cost, ..l.request })
     }
@@ -393,7 +397,15 @@ mod tests {
     use keygate_rbac::{Identity, IdentityView, Interner, Key, KeySummary};
 
     fn limit(id: &str, name: &str, auto_apply: bool) -> RateLimitConfig {
-        RateLimitConfig { id: id.into(), name: name.into(), limit: 10, duration: 60_000, auto_apply }
+        let algorithm = Algorithm::Fixed;
+        RateLimitConfig {
+            id: id.into(),
+            name: name.into(),
+            limit: 10,
+            duration: 60_000,
+            auto_apply,
+            algorithm,
+        }
     }
 
     fn summary(key: Vec<RateLimitConfig>, shared: Vec<RateLimitConfig>) -> CachedKey {

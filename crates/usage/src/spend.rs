@@ -8,7 +8,7 @@ use crate::ledger::memory::{Commit, Committed, Retry};
 use crate::ledger::{SpendAsk, Spent};
 use crate::limits::{Applied, Held, KeyLimits, Taken, Usage, applied_limits, outcomes, own_namespace};
 use crate::store::{CreditSpend, UsageStore};
-use keygate_ratelimit::{Decision, Entry, StoreError};
+use keygate_ratelimit::{Algorithm, Decision, Entry, StoreError};
 use keygate_rbac::{Assumed, Checked, RbacError, Snapshot, StorageError, Verification, VerifyCode};
 use std::sync::Arc;
 
@@ -256,8 +256,12 @@ impl<S: UsageStore + 'static> UsageService<S> {
             // identity limits.
             return Answered(None);
         }
-        // The shared ledger takes the key's own limits with its credit spend: one step.
-        let with_spend = self.ledger.takes_limits() && key.credits().is_some();
+        // The shared ledger takes the key's own limits with its credit spend: one step (its
+        // script decides fixed windows; a key with a sliding or bucket limit of its own
+        // takes its limits through the rate-limit store, then spends).
+        let with_spend = self.ledger.takes_limits()
+            && key.credits().is_some()
+            && applied.iter().all(|l| l.identity || l.algorithm == Algorithm::Fixed);
         if !may_wait && (with_spend || (!applied.is_empty() && self.limiter.is_remote())) {
             return Answered(None);
         }

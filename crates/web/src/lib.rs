@@ -246,7 +246,7 @@ pub struct IdentityPage {
     pub external_id: String,
     /// The meta as JSON text (empty: none).
     pub meta: String,
-    /// One line per limit: `name limit duration [auto]`.
+    /// One line per limit: `name limit duration [auto] [algorithm]`.
     pub ratelimits: Vec<String>,
 }
 

@@ -1,8 +1,8 @@
 //! Rate-limit algorithms per namespace (API-v2.md §26): `ratelimit.getNamespace`,
 //! `listNamespaces`, `updateNamespace`, and `ratelimit.limit` deciding under the
 //! namespace's algorithm, on the in-process store and (the run with
-//! KEYGATE_TEST_REDIS_URL) on Redis. A `multiLimit` over a sliding or token-bucket
-//! namespace is all-or-nothing in process; on Redis it is refused so far (docs/api-v2.md).
+//! KEYGATE_TEST_REDIS_URL) on Redis; `multiLimit` across algorithms; the limits of keys
+//! and identities under their own algorithms.
 #![allow(clippy::unwrap_used)]
 
 use keygate_tests::{T0, TestServer};
@@ -14,10 +14,6 @@ fn limit(s: &TestServer, namespace: &str, id: &str, limit: u64, duration: u64) -
         &json!({"namespace": namespace, "identifier": id, "limit": limit, "duration": duration}),
     );
     r.data().clone()
-}
-
-fn on_redis() -> bool {
-    keygate_test_support::redis_url().is_some()
 }
 
 #[test]
@@ -121,7 +117,8 @@ fn across_a_window_boundary_fixed_admits_twice_the_limit_and_the_others_the_limi
 }
 
 /// multiLimit decides every entry under its own namespace's algorithm, all or nothing (in
-/// process; on Redis such a call is a 400 and changes nothing, so far).
+/// process under the shards' locks; on Redis one budget at a time, what was taken given
+/// back when one does not fit).
 #[test]
 fn multi_limit_is_all_or_nothing_across_algorithms() {
     let s = TestServer::start();
@@ -138,11 +135,6 @@ fn multi_limit_is_all_or_nothing_across_algorithms() {
             ]),
         )
     };
-    if on_redis() {
-        call(2).assert_problem(400, "keygate/application/not_supported");
-        assert_eq!(limit(&s, "a", "u", 5, 60_000)["remaining"], 4, "nothing taken but this call's");
-        return;
-    }
     let both = |cost_b: u64| call(cost_b).data().clone();
     assert_eq!(both(2)["passed"], true);
     let failed = both(2);
@@ -150,4 +142,70 @@ fn multi_limit_is_all_or_nothing_across_algorithms() {
     assert_eq!(failed["limits"][0]["remaining"], 3, "nothing taken from the sliding window");
     assert_eq!(both(1)["passed"], true);
     assert_eq!(limit(&s, "a", "u", 5, 60_000)["remaining"], 0, "2 + 2 + 1 of 5");
+}
+
+/// The limits of keys and identities take an `algorithm` too (§26, default `fixed`): shown
+/// by getKey/getIdentity, and deciding `verifyKey` (on Redis too, with credits beside).
+#[test]
+fn key_and_identity_limits_decide_by_their_own_algorithm() {
+    let s = TestServer::start();
+    s.clock.set(T0);
+    let identity = s.v2(
+        "identities.createIdentity",
+        &json!({"externalId": "acme", "ratelimits": [
+            {"name": "calls", "limit": 10, "duration": 60_000, "autoApply": true, "algorithm": "sliding"}
+        ]}),
+    );
+    assert_eq!(identity.status, 200, "{}", identity.text);
+    let created = s
+        .v2(
+            "keys.createKey",
+            &json!({"apiId": "api_main", "externalId": "acme", "credits": {"remaining": 1000},
+                    "ratelimits": [{"name": "burst", "limit": 3, "duration": 60_000, "algorithm": "token_bucket"}]}),
+        )
+        .data()
+        .clone();
+    let (key_id, secret) = (created["keyId"].as_str().unwrap(), created["key"].as_str().unwrap());
+    let got = s.v2("keys.getKey", &json!({"keyId": key_id})).data().clone();
+    assert_eq!(got["ratelimits"][0]["algorithm"], "token_bucket", "{got}");
+    let shown = s.v2("identities.getIdentity", &json!({"identity": "acme"})).data().clone();
+    assert_eq!(shown["ratelimits"][0]["algorithm"], "sliding", "{shown}");
+
+    let verify = |limits: Value| {
+        let r = s.v2("keys.verifyKey", &json!({"key": secret, "ratelimits": limits}));
+        r.data()["code"].as_str().unwrap().to_string()
+    };
+    let burst = || verify(json!([{"name": "burst"}]));
+    // The bucket: 3 tokens, one back every 20 s (a fixed window would hold none until 60 s).
+    assert_eq!([burst(), burst(), burst(), burst()], ["VALID", "VALID", "VALID", "RATE_LIMITED"]);
+    s.clock.set(T0 + 20_000);
+    assert_eq!([burst(), burst()], ["VALID", "RATE_LIMITED"]);
+    let credits = s.v2("keys.getKey", &json!({"keyId": key_id})).data()["credits"]["remaining"].clone();
+    assert_eq!(credits, 1000 - 4, "a denial spends no credit");
+
+    // The identity's sliding window: 4 of 10 taken above; at the window's end 6 more pass,
+    // and 1 ms into the next window the previous one still weighs floor(10 × 59,999 /
+    // 60,000) = 9 (fixed windows would admit 10 again).
+    s.clock.set(T0 + 59_999);
+    let plain = || verify(json!([]));
+    let passed = (0..8).filter(|_| plain() == "VALID").count();
+    assert_eq!(passed, 6);
+    s.clock.set(T0 + 60_001);
+    let passed = (0..8).filter(|_| plain() == "VALID").count();
+    assert_eq!(passed, 1, "the previous window weighs 9 of 10");
+
+    // An unknown algorithm: a 400 naming the field, nothing written.
+    let r = s.v2(
+        "keys.createKey",
+        &json!({"apiId": "api_main", "ratelimits": [{"name": "x", "limit": 1, "duration": 1000, "algorithm": "leaky"}]}),
+    );
+    let detail = r.assert_problem(400, "unkey/application/invalid_input");
+    assert!(detail.contains("ratelimits.0.algorithm"), "{detail}");
+    let r = s.v2(
+        "identities.updateIdentity",
+        &json!({"identity": "acme", "ratelimits": [{"name": "calls", "limit": 10, "duration": 60_000, "algorithm": 7}]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text);
+    let shown = s.v2("identities.getIdentity", &json!({"identity": "acme"})).data().clone();
+    assert_eq!(shown["ratelimits"][0]["algorithm"], "sliding", "unchanged: {shown}");
 }

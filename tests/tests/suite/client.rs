@@ -105,6 +105,7 @@ fn every_operation_answers_its_typed_data() {
             limit,
             duration: 60_000,
             auto_apply,
+            algorithm: auto_apply.then(|| "sliding".into()),
         };
         let created = c
             .create_identity(&CreateIdentityRequest {
@@ -118,6 +119,7 @@ fn every_operation_answers_its_typed_data() {
         assert_eq!(identity.id, created.identity_id);
         assert_eq!(identity.meta["plan"], "pro");
         assert_eq!(names(&identity.ratelimits, |r| &r.name), ["customer"]);
+        assert_eq!(identity.ratelimits[0].algorithm, "sliding");
         let updated = c
             .update_identity(&UpdateIdentityRequest {
                 identity: "customer_1".into(),

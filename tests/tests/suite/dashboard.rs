@@ -871,18 +871,23 @@ fn permissions_roles_identities_and_overrides_are_managed_from_the_dashboard() {
         &[
             ("csrf_token", &t),
             ("meta", "{\"plan\":\"team\"}"),
-            ("ratelimits", "tokens 100 60000 auto\nsearch 5 1000"),
+            ("ratelimits", "tokens 100 60000 auto\nsearch 5 1000 token_bucket"),
         ],
     );
     assert_eq!((saved.status, saved.location()), (303, Some(edit.as_str())), "{}", saved.body);
     let got = s.v2("identities.getIdentity", &json!({"identity": "acme"}));
     assert_eq!(got.data()["meta"]["plan"], "team");
     assert_eq!(got.data()["ratelimits"].as_array().unwrap().len(), 2, "{}", got.text);
+    assert_eq!(got.data()["ratelimits"][0]["algorithm"], "token_bucket", "search: {}", got.text);
+    assert_eq!(got.data()["ratelimits"][1]["algorithm"], "fixed", "tokens: {}", got.text);
     assert!(
-        b.get(&edit).body.contains("tokens 100 60000 auto\nsearch 5 1000</textarea>")
-            || b.get(&edit).body.contains("search 5 1000\ntokens 100 60000 auto</textarea>")
+        b.get(&edit).body.contains("search 5 1000 token_bucket\ntokens 100 60000 auto</textarea>"),
+        "{}",
+        b.get(&edit).body
     );
-    assert_eq!(b.post(&edit, &[("csrf_token", &t), ("ratelimits", "tokens lots")]).status, 400);
+    for bad in ["tokens lots", "tokens 1 1000 leaky", "tokens 1 1000 sliding sliding"] {
+        assert_eq!(b.post(&edit, &[("csrf_token", &t), ("ratelimits", bad)]).status, 400, "{bad}");
+    }
     assert_eq!(
         s.v2("identities.getIdentity", &json!({"identity": "acme"})).data()["ratelimits"]
             .as_array()

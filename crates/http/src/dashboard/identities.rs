@@ -6,7 +6,7 @@ use super::forms::{encode, field, token_ok};
 use super::session::Signed;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use keygate_domain::Patch;
+use keygate_domain::{Algorithm, Patch};
 use keygate_rbac::NewRateLimit;
 use keygate_web::{IdentitiesPage, IdentityPage};
 use serde::Deserialize;
@@ -90,7 +90,12 @@ pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<Http
             .ratelimits
             .iter()
             .map(|l| {
-                format!("{} {} {}{}", l.name, l.limit, l.duration, if l.auto_apply { " auto" } else { "" })
+                let algorithm = match l.algorithm {
+                    Algorithm::Fixed => String::new(),
+                    other => format!(" {other}"),
+                };
+                let auto = if l.auto_apply { " auto" } else { "" };
+                format!("{} {} {}{auto}{algorithm}", l.name, l.limit, l.duration)
             })
             .collect(),
         layout,
@@ -105,24 +110,34 @@ pub(super) struct EditForm {
     ratelimits: Option<String>,
 }
 
-/// One limit per line: `name limit duration [auto]`.
+/// One limit per line: `name limit duration [auto] [fixed|sliding|token_bucket]`.
 fn limits(signed: &Signed, text: &str) -> Result<Vec<NewRateLimit>, DashError> {
     let bad = |line: &str| DashError::Invalid {
         layout: signed.layout.clone(),
-        message: format!("Rate limits: \"{line}\" is not \"name limit window-ms [auto]\"."),
+        message: format!(
+            "Rate limits: \"{line}\" is not \"name limit window-ms [auto] [fixed|sliding|token_bucket]\"."
+        ),
     };
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(|line| {
             let parts: Vec<&str> = line.split_whitespace().collect();
-            let (name, limit, duration, auto) = match parts[..] {
-                [n, l, d] => (n, l, d, false),
-                [n, l, d, "auto"] => (n, l, d, true),
+            let (name, limit, duration, rest) = match parts[..] {
+                [n, l, d, ref rest @ ..] if rest.len() <= 2 => (n, l, d, rest),
                 _ => return Err(bad(line)),
             };
             let (Ok(limit), Ok(duration)) = (limit.parse(), duration.parse()) else { return Err(bad(line)) };
-            Ok(NewRateLimit { name: name.to_string(), limit, duration, auto_apply: auto })
+            let (mut auto_apply, mut algorithm) = (false, None);
+            for word in rest {
+                match (*word, Algorithm::parse(word)) {
+                    ("auto", _) if !auto_apply => auto_apply = true,
+                    (_, Some(a)) if algorithm.is_none() => algorithm = Some(a),
+                    _ => return Err(bad(line)),
+                }
+            }
+            let algorithm = algorithm.unwrap_or_default();
+            Ok(NewRateLimit { name: name.to_string(), limit, duration, auto_apply, algorithm })
         })
         .collect()
 }

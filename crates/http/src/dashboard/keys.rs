@@ -125,11 +125,15 @@ pub(super) async fn show(signed: Signed, path: web::Path<String>) -> Result<Http
             .iter()
             .map(|l| {
                 format!(
-                    "{}: {} per {} ms{}",
+                    "{}: {} per {} ms{}{}",
                     l.name,
                     l.limit,
                     l.duration,
-                    if l.auto_apply { ", auto" } else { "" }
+                    if l.auto_apply { ", auto" } else { "" },
+                    match l.algorithm {
+                        keygate_domain::Algorithm::Fixed => String::new(),
+                        other => format!(", {other}"),
+                    }
                 )
             })
             .collect(),

@@ -248,7 +248,13 @@ fn a_miss_in_one_transaction(c: Counted, hit_reads: usize) {
     c.svc.create_entity(&c.admin, EntityKind::Permission, entity("doc.read")).expect("permission");
     let role = c.svc.create_entity(&c.admin, EntityKind::Role, entity("reader")).expect("role");
     c.svc.add_role_permissions(&c.admin, &role.id, &[EntityRef::by_name("doc.read")]).expect("role perm");
-    let limit = NewRateLimit { name: "requests".into(), limit: 10, duration: 60_000, auto_apply: true };
+    let limit = NewRateLimit {
+        name: "requests".into(),
+        limit: 10,
+        duration: 60_000,
+        auto_apply: true,
+        algorithm: keygate_domain::Algorithm::Sliding,
+    };
     c.svc
         .create_identity(&c.admin, "customer_1", None, std::slice::from_ref(&limit), None)
         .expect("identity");
@@ -299,8 +305,13 @@ fn the_verification_read_answers_as_its_reads_in_a_snapshot() {
     c.svc.create_entity(&c.admin, EntityKind::Role, entity("admin")).expect("role");
     let grants = [EntityRef::by_name("doc.read"), EntityRef::by_name("billing")];
     c.svc.add_role_permissions(&c.admin, &reader.id, &grants).expect("role perms");
-    let limit =
-        |name: &str, limit| NewRateLimit { name: name.into(), limit, duration: 60_000, auto_apply: true };
+    let limit = |name: &str, limit| NewRateLimit {
+        name: name.into(),
+        limit,
+        duration: 60_000,
+        auto_apply: true,
+        algorithm: keygate_domain::Algorithm::TokenBucket,
+    };
     c.svc
         .create_identity(
             &c.admin,

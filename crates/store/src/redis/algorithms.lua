@@ -15,6 +15,35 @@
 -- Answers {answer, a, b}: answer 1 passed, 0 denied, 2 stale overrides, 3 stale counter
 -- (nothing done for either); sliding: a = the previous window's weighted count, b = the
 -- current window's count after; bucket: a = the instant's ms, b = its remainder.
+-- Given back (ARGV[1] 'sliding_back' or 'bucket_back', no checks): the tokens of a pass
+-- whose caller's next step failed. Sliding: KEYS[1] loses min(its count, cost); bucket:
+-- the instant moves back by floor(cost·D/L) ms (ARGV[6]) and cost·D mod L (ARGV[7]), the
+-- key deleted when that makes the bucket full. Answers {1, 0, 0}.
+if ARGV[1] == 'sliding_back' then
+  local used = tonumber(redis.call('GET', KEYS[1]) or '-1')
+  if used > 0 then
+    redis.call('DECRBY', KEYS[1], math.min(used, tonumber(ARGV[3])))
+  end
+  return {1, 0, 0}
+end
+if ARGV[1] == 'bucket_back' then
+  local stored = redis.call('GET', KEYS[1])
+  if stored then
+    local limit, now = tonumber(ARGV[2]), tonumber(ARGV[5])
+    local sep = string.find(stored, ':', 1, true)
+    local ms, r = tonumber(string.sub(stored, 1, sep - 1)), tonumber(string.sub(stored, sep + 1))
+    local q, s = tonumber(ARGV[6]), tonumber(ARGV[7])
+    if r >= limit then ms, r = ms + 1, 0 end -- the limit went down: round up, as a decision does
+    if r >= s then r = r - s else ms, r = ms - 1, r + limit - s end
+    ms = ms - q
+    if ms < now or (ms == now and r == 0) then
+      redis.call('DEL', KEYS[1])
+    else
+      redis.call('SET', KEYS[1], string.format('%d:%d', ms, r), 'KEEPTTL')
+    end
+  end
+  return {1, 0, 0}
+end
 local kinds = ARGV[11] or ''
 local stale = 0
 for j = 1, #kinds do

@@ -10,7 +10,9 @@
 //! first, apart, as `limit_blocking` does; a budget's keys share its slot.
 
 use super::{CounterGuard, EXPIRY_SLACK_MS, RedisStore, epoch_key};
-use keygate_ratelimit::{Algorithm, BudgetKey, Checked, Decision, LimitRequest, StoreError, window_start};
+use keygate_ratelimit::{
+    Algorithm, AllOrNothing, BudgetKey, Checked, Decision, Entry, LimitRequest, StoreError, window_start,
+};
 
 /// The script (its layout is at its top).
 pub(super) const ALGORITHMS: &str = include_str!("algorithms.lua");
@@ -92,6 +94,84 @@ impl RedisStore {
         })
     }
 
+    /// Several budgets all or nothing when some are sliding windows or buckets: taken one
+    /// at a time, each in one script call (any slots), and on the first that does not fit
+    /// the ones taken before it are given back, the ones after it only read (cost 0: the
+    /// decision says whether their cost would have fitted). The outcome is all or nothing;
+    /// a concurrent decision may see a budget taken for an instant and given back (a
+    /// denial, never an admission: no budget ever holds more than its algorithm allows).
+    /// `None` when a namespace's overrides changed since the caller read them (what was
+    /// taken given back).
+    pub(super) fn limit_all_in_turn(
+        &self,
+        entries: &[Entry<'_>],
+        epochs: &[(&str, u64)],
+        now_ms: u64,
+    ) -> Result<Option<AllOrNothing>, StoreError> {
+        let epoch =
+            |key: &BudgetKey<'_>| epochs.iter().find(|(ns, _)| *ns == key.namespace_id.as_str()).map(|e| e.1);
+        let mut decisions: Vec<Decision> = Vec::with_capacity(entries.len());
+        let mut failed = None;
+        for (i, (key, req)) in entries.iter().enumerate() {
+            let req = if failed.is_some() { LimitRequest { cost: 0, ..*req } } else { *req };
+            let checked = match self.limit_blocking(*key, req, now_ms, epoch(key)) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.give_back_blocking(&entries[..failed.unwrap_or(i)], now_ms)?;
+                    return Err(e);
+                }
+            };
+            match checked {
+                Checked::Decided(d) if failed.is_some() => {
+                    let cost = entries[i].1.cost;
+                    decisions.push(Decision { success: d.remaining >= cost.max(1), ..d });
+                }
+                Checked::Decided(d) => {
+                    if !d.success {
+                        failed = Some(i);
+                    }
+                    decisions.push(d);
+                }
+                Checked::StaleOverrides | Checked::StaleCounter => {
+                    self.give_back_blocking(&entries[..failed.unwrap_or(i)], now_ms)?;
+                    return Ok(None);
+                }
+            }
+        }
+        if let Some(f) = failed {
+            self.give_back_blocking(&entries[..f], now_ms)?;
+            for (d, (_, req)) in decisions.iter_mut().zip(entries).take(f) {
+                d.remaining = d.remaining.saturating_add(req.cost).min(d.limit);
+            }
+        }
+        Ok(Some(AllOrNothing { passed: failed.is_none(), decisions }))
+    }
+
+    /// Gives back the tokens a sliding window or a bucket took (`req.cost`, at `now_ms`: the
+    /// decision's), one script call.
+    pub(super) fn give_back_algorithm(
+        &self,
+        key: &BudgetKey<'_>,
+        req: &LimitRequest,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (duration, limit) = (req.duration.max(1), req.limit.max(1));
+        let (mode, target, q, r) = match key.algorithm {
+            Algorithm::Sliding => {
+                ("sliding_back", self.algorithm_key(key, &window_start(now_ms, duration).to_string()), 0, 0)
+            }
+            Algorithm::TokenBucket => {
+                let (q, r) = ratio(req.cost, duration, limit);
+                ("bucket_back", self.algorithm_key(key, "b"), q, r)
+            }
+            Algorithm::Fixed => return Ok(()),
+        };
+        let mut call = self.algorithm_script.prepare_invoke();
+        call.key(target.clone()).key(target);
+        call.arg(mode).arg(limit).arg(req.cost).arg(duration).arg(now_ms).arg(q).arg(r);
+        self.pool.with_conn(|c| super::script::invoke_loaded::<Vec<u64>>(&call, c)).map(drop)
+    }
+
     /// `<prefix>{<namespace>:<duration>:<identifier>}:<algorithm>:<part>`: in the budget's
     /// slot, apart from its fixed windows' keys.
     fn algorithm_key(&self, key: &BudgetKey<'_>, part: &str) -> Vec<u8> {
@@ -105,17 +185,14 @@ impl RedisStore {
     }
 }
 
-/// The batched path and the all-or-nothing script decide fixed windows only: a budget of
-/// another algorithm (`sliding`, `token_bucket`: API-v2.md §26) is refused there, nothing
-/// decided, rather than decided under the wrong rule (the server sends single decisions of
-/// those to [`RedisStore::decide_algorithm`]; a `multiLimit` naming one is a 400,
-/// docs/api-v2.md).
+/// The batched path decides fixed windows only: a budget of another algorithm (`sliding`,
+/// `token_bucket`: API-v2.md §26) is refused there, nothing decided, rather than decided
+/// under the wrong rule (the server sends those to [`RedisStore::decide_algorithm`]).
 pub(super) fn fixed_only(key: &BudgetKey<'_>) -> Result<(), StoreError> {
     match key.algorithm {
         keygate_ratelimit::Algorithm::Fixed => Ok(()),
         other => Err(StoreError::CannotAtomically(format!(
-            "namespace {}: a multiLimit over the {other} algorithm is not available with the Redis \
-             rate-limit store yet",
+            "namespace {}: the {other} algorithm is decided one budget at a time",
             key.namespace_id
         ))),
     }

@@ -31,8 +31,8 @@ impl RedisStore {
         epochs: &[(&str, u64)],
         now_ms: u64,
     ) -> Result<Option<AllOrNothing>, StoreError> {
-        for (key, _) in entries {
-            fixed_only(key)?;
+        if entries.iter().any(|(key, _)| fixed_only(key).is_err()) {
+            return self.limit_all_in_turn(entries, epochs, now_ms);
         }
         let windows: Vec<(Vec<u8>, u64)> = entries
             .iter()
@@ -106,10 +106,14 @@ impl RedisStore {
     /// [`RateLimitStore::give_back`](keygate_ratelimit::RateLimitStore::give_back): the
     /// costs of `entries` off their windows' keys, in one script call (one slot on a
     /// cluster, as the multi-limit that took them).
+    /// Sliding windows and buckets are given back one call each.
     pub(super) fn give_back_blocking(&self, entries: &[Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
+        for (key, req) in entries.iter().filter(|(key, req)| req.cost > 0 && fixed_only(key).is_err()) {
+            self.give_back_algorithm(key, req, now_ms)?;
+        }
         let taken: Vec<(Vec<u8>, u64)> = entries
             .iter()
-            .filter(|(_, req)| req.cost > 0)
+            .filter(|(key, req)| req.cost > 0 && fixed_only(key).is_ok())
             .map(|(key, req)| (self.key(key, window_start(now_ms, req.duration.max(1))), req.cost))
             .collect();
         if taken.is_empty() {

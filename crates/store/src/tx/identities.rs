@@ -33,15 +33,18 @@ pub(crate) fn identity(
     Identity { id, workspace_id, external_id, meta, allowed_ips, created_at, updated_at }
 }
 
-pub(crate) fn ratelimit(
-    (id, name, limit, duration, auto_apply): (String, String, i64, i64, bool),
-) -> RateLimitConfig {
+/// A stored rate limit: `(id, name, max_tokens, duration, auto_apply, algorithm)`.
+pub(crate) type LimitRow = (String, String, i64, i64, bool, String);
+
+pub(crate) fn ratelimit((id, name, limit, duration, auto_apply, algorithm): LimitRow) -> RateLimitConfig {
     RateLimitConfig {
         id,
         name,
         limit: u64::try_from(limit).unwrap_or(0),
         duration: u64::try_from(duration).unwrap_or(0),
         auto_apply,
+        // Written by this crate only, from a parsed algorithm.
+        algorithm: keygate_domain::Algorithm::parse(&algorithm).unwrap_or_default(),
     }
 }
 
@@ -246,10 +249,10 @@ impl IdentityTx for DieselTx<'_> {
     }
 
     fn ratelimits_of(&mut self, owner: LimitOwner<'_>) -> R<Vec<RateLimitConfig>> {
-        use ratelimits::{auto_apply, duration, id, identity_id, key_id, max_tokens, name};
+        use ratelimits::{algorithm, auto_apply, duration, id, identity_id, key_id, max_tokens, name};
         // One query of static type per owner (not a boxed one: its statement is found by type).
-        let all = ratelimits::table.select((id, name, max_tokens, duration, auto_apply));
-        let rows: Vec<(String, String, i64, i64, bool)> = match owner {
+        let all = ratelimits::table.select((id, name, max_tokens, duration, auto_apply, algorithm));
+        let rows: Vec<LimitRow> = match owner {
             LimitOwner::Identity(owner) => {
                 let q = all.filter(identity_id.eq(owner));
                 on_backend!(self.conn, |c| q.load(c))
@@ -296,6 +299,7 @@ impl IdentityTx for DieselTx<'_> {
                         ratelimits::max_tokens.eq(max),
                         ratelimits::duration.eq(duration),
                         ratelimits::auto_apply.eq(l.auto_apply),
+                        ratelimits::algorithm.eq(l.algorithm.as_str()),
                     ))
                     .execute(self.conn)
                     .map_err(db_err)?;
@@ -311,6 +315,7 @@ impl IdentityTx for DieselTx<'_> {
                         ratelimits::duration.eq(duration),
                         ratelimits::auto_apply.eq(l.auto_apply),
                         ratelimits::created_at.eq(now),
+                        ratelimits::algorithm.eq(l.algorithm.as_str()),
                     ))
                     .execute(self.conn)
                     .map_err(db_err)?;

@@ -335,7 +335,7 @@ type VerificationJson = (
 );
 
 #[cfg(feature = "postgres")]
-type LimitRow = (String, String, i64, i64, bool);
+use super::identities_tx::LimitRow;
 
 /// A [`KeyRow`] as a JSON array (serde reads tuples of at most 16).
 #[cfg(feature = "postgres")]
@@ -447,10 +447,10 @@ const PG_VERIFICATION_READ: &str = "PREPARE keygate_verification_read(text, text
       JOIN roles r ON r.id = kr.role_id), \
      (SELECT coalesce(json_agg(p.name), '[]') FROM k JOIN keys_roles kr ON kr.key_id = k.id \
       JOIN roles_permissions rp ON rp.role_id = kr.role_id JOIN permissions p ON p.id = rp.permission_id), \
-     (SELECT coalesce(json_agg(json_build_array(l.id, l.name, l.max_tokens, l.duration, l.auto_apply)), '[]') \
+     (SELECT coalesce(json_agg(json_build_array(l.id, l.name, l.max_tokens, l.duration, l.auto_apply, l.algorithm)), '[]') \
       FROM k JOIN ratelimits l ON l.key_id = k.id), \
      (SELECT json_build_array(id, workspace_id, external_id, meta, created_at, updated_at, allowed_ips) FROM i), \
-     (SELECT coalesce(json_agg(json_build_array(l.id, l.name, l.max_tokens, l.duration, l.auto_apply)), '[]') \
+     (SELECT coalesce(json_agg(json_build_array(l.id, l.name, l.max_tokens, l.duration, l.auto_apply, l.algorithm)), '[]') \
       FROM i JOIN ratelimits l ON l.identity_id = i.id), \
      (SELECT coalesce(json_agg(json_build_array(n.scope, coalesce(c.value, 0))), '[]') FROM \
       (SELECT 'key:' || id AS scope FROM k UNION ALL SELECT 'ws:' || workspace_id FROM k \

@@ -275,6 +275,7 @@ mod tests {
                     limit: 10,
                     duration: 1_000,
                     auto_apply: true,
+                    algorithm: Default::default(),
                 }],
             })
         };

@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::openapi::{V2Conflict, V2Errors};
 use crate::plumbing::{Authed, Json, Obj, integer};
 use actix_web::HttpResponse;
-use keygate_domain::{MAX_NAME_CHARS, Patch, ValidationError, check_len};
+use keygate_domain::{Algorithm, MAX_NAME_CHARS, Patch, ValidationError, check_len};
 use keygate_rbac::{IdentityView, NewRateLimit, RateLimitConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
@@ -31,6 +31,9 @@ pub(crate) struct RatelimitRequest {
     duration: Number,
     /// Applied by every verification of the owner's keys (default false).
     auto_apply: Option<bool>,
+    /// What the limit decides by (API-v2.md §26; default `fixed`).
+    #[schema(value_type = Option<String>, pattern = "^(fixed|sliding|token_bucket)$", example = "sliding")]
+    algorithm: Option<String>,
 }
 
 /// Reads a request's rate limits (`path`: the field), bounds checked by the service.
@@ -45,6 +48,10 @@ pub(crate) fn new_ratelimits(
             Ok(NewRateLimit {
                 limit: integer(&format!("{path}.{i}.limit"), &l.limit, 1)?,
                 duration: integer(&format!("{path}.{i}.duration"), &l.duration, 1_000)?,
+                algorithm: match &l.algorithm {
+                    Some(a) => Algorithm::parse_field(&format!("{path}.{i}.algorithm"), a)?,
+                    None => Algorithm::Fixed,
+                },
                 name: l.name,
                 auto_apply: l.auto_apply.unwrap_or(false),
             })
@@ -62,11 +69,21 @@ pub(crate) struct RatelimitObject {
     limit: u64,
     duration: u64,
     auto_apply: bool,
+    /// `fixed`, `sliding` or `token_bucket` (API-v2.md §26).
+    #[schema(example = "fixed")]
+    algorithm: &'static str,
 }
 
 impl From<RateLimitConfig> for RatelimitObject {
     fn from(r: RateLimitConfig) -> Self {
-        Self { id: r.id, name: r.name, limit: r.limit, duration: r.duration, auto_apply: r.auto_apply }
+        Self {
+            id: r.id,
+            name: r.name,
+            limit: r.limit,
+            duration: r.duration,
+            auto_apply: r.auto_apply,
+            algorithm: r.algorithm.as_str(),
+        }
     }
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE ratelimits DROP COLUMN algorithm;
