@@ -233,6 +233,10 @@ fn sqlite_to_postgres_and_back_while_serving_answers_the_same() {
     let made = populate(&server);
     server.stop();
     add_past_days(&sqlite.url);
+    // Rate-limit budgets are the in-process store's, kept beside the SQLite file, not rows
+    // of the database: a copy carries none (docs/operations.md), so the source starts
+    // without them too, to answer as the copy will.
+    std::fs::remove_dir_all(sqlite.dir().join("keygate.db-ratelimits")).unwrap();
 
     // The source's answers, from a fresh start on it.
     let source = Server::start(&sqlite.url);
