@@ -23,6 +23,7 @@ pub mod prefetch;
 mod query;
 mod records;
 mod redact;
+pub mod reserve;
 pub mod root_permissions;
 mod secret;
 pub mod trace;

@@ -41,7 +41,6 @@ use super::Algorithm;
 use crate::WindowState;
 use memmap2::MmapMut;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The smallest journal file (a shard with few budgets).
@@ -75,7 +74,7 @@ impl Half {
     fn create(path: &Path, capacity: usize) -> std::io::Result<Self> {
         let file =
             std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
-        zeros(&file, 0, capacity)?;
+        keygate_domain::reserve::zeros(&file, 0, capacity)?;
         let map = map(&file)?;
         Ok(Self { file, map })
     }
@@ -89,7 +88,7 @@ impl Half {
             self.map = MmapMut::map_anon(1)?;
             self.file.set_len(capacity as u64)?;
         } else {
-            zeros(&self.file, old, capacity)?;
+            keygate_domain::reserve::zeros(&self.file, old, capacity)?;
         }
         self.map = map(&self.file)?;
         Ok(())
@@ -308,19 +307,6 @@ pub(super) fn files(dir: &Path) -> std::io::Result<Vec<Found>> {
     }
     out.sort_by(|a, b| (a.epoch, a.shard, &a.path).cmp(&(b.epoch, b.shard, &b.path)));
     Ok(out)
-}
-
-/// Writes zeros into `file` from `from` up to `to` (its blocks taken now, as a `write` that
-/// can fail, not as a copy into the mapping).
-fn zeros(file: &File, from: usize, to: usize) -> std::io::Result<()> {
-    let zeros = [0u8; 64 << 10];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len());
-        file.write_all_at(&zeros[..n], at as u64)?;
-        at += n;
-    }
-    Ok(())
 }
 
 /// Takes the exclusive lock of `dir` (created if missing): `None` when another process

@@ -282,13 +282,7 @@ fn capacity_for(len: usize) -> usize {
 /// Writes zeros into `file` from `from` up to `to` (its blocks taken now, as a `write`
 /// that can fail, not as a copy into the mapping), and maps it.
 fn reserve_and_map(file: &File, from: usize, to: usize) -> std::io::Result<MmapMut> {
-    let zeros = [0u8; 64 << 10];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len());
-        file.write_all_at(&zeros[..n], at as u64)?;
-        at += n;
-    }
+    keygate_domain::reserve::zeros(file, from, to)?;
     map(file)
 }
 
