@@ -32,4 +32,6 @@ pub use self::redis::{
 pub use backend::{Backend, BackendError};
 pub use backup::Backup;
 pub use conn::DbConn;
-pub use pool::{PoolSettings, SqlStore, StoreOpenError, WAL_AUTOCHECKPOINT_PAGES};
+#[cfg(feature = "postgres")]
+pub use pool::MIGRATION_LOCK_KEY;
+pub use pool::{MIGRATION_TIMEOUT_MS, PoolSettings, SqlStore, StoreOpenError, WAL_AUTOCHECKPOINT_PAGES};

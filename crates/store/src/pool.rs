@@ -16,7 +16,12 @@ const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrati
 /// Key of the PostgreSQL advisory lock held while migrating, so that several instances
 /// starting at once migrate one after the other.
 #[cfg(feature = "postgres")]
-const MIGRATION_LOCK_KEY: i64 = 0x6b65_7967_6174_6501;
+pub const MIGRATION_LOCK_KEY: i64 = 0x6b65_7967_6174_6501;
+
+/// How long migrating may wait for another instance's migration and run its statements
+/// (ms): PostgreSQL's statement timeout and SQLite's busy timeout while migrating, in
+/// place of the per-request ones, which a loaded server or a large table may exceed.
+pub const MIGRATION_TIMEOUT_MS: u64 = 3_600_000;
 
 /// SQLite: the WAL's size (pages) at which a committing connection of ours checkpoints it
 /// itself, copying the WAL into the database file and syncing it inside that commit. The
@@ -158,7 +163,8 @@ pub struct SqlStore {
     backend: Backend,
     /// SQLite: this process's writers, one at a time (see [`Self::write_tx`]).
     writer: std::sync::Arc<parking_lot::Mutex<()>>,
-    /// How long a writer waits for the others (SQLite's busy timeout).
+    /// How long a writer waits for the others (SQLite's busy timeout); PostgreSQL's
+    /// statement timeout.
     write_wait: Duration,
 }
 
@@ -316,19 +322,33 @@ impl SqlStore {
             DbConn::Sqlite(c) => {
                 // Under the write lock: instances starting together migrate one at a time,
                 // and each sees what the previous one did.
-                c.immediate_transaction(|c| {
-                    c.run_pending_migrations(SQLITE_MIGRATIONS)
-                        .map(drop)
-                        .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))
-                })
-                .map_err(|e| fail(&e))?;
+                c.batch_execute(&format!("PRAGMA busy_timeout = {MIGRATION_TIMEOUT_MS}"))
+                    .map_err(|e| fail(&e))?;
+                let result = c
+                    .immediate_transaction(|c| {
+                        c.run_pending_migrations(SQLITE_MIGRATIONS)
+                            .map(drop)
+                            .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))
+                    })
+                    .map_err(|e| fail(&e));
+                let restore =
+                    c.batch_execute(&format!("PRAGMA busy_timeout = {}", self.write_wait.as_millis()));
+                result?;
+                restore.map_err(|e| fail(&e))?;
             }
             #[cfg(feature = "postgres")]
             DbConn::Pg(c) => {
-                c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
-                    .map_err(|e| fail(&e))?;
+                // The pooled connection gets the per-request timeout back after.
+                c.batch_execute(&format!(
+                    "SET statement_timeout = {MIGRATION_TIMEOUT_MS}; \
+                     SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"
+                ))
+                .map_err(|e| fail(&e))?;
                 let result = c.run_pending_migrations(POSTGRES_MIGRATIONS).map(|_| ()).map_err(|e| fail(&e));
-                let unlock = c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"));
+                let unlock = c.batch_execute(&format!(
+                    "SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY}); SET statement_timeout = {}",
+                    self.write_wait.as_millis()
+                ));
                 result?;
                 unlock.map_err(|e| fail(&e))?;
             }

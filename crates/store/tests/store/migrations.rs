@@ -7,6 +7,7 @@ use keygate_rbac::{Principal, RbacService, VerifyCode, VerifyScope};
 use keygate_store::{PoolSettings, SqlStore};
 use keygate_test_support::TestDb;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Migration 9 (API objects): keys under three `apiId` labels, written before API objects
 /// existed, become three APIs named after the labels; every key keeps its label and still
@@ -65,4 +66,59 @@ fn api_labels_on_keys_become_api_objects() {
     svc.create_key_as(&admin, new).expect("create into a migrated API");
     let (_, total) = svc.list_api_keys(&admin, "search", None, None, 100, |_, k| Ok(k)).expect("list");
     assert_eq!(total, 2);
+}
+
+#[derive(QueryableByName)]
+struct Timeout {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    timeout: i64,
+}
+
+/// An instance waits for another's migration (and migrates) beyond its per-request
+/// timeout: several instances starting together on one database, a loaded server, a large
+/// table. The pooled connection gets the per-request timeout back after.
+#[test]
+fn migrating_waits_beyond_the_per_request_timeout() {
+    let db = TestDb::fresh();
+    let other = SqlStore::open(&db.url, PoolSettings::default()).expect("the first instance migrates");
+    // Another instance holds the migration lock (SQLite: the write lock) for 1.5 s.
+    let (hold, release_after) = if db.is_postgres() {
+        (take_migration_lock(), "SELECT pg_advisory_unlock_all()")
+    } else {
+        ("BEGIN IMMEDIATE".to_string(), "COMMIT")
+    };
+    let (locked_tx, locked) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        other
+            .with_conn(|c| {
+                diesel::sql_query(hold).execute(c)?;
+                locked_tx.send(()).expect("the test waits");
+                std::thread::sleep(Duration::from_millis(1_500));
+                diesel::sql_query(release_after).execute(c)
+            })
+            .expect("hold the lock")
+    });
+    locked.recv().expect("the lock is held");
+    let short = PoolSettings { statement_timeout: Duration::from_millis(200), ..PoolSettings::default() };
+    let started = Instant::now();
+    let store = SqlStore::open(&db.url, short).expect("waits for the other migration, then opens");
+    assert!(started.elapsed() >= Duration::from_millis(1_000), "it waited for the lock");
+    holder.join().expect("holder");
+    let sql = if db.is_postgres() {
+        "SELECT setting::bigint AS timeout FROM pg_settings WHERE name = 'statement_timeout'"
+    } else {
+        "SELECT timeout FROM pragma_busy_timeout()"
+    };
+    let after: Timeout = store.with_conn(|c| diesel::sql_query(sql).get_result(c)).expect("read the timeout");
+    assert_eq!(after.timeout, 200, "the per-request timeout is back");
+}
+
+#[cfg(feature = "postgres")]
+fn take_migration_lock() -> String {
+    format!("SELECT pg_advisory_lock({})", keygate_store::MIGRATION_LOCK_KEY)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn take_migration_lock() -> String {
+    unreachable!("a PostgreSQL database needs the postgres feature")
 }
