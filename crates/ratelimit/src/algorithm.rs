@@ -124,9 +124,15 @@ pub fn decide_bucket(state: Option<WindowState>, req: LimitRequest, now_ms: u64)
         remaining: (limit - debt.div_ceil(duration).min(limit)) as u64,
         reset: u64::try_from(full_at.div_ceil(limit)).unwrap_or(u64::MAX),
     };
-    let stored = WindowState {
-        start: u64::try_from(full_at / limit).unwrap_or(u64::MAX),
-        used: (full_at % limit) as u64,
+    // A denial or a read leaves a stored instant as it was: rewritten under this call's
+    // limit, a remainder not below it would round up, and the denial would take a part of
+    // a ms from the bucket.
+    let stored = match state {
+        Some(s) if !success || req.cost == 0 => s,
+        _ => WindowState {
+            start: u64::try_from(full_at / limit).unwrap_or(u64::MAX),
+            used: (full_at % limit) as u64,
+        },
     };
     (stored, decision)
 }

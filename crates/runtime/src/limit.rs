@@ -347,33 +347,7 @@ impl Runtime {
                 epoch: tag.source,
                 value: tag.values[0],
             });
-            let decided = match (key.algorithm, &self.redis) {
-                (Algorithm::Fixed, _) | (_, None) => {
-                    redis.limit_batched(key, req, at.now, epoch, counter_guard).await
-                }
-                (algorithm, Some(shared)) => {
-                    // One script call on a blocking connection (`algorithms.rs`).
-                    let (shared, ns, id) =
-                        (shared.clone(), at.namespace_id.clone(), at.identifier.to_string());
-                    let guard = counter_guard.map(|g| (g.name.to_string(), g.epoch, g.value));
-                    let now = at.now;
-                    blocking(offload, move || {
-                        let key = BudgetKey {
-                            namespace_id: &ns,
-                            identifier: &id,
-                            duration: req.duration,
-                            algorithm,
-                        };
-                        let guard = guard.as_ref().map(|(name, epoch, value)| CounterGuard {
-                            name,
-                            epoch: *epoch,
-                            value: *value,
-                        });
-                        Ok(shared.decide_algorithm(key, req, now, epoch, guard))
-                    })
-                    .await?
-                }
-            };
+            let decided = redis.limit_batched(key, req, at.now, epoch, counter_guard).await;
             match decided {
                 Ok(Checked::Decided(d)) => return Ok((d, overrides.0)),
                 Ok(Checked::StaleOverrides) => {

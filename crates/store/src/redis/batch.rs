@@ -36,9 +36,7 @@ use super::async_conn::{AsyncConn, send_all};
 use super::conn::{Outage, Target};
 use super::credits::{SpendArgs, spends_call};
 use super::deferred::Deferred;
-use super::{
-    Answer, Call, Checks, RedisSettings, answers, counters_epoch_key, decide_separately, run_script,
-};
+use super::{Answer, Call, Checks, RedisSettings, counters_epoch_key, decide_separately, run_script};
 use keygate_ratelimit::StoreError;
 use keygate_rbac::Confirm;
 use parking_lot::Mutex;
@@ -343,7 +341,7 @@ impl Shared {
             },
         )
         .await;
-        match decided.and_then(|reply| answers(&reply, batch.jobs.len()).map(|a| a.collect::<Vec<_>>())) {
+        match decided {
             Ok(answers) => {
                 for (job, answer) in batch.jobs.drain(..).zip(answers) {
                     self.deferred.observe(&job.call, job.seq, Some(answer));
@@ -524,7 +522,7 @@ impl Shared {
         StoreError::Unavailable(format!("Redis: {e}"))
     }
 
-    async fn call(&self, lane: &Lane, mut conn: AsyncConn, batch: &[Job]) -> Result<Vec<u64>, StoreError> {
+    async fn call(&self, lane: &Lane, mut conn: AsyncConn, batch: &[Job]) -> Result<Vec<Answer>, StoreError> {
         self.stats[0].fetch_add(1, Ordering::Relaxed);
         self.stats[1].fetch_add(batch.len() as u64, Ordering::Relaxed);
         metrics::histogram!("keygate_redis_batch_size").record(batch.len() as f64);
@@ -541,24 +539,28 @@ impl Shared {
     /// then the calls whose checks hold are decided with one script call per slot, sent
     /// together. Reading the checks before deciding still applies a change to the next
     /// request: a change answered before this batch was queued is in what the `MGET` reads.
-    async fn decide_on_cluster(&self, conn: &mut AsyncConn, calls: &[&Call]) -> redis::RedisResult<Vec<u64>> {
+    async fn decide_on_cluster(
+        &self,
+        conn: &mut AsyncConn,
+        calls: &[&Call],
+    ) -> redis::RedisResult<Vec<Answer>> {
         let checks = Checks::of(calls);
         let values: Vec<Option<u64>> = match checks.keys(&self.prefix) {
             keys if keys.is_empty() => Vec::new(),
             keys => redis::cmd("MGET").arg(keys).query_async(conn).await?,
         };
-        let (mut reply, groups) = decide_separately(calls, &checks, &values);
+        let (mut out, groups) = decide_separately(calls, &checks, &values);
         let runs = groups.iter().map(|group| {
             let mut conn = conn.clone();
             let group: Vec<&Call> = group.iter().map(|&i| calls[i]).collect();
             async move { run_script(&mut conn, &self.script, &self.prefix, &group, false).await }
         });
         for (group, answers) in groups.iter().zip(futures_util::future::join_all(runs).await) {
-            for (&i, pair) in group.iter().zip(answers?.chunks_exact(2)) {
-                reply[2 * i..2 * i + 2].copy_from_slice(pair);
+            for (&i, answer) in group.iter().zip(answers?) {
+                out[i] = Some(answer);
             }
         }
-        Ok(reply)
+        Ok(out.into_iter().map(|a| a.unwrap_or(Answer::Stale)).collect())
     }
 
     async fn connect(&self) -> Result<AsyncConn, StoreError> {

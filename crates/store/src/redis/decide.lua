@@ -1,20 +1,31 @@
--- keygate's rate-limit decisions (see mod.rs) for a batch of f flushes and n decisions that
--- name m checks (a key that must still hold a value: an overrides epoch, a change counter
--- or the change counters' epoch):
---   KEYS[1..f]        each flush's window key; KEYS[f+1..f+n] each decision's window key;
---                     KEYS[f+n+1..f+n+m] the checks' keys
---   ARGV[1], ARGV[2]  f, n
---   ARGV[2i+1..2i+2]  flush i: its tokens, key TTL (ms)
---   ARGV[b+4i-3..b+4i] (b = 2 + 2f) decision i: its checks, limit, cost, key TTL (ms); its
---                     checks are one number, o + 1024 c + 1048576 e: the overrides check o,
---                     the counter check c and the counters' epoch check e (0: none, j: the
---                     j-th; a batch names fewer than 1024)
---   ARGV[b+4n+j]      the value the j-th check's key must hold (0 when the key is absent)
+-- keygate's rate-limit decisions (see mod.rs) for a batch of f flushes, n fixed-window
+-- decisions and g decisions of other algorithms (sliding windows, token buckets: the
+-- functions of `algorithms.lua`, which this source follows), naming m checks (a key that
+-- must still hold a value: an overrides epoch, a change counter or the counters' epoch):
+--   KEYS[1..f]        each flush's window key; KEYS[f+1..f+n] each fixed decision's window
+--                     key; KEYS[f+n+2i-1], KEYS[f+n+2i] algorithm decision i's two keys
+--                     (sliding: the current and the previous window's counts; bucket: its
+--                     instant, twice); KEYS[f+n+2g+1..f+n+2g+m] the checks' keys
+--   ARGV[1..3]        f, n, g
+--   ARGV[2i+2..2i+3]  flush i: its tokens, key TTL (ms)
+--   ARGV[b+4i-3..b+4i] (b = 3 + 2f) fixed decision i: its checks, limit, cost, key TTL
+--                     (ms); its checks are one number, o + 1024 c + 1048576 e: the overrides
+--                     check o, the counter check c and the counters' epoch check e (0: none,
+--                     j: the j-th; a batch names fewer than 1024)
+--   ARGV[a+1..a+11] (a = b + 4n + 11(i-1)) algorithm decision i: its checks, 's'
+--                     (sliding) or 'b' (bucket), limit L, cost, duration D (ms), now (ms);
+--                     sliding: ms into the current window, then unused; bucket:
+--                     floor(cost·D/L) (ms) and cost·D mod L (in 1/L ms); then one token's
+--                     (bucket: floor(D/L), D mod L; sliding: unused); the keys' TTL (ms)
+--   ARGV[b+4n+11g+j]  the value the j-th check's key must hold (0 when the key is absent)
 -- A flush adds tokens that `async: true` requests passed locally (deferred.rs), whatever
 -- the count. Flushes run first: a batch never holds a flush queued after a decision on
 -- the same window (deferred.rs), so this keeps each window's order.
--- Answers {answer, used} per flush (1, the count after), then per decision: 1 passed,
--- 0 denied, 2 stale overrides, 3 stale counter (nothing done for either).
+-- Answers {answer, used} per flush (1, the count after), then per fixed decision: 1
+-- passed, 0 denied, 2 stale overrides, 3 stale counter (nothing done for either); then
+-- {answer, x, y} per algorithm decision (sliding: x = the previous window's weighted
+-- count, y = the current window's count after; bucket: x = the instant's ms, y = its
+-- remainder).
 --
 -- A charge adds first and takes back on a denial (nobody sees the difference: a script
 -- runs alone), so a passing request costs one command. A key never holds 0: the only
@@ -22,28 +33,36 @@
 -- then; taking back such a charge deletes the key. Counts reach at most 2^53 - 1 plus one
 -- cost, below 2^54: a double (a Lua number) that rounds such a count keeps it above any
 -- limit, and the counts answered are Redis's own integers, each at most a limit.
-local f, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local f, n, g = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 for i = 1, f do
-  local tokens = ARGV[2 * i + 1]
+  local tokens = ARGV[2 * i + 2]
   local used = redis.call('INCRBY', KEYS[i], tokens)
   if used == tonumber(tokens) then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i + 2])
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i + 3])
   end
   out[2 * i - 1], out[2 * i] = 1, used
 end
-local b = 2 + 2 * f
+local b = 3 + 2 * f
+local values = b + 4 * n + 11 * g
 local current = {[0] = true}
-for j = 1, #KEYS - f - n do
-  current[j] = (redis.call('GET', KEYS[f + n + j]) or '0') == ARGV[b + 4 * n + j]
+for j = 1, #KEYS - f - n - 2 * g do
+  current[j] = (redis.call('GET', KEYS[f + n + 2 * g + j]) or '0') == ARGV[values + j]
+end
+-- 3 stale counter, 2 stale overrides, else nil.
+local function stale(checks)
+  if not (current[math.floor(checks / 1024) % 1024] and current[math.floor(checks / 1048576)]) then
+    return 3
+  elseif not current[checks % 1024] then
+    return 2
+  end
 end
 for i = 1, n do
   local key, a, o = KEYS[f + i], b + 4 * i - 3, 2 * (f + i)
-  local checks, limit, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2]
-  if not (current[math.floor(checks / 1024) % 1024] and current[math.floor(checks / 1048576)]) then
-    out[o - 1], out[o] = 3, 0
-  elseif not current[checks % 1024] then
-    out[o - 1], out[o] = 2, 0
+  local limit, cost = tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local refused = stale(tonumber(ARGV[a]))
+  if refused then
+    out[o - 1], out[o] = refused, 0
   elseif cost == '0' then
     local used = tonumber(redis.call('GET', key) or '0')
     out[o - 1], out[o] = (used < limit) and 1 or 0, used
@@ -62,5 +81,22 @@ for i = 1, n do
       out[o - 1], out[o] = 0, redis.call('DECRBY', key, cost)
     end
   end
+end
+local o = 2 * (f + n)
+for i = 1, g do
+  local a, k = b + 4 * n + 11 * (i - 1), f + n + 2 * i
+  local refused = stale(tonumber(ARGV[a + 1]))
+  local answer, x, y = refused, 0, 0
+  if not refused then
+    local limit, cost, d, now = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+    if ARGV[a + 2] == 's' then
+      answer, x, y = sliding(KEYS[k - 1], KEYS[k], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 7]), ARGV[a + 11])
+    else
+      answer, x, y = bucket(KEYS[k - 1], limit, cost, d, now, tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]),
+        tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), ARGV[a + 11])
+    end
+  end
+  out[o + 1], out[o + 2], out[o + 3] = answer, x, y
+  o = o + 3
 end
 return out

@@ -59,7 +59,6 @@
 //! open, rather than a second of latency per request.
 
 mod algorithms;
-use algorithms::fixed_only;
 mod async_conn;
 mod batch;
 mod conn;
@@ -81,10 +80,10 @@ use denials::Denials;
 pub use denials::MAX_EPOCH_AGE;
 use keygate_domain::{redact_in, redact_url};
 use keygate_ratelimit::{
-    BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
+    Algorithm, BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
 };
 pub(crate) use script::{Checks, decide_separately, run_script};
-use script::{DECIDE, answers, is_no_script, script_command};
+use script::{DECIDE, run_script_blocking};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -158,7 +157,7 @@ pub struct RedisStore {
     /// `None` when local denials are off.
     denials: Option<Denials>,
     script: redis::Script,
-    /// The sliding windows' and token buckets' script (`algorithms.rs`).
+    /// The sliding windows' and token buckets' give-back script (`algorithms.rs`).
     algorithm_script: redis::Script,
     /// The all-or-nothing script of `multi.rs` (hashed once).
     multi_script: redis::Script,
@@ -196,13 +195,15 @@ pub(crate) struct Call {
     flush: bool,
     /// A sync decision counted as in flight on its window's async state.
     deferred: bool,
+    /// A sliding window's or a bucket's decision (`None`: a fixed window's).
+    algorithm: Option<algorithms::AlgorithmArgs>,
 }
 
 impl Call {
     /// Adds `tokens` to the window `key` (tokens async requests passed).
     fn flush(key: Vec<u8>, namespace_id: Arc<String>, tokens: u64, ttl: u64) -> Self {
         let (epoch, guard, limit, cost, flush, deferred) = (None, None, 0, tokens, true, false);
-        Self { key, namespace_id, epoch, guard, limit, cost, ttl, flush, deferred }
+        Self { key, namespace_id, epoch, guard, limit, cost, ttl, flush, deferred, algorithm: None }
     }
 }
 
@@ -234,6 +235,13 @@ pub(crate) enum Answer {
     Decided {
         success: bool,
         used: u64,
+    },
+    /// A sliding window's or a bucket's decision: passed or not, and the two numbers its
+    /// state is read from (`decide.lua`).
+    Weighed {
+        success: bool,
+        x: u64,
+        y: u64,
     },
     Stale,
     StaleCounter,
@@ -273,7 +281,7 @@ impl RedisStore {
             async_sync_interval: settings.async_sync_interval,
             denials: settings.local_denials.then(Denials::default),
             script,
-            algorithm_script: redis::Script::new(algorithms::ALGORITHMS),
+            algorithm_script: redis::Script::new(algorithms::GIVE_BACK),
             multi_script: redis::Script::new(multi::MULTI),
             give_back_script: redis::Script::new(multi::GIVE_BACK),
             counter_scripts: (redis::Script::new(counters::READ), redis::Script::new(counters::PUBLISH)),
@@ -339,6 +347,7 @@ impl RedisStore {
             ttl: reset - now_ms + EXPIRY_SLACK_MS,
             flush: false,
             deferred: false,
+            algorithm: None,
         };
         (call, start)
     }
@@ -357,17 +366,26 @@ impl RedisStore {
         overrides_epoch: Option<u64>,
         guard: Option<CounterGuard<'_>>,
     ) -> Result<Checked, StoreError> {
-        fixed_only(&key)?;
-        if let Some(d) = self.denials.as_ref().and_then(|c| c.deny(key, req, now_ms, overrides_epoch)) {
-            return Ok(Checked::Decided(d));
-        }
-        let (call, start) = self.call(&key, req, now_ms, overrides_epoch, guard);
         // The request's wait for its batch's script call (queued behind the calls in
         // flight, then the round trip): one call serves many requests, so each has a span
         // for its own wait rather than the call's.
         let span = keygate_domain::trace::child_span(|| {
             tracing::info_span!("redis batch", otel.kind = "client", db.system.name = "redis")
         });
+        if key.algorithm != Algorithm::Fixed {
+            // Neither local denials nor async state: those follow fixed windows' counts.
+            let call = self.algorithm_call(&key, req, now_ms, overrides_epoch, guard);
+            let shape = call.algorithm.as_ref().map(|a| a.shape);
+            let (_, answer) = self.batcher.enqueue(call)?;
+            let answer = tracing::Instrument::instrument(answer, span)
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("Redis: decision dropped".into())))?;
+            return Ok(checked(req, window_start(now_ms, req.duration.max(1)), shape, answer));
+        }
+        if let Some(d) = self.denials.as_ref().and_then(|c| c.deny(key, req, now_ms, overrides_epoch)) {
+            return Ok(Checked::Decided(d));
+        }
+        let (call, start) = self.call(&key, req, now_ms, overrides_epoch, guard);
         let answer = self.queue_sync(call)?;
         let answer = tracing::Instrument::instrument(answer, span)
             .await
@@ -375,7 +393,7 @@ impl RedisStore {
         if let Some(denials) = &self.denials {
             denials.record(key, start, req, overrides_epoch, answer);
         }
-        Ok(checked(req, start, answer))
+        Ok(checked(req, start, None, answer))
     }
 
     /// Queues a sync decision, under its window's lock in the async state (`deferred.rs`)
@@ -443,29 +461,18 @@ impl RedisStore {
         now_ms: u64,
         overrides_epoch: Option<u64>,
     ) -> Result<Checked, StoreError> {
-        if key.algorithm != keygate_ratelimit::Algorithm::Fixed {
-            return self.decide_algorithm(key, req, now_ms, overrides_epoch, None);
-        }
-        let (call, start) = self.call(&key, req, now_ms, overrides_epoch, None);
-        let calls = [&call];
-        let parts = (&[][..], &calls[..]);
-        let script = |c: &mut dyn redis::ConnectionLike, with_checks| match script_command(
-            &self.script,
-            false,
-            &self.prefix,
-            parts,
-            with_checks,
-        )
-        .query(c)
-        {
-            Err(e) if is_no_script(&e) => {
-                script_command(&self.script, true, &self.prefix, parts, with_checks).query(c)
-            }
-            other => other,
+        let (call, start) = match key.algorithm {
+            Algorithm::Fixed => self.call(&key, req, now_ms, overrides_epoch, None),
+            _ => (
+                self.algorithm_call(&key, req, now_ms, overrides_epoch, None),
+                window_start(now_ms, req.duration.max(1)),
+            ),
         };
-        let reply: Vec<u64> = self.pool.with_conn(|c| {
+        let shape = call.algorithm.as_ref().map(|a| a.shape);
+        let calls = [&call];
+        let answers = self.pool.with_conn(|c| {
             if !self.cluster {
-                return script(c, true);
+                return run_script_blocking(c, &self.script, &self.prefix, &calls, true);
             }
             // A cluster: the check first, then the decision in the budget's slot.
             let checks = Checks::of(&calls);
@@ -473,12 +480,12 @@ impl RedisStore {
             let values: Vec<Option<u64>> =
                 if keys.is_empty() { Vec::new() } else { redis::cmd("MGET").arg(keys).query(c)? };
             match decide_separately(&calls, &checks, &values) {
-                (reply, groups) if groups.is_empty() => Ok(reply),
-                _ => script(c, false),
+                (answers, groups) if groups.is_empty() => Ok(answers.into_iter().flatten().collect()),
+                _ => run_script_blocking(c, &self.script, &self.prefix, &calls, false),
             }
         })?;
-        let answer = answers(&reply, 1)?.next().unwrap_or(Answer::Stale);
-        Ok(checked(req, start, answer))
+        let answer = answers.into_iter().next().unwrap_or(Answer::Stale);
+        Ok(checked(req, start, shape, answer))
     }
 }
 
@@ -514,7 +521,9 @@ async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Du
     }
 }
 
-fn checked(req: LimitRequest, start: u64, answer: Answer) -> Checked {
+/// The decision from the script's answer: a fixed window's (`shape` `None`; its window
+/// starts at `start`), or a sliding window's or a bucket's.
+fn checked(req: LimitRequest, start: u64, shape: Option<algorithms::Shape>, answer: Answer) -> Checked {
     match answer {
         Answer::Stale => Checked::StaleOverrides,
         Answer::StaleCounter => Checked::StaleCounter,
@@ -524,6 +533,10 @@ fn checked(req: LimitRequest, start: u64, answer: Answer) -> Checked {
             remaining: req.limit.saturating_sub(used),
             reset: start.saturating_add(req.duration.max(1)),
         }),
+        Answer::Weighed { success, x, y } => match shape {
+            Some(shape) => Checked::Decided(shape.decision(req, success, x, y)),
+            None => Checked::StaleOverrides,
+        },
     }
 }
 

@@ -2,7 +2,8 @@
 //! script call (`multi.lua`) that decides every entry and writes only if all fit, so the
 //! call is atomic against every other decision on those budgets, on any instance.
 
-use super::{EXPIRY_SLACK_MS, RedisStore, epoch_key, fixed_only};
+use super::{EXPIRY_SLACK_MS, RedisStore, epoch_key};
+use keygate_ratelimit::Algorithm;
 use keygate_ratelimit::{AllOrNothing, Decision, Entry, StoreError, window_start};
 
 /// The script (its layout is at its top).
@@ -31,7 +32,7 @@ impl RedisStore {
         epochs: &[(&str, u64)],
         now_ms: u64,
     ) -> Result<Option<AllOrNothing>, StoreError> {
-        if entries.iter().any(|(key, _)| fixed_only(key).is_err()) {
+        if entries.iter().any(|(key, _)| key.algorithm != Algorithm::Fixed) {
             return self.limit_all_in_turn(entries, epochs, now_ms);
         }
         let windows: Vec<(Vec<u8>, u64)> = entries
@@ -108,12 +109,14 @@ impl RedisStore {
     /// cluster, as the multi-limit that took them).
     /// Sliding windows and buckets are given back one call each.
     pub(super) fn give_back_blocking(&self, entries: &[Entry<'_>], now_ms: u64) -> Result<(), StoreError> {
-        for (key, req) in entries.iter().filter(|(key, req)| req.cost > 0 && fixed_only(key).is_err()) {
+        for (key, req) in
+            entries.iter().filter(|(key, req)| req.cost > 0 && key.algorithm != Algorithm::Fixed)
+        {
             self.give_back_algorithm(key, req, now_ms)?;
         }
         let taken: Vec<(Vec<u8>, u64)> = entries
             .iter()
-            .filter(|(key, req)| req.cost > 0 && fixed_only(key).is_ok())
+            .filter(|(key, req)| req.cost > 0 && key.algorithm == Algorithm::Fixed)
             .map(|(key, req)| (self.key(key, window_start(now_ms, req.duration.max(1))), req.cost))
             .collect();
         if taken.is_empty() {

@@ -3,11 +3,10 @@
 //! Redis Cluster the checks made apart and the calls grouped by slot.
 
 use super::{Answer, Call, counters_epoch_key, epoch_key};
-use keygate_ratelimit::StoreError;
 
 /// The decision script: flushes of async tokens, then decisions with their checks (the
-/// layout is at the top of `decide.lua`). Answers `{answer, used}` per call.
-pub(super) const DECIDE: &str = include_str!("decide.lua");
+/// layout is at the top of `decide.lua`), after the algorithms' functions.
+pub(super) const DECIDE: &str = concat!(include_str!("algorithms.lua"), include_str!("decide.lua"));
 
 /// A key that must still hold a value for a decision to be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,50 +63,119 @@ impl<'a> Checks<'a> {
 }
 
 /// The checks of `calls` made outside the script (a Redis Cluster), from `values` (what
-/// the checks' keys hold, in [`Checks::keys`] order): the flat reply with the answers of
-/// the calls whose checks failed (3 stale counter first, then 2 stale overrides, as the
-/// script), and the calls left to decide grouped by their key's cluster slot.
+/// the checks' keys hold, in [`Checks::keys`] order): the answers of the calls whose checks
+/// failed (stale counter first, then stale overrides, as the script; `None` for the
+/// others), and the calls left to decide grouped by their key's cluster slot.
 pub(crate) fn decide_separately(
     calls: &[&Call],
     checks: &Checks<'_>,
     values: &[Option<u64>],
-) -> (Vec<u64>, Vec<Vec<usize>>) {
+) -> (Vec<Option<Answer>>, Vec<Vec<usize>>) {
     let current =
         |r: usize| r == 0 || values.get(r - 1).is_some_and(|v| v.unwrap_or(0) == checks.list[r - 1].1);
-    let mut reply = vec![0; 2 * calls.len()];
+    let mut answers = vec![None; calls.len()];
     let mut groups: foldhash::HashMap<redis::cluster_routing::Slot, Vec<usize>> =
         foldhash::HashMap::default();
     for (i, [overrides, counter, epoch]) in checks.refs.iter().copied().enumerate() {
         if !(current(counter) && current(epoch)) {
-            reply[2 * i] = 3;
+            answers[i] = Some(Answer::StaleCounter);
         } else if !current(overrides) {
-            reply[2 * i] = 2;
+            answers[i] = Some(Answer::Stale);
         } else {
             groups.entry(redis::cluster_routing::Slot::for_key(&calls[i].key)).or_default().push(i);
         }
     }
-    (reply, groups.into_values().collect())
+    (answers, groups.into_values().collect())
 }
 
-/// The script call running a batch (see `decide.lua` for the layout): `flushes` (calls
-/// with [`Call::flush`]), then `decisions` in order, with the decisions' checks when
-/// `with_checks` (else none: the caller made them): `EVALSHA`, or `EVAL` with the source
-/// after Redis answered that it does not have the script (a restart, `SCRIPT FLUSH`).
+/// A batch's calls by the script's sections (`decide.lua`): flushes, fixed-window
+/// decisions, decisions of other algorithms; each call's place in the reply.
+pub(crate) struct Sections<'a> {
+    flushes: Vec<&'a Call>,
+    fixed: Vec<&'a Call>,
+    algorithms: Vec<&'a Call>,
+    /// Per call, in the batch's order: where its answer starts in the reply.
+    at: Vec<usize>,
+}
+
+impl<'a> Sections<'a> {
+    pub(crate) fn of(calls: &[&'a Call]) -> Self {
+        let mut sections =
+            Self { flushes: Vec::new(), fixed: Vec::new(), algorithms: Vec::new(), at: Vec::new() };
+        let mut order = Vec::with_capacity(calls.len());
+        for c in calls {
+            let list = match (c.flush, &c.algorithm) {
+                (true, _) => &mut sections.flushes,
+                (false, None) => &mut sections.fixed,
+                (false, Some(_)) => &mut sections.algorithms,
+            };
+            order.push(list.len());
+            list.push(c);
+        }
+        let (f, n) = (sections.flushes.len(), sections.fixed.len());
+        sections.at = calls
+            .iter()
+            .zip(order)
+            .map(|(c, k)| match (c.flush, &c.algorithm) {
+                (true, _) => 2 * k,
+                (false, None) => 2 * (f + k),
+                (false, Some(_)) => 2 * (f + n) + 3 * k,
+            })
+            .collect();
+        sections
+    }
+
+    /// The decisions, in the script's order (fixed windows, then the others).
+    fn decisions(&self) -> Vec<&'a Call> {
+        self.fixed.iter().chain(&self.algorithms).copied().collect()
+    }
+
+    fn reply_len(&self) -> usize {
+        2 * (self.flushes.len() + self.fixed.len()) + 3 * self.algorithms.len()
+    }
+
+    /// The script's flat reply as each call's answer, in the batch's order.
+    fn answers(&self, calls: &[&Call], reply: &[u64]) -> redis::RedisResult<Vec<Answer>> {
+        if reply.len() != self.reply_len() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected decision script answer",
+            )));
+        }
+        Ok(calls
+            .iter()
+            .zip(&self.at)
+            .map(|(c, &at)| match (reply[at], &c.algorithm) {
+                (2, _) => Answer::Stale,
+                (3, _) => Answer::StaleCounter,
+                (a, None) => Answer::Decided { success: a == 1, used: reply[at + 1] },
+                (a, Some(_)) => Answer::Weighed { success: a == 1, x: reply[at + 1], y: reply[at + 2] },
+            })
+            .collect())
+    }
+}
+
+/// The script call running a batch (see `decide.lua` for the layout), with the decisions'
+/// checks when `with_checks` (else none: the caller made them): `EVALSHA`, or `EVAL` with
+/// the source after Redis answered that it does not have the script (a restart, `SCRIPT
+/// FLUSH`).
 pub(super) fn script_command(
     script: &redis::Script,
     eval: bool,
     prefix: &str,
-    (flushes, decisions): (&[&Call], &[&Call]),
+    sections: &Sections<'_>,
     with_checks: bool,
 ) -> redis::Cmd {
+    let decisions = sections.decisions();
     let checks = match with_checks {
-        true => Checks::of(decisions),
+        true => Checks::of(&decisions),
         false => Checks { list: Vec::new(), refs: vec![[0; 3]; decisions.len()] },
     };
-    let calls = flushes.iter().chain(decisions);
+    let (flushes, fixed, algorithms) = (&sections.flushes, &sections.fixed, &sections.algorithms);
+    let calls = flushes.iter().chain(&decisions);
     let mut cmd = redis::Cmd::with_capacity(
-        4 + 3 * flushes.len() + 5 * decisions.len() + 2 * checks.list.len(),
-        calls.clone().map(|c| c.key.len() + 48).sum::<usize>() + checks.list.len() * (prefix.len() + 64),
+        5 + 3 * flushes.len() + 5 * fixed.len() + 13 * algorithms.len() + 2 * checks.list.len(),
+        calls.clone().map(|c| 2 * c.key.len() + 96).sum::<usize>() + checks.list.len() * (prefix.len() + 64),
     );
     cmd.arg(if eval { "EVAL" } else { "EVALSHA" });
     if eval {
@@ -115,19 +183,30 @@ pub(super) fn script_command(
     } else {
         cmd.arg(script.get_hash());
     }
-    cmd.arg(flushes.len() + decisions.len() + checks.list.len());
-    for c in calls {
+    cmd.arg(flushes.len() + fixed.len() + 2 * algorithms.len() + checks.list.len());
+    for c in flushes.iter().chain(fixed.iter()) {
         cmd.arg(c.key.as_slice());
+    }
+    for c in algorithms {
+        let second = c.algorithm.as_ref().map_or(&c.key, |a| &a.second);
+        cmd.arg(c.key.as_slice()).arg(second.as_slice());
     }
     for key in checks.keys(prefix) {
         cmd.arg(key);
     }
-    cmd.arg(flushes.len()).arg(decisions.len());
+    cmd.arg(flushes.len()).arg(fixed.len()).arg(algorithms.len());
     for c in flushes {
         cmd.arg(c.cost).arg(c.ttl);
     }
-    for (c, [overrides, counter, epoch]) in decisions.iter().zip(&checks.refs) {
-        cmd.arg(overrides + (counter << 10) + (epoch << 20)).arg(c.limit).arg(c.cost).arg(c.ttl);
+    let numbered = |[overrides, counter, epoch]: [usize; 3]| overrides + (counter << 10) + (epoch << 20);
+    for (c, refs) in fixed.iter().zip(&checks.refs) {
+        cmd.arg(numbered(*refs)).arg(c.limit).arg(c.cost).arg(c.ttl);
+    }
+    for (c, refs) in algorithms.iter().zip(&checks.refs[fixed.len()..]) {
+        let Some(a) = &c.algorithm else { continue };
+        let (kind, shape) = (a.kind(), &a.shape);
+        cmd.arg(numbered(*refs)).arg(kind).arg(c.limit).arg(c.cost).arg(shape.duration).arg(shape.now);
+        cmd.arg(a.x).arg(a.r).arg(a.one.0).arg(a.one.1).arg(c.ttl);
     }
     for (_, value) in &checks.list {
         cmd.arg(*value);
@@ -136,57 +215,43 @@ pub(super) fn script_command(
 }
 
 /// Runs a batch of `calls` (in queue order) on `conn` in one script call (see
-/// [`script_command`]); the reply in `calls`' order, two numbers per call. The flushes go
-/// first: a batch never holds a flush queued after a decision on the same window
-/// (`deferred.rs`), so each window keeps its order.
+/// [`script_command`]): each call's answer, in `calls`' order. The flushes go first: a
+/// batch never holds a flush queued after a decision on the same window (`deferred.rs`),
+/// so each window keeps its order.
 pub(crate) async fn run_script(
     conn: &mut impl redis::aio::ConnectionLike,
     script: &redis::Script,
     prefix: &str,
     calls: &[&Call],
     with_checks: bool,
-) -> redis::RedisResult<Vec<u64>> {
-    let (flushes, decisions): (Vec<&Call>, Vec<&Call>) = match calls.iter().any(|c| c.flush) {
-        true => calls.iter().partition(|c| c.flush),
-        false => (Vec::new(), calls.to_vec()),
-    };
-    let parts = (flushes.as_slice(), decisions.as_slice());
+) -> redis::RedisResult<Vec<Answer>> {
+    let sections = Sections::of(calls);
     let reply: Vec<u64> =
-        match script_command(script, false, prefix, parts, with_checks).query_async(conn).await {
+        match script_command(script, false, prefix, &sections, with_checks).query_async(conn).await {
             Err(e) if is_no_script(&e) => {
-                script_command(script, true, prefix, parts, with_checks).query_async(conn).await?
+                script_command(script, true, prefix, &sections, with_checks).query_async(conn).await?
             }
             other => other?,
         };
-    Ok(in_call_order(calls, reply))
+    sections.answers(calls, &reply)
 }
 
-/// The reply of a batch split into flushes then decisions, put back in `calls`' order.
-fn in_call_order(calls: &[&Call], reply: Vec<u64>) -> Vec<u64> {
-    let flushes = calls.iter().filter(|c| c.flush).count();
-    if flushes == 0 || reply.len() != 2 * calls.len() {
-        return reply;
-    }
-    let (mut f, mut d) = (0, flushes);
-    let mut ordered = Vec::with_capacity(reply.len());
-    for c in calls {
-        let at = if c.flush { &mut f } else { &mut d };
-        ordered.extend_from_slice(&reply[2 * *at..2 * *at + 2]);
-        *at += 1;
-    }
-    ordered
-}
-
-/// The script's flat reply, two numbers per call.
-pub(super) fn answers(reply: &[u64], calls: usize) -> Result<impl Iterator<Item = Answer> + '_, StoreError> {
-    if reply.len() != 2 * calls {
-        return Err(StoreError::Unavailable("Redis: unexpected script answer".into()));
-    }
-    Ok(reply.chunks_exact(2).map(|pair| match pair[0] {
-        2 => Answer::Stale,
-        3 => Answer::StaleCounter,
-        a => Answer::Decided { success: a == 1, used: pair[1] },
-    }))
+/// [`run_script`] on a blocking connection.
+pub(crate) fn run_script_blocking(
+    conn: &mut dyn redis::ConnectionLike,
+    script: &redis::Script,
+    prefix: &str,
+    calls: &[&Call],
+    with_checks: bool,
+) -> redis::RedisResult<Vec<Answer>> {
+    let sections = Sections::of(calls);
+    let reply: Vec<u64> = match script_command(script, false, prefix, &sections, with_checks).query(conn) {
+        Err(e) if is_no_script(&e) => {
+            script_command(script, true, prefix, &sections, with_checks).query(conn)?
+        }
+        other => other?,
+    };
+    sections.answers(calls, &reply)
 }
 
 /// `ScriptInvocation::invoke` (`EVALSHA`; on NOSCRIPT, `SCRIPT LOAD` then `EVALSHA`), again

@@ -2,7 +2,7 @@
 //! sets it and makes sure Redis is up).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use keygate_ratelimit::{BudgetKey, Checked, Decision, LimitRequest, MemoryStore, RateLimitStore};
+use keygate_ratelimit::{Algorithm, BudgetKey, Checked, Decision, LimitRequest, MemoryStore, RateLimitStore};
 use keygate_store::{BACKOFF, CounterGuard, EXPIRY_SLACK_MS, RedisSettings, RedisStore};
 use keygate_test_support::{REDIS_ENV, redis_test_prefix, redis_url};
 use std::sync::Arc;
@@ -57,22 +57,28 @@ fn answers_what_the_in_process_decision_answers() {
     let memory = MemoryStore::new();
     let ns = Arc::new("rlns_parity".to_string());
     let ids = ["a", "b:c", "b", "ünï"];
-    let mut seed = 7u64;
-    let mut now = NOW;
-    for step in 0..2_000 {
-        let r = splitmix(&mut seed);
-        let id = ids[(r % 4) as usize];
-        let duration = [1_000, 5_000][(r >> 8) as usize % 2];
-        // Limits change between calls (the count is kept); costs are 0, small, or over.
-        let limit = 1 + (r >> 16) % 12;
-        let cost = [0, 1, 1, 1, 2, 3, 13][(r >> 24) as usize % 7];
-        now += (r >> 32) % 400; // windows roll over now and then
-        let req = LimitRequest { limit, duration, cost };
-        let expected = memory.limit(key(&ns, id, duration), req, now).unwrap();
-        let got = redis.limit(key(&ns, id, duration), req, now).unwrap();
-        assert_eq!(got, expected, "step {step}: {id} {req:?} at {now}");
+    for algorithm in ALGORITHMS {
+        let mut seed = 7u64;
+        let mut now = NOW;
+        for step in 0..2_000 {
+            let r = splitmix(&mut seed);
+            let id = ids[(r % 4) as usize];
+            let duration = [1_000, 5_000][(r >> 8) as usize % 2];
+            // Limits change between calls (the count is kept); costs are 0, small, or over.
+            let limit = 1 + (r >> 16) % 12;
+            let cost = [0, 1, 1, 1, 2, 3, 13][(r >> 24) as usize % 7];
+            now += (r >> 32) % 400; // windows roll over now and then
+            let req = LimitRequest { limit, duration, cost };
+            let key = BudgetKey { algorithm, ..key(&ns, id, duration) };
+            let expected = memory.limit(key, req, now).unwrap();
+            let got = redis.limit(key, req, now).unwrap();
+            assert_eq!(got, expected, "{algorithm} step {step}: {id} {req:?} at {now}");
+        }
     }
 }
+
+/// Every algorithm (API-v2.md §26).
+const ALGORITHMS: [Algorithm; 3] = [Algorithm::Fixed, Algorithm::Sliding, Algorithm::TokenBucket];
 
 #[test]
 #[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
@@ -345,9 +351,9 @@ fn batched_decisions_answer_what_the_in_process_store_answers_in_arrival_order()
     // (in the server, the worker's, for the life of the process).
     let rt = runtime();
     rt.block_on(async {
-        for round in 0..200 {
-            // A burst of decisions asked together, several on the same budget: they are
-            // queued in this order and must be decided in it.
+        for round in 0..300 {
+            // A burst of decisions asked together, several on the same budget, of every
+            // algorithm in one batch: they are queued in this order and must be decided in it.
             let burst: Vec<_> = (0..1 + splitmix(&mut seed) % 40)
                 .map(|_| {
                     let r = splitmix(&mut seed);
@@ -355,17 +361,23 @@ fn batched_decisions_answer_what_the_in_process_store_answers_in_arrival_order()
                     let duration = [1_000, 5_000][(r >> 8) as usize % 2];
                     let limit = 1 + (r >> 16) % 12;
                     let cost = [0, 1, 1, 1, 2, 3, 13][(r >> 24) as usize % 7];
-                    (id, LimitRequest { limit, duration, cost })
+                    let algorithm = ALGORITHMS[(r >> 32) as usize % 3];
+                    (id, algorithm, LimitRequest { limit, duration, cost })
                 })
                 .collect();
             now += splitmix(&mut seed) % 700;
-            let asked = burst
-                .iter()
-                .map(|(id, req)| redis.limit_batched(key(&ns, id, req.duration), *req, now, None, None));
+            let budget = |id, algorithm, duration| BudgetKey { algorithm, ..key(&ns, id, duration) };
+            let asked = burst.iter().map(|(id, algorithm, req)| {
+                redis.limit_batched(budget(id, *algorithm, req.duration), *req, now, None, None)
+            });
             let got = futures_util::future::join_all(asked).await;
-            for (i, ((id, req), got)) in burst.iter().zip(got).enumerate() {
-                let expected = memory.limit(key(&ns, id, req.duration), *req, now).unwrap();
-                assert_eq!(got.unwrap(), Checked::Decided(expected), "round {round} #{i}: {id} {req:?}");
+            for (i, ((id, algorithm, req), got)) in burst.iter().zip(got).enumerate() {
+                let expected = memory.limit(budget(id, *algorithm, req.duration), *req, now).unwrap();
+                assert_eq!(
+                    got.unwrap(),
+                    Checked::Decided(expected),
+                    "round {round} #{i}: {id} {algorithm} {req:?}"
+                );
             }
         }
     });
