@@ -12,9 +12,14 @@ local function divmod(x, y)
   return q, r
 end
 
--- floor(p · u / d) for 0 <= p, 0 <= u <= d, all under 2^53: long multiplication by the
--- bits of u, keeping the running product as q·d + r (r < d), so no sum passes 2^53.
+-- floor(p · u / d) for 0 <= p, 0 <= u <= d, all under 2^53: directly when p · u is under
+-- 2^53 (a double product at or past 2^53 never rounds below it, so the test is exact);
+-- else long multiplication by the bits of u, keeping the running product as q·d + r
+-- (r < d), so no sum passes 2^53.
 local function muldiv(p, u, dd)
+  if p * u < 9007199254740992 then
+    return (divmod(p * u, dd))
+  end
   local a, b = divmod(p, dd)
   local q, r = 0, 0
   local bit = 4503599627370496 -- 2^52
@@ -35,8 +40,8 @@ end
 -- ms into the current window (D the duration); `cost` a number, `cost_arg` its string.
 -- Answers {answer, the previous window's weighted count, the current one's after}.
 local function sliding(current, previous, limit, cost, cost_arg, d, into, ttl)
-  local c = tonumber(redis.call('GET', current) or '0')
-  local p = tonumber(redis.call('GET', previous) or '0')
+  local counts = redis.call('MGET', current, previous)
+  local c, p = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
   local weighted = muldiv(p, d - into, d)
   local room = limit - weighted - c -- may be negative: exact all the same
   if cost == 0 then
@@ -70,21 +75,15 @@ end
 local function bucket(key, limit, cost, d, now, q, s, oq, os, ttl)
   local ms, r = instant(key, limit, now)
   if ms < now or (ms == now and r == 0) then ms, r = now, 0 end
-  -- z + q + s/L, as (ms, r) with r < L.
-  local function add(dq, ds)
-    if r >= limit - ds then return ms + dq + 1, r - (limit - ds) end
-    return ms + dq, r + ds
-  end
-  local function fits(m, t)
-    return m - now < d or (m - now == d and t == 0)
+  -- z + q + s/L, as (m, t) with t < L (one token's when the call only reads).
+  if cost == 0 then q, s = oq, os end
+  local m, t = ms + q, r + s
+  if r >= limit - s then m, t = m + 1, r - (limit - s) end
+  if not (m - now < d or (m - now == d and t == 0)) then
+    return 0, ms, r
   end
   if cost == 0 then
-    local m, t = add(oq, os)
-    return fits(m, t) and 1 or 0, ms, r
-  end
-  local m, t = add(q, s)
-  if not fits(m, t) then
-    return 0, ms, r
+    return 1, ms, r
   end
   redis.call('SET', key, string.format('%d:%d', m, t), 'PX', ttl)
   return 1, m, t

@@ -121,6 +121,28 @@ fn largest_numbers_are_exact() {
     assert_eq!((d.success, d.remaining), (false, 1));
     let d = s.limit(k, LimitRequest { limit: max, duration: max, cost: 1 }, NOW).unwrap();
     assert_eq!((d.success, d.remaining), (true, 0));
+    // A sliding window's previous count weighted by the time left (a product past 2^53,
+    // and one under it) and a bucket's instant, as the in-process store computes them.
+    let memory = MemoryStore::new();
+    let duration = 2_592_000_000;
+    for (algorithm, limit, cost, id) in [
+        (Algorithm::Sliding, max, max / 3, "w1"),
+        (Algorithm::Sliding, 1_000, 999, "w2"),
+        (Algorithm::TokenBucket, max, max / 3, "w3"),
+    ] {
+        let k = BudgetKey { algorithm, ..key(&ns, id, duration) };
+        let start = NOW - NOW % duration;
+        for (now, cost) in
+            [(start + 7, cost), (start + duration + 1_234_567, 1), (start + duration + 7_654_321, 0)]
+        {
+            let req = LimitRequest { limit, duration, cost };
+            assert_eq!(
+                s.limit(k, req, now).unwrap(),
+                memory.limit(k, req, now).unwrap(),
+                "{algorithm} {req:?}"
+            );
+        }
+    }
 }
 
 #[test]
