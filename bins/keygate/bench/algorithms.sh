@@ -26,14 +26,8 @@ bench_database
 serve_keygate "$PORT" "$work/kg.log"
 
 for algorithm in fixed sliding token_bucket; do
-  curl -sS -o /dev/null "http://127.0.0.1:$PORT/v2/ratelimit.limit" -H "Authorization: Bearer $ROOT_KEY" \
-    -H 'Content-Type: application/json' \
-    -d "{\"namespace\":\"$algorithm\",\"identifier\":\"warm\",\"limit\":1,\"duration\":60000}"
-  curl -sS "http://127.0.0.1:$PORT/v2/ratelimit.updateNamespace" -H "Authorization: Bearer $ROOT_KEY" \
-    -H 'Content-Type: application/json' -d "{\"namespace\":\"$algorithm\",\"algorithm\":\"$algorithm\"}" \
-    | grep -q '"data":{}' || { echo "updateNamespace $algorithm failed" >&2; exit 1; }
   # Warm-up: the namespace's caches and its 10,000 budgets.
-  NAMESPACE=$algorithm CONNECTIONS=8 DURATION=2s wrk_round warm "$PORT" bins/keygate/bench/limit.lua >/dev/null
+  algorithm_namespace "$PORT" "$algorithm"
 done
 
 for r in $(seq 1 "$ROUNDS"); do

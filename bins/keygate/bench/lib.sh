@@ -144,3 +144,16 @@ ratio() {
 errors() {
   awk '{ for (i = 2; i <= NF; i++) if (index($i, "errors=") == 1) n += substr($i, 8) } END { print n + 0 }' "$1"
 }
+
+# algorithm_namespace PORT ALGORITHM: the namespace named ALGORITHM created on the keygate
+# at PORT, set to that algorithm (v2 ratelimit.updateNamespace), and warmed (its caches and
+# limit.lua's 10,000 budgets).
+algorithm_namespace() {
+  curl -sS -o /dev/null "http://127.0.0.1:$1/v2/ratelimit.limit" -H "Authorization: Bearer $ROOT_KEY" \
+    -H 'Content-Type: application/json' \
+    -d "{\"namespace\":\"$2\",\"identifier\":\"warm\",\"limit\":1,\"duration\":60000}"
+  curl -sS "http://127.0.0.1:$1/v2/ratelimit.updateNamespace" -H "Authorization: Bearer $ROOT_KEY" \
+    -H 'Content-Type: application/json' -d "{\"namespace\":\"$2\",\"algorithm\":\"$2\"}" \
+    | grep -q '"data":{}' || { echo "updateNamespace $2 failed" >&2; exit 1; }
+  NAMESPACE=$2 CONNECTIONS=8 DURATION=2s wrk_round warm "$1" bins/keygate/bench/limit.lua >/dev/null
+}

@@ -30,13 +30,7 @@ serve_keygate "$((PORT + 1))" "$work/volatile.log" DATABASE_URL="sqlite://$work/
 
 for port in "$PORT" "$((PORT + 1))"; do
   for algorithm in $ALGORITHMS; do
-    curl -sS -o /dev/null "http://127.0.0.1:$port/v2/ratelimit.limit" -H "Authorization: Bearer $ROOT_KEY" \
-      -H 'Content-Type: application/json' \
-      -d "{\"namespace\":\"$algorithm\",\"identifier\":\"warm\",\"limit\":1,\"duration\":60000}"
-    curl -sS "http://127.0.0.1:$port/v2/ratelimit.updateNamespace" -H "Authorization: Bearer $ROOT_KEY" \
-      -H 'Content-Type: application/json' -d "{\"namespace\":\"$algorithm\",\"algorithm\":\"$algorithm\"}" \
-      | grep -q '"data":{}' || { echo "updateNamespace $algorithm failed" >&2; exit 1; }
-    NAMESPACE=$algorithm CONNECTIONS=8 DURATION=2s wrk_round warm "$port" bins/keygate/bench/limit.lua >/dev/null
+    algorithm_namespace "$port" "$algorithm"
   done
 done
 

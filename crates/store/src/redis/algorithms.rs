@@ -9,7 +9,7 @@
 //! under the algorithm's mark, each kept for two windows; a bucket's instant in one key
 //! (`<budget>:b`), kept until the bucket is full. A budget's keys share its slot.
 
-use super::{Call, CounterGuard, EXPIRY_SLACK_MS, Guard, RedisStore};
+use super::{Answer, Call, CounterGuard, EXPIRY_SLACK_MS, Guard, RedisStore};
 use keygate_ratelimit::{
     Algorithm, AllOrNothing, BudgetKey, Checked, Decision, Entry, LimitRequest, StoreError, window_start,
 };
@@ -203,6 +203,25 @@ impl RedisStore {
         k.push(b':');
         k.extend_from_slice(part.as_bytes());
         k
+    }
+}
+
+/// The decision from the script's answer: a fixed window's (`shape` `None`; its window
+/// starts at `start`), or a sliding window's or a bucket's.
+pub(super) fn checked(req: LimitRequest, start: u64, shape: Option<Shape>, answer: Answer) -> Checked {
+    match answer {
+        Answer::Stale => Checked::StaleOverrides,
+        Answer::StaleCounter => Checked::StaleCounter,
+        Answer::Decided { success, used } => Checked::Decided(Decision {
+            success,
+            limit: req.limit,
+            remaining: req.limit.saturating_sub(used),
+            reset: start.saturating_add(req.duration.max(1)),
+        }),
+        Answer::Weighed { success, x, y } => match shape {
+            Some(shape) => Checked::Decided(shape.decision(req, success, x, y)),
+            None => Checked::StaleOverrides,
+        },
     }
 }
 

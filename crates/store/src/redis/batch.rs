@@ -537,8 +537,7 @@ impl Shared {
     /// On a Redis Cluster a script's keys must share a slot: the batch's checks (overrides
     /// epochs and change counters, all in the `{cc}` slot) are read first, in one `MGET`;
     /// then the calls whose checks hold are decided with one script call per slot, sent
-    /// together. Reading the checks before deciding still applies a change to the next
-    /// request: a change answered before this batch was queued is in what the `MGET` reads.
+    /// together. A change answered before this batch was queued is in what the `MGET` reads.
     async fn decide_on_cluster(
         &self,
         conn: &mut AsyncConn,

@@ -70,6 +70,7 @@ mod multi;
 mod pushed;
 mod script;
 
+use algorithms::checked;
 pub use batch::BatchStats;
 use batch::Batcher;
 use conn::{Outage, Pool, Target};
@@ -518,25 +519,6 @@ async fn flush_loop(batcher: Arc<Batcher>, deferred: Arc<Deferred>, interval: Du
                 Err(_) => deferred.flush_refused(&mut shard, &key, tokens),
             }
         }
-    }
-}
-
-/// The decision from the script's answer: a fixed window's (`shape` `None`; its window
-/// starts at `start`), or a sliding window's or a bucket's.
-fn checked(req: LimitRequest, start: u64, shape: Option<algorithms::Shape>, answer: Answer) -> Checked {
-    match answer {
-        Answer::Stale => Checked::StaleOverrides,
-        Answer::StaleCounter => Checked::StaleCounter,
-        Answer::Decided { success, used } => Checked::Decided(Decision {
-            success,
-            limit: req.limit,
-            remaining: req.limit.saturating_sub(used),
-            reset: start.saturating_add(req.duration.max(1)),
-        }),
-        Answer::Weighed { success, x, y } => match shape {
-            Some(shape) => Checked::Decided(shape.decision(req, success, x, y)),
-            None => Checked::StaleOverrides,
-        },
     }
 }
 
