@@ -80,3 +80,12 @@ pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], bo
     req.push_str(body);
     Response::parse(&http(port, &req))
 }
+
+/// `POST /v2/<op>` with the JSON `body` as `root_key` to `127.0.0.1:port`: the status and
+/// the answer's JSON.
+pub fn v2_post(port: u16, root_key: &str, op: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let auth = format!("Bearer {root_key}");
+    let headers = [("Authorization", auth.as_str()), ("Content-Type", "application/json")];
+    let r = request(port, "POST", &format!("/v2/{op}"), &headers, &body.to_string());
+    (r.status, r.json())
+}

@@ -19,5 +19,5 @@ pub mod process;
 pub mod receiver;
 
 pub use db::*;
-pub use http::{Response, http, http_unix, request, try_http};
+pub use http::{Response, http, http_unix, request, try_http, v2_post};
 pub use process::{Proc, free_port, keygate_command, start_keygate, wait_for_port};

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use keygate_store::{PoolSettings, SqlStore};
-use keygate_test_support::{TestDb, free_port, keygate_command, request, start_keygate};
+use keygate_test_support::{TestDb, free_port, keygate_command, start_keygate, v2_post};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,15 +15,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_keygate");
 const ROOT_KEY: &str = "kg_root_backup_test_0123456789abcdefghij";
 
 fn v2(port: u16, op: &str, body: &Value) -> (u16, Value) {
-    let auth = format!("Bearer {ROOT_KEY}");
-    let r = request(
-        port,
-        "POST",
-        &format!("/v2/{op}"),
-        &[("Authorization", &auth), ("Content-Type", "application/json")],
-        &body.to_string(),
-    );
-    (r.status, r.json())
+    v2_post(port, ROOT_KEY, op, body)
 }
 
 /// The admin CLI on `db`: its exit code, stdout and stderr.

@@ -4,7 +4,7 @@
 //! `KEYGATE_RATELIMIT_PERSIST=off`, the restarted server starts every budget afresh.
 #![allow(clippy::unwrap_used)]
 
-use keygate_test_support::{Proc, TestDb, free_port, keygate_command, start_keygate, try_http};
+use keygate_test_support::{Proc, TestDb, free_port, keygate_command, start_keygate, v2_post};
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,16 +18,9 @@ fn serve(db: &str, port: u16, persist: bool) -> Proc {
     start_keygate(cmd)
 }
 
+/// A v2 call: its status and its `data`.
 fn v2(port: u16, op: &str, body: &Value) -> (u16, Value) {
-    let body = body.to_string();
-    let raw = format!(
-        "POST /v2/{op} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ROOT_KEY}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let out = try_http(port, &raw).unwrap();
-    let status: u16 = out[9..12].parse().unwrap();
-    let json: Value = serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let (status, json) = v2_post(port, ROOT_KEY, op, body);
     (status, json["data"].clone())
 }
 
