@@ -36,7 +36,9 @@
 //! `D/L` is rarely a whole number of ms, so `z` is kept exactly, in units of `1/L` ms:
 //! [`WindowState::start`] holds `floor(z)` and [`WindowState::used`] the remainder
 //! `(z − floor(z))·L` (below `L`). A remainder not below a new, smaller limit (the limit
-//! changed) rounds `z` up to the next ms: the bucket is never fuller than it was. A clock
+//! changed) rounds `z` up to the next ms: the bucket is never fuller than it was. Only a
+//! pass writes `z`: a denial or a read leaves the stored state as it was (rewritten under
+//! the call's limit, that rounding would take a part of a ms from the bucket). A clock
 //! that steps back sees a larger debt: it fails closed, as fixed windows do.
 
 use crate::{Decision, LimitRequest, WindowState, decide, window_start};
