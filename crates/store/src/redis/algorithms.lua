@@ -38,42 +38,55 @@ end
 
 -- A sliding window: `current` and `previous` hold the two windows' counts; `into` is the
 -- ms into the current window (D the duration); `cost` a number, `cost_arg` its string.
--- Answers {answer, the previous window's weighted count, the current one's after}.
+-- Answers {answer, the previous window's weighted count, the current one's after}. A
+-- charge adds first and takes back on a denial, as a fixed window's does (decide.lua): a
+-- pass reads the previous window and adds to the current one, two commands.
 local function sliding(current, previous, limit, cost, cost_arg, d, into, ttl)
-  local counts = redis.call('MGET', current, previous)
-  local c, p = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
-  local weighted = muldiv(p, d - into, d)
-  local room = limit - weighted - c -- may be negative: exact all the same
-  if cost == 0 then
-    return (room > 0) and 1 or 0, weighted, c
+  local weighted = muldiv(tonumber(redis.call('GET', previous) or '0'), d - into, d)
+  if weighted >= limit then
+    return 0, weighted, 0 -- nothing remains whatever the current count
   end
-  if room < cost then
-    return 0, weighted, c
+  if cost == 0 then
+    local c = tonumber(redis.call('GET', current) or '0')
+    return (c < limit - weighted) and 1 or 0, weighted, c
   end
   local used = redis.call('INCRBY', current, cost_arg)
-  if used == cost then
-    redis.call('PEXPIRE', current, ttl)
+  local created = used == cost
+  if used <= limit - weighted then
+    if created then
+      redis.call('PEXPIRE', current, ttl)
+    end
+    return 1, weighted, used
+  elseif created then
+    redis.call('DEL', current)
+    return 0, weighted, 0
   end
-  return 1, weighted, used
+  return 0, weighted, redis.call('DECRBY', current, cost_arg)
 end
 
--- The bucket's instant "ms:r" at `key`: z = ms + r/L (r < L); z <= now is a full bucket.
+-- The bucket's instant "ms:r:e" at `key`: z = ms + r/L (r < L); z <= now is a full bucket;
+-- e the instant (ms, the deciding instances' clock) the key's expiry was set for (0: not
+-- known, as in the "ms:r" of earlier versions). Answers ms, r, e, and whether it is stored.
 local function instant(key, limit, now)
-  local ms, r = now, 0
   local stored = redis.call('GET', key)
-  if stored then
-    local sep = string.find(stored, ':', 1, true)
-    ms, r = tonumber(string.sub(stored, 1, sep - 1)), tonumber(string.sub(stored, sep + 1))
-    if r >= limit then ms, r = ms + 1, 0 end -- the limit went down: round up
+  if not stored then
+    return now, 0, 0, false
   end
-  return ms, r, stored ~= nil
+  local ms, r, e = string.match(stored, '^(%d+):(%d+):?(%d*)$')
+  ms, r, e = tonumber(ms), tonumber(r), tonumber(e) or 0
+  if r >= limit then ms, r = ms + 1, 0 end -- the limit went down: round up
+  return ms, r, e, true
 end
 
 -- A token bucket (GCRA): the cost moves its instant by q + s/L ms (q = floor(cost·D/L),
 -- s = cost·D mod L); one token by oq + os/L. Passes when the debt after it is at most D.
+-- The key must outlive its instant (the bucket is full after it): while the expiry set
+-- before is more than `slack` ms past the new instant it is kept (`KEEPTTL`, the cheaper
+-- write), else set again to 2D + q + slack ms from now (at least D + slack past the
+-- instant, so a busy bucket sets it about once a duration).
 -- Answers {answer, the instant's ms, its remainder} after the call.
-local function bucket(key, limit, cost, d, now, q, s, oq, os, ttl)
-  local ms, r = instant(key, limit, now)
+local function bucket(key, limit, cost, d, now, q, s, oq, os, slack)
+  local ms, r, e = instant(key, limit, now)
   if ms < now or (ms == now and r == 0) then ms, r = now, 0 end
   -- z + q + s/L, as (m, t) with t < L (one token's when the call only reads).
   if cost == 0 then q, s = oq, os end
@@ -85,6 +98,11 @@ local function bucket(key, limit, cost, d, now, q, s, oq, os, ttl)
   if cost == 0 then
     return 1, ms, r
   end
-  redis.call('SET', key, string.format('%d:%d', m, t), 'PX', ttl)
+  if e - m > slack then
+    redis.call('SET', key, string.format('%d:%d:%d', m, t, e), 'KEEPTTL')
+  else
+    local ttl = 2 * d + q + slack
+    redis.call('SET', key, string.format('%d:%d:%d', m, t, now + ttl), 'PX', ttl)
+  end
   return 1, m, t
 end

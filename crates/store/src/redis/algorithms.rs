@@ -93,10 +93,8 @@ impl RedisStore {
             _ => {
                 let bucket = self.algorithm_key(key, "b");
                 let (q, r) = ratio(req.cost, duration, limit);
-                // The bucket is full again at most a duration after its instant, which is at
-                // most a duration (and this call's cost) after now.
-                let ttl = duration.saturating_mul(2).saturating_add(q) + EXPIRY_SLACK_MS;
-                (bucket.clone(), bucket, q, r, ratio(1, duration, limit), ttl)
+                // The script sets the instant's expiry (`bucket` in algorithms.lua).
+                (bucket.clone(), bucket, q, r, ratio(1, duration, limit), 0)
             }
         };
         let shape = Shape { algorithm: key.algorithm, duration, now: now_ms, start };

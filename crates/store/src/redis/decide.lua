@@ -12,12 +12,14 @@
 --                     (ms); its checks are one number, o + 1024 c + 1048576 e: the overrides
 --                     check o, the counter check c and the counters' epoch check e (0: none,
 --                     j: the j-th; a batch names fewer than 1024)
---   ARGV[a+1..a+11] (a = b + 4n + 11(i-1)) algorithm decision i: its checks, 's'
---                     (sliding) or 'b' (bucket), limit L, cost, duration D (ms), now (ms);
---                     sliding: ms into the current window, then unused; bucket:
---                     floor(cost·D/L) (ms) and cost·D mod L (in 1/L ms); then one token's
---                     (bucket: floor(D/L), D mod L; sliding: unused); the keys' TTL (ms)
---   ARGV[b+4n+11g+j]  the value the j-th check's key must hold (0 when the key is absent)
+--   ARGV[a+1..]       (a = b + 4n, then past the decision before) algorithm decision i:
+--                     its checks, then 's' (sliding), limit L, cost, duration D (ms), ms
+--                     into the current window, the keys' TTL (ms): 7 numbers; or 'b'
+--                     (bucket), L, cost, D, now (ms), floor(cost·D/L) (ms) and cost·D
+--                     mod L (in 1/L ms), one token's (floor(D/L), D mod L), the expiry's
+--                     slack (ms): 11 numbers
+--   ARGV[v+j]         (v: past the last decision's numbers) the value the j-th check's key
+--                     must hold (0 when the key is absent)
 -- A flush adds tokens that `async: true` requests passed locally (deferred.rs), whatever
 -- the count. Flushes run first: a batch never holds a flush queued after a decision on
 -- the same window (deferred.rs), so this keeps each window's order.
@@ -44,7 +46,14 @@ for i = 1, f do
   out[2 * i - 1], out[2 * i] = 1, used
 end
 local b = 3 + 2 * f
-local values = b + 4 * n + 11 * g
+local values = b + 4 * n -- past the decisions' numbers: sliding 7, bucket 11
+do
+  local a = values
+  for _ = 1, g do
+    if ARGV[a + 2] == 's' then a = a + 7 else a = a + 11 end
+  end
+  values = a
+end
 local current = {[0] = true}
 for j = 1, #KEYS - f - n - 2 * g do
   current[j] = (redis.call('GET', KEYS[f + n + 2 * g + j]) or '0') == ARGV[values + j]
@@ -82,19 +91,23 @@ for i = 1, n do
     end
   end
 end
-local o = 2 * (f + n)
+local o, a = 2 * (f + n), b + 4 * n
 for i = 1, g do
-  local a, k = b + 4 * n + 11 * (i - 1), f + n + 2 * i
+  local k = f + n + 2 * i
   local refused = stale(tonumber(ARGV[a + 1]))
   local answer, x, y = refused, 0, 0
-  if not refused then
-    local limit, cost, d, now = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-    if ARGV[a + 2] == 's' then
-      answer, x, y = sliding(KEYS[k - 1], KEYS[k], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 7]), ARGV[a + 11])
-    else
-      answer, x, y = bucket(KEYS[k - 1], limit, cost, d, now, tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]),
-        tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), ARGV[a + 11])
+  local limit, cost, d = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  if ARGV[a + 2] == 's' then
+    if not refused then
+      answer, x, y = sliding(KEYS[k - 1], KEYS[k], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 6]), ARGV[a + 7])
     end
+    a = a + 7
+  else
+    if not refused then
+      answer, x, y = bucket(KEYS[k - 1], limit, cost, d, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
+        tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]))
+    end
+    a = a + 11
   end
   out[o + 1], out[o + 2], out[o + 3] = answer, x, y
   o = o + 3

@@ -2,7 +2,8 @@
 //! names (each once), the command's layout, the reply back in the batch's order, and on a
 //! Redis Cluster the checks made apart and the calls grouped by slot.
 
-use super::{Answer, Call, counters_epoch_key, epoch_key};
+use super::{Answer, Call, EXPIRY_SLACK_MS, counters_epoch_key, epoch_key};
+use keygate_ratelimit::Algorithm;
 
 /// The decision script: flushes of async tokens, then decisions with their checks (the
 /// layout is at the top of `decide.lua`), after the algorithms' functions.
@@ -204,9 +205,11 @@ pub(super) fn script_command(
     }
     for (c, refs) in algorithms.iter().zip(&checks.refs[fixed.len()..]) {
         let Some(a) = &c.algorithm else { continue };
-        let (kind, shape) = (a.kind(), &a.shape);
-        cmd.arg(numbered(*refs)).arg(kind).arg(c.limit).arg(c.cost).arg(shape.duration).arg(shape.now);
-        cmd.arg(a.x).arg(a.r).arg(a.one.0).arg(a.one.1).arg(c.ttl);
+        cmd.arg(numbered(*refs)).arg(a.kind()).arg(c.limit).arg(c.cost).arg(a.shape.duration);
+        match a.shape.algorithm {
+            Algorithm::Sliding => cmd.arg(a.x).arg(c.ttl),
+            _ => cmd.arg(a.shape.now).arg(a.x).arg(a.r).arg(a.one.0).arg(a.one.1).arg(EXPIRY_SLACK_MS),
+        };
     }
     for (_, value) in &checks.list {
         cmd.arg(*value);
