@@ -27,7 +27,7 @@ mod tx;
 #[cfg(feature = "redis")]
 pub use self::redis::{
     BACKOFF, BatchStats, CREDIT_IDLE_MS, CREDIT_SHARDS, CounterGuard, EXPIRY_SLACK_MS, MAX_EPOCH_AGE,
-    RedisOpenError, RedisSettings, RedisStore, async_overshoot_bound, credit_shard,
+    RedisOpenError, RedisSettings, RedisStore, SLIDING_SETTLED_MS, async_overshoot_bound, credit_shard,
 };
 pub use backend::{Backend, BackendError};
 pub use backup::Backup;

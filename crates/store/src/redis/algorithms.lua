@@ -37,18 +37,23 @@ local function muldiv(p, u, dd)
 end
 
 -- A sliding window: `current` and `previous` hold the two windows' counts; `into` is the
--- ms into the current window (D the duration); `cost` a number, `cost_arg` its string.
--- Answers {answer, the previous window's weighted count, the current one's after}. A
--- charge adds first and takes back on a denial, as a fixed window's does (decide.lua): a
--- pass reads the previous window and adds to the current one, two commands.
-local function sliding(current, previous, limit, cost, cost_arg, d, into, ttl)
-  local weighted = muldiv(tonumber(redis.call('GET', previous) or '0'), d - into, d)
+-- ms into the current window (D the duration); `cost` a number, `cost_arg` its string;
+-- `known` the previous window's count when the caller kept it (finished.rs), else -1.
+-- Answers {answer, the previous window's count, the current one's after}. A charge adds
+-- first and takes back on a denial, as a fixed window's does (decide.lua): a pass is one
+-- command, and one more when the previous window is read.
+local function sliding(current, previous, limit, cost, cost_arg, d, into, ttl, known)
+  local p = known
+  if p < 0 then
+    p = tonumber(redis.call('GET', previous) or '0')
+  end
+  local weighted = muldiv(p, d - into, d)
   if weighted >= limit then
-    return 0, weighted, 0 -- nothing remains whatever the current count
+    return 0, p, 0 -- nothing remains whatever the current count
   end
   if cost == 0 then
     local c = tonumber(redis.call('GET', current) or '0')
-    return (c < limit - weighted) and 1 or 0, weighted, c
+    return (c < limit - weighted) and 1 or 0, p, c
   end
   local used = redis.call('INCRBY', current, cost_arg)
   local created = used == cost
@@ -56,12 +61,12 @@ local function sliding(current, previous, limit, cost, cost_arg, d, into, ttl)
     if created then
       redis.call('PEXPIRE', current, ttl)
     end
-    return 1, weighted, used
+    return 1, p, used
   elseif created then
     redis.call('DEL', current)
-    return 0, weighted, 0
+    return 0, p, 0
   end
-  return 0, weighted, redis.call('DECRBY', current, cost_arg)
+  return 0, p, redis.call('DECRBY', current, cost_arg)
 end
 
 -- The bucket's instant "ms:r:e" at `key`: z = ms + r/L (r < L); z <= now is a full bucket;

@@ -9,6 +9,7 @@
 //! under the algorithm's mark, each kept for two windows; a bucket's instant in one key
 //! (`<budget>:b`), kept until the bucket is full. A budget's keys share its slot.
 
+use super::finished::Finished;
 use super::{Answer, Call, CounterGuard, EXPIRY_SLACK_MS, Guard, RedisStore};
 use keygate_ratelimit::{
     Algorithm, AllOrNothing, BudgetKey, Checked, Decision, Entry, LimitRequest, StoreError, window_start,
@@ -28,6 +29,11 @@ pub(crate) struct AlgorithmArgs {
     pub(super) r: u64,
     /// One token, as `(x, r)` are the cost (bucket).
     pub(super) one: (u64, u64),
+    /// Sliding: the previous window's count when this instance kept it (`finished.rs`).
+    pub(super) known: Option<u64>,
+    /// Sliding: the length of the budget's part of the keys (up to the window start), when
+    /// the previous window's count this call reads is to be kept.
+    pub(super) learns: Option<usize>,
     pub(super) shape: Shape,
 }
 
@@ -51,12 +57,17 @@ impl Shape {
     /// The decision from the script's answer `x`, `y`, by the in-process store's arithmetic.
     pub(super) fn decision(&self, req: LimitRequest, success: bool, x: u64, y: u64) -> Decision {
         match self.algorithm {
-            Algorithm::Sliding => Decision {
-                success,
-                limit: req.limit,
-                remaining: req.limit.saturating_sub(x).saturating_sub(y),
-                reset: self.start.saturating_add(self.duration),
-            },
+            Algorithm::Sliding => {
+                // `x` is the previous window's count, weighed as `decide_sliding` does.
+                let into = self.now.saturating_sub(self.start).min(self.duration);
+                let weighted = u128::from(x) * u128::from(self.duration - into) / u128::from(self.duration);
+                Decision {
+                    success,
+                    limit: req.limit,
+                    remaining: req.limit.saturating_sub(weighted as u64).saturating_sub(y),
+                    reset: self.start.saturating_add(self.duration),
+                }
+            }
             _ => {
                 // The bucket's state after the call; a cost-0 read of it gives remaining and
                 // reset exactly as `decide_bucket` computes them.
@@ -83,10 +94,16 @@ impl RedisStore {
         let duration = req.duration.max(1);
         let limit = req.limit.max(1);
         let start = window_start(now_ms, duration);
+        let (mut known, mut learns) = (None, None);
         let (first, second, x, r, one, ttl) = match key.algorithm {
             Algorithm::Sliding => {
                 let current = self.algorithm_key(key, &start.to_string());
                 let previous = self.algorithm_key(key, &start.saturating_sub(duration).to_string());
+                let budget = current.len() - decimal_digits(start);
+                known = self.finished.previous(&current[..budget], start, duration, now_ms);
+                if known.is_none() && Finished::keeps(start, now_ms) {
+                    learns = Some(budget);
+                }
                 let ttl = start.saturating_add(2 * duration).saturating_sub(now_ms) + EXPIRY_SLACK_MS;
                 (current, previous, now_ms - start, 0, (0, 0), ttl)
             }
@@ -98,7 +115,7 @@ impl RedisStore {
             }
         };
         let shape = Shape { algorithm: key.algorithm, duration, now: now_ms, start };
-        let algorithm = AlgorithmArgs { second, x, r, one, shape };
+        let algorithm = AlgorithmArgs { second, x, r, one, known, learns, shape };
         Call {
             key: first,
             namespace_id: key.namespace_id.clone(),
@@ -110,6 +127,19 @@ impl RedisStore {
             flush: false,
             deferred: false,
             algorithm: Some(algorithm),
+        }
+    }
+
+    /// What a sliding decision that reads the previous window's count keeps of its call
+    /// (before it is queued): the budget's part of its keys.
+    pub(super) fn lesson(call: &Call) -> Option<Box<[u8]>> {
+        call.algorithm.as_ref().and_then(|a| a.learns).map(|len| call.key[..len].into())
+    }
+
+    /// Keeps the previous window's count a sliding decision read (its [`Self::lesson`]).
+    pub(super) fn learn(&self, lesson: Option<Box<[u8]>>, shape: Option<Shape>, answer: &Answer) {
+        if let (Some(budget), Some(shape), Answer::Weighed { x, .. }) = (lesson, shape, answer) {
+            self.finished.learn(&budget, shape.start, shape.duration, *x, shape.now);
         }
     }
 
@@ -223,6 +253,11 @@ pub(super) fn checked(req: LimitRequest, start: u64, shape: Option<Shape>, answe
     }
 }
 
+/// How many decimal digits `n` is written with.
+fn decimal_digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 /// `x·D / L` as whole ms and a remainder in 1/L ms (u128: no overflow).
 fn ratio(x: u64, duration: u64, limit: u64) -> (u64, u64) {
     let n = u128::from(x) * u128::from(duration);
@@ -240,5 +275,12 @@ mod tests {
         assert_eq!(ratio(max, 2_592_000_000, max), (2_592_000_000, 0));
         assert_eq!(ratio(1, 1_000, 3), (333, 1));
         assert_eq!(ratio(2, 1_000, 3), (666, 2));
+    }
+
+    #[test]
+    fn decimal_digits_are_those_to_string_writes() {
+        for n in [0, 1, 9, 10, 99, 100, 1_799_999_999_999, u64::MAX] {
+            assert_eq!(decimal_digits(n), n.to_string().len(), "{n}");
+        }
     }
 }

@@ -14,7 +14,8 @@
 --                     j: the j-th; a batch names fewer than 1024)
 --   ARGV[a+1..]       (a = b + 4n, then past the decision before) algorithm decision i:
 --                     its checks, then 's' (sliding), limit L, cost, duration D (ms), ms
---                     into the current window, the keys' TTL (ms): 7 numbers; or 'b'
+--                     into the current window, the keys' TTL (ms), the previous window's
+--                     count when the caller knows it (else -1): 8 numbers; or 'b'
 --                     (bucket), L, cost, D, now (ms), floor(cost·D/L) (ms) and cost·D
 --                     mod L (in 1/L ms), one token's (floor(D/L), D mod L), the expiry's
 --                     slack (ms): 11 numbers
@@ -25,9 +26,8 @@
 -- the same window (deferred.rs), so this keeps each window's order.
 -- Answers {answer, used} per flush (1, the count after), then per fixed decision: 1
 -- passed, 0 denied, 2 stale overrides, 3 stale counter (nothing done for either); then
--- {answer, x, y} per algorithm decision (sliding: x = the previous window's weighted
--- count, y = the current window's count after; bucket: x = the instant's ms, y = its
--- remainder).
+-- {answer, x, y} per algorithm decision (sliding: x = the previous window's count, y =
+-- the current window's count after; bucket: x = the instant's ms, y = its remainder).
 --
 -- A charge adds first and takes back on a denial (nobody sees the difference: a script
 -- runs alone), so a passing request costs one command. A key never holds 0: the only
@@ -46,11 +46,11 @@ for i = 1, f do
   out[2 * i - 1], out[2 * i] = 1, used
 end
 local b = 3 + 2 * f
-local values = b + 4 * n -- past the decisions' numbers: sliding 7, bucket 11
+local values = b + 4 * n -- past the decisions' numbers: sliding 8, bucket 11
 do
   local a = values
   for _ = 1, g do
-    if ARGV[a + 2] == 's' then a = a + 7 else a = a + 11 end
+    if ARGV[a + 2] == 's' then a = a + 8 else a = a + 11 end
   end
   values = a
 end
@@ -99,9 +99,10 @@ for i = 1, g do
   local limit, cost, d = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   if ARGV[a + 2] == 's' then
     if not refused then
-      answer, x, y = sliding(KEYS[k - 1], KEYS[k], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 6]), ARGV[a + 7])
+      answer, x, y = sliding(KEYS[k - 1], KEYS[k], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 6]), ARGV[a + 7],
+        tonumber(ARGV[a + 8]))
     end
-    a = a + 7
+    a = a + 8
   else
     if not refused then
       answer, x, y = bucket(KEYS[k - 1], limit, cost, d, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),

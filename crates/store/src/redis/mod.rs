@@ -66,6 +66,7 @@ mod counters;
 mod credits;
 mod deferred;
 mod denials;
+mod finished;
 mod multi;
 mod pushed;
 mod script;
@@ -79,6 +80,7 @@ pub use deferred::async_overshoot_bound;
 use deferred::{Deferred, Local};
 use denials::Denials;
 pub use denials::MAX_EPOCH_AGE;
+pub use finished::SETTLED_MS as SLIDING_SETTLED_MS;
 use keygate_domain::{redact_in, redact_url};
 use keygate_ratelimit::{
     Algorithm, BudgetKey, Checked, Decision, LimitRequest, RateLimitStore, StoreError, window_start,
@@ -157,6 +159,8 @@ pub struct RedisStore {
     async_sync_interval: Duration,
     /// `None` when local denials are off.
     denials: Option<Denials>,
+    /// The counts of sliding windows that have ended (`finished.rs`).
+    finished: finished::Finished,
     script: redis::Script,
     /// The sliding windows' and token buckets' give-back script (`algorithms.rs`).
     algorithm_script: redis::Script,
@@ -281,6 +285,7 @@ impl RedisStore {
             deferred,
             async_sync_interval: settings.async_sync_interval,
             denials: settings.local_denials.then(Denials::default),
+            finished: finished::Finished::default(),
             script,
             algorithm_script: redis::Script::new(algorithms::GIVE_BACK),
             multi_script: redis::Script::new(multi::MULTI),
@@ -376,11 +381,12 @@ impl RedisStore {
         if key.algorithm != Algorithm::Fixed {
             // Neither local denials nor async state: those follow fixed windows' counts.
             let call = self.algorithm_call(&key, req, now_ms, overrides_epoch, guard);
-            let shape = call.algorithm.as_ref().map(|a| a.shape);
+            let (shape, lesson) = (call.algorithm.as_ref().map(|a| a.shape), Self::lesson(&call));
             let (_, answer) = self.batcher.enqueue(call)?;
             let answer = tracing::Instrument::instrument(answer, span)
                 .await
                 .unwrap_or_else(|_| Err(StoreError::Unavailable("Redis: decision dropped".into())))?;
+            self.learn(lesson, shape, &answer);
             return Ok(checked(req, window_start(now_ms, req.duration.max(1)), shape, answer));
         }
         if let Some(d) = self.denials.as_ref().and_then(|c| c.deny(key, req, now_ms, overrides_epoch)) {
@@ -469,7 +475,7 @@ impl RedisStore {
                 window_start(now_ms, req.duration.max(1)),
             ),
         };
-        let shape = call.algorithm.as_ref().map(|a| a.shape);
+        let (shape, lesson) = (call.algorithm.as_ref().map(|a| a.shape), Self::lesson(&call));
         let calls = [&call];
         let answers = self.pool.with_conn(|c| {
             if !self.cluster {
@@ -486,6 +492,7 @@ impl RedisStore {
             }
         })?;
         let answer = answers.into_iter().next().unwrap_or(Answer::Stale);
+        self.learn(lesson, shape, &answer);
         Ok(checked(req, start, shape, answer))
     }
 }

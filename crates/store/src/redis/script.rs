@@ -207,7 +207,7 @@ pub(super) fn script_command(
         let Some(a) = &c.algorithm else { continue };
         cmd.arg(numbered(*refs)).arg(a.kind()).arg(c.limit).arg(c.cost).arg(a.shape.duration);
         match a.shape.algorithm {
-            Algorithm::Sliding => cmd.arg(a.x).arg(c.ttl),
+            Algorithm::Sliding => cmd.arg(a.x).arg(c.ttl).arg(a.known.map_or(-1, |p| p as i64)),
             _ => cmd.arg(a.shape.now).arg(a.x).arg(a.r).arg(a.one.0).arg(a.one.1).arg(EXPIRY_SLACK_MS),
         };
     }

@@ -217,6 +217,45 @@ fn a_bucket_key_outlives_its_instant_and_sets_its_expiry_about_once_a_duration()
 }
 
 #[test]
+#[ignore = "needs Redis: set KEYGATE_TEST_REDIS_URL and run with --include-ignored (.ci/run does)"]
+fn a_settled_previous_window_is_read_once_and_a_clock_back_in_it_reads_it_again() {
+    let prefix = redis_test_prefix();
+    let s = store(&prefix);
+    let ns = Arc::new("rlns_finished".to_string());
+    let budget = BudgetKey { algorithm: Algorithm::Sliding, ..key(&ns, "u", 60_000) };
+    let start = NOW - NOW % 60_000 + 600_000;
+    let previous = format!("{prefix}{{rlns_finished:60000:u}}:sliding:{}", start - 60_000);
+    let mut conn = raw_conn();
+    let take = |cost: u64, now: u64| {
+        s.limit(budget, LimitRequest { limit: 10, duration: 60_000, cost }, now).unwrap()
+    };
+    assert!(take(4, start - 60_000 + 10).success);
+    // Settled (1 s into the next window): read once, then kept. Weighted 4·58.5/60 = 3.
+    let settled = start + keygate_store::SLIDING_SETTLED_MS + 500;
+    assert_eq!(take(1, settled).remaining, 10 - 3 - 1);
+    // Kept: a count written behind keygate's back (no instance adds to an ended window)
+    // is not read again.
+    let _: () = redis::cmd("SET").arg(&previous).arg(9).query(&mut *conn).unwrap();
+    assert_eq!(take(1, settled + 1).remaining, 10 - 3 - 2);
+    let _: () = redis::cmd("SET").arg(&previous).arg(4).query(&mut *conn).unwrap();
+    // The clock steps back into that window: it is counted in again, and the kept count
+    // forgotten, so back in the later window the previous one is read as it now is.
+    assert!(take(3, start - 60_000 + 20_000).success);
+    let d = take(1, settled + 2);
+    // Weighted floor(7 · 58.498 / 60) = 6, current 3 after: 1 left.
+    assert_eq!((d.success, d.remaining), (true, 1));
+    // Before settling, the previous window is read every time.
+    let early = BudgetKey { identifier: "v", ..budget };
+    let previous_v = format!("{prefix}{{rlns_finished:60000:v}}:sliding:{}", start - 60_000);
+    let take_v =
+        |now: u64| s.limit(early, LimitRequest { limit: 10, duration: 60_000, cost: 1 }, now).unwrap();
+    let _: () = redis::cmd("SET").arg(&previous_v).arg(6).query(&mut *conn).unwrap();
+    assert_eq!(take_v(start + 10).remaining, 10 - 5 - 1);
+    let _: () = redis::cmd("SET").arg(&previous_v).arg(2).query(&mut *conn).unwrap();
+    assert_eq!(take_v(start + 20).remaining, 10 - 1 - 2);
+}
+
+#[test]
 fn unreachable_redis_is_unavailable_within_the_timeouts() {
     // Port 1 on loopback: nothing listens, connections are refused at once.
     let settings = RedisSettings { connect_timeout: Duration::from_millis(300), ..settings() };
