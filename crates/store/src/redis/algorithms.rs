@@ -97,8 +97,8 @@ impl RedisStore {
         let (mut known, mut learns) = (None, None);
         let (first, second, x, r, one, ttl) = match key.algorithm {
             Algorithm::Sliding => {
-                let current = self.algorithm_key(key, &start.to_string());
-                let previous = self.algorithm_key(key, &start.saturating_sub(duration).to_string());
+                let current = self.algorithm_key(key, start);
+                let previous = self.algorithm_key(key, start.saturating_sub(duration));
                 let budget = current.len() - decimal_digits(start);
                 known = self.finished.previous(&current[..budget], start, duration, now_ms);
                 if known.is_none() && Finished::keeps(start, now_ms) {
@@ -206,9 +206,7 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let (duration, limit) = (req.duration.max(1), req.limit.max(1));
         let (mode, target, q, r) = match key.algorithm {
-            Algorithm::Sliding => {
-                ("sliding", self.algorithm_key(key, &window_start(now_ms, duration).to_string()), 0, 0)
-            }
+            Algorithm::Sliding => ("sliding", self.algorithm_key(key, window_start(now_ms, duration)), 0, 0),
             Algorithm::TokenBucket => {
                 let (q, r) = ratio(req.cost, duration, limit);
                 ("bucket", self.algorithm_key(key, "b"), q, r)
@@ -223,13 +221,14 @@ impl RedisStore {
 
     /// `<prefix>{<namespace>:<duration>:<identifier>}:<algorithm>:<part>`: in the budget's
     /// slot, apart from its fixed windows' keys.
-    fn algorithm_key(&self, key: &BudgetKey<'_>, part: &str) -> Vec<u8> {
+    fn algorithm_key(&self, key: &BudgetKey<'_>, part: impl std::fmt::Display) -> Vec<u8> {
+        use std::io::Write as _;
         let mut k = self.key(key, 0);
         // `key` ends in ":0" (the window start given): replace it by the algorithm's mark.
         k.truncate(k.len() - 1);
         k.extend_from_slice(key.algorithm.as_str().as_bytes());
         k.push(b':');
-        k.extend_from_slice(part.as_bytes());
+        let _ = write!(k, "{part}"); // writing to a Vec cannot fail
         k
     }
 }

@@ -229,13 +229,11 @@ pub(crate) async fn run_script(
     with_checks: bool,
 ) -> redis::RedisResult<Vec<Answer>> {
     let sections = Sections::of(calls);
-    let reply: Vec<u64> =
-        match script_command(script, false, prefix, &sections, with_checks).query_async(conn).await {
-            Err(e) if is_no_script(&e) => {
-                script_command(script, true, prefix, &sections, with_checks).query_async(conn).await?
-            }
-            other => other?,
-        };
+    let command = |eval| script_command(script, eval, prefix, &sections, with_checks);
+    let reply: Vec<u64> = match command(false).query_async(conn).await {
+        Err(e) if is_no_script(&e) => command(true).query_async(conn).await?,
+        other => other?,
+    };
     sections.answers(calls, &reply)
 }
 
@@ -248,10 +246,9 @@ pub(crate) fn run_script_blocking(
     with_checks: bool,
 ) -> redis::RedisResult<Vec<Answer>> {
     let sections = Sections::of(calls);
-    let reply: Vec<u64> = match script_command(script, false, prefix, &sections, with_checks).query(conn) {
-        Err(e) if is_no_script(&e) => {
-            script_command(script, true, prefix, &sections, with_checks).query(conn)?
-        }
+    let command = |eval| script_command(script, eval, prefix, &sections, with_checks);
+    let reply: Vec<u64> = match command(false).query(conn) {
+        Err(e) if is_no_script(&e) => command(true).query(conn)?,
         other => other?,
     };
     sections.answers(calls, &reply)
