@@ -23,8 +23,8 @@ pub(super) const GIVE_BACK: &str = concat!(include_str!("algorithms.lua"), inclu
 /// What a sliding window's or a bucket's decision adds to its [`Call`] (`decide.lua`).
 #[derive(Debug, Clone)]
 pub(crate) struct AlgorithmArgs {
-    /// Sliding: the previous window's key; bucket: the instant's key again.
-    pub(super) second: Vec<u8>,
+    /// Sliding, when the previous window's count is to be read: that window's key.
+    pub(super) second: Option<Vec<u8>>,
     /// Sliding: ms into the current window, 0; bucket: the cost as floor(cost·D/L) ms and
     /// cost·D mod L.
     pub(super) x: u64,
@@ -100,20 +100,20 @@ impl RedisStore {
         let (first, second, x, r, one, ttl) = match key.algorithm {
             Algorithm::Sliding => {
                 let current = self.algorithm_key(key, start);
-                let previous = self.algorithm_key(key, start.saturating_sub(duration));
                 let budget = current.len() - decimal_digits(start);
                 known = self.finished.previous(&current[..budget], start, duration, now_ms);
-                if known.is_none() && Finished::keeps(start, now_ms) {
-                    learns = Some(budget);
+                let mut previous = None;
+                if known.is_none() {
+                    previous = Some(self.algorithm_key(key, start.saturating_sub(duration)));
+                    learns = Finished::keeps(start, now_ms).then_some(budget);
                 }
                 let ttl = start.saturating_add(2 * duration).saturating_sub(now_ms) + EXPIRY_SLACK_MS;
                 (current, previous, now_ms - start, 0, (0, 0), ttl)
             }
             _ => {
-                let bucket = self.algorithm_key(key, "b");
                 let (q, r) = ratio(req.cost, duration, limit);
                 // The script sets the instant's expiry (`bucket` in algorithms.lua).
-                (bucket.clone(), bucket, q, r, ratio(1, duration, limit), 0)
+                (self.algorithm_key(key, "b"), None, q, r, ratio(1, duration, limit), 0)
             }
         };
         let shape = Shape { algorithm: key.algorithm, duration, now: now_ms, start };

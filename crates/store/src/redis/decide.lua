@@ -3,9 +3,9 @@
 -- functions of `algorithms.lua`, which this source follows), naming m checks (a key that
 -- must still hold a value: an overrides epoch, a change counter or the counters' epoch):
 --   KEYS[1..f]        each flush's window key; KEYS[f+1..f+n] each fixed decision's window
---                     key; KEYS[f+n+2i-1], KEYS[f+n+2i] algorithm decision i's two keys
---                     (sliding: the current and the previous window's counts; bucket: its
---                     instant, twice); KEYS[f+n+2g+1..f+n+2g+m] the checks' keys
+--                     key; then each algorithm decision's keys in turn (sliding: the
+--                     current window's count, and the previous one's when its count is not
+--                     given; bucket: its instant); then the m checks' keys
 --   ARGV[1..3]        f, n, g
 --   ARGV[2i+2..2i+3]  flush i: its tokens, key TTL (ms)
 --   ARGV[b+4i-3..b+4i] (b = 3 + 2f) fixed decision i: its checks, limit, cost, key TTL
@@ -46,17 +46,20 @@ for i = 1, f do
   out[2 * i - 1], out[2 * i] = 1, used
 end
 local b = 3 + 2 * f
-local values = b + 4 * n -- past the decisions' numbers: sliding 8, bucket 11
-do
-  local a = values
-  for _ = 1, g do
-    if ARGV[a + 2] == 's' then a = a + 8 else a = a + 11 end
+-- Past the decisions' numbers (sliding 8, bucket 11) and keys (sliding 1 or 2, bucket 1).
+local values, checked = b + 4 * n, f + n
+for _ = 1, g do
+  if ARGV[values + 2] ~= 's' then
+    values, checked = values + 11, checked + 1
+  elseif ARGV[values + 8] == '-1' then
+    values, checked = values + 8, checked + 2
+  else
+    values, checked = values + 8, checked + 1
   end
-  values = a
 end
 local current = {[0] = true}
-for j = 1, #KEYS - f - n - 2 * g do
-  current[j] = (redis.call('GET', KEYS[f + n + 2 * g + j]) or '0') == ARGV[values + j]
+for j = 1, #KEYS - checked do
+  current[j] = (redis.call('GET', KEYS[checked + j]) or '0') == ARGV[values + j]
 end
 -- 3 stale counter, 2 stale overrides, else nil.
 local function stale(checks)
@@ -91,24 +94,23 @@ for i = 1, n do
     end
   end
 end
-local o, a = 2 * (f + n), b + 4 * n
-for i = 1, g do
-  local k = f + n + 2 * i
+local o, a, k = 2 * (f + n), b + 4 * n, f + n + 1
+for _ = 1, g do
   local refused = stale(tonumber(ARGV[a + 1]))
   local answer, x, y = refused, 0, 0
   local limit, cost, d = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   if ARGV[a + 2] == 's' then
+    local known = tonumber(ARGV[a + 8])
     if not refused then
-      answer, x, y = sliding(KEYS[k - 1], KEYS[k], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 6]), ARGV[a + 7],
-        tonumber(ARGV[a + 8]))
+      answer, x, y = sliding(KEYS[k], KEYS[k + 1], limit, cost, ARGV[a + 4], d, tonumber(ARGV[a + 6]), ARGV[a + 7], known)
     end
-    a = a + 8
+    a, k = a + 8, (known < 0) and k + 2 or k + 1
   else
     if not refused then
-      answer, x, y = bucket(KEYS[k - 1], limit, cost, d, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
+      answer, x, y = bucket(KEYS[k], limit, cost, d, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
         tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]))
     end
-    a = a + 11
+    a, k = a + 11, k + 1
   end
   out[o + 1], out[o + 2], out[o + 3] = answer, x, y
   o = o + 3

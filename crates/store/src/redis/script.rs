@@ -184,13 +184,16 @@ pub(super) fn script_command(
     } else {
         cmd.arg(script.get_hash());
     }
-    cmd.arg(flushes.len() + fixed.len() + 2 * algorithms.len() + checks.list.len());
+    let seconds = algorithms.iter().filter_map(|c| c.algorithm.as_ref()?.second.as_ref());
+    cmd.arg(flushes.len() + fixed.len() + algorithms.len() + seconds.count() + checks.list.len());
     for c in flushes.iter().chain(fixed.iter()) {
         cmd.arg(c.key.as_slice());
     }
     for c in algorithms {
-        let second = c.algorithm.as_ref().map_or(&c.key, |a| &a.second);
-        cmd.arg(c.key.as_slice()).arg(second.as_slice());
+        cmd.arg(c.key.as_slice());
+        if let Some(second) = c.algorithm.as_ref().and_then(|a| a.second.as_ref()) {
+            cmd.arg(second.as_slice());
+        }
     }
     for key in checks.keys(prefix) {
         cmd.arg(key);
