@@ -69,45 +69,78 @@ local function sliding(current, previous, limit, cost, cost_arg, d, into, ttl, k
   return 0, p, redis.call('DECRBY', current, cost_arg)
 end
 
--- The bucket's instant "ms:r:e" at `key`: z = ms + r/L (r < L); z <= now is a full bucket;
--- e the instant (ms, the deciding instances' clock) the key's expiry was set for (0: not
--- known, as in the "ms:r" of earlier versions). Answers ms, r, e, and whether it is stored.
+-- The bucket's instant "ms:r" (`stored`, nil when none): z = ms + r/L (r < L); z <= now
+-- is a full bucket (so is no instant: answered as now). A third field (":e", written by
+-- earlier versions) is ignored. Answers ms, r, and the stored ms as it is.
+local function parse(stored, limit, now)
+  if not stored then
+    return now, 0, now
+  end
+  local ms, r = string.match(stored, '^(%d+):(%d+)')
+  ms, r = tonumber(ms), tonumber(r)
+  if r >= limit then return ms + 1, 0, ms end -- the limit went down: round up
+  return ms, r, ms
+end
+
+-- The bucket's instant at `key` (see `parse`), and whether it is stored.
 local function instant(key, limit, now)
   local stored = redis.call('GET', key)
-  if not stored then
-    return now, 0, 0, false
+  local ms, r = parse(stored, limit, now)
+  return ms, r, stored ~= nil
+end
+
+-- Sets the bucket's expiry for its new instant `m` when `m` is in a later D-long epoch than
+-- the instant stored before (`was`, nil when the key is new): to the end of the epoch after
+-- `m`'s, plus `slack`, so it is always past the end of the epoch after the stored instant's.
+local function expire(key, m, was, d, now, slack)
+  local epoch = divmod(m, d)
+  if was == nil or epoch > divmod(was, d) then
+    redis.call('PEXPIRE', key, (epoch + 2) * d + slack - now)
   end
-  local ms, r, e = string.match(stored, '^(%d+):(%d+):?(%d*)$')
-  ms, r, e = tonumber(ms), tonumber(r), tonumber(e) or 0
-  if r >= limit then ms, r = ms + 1, 0 end -- the limit went down: round up
-  return ms, r, e, true
+end
+
+-- z + q + s/L after a bucket's instant (ms, r) moved to now when full, as (m, t), t < L.
+local function after(ms, r, now, limit, q, s)
+  if ms < now or (ms == now and r == 0) then ms, r = now, 0 end
+  local m, t = ms + q, r + s
+  if r >= limit - s then m, t = m + 1, r - (limit - s) end
+  return m, t
 end
 
 -- A token bucket (GCRA): the cost moves its instant by q + s/L ms (q = floor(cost·D/L),
 -- s = cost·D mod L); one token by oq + os/L. Passes when the debt after it is at most D.
--- The key must outlive its instant (the bucket is full after it): while the expiry set
--- before is more than `slack` ms past the new instant it is kept (`KEEPTTL`, the cheaper
--- write), else set again to 2D + q + slack ms from now (at least D + slack past the
--- instant, so a busy bucket sets it about once a duration).
+-- A charge writes first the instant a full bucket would have after it (most budgets are
+-- full: one command, `SET ... GET`), and, when the old instant says the bucket was not,
+-- writes what the old one gives (a pass) or the old value back (a denial). The key must
+-- outlive its instant: its expiry is at least the end of the D-long epoch after the
+-- instant's own (epochs floor(ms / D)) plus `slack`; a write that moves the instant into a
+-- later epoch (or creates the key) sets it again, to two epochs past the new instant's,
+-- so a busy bucket sets it about once a duration.
 -- Answers {answer, the instant's ms, its remainder} after the call.
 local function bucket(key, limit, cost, d, now, q, s, oq, os, slack)
-  local ms, r, e = instant(key, limit, now)
-  if ms < now or (ms == now and r == 0) then ms, r = now, 0 end
-  -- z + q + s/L, as (m, t) with t < L (one token's when the call only reads).
-  if cost == 0 then q, s = oq, os end
-  local m, t = ms + q, r + s
-  if r >= limit - s then m, t = m + 1, r - (limit - s) end
-  if not (m - now < d or (m - now == d and t == 0)) then
+  if cost > 0 and (q < d or (q == d and s == 0)) then
+    local m, t = now + q, s
+    local stored = redis.call('SET', key, string.format('%d:%d', m, t), 'KEEPTTL', 'GET')
+    local ms, r, was = parse(stored, limit, now)
+    if not stored then was = nil end
+    if not (ms > now or (ms == now and r > 0)) then
+      expire(key, m, was, d, now, slack)
+      return 1, m, t
+    end
+    m, t = after(ms, r, now, limit, q, s)
+    if m - now < d or (m - now == d and t == 0) then
+      redis.call('SET', key, string.format('%d:%d', m, t), 'KEEPTTL')
+      expire(key, m, was, d, now, slack)
+      return 1, m, t
+    end
+    redis.call('SET', key, stored, 'KEEPTTL')
     return 0, ms, r
   end
-  if cost == 0 then
-    return 1, ms, r
-  end
-  if e - m > slack then
-    redis.call('SET', key, string.format('%d:%d:%d', m, t, e), 'KEEPTTL')
-  else
-    local ttl = 2 * d + q + slack
-    redis.call('SET', key, string.format('%d:%d:%d', m, t, now + ttl), 'PX', ttl)
-  end
-  return 1, m, t
+  -- A read (one token's worth), or a cost more than a full bucket holds: nothing written.
+  local ms, r = instant(key, limit, now)
+  if cost == 0 then q, s = oq, os end
+  local m, t = after(ms, r, now, limit, q, s)
+  local passes = m - now < d or (m - now == d and t == 0)
+  if ms < now or (ms == now and r == 0) then ms, r = now, 0 end
+  return (passes and cost == 0) and 1 or 0, ms, r
 end

@@ -14,7 +14,7 @@ if ARGV[1] == 'sliding' then
   return 1
 end
 local limit, now = tonumber(ARGV[2]), tonumber(ARGV[4])
-local ms, r, e, stored = instant(KEYS[1], limit, now)
+local ms, r, stored = instant(KEYS[1], limit, now)
 if stored then
   local q, s = tonumber(ARGV[5]), tonumber(ARGV[6])
   if r >= s then r = r - s else ms, r = ms - 1, r + limit - s end
@@ -22,7 +22,7 @@ if stored then
   if ms < now or (ms == now and r == 0) then
     redis.call('DEL', KEYS[1])
   else
-    redis.call('SET', KEYS[1], string.format('%d:%d:%d', ms, r, e), 'KEEPTTL')
+    redis.call('SET', KEYS[1], string.format('%d:%d', ms, r), 'KEEPTTL')
   end
 end
 return 1

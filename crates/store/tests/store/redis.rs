@@ -179,41 +179,44 @@ fn a_bucket_key_outlives_its_instant_and_sets_its_expiry_about_once_a_duration()
     let req = LimitRequest { limit: 10, duration: 60_000, cost: 1 };
     let k = format!("{prefix}{{rlns_bucket_ttl:60000:u}}:token_bucket:b");
     let mut conn = raw_conn();
-    let state = |conn: &mut dyn redis::ConnectionLike| -> (Vec<u64>, i64) {
+    let state = |conn: &mut dyn redis::ConnectionLike| -> (String, i64) {
         let v: String = redis::cmd("GET").arg(&k).query(conn).unwrap();
         let ttl: i64 = redis::cmd("PTTL").arg(&k).query(conn).unwrap();
-        (v.split(':').map(|x| x.parse().unwrap()).collect(), ttl)
+        (v, ttl)
     };
     let decide =
         |now: u64| assert_eq!(s.limit(bucket, req, now).unwrap(), memory.limit(bucket, req, now).unwrap());
-    // Set with the instant: 2D + q + slack from now, at most (q = 6 s a token).
-    let full = 2 * 60_000 + 6_000 + EXPIRY_SLACK_MS;
+    // Epochs of D = 60 s (NOW starts one). Created: the end of the epoch after the
+    // instant's, plus the slack (q = 6 s a token).
+    let around = |ttl: i64, expected: u64| ttl > expected as i64 - 5_000 && ttl <= expected as i64;
     decide(NOW);
     let (v, ttl) = state(&mut *conn);
-    assert_eq!(v, vec![NOW + 6_000, 0, NOW + full]);
-    assert!(ttl > full as i64 - 5_000 && ttl <= full as i64, "pttl {ttl}");
-    // A busy bucket keeps it while it is more than the slack past the instant.
+    assert_eq!(v, format!("{}:0", NOW + 6_000));
+    assert!(around(ttl, 120_000 + EXPIRY_SLACK_MS), "pttl {ttl}");
+    // A busy bucket whose instant stays in its epoch keeps it.
     decide(NOW + 1_000);
     std::thread::sleep(Duration::from_millis(20));
     decide(NOW + 2_000);
     let (v2, ttl2) = state(&mut *conn);
-    assert_eq!(v2, vec![NOW + 18_000, 0, NOW + full]);
-    assert!(ttl2 < ttl && ttl2 > full as i64 - 5_000, "pttl {ttl2} after {ttl}");
-    // Past that, it is set again from the call's now.
-    let later = NOW + 130_000;
+    assert_eq!(v2, format!("{}:0", NOW + 18_000));
+    assert!(ttl2 < ttl && around(ttl2, 120_000 + EXPIRY_SLACK_MS), "pttl {ttl2} after {ttl}");
+    // An instant moved into a later epoch sets it again, from the call's now.
+    let later = NOW + 130_000; // full again: the instant goes to later + 6 s, epoch + 2
     decide(later);
     let (v3, ttl3) = state(&mut *conn);
-    assert_eq!(v3, vec![later + 6_000, 0, later + full]);
-    assert!(ttl3 > full as i64 - 5_000 && ttl3 <= full as i64, "pttl {ttl3}");
-    // An instant written without its expiry (earlier versions' "ms:r") is read, and its
-    // expiry set at the next pass.
-    let legacy = format!("{}:0", later + 12_000);
-    let _: () = redis::cmd("SET").arg(&k).arg(legacy).arg("PX").arg(1_000).query(&mut *conn).unwrap();
+    assert_eq!(v3, format!("{}:0", later + 6_000));
+    assert!(around(ttl3, 240_000 + EXPIRY_SLACK_MS - 130_000), "pttl {ttl3}");
+    // An instant written by earlier versions ("ms:r:e") is read; a denial leaves it as it is.
+    let legacy = format!("{}:0:{}", later + 12_000, later + 300_000);
+    let _: () = redis::cmd("SET").arg(&k).arg(&legacy).arg("PX").arg(200_000).query(&mut *conn).unwrap();
+    let d = s.limit(bucket, LimitRequest { cost: 9, ..req }, later + 1).unwrap();
+    assert!(!d.success && d.remaining == 8, "{d:?}"); // 12 s - 1 ms of debt: 8 whole tokens left
+    assert_eq!(state(&mut *conn).0, legacy);
     let d = s.limit(bucket, req, later + 1).unwrap();
     assert!(d.success && d.remaining == 7, "{d:?}"); // 18 s - 1 ms of debt: 3 tokens
     let (v4, ttl4) = state(&mut *conn);
-    assert_eq!(v4, vec![later + 18_000, 0, later + 1 + full]);
-    assert!(ttl4 > full as i64 - 5_000, "pttl {ttl4}");
+    assert_eq!(v4, format!("{}:0", later + 18_000));
+    assert!(around(ttl4, 200_000), "pttl {ttl4}: the same epoch keeps the expiry");
 }
 
 #[test]
