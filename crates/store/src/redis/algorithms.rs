@@ -8,7 +8,7 @@
 //! A sliding window's counts live in the fixed windows' keys (`<budget>:<window start>`)
 //! under the algorithm's mark, each kept for two windows; once a window has settled, the
 //! previous one's count is kept by the instance that read it (`finished.rs`) and not read
-//! again. A bucket's instant (with the expiry it was set for) lives in one key
+//! again. A bucket's instant lives in one key
 //! (`<budget>:b`), kept until the bucket is full. A budget's keys share its slot.
 
 use super::finished::Finished;
