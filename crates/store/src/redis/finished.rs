@@ -13,7 +13,9 @@
 //!
 //! Memory is bounded: [`SHARDS`] × [`PER_SHARD`] budgets, past which a shard drops the
 //! counts whose window is over, and when none is, keeps no more (those budgets read
-//! Redis, as before).
+//! Redis, as before). A full shard is swept only when its earliest count is over, and at
+//! most once every [`SWEEP_MS`]: a decision never pays for scanning a full shard of live
+//! budgets (one tenant's many budgets cannot make every other decision slower).
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -26,6 +28,8 @@ pub const SETTLED_MS: u64 = 1_000;
 
 const SHARDS: usize = 16;
 const PER_SHARD: usize = 4_096;
+/// The least time between two sweeps of one shard.
+const SWEEP_MS: u64 = 1_000;
 
 #[derive(Debug, Clone, Copy)]
 struct Ended {
@@ -37,8 +41,32 @@ struct Ended {
 }
 
 /// Per budget (its keys' common part, up to the window start), the count of a window
-/// that has ended.
-type Shard = Mutex<HashMap<Box<[u8]>, Ended>>;
+/// that has ended; and when a sweep of a full shard may free room.
+#[derive(Debug, Default)]
+struct Counts {
+    ended: HashMap<Box<[u8]>, Ended>,
+    /// No count is over before this (the least `until` at the last sweep, lowered by
+    /// inserts), and no sweep runs before `next_sweep` either.
+    earliest_until: u64,
+    next_sweep: u64,
+    sweeps: usize,
+}
+
+impl Counts {
+    /// Drops the counts whose window is over, when some may be and the last sweep is
+    /// [`SWEEP_MS`] old.
+    fn sweep(&mut self, now_ms: u64) {
+        if now_ms < self.earliest_until || now_ms < self.next_sweep {
+            return;
+        }
+        self.sweeps += 1;
+        self.next_sweep = now_ms.saturating_add(SWEEP_MS);
+        self.ended.retain(|_, e| e.until > now_ms);
+        self.earliest_until = self.ended.values().map(|e| e.until).min().unwrap_or(0);
+    }
+}
+
+type Shard = Mutex<Counts>;
 
 /// The counts kept, in shards by budget.
 #[derive(Debug)]
@@ -50,7 +78,7 @@ pub(super) struct Finished {
 impl Default for Finished {
     fn default() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: foldhash::fast::FixedState::default(),
         }
     }
@@ -66,9 +94,9 @@ impl Finished {
     /// window starting at `start` or later (the clock came back into it).
     pub(super) fn previous(&self, budget: &[u8], start: u64, duration: u64, now_ms: u64) -> Option<u64> {
         let mut shard = self.shard(budget).lock();
-        let ended = *shard.get(budget)?;
+        let ended = *shard.ended.get(budget)?;
         if ended.start >= start {
-            shard.remove(budget);
+            shard.ended.remove(budget);
             return None;
         }
         let settled = now_ms.saturating_sub(start) >= SETTLED_MS;
@@ -87,24 +115,32 @@ impl Finished {
         let Some(previous) = start.checked_sub(duration) else { return };
         let ended = Ended { start: previous, count, until: start.saturating_add(duration) };
         let mut shard = self.shard(budget).lock();
-        if let Some(kept) = shard.get_mut(budget) {
+        if let Some(kept) = shard.ended.get_mut(budget) {
             if kept.start <= previous {
                 *kept = ended;
             }
             return;
         }
-        if shard.len() >= PER_SHARD {
-            shard.retain(|_, e| e.until > now_ms);
-            if shard.len() >= PER_SHARD {
+        if shard.ended.len() >= PER_SHARD {
+            shard.sweep(now_ms);
+            if shard.ended.len() >= PER_SHARD {
                 return;
             }
         }
-        shard.insert(budget.into(), ended);
+        if shard.ended.is_empty() || ended.until < shard.earliest_until {
+            shard.earliest_until = ended.until;
+        }
+        shard.ended.insert(budget.into(), ended);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().ended.len()).sum()
+    }
+
+    #[cfg(test)]
+    fn sweeps(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().sweeps).sum()
     }
 }
 
@@ -149,5 +185,27 @@ mod tests {
             f.learn(format!("n{i}").as_bytes(), 240_000, D, i, 241_000);
         }
         assert_eq!(f.previous(b"n999", 240_000, D, 241_000), Some(999));
+    }
+
+    #[test]
+    fn a_full_shard_of_live_counts_is_not_swept_for_each_new_budget() {
+        let f = Finished::default();
+        for i in 0..(SHARDS * PER_SHARD * 2) as u64 {
+            f.learn(&i.to_be_bytes(), 120_000, D, i, 121_000);
+        }
+        assert_eq!(f.sweeps(), 0, "no count was over: nothing to sweep");
+        // Counts of a shorter window end sooner; once they are over a full shard is swept
+        // once, not again while its earliest count is live, however many budgets come.
+        let f = Finished::default();
+        for i in 0..(SHARDS * PER_SHARD) as u64 {
+            let duration = if i % 2 == 0 { 1_000 } else { D };
+            f.learn(&i.to_be_bytes(), 120_000, duration, i, 120_000);
+        }
+        for i in 0..100_000u64 {
+            f.learn(format!("n{i}").as_bytes(), 120_000, D, i, 121_000 + i / 2_000);
+        }
+        assert_eq!(f.sweeps(), SHARDS, "each shard swept once");
+        assert!(f.len() <= SHARDS * PER_SHARD);
+        assert_eq!(f.previous(b"n0", 120_000, D, 121_000), Some(0), "the short windows made room");
     }
 }
