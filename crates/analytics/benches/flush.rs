@@ -71,6 +71,7 @@ fn run(backend: &str, db: &TestDb) {
                 code: VerifyCode::Valid,
                 tags: &[],
                 at_ms: clock.now_ms(),
+                spent_credits: 0,
             });
         }
         clock.advance(1_000u64.saturating_sub(per_flush / per_ms));

@@ -73,6 +73,7 @@ fn run(backend: &str, db: &TestDb) {
             outcome: code.as_str().to_string(),
             tags: Vec::new(),
             count,
+            spent_credits: if code == VerifyCode::Valid { count } else { 0 },
         })
         .collect();
     for chunk in rows.chunks(50_000) {

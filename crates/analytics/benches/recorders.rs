@@ -30,6 +30,7 @@ fn recorders(c: &mut Criterion) {
                 code: VerifyCode::Valid,
                 tags: &tags,
                 at_ms: 1_000,
+                spent_credits: 0,
             }));
         })
     });
@@ -49,6 +50,7 @@ fn recorders(c: &mut Criterion) {
                 code: VerifyCode::Valid,
                 tags: &[],
                 at_ms: 1_000,
+                spent_credits: 0,
             }))
         };
         keys.iter().for_each(|k| record(k));

@@ -59,8 +59,15 @@ const TRIM_AFTER_MS: i64 = 5 * MINUTE;
 impl<S: AnalyticsStore> AnalyticsService<S> {
     /// Counts a verification's outcome, in memory (nothing when analytics are off, or when
     /// neither the key nor the caller's workspace is known), with the key's and identity's
-    /// rate limits that applied ([`Self::record_limit`]'s counts). No I/O.
-    pub fn record_verification(&self, v: &Verification, scope: &VerifyScope<'_>, tags: &[String]) {
+    /// rate limits that applied ([`Self::record_limit`]'s counts), and the credits it was
+    /// charged (`spent_credits`, API-v2.md §22). No I/O.
+    pub fn record_verification(
+        &self,
+        v: &Verification,
+        scope: &VerifyScope<'_>,
+        tags: &[String],
+        spent_credits: u64,
+    ) {
         let at_ms = self.rbac.clock().now_ms();
         self.record_verification_limits(v, at_ms);
         let Some(recorder) = &self.recorder else { return };
@@ -71,7 +78,8 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
                 None => return,
             },
         };
-        let outcome = Outcome { workspace_id, api_id, key_id, identity_id, code: v.code, tags, at_ms };
+        let outcome =
+            Outcome { workspace_id, api_id, key_id, identity_id, code: v.code, tags, at_ms, spent_credits };
         match &v.found {
             Some(key) if tags.is_empty() => recorder.record_beside(key, &outcome),
             _ => recorder.record(&outcome),
@@ -385,6 +393,7 @@ fn journal_entry(drained: &[SeriesCount]) -> Vec<u8> {
             outcome: s.code.as_str(),
             tags,
             count: c.count,
+            spent_credits: c.spent_credits,
         }
     }))
 }

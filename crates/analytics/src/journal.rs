@@ -4,18 +4,19 @@
 //!
 //! An entry is a table of its strings, each once (a flush's counts share a workspace and
 //! an API, and a key's outcomes share its key and identity), then its counts, each six
-//! indices into that table and three numbers. Little-endian throughout:
+//! indices into that table and four numbers. Little-endian throughout:
 //!
 //! ```text
-//! version u8 (1)
+//! version u8 (2)
 //! strings u32, then each: length u32, UTF-8 bytes
 //! counts u32, then each: workspace, API, key, identity, outcome, tags (u32 indices;
 //!     tags as `verification_counts` stores them, a JSON array), width i64, bucket i64,
-//!     count u64
+//!     count u64, spent credits u64
 //! ```
 //!
-//! A body that does not decode (another version, a damaged row) is an error, never a
-//! panic: the fold logs it and drops it.
+//! Version 1 (written before spent credits were counted) is the same without the spent
+//! credits, and still read (as none spent). A body that does not decode (an unknown
+//! version, a damaged row) is an error, never a panic: the fold logs it and drops it.
 
 use crate::store::VerificationCount;
 use hashbrown::HashMap;
@@ -24,7 +25,9 @@ use hashbrown::HashMap;
 /// process (not SipHash: a fold at a million keys hashes millions of parts a minute).
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The version before spent credits: its counts have none.
+const VERSION_1: u8 = 1;
 
 /// A count as an entry holds it: its parts borrowed from the body (or from the series the
 /// recorder drained).
@@ -41,12 +44,14 @@ pub struct Count<'a> {
     /// The tag set as stored: `[]`, or a JSON array of strings.
     pub tags: &'a str,
     pub count: u64,
+    /// The credits the count's verifications were charged (API-v2.md §22).
+    pub spent_credits: u64,
 }
 
 impl Count<'_> {
     /// The series and bucket, without the count.
     fn series(self) -> Self {
-        Count { count: 0, ..self }
+        Count { count: 0, spent_credits: 0, ..self }
     }
 
     /// The count as the store adds it.
@@ -64,6 +69,7 @@ impl Count<'_> {
                 text => serde_json::from_str(text).unwrap_or_default(),
             },
             count: self.count,
+            spent_credits: self.spent_credits,
         }
     }
 }
@@ -91,6 +97,7 @@ pub fn encode<'a>(counts: impl IntoIterator<Item = Count<'a>>) -> Vec<u8> {
         records.extend_from_slice(&c.width.to_le_bytes());
         records.extend_from_slice(&c.bucket.to_le_bytes());
         records.extend_from_slice(&c.count.to_le_bytes());
+        records.extend_from_slice(&c.spent_credits.to_le_bytes());
         n += 1;
     }
     let text: usize = order.iter().map(|s| 4 + s.len()).sum();
@@ -109,9 +116,11 @@ pub fn encode<'a>(counts: impl IntoIterator<Item = Count<'a>>) -> Vec<u8> {
 /// The counts of an entry, borrowing from `body`.
 pub fn decode(body: &[u8]) -> Result<Vec<Count<'_>>, Corrupt> {
     let mut r = Reader { body, at: 0 };
-    if r.bytes(1)? != [VERSION] {
-        return Err(Corrupt("an unknown version"));
-    }
+    let spends = match r.bytes(1)? {
+        [VERSION] => true,
+        [VERSION_1] => false,
+        _ => return Err(Corrupt("an unknown version")),
+    };
     let n = r.u32()? as usize;
     // Each string takes four bytes at least: a count beyond that is a lie, not an
     // allocation to make.
@@ -124,8 +133,8 @@ pub fn decode(body: &[u8]) -> Result<Vec<Count<'_>>, Corrupt> {
         strings.push(std::str::from_utf8(r.bytes(len)?).map_err(|_| Corrupt("a string not UTF-8"))?);
     }
     let n = r.u32()? as usize;
-    const RECORD: usize = 6 * 4 + 3 * 8;
-    if n.checked_mul(RECORD) != Some(body.len() - r.at) {
+    let record: usize = 6 * 4 + 3 * 8 + if spends { 8 } else { 0 };
+    if n.checked_mul(record) != Some(body.len() - r.at) {
         return Err(Corrupt("a length that does not match its counts"));
     }
     let mut out = Vec::with_capacity(n);
@@ -136,7 +145,19 @@ pub fn decode(body: &[u8]) -> Result<Vec<Count<'_>>, Corrupt> {
         let (workspace_id, api_id, key_id, identity_id, outcome, tags) =
             (part()?, part()?, part()?, part()?, part()?, part()?);
         let (width, bucket, count) = (r.i64()?, r.i64()?, r.u64()?);
-        out.push(Count { workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count });
+        let spent_credits = if spends { r.u64()? } else { 0 };
+        out.push(Count {
+            workspace_id,
+            width,
+            bucket,
+            api_id,
+            key_id,
+            identity_id,
+            outcome,
+            tags,
+            count,
+            spent_credits,
+        });
     }
     Ok(out)
 }
@@ -144,19 +165,21 @@ pub fn decode(body: &[u8]) -> Result<Vec<Count<'_>>, Corrupt> {
 /// The counts of `bodies` summed per series and bucket, in the table's key order; a body
 /// that does not decode is passed to `corrupt` and left out.
 pub fn merge<'a>(bodies: &'a [Vec<u8>], mut corrupt: impl FnMut(Corrupt)) -> Vec<Count<'a>> {
-    let mut sums: Map<Count<'a>, u64> = Map::default();
+    let mut sums: Map<Count<'a>, (u64, u64)> = Map::default();
     for body in bodies {
         match decode(body) {
             Ok(counts) => {
                 for c in counts {
-                    let n = sums.entry(c.series()).or_default();
+                    let (n, spent) = sums.entry(c.series()).or_default();
                     *n = n.saturating_add(c.count);
+                    *spent = spent.saturating_add(c.spent_credits);
                 }
             }
             Err(e) => corrupt(e),
         }
     }
-    let mut out: Vec<Count<'a>> = sums.into_iter().map(|(s, count)| Count { count, ..s }).collect();
+    let mut out: Vec<Count<'a>> =
+        sums.into_iter().map(|(s, (count, spent_credits))| Count { count, spent_credits, ..s }).collect();
     out.sort_unstable();
     out
 }
@@ -208,6 +231,7 @@ mod tests {
             outcome,
             tags,
             count: n,
+            spent_credits: n / 2,
         }
     }
 
@@ -264,6 +288,22 @@ mod tests {
         let mut extra = body.clone();
         extra.push(0);
         assert!(decode(&extra).is_err(), "a byte past the counts");
+    }
+
+    #[test]
+    fn an_entry_of_the_version_before_spent_credits_reads_as_none_spent() {
+        let counts = [count("key_a", "VALID", "[]", 60_000, 3), count("key_b", "VALID", "[\"a\"]", 0, 8)];
+        // Version 1: the same records without their last eight bytes.
+        let v2 = encode(counts);
+        let strings_end = v2.len() - 4 - counts.len() * 56;
+        let mut v1 = vec![1];
+        v1.extend_from_slice(&v2[1..strings_end + 4]);
+        for r in v2[strings_end + 4..].chunks(56) {
+            v1.extend_from_slice(&r[..48]);
+        }
+        let read = decode(&v1).unwrap();
+        assert_eq!(read, counts.map(|c| Count { spent_credits: 0, ..c }));
+        assert!(decode(&v1[..v1.len() - 1]).is_err());
     }
 
     #[test]

@@ -31,8 +31,8 @@ pub mod verifications;
 pub use ratelimits::{LimitSlice, RatelimitsQuery, RatelimitsRow, TOP_IDENTIFIERS, VERIFY_NAMESPACE_PREFIX};
 pub use store::{AnalyticsStore, AnalyticsTx};
 pub use verifications::{
-    DEFAULT_RETENTION_DAYS, DailyVerifications, KeyOrOwner, OrderField, TimeSlice, VerificationsQuery,
-    VerificationsRow, field_name as outcome_field,
+    DEFAULT_RETENTION_DAYS, DailyVerifications, KeyOrOwner, OrderField, TimeSlice, VerificationBucket,
+    VerificationsQuery, VerificationsRow, field_name as outcome_field,
 };
 
 use keygate_rbac::RbacService;

@@ -43,6 +43,9 @@ pub struct Outcome<'a> {
     pub tags: &'a [String],
     /// When (Unix ms).
     pub at_ms: u64,
+    /// The credits the verification was charged (API-v2.md §22: its cost, once, however
+    /// many budgets it was taken from; 0 when nothing was charged).
+    pub spent_credits: u64,
 }
 
 /// A series: what one count is kept for. Its text parts (workspace, API, key, identity,
@@ -63,6 +66,7 @@ pub struct Series {
 pub struct SeriesCount {
     pub series: Series,
     pub count: u64,
+    pub spent_credits: u64,
 }
 
 const MINUTE_MS: u64 = 60_000;
@@ -198,6 +202,8 @@ impl SeriesRef<'_, '_> {
 #[derive(Debug, Clone, Copy)]
 struct Held {
     pending: u64,
+    /// The credits spent by the counts not yet taken.
+    spent: u64,
     /// The drains made before the first count not yet taken came (meaningless while
     /// `pending` is 0).
     since: u64,
@@ -295,6 +301,7 @@ impl Recorder {
                 held.since = self.drains.load(Ordering::Relaxed);
             }
             held.pending += 1;
+            held.spent = held.spent.saturating_add(outcome.spent_credits);
             return;
         }
         // A new series: within the bound, or dropped.
@@ -304,7 +311,8 @@ impl Recorder {
             metrics::counter!("keygate_analytics_dropped_total").increment(1);
             return;
         }
-        let held = Held { pending: 1, since: self.drains.load(Ordering::Relaxed) };
+        let held =
+            Held { pending: 1, spent: outcome.spent_credits, since: self.drains.load(Ordering::Relaxed) };
         shard.insert_unique(hash, Entry { series: owned(&key, hash), held }, |e| e.series.hash);
         drop(shard);
         self.note_minute(outcome.key_id, key.minute);
@@ -338,8 +346,12 @@ impl Recorder {
         for shard in self.shards.iter() {
             shard.lock().retain(|Entry { series, held }| {
                 if held.pending > 0 && wait.is_none_or(|(rounds, _)| held.since + rounds <= drain) {
-                    out.push(SeriesCount { series: series.clone(), count: held.pending });
-                    held.pending = 0;
+                    out.push(SeriesCount {
+                        series: series.clone(),
+                        count: held.pending,
+                        spent_credits: held.spent,
+                    });
+                    (held.pending, held.spent) = (0, 0);
                 }
                 let closed = wait.is_none_or(|(_, now_ms)| series.minute + MINUTE_MS <= now_ms);
                 let keep = held.pending > 0 || !closed;
@@ -412,7 +424,16 @@ mod tests {
     use super::*;
 
     fn outcome<'a>(key_id: &'a str, code: VerifyCode, tags: &'a [String], at_ms: u64) -> Outcome<'a> {
-        Outcome { workspace_id: "ws", api_id: Some("api"), key_id, identity_id: None, code, tags, at_ms }
+        Outcome {
+            workspace_id: "ws",
+            api_id: Some("api"),
+            key_id,
+            identity_id: None,
+            code,
+            tags,
+            at_ms,
+            spent_credits: 0,
+        }
     }
 
     fn tags(t: &[&str]) -> Vec<String> {
@@ -463,6 +484,7 @@ mod tests {
             code: VerifyCode::Valid,
             tags: &tag,
             at_ms: 5,
+            spent_credits: 0,
         });
         let drained = r.drain(None);
         let s = &drained[0].series;

@@ -50,6 +50,8 @@ pub struct VerificationCount {
     /// Sorted, each once.
     pub tags: Vec<String>,
     pub count: u64,
+    /// The credits the counted verifications were charged (API-v2.md §22).
+    pub spent_credits: u64,
 }
 
 /// Which counts a read takes: a workspace's (API's, when given), buckets starting in

@@ -88,6 +88,8 @@ pub struct VerificationsRow {
     pub tag: Option<String>,
     /// Counts in [`VerifyCode::ALL`]'s order.
     pub counts: [u64; VerifyCode::ALL.len()],
+    /// The credits charged (API-v2.md §22).
+    pub spent_credits: u64,
 }
 
 impl VerificationsRow {
@@ -98,6 +100,17 @@ impl VerificationsRow {
     pub fn count(&self, code: VerifyCode) -> u64 {
         VerifyCode::ALL.iter().position(|c| *c == code).map_or(0, |i| self.counts[i])
     }
+}
+
+/// A bucket of the dashboard's charts ([`AnalyticsService::verification_buckets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VerificationBucket {
+    /// Its start (Unix ms).
+    pub start: i64,
+    /// Counts in [`VerifyCode::ALL`]'s order.
+    pub counts: [u64; VerifyCode::ALL.len()],
+    /// The credits charged (API-v2.md §22).
+    pub spent_credits: u64,
 }
 
 /// Whose verifications v1's `keys.getVerifications` counts.
@@ -191,7 +204,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             }
             Ok((counts, identities))
         })?;
-        let mut rows: HashMap<Group, [u64; VerifyCode::ALL.len()]> = HashMap::new();
+        let mut rows: HashMap<Group, ([u64; VerifyCode::ALL.len()], u64)> = HashMap::new();
         for c in counts {
             if !q.tags.iter().all(|t| c.tags.contains(t)) || (q.by_identity && c.identity_id.is_empty()) {
                 continue;
@@ -207,14 +220,15 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             };
             let tags = q.by_tags.then(|| c.tags.clone());
             for tag in tag_sets {
-                let counts =
+                let (counts, spent) =
                     rows.entry((time, key.clone(), identity.clone(), tags.clone(), tag)).or_default();
                 counts[code] += c.count;
+                *spent += c.spent_credits;
             }
         }
         let mut out: Vec<VerificationsRow> = rows
             .into_iter()
-            .map(|((time, key_id, identity, tags, tag), counts)| VerificationsRow {
+            .map(|((time, key_id, identity, tags, tag), (counts, spent_credits))| VerificationsRow {
                 time,
                 key_id,
                 identity: identity.map(|id| {
@@ -224,6 +238,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
                 tags,
                 tag,
                 counts,
+                spent_credits,
             })
             .collect();
         // Time ascending, then the groups in a stable order; then `orderBy`, if given.
@@ -255,8 +270,8 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
     }
 
     /// The workspace's verifications per outcome (or one key's: `key_id`), in buckets of
-    /// `width` ms starting in `start..=end` (the dashboard's charts): `(bucket start,
-    /// counts in [`VerifyCode::ALL`]'s order)`, ascending. Needs `read_analytics` of the
+    /// `width` ms starting in `start..=end` (the dashboard's charts), ascending. Needs
+    /// `read_analytics` of the
     /// key's API, or for the workspace's counts `api.*.read_analytics`; a root key holding
     /// only `api.<apiId>.read_analytics` permissions gets the sum of those APIs.
     pub fn verification_buckets(
@@ -265,7 +280,7 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
         key_id: Option<&str>,
         (start, end): (i64, i64),
         width: i64,
-    ) -> Result<Vec<(i64, [u64; VerifyCode::ALL.len()])>, RbacError> {
+    ) -> Result<Vec<VerificationBucket>, RbacError> {
         let access =
             ApiAccess::of(p, "read_analytics").ok_or_else(|| ApiAccess::denied("read_analytics", None))?;
         self.fold_for_read()?;
@@ -301,13 +316,17 @@ impl<S: AnalyticsStore> AnalyticsService<S> {
             }
             Ok(counts)
         })?;
-        let mut buckets: BTreeMap<i64, [u64; VerifyCode::ALL.len()]> = BTreeMap::new();
+        let mut buckets: BTreeMap<i64, VerificationBucket> = BTreeMap::new();
         for c in counts {
             if let Some(i) = VerifyCode::ALL.iter().position(|k| k.as_str() == c.outcome) {
-                buckets.entry(c.bucket).or_default()[i] += c.count;
+                let b = buckets
+                    .entry(c.bucket)
+                    .or_insert_with(|| VerificationBucket { start: c.bucket, ..Default::default() });
+                b.counts[i] += c.count;
+                b.spent_credits += c.spent_credits;
             }
         }
-        Ok(buckets.into_iter().collect())
+        Ok(buckets.into_values().collect())
     }
 
     /// The workspace's `limit` most verified keys and identities in `start..=end` (the

@@ -107,6 +107,9 @@ pub struct VerificationsRow {
     pub expired: u64,
     /// Every outcome.
     pub total: u64,
+    /// The credits charged (API-v2.md §22).
+    #[serde(default)]
+    pub spent_credits: u64,
 }
 
 /// The identity of a row grouped by identity.

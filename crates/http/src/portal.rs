@@ -225,6 +225,7 @@ async fn show(req: HttpRequest, slug: web::Path<String>, state: web::Data<AppSta
                     label: crate::dashboard::when(p.time)[11..16].to_string(),
                     valid,
                     other: p.total() - valid,
+                    spent: p.spent_credits,
                 }
             })
             .collect();

@@ -21,6 +21,8 @@ pub struct VerificationPoint {
     pub time: i64,
     /// Counts in [`VerifyCode::ALL`]'s order.
     pub counts: [u64; VerifyCode::ALL.len()],
+    /// The credits charged (API-v2.md §22).
+    pub spent_credits: u64,
 }
 
 impl VerificationPoint {
@@ -181,7 +183,7 @@ impl<S: PortalStore> PortalService<S> {
         let zeroed = || {
             buckets
                 .iter()
-                .map(|t| VerificationPoint { time: *t, counts: [0; VerifyCode::ALL.len()] })
+                .map(|t| VerificationPoint { time: *t, ..VerificationPoint::default() })
                 .collect::<Vec<_>>()
         };
         let mut total = zeroed();
@@ -196,8 +198,10 @@ impl<S: PortalStore> PortalService<S> {
             ) else {
                 continue;
             };
-            total[slot].counts[outcome] += c.count;
-            per_key.entry(c.key_id).or_insert_with(zeroed)[slot].counts[outcome] += c.count;
+            for point in [&mut total[slot], &mut per_key.entry(c.key_id).or_insert_with(zeroed)[slot]] {
+                point.counts[outcome] += c.count;
+                point.spent_credits += c.spent_credits;
+            }
         }
         let keys = per_key.into_iter().map(|(key_id, points)| KeySeries { key_id, points }).collect();
         Ok(PortalVerifications { bucket_ms: width, total, keys })

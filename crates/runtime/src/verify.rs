@@ -134,7 +134,8 @@ impl Runtime {
         };
         let verification = pending.settle().await?;
         if !call.usage.check_only {
-            self.analytics.record_verification(&verification, &within, call.tags);
+            let spent = call.usage.charged(&verification);
+            self.analytics.record_verification(&verification, &within, call.tags, spent);
         }
         Ok(verification)
     }

@@ -196,6 +196,7 @@ diesel::table! {
         outcome -> Text,
         tags -> Text,
         count -> BigInt,
+        spent_credits -> BigInt,
     }
 }
 
@@ -246,6 +247,7 @@ diesel::table! {
         bucket -> BigInt,
         outcome -> Text,
         count -> BigInt,
+        spent_credits -> BigInt,
     }
 }
 

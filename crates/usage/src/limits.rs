@@ -42,6 +42,17 @@ impl LimitAsk {
     }
 }
 
+impl Usage {
+    /// The credits the verification `v` that asked this was charged (API-v2.md §22): its
+    /// cost when it is VALID and spent credits (its key has them), else nothing.
+    pub fn charged(&self, v: &keygate_rbac::Verification) -> u64 {
+        match v.valid() && v.credits.is_some() && !self.check_only {
+            true => self.cost.unwrap_or(1),
+            false => 0,
+        }
+    }
+}
+
 /// The most rate limits one verification may name.
 pub const MAX_VERIFY_RATELIMITS: usize = 50;
 

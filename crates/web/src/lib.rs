@@ -281,12 +281,14 @@ pub struct AuditPage {
     pub next: Option<String>,
 }
 
-/// One bucket of a chart: when, and how many were valid and not.
+/// One bucket of a chart: when, how many were valid and not, and the credits they were
+/// charged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
     pub label: String,
     pub valid: u64,
     pub other: u64,
+    pub spent: u64,
 }
 
 /// A stacked bar chart laid out for SVG (valid at the bottom, the rest above).
@@ -304,6 +306,8 @@ pub struct BarChart {
     pub last: String,
     /// What the chart shows, for screen readers (`aria-label`).
     pub label: String,
+    /// The credits charged over the whole range.
+    pub spent: u64,
 }
 
 /// One bar, placed.
@@ -313,6 +317,7 @@ pub struct Bar {
     pub label: String,
     pub valid: u64,
     pub other: u64,
+    pub spent: u64,
     pub valid_y: u32,
     pub valid_h: u32,
     pub other_y: u32,
@@ -342,6 +347,7 @@ impl BarChart {
                     label: b.label.clone(),
                     valid: b.valid,
                     other: b.other,
+                    spent: b.spent,
                     valid_y: base - valid_h,
                     valid_h,
                     other_y: base - valid_h - other_h,
@@ -362,6 +368,7 @@ impl BarChart {
                 "Verifications per {slice}: {} in all",
                 buckets.iter().map(|b| b.valid + b.other).sum::<u64>()
             ),
+            spent: buckets.iter().map(|b| b.spent).sum(),
         }
     }
 
@@ -409,9 +416,9 @@ mod tests {
     #[test]
     fn bars_stack_within_the_chart() {
         let buckets = [
-            Bucket { label: "a".into(), valid: 10, other: 0 },
-            Bucket { label: "b".into(), valid: 5, other: 5 },
-            Bucket { label: "c".into(), valid: 0, other: 0 },
+            Bucket { label: "a".into(), valid: 10, other: 0, spent: 30 },
+            Bucket { label: "b".into(), valid: 5, other: 5, spent: 0 },
+            Bucket { label: "c".into(), valid: 0, other: 0, spent: 0 },
         ];
         let c = BarChart::new("hour", &buckets);
         assert_eq!(c.bars.len(), 3);

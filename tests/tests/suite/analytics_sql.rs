@@ -149,3 +149,120 @@ fn another_workspace_s_counts_are_never_read() {
         assert_eq!(*r.data(), json!([{"n": 0}]), "{q}: {}", r.text);
     }
 }
+
+/// Spent credits (API-v2.md §22): a month of verifications of several identities' keys,
+/// some with credits and some without, some refused: `SUM(spent_credits)` per external id
+/// is what the VALID answers of keys with credits were charged, read in SQL, by v2
+/// `keygate.getVerifications` and by v1 `analytics.getVerifications`; another workspace's
+/// charges are never in it.
+#[test]
+fn a_month_of_charges_sums_per_external_id_in_its_own_workspace() {
+    use std::collections::BTreeMap;
+    const DAY: u64 = 86_400_000;
+    let s = TestServer::start();
+    let api =
+        s.v2("apis.createApi", &json!({"name": "billing"})).data()["apiId"].as_str().unwrap().to_string();
+    let key = |token: &str, api: &str, body: Value| -> (String, String) {
+        let mut body = body;
+        body["apiId"] = json!(api);
+        let r = s.v2_as(token, "keys.createKey", &body);
+        assert_eq!(r.status, 200, "{}", r.text);
+        (r.data()["keyId"].as_str().unwrap().to_string(), r.data()["key"].as_str().unwrap().to_string())
+    };
+    let root = s.root_key.clone();
+    let (acme_big, acme_big_secret) =
+        key(&root, &api, json!({"externalId": "acme", "credits": {"remaining": 1000}}));
+    let (_, acme_small) = key(&root, &api, json!({"externalId": "acme", "credits": {"remaining": 5}}));
+    let (_, acme_free) = key(&root, &api, json!({"externalId": "acme"}));
+    let (_, globex) = key(&root, &api, json!({"externalId": "globex", "credits": {"remaining": 1000}}));
+    let other = s.create_workspace("other");
+    let theirs = s.root_key_in(&other, &["*"]);
+    let their_api = s.v2_as(&theirs, "apis.createApi", &json!({"name": "theirs"})).data()["apiId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, their_acme) =
+        key(&theirs, &their_api, json!({"externalId": "acme", "credits": {"remaining": 1000}}));
+
+    let mut charged: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut codes: BTreeMap<String, u64> = BTreeMap::new();
+    for day in 0..30u64 {
+        let calls = [
+            (&acme_big_secret, "acme", 3),
+            (&acme_small, "acme", 2),
+            (&acme_free, "acme", 7),
+            (&globex, "globex", day % 4),
+        ];
+        for (secret, who, cost) in calls {
+            let r = s.v2("keys.verifyKey", &json!({"key": secret, "credits": {"cost": cost}}));
+            assert_eq!(r.status, 200, "{}", r.text);
+            let code = r.data()["code"].as_str().unwrap().to_string();
+            if code == "VALID" && r.data().get("credits").is_some_and(|c| !c.is_null()) {
+                *charged.entry(who).or_default() += cost;
+            }
+            *codes.entry(code).or_default() += 1;
+        }
+        let r = s.v2_as(&theirs, "keys.verifyKey", &json!({"key": their_acme, "credits": {"cost": 9}}));
+        assert_eq!(r.data()["code"], "VALID", "{}", r.text);
+        s.clock.advance(DAY / 3);
+        // A check-only verification spends nothing.
+        let r = s.v2("keys.verifyKey", &json!({"key": acme_big_secret, "credits": {"cost": 0}}));
+        assert_eq!(r.data()["code"], "VALID", "{}", r.text);
+        s.clock.advance(DAY - DAY / 3);
+    }
+    // acme: 3 a day, and 2 twice before its small key ran out (then USAGE_EXCEEDED, which
+    // charges nothing); its key without credits is charged nothing. globex: day % 4.
+    assert_eq!(charged, BTreeMap::from([("acme", 30 * 3 + 2 * 2), ("globex", 6 * 7 + 1)]));
+    assert_eq!(codes.get("USAGE_EXCEEDED"), Some(&28));
+    eventually(
+        &s,
+        "analytics.getVerifications",
+        "SELECT external_id, SUM(spent_credits) AS spent FROM key_verifications_per_month_v1 \
+         GROUP BY external_id ORDER BY external_id",
+        json!([{"external_id": "acme", "spent": 94}, {"external_id": "globex", "spent": 43}]),
+    );
+    // Per outcome: only VALID answers were charged.
+    let r = sql(
+        &s,
+        "analytics.getVerifications",
+        "SELECT outcome, sum(spent_credits) AS spent FROM key_verifications_per_day_v1 GROUP BY outcome ORDER BY outcome",
+    );
+    assert_eq!(
+        *r.data(),
+        json!([{"outcome": "USAGE_EXCEEDED", "spent": 0}, {"outcome": "VALID", "spent": 137}])
+    );
+    // Theirs, read as them: their own 9 a day only.
+    let r = s.v2_as(
+        &theirs,
+        "analytics.getVerifications",
+        &json!({"query": "SELECT external_id, sum(spent_credits) AS spent FROM key_verifications_per_month_v1 GROUP BY external_id"}),
+    );
+    assert_eq!(*r.data(), json!([{"external_id": "acme", "spent": 270}]), "{}", r.text);
+
+    // v2 keygate.getVerifications by identity, and v1 analytics.getVerifications by key.
+    let r = s.v2("keygate.getVerifications", &json!({"apiId": api, "groupBy": ["identity"]}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut by_identity: Vec<(String, u64)> = r
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["identity"]["externalId"].as_str().unwrap().to_string(),
+                row["spentCredits"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    by_identity.sort();
+    assert_eq!(by_identity, [("acme".to_string(), 94), ("globex".to_string(), 43)]);
+    let r = s.request(
+        s.client
+            .get(s.url("/v1/analytics.getVerifications"))
+            .query(&[("apiId", api.as_str()), ("groupBy", "key"), ("keyId", acme_big.as_str())])
+            .bearer_auth(&s.root_key),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json[0]["spentCredits"], 90, "{}", r.text);
+    assert_eq!(r.json[0]["valid"], 60, "{}", r.text);
+}

@@ -209,9 +209,9 @@ fn add_past_days(sqlite_url: &str) {
         let back = days * 86_400_000;
         sql.push_str(&format!(
             "INSERT INTO verification_counts SELECT workspace_id, width, bucket - {back}, api_id, key_id, \
-             identity_id, outcome, tags, count * {days} FROM verification_counts WHERE bucket > strftime('%s','now') * 1000 - 86400000;
+             identity_id, outcome, tags, count * {days}, spent_credits * {days} FROM verification_counts WHERE bucket > strftime('%s','now') * 1000 - 86400000;
              INSERT INTO api_verification_counts SELECT workspace_id, api_id, width, bucket - {back}, outcome, \
-             count * {days} FROM api_verification_counts WHERE bucket > strftime('%s','now') * 1000 - 86400000;
+             count * {days}, spent_credits * {days} FROM api_verification_counts WHERE bucket > strftime('%s','now') * 1000 - 86400000;
              INSERT INTO ratelimit_counts SELECT workspace_id, namespace_id, width, bucket - {back}, passed * {days}, \
              denied FROM ratelimit_counts WHERE bucket > strftime('%s','now') * 1000 - 86400000;"
         ));

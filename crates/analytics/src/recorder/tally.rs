@@ -14,9 +14,12 @@ impl Recorder {
     /// of its own; the entry is queued for the drains when its tally gets its first count
     /// not yet taken. The entry's first verification (which makes the tally), and one that
     /// finds the tally holding another minute's counts still, are counted in the table
-    /// ([`Self::record`]). `outcome` must be `key`'s.
+    /// ([`Self::record`]), as is one that spent credits (a tally counts verifications
+    /// only). `outcome` must be `key`'s.
     pub fn record_beside(&self, key: &Snapshot, outcome: &Outcome<'_>) {
-        let Some(tally) = key.tally() else { return self.record(outcome) };
+        let Some(tally) = key.tally().filter(|_| outcome.spent_credits == 0) else {
+            return self.record(outcome);
+        };
         let minute = u32::try_from(outcome.at_ms / MINUTE_MS).unwrap_or(u32::MAX);
         let mut t = tally.0.lock();
         let new_minute = t.minute != minute;
@@ -74,10 +77,15 @@ impl Recorder {
                         code,
                         tags: &[],
                         at_ms: u64::from(minute) * MINUTE_MS,
+                        spent_credits: 0,
                     };
                     let series = SeriesRef { outcome: &outcome, tags: &[], minute: outcome.at_ms };
                     let hash = series.hash(&self.hasher);
-                    out.push(SeriesCount { series: owned(&series, hash), count: u64::from(n) });
+                    out.push(SeriesCount {
+                        series: owned(&series, hash),
+                        count: u64::from(n),
+                        spent_credits: 0,
+                    });
                 }
             }
             if !kept.is_empty() {

@@ -85,6 +85,7 @@ const VERIFICATION_COLUMNS: &[PublicColumn] = &[
     col("outcome", Ty::Text),
     col("tags", Ty::Array),
     col("count", Ty::Int),
+    col("spent_credits", Ty::Int),
     virt("apiId", "key_space_id"),
     virt("api_id", "key_space_id"),
     virt("externalId", "external_id"),
@@ -165,7 +166,8 @@ pub(super) fn subquery(family: Family, grain: Grain, scope: &Scope, d: Dialect, 
     match family {
         Family::Verifications => format!(
             "SELECT {time} AS \"time\", {} AS \"workspace_id\", {} AS \"key_space_id\", {} AS \"identity_id\", \
-             {} AS \"external_id\", {} AS \"key_id\", {} AS \"outcome\", v.tags AS \"tags\", {} AS \"count\" \
+             {} AS \"external_id\", {} AS \"key_id\", {} AS \"outcome\", v.tags AS \"tags\", {} AS \"count\", \
+             {} AS \"spent_credits\" \
              FROM {table} v LEFT JOIN identities i ON i.id = v.identity_id AND i.workspace_id = v.workspace_id \
              WHERE {filter} AND {widths} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8",
             text(d, "v.workspace_id"),
@@ -175,6 +177,7 @@ pub(super) fn subquery(family: Family, grain: Grain, scope: &Scope, d: Dialect, 
             text(d, "v.key_id"),
             text(d, "v.outcome"),
             sum("v.count"),
+            sum("v.spent_credits"),
         ),
         Family::Ratelimits => format!(
             "SELECT {time} AS \"time\", {} AS \"workspace_id\", {} AS \"namespace_id\", {} AS \"namespace_name\", \

@@ -197,6 +197,7 @@ fn the_periodic_flush_writes_each_series_when_its_oldest_count_is_due() {
             code: VerifyCode::Valid,
             tags: &[],
             at_ms: clock.now_ms(),
+            spent_credits: 0,
         })
     };
     let written = |key: &str| -> u64 {
@@ -265,7 +266,7 @@ fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() 
     };
     let verify = |secret: &str, tags: &[String]| {
         let v = rbac.check_key(secret, &scope, None).expect("verify");
-        svc.record_verification(&v, &scope, tags);
+        svc.record_verification(&v, &scope, tags, 0);
         v.code
     };
     let recorder = svc.recorder().expect("analytics on").clone();
@@ -325,7 +326,8 @@ fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() 
 }
 
 /// A flush of more series than one statement writes (SQLite's statements hold 32 counts,
-/// then one at a time): every series lands with its count, and a second flush adds to them.
+/// then one at a time): every series lands with its count and its spent credits, a second
+/// flush adds to them, and rolling minutes into hours keeps both, per key and per API.
 #[test]
 fn a_flush_of_many_series_adds_each_count_to_its_row() {
     use keygate_analytics::VerificationsQuery;
@@ -343,6 +345,8 @@ fn a_flush_of_many_series_adds_each_count_to_its_row() {
     let recorder = svc.recorder().expect("analytics on").clone();
     let keys: Vec<String> = (0..71).map(|i| format!("key_{i:03}")).collect();
     let tags = vec!["plan:pro".to_string(), "region:eu".to_string()];
+    // A VALID verification of key i is charged i % 7 credits; the others nothing.
+    let cost = |i: usize| if i.is_multiple_of(2) { i as u64 % 7 } else { 0 };
     let record_all = || {
         for (i, key) in keys.iter().enumerate() {
             for _ in 0..(i % 3 + 1) {
@@ -354,30 +358,46 @@ fn a_flush_of_many_series_adds_each_count_to_its_row() {
                     code: if i % 2 == 0 { VerifyCode::Valid } else { VerifyCode::RateLimited },
                     tags: if i % 5 == 0 { &tags } else { &[] },
                     at_ms: clock.now_ms(),
+                    spent_credits: cost(i),
                 });
             }
         }
     };
-    let by_key = || -> Vec<(String, u64)> {
+    let by_key = || -> Vec<(String, u64, u64)> {
         let q = VerificationsQuery { api_id: api.clone(), by_key: true, ..Default::default() };
-        let mut rows: Vec<(String, u64)> = svc
+        let mut rows: Vec<(String, u64, u64)> = svc
             .get_verifications(&admin, &q)
             .expect("read")
             .into_iter()
-            .map(|r| (r.key_id.clone().unwrap_or_default(), r.total()))
+            .map(|r| (r.key_id.clone().unwrap_or_default(), r.total(), r.spent_credits))
             .collect();
         rows.sort();
         rows
     };
-    let expected = |times: u64| -> Vec<(String, u64)> {
-        keys.iter().enumerate().map(|(i, k)| (k.clone(), times * (i as u64 % 3 + 1))).collect()
+    // The API's sums (read from its own table).
+    let whole_api = || -> (u64, u64) {
+        let q = VerificationsQuery { api_id: api.clone(), ..Default::default() };
+        let rows = svc.get_verifications(&admin, &q).expect("read");
+        (rows.iter().map(|r| r.total()).sum(), rows.iter().map(|r| r.spent_credits).sum())
     };
+    let expected = |times: u64| -> Vec<(String, u64, u64)> {
+        let n = |i: usize| times * (i as u64 % 3 + 1);
+        keys.iter().enumerate().map(|(i, k)| (k.clone(), n(i), n(i) * cost(i))).collect()
+    };
+    let sums = |rows: &[(String, u64, u64)]| (rows.iter().map(|r| r.1).sum(), rows.iter().map(|r| r.2).sum());
     record_all();
     assert_eq!(svc.flush_analytics().expect("flush"), 71);
     assert_eq!(by_key(), expected(1));
     record_all();
     assert_eq!(svc.flush_analytics().expect("flush"), 71);
     assert_eq!(by_key(), expected(2));
+    assert_eq!(whole_api(), sums(&expected(2)));
+    assert!(whole_api().1 > 0);
+    // Two days on, the minutes are hours: the same sums.
+    clock.advance(2 * 86_400_000);
+    assert!(svc.roll_up_analytics(90).expect("roll up") > 0);
+    assert_eq!(by_key(), expected(2));
+    assert_eq!(whole_api(), sums(&expected(2)));
 }
 
 /// The periodic flush appends its counts to the journal; they reach `verification_counts`
@@ -411,6 +431,7 @@ fn the_journal_is_folded_by_a_read_or_after_a_minute_each_count_once() {
             code: VerifyCode::Valid,
             tags: &[],
             at_ms: clock.now_ms(),
+            spent_credits: 0,
         })
     };
     // Three periodic flushes: whatever was recorded before them is due and journaled.

@@ -60,6 +60,8 @@ fn vc(
         outcome: outcome.into(),
         tags: tags.iter().map(|t| t.to_string()).collect(),
         count,
+        // Only a VALID verification is charged (API-v2.md §22): 2 credits each here.
+        spent_credits: if outcome == "VALID" { count * 2 } else { 0 },
     }
 }
 
@@ -214,6 +216,21 @@ const ANSWERS: &[(Family, &str, &str)] = &[
         V,
         "SELECT external_id, sum(count) AS c FROM key_verifications_per_day_v1 GROUP BY external_id ORDER BY external_id",
         r#"[{"external_id":"","c":103},{"external_id":"alice","c":17},{"external_id":"bob","c":8}]"#,
+    ),
+    (
+        V,
+        "SELECT external_id, SUM(spent_credits) AS spent FROM key_verifications_per_month_v1 GROUP BY external_id ORDER BY external_id",
+        r#"[{"external_id":"","spent":206},{"external_id":"alice","spent":30},{"external_id":"bob","spent":14}]"#,
+    ),
+    (
+        V,
+        "SELECT sum(spent_credits) AS spent FROM key_verifications_per_hour_v1 WHERE externalId = 'alice'",
+        r#"[{"spent":30}]"#,
+    ),
+    (
+        V,
+        "SELECT sum(spent_credits) AS spent, sum(count) AS n FROM key_verifications_per_minute_v1",
+        r#"[{"spent":16,"n":11}]"#,
     ),
     (
         V,
@@ -427,7 +444,7 @@ const ANSWERS: &[(Family, &str, &str)] = &[
     (
         V,
         "SELECT * FROM key_verifications_per_minute_v1 WHERE outcome = 'USAGE_EXCEEDED'",
-        r#"[{"time":1795174260000,"workspace_id":"ws_placeholder","key_space_id":"$API2","identity_id":"$BOB","external_id":"bob","key_id":"key_3","outcome":"USAGE_EXCEEDED","tags":[],"count":1}]"#,
+        r#"[{"time":1795174260000,"workspace_id":"ws_placeholder","key_space_id":"$API2","identity_id":"$BOB","external_id":"bob","key_id":"key_3","outcome":"USAGE_EXCEEDED","tags":[],"count":1,"spent_credits":0}]"#,
     ),
     (
         V,

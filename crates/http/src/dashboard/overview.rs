@@ -5,6 +5,7 @@ use super::answer::{DashError, blocking, html};
 use super::session::Signed;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
+use keygate_analytics::VerificationBucket;
 use keygate_domain::ErrorCode;
 use keygate_rbac::{ApiAccess, VerifyCode};
 use keygate_web::{BarChart, Bucket, OverviewPage};
@@ -82,7 +83,7 @@ pub(super) async fn overview(signed: Signed, q: web::Query<RangeQuery>) -> Resul
 
 /// Every slot of the range (empty ones included), and the totals per outcome.
 pub(super) fn chart_buckets(
-    counted: &[(i64, [u64; VerifyCode::ALL.len()])],
+    counted: &[VerificationBucket],
     first: i64,
     slots: i64,
     width: i64,
@@ -91,12 +92,18 @@ pub(super) fn chart_buckets(
     let buckets = (0..slots)
         .map(|i| {
             let at = first + i * width;
-            let counts = counted.iter().find(|(t, _)| *t == at).map(|(_, c)| *c).unwrap_or_default();
+            let found = counted.iter().find(|b| b.start == at).copied().unwrap_or_default();
+            let counts = found.counts;
             for (t, c) in totals.iter_mut().zip(counts) {
                 *t += c;
             }
             let valid = counts[0];
-            Bucket { label: label(at, width), valid, other: counts.iter().sum::<u64>() - valid }
+            Bucket {
+                label: label(at, width),
+                valid,
+                other: counts.iter().sum::<u64>() - valid,
+                spent: found.spent_credits,
+            }
         })
         .collect();
     (buckets, totals)

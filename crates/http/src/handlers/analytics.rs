@@ -157,6 +157,8 @@ pub(crate) struct RowObject {
     insufficient_permissions: u64,
     expired: u64,
     total: u64,
+    /// The credits charged in the group (API-v2.md §22).
+    spent_credits: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     key_id: Option<String>,
@@ -192,6 +194,7 @@ impl From<VerificationsRow> for RowObject {
             insufficient_permissions: r.count(VerifyCode::InsufficientPermissions),
             expired: r.count(VerifyCode::Expired),
             total: r.total(),
+            spent_credits: r.spent_credits,
             key_id: r.key_id,
             identity: r.identity.map(|(id, external_id)| IdentityRef { id, external_id }),
             tags: r.tags,

@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use keygate_analytics::store::{VerificationCount, VerificationCountTx, VerificationFilter};
 use std::collections::HashMap;
 
-type CountRow = (String, i64, i64, String, String, String, String, String, i64);
+type CountRow = (String, i64, i64, String, String, String, String, String, i64, i64);
 
 /// A sum of counts, as `verification_counts` reads them.
 #[derive(diesel::QueryableByName)]
@@ -27,6 +27,8 @@ struct Summed {
     outcome: String,
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     count: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    spent_credits: i64,
 }
 
 /// A count's series and bucket start (workspace, bucket, API, key, identity, outcome, tags).
@@ -44,11 +46,12 @@ fn count_row(c: &VerificationCount) -> CountRow {
         c.outcome.clone(),
         tags_text(&c.tags),
         i64::try_from(c.count).unwrap_or(i64::MAX),
+        i64::try_from(c.spent_credits).unwrap_or(i64::MAX),
     )
 }
 
 fn from_row(
-    (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count): CountRow,
+    (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count, spent): CountRow,
 ) -> VerificationCount {
     VerificationCount {
         workspace_id,
@@ -60,6 +63,7 @@ fn from_row(
         outcome,
         tags: serde_json::from_str(&tags).unwrap_or_default(),
         count: u64::try_from(count).unwrap_or(0),
+        spent_credits: u64::try_from(spent).unwrap_or(0),
     }
 }
 
@@ -75,6 +79,7 @@ macro_rules! count_columns {
             verification_counts::outcome,
             verification_counts::tags,
             verification_counts::count,
+            verification_counts::spent_credits,
         )
     };
 }
@@ -83,7 +88,7 @@ macro_rules! count_columns {
 /// An API's bucket: workspace, API, width, bucket, outcome (borrowed from the counts summed).
 type ApiBucket<'a> = (&'a str, &'a str, i64, i64, &'a str);
 
-/// The most counts one SQLite upsert statement writes (nine parameters each).
+/// The most counts one SQLite upsert statement writes (ten parameters each).
 #[cfg(feature = "sqlite")]
 const UPSERT_ROWS: usize = 32;
 
@@ -94,9 +99,10 @@ const UPSERT_ROWS: usize = 32;
 #[cfg(feature = "sqlite")]
 struct UpsertCounts<'a, const N: usize> {
     rows: &'a [VerificationCount],
-    /// Each row's tags as the column holds them, and its count as a BIGINT.
+    /// Each row's tags as the column holds them, and its count and spent credits as
+    /// BIGINTs.
     tags: &'a [String],
-    counts: &'a [i64],
+    counts: &'a [(i64, i64)],
 }
 
 #[cfg(feature = "sqlite")]
@@ -116,7 +122,8 @@ impl<const N: usize> diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite
         assert_eq!((self.rows.len(), self.tags.len(), self.counts.len()), (N, N, N));
         out.push_sql(
             "INSERT INTO verification_counts \
-             (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count) VALUES ",
+             (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count, spent_credits) \
+             VALUES ",
         );
         for (i, ((c, tags), n)) in self.rows.iter().zip(self.tags).zip(self.counts).enumerate() {
             out.push_sql(if i == 0 { "(" } else { ", (" });
@@ -130,12 +137,15 @@ impl<const N: usize> diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite
                 out.push_bind_param::<Text, _>(text.as_str())?;
             }
             out.push_sql(", ");
-            out.push_bind_param::<BigInt, _>(n)?;
+            out.push_bind_param::<BigInt, _>(&n.0)?;
+            out.push_sql(", ");
+            out.push_bind_param::<BigInt, _>(&n.1)?;
             out.push_sql(")");
         }
         out.push_sql(
             " ON CONFLICT (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags) \
-             DO UPDATE SET count = verification_counts.count + excluded.count",
+             DO UPDATE SET count = verification_counts.count + excluded.count, \
+             spent_credits = verification_counts.spent_credits + excluded.spent_credits",
         );
         Ok(())
     }
@@ -167,11 +177,13 @@ impl DieselTx<'_> {
                 let number = |f: fn(&CountRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
                 diesel::sql_query(
                     "INSERT INTO verification_counts \
-                     (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count) \
+                     (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags, count, \
+                     spent_credits) \
                      SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], \
-                     $6::text[], $7::text[], $8::text[], $9::int8[]) \
+                     $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[]) \
                      ON CONFLICT (workspace_id, width, bucket, api_id, key_id, identity_id, outcome, tags) \
-                     DO UPDATE SET count = verification_counts.count + EXCLUDED.count",
+                     DO UPDATE SET count = verification_counts.count + EXCLUDED.count, \
+                     spent_credits = verification_counts.spent_credits + EXCLUDED.spent_credits",
                 )
                 .bind::<Array<Text>, _>(column(|r| r.0.clone()))
                 .bind::<Array<BigInt>, _>(number(|r| r.1))
@@ -182,6 +194,7 @@ impl DieselTx<'_> {
                 .bind::<Array<Text>, _>(column(|r| r.6.clone()))
                 .bind::<Array<Text>, _>(column(|r| r.7.clone()))
                 .bind::<Array<BigInt>, _>(number(|r| r.8))
+                .bind::<Array<BigInt>, _>(number(|r| r.9))
                 .execute(c)
                 .map_err(db_err)?;
             }
@@ -193,8 +206,9 @@ impl DieselTx<'_> {
         #[allow(irrefutable_let_patterns)] // (a build with SQLite alone)
         if let DbConn::Sqlite(c) = &mut *self.conn {
             let tags: Vec<String> = counts.iter().map(|c| tags_text(&c.tags)).collect();
-            let numbers: Vec<i64> =
-                counts.iter().map(|c| i64::try_from(c.count).unwrap_or(i64::MAX)).collect();
+            let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            let numbers: Vec<(i64, i64)> =
+                counts.iter().map(|c| (int(c.count), int(c.spent_credits))).collect();
             let whole = counts.len() - counts.len() % UPSERT_ROWS;
             for at in (0..whole).step_by(UPSERT_ROWS) {
                 let r = at..at + UPSERT_ROWS;
@@ -219,20 +233,23 @@ impl DieselTx<'_> {
     }
 
     /// Adds each count to its API's row of `api_verification_counts`.
-    fn upsert_api_totals(&mut self, totals: &HashMap<ApiBucket<'_>, i64>) -> R<()> {
+    fn upsert_api_totals(&mut self, totals: &HashMap<ApiBucket<'_>, (i64, i64)>) -> R<()> {
         use diesel::sql_types::{BigInt, Text};
-        let sql = "INSERT INTO api_verification_counts (workspace_id, api_id, width, bucket, outcome, count) \
-                   VALUES ($1, $2, $3, $4, $5, $6) \
+        let sql = "INSERT INTO api_verification_counts \
+                   (workspace_id, api_id, width, bucket, outcome, count, spent_credits) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7) \
                    ON CONFLICT (workspace_id, api_id, width, bucket, outcome) \
-                   DO UPDATE SET count = api_verification_counts.count + excluded.count";
-        for ((ws, api, width, bucket, outcome), n) in totals {
+                   DO UPDATE SET count = api_verification_counts.count + excluded.count, \
+                   spent_credits = api_verification_counts.spent_credits + excluded.spent_credits";
+        for ((ws, api, width, bucket, outcome), (n, spent)) in totals {
             let q = diesel::sql_query(sql)
                 .bind::<Text, _>(ws)
                 .bind::<Text, _>(api)
                 .bind::<BigInt, _>(width)
                 .bind::<BigInt, _>(bucket)
                 .bind::<Text, _>(outcome)
-                .bind::<BigInt, _>(n);
+                .bind::<BigInt, _>(n)
+                .bind::<BigInt, _>(spent);
             match &mut *self.conn {
                 #[cfg(feature = "sqlite")]
                 DbConn::Sqlite(c) => q.execute(c),
@@ -255,12 +272,12 @@ impl DieselTx<'_> {
                     .filter(a::workspace_id.eq(f.workspace_id))
                     .filter(a::bucket.ge(f.start))
                     .filter(a::bucket.le(f.end))
-                    .select((a::api_id, a::bucket, a::outcome, a::count))
+                    .select((a::api_id, a::bucket, a::outcome, a::count, a::spent_credits))
                     .into_boxed();
                 if let Some(api_id) = f.api_id {
                     q = q.filter(a::api_id.eq(api_id));
                 }
-                q.load::<(String, i64, String, i64)>($c)
+                q.load::<(String, i64, String, i64, i64)>($c)
             }};
         }
         let rows = match &mut *self.conn {
@@ -271,15 +288,15 @@ impl DieselTx<'_> {
         }
         .map_err(db_err)?;
         let width = f.sums.width;
-        let mut sums: HashMap<(String, i64, String), i64> = HashMap::new();
-        for (api, bucket, outcome, n) in rows {
+        let mut sums: HashMap<(String, i64, String), (i64, i64)> = HashMap::new();
+        for (api, bucket, outcome, n, spent) in rows {
             let bucket = width.map_or(0, |w| bucket - bucket.rem_euclid(w));
             let api = if f.sums.by_api { api } else { String::new() };
-            *sums.entry((api, bucket, outcome)).or_default() += n;
+            add(sums.entry((api, bucket, outcome)).or_default(), (n, spent));
         }
         Ok(sums
             .into_iter()
-            .map(|((api, bucket, outcome), n)| {
+            .map(|((api, bucket, outcome), (n, spent))| {
                 let ws = f.workspace_id.to_string();
                 from_row((
                     ws,
@@ -291,19 +308,27 @@ impl DieselTx<'_> {
                     outcome,
                     "[]".into(),
                     n,
+                    spent,
                 ))
             })
             .collect())
     }
 }
 
+/// Adds a count and its spent credits to a sum of them.
+fn add(sum: &mut (i64, i64), (n, spent): (i64, i64)) {
+    sum.0 = sum.0.saturating_add(n);
+    sum.1 = sum.1.saturating_add(spent);
+}
+
 impl VerificationCountTx for DieselTx<'_> {
     fn add_verification_counts(&mut self, counts: &[VerificationCount]) -> R<()> {
         self.upsert_series(counts)?;
-        let mut totals: HashMap<ApiBucket<'_>, i64> = HashMap::new();
+        let mut totals: HashMap<ApiBucket<'_>, (i64, i64)> = HashMap::new();
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         for c in counts {
             let key = (&*c.workspace_id, &*c.api_id, c.width, c.bucket, &*c.outcome);
-            *totals.entry(key).or_default() += i64::try_from(c.count).unwrap_or(i64::MAX);
+            add(totals.entry(key).or_default(), (int(c.count), int(c.spent_credits)));
         }
         self.upsert_api_totals(&totals)
     }
@@ -332,7 +357,8 @@ impl VerificationCountTx for DieselTx<'_> {
             columns.iter().copied().filter(|c| !c.starts_with("''") && !c.starts_with("CAST")).collect();
         let mut sql = format!(
             "SELECT {} AS bucket, {} AS api_id, {} AS key_id, {} AS identity_id, {} AS tags, outcome, \
-             CAST(SUM(count) AS BIGINT) AS count FROM verification_counts \
+             CAST(SUM(count) AS BIGINT) AS count, CAST(SUM(spent_credits) AS BIGINT) AS spent_credits \
+             FROM verification_counts \
              WHERE workspace_id = $1 AND bucket >= $2 AND bucket <= $3",
             columns[0], columns[1], columns[2], columns[3], columns[4]
         );
@@ -397,6 +423,7 @@ impl VerificationCountTx for DieselTx<'_> {
                     r.outcome,
                     if r.tags.is_empty() { "[]".to_string() } else { r.tags },
                     r.count,
+                    r.spent_credits,
                 ))
             })
             .collect())
@@ -420,15 +447,15 @@ impl VerificationCountTx for DieselTx<'_> {
             return Ok(0);
         }
         let moved = rows.len();
-        let mut merged: HashMap<SeriesBucket, i64> = HashMap::new();
-        for (ws, _, bucket, api, key, identity, outcome, tags, n) in rows {
+        let mut merged: HashMap<SeriesBucket, (i64, i64)> = HashMap::new();
+        for (ws, _, bucket, api, key, identity, outcome, tags, n, spent) in rows {
             let start = bucket - bucket.rem_euclid(to);
-            *merged.entry((ws, start, api, key, identity, outcome, tags)).or_default() += n;
+            add(merged.entry((ws, start, api, key, identity, outcome, tags)).or_default(), (n, spent));
         }
         let counts: Vec<VerificationCount> = merged
             .into_iter()
-            .map(|((ws, bucket, api, key, identity, outcome, tags), n)| {
-                from_row((ws, to, bucket, api, key, identity, outcome, tags, n))
+            .map(|((ws, bucket, api, key, identity, outcome, tags), (n, spent))| {
+                from_row((ws, to, bucket, api, key, identity, outcome, tags, n, spent))
             })
             .collect();
         self.upsert_series(&counts)?;
@@ -437,15 +464,18 @@ impl VerificationCountTx for DieselTx<'_> {
             .map_err(db_err)?;
         // The APIs' sums likewise.
         use api_verification_counts::dsl as a;
-        let rows: Vec<(String, String, i64, String, i64)> = a::api_verification_counts
+        let rows: Vec<(String, String, i64, String, i64, i64)> = a::api_verification_counts
             .filter(a::width.eq(from))
             .filter(a::bucket.lt(before))
-            .select((a::workspace_id, a::api_id, a::bucket, a::outcome, a::count))
+            .select((a::workspace_id, a::api_id, a::bucket, a::outcome, a::count, a::spent_credits))
             .load(self.conn)
             .map_err(db_err)?;
-        let mut totals: HashMap<ApiBucket<'_>, i64> = HashMap::new();
-        for (ws, api, bucket, outcome, n) in &rows {
-            *totals.entry((ws, api, to, bucket - bucket.rem_euclid(to), outcome)).or_default() += n;
+        let mut totals: HashMap<ApiBucket<'_>, (i64, i64)> = HashMap::new();
+        for (ws, api, bucket, outcome, n, spent) in &rows {
+            add(
+                totals.entry((ws, api, to, bucket - bucket.rem_euclid(to), outcome)).or_default(),
+                (*n, *spent),
+            );
         }
         self.upsert_api_totals(&totals)?;
         diesel::delete(a::api_verification_counts.filter(a::width.eq(from)).filter(a::bucket.lt(before)))

@@ -463,6 +463,8 @@ pub(crate) struct Point {
     disabled: u64,
     expired: u64,
     usage_exceeded: u64,
+    /// The credits charged (API-v2.md §22).
+    spent_credits: u64,
 }
 
 impl From<&VerificationPoint> for Point {
@@ -477,6 +479,7 @@ impl From<&VerificationPoint> for Point {
             disabled: p.field("disabled"),
             expired: p.field("expired"),
             usage_exceeded: p.field("usageExceeded"),
+            spent_credits: p.spent_credits,
         }
     }
 }
