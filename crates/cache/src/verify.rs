@@ -50,7 +50,8 @@ pub struct VerifyEntry {
 
 /// Verifications of one key counted per outcome code within one minute, kept beside its
 /// cache entry by analytics, which own their meaning (`keygate_analytics`'s recorder):
-/// the minute, the counts not yet taken, and when the first of them was queued.
+/// the minute, the counts not yet taken and the credits they were charged, and when the
+/// first of them was queued.
 #[derive(Debug, Default)]
 pub struct Tally(pub parking_lot::Mutex<TallyCounts>);
 
@@ -61,11 +62,13 @@ pub struct TallyCounts {
     pub minute: u32,
     /// Per outcome code (`VerifyCode as usize`), the counts not yet taken.
     pub counts: [u32; keygate_domain::VerifyCode::ALL.len()],
+    /// The credits the counts not yet taken were charged (API-v2.md §22).
+    pub spent: u32,
     /// Whether counts are waiting to be taken (the entry is queued for it).
     pub queued: bool,
     /// When the first count not yet taken came (the recorder's drains made before it,
-    /// wrapping).
-    pub since: u32,
+    /// wrapping: the counts are taken a few drains after they came).
+    pub since: u16,
 }
 
 impl std::fmt::Debug for VerifyEntry {

@@ -12,12 +12,12 @@ impl Recorder {
     /// Counts one verification of a found key, made without tags, beside the key's cache
     /// entry (its `keygate_cache::verify::Tally`): found with the key, no lookup
     /// of its own; the entry is queued for the drains when its tally gets its first count
-    /// not yet taken. The entry's first verification (which makes the tally), and one that
-    /// finds the tally holding another minute's counts still, are counted in the table
-    /// ([`Self::record`]), as is one that spent credits (a tally counts verifications
-    /// only). `outcome` must be `key`'s.
+    /// not yet taken. The entry's first verification (which makes the tally), one that
+    /// finds the tally holding another minute's counts still, and one whose spent credits
+    /// the tally's cannot add up to (past `u32::MAX`) are counted in the table
+    /// ([`Self::record`]). `outcome` must be `key`'s.
     pub fn record_beside(&self, key: &Snapshot, outcome: &Outcome<'_>) {
-        let Some(tally) = key.tally().filter(|_| outcome.spent_credits == 0) else {
+        let (Some(tally), Ok(spent)) = (key.tally(), u32::try_from(outcome.spent_credits)) else {
             return self.record(outcome);
         };
         let minute = u32::try_from(outcome.at_ms / MINUTE_MS).unwrap_or(u32::MAX);
@@ -30,12 +30,17 @@ impl Recorder {
             }
             t.minute = minute;
         }
+        let Some(spent) = t.spent.checked_add(spent) else {
+            drop(t);
+            return self.record(outcome);
+        };
+        t.spent = spent;
         let count = &mut t.counts[outcome.code as usize];
         *count = count.saturating_add(1);
         let queue = !t.queued;
         if queue {
             t.queued = true;
-            t.since = self.drains.load(Ordering::Relaxed) as u32;
+            t.since = self.drains.load(Ordering::Relaxed) as u16;
         }
         drop(t);
         if queue {
@@ -48,8 +53,9 @@ impl Recorder {
     }
 
     /// Takes the counts of the queued tallies whose first count not yet taken came at
-    /// least `rounds` drains before `drain` (all with `None`), as series without tags;
-    /// the others stay queued.
+    /// least `rounds` drains before `drain` (all with `None`), as series without tags (the
+    /// spent credits with the VALID one: only a VALID verification is charged); the others
+    /// stay queued.
     pub(super) fn drain_tallies(&self, drain: u64, rounds: Option<u64>, out: &mut Vec<SeriesCount>) {
         for shard in self.queued.iter() {
             let taken = std::mem::take(&mut *shard.lock());
@@ -58,17 +64,21 @@ impl Recorder {
                 // (Queued, so its tally was made.)
                 let Some(tally) = key.tally() else { continue };
                 let mut t = tally.0.lock();
-                let waited = u64::from((drain as u32).wrapping_sub(t.since));
+                let waited = u64::from((drain as u16).wrapping_sub(t.since));
                 if rounds.is_some_and(|r| waited < r) {
                     drop(t);
                     kept.push(key);
                     continue;
                 }
-                let (minute, counts) = (t.minute, std::mem::take(&mut t.counts));
+                let (minute, counts, spent) =
+                    (t.minute, std::mem::take(&mut t.counts), std::mem::take(&mut t.spent));
                 t.queued = false;
                 drop(t);
                 let k = key.key();
-                for (code, n) in VerifyCode::ALL.into_iter().zip(counts).filter(|(_, n)| *n > 0) {
+                let charged = |code: VerifyCode| if code == VerifyCode::Valid { u64::from(spent) } else { 0 };
+                for (code, n) in
+                    VerifyCode::ALL.into_iter().zip(counts).filter(|(c, n)| *n > 0 || charged(*c) > 0)
+                {
                     let outcome = Outcome {
                         workspace_id: k.workspace_id(),
                         api_id: k.api_id(),
@@ -77,14 +87,14 @@ impl Recorder {
                         code,
                         tags: &[],
                         at_ms: u64::from(minute) * MINUTE_MS,
-                        spent_credits: 0,
+                        spent_credits: charged(code),
                     };
                     let series = SeriesRef { outcome: &outcome, tags: &[], minute: outcome.at_ms };
                     let hash = series.hash(&self.hasher);
                     out.push(SeriesCount {
                         series: owned(&series, hash),
                         count: u64::from(n),
-                        spent_credits: 0,
+                        spent_credits: charged(code),
                     });
                 }
             }

@@ -317,6 +317,29 @@ fn counts_kept_beside_a_cached_key_are_written_when_due_each_under_its_minute() 
     assert_eq!(verify(b_secret.expose(), &[]), VerifyCode::Valid);
     assert_eq!(svc.flush_analytics().expect("flush"), 1);
     assert_eq!(per_minute(&b.id), vec![(0, 2), (1, 3)]);
+    // Charged verifications add their credits beside the key too (to its VALID series);
+    // one whose credits the tally's sum cannot hold is counted in the table.
+    let charge = |secret: &str, spent: u64| {
+        let v = rbac.check_key(secret, &scope, None).expect("verify");
+        svc.record_verification(&v, &scope, &[], spent);
+    };
+    let spent_of = |key: &str| -> i64 {
+        let q = format!(
+            "SELECT sum(spent_credits) AS s FROM key_verifications_per_minute_v1 WHERE key_id = '{key}'"
+        );
+        let rows = svc.query_sql(&admin, keygate_analytics::sql::Family::Verifications, &q).expect("sql");
+        serde_json::to_value(rows).expect("json")[0]["s"].as_i64().expect("a number")
+    };
+    assert_eq!(spent_of(&b.id), 0);
+    let before = recorder.series();
+    charge(b_secret.expose(), 5);
+    charge(b_secret.expose(), 7);
+    assert_eq!(recorder.series(), before, "counted beside the key");
+    charge(b_secret.expose(), u64::from(u32::MAX));
+    assert_eq!(recorder.series(), before + 1, "past the tally's sum: in the table");
+    assert_eq!(svc.flush_analytics().expect("flush"), 2);
+    assert_eq!(spent_of(&b.id), 12 + i64::from(u32::MAX));
+    assert_eq!(per_minute(&b.id), vec![(0, 2), (1, 6)]);
     // Two minutes on, the latest minutes noted are let go (the database tells them).
     clock.advance(120_000);
     for _ in 0..60 {

@@ -733,7 +733,7 @@ fn every_example_of_the_docs_runs_on_both_backends() {
         .filter(|l| l.starts_with('`') && l.ends_with('`'))
         .map(|l| l.trim_matches('`'))
         .collect();
-    assert_eq!(queries.len(), 15, "{queries:#?}");
+    assert_eq!(queries.len(), 16, "{queries:#?}");
     for q in queries {
         let family = if q.contains("ratelimits_") { L } else { V };
         if let Err(e) = f.run(&f.admin, family, q) {
