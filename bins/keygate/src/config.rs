@@ -272,6 +272,11 @@ pub struct ServeArgs {
     /// `KEYGATE_METRICS=on`, without authentication there).
     #[arg(long, env = "KEYGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// The gRPC listener (`HOST:PORT`; off when unset): Envoy's external authorization
+    /// (`envoy.service.auth.v3.Authorization/Check`) and `grpc.health.v1`
+    /// (docs/gateways.md, *Envoy over gRPC*).
+    #[arg(long, env = "KEYGATE_GRPC_LISTEN")]
+    pub grpc_listen: Option<String>,
     /// How many rate-limit namespaces get series of their own in `/metrics`
     /// (`keygate_ratelimit_namespace_decisions_total`): the first this many decided on
     /// since the start, labelled with their workspace id and name; the rest count as
@@ -452,6 +457,7 @@ impl ServeArgs {
                 _ => MetricsSetting::On,
             },
             metrics_listen: self.metrics_listen,
+            grpc_listen: self.grpc_listen,
             metrics_namespaces: usize::from(self.metrics_namespaces),
             gateway_policies: self.gateway_policies,
             trusted_proxies: self.trusted_proxies,
@@ -537,6 +543,8 @@ pub struct ServerConfig {
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.
     pub metrics_listen: Option<String>,
+    /// The gRPC listener's address (`None`: off).
+    pub grpc_listen: Option<String>,
     /// Namespaces given series of their own (`KEYGATE_METRICS_NAMESPACES`).
     pub metrics_namespaces: usize,
     /// The gateway policies file.

@@ -28,6 +28,8 @@ pub struct RunningServer {
     pub state: web::Data<AppState>,
     /// Where `/metrics` listens when it has its own address (`KEYGATE_METRICS_LISTEN`).
     pub metrics_addr: Option<SocketAddr>,
+    /// The gRPC listener, when on (`KEYGATE_GRPC_LISTEN`): stopped when this is dropped.
+    pub grpc: Option<GrpcListener>,
     /// The background threads (counters, sweeps, write-behind, analytics, audit retention,
     /// metrics): stopped and waited for when this is dropped.
     pub upkeep: Upkeep,
@@ -196,6 +198,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         _ => None,
     };
 
+    let grpc = match &config.grpc_listen {
+        Some(listen) => Some(GrpcListener::start(listen, state.clone())?),
+        None => None,
+    };
+
     let mut server = HttpServer::new(move || {
         // The API's routes first (the hot paths are tried first), then the dashboard's
         // and the customer portal's scopes; the API's JSON 404 answers every other path.
@@ -252,6 +259,9 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     if let Some(m) = metrics_addr {
         log::info!("keygate metrics on http://{m}/metrics");
     }
+    if let Some(g) = &grpc {
+        log::info!("keygate gRPC (ext_authz, health) on {}", g.addr);
+    }
     Ok(RunningServer {
         addr,
         handle: server.handle(),
@@ -259,6 +269,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         bootstrap_root_key,
         state,
         metrics_addr,
+        grpc,
         socket_file,
         upkeep,
         verify_cache_snapshot,
@@ -285,6 +296,60 @@ fn spawn_metrics_listener(
         .run();
     actix_web::rt::spawn(server);
     Ok(addr)
+}
+
+/// The gRPC listener (`KEYGATE_GRPC_LISTEN`, `keygate-grpc`): a thread of its own running
+/// a small tokio runtime, over the HTTP server's state (the same store and caches).
+pub struct GrpcListener {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for GrpcListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcListener").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl GrpcListener {
+    fn start(listen: &str, state: web::Data<AppState>) -> anyhow::Result<Self> {
+        let listener =
+            TcpListener::bind(listen).with_context(|| format!("binding the gRPC address {listen}"))?;
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("keygate-grpc")
+            .enable_all()
+            .build()
+            .context("starting the gRPC runtime")?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new().name("keygate-grpc".into()).spawn(move || {
+            runtime.block_on(async move {
+                let served = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => keygate_grpc::serve(l, state, async move { drop(stopped.await) }).await,
+                    Err(e) => return log::error!("gRPC listener {addr}: {e}"),
+                };
+                if let Err(e) = served {
+                    log::error!("gRPC listener {addr}: {e}");
+                }
+            });
+        })?;
+        Ok(Self { addr, stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for GrpcListener {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// How often the histograms' sample buffers are drained when nobody scrapes.

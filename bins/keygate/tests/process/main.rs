@@ -10,6 +10,7 @@ mod config_file;
 mod credits_durability;
 mod deploy;
 mod gateways;
+mod grpc;
 mod hostile;
 mod import;
 mod processes;

@@ -18,6 +18,8 @@ pub enum Gateway {
     Caddy,
     Traefik,
     Envoy,
+    /// Envoy's ext_authz over gRPC (keygate's `KEYGATE_GRPC_LISTEN`).
+    EnvoyGrpc,
     Haproxy,
 }
 
@@ -36,6 +38,7 @@ impl Gateway {
             Gateway::Caddy => "caddy",
             Gateway::Traefik => "traefik",
             Gateway::Envoy => "envoy",
+            Gateway::EnvoyGrpc => "envoy-grpc",
             Gateway::Haproxy => "haproxy",
         }
     }
@@ -43,7 +46,7 @@ impl Gateway {
     /// Whether the documented block shows the client the rate-limit fields on a pass
     /// (Caddy's and Traefik's forward auth copy keygate's headers only upstream).
     pub fn fields_on_pass(self) -> bool {
-        matches!(self, Gateway::Nginx | Gateway::Envoy | Gateway::Haproxy)
+        matches!(self, Gateway::Nginx | Gateway::Envoy | Gateway::EnvoyGrpc | Gateway::Haproxy)
     }
 }
 
@@ -124,12 +127,15 @@ pub fn tool(name: &str) -> PathBuf {
     if installed.exists() { installed } else { PathBuf::from(name) }
 }
 
-/// `gateway` started from its `mode` block in `dir`, in front of `upstream`: the process
-/// and the port it listens on, once it answers through keygate.
+/// `gateway` started from its `mode` block in `dir`, in front of `upstream` (keygate's gRPC
+/// listener on `grpc`): the process and the port it listens on, once it answers through
+/// keygate.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     gateway: Gateway,
     mode: Mode,
     kg: &Kg,
+    grpc: u16,
     upstream: u16,
     root_key: &str,
     dir: &Path,
@@ -199,6 +205,19 @@ pub fn start(
             std::fs::write(&file, text).unwrap();
             let mut c = Command::new(tool("envoy"));
             // Hot restart off: two Envoys at once would share its base id.
+            c.args(["-c", &file.display().to_string(), "--disable-hot-restart", "--log-level", "warn"]);
+            c
+        }
+        Gateway::EnvoyGrpc => {
+            let ports = [
+                ("address: 0.0.0.0, port_value: 8000", format!("address: 127.0.0.1, port_value: {listen}")),
+                ("port_value: 8081", format!("port_value: {grpc}")),
+                ("port_value: 9000", format!("port_value: {upstream}")),
+            ];
+            text = put(&text, &what, &ports);
+            let file = dir.join("envoy.yaml");
+            std::fs::write(&file, text).unwrap();
+            let mut c = Command::new(tool("envoy"));
             c.args(["-c", &file.display().to_string(), "--disable-hot-restart", "--log-level", "warn"]);
             c
         }

@@ -75,8 +75,88 @@ const MAX_META_HEADER_BYTES: usize = 4096;
         (status = 503, description = "A store is unreachable", body = crate::error::ErrorBody),
     ))]
 pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let headers = req.headers();
-    let text = |name: &str| -> Result<Option<&str>, ApiError> { single(headers, name) };
+    let fields = HeaderFields(req.headers());
+    let ip = client_ip(&req, state.trusted_proxies.as_ref());
+    let seen = |a: &str, b: &str| req.headers().get(a).or(req.headers().get(b)).and_then(|v| v.to_str().ok());
+    let call = ForwardAuth {
+        fields: &fields,
+        ip,
+        method: seen("x-original-method", "x-forwarded-method").unwrap_or(req.method().as_str()),
+        path: seen("x-original-uri", "x-forwarded-uri").unwrap_or(req.path()),
+    };
+    let passed = forward_auth(&state, call).await?;
+    let mut res = HttpResponse::Ok();
+    for header in passed.headers {
+        res.insert_header(header);
+    }
+    // No body: nginx's auth_request reads only the head of the answer and closes an upstream
+    // connection whose body it left unread, so a body would cost a new connection per
+    // request (its keepalive pool stays usable with an empty one). The headers say it all.
+    Ok(res.finish())
+}
+
+/// A field's copies in a forward-auth call: none, one (its text; `None` when it is not
+/// valid text), or more than one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copies<'a> {
+    None,
+    One(Option<&'a str>),
+    Many,
+}
+
+/// Where a forward-auth call's fields come from. `control`: the gateway's own fields (its
+/// root key, the policy's name or inline fields), which the end user must not be able to
+/// write (HTTP: the subrequest's headers, which the gateway sets; gRPC: the call's
+/// metadata and Envoy's `context_extensions`, never the end user's request); `header`:
+/// the end user's request headers (the key, a rate limit's identifier header).
+pub trait ForwardAuthFields: Sync {
+    fn control(&self, name: &str) -> Copies<'_>;
+    fn header(&self, name: &str) -> Copies<'_>;
+}
+
+/// The fields of HTTP forward auth: every one a header of the subrequest.
+struct HeaderFields<'a>(&'a HeaderMap);
+
+impl ForwardAuthFields for HeaderFields<'_> {
+    fn control(&self, name: &str) -> Copies<'_> {
+        self.header(name)
+    }
+
+    fn header(&self, name: &str) -> Copies<'_> {
+        let mut all = self.0.get_all(name);
+        match (all.next(), all.next()) {
+            (None, _) => Copies::None,
+            (Some(v), None) => Copies::One(v.to_str().ok()),
+            (Some(_), Some(_)) => Copies::Many,
+        }
+    }
+}
+
+/// One forward-auth call: its fields, the end user's address, and the original request's
+/// method and path (for the log only).
+#[allow(missing_debug_implementations)] // (its fields are a lookup)
+pub struct ForwardAuth<'a> {
+    pub fields: &'a dyn ForwardAuthFields,
+    pub ip: Option<IpAddr>,
+    pub method: &'a str,
+    pub path: &'a str,
+}
+
+/// A call that passed: the headers of the answer (`x-keygate-key-id`, the key's name and
+/// metadata for the upstream request; the rate-limit fields for the client's response),
+/// and the header that carried the end user's key (lower case).
+#[derive(Debug, Default)]
+pub struct Passed {
+    pub headers: Vec<(&'static str, String)>,
+    pub key_header: String,
+}
+
+/// Forward auth's decision, whatever the transport: the end user's key, its permission
+/// and its rate limit, in that order; a refusal is the [`ApiError`] to answer (its code
+/// says 400, 401, 403, 429 or 503).
+pub async fn forward_auth(state: &web::Data<AppState>, call: ForwardAuth<'_>) -> Result<Passed, ApiError> {
+    let fields = call.fields;
+    let text = |name: &str| -> Result<Option<&str>, ApiError> { single(fields.control(name), name) };
     // The gateway's root key.
     let Some(root) = text(ROOT_KEY_HEADER)? else {
         let msg = "the gateway must send its root key in X-Keygate-Root-Key (docs/gateways.md)";
@@ -89,7 +169,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
         ratelimit: text(RATELIMIT_HEADER)?.map(str::to_owned),
         key_header: text(KEY_HEADER_HEADER)?.map(str::to_owned),
     };
-    let principal = authenticate_secret(root.trim(), &state).await?;
+    let principal = authenticate_secret(root.trim(), state).await?;
     // What to check: the named policy (authoritative) or the inline fields, as the root
     // key's bindings allow (docs/gateways.md, "Who decides the policy").
     let policy = state.gateway_policies.resolve(&principal.root_key_id, named, inline).map_err(|e| {
@@ -111,24 +191,23 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
         .ok_or_else(|| ApiError::from(ApiAccess::denied("verify_key", None)))?;
 
     // The end user's key.
-    let Some(secret) = user_key(headers, &policy)? else {
+    let Some(secret) = user_key(fields, &policy)? else {
         return Err(ApiError::unauthorized("no API key: send Authorization: Bearer <key>"));
     };
     // With a rate limit of the policy's, the key is checked first, spending nothing, so
     // that a request the policy's limit refuses spends neither credits nor key limits.
-    let ip = client_ip(&req, state.trusted_proxies.as_ref());
-    let call = |check_only| VerifyCall {
+    let verify_call = |check_only| VerifyCall {
         secret: secret.clone(),
         principal: Some(principal.clone()),
         api_id: None,
         access: Some(access.clone()),
-        ip,
+        ip: call.ip,
         migration: None,
         query: policy.permissions.clone(),
         usage: Usage { check_only, ..Usage::default() },
         tags: Vec::new(),
     };
-    let mut verification = verification(&state, call(policy.ratelimit.is_some())).await?;
+    let mut verification = verification(state, verify_call(policy.ratelimit.is_some())).await?;
     refuse_unless_valid(&verification, state.clock.now_ms())?;
     let key_id = verification.key().map(|k| k.id().to_string()).unwrap_or_default();
 
@@ -139,7 +218,7 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
             let identifier: Cow<'_, str> = match &limit.identifier {
                 IdentifierSource::KeyId => Cow::Owned(key_id.clone()),
                 IdentifierSource::Header(h) => {
-                    let v = text(h)?.ok_or_else(|| {
+                    let v = single(fields.header(h), h)?.ok_or_else(|| {
                         refused(format!("{h}: the rate limit's identifier header is missing"))
                     })?;
                     check_len(h, v, MAX_IDENTIFIER_CHARS).map_err(|e| refused(e.to_string()))?;
@@ -152,20 +231,16 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
                 request: LimitRequest { limit: limit.limit, duration: limit.duration, cost: limit.cost },
                 is_async: false,
             };
-            let (d, applied) = decide(&state, &principal, &v).await?;
+            let (d, applied) = decide(state, &principal, &v).await?;
             Some((d, limit.namespace.as_str(), applied.map_or(limit.duration, |o| o.duration)))
         }
     };
-    if log::log_enabled!(log::Level::Debug) {
-        // For the log only: the first copy, whatever it holds.
-        let seen = |a: &str, b: &str| headers.get(a).or(headers.get(b)).and_then(|v| v.to_str().ok());
-        log::debug!(
-            "gateway.authorize: {} {} key {key_id}: {}",
-            seen("x-original-method", "x-forwarded-method").unwrap_or(req.method().as_str()),
-            seen("x-original-uri", "x-forwarded-uri").unwrap_or(req.path()),
-            decision.as_ref().map_or("passed", |(d, ..)| if d.success { "passed" } else { "rate limited" })
-        );
-    }
+    log::debug!(
+        "gateway.authorize: {} {} key {key_id}: {}",
+        call.method,
+        call.path,
+        decision.as_ref().map_or("passed", |(d, ..)| if d.success { "passed" } else { "rate limited" })
+    );
     let mut now = state.clock.now_ms();
     if let Some((d, namespace, duration)) = decision.as_ref().filter(|(d, ..)| !d.success) {
         let mut e = ApiError::new(ErrorCode::TooManyRequests, "rate limited: retry after the window resets")
@@ -177,22 +252,18 @@ pub async fn authorize(req: HttpRequest, state: web::Data<AppState>) -> Result<H
     }
     if policy.ratelimit.is_some() {
         // Passed the policy's limit: now the key's limits and credits.
-        verification = super::keys::verification::verification(&state, call(false)).await?;
+        verification = super::keys::verification::verification(state, verify_call(false)).await?;
         now = state.clock.now_ms();
         refuse_unless_valid(&verification, now)?;
     }
-    let mut res = HttpResponse::Ok();
-    res.insert_header(("x-keygate-key-id", key_id.as_str()));
-    pass_key_fields(&mut res, &verification);
-    for header in
-        decision.iter().flat_map(|(d, namespace, duration)| rate_limit_fields(namespace, *duration, d, now))
-    {
-        res.insert_header(header);
-    }
-    // No body: nginx's auth_request reads only the head of the answer and closes an upstream
-    // connection whose body it left unread, so a body would cost a new connection per
-    // request (its keepalive pool stays usable with an empty one). The headers say it all.
-    Ok(res.finish())
+    let key_header = policy.key_header.as_deref().unwrap_or(AUTHORIZATION.as_str()).to_ascii_lowercase();
+    let mut passed = Passed { headers: Vec::new(), key_header };
+    passed.headers.push(("x-keygate-key-id", key_id));
+    pass_key_fields(&mut passed, &verification);
+    passed.headers.extend(
+        decision.iter().flat_map(|(d, namespace, duration)| rate_limit_fields(namespace, *duration, d, now)),
+    );
+    Ok(passed)
 }
 
 /// The gateway's answer to a verification that is not VALID: 403 for missing permissions,
@@ -222,18 +293,18 @@ fn refuse_unless_valid(v: &Verification, now: u64) -> Result<(), ApiError> {
     }
 }
 
-/// A header of the call's, at most once: a second copy (a gateway that appends where it
+/// A field of the call's, at most once: a second copy (a gateway that appends where it
 /// should replace, so that an end user's copy could come first) is refused, never chosen.
-fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    let mut all = headers.get_all(name);
-    let Some(first) = all.next() else { return Ok(None) };
-    if all.next().is_some() {
-        count_refusal("duplicate_header");
-        return Err(refused(format!(
-            "{name}: sent more than once (the gateway must set it, replacing any copy)"
-        )));
+fn single<'a>(copies: Copies<'a>, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match copies {
+        Copies::None => Ok(None),
+        Copies::One(Some(text)) => Ok(Some(text)),
+        Copies::One(None) => Err(refused(format!("{name}: not valid text"))),
+        Copies::Many => {
+            count_refusal("duplicate_header");
+            Err(refused(format!("{name}: sent more than once (the gateway must set it, replacing any copy)")))
+        }
     }
-    first.to_str().map(Some).map_err(|_| refused(format!("{name}: not valid text")))
 }
 
 fn count_refusal(reason: &'static str) {
@@ -247,17 +318,20 @@ fn refused(message: String) -> ApiError {
 }
 
 /// The end user's key: the policy's header, else `Authorization: Bearer`.
-fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String>, ApiError> {
-    let mut all = match &policy.key_header {
-        Some(h) => headers.get_all(h.as_str()),
-        None => headers.get_all(AUTHORIZATION),
+fn user_key(fields: &dyn ForwardAuthFields, policy: &GatewayPolicy) -> Result<Option<String>, ApiError> {
+    let copies = match &policy.key_header {
+        Some(h) => fields.header(h.as_str()),
+        None => fields.header(AUTHORIZATION.as_str()),
     };
-    let Some(raw) = all.next() else { return Ok(None) };
-    if all.next().is_some() {
-        count_refusal("duplicate_header");
-        return Err(ApiError::unauthorized("more than one API key: send one"));
-    }
-    let value = raw.to_str().map_err(|_| ApiError::unauthorized("the API key is not valid text"))?.trim();
+    let value = match copies {
+        Copies::None => return Ok(None),
+        Copies::Many => {
+            count_refusal("duplicate_header");
+            return Err(ApiError::unauthorized("more than one API key: send one"));
+        }
+        Copies::One(None) => return Err(ApiError::unauthorized("the API key is not valid text")),
+        Copies::One(Some(text)) => text.trim(),
+    };
     let key = match &policy.key_header {
         Some(_) => value,
         None => match value.split_once(' ') {
@@ -273,13 +347,13 @@ fn user_key(headers: &HeaderMap, policy: &GatewayPolicy) -> Result<Option<String
 }
 
 /// The key's name and small metadata, for the gateway to pass upstream.
-fn pass_key_fields(res: &mut actix_web::HttpResponseBuilder, v: &Verification) {
+fn pass_key_fields(passed: &mut Passed, v: &Verification) {
     let Some(key) = v.key() else { return };
     if let Some(name) = key.name().filter(|n| n.is_ascii() && !n.chars().any(|c| c.is_ascii_control())) {
-        res.insert_header(("x-keygate-key-name", name));
+        passed.headers.push(("x-keygate-key-name", name.to_string()));
     }
     if let Some(meta) = key.meta().filter(|m| m.len() <= MAX_META_HEADER_BYTES && m.is_ascii()) {
-        res.insert_header(("x-keygate-key-meta", meta));
+        passed.headers.push(("x-keygate-key-meta", meta.to_string()));
     }
 }
 

@@ -1,0 +1,189 @@
+//! keygate's gRPC listener (`KEYGATE_GRPC_LISTEN`, docs/gateways.md, *Envoy over gRPC*)
+//! through a real gRPC client (tonic): the health service, and `Check`'s answers to calls
+//! Envoy would not make (no attributes, fields in two places, a forged root key in the end
+//! user's headers), each a denial with forward auth's status and body, never a pass; the
+//! listener off unless configured.
+#![allow(clippy::unwrap_used)]
+
+use envoy_types::ext_authz::v3::pb::{CheckRequest, CheckResponse, HttpResponse};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, attribute_context};
+use keygate_test_support::{free_port, keygate_command, start_keygate, wait_for_port};
+use std::collections::HashMap;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+const BIN: &str = env!("CARGO_BIN_EXE_keygate");
+const ROOT_KEY: &str = "kg_root_grpc_listener_0123456789abcdef";
+
+struct Kg {
+    _dir: tempfile::TempDir,
+    _proc: keygate_test_support::Proc,
+    http: u16,
+    grpc: u16,
+}
+
+fn keygate() -> Kg {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (http, grpc) = (free_port(), free_port());
+    let mut cmd = keygate_command(BIN, &db, http);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("KEYGATE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"));
+    let proc = start_keygate(cmd);
+    wait_for_port(grpc, "keygate's gRPC listener");
+    Kg { _dir: dir, _proc: proc, http, grpc }
+}
+
+/// A `Check` of a request with `headers`, the call's metadata `metadata`, the route's
+/// `extensions`.
+fn check_request(headers: &[(&str, &str)], extensions: &[(&str, &str)]) -> CheckRequest {
+    let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(attribute_context::Request {
+                http: Some(attribute_context::HttpRequest {
+                    method: "GET".into(),
+                    path: "/documents/1".into(),
+                    headers: map(headers),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            context_extensions: map(extensions),
+            ..Default::default()
+        }),
+    }
+}
+
+async fn check(port: u16, req: CheckRequest, metadata: &[(&'static str, &str)]) -> CheckResponse {
+    let mut client = AuthorizationClient::connect(format!("http://127.0.0.1:{port}")).await.unwrap();
+    let mut request = tonic::Request::new(req);
+    for (k, v) in metadata {
+        request.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    client.check(request).await.unwrap().into_inner()
+}
+
+/// A denial's HTTP status and JSON body (panics on a pass).
+fn denied(r: &CheckResponse) -> (i32, serde_json::Value) {
+    match &r.http_response {
+        Some(HttpResponse::DeniedResponse(d)) => {
+            (d.status.as_ref().unwrap().code, serde_json::from_str(&d.body).unwrap_or_default())
+        }
+        other => panic!("not a denial: {other:?} ({:?})", r.status),
+    }
+}
+
+/// A v1 call with the root key: the answer's JSON.
+fn api(port: u16, path: &str, body: &str) -> serde_json::Value {
+    let auth = format!("Bearer {ROOT_KEY}");
+    let r = keygate_test_support::request(
+        port,
+        "POST",
+        path,
+        &[("authorization", auth.as_str()), ("content-type", "application/json")],
+        body,
+    );
+    assert_eq!(r.status, 200, "{path}: {r:?}");
+    r.json()
+}
+
+#[test]
+fn health_and_checks_answer_over_grpc_and_nothing_the_end_user_sends_is_the_gateway_s() {
+    let kg = keygate();
+    let key = api(kg.http, "/v1/keys.createKey", r#"{"permissions": ["documents.read"]}"#);
+    let (key_id, secret) =
+        (key["keyId"].as_str().unwrap().to_string(), key["key"].as_str().unwrap().to_string());
+    let bearer = format!("Bearer {secret}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        // Health: the server and the authorization service.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", kg.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel);
+        for service in ["", "envoy.service.auth.v3.Authorization"] {
+            let r = health.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
+            assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+        }
+        let unknown = health.check(HealthCheckRequest { service: "no.such.Service".into() }).await;
+        assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+
+        let root = [("x-keygate-root-key", ROOT_KEY)];
+        // A pass: the key's id for the upstream, the key's header removed from it.
+        let r = check(kg.grpc, check_request(&[("authorization", &bearer)], &[]), &root).await;
+        assert_eq!(r.status.as_ref().unwrap().code, 0, "{r:?}");
+        let Some(HttpResponse::OkResponse(ok)) = &r.http_response else { panic!("{r:?}") };
+        let set: Vec<(&str, &str)> = ok
+            .headers
+            .iter()
+            .filter_map(|h| h.header.as_ref())
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(set, [("x-keygate-key-id", key_id.as_str())], "{ok:?}");
+        assert_eq!(ok.headers_to_remove, ["authorization"], "{ok:?}");
+        // The permission query from the route's context extensions.
+        let reader = [("x-keygate-permissions", "documents.read")];
+        let r = check(kg.grpc, check_request(&[("authorization", &bearer)], &reader), &root).await;
+        assert!(matches!(r.http_response, Some(HttpResponse::OkResponse(_))), "{r:?}");
+        let writer = [("x-keygate-permissions", "documents.write")];
+        let r = check(kg.grpc, check_request(&[("authorization", &bearer)], &writer), &root).await;
+        assert_eq!(denied(&r).0, 403, "{r:?}");
+        assert_eq!(r.status.as_ref().unwrap().code, tonic::Code::PermissionDenied as i32);
+
+        // No root key in the metadata: the end user's own copy is never read.
+        let r = check(
+            kg.grpc,
+            check_request(&[("authorization", &bearer), ("x-keygate-root-key", ROOT_KEY)], &[]),
+            &[],
+        )
+        .await;
+        let (status, body) = denied(&r);
+        assert_eq!(status, 401, "{r:?}");
+        assert_eq!(body["error"]["code"], "UNAUTHORIZED", "{body}");
+        assert_eq!(r.status.as_ref().unwrap().code, tonic::Code::Unauthenticated as i32);
+        // Nor its permission query.
+        let forged = [("authorization", bearer.as_str()), ("x-keygate-permissions", "documents.read")];
+        let r = check(kg.grpc, check_request(&forged, &writer), &root).await;
+        assert_eq!(denied(&r).0, 403, "{r:?}");
+        // A field both in the metadata and in the context extensions: refused, not chosen.
+        let both = [("x-keygate-root-key", ROOT_KEY)];
+        let r = check(kg.grpc, check_request(&[("authorization", &bearer)], &both), &root).await;
+        assert_eq!(denied(&r).0, 400, "{r:?}");
+        // No attributes at all, no key: 401, never a pass.
+        let r = check(kg.grpc, CheckRequest { attributes: None }, &root).await;
+        assert_eq!(denied(&r).0, 401, "{r:?}");
+        let r = check(kg.grpc, check_request(&[("authorization", "Bearer sk_not_a_key")], &[]), &root).await;
+        assert_eq!(denied(&r).0, 401, "{r:?}");
+        // A malformed rate limit of the gateway's: 400, never a pass.
+        let bad = [("x-keygate-ratelimit", "namespace=api; limit=-1")];
+        let r = check(kg.grpc, check_request(&[("authorization", &bearer)], &bad), &root).await;
+        assert_eq!(denied(&r).0, 400, "{r:?}");
+    });
+}
+
+#[test]
+fn no_grpc_listener_unless_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (http, grpc) = (free_port(), free_port());
+    let mut cmd = keygate_command(BIN, &db, http);
+    cmd.env_remove("KEYGATE_GRPC_LISTEN");
+    let _kg = start_keygate(cmd);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", grpc)).is_err());
+    let bad = {
+        let mut cmd = keygate_command(BIN, &db, free_port());
+        cmd.env("KEYGATE_GRPC_LISTEN", "not an address");
+        cmd.output().unwrap()
+    };
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("gRPC"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
