@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-for tool in nginx:nginx-light caddy:caddy haproxy:haproxy; do
+# (openssl: the gRPC listener's TLS test makes its certificate with it.)
+for tool in nginx:nginx-light caddy:caddy haproxy:haproxy openssl:openssl; do
   if ! command -v "${tool%%:*}" >/dev/null; then
     echo "== installing ${tool#*:}"
     install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${tool#*:}"; }

