@@ -2,6 +2,7 @@
 //! (docs/configuration.md lists them; precedence flag > environment > file > default).
 
 mod file;
+pub mod grpc;
 mod values;
 use values::{dashboard_base, file_mode, migration_entry, otlp_endpoint, positive_usize, public_url};
 
@@ -272,16 +273,9 @@ pub struct ServeArgs {
     /// `KEYGATE_METRICS=on`, without authentication there).
     #[arg(long, env = "KEYGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
-    /// The gRPC listener (`HOST:PORT` or `unix:/PATH`; off when unset): Envoy's ext_authz,
-    /// health and reflection (docs/gateways.md, *Envoy over gRPC*).
-    #[arg(long, env = "KEYGATE_GRPC_LISTEN")]
-    pub grpc_listen: Option<String>,
-    /// The gRPC listener's TLS certificate chain (PEM file); with `--grpc-tls-key`.
-    #[arg(long, env = "KEYGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
-    pub grpc_tls_cert: Option<std::path::PathBuf>,
-    /// The private key of `--grpc-tls-cert` (PEM file).
-    #[arg(long, env = "KEYGATE_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
-    pub grpc_tls_key: Option<std::path::PathBuf>,
+    /// The gRPC listener (`config/grpc.rs`).
+    #[command(flatten)]
+    pub grpc: grpc::GrpcArgs,
     /// How many rate-limit namespaces get series of their own in `/metrics`
     /// (`keygate_ratelimit_namespace_decisions_total`): the first this many decided on
     /// since the start, labelled with their workspace id and name; the rest count as
@@ -462,8 +456,7 @@ impl ServeArgs {
                 _ => MetricsSetting::On,
             },
             metrics_listen: self.metrics_listen,
-            grpc_listen: self.grpc_listen,
-            grpc_tls: self.grpc_tls_cert.zip(self.grpc_tls_key),
+            grpc: self.grpc.settings(),
             metrics_namespaces: usize::from(self.metrics_namespaces),
             gateway_policies: self.gateway_policies,
             trusted_proxies: self.trusted_proxies,
@@ -549,10 +542,8 @@ pub struct ServerConfig {
     pub metrics: MetricsSetting,
     /// `/metrics` on its own listener instead of the main one.
     pub metrics_listen: Option<String>,
-    /// The gRPC listener's address (`None`: off).
-    pub grpc_listen: Option<String>,
-    /// The gRPC listener's certificate chain and key files (PEM): TLS when given.
-    pub grpc_tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The gRPC listener.
+    pub grpc: grpc::GrpcSettings,
     /// Namespaces given series of their own (`KEYGATE_METRICS_NAMESPACES`).
     pub metrics_namespaces: usize,
     /// The gateway policies file.

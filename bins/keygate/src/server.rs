@@ -198,7 +198,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         _ => None,
     };
 
-    let grpc = match &config.grpc_listen {
+    let grpc = match &config.grpc.listen {
         Some(listen) => Some(GrpcListener::start(listen, &config, state.clone())?),
         None => None,
     };
@@ -317,13 +317,25 @@ impl std::fmt::Debug for GrpcListener {
 
 impl GrpcListener {
     fn start(listen: &str, config: &ServerConfig, state: web::Data<AppState>) -> anyhow::Result<Self> {
-        let tls = match &config.grpc_tls {
+        let tls = match &config.grpc.tls {
             Some((cert, key)) => Some(keygate_grpc::TlsPair {
                 cert_pem: std::fs::read(cert)
                     .with_context(|| format!("reading the gRPC certificate {}", cert.display()))?,
                 key_pem: std::fs::read(key)
                     .with_context(|| format!("reading the gRPC key {}", key.display()))?,
             }),
+            None => None,
+        };
+        let rls = match &config.grpc.ratelimit_config {
+            Some(path) => {
+                let loaded = keygate_grpc::rls::config::RlsConfig::load(path)
+                    .context("the Envoy rate-limit configuration (KEYGATE_ENVOY_RATELIMIT_CONFIG)")?;
+                log::info!("Envoy rate limit: {} domains from {}", loaded.domains.len(), path.display());
+                Some((
+                    path.clone(),
+                    std::sync::Arc::new(parking_lot::RwLock::new(std::sync::Arc::new(loaded))),
+                ))
+            }
             None => None,
         };
         let (listener, addr) = Listener::bind(listen, config.listen_mode)
@@ -348,6 +360,9 @@ impl GrpcListener {
         let shown = addr.clone();
         let thread = std::thread::Builder::new().name("keygate-grpc".into()).spawn(move || {
             runtime.block_on(async move {
+                if let Some((path, shared)) = &rls {
+                    reload_on_hangup(path.clone(), shared.clone());
+                }
                 let incoming = match std_incoming {
                     StdIncoming::Tcp(l) => {
                         tokio::net::TcpListener::from_std(l).map(keygate_grpc::Incoming::Tcp)
@@ -357,7 +372,10 @@ impl GrpcListener {
                     }
                 };
                 let served = match incoming {
-                    Ok(i) => keygate_grpc::serve(i, tls, state, async move { drop(stopped.await) }).await,
+                    Ok(i) => {
+                        let rls = rls.map(|(_, shared)| shared);
+                        keygate_grpc::serve(i, tls, state, rls, async move { drop(stopped.await) }).await
+                    }
                     Err(e) => return log::error!("gRPC listener {shown}: {e}"),
                 };
                 if let Err(e) = served {
@@ -367,6 +385,34 @@ impl GrpcListener {
         })?;
         Ok(Self { addr, stop: Some(stop), thread: Some(thread), _socket_file: socket_file })
     }
+}
+
+/// Reads the Envoy rate-limit configuration again on each SIGHUP (on the gRPC runtime):
+/// calls under way finish with the one they started with; a configuration that does not
+/// load is logged and the one in use kept.
+fn reload_on_hangup(path: std::path::PathBuf, shared: keygate_grpc::SharedRlsConfig) {
+    tokio::spawn(async move {
+        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            return log::warn!(
+                "Envoy rate limit: SIGHUP cannot be watched; the configuration is not reloaded"
+            );
+        };
+        while hangups.recv().await.is_some() {
+            match keygate_grpc::rls::config::RlsConfig::load(&path) {
+                Ok(c) => {
+                    log::info!(
+                        "Envoy rate limit: reloaded {} domains from {}",
+                        c.domains.len(),
+                        path.display()
+                    );
+                    *shared.write() = std::sync::Arc::new(c);
+                }
+                Err(e) => log::error!(
+                    "Envoy rate limit: the configuration was not reloaded (the last one stays): {e}"
+                ),
+            }
+        }
+    });
 }
 
 /// A bound listener before the gRPC runtime takes it.

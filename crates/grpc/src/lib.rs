@@ -7,12 +7,16 @@
 //! ([`serve`]), on a runtime of its own.
 //!
 //! - [`ext_authz`]: `Check`, its fields and its answers.
+//! - [`rls`]: `ShouldRateLimit` with envoyproxy/ratelimit's configuration, when given.
 
 pub mod ext_authz;
+pub mod rls;
 
 use actix_web::web;
 use envoy_types::ext_authz::v3::pb::AuthorizationServer;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use keygate_http::AppState;
+use std::sync::Arc;
 
 /// Envoy's `external_auth.proto` and what it imports, as envoy-types ships them, compiled
 /// (`tests/descriptors.rs` checks it and writes it again).
@@ -47,17 +51,28 @@ impl std::fmt::Debug for TlsPair {
     }
 }
 
+/// The rate-limit service's configuration, replaced whole on a reload.
+pub type SharedRlsConfig = Arc<parking_lot::RwLock<Arc<rls::config::RlsConfig>>>;
+
 /// Serves keygate's gRPC services on `incoming` (over TLS with `tls`) until `shutdown`
-/// resolves: `Check`, the health service (`SERVING` for the whole server and for
-/// `envoy.service.auth.v3.Authorization`) and reflection.
+/// resolves: `Check`, `ShouldRateLimit` with `rls` (when given), the health service
+/// (`SERVING` for the whole server and for each of those) and reflection.
 pub async fn serve(
     incoming: Incoming,
     tls: Option<TlsPair>,
     state: web::Data<AppState>,
+    rls: Option<SharedRlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AuthorizationServer<ext_authz::Authorizer>>().await;
+    let limiter = match rls {
+        Some(config) => {
+            reporter.set_serving::<RateLimitServiceServer<rls::RateLimiter>>().await;
+            Some(RateLimitServiceServer::new(rls::RateLimiter::new(state.clone(), config)))
+        }
+        None => None,
+    };
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(DESCRIPTORS)
@@ -72,7 +87,8 @@ pub async fn serve(
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(AuthorizationServer::new(ext_authz::Authorizer::new(state)));
+        .add_service(AuthorizationServer::new(ext_authz::Authorizer::new(state)))
+        .add_optional_service(limiter);
     match incoming {
         Incoming::Tcp(l) => {
             let incoming = tonic::transport::server::TcpIncoming::from(l);

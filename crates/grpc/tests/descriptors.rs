@@ -1,5 +1,5 @@
 //! `src/descriptors.bin`, the descriptors gRPC server reflection serves, is Envoy's
-//! `external_auth.proto` and what it imports as this build's envoy-types ships them,
+//! `external_auth.proto` and `rls.proto` and what they import as this build's envoy-types ships them,
 //! compiled by protox (no protoc): regenerate it with
 //! `KEYGATE_WRITE_DESCRIPTORS=1 cargo test -p keygate-grpc --test descriptors`.
 #![allow(clippy::unwrap_used)]
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The services reflection describes, as files under envoy-types' `proto/data-plane-api`.
-const FILES: &[&str] = &["envoy/service/auth/v3/external_auth.proto"];
+const FILES: &[&str] = &["envoy/service/auth/v3/external_auth.proto", "envoy/service/ratelimit/v3/rls.proto"];
 
 /// The include directories under envoy-types' `proto/`.
 const INCLUDES: &[&str] = &["data-plane-api", "googleapis", "protoc-gen-validate", "xds", "cel-spec"];

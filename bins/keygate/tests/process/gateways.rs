@@ -11,9 +11,9 @@
 #![allow(clippy::unwrap_used)]
 
 #[path = "gateways/launch.rs"]
-mod launch;
+pub(crate) mod launch;
 #[path = "gateways/upstream.rs"]
-mod upstream;
+pub(crate) mod upstream;
 
 use keygate_test_support::{Proc, Response, free_port, keygate_command, request, start_keygate};
 use launch::{Gateway, Kg, LIMIT, Mode, WINDOW_MS};
@@ -362,8 +362,12 @@ gateway_tests! {
 #[test]
 fn every_documented_gateway_block_is_run_by_a_test() {
     let blocks = launch::DOC.matches("<!-- gateway-test: ").count();
-    // Six gateways (Envoy over HTTP and over gRPC), two blocks each, and the policies file.
-    assert_eq!(blocks, 13, "a block in docs/gateways.md no test runs, or a test with no block");
+    // Six gateways (Envoy over HTTP and over gRPC), two blocks each, the policies file, and
+    // Envoy's global rate limit (its configuration and Envoy's: rls.rs).
+    assert_eq!(blocks, 15, "a block in docs/gateways.md no test runs, or a test with no block");
+    assert!(
+        !launch::doc_block("envoy-rls config").is_empty() && !launch::doc_block("envoy-rls envoy").is_empty()
+    );
     for gateway in ["nginx", "caddy", "traefik", "envoy", "envoy-grpc", "haproxy"] {
         for mode in ["inline", "named"] {
             assert!(!launch::doc_block(&format!("{gateway} {mode}")).is_empty());

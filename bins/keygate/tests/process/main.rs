@@ -16,6 +16,7 @@ mod import;
 mod processes;
 mod prometheus;
 mod ratelimit_durability;
+mod rls;
 mod store_copy;
 mod tracing;
 mod unix_socket;
