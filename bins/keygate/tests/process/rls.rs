@@ -211,6 +211,27 @@ fn the_readme_examples_answer_as_documented_all_or_nothing() {
     }
     assert_eq!(r.codes("example7", &[one]), (OK, vec![(OK, 0)]), "its own budget untouched");
     assert_eq!(r.codes("example7", &[one]).0, OVER);
+
+    // The decisions in /metrics, named by the rules (never by a value the rule does not name).
+    let metrics = keygate_test_support::request(r.http, "GET", "/metrics", &[], "").body;
+    let count = |domain: &str, descriptor: &str, result: &str| -> u64 {
+        let labels = [
+            format!("domain=\"{domain}\""),
+            format!("descriptor=\"{descriptor}\""),
+            format!("result=\"{result}\""),
+        ];
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("keygate_envoy_ratelimit_decisions_total{"))
+            .find(|l| labels.iter().all(|x| l.contains(x.as_str())))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(count("messaging", "message_type_marketing.to_number", "within_limit"), 5, "{metrics}");
+    assert_eq!(count("messaging", "message_type_marketing.to_number", "over_limit"), 2);
+    assert_eq!(count("edge_proxy_per_ip", "remote_address_50.0.0.5", "over_limit"), 1);
+    assert_eq!(count("example6", "service.user_user-a", "shadow_mode"), 2, "over, but shadowed");
+    assert!(!metrics.contains("2061111111"), "a value no rule names is in /metrics");
 }
 
 #[test]
@@ -408,4 +429,70 @@ fn envoy_s_rate_limit_filter_limits_exactly_and_an_override_applies_at_once() {
         let r = get("44");
         assert_eq!(r.status, if deny { 500 } else { 200 }, "keygate down, failure_mode_deny {deny}: {r:?}");
     }
+}
+
+/// Exact across instances: three keygate processes on one PostgreSQL and Redis (or Redis
+/// Cluster), `ShouldRateLimit` calls spread over them in parallel: exactly the limit is OK.
+#[test]
+#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+fn three_instances_on_redis_admit_exactly_the_limit() {
+    let redis = keygate_test_support::redis_url().expect("KEYGATE_TEST_REDIS_URL must be set for this test");
+    assert!(keygate_test_support::TestDb::postgres_url().is_some(), "KEYGATE_TEST_POSTGRES_URL must be set");
+    let db = keygate_test_support::TestDb::fresh();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("api.yaml");
+    std::fs::write(&file, "domain: three\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 150 }\n").unwrap();
+    let servers: Vec<(keygate_test_support::Proc, u16)> = (0..3)
+        .map(|_| {
+            let grpc = free_port();
+            let mut cmd = keygate_command(BIN, &db.url, free_port());
+            cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY)
+                .env("REDIS_URL", &redis)
+                .env(
+                    "KEYGATE_REDIS_CLUSTER",
+                    if keygate_test_support::redis_cluster() { "on" } else { "off" },
+                )
+                .env("KEYGATE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"))
+                .env("KEYGATE_ENVOY_RATELIMIT_CONFIG", &file);
+            let proc = start_keygate(cmd);
+            wait_for_port(grpc, "keygate's gRPC listener");
+            (proc, grpc)
+        })
+        .collect();
+    // The hour's window near its end: wait for the next one.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    if now % 3_600_000 > 3_540_000 {
+        std::thread::sleep(std::time::Duration::from_millis(3_600_500 - now % 3_600_000));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let ok: u64 = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..30u16 {
+            let port = servers[usize::from(t) % 3].1;
+            tasks.push(tokio::spawn(async move {
+                let mut client =
+                    RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}")).await.unwrap();
+                let mut ok = 0u64;
+                for _ in 0..10 {
+                    let req = RateLimitRequest {
+                        domain: "three".into(),
+                        descriptors: vec![descriptor(&[("user", "hot")])],
+                        hits_addend: 0,
+                    };
+                    let mut request = tonic::Request::new(req);
+                    request.metadata_mut().insert("x-keygate-root-key", ROOT_KEY.parse().unwrap());
+                    let answer = client.should_rate_limit(request).await.unwrap().into_inner();
+                    ok += u64::from(answer.overall_code == OK);
+                }
+                ok
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            ok += t.await.unwrap();
+        }
+        ok
+    });
+    assert_eq!(ok, 150, "300 calls over 3 instances against a limit of 150");
+    drop(servers);
 }

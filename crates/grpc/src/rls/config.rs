@@ -189,18 +189,23 @@ fn glob(pattern: &str, value: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
-/// A descriptor's rule, and the values its budget is named by (a shared wildcard's
-/// pattern in place of the value it matched).
+/// A descriptor's rule, the values its budget is named by (a shared wildcard's pattern in
+/// place of the value it matched), and its metric's name: each level's `key_value` when
+/// the rule names the value (or a wildcard's pattern), the request's value where
+/// `detailed_metric` or `value_to_metric` says so, else `key`; joined by `.`.
 #[derive(Debug)]
 pub struct Matched<'a> {
     pub rule: &'a Rule,
     pub values: Vec<&'a str>,
+    pub metric: String,
 }
 
 #[derive(Debug, Default, Clone)]
 struct Node {
     rule: Option<Rule>,
     below: Level,
+    /// The request's value names the metric (`value_to_metric`).
+    value_to_metric: bool,
 }
 
 /// One domain's rules.
@@ -219,25 +224,46 @@ impl Domain {
     {
         let mut level = &self.top;
         let mut values = Vec::with_capacity(entries.len());
+        // Per level: the metric's part, and the request's value's part where it may replace it.
+        let mut parts: Vec<(String, Option<String>)> = Vec::with_capacity(entries.len());
         for (i, &(key, value)) in entries.iter().enumerate() {
             let node = match level.exact.get(&format!("{key}_{value}")) {
                 Some(n) => {
                     values.push(value);
+                    parts.push((format!("{key}_{value}"), None));
                     n
                 }
                 None => match level.wildcards.iter().find(|w| w.key == key && glob(&w.pattern, value)) {
                     Some(w) => {
                         values.push(if w.shared { w.pattern.as_str() } else { value });
+                        let runtime = (!w.shared).then(|| format!("{key}_{value}"));
+                        parts.push((format!("{key}_{}", w.pattern), runtime));
                         &w.node
                     }
                     None => {
                         values.push(value);
+                        parts.push((key.to_string(), Some(format!("{key}_{value}"))));
                         level.exact.get(key)?
                     }
                 },
             };
+            if node.value_to_metric
+                && let Some((part, runtime)) = parts.last_mut()
+                && let Some(r) = runtime.take()
+            {
+                *part = r;
+            }
             if i + 1 == entries.len() {
-                return node.rule.as_ref().map(|rule| Matched { rule, values });
+                let rule = node.rule.as_ref()?;
+                let metric = parts
+                    .into_iter()
+                    .map(|(part, runtime)| match (rule.detailed_metric, runtime) {
+                        (true, Some(r)) => r,
+                        _ => part,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(".");
+                return Some(Matched { rule, values, metric });
             }
             level = &node.below;
         }
@@ -353,11 +379,11 @@ fn level(
                 })
             }
         };
-        let node = Node { rule, below: level(&d.descriptors, names, replaced)? };
+        let node =
+            Node { rule, below: level(&d.descriptors, names, replaced)?, value_to_metric: d.value_to_metric };
         if d.share_threshold && !d.value.as_deref().is_some_and(|v| v.contains('*')) {
             return Err(format!("{}: share_threshold is for a wildcard value (one with a `*`)", d.key));
         }
-        let _ = d.value_to_metric;
         match d.value.as_deref() {
             Some(v) if v.contains('*') => {
                 let (key, pattern, shared) = (d.key.clone(), v.to_string(), d.share_threshold);
@@ -468,6 +494,10 @@ descriptors:
             ["valueXYZ"],
             "each value its own budget"
         );
+        let metric = |e: &[(&str, &str)]| d.rule(e).unwrap().metric;
+        assert_eq!(metric(&[("key1", "valueXYZ")]), "key1_valueXYZ", "value_to_metric");
+        assert_eq!(metric(&[("path", "/api/1/action")]), "path_/api/*/action", "the pattern");
+        assert_eq!(metric(&[("file", "files/a.pdf")]), "file_files/*", "shared: the pattern");
         assert!(glob("a*b*c", "axxbyyc") && glob("*", "") && !glob("a*b", "ab c") && glob("a**", "a"));
     }
 
@@ -496,6 +526,7 @@ descriptors:
 ",
         );
         let m = d.rule(&[("key_2", "value_2"), ("user", "bkthomps")]).unwrap();
+        assert_eq!(m.metric, "key_2_value_2.user_bkthomps");
         assert_eq!(
             (m.rule.replaces.as_slice(), m.rule.shadow, m.rule.detailed_metric),
             (&["specific_limit".to_string()][..], true, true)

@@ -11,8 +11,14 @@
 //!   every other limit, and a `ratelimit.setOverride` on that namespace and identifier
 //!   (or a pattern over it) changes its limit on the next request, on every instance.
 //! - The descriptors' limits are taken all or nothing: an OVER_LIMIT answer consumes no
-//!   budget (envoyproxy/ratelimit counts the others' hits anyway). A `shadow_mode` rule
-//!   is decided on its own and never makes the answer OVER_LIMIT.
+//!   budget (envoyproxy/ratelimit counts the others' hits anyway). On a Redis Cluster,
+//!   where budgets in different slots cannot be taken at once, they are taken one by one
+//!   (envoyproxy/ratelimit's way). A `shadow_mode` rule is decided on its own and never
+//!   makes the answer OVER_LIMIT.
+//! - Each decision counts in `keygate_envoy_ratelimit_decisions_total{domain, descriptor,
+//!   result}`: `descriptor` is the rule's name for it (`key_value` where the rule names the
+//!   value, `key` where it does not, the request's value only where `detailed_metric` or
+//!   `value_to_metric` asks), so the series are bounded by the configuration.
 //! - A descriptor's `limit` (the request's override) replaces its rule's numbers;
 //!   `hits_addend` (the descriptor's, else the request's, 0 meaning 1) is the cost. An
 //!   `unlimited` rule answers OK with `limit_remaining` at its maximum, without a budget;
@@ -30,7 +36,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use keygate_domain::{ErrorCode, MAX_IDENTIFIER_CHARS};
 use keygate_http::AppState;
-use keygate_ratelimit::LimitRequest;
+use keygate_ratelimit::{LimitRequest, StoreError};
 use keygate_runtime::{CallError, LimitAsk};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -58,6 +64,8 @@ struct Asked {
     identifier: String,
     rule: Option<Rule>,
     hits: u64,
+    /// The metric's name for it (a matched rule's; a request's own limit: its keys).
+    metric: String,
 }
 
 fn invalid(message: impl Into<String>) -> Status {
@@ -115,6 +123,10 @@ fn asked_one(
             "descriptors[{i}]: its entries make an identifier longer than {MAX_IDENTIFIER_CHARS} characters"
         )));
     }
+    let metric = match &matched {
+        Some(m) => m.metric.clone(),
+        None => entries.iter().map(|e| e.0).collect::<Vec<_>>().join("."),
+    };
     let mut rule = matched.map(|m| m.rule.clone());
     if let Some(o) = &d.limit {
         let unit = Unit::from_proto(o.unit)
@@ -137,7 +149,7 @@ fn asked_one(
     if hits > keygate_domain::MAX_SAFE_INTEGER {
         return Err(invalid(format!("descriptors[{i}].hits_addend: at most 2^53-1")));
     }
-    Ok(Asked { identifier, rule, hits })
+    Ok(Asked { identifier, rule, hits, metric })
 }
 
 /// A descriptor's status without a limit.
@@ -176,6 +188,8 @@ impl RateLimitService for RateLimiter {
             state.runtime.authenticate(state.get_ref(), root.trim()).await.map_err(|e| status_of(&e))?;
 
         let mut statuses: Vec<DescriptorStatus> = asked.iter().map(|_| no_limit()).collect();
+        // The shadow rules that were over (answered OK).
+        let mut shadowed = vec![false; asked.len()];
         // A rule allowing nothing refuses the call: the others are read, not taken.
         let blocked = asked.iter().any(|a| {
             matches!(&a.rule, Some(Rule { allowance: Allowance::Per { requests: 0, .. }, shadow: false, .. }))
@@ -195,6 +209,7 @@ impl RateLimitService for RateLimiter {
             };
             if requests == 0 {
                 statuses[i] = zero(a, unit, shadow);
+                shadowed[i] = shadow;
                 continue;
             }
             let mut ask = ask_of(&req.domain, a, requests, unit);
@@ -213,21 +228,51 @@ impl RateLimitService for RateLimiter {
                         .await
                         .map_err(|e| status_of(&e))?;
                     statuses[i] = status(a, &limited.decision, unit, state.clock.now_ms(), true);
+                    shadowed[i] = !limited.decision.success;
                 }
             }
         }
         if !asks.is_empty() {
-            let all = state
-                .runtime
-                .limit_all(state.get_ref(), &principal, &asks)
-                .await
-                .map_err(|e| status_of(&e))?;
+            let decisions = match state.runtime.limit_all(state.get_ref(), &principal, &asks).await {
+                Ok(all) => all.entries.into_iter().map(|l| l.decision).collect::<Vec<_>>(),
+                // A Redis Cluster, budgets in different slots: one by one.
+                Err(CallError::Limiter(StoreError::CannotAtomically(_))) => {
+                    let mut one_by_one = Vec::with_capacity(asks.len());
+                    for ask in &asks {
+                        let limited = state
+                            .runtime
+                            .limit(state.get_ref(), &principal, *ask)
+                            .await
+                            .map_err(|e| status_of(&e))?;
+                        one_by_one.push(limited.decision);
+                    }
+                    one_by_one
+                }
+                Err(e) => return Err(status_of(&e)),
+            };
             let now = state.clock.now_ms();
             // Each descriptor answers its own decision; when one is over, none was taken
             // (an entry that fit says OK, its budget as it was).
-            for ((i, unit), limited) in enforced.into_iter().zip(&all.entries) {
-                statuses[i] = status(&asked[i], &limited.decision, unit, now, false);
+            for ((i, unit), d) in enforced.into_iter().zip(&decisions) {
+                statuses[i] = status(&asked[i], d, unit, now, false);
             }
+        }
+        for ((a, s), shadowed) in asked.iter().zip(&statuses).zip(shadowed) {
+            if a.rule.is_none() {
+                continue;
+            }
+            let result = match (s.code == Code::OverLimit as i32, shadowed) {
+                (true, _) => "over_limit",
+                (false, true) => "shadow_mode",
+                (false, false) => "within_limit",
+            };
+            metrics::counter!(
+                "keygate_envoy_ratelimit_decisions_total",
+                "domain" => req.domain.clone(),
+                "descriptor" => a.metric.clone(),
+                "result" => result,
+            )
+            .increment(1);
         }
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
         Ok(Response::new(RateLimitResponse {
