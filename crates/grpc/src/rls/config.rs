@@ -316,24 +316,43 @@ impl RlsConfig {
         if self.domains.contains_key(&parsed.domain) {
             return Err(error(format!("the domain {:?} is configured twice", parsed.domain)));
         }
-        let mut names = BTreeSet::new();
+        let mut names = BTreeMap::new();
         let mut replaced = BTreeSet::new();
         let top = level(&parsed.descriptors, &mut names, &mut replaced).map_err(error)?;
-        if let Some(unknown) = replaced.difference(&names).next() {
+        if let Some(unknown) = replaced.iter().find(|r| !names.contains_key(*r)) {
             return Err(error(format!(
                 "`replaces` names {unknown:?}, which no rate_limit of the domain is named"
             )));
+        }
+        if let Some(name) = names.keys().find_map(|n| cycle_from(n, &names, &mut Vec::new())) {
+            return Err(error(format!("`replaces` goes round in a circle through {name:?}")));
         }
         self.domains.insert(parsed.domain, Domain { top });
         Ok(())
     }
 }
 
+/// A name on a circle of `replaces` from `name` (`path`: the names on the way), if any.
+fn cycle_from<'a>(
+    name: &'a str,
+    edges: &'a BTreeMap<String, BTreeSet<String>>,
+    path: &mut Vec<&'a str>,
+) -> Option<String> {
+    if path.contains(&name) {
+        return Some(name.to_string());
+    }
+    path.push(name);
+    let found = edges.get(name).into_iter().flatten().find_map(|next| cycle_from(next, edges, path));
+    path.pop();
+    found
+}
+
 /// A level of descriptors as a tree's level (`shadow_mode` is each descriptor's own, as
-/// envoyproxy/ratelimit reads it); the rules' names and what they replace gathered.
+/// envoyproxy/ratelimit reads it); the rules' names (each with the names its rules
+/// replace) and every name replaced gathered.
 fn level(
     descriptors: &[DescriptorConfig],
-    names: &mut BTreeSet<String>,
+    names: &mut BTreeMap<String, BTreeSet<String>>,
     replaced: &mut BTreeSet<String>,
 ) -> Result<Level, String> {
     let mut out = Level::default();
@@ -367,7 +386,7 @@ fn level(
                     _ => return Err(format!("{}: a rate_limit needs unit and requests_per_unit", d.key)),
                 };
                 if let Some(name) = &r.name {
-                    names.insert(name.clone());
+                    names.entry(name.clone()).or_default().extend(r.replaces.iter().map(|x| x.name.clone()));
                 }
                 replaced.extend(r.replaces.iter().map(|x| x.name.clone()));
                 Some(Rule {
@@ -562,6 +581,10 @@ descriptors:
         );
         assert!(refused("domain: d\ndescriptors: [").contains("f.yaml"));
         assert!(refused("- 1\n- 2\n").contains("f.yaml"));
+        let circle = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { name: x, unit: second, requests_per_unit: 1, replaces: [{name: y}] }\n  - key: b\n    rate_limit: { name: y, unit: second, requests_per_unit: 1, replaces: [{name: x}] }\n";
+        assert!(refused(circle).contains("circle"), "{}", refused(circle));
+        let own = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { name: x, unit: second, requests_per_unit: 1, replaces: [{name: x}] }\n";
+        assert!(refused(own).contains("circle"));
         let mut c = RlsConfig::default();
         c.add("a.yaml", "domain: d\n").unwrap();
         assert!(c.add("b.yaml", "domain: d\n").unwrap_err().to_string().contains("twice"));
