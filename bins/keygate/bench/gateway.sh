@@ -7,11 +7,13 @@
 #   bash bins/keygate/bench/gateway.sh          # ROUNDS=5 DURATION=5s CONNECTIONS=32
 #   GATEWAYS="nginx envoy" bash bins/keygate/bench/gateway.sh
 #
-# GATEWAYS (default: nginx nginx-uds caddy traefik envoy haproxy; nginx-uds is nginx's
-# block with keygate on a Unix domain socket). For each: `NAME-keygate` (the block, asking
-# keygate) and `NAME-nothing` (the same block asking a second nginx process that answers
-# 204 at once; 200 for Envoy, whose ext_authz passes a 200 only). The upstream is an nginx
-# answering 200. keygate (one worker), the gateways (one worker or thread each: Envoy
+# GATEWAYS (default: nginx nginx-uds caddy traefik envoy envoy-grpc envoy-rls haproxy;
+# nginx-uds is nginx's block with keygate on a Unix domain socket, envoy-grpc Envoy's gRPC
+# ext_authz block, envoy-rls Envoy's global rate-limit block with keygate's RLS). For each:
+# `NAME-keygate` (the block, asking keygate) and `NAME-nothing` (the same block asking a
+# second nginx process that answers 204 at once; 200 for Envoy, whose ext_authz passes a 200
+# only; for envoy-grpc, Envoy's HTTP block asking it; for envoy-rls, the block without its
+# rate-limit filter). The upstream is an nginx answering 200. keygate (one worker), the gateways (one worker or thread each: Envoy
 # --concurrency 1, the others from their CPU affinity), the do-nothing server and the
 # upstream share CPU 0; wrk (one thread) runs on CPU 1: what the gateway costs per request
 # on one core.
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/../../.."
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-5s}
 CONNECTIONS=${CONNECTIONS:-32}
-GATEWAYS=${GATEWAYS:-nginx nginx-uds caddy traefik envoy haproxy}
+GATEWAYS=${GATEWAYS:-nginx nginx-uds caddy traefik envoy envoy-grpc envoy-rls haproxy}
 ROOT_KEY=kg_root_gateway_bench_$(date +%s)_0000
 require wrk nginx caddy haproxy curl taskset
 bash .ci/gateways.sh >/dev/null
@@ -30,9 +32,18 @@ GW_BIN=$(pwd)/target/gateways/bin
 LUA=$(pwd)/deploy/haproxy/keygate.lua
 cargo build --release -q -p keygate --bin keygate
 chmod 755 "$work" # nginx's workers (another user) reach the Unix socket in it
-KG=18401 UP=18402 NOTHING204=18403 NOTHING200=18404
+KG=18401 UP=18402 NOTHING204=18403 NOTHING200=18404 KG_GRPC=18405
 SOCK=$work/kg.sock
-serve_keygate $KG "$work/kg.log" DATABASE_URL="sqlite://$work/k.db"
+# block MARKER: the fenced block after `<!-- gateway-test: MARKER -->` in docs/gateways.md.
+block() {
+  awk -v m="<!-- gateway-test: $1 -->" '$0 == m {f = 1; next} f && /^```/ {if (on) exit; on = 1; next} on' docs/gateways.md \
+    | sed -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" -e "s/limit=100;/limit=1000000000;/" \
+          -e "s/requests_per_unit: 3 /requests_per_unit: 1000000000 /" \
+          -e "s/127.0.0.1:9000/127.0.0.1:$UP/" -e "s/port_value: 9000/port_value: $UP/"
+}
+block "envoy-rls config" >"$work/rls.yaml"
+serve_keygate $KG "$work/kg.log" DATABASE_URL="sqlite://$work/k.db" KEYGATE_GRPC_LISTEN=127.0.0.1:$KG_GRPC \
+  KEYGATE_ENVOY_RATELIMIT_CONFIG="$work/rls.yaml"
 DATABASE_URL="sqlite://$work/k.db" KEYGATE_LISTEN=unix:$SOCK KEYGATE_LISTEN_MODE=0666 KEYGATE_WORKERS=1 \
   RUST_LOG=warn taskset -c 0 "$RELEASE/keygate" 2>"$work/kg-uds.log" &
 pids+=($!)
@@ -53,12 +64,6 @@ CONF
 taskset -c 0 nginx -p "$work" -c "$work/fixed.conf" &
 pids+=($!)
 
-# block MARKER: the fenced block after `<!-- gateway-test: MARKER -->` in docs/gateways.md.
-block() {
-  awk -v m="<!-- gateway-test: $1 -->" '$0 == m {f = 1; next} f && /^```/ {if (on) exit; on = 1; next} on' docs/gateways.md \
-    | sed -e "s/kg_root_replace_with_the_gateways_root_key/$ROOT_KEY/" -e "s/limit=100;/limit=1000000000;/" \
-          -e "s/127.0.0.1:9000/127.0.0.1:$UP/" -e "s/port_value: 9000/port_value: $UP/"
-}
 
 # start NAME GATEWAY AUTH PORT: GATEWAY's inline block asking AUTH (127.0.0.1:PORT or
 # unix:PATH) for its decisions, listening on PORT, pinned to CPU 0.
@@ -92,6 +97,19 @@ start() {
       taskset -c 0 "$GW_BIN/envoy" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart \
         --log-level error >"$dir/log" 2>&1 &
       ;;
+    envoy-grpc | envoy-rls | envoy-plain)
+      # Envoy's gRPC blocks (AUTH: keygate's gRPC listener); envoy-plain: envoy-rls's block
+      # without its rate-limit filter.
+      case $gateway in
+        envoy-grpc) block "envoy-grpc inline" ;;
+        envoy-rls) block "envoy-rls envoy" ;;
+        envoy-plain) block "envoy-rls envoy" | awk '/- name: envoy.filters.http.ratelimit/ {skip = 1}
+                                                  /- name: envoy.filters.http.router/ {skip = 0} !skip' ;;
+      esac | sed -e "s/port_value: 8081/port_value: ${auth##*:}/" \
+        -e "s/address: 0.0.0.0, port_value: 8000/address: 127.0.0.1, port_value: $port/" >"$dir/envoy.yaml"
+      taskset -c 0 "$GW_BIN/envoy" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart \
+        --log-level error >"$dir/log" 2>&1 &
+      ;;
     haproxy)
       block "haproxy inline" | sed -e "s#127.0.0.1:8080#$auth#" -e "s/bind :8000/bind 127.0.0.1:$port/" \
         -e "s#/etc/haproxy/keygate.lua#$LUA#" >"$dir/haproxy.cfg"
@@ -106,18 +124,22 @@ declare -A at
 for g in $GATEWAYS; do
   gateway=${g%-uds}
   case $g in *-uds) kg=unix:$SOCK ;; *) kg=127.0.0.1:$KG ;; esac
-  nothing=127.0.0.1:$NOTHING204
-  [ "$gateway" = envoy ] && nothing=127.0.0.1:$NOTHING200
+  nothing=127.0.0.1:$NOTHING204 plain=$gateway
+  case $g in
+    envoy) nothing=127.0.0.1:$NOTHING200 ;;
+    envoy-grpc) kg=127.0.0.1:$KG_GRPC nothing=127.0.0.1:$NOTHING200 plain=envoy ;;
+    envoy-rls) kg=127.0.0.1:$KG_GRPC plain=envoy-plain ;;
+  esac
   at[$g-keygate]=$port
   start "$g-keygate" "$gateway" "$kg" $port
   at[$g-nothing]=$((port + 1))
-  start "$g-nothing" "$gateway" "$nothing" $((port + 1))
+  start "$g-nothing" "$plain" "$nothing" $((port + 1))
   port=$((port + 2))
 done
 # Each passes a valid key before the rounds start.
 for s in "${!at[@]}"; do
   for _ in $(seq 1 100); do
-    curl -sf -o /dev/null -H "Authorization: Bearer $key" "http://127.0.0.1:${at[$s]}/x" && continue 2
+    curl -sf -o /dev/null -H "Authorization: Bearer $key" -H "x-user-id: bench" "http://127.0.0.1:${at[$s]}/x" && continue 2
     sleep 0.1
   done
   echo "$s (port ${at[$s]}) does not pass a valid key:" >&2
@@ -129,7 +151,7 @@ done
 for r in $(seq 1 "$ROUNDS"); do
   for g in $GATEWAYS; do
     for s in "$g-keygate" "$g-nothing"; do
-      out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" \
+      out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" -H "x-user-id: bench" \
         "http://127.0.0.1:${at[$s]}/x")
       rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
       p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
@@ -145,4 +167,9 @@ for g in $GATEWAYS; do
     "$g" "$ROUNDS" "$(ratio "$work/rounds" "$g-keygate" "$g-nothing")" \
     "$(median_of "$work/rounds" "$g-keygate" rps)" "$(median_of "$work/rounds" "$g-nothing" rps)"
 done
+# Envoy's two ext_authz transports to keygate, gRPC over HTTP.
+case " $GATEWAYS " in *" envoy "*" envoy-grpc "*)
+  printf 'envoy-grpc keygate / envoy keygate (ext_authz gRPC / HTTP): median of per-round ratios %s\n' \
+    "$(ratio "$work/rounds" envoy-grpc-keygate envoy-keygate)" ;;
+esac
 [ "$(errors "$work/rounds")" = 0 ] || { echo "some answers were not 2xx (errors= above)" >&2; exit 1; }

@@ -91,7 +91,9 @@ pub async fn serve(
         .add_optional_service(limiter);
     match incoming {
         Incoming::Tcp(l) => {
-            let incoming = tonic::transport::server::TcpIncoming::from(l);
+            // TCP_NODELAY: without it small answers wait on Nagle's algorithm and the
+            // peer's delayed ACK (tens of milliseconds a call through Envoy).
+            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
             router.serve_with_incoming_shutdown(incoming, shutdown).await?
         }
         Incoming::Unix(l) => {

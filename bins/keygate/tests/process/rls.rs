@@ -285,6 +285,9 @@ fn hits_the_request_s_limit_overrides_reloads_and_bad_input() {
     assert_eq!(bad(with(vec![])), tonic::Code::InvalidArgument);
     assert_eq!(bad(with(vec![descriptor(number); 10_000])), tonic::Code::InvalidArgument);
     assert_eq!(bad(with(vec![descriptor(&[])])), tonic::Code::InvalidArgument);
+    let mut refund = descriptor(number);
+    refund.is_negative_hits = true;
+    assert_eq!(bad(with(vec![refund])), tonic::Code::InvalidArgument);
     let big = "v".repeat(64 * 1024);
     assert_eq!(bad(with(vec![descriptor(&[("to_number", &big)])])), tonic::Code::InvalidArgument);
     assert_eq!(

@@ -23,6 +23,7 @@
 //!   `hits_addend` (the descriptor's, else the request's, 0 meaning 1) is the cost. An
 //!   `unlimited` rule answers OK with `limit_remaining` at its maximum, without a budget;
 //!   `requests_per_unit: 0` answers OVER_LIMIT (then nothing is taken from the others).
+//!   `is_negative_hits` (a refund) is refused with INVALID_ARGUMENT.
 
 pub mod config;
 
@@ -109,6 +110,13 @@ fn asked_one(
     }
     if d.entries.iter().any(|e| e.key.is_empty()) {
         return Err(invalid(format!("descriptors[{i}].entries: a key must not be empty")));
+    }
+    if d.is_negative_hits {
+        // A refund would put back what another call may have been refused for; keygate's
+        // budgets take nothing from a refused call instead. Refused, never charged.
+        return Err(invalid(format!(
+            "descriptors[{i}].is_negative_hits: refunds are not supported (a call answered OVER_LIMIT takes nothing)"
+        )));
     }
     let entries: Vec<(&str, &str)> = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())).collect();
     let matched = domain.and_then(|dm| dm.rule(&entries));
@@ -232,7 +240,14 @@ impl RateLimitService for RateLimiter {
                 }
             }
         }
-        if !asks.is_empty() {
+        if let [one] = asks[..] {
+            // One budget: the single decision's path (inline on the in-process store,
+            // batched on Redis), as v1's `ratelimits.limit` takes.
+            let limited =
+                state.runtime.limit(state.get_ref(), &principal, one).await.map_err(|e| status_of(&e))?;
+            statuses[enforced[0].0] =
+                status(&asked[enforced[0].0], &limited.decision, enforced[0].1, state.clock.now_ms(), false);
+        } else if !asks.is_empty() {
             let decisions = match state.runtime.limit_all(state.get_ref(), &principal, &asks).await {
                 Ok(all) => all.entries.into_iter().map(|l| l.decision).collect::<Vec<_>>(),
                 // A Redis Cluster, budgets in different slots: one by one.
