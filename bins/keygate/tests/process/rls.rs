@@ -435,16 +435,28 @@ fn envoy_s_rate_limit_filter_limits_exactly_and_an_override_applies_at_once() {
 }
 
 /// Exact across instances: three keygate processes on one PostgreSQL and Redis (or Redis
-/// Cluster), `ShouldRateLimit` calls spread over them in parallel: exactly the limit is OK.
+/// Cluster), `ShouldRateLimit` calls spread over them in parallel, then requests through one
+/// Envoy balancing its rate-limit calls over them: exactly the limit passes.
 #[test]
-#[ignore = "needs PostgreSQL and Redis: set KEYGATE_TEST_POSTGRES_URL and KEYGATE_TEST_REDIS_URL, run with --include-ignored (.ci/run does)"]
+#[ignore = "needs PostgreSQL, Redis (KEYGATE_TEST_POSTGRES_URL, KEYGATE_TEST_REDIS_URL) and envoy; run with --include-ignored (.ci/run does)"]
 fn three_instances_on_redis_admit_exactly_the_limit() {
     let redis = keygate_test_support::redis_url().expect("KEYGATE_TEST_REDIS_URL must be set for this test");
     assert!(keygate_test_support::TestDb::postgres_url().is_some(), "KEYGATE_TEST_POSTGRES_URL must be set");
     let db = keygate_test_support::TestDb::fresh();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("api.yaml");
-    std::fs::write(&file, "domain: three\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 150 }\n").unwrap();
+    let file = dir.path().join("ratelimit");
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(
+        file.join("three.yaml"),
+        "domain: three\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 150 }\n",
+    )
+    .unwrap();
+    // The documented configuration, 150 an hour (the Envoy part below).
+    let documented = launch::doc_block("envoy-rls config");
+    let api =
+        documented.replace("unit: minute, requests_per_unit: 3 ", "unit: hour, requests_per_unit: 150 ");
+    assert_ne!(api, documented, "the documented rule changed: update this test");
+    std::fs::write(file.join("api.yaml"), api).unwrap();
     let servers: Vec<(keygate_test_support::Proc, u16)> = (0..3)
         .map(|_| {
             let grpc = free_port();
@@ -497,5 +509,49 @@ fn three_instances_on_redis_admit_exactly_the_limit() {
         ok
     });
     assert_eq!(ok, 150, "300 calls over 3 instances against a limit of 150");
+
+    // The same through one Envoy whose rate-limit cluster is the three instances (round
+    // robin): 300 requests in parallel, exactly 150 pass.
+    let up = upstream::Upstream::start();
+    let listen = free_port();
+    let one = "[{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8081 } } } }]";
+    let three = servers
+        .iter()
+        .map(|(_, port)| {
+            format!("{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut envoy = launch::doc_block("envoy-rls envoy").to_string();
+    for (from, to) in [
+        ("kg_root_replace_with_the_gateways_root_key", ROOT_KEY.to_string()),
+        ("address: 0.0.0.0, port_value: 8000", format!("address: 127.0.0.1, port_value: {listen}")),
+        (one, format!("[{three}]")),
+        ("port_value: 9000", format!("port_value: {}", up.port)),
+    ] {
+        assert!(envoy.contains(from), "no {from} in the documented block");
+        envoy = envoy.replace(from, &to);
+    }
+    let file = dir.path().join("envoy.yaml");
+    std::fs::write(&file, envoy).unwrap();
+    let mut c = std::process::Command::new(launch::tool("envoy"));
+    c.args(["-c", &file.display().to_string(), "--disable-hot-restart", "--log-level", "warn"]);
+    let _envoy = keygate_test_support::Proc::spawn(c).terminate_on_drop();
+    wait_for_port(listen, "envoy");
+    let get =
+        |user: &str| keygate_test_support::request(listen, "GET", "/docs/1", &[("x-user-id", user)], "");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while get("warmup").status != 200 {
+        assert!(std::time::Instant::now() < deadline, "envoy never passed a request");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let threads: Vec<_> =
+            (0..30).map(|_| s.spawn(|| (0..10).map(|_| get("hot").status).collect::<Vec<u16>>())).collect();
+        threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+    });
+    let passed = statuses.iter().filter(|&&s| s == 200).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((passed, limited), (150, 150), "300 requests through Envoy over 3 instances, 150 an hour");
     drop(servers);
 }
