@@ -13,7 +13,8 @@
 # `NAME-keygate` (the block, asking keygate) and `NAME-nothing` (the same block asking a
 # second nginx process that answers 204 at once; 200 for Envoy, whose ext_authz passes a 200
 # only; for envoy-grpc, Envoy's HTTP block asking it; for envoy-rls, the block without its
-# rate-limit filter). The upstream is an nginx answering 200. keygate (one worker), the gateways (one worker or thread each: Envoy
+# rate-limit filter). The upstream is an nginx answering 200. LIMITADOR_BIN=/path/to/
+# limitador-server adds envoy-rls's block asking limitador (bench/rls.sh says which). keygate (one worker), the gateways (one worker or thread each: Envoy
 # --concurrency 1, the others from their CPU affinity), the do-nothing server and the
 # upstream share CPU 0; wrk (one thread) runs on CPU 1: what the gateway costs per request
 # on one core.
@@ -136,6 +137,25 @@ for g in $GATEWAYS; do
   start "$g-nothing" "$plain" "$nothing" $((port + 1))
   port=$((port + 2))
 done
+# LIMITADOR_BIN set: envoy-rls's block asking Kuadrant's limitador (memory storage, the same
+# limit) too, as `envoy-rls-limitador`: what another RLS costs Envoy in the same set-up.
+peers=()
+if [ -n "${LIMITADOR_BIN:-}" ] && [[ " $GATEWAYS " == *" envoy-rls "* ]]; then
+  cat >"$work/limits.yaml" <<'YAML'
+- namespace: api
+  max_value: 1000000000
+  seconds: 60
+  conditions: ["descriptors[0]['generic_key'] == 'docs'"]
+  variables: ["descriptors[0]['user']"]
+YAML
+  LIMITADOR=18406
+  RUST_LOG=error taskset -c 0 "$LIMITADOR_BIN" --http-port $LIMITADOR --rls-port $((LIMITADOR + 1)) \
+    "$work/limits.yaml" memory >"$work/limitador.log" 2>&1 &
+  pids+=($!)
+  at[envoy-rls-limitador]=$port
+  start envoy-rls-limitador envoy-rls 127.0.0.1:$((LIMITADOR + 1)) $port
+  peers+=(envoy-rls-limitador)
+fi
 # Each passes a valid key before the rounds start.
 for s in "${!at[@]}"; do
   for _ in $(seq 1 100); do
@@ -150,7 +170,9 @@ done
 
 for r in $(seq 1 "$ROUNDS"); do
   for g in $GATEWAYS; do
-    for s in "$g-keygate" "$g-nothing"; do
+    peer=()
+    [ "$g" = envoy-rls ] && peer=("${peers[@]}")
+    for s in "$g-keygate" "$g-nothing" "${peer[@]}"; do
       out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency -H "Authorization: Bearer $key" -H "x-user-id: bench" \
         "http://127.0.0.1:${at[$s]}/x")
       rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
@@ -166,6 +188,10 @@ for g in $GATEWAYS; do
   printf '%-10s keygate / nothing: median of %d per-round throughput ratios %s (keygate %s req/s, nothing %s)\n' \
     "$g" "$ROUNDS" "$(ratio "$work/rounds" "$g-keygate" "$g-nothing")" \
     "$(median_of "$work/rounds" "$g-keygate" rps)" "$(median_of "$work/rounds" "$g-nothing" rps)"
+done
+for p in "${peers[@]}"; do
+  printf '%-10s limitador / nothing: median of %d per-round throughput ratios %s (limitador %s req/s)\n' \
+    envoy-rls "$ROUNDS" "$(ratio "$work/rounds" "$p" envoy-rls-nothing)" "$(median_of "$work/rounds" "$p" rps)"
 done
 # Envoy's two ext_authz transports to keygate, gRPC over HTTP.
 case " $GATEWAYS " in *" envoy "*" envoy-grpc "*)
