@@ -194,8 +194,8 @@ for p in "${peers[@]}"; do
     envoy-rls "$ROUNDS" "$(ratio "$work/rounds" "$p" envoy-rls-nothing)" "$(median_of "$work/rounds" "$p" rps)"
 done
 # Envoy's two ext_authz transports to keygate, gRPC over HTTP.
-case " $GATEWAYS " in *" envoy "*" envoy-grpc "*)
+if [[ " $GATEWAYS " == *" envoy "* && " $GATEWAYS " == *" envoy-grpc "* ]]; then
   printf 'envoy-grpc keygate / envoy keygate (ext_authz gRPC / HTTP): median of per-round ratios %s\n' \
-    "$(ratio "$work/rounds" envoy-grpc-keygate envoy-keygate)" ;;
-esac
+    "$(ratio "$work/rounds" envoy-grpc-keygate envoy-keygate)"
+fi
 [ "$(errors "$work/rounds")" = 0 ] || { echo "some answers were not 2xx (errors= above)" >&2; exit 1; }
