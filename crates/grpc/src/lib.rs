@@ -78,7 +78,8 @@ pub async fn serve(
             .register_encoded_file_descriptor_set(DESCRIPTORS)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument));
     if let Some(pair) = tls {
         let identity = tonic::transport::Identity::from_pem(pair.cert_pem, pair.key_pem);
         builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
@@ -102,4 +103,23 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// A call whose message does not decode as its protobuf is the caller's error: tonic answers
+/// it INTERNAL (`failed to decode Protobuf message: ...`), which a client would retry or
+/// blame on the server; this answers INVALID_ARGUMENT with the same message.
+fn decode_errors_are_invalid_argument<B>(mut answer: http::Response<B>) -> http::Response<B> {
+    const INTERNAL: &str = "13";
+    let headers = answer.headers_mut();
+    let undecodable = headers.get("grpc-status").is_some_and(|s| s == INTERNAL)
+        && headers.get("grpc-message").is_some_and(|m| {
+            // grpc-message is percent-encoded (a space is `%20`).
+            let m = String::from_utf8_lossy(m.as_bytes()).replace("%20", " ");
+            m.starts_with("failed to decode Protobuf message")
+        });
+    if undecodable {
+        let code = tonic::Code::InvalidArgument as i32;
+        headers.insert("grpc-status", http::HeaderValue::from(code));
+    }
+    answer
 }

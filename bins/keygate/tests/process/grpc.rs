@@ -166,6 +166,108 @@ fn health_and_checks_answer_over_grpc_and_nothing_the_end_user_sends_is_the_gate
     });
 }
 
+/// Raw bytes as a call's message, and the answer's bytes back: a client that can send what
+/// no generated client would.
+#[derive(Clone, Copy)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+    }
+}
+
+/// `bytes` sent as the message of `method` (a path `/package.Service/Method`).
+async fn raw_call(port: u16, method: &'static str, bytes: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let mut request = tonic::Request::new(bytes);
+    request.metadata_mut().insert("x-keygate-root-key", ROOT_KEY.parse().unwrap());
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
+    grpc.unary(request, path, Raw).await.map(tonic::Response::into_inner)
+}
+
+#[test]
+fn a_message_that_does_not_decode_is_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rls.yaml");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (http, grpc) = (free_port(), free_port());
+    let mut cmd = keygate_command(BIN, &db, http);
+    cmd.env("KEYGATE_ROOT_KEY", ROOT_KEY)
+        .env("KEYGATE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"))
+        .env("KEYGATE_ENVOY_RATELIMIT_CONFIG", &config);
+    let _proc = start_keygate(cmd);
+    wait_for_port(grpc, "keygate's gRPC listener");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let check = "/envoy.service.auth.v3.Authorization/Check";
+        let limit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+        // Field 1 (a message, a string) sent as a varint; a length past the end; a
+        // truncated tag; bytes that are no protobuf at all.
+        let bad: [&[u8]; 4] =
+            [&[0x08, 0x01], &[0x0a, 0x7f, b'x'], &[0x80], b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"];
+        for method in [check, limit] {
+            for bytes in bad {
+                let e = raw_call(grpc, method, bytes.to_vec()).await.unwrap_err();
+                assert_eq!(e.code(), tonic::Code::InvalidArgument, "{method} {bytes:?}: {e:?}");
+                assert!(e.message().contains("failed to decode"), "{e:?}");
+            }
+        }
+        // The same client, a message that decodes: the RLS answers it (OK, then over the
+        // limit), so the refusals above were the bytes'.
+        let good = |value: &str| {
+            let mut m = Vec::new();
+            // domain "d"; descriptors[0].entries[0] {key "k", value}.
+            m.extend_from_slice(&[0x0a, 0x01, b'd']);
+            let entry = [&[0x0a, 0x01, b'k', 0x12, value.len() as u8][..], value.as_bytes()].concat();
+            let descriptor = [&[0x0a, entry.len() as u8][..], &entry].concat();
+            m.extend_from_slice(&[0x12, descriptor.len() as u8]);
+            m.extend_from_slice(&descriptor);
+            m
+        };
+        let ok = raw_call(grpc, limit, good("v")).await.unwrap();
+        let over = raw_call(grpc, limit, good("v")).await.unwrap();
+        // RateLimitResponse.overall_code (field 1, varint): 1 OK, 2 OVER_LIMIT.
+        assert_eq!((&ok[..2], &over[..2]), (&[0x08, 0x01][..], &[0x08, 0x02][..]), "{ok:?} {over:?}");
+    });
+}
+
 #[test]
 fn no_grpc_listener_unless_configured() {
     let dir = tempfile::tempdir().unwrap();
