@@ -2,7 +2,8 @@
 //! `bins/keygate/bench/rls.sh`: keygate's RLS and any other speaking the same protocol
 //! (limitador's), driven alike. One thread; `STREAMS` calls in flight over `CONNECTIONS`
 //! HTTP/2 connections for `SECONDS`; each call one descriptor `[(KEY, <prefix>_<i>)]`, `i`
-//! rotating over `IDENTIFIERS`; the root key (env `KEYGATE_ROOT_KEY`, if set) in the
+//! rotating over `IDENTIFIERS` (env `RLS_DESCRIPTORS=N`: N such descriptors a call, for
+//! identifiers `i` to `i + N - 1`); the root key (env `KEYGATE_ROOT_KEY`, if set) in the
 //! `x-keygate-root-key` metadata.
 //!
 //! ```text
@@ -30,6 +31,7 @@ struct Load {
     streams: usize,
     connections: usize,
     identifiers: usize,
+    descriptors: usize,
     root_key: Option<MetadataValue<tonic::metadata::Ascii>>,
 }
 
@@ -51,6 +53,10 @@ fn arguments() -> Result<Load, String> {
         streams: number("STREAMS", streams)?.max(1),
         connections: number("CONNECTIONS", connections)?.max(1),
         identifiers: number("IDENTIFIERS", identifiers)?.max(1),
+        descriptors: match std::env::var("RLS_DESCRIPTORS") {
+            Ok(n) => number("RLS_DESCRIPTORS", &n)?.max(1),
+            Err(_) => 1,
+        },
         root_key,
     })
 }
@@ -60,15 +66,17 @@ fn requests(load: &Load) -> Vec<RateLimitRequest> {
     (0..load.identifiers)
         .map(|i| RateLimitRequest {
             domain: load.domain.clone(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![rate_limit_descriptor::Entry {
-                    key: load.key.clone(),
-                    value: format!("user_{i:06}@example.com"),
-                }],
-                limit: None,
-                hits_addend: None,
-                is_negative_hits: false,
-            }],
+            descriptors: (i..i + load.descriptors)
+                .map(|d| RateLimitDescriptor {
+                    entries: vec![rate_limit_descriptor::Entry {
+                        key: load.key.clone(),
+                        value: format!("user_{:06}@example.com", d % load.identifiers),
+                    }],
+                    limit: None,
+                    hits_addend: None,
+                    is_negative_hits: false,
+                })
+                .collect(),
             hits_addend: 0,
         })
         .collect()

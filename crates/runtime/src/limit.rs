@@ -222,7 +222,7 @@ impl Runtime {
                 })
                 .collect();
             let (limiter, clock) = (self.limiter.clone(), self.rbac.clock().clone());
-            let decided = blocking(offload, move || {
+            let decide = move || {
                 let all: Vec<(BudgetKey<'_>, LimitRequest)> = keys
                     .iter()
                     .map(|(ns, id, r, algorithm)| {
@@ -237,8 +237,12 @@ impl Runtime {
                     .collect();
                 let epochs: Vec<(&str, u64)> = epochs.iter().map(|(ns, e)| (ns.as_str(), *e)).collect();
                 Ok(limiter.limit_all(&all, &epochs, clock.now_ms())?)
-            })
-            .await?;
+            };
+            // The in-process store decides inline, as `limit` does; Redis on the pool.
+            let decided = match self.redis {
+                None => decide()?,
+                Some(_) => blocking(offload, decide).await?,
+            };
             match decided {
                 Some(outcome) => break outcome,
                 None => {
