@@ -3,6 +3,7 @@
 
 mod file;
 pub mod grpc;
+pub mod usage_export;
 mod values;
 use values::{dashboard_base, file_mode, migration_entry, otlp_endpoint, positive_usize, public_url};
 
@@ -276,6 +277,9 @@ pub struct ServeArgs {
     /// The gRPC listener (`config/grpc.rs`).
     #[command(flatten)]
     pub grpc: grpc::GrpcArgs,
+    /// The usage export (`config/usage_export.rs`).
+    #[command(flatten)]
+    pub usage_export: usage_export::UsageExportArgs,
     /// How many rate-limit namespaces get series of their own in `/metrics`
     /// (`keygate_ratelimit_namespace_decisions_total`): the first this many decided on
     /// since the start, labelled with their workspace id and name; the rest count as
@@ -457,6 +461,7 @@ impl ServeArgs {
             },
             metrics_listen: self.metrics_listen,
             grpc: self.grpc.settings(),
+            usage_export: self.usage_export.settings(),
             metrics_namespaces: usize::from(self.metrics_namespaces),
             gateway_policies: self.gateway_policies,
             trusted_proxies: self.trusted_proxies,
@@ -544,6 +549,8 @@ pub struct ServerConfig {
     pub metrics_listen: Option<String>,
     /// The gRPC listener.
     pub grpc: grpc::GrpcSettings,
+    /// The usage export (`Err`: a setting that cannot run, refused at start).
+    pub usage_export: Result<Option<keygate_metering::ExportSettings>, String>,
     /// Namespaces given series of their own (`KEYGATE_METRICS_NAMESPACES`).
     pub metrics_namespaces: usize,
     /// The gateway policies file.

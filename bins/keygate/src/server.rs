@@ -104,6 +104,7 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
         webhooks_allow_private: config.webhooks_allow_private,
         webhooks_retention_days: config.webhooks_retention_days,
         webhooks_dns: config.webhooks_dns,
+        usage_export: config.usage_export.clone().map_err(|e| anyhow::anyhow!("usage export: {e}"))?,
         github_scanning_keys: config.github_scanning_keys.clone(),
         github_scanning_action: config.github_scanning_action,
         verify_cache: config.verify_cache,

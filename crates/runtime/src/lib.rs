@@ -29,6 +29,7 @@ pub use upkeep::{
 
 use keygate_analytics::AnalyticsService;
 use keygate_domain::Clock;
+use keygate_metering::MeteringService;
 use keygate_namespaces::Namespaces;
 use keygate_operators::Sessions;
 use keygate_portal::PortalService;
@@ -96,6 +97,8 @@ pub struct RuntimeSettings {
     /// number of workers on SQLite, and no bound on PostgreSQL (whose loads wait on the
     /// network).
     pub max_loading: Option<usize>,
+    /// The usage export to billing systems (docs/metering.md); `None`: off.
+    pub usage_export: Option<keygate_metering::ExportSettings>,
 }
 
 impl RuntimeSettings {
@@ -122,6 +125,7 @@ impl RuntimeSettings {
             github_scanning_keys: None,
             github_scanning_action: LeakAction::default(),
             max_loading: None,
+            usage_export: None,
         }
     }
 }
@@ -156,6 +160,9 @@ pub enum RuntimeError {
     /// The in-process store's kept budgets could not be read or written.
     #[error("the rate-limit budgets kept beside the database: {0}")]
     RateLimitState(String),
+    /// The usage export's settings cannot run.
+    #[error("the usage export: {0}")]
+    UsageExport(#[from] keygate_metering::SettingsError),
 }
 
 /// An opened in-process keygate (see the module docs). Start its upkeep with
@@ -171,8 +178,11 @@ pub struct Runtime {
     pub analytics: Arc<AnalyticsService<SqlStore>>,
     /// The customer portal (API-v2.md §17).
     pub portal: PortalService<SqlStore>,
-    /// Webhook endpoints and the delivery of their events (API-v2.md §23).
+    /// Webhook endpoints and the delivery of their events (API-v2.md §23), and of the
+    /// usage export's.
     pub webhooks: WebhookService<SqlStore>,
+    /// The usage export to billing systems, when configured.
+    pub metering: Option<MeteringService<SqlStore>>,
     /// GitHub's secret scanning reports (API-v2.md §24).
     pub scanning: ScanningService<SqlStore>,
     /// The dashboard's sessions.
@@ -237,9 +247,14 @@ impl Runtime {
                 .with_sql_capacity(settings.pool.max_size as usize / 2),
         );
         let portal = PortalService::new(rbac.clone(), analytics.clone(), &settings.public_url);
+        let metering = match &settings.usage_export {
+            Some(export) => Some(MeteringService::new(rbac.clone(), analytics.clone(), export.clone())?),
+            None => None,
+        };
         let webhooks = WebhookService::new(rbac.clone(), outbox, settings.webhooks_allow_private)
             .with_retention_days(settings.webhooks_retention_days)
-            .with_dns(settings.webhooks_dns);
+            .with_dns(settings.webhooks_dns)
+            .with_sinks(metering.as_ref().map(MeteringService::sinks).unwrap_or_default());
         let scanning = ScanningService::new(
             rbac.clone(),
             settings.github_scanning_keys.clone(),
@@ -254,6 +269,7 @@ impl Runtime {
             analytics,
             portal,
             webhooks,
+            metering,
             scanning,
             sessions,
             namespaces,

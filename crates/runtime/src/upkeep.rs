@@ -36,6 +36,8 @@ const WEBHOOK_WAKE_WAIT: Duration = Duration::from_millis(195);
 const WEBHOOK_COMMIT_PAUSE: Duration = Duration::from_millis(2);
 /// How often the webhook backlog's gauges are read.
 const WEBHOOK_BACKLOG_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the usage export looks for closed periods (`keygate_metering`).
+pub const USAGE_EXPORT_INTERVAL: Duration = Duration::from_secs(5);
 /// How often the roll-up and retention of analytics run.
 const ANALYTICS_ROLLUP_INTERVAL: Duration = Duration::from_secs(600);
 
@@ -155,6 +157,15 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
             }
         },
     );
+    if strong_has_metering(&host) {
+        upkeep.spawn("keygate-usage-export", USAGE_EXPORT_INTERVAL, host.clone(), |h: &T, _| {
+            if let Some(m) = &h.as_ref().metering
+                && let Err(e) = m.export_due()
+            {
+                log::warn!("usage export: writing the closed periods failed (tried again shortly): {e}");
+            }
+        });
+    }
     if let Some(a) = analytics {
         let every = (ANALYTICS_ROLLUP_INTERVAL.as_millis() / ANALYTICS_FLUSH_INTERVAL.as_millis()) as u64;
         upkeep.spawn("keygate-analytics", ANALYTICS_FLUSH_INTERVAL, host, move |h: &T, round| {
@@ -171,6 +182,11 @@ pub fn spawn_upkeep<T: AsRef<Runtime> + Send + Sync + 'static>(host: Weak<T>) ->
         });
     }
     upkeep
+}
+
+/// Whether the runtime `host` holds exports usage.
+fn strong_has_metering<T: AsRef<Runtime>>(host: &Weak<T>) -> bool {
+    host.upgrade().is_some_and(|h| h.as_ref().as_ref().metering.is_some())
 }
 
 /// Background threads that each run a task at an interval, and stop together: when

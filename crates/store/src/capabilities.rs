@@ -1,9 +1,10 @@
 //! The capabilities' stores over the one pool: each kind of transaction a capability crate
-//! defines (usage, analytics, portal, webhooks, scanning) is the same `DieselTx` on the same
+//! defines (usage, analytics, portal, webhooks, scanning, metering) is the same `DieselTx` on the same
 //! connection, so one transaction serves every capability.
 
 use crate::SqlStore;
 use keygate_analytics::{AnalyticsStore, AnalyticsTx};
+use keygate_metering::{MeteringStore, MeteringTx};
 use keygate_portal::{PortalStore, PortalTx};
 use keygate_rbac::RbacError;
 use keygate_scanning::{LeakStore, LeakTx};
@@ -90,6 +91,15 @@ impl LeakStore for SqlStore {
     fn leak_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn LeakTx) -> Result<T, RbacError>,
+    {
+        self.write_tx(|tx| f(tx))
+    }
+}
+
+impl MeteringStore for SqlStore {
+    fn metering_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn MeteringTx) -> Result<T, RbacError>,
     {
         self.write_tx(|tx| f(tx))
     }

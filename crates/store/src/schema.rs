@@ -432,3 +432,12 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(keys, legacy_keys);
+
+diesel::table! {
+    /// How far each usage export sink's periods were written out (keygate-metering).
+    usage_export_marks (sink) {
+        sink -> Text,
+        exported_until -> BigInt,
+        updated_at -> BigInt,
+    }
+}

@@ -15,6 +15,7 @@
 
 use crate::Attempt;
 use crate::address::{CheckedResolver, Names, forbidden, is_local_name};
+use crate::sinks::{SINK_PREFIX, Sink};
 use crate::{Delivery, DeliveryStatus, Endpoint, EndpointSecrets, WebhookService, WebhookStore, signing};
 use keygate_rbac::{RbacError, StorageError};
 use parking_lot::Mutex;
@@ -72,12 +73,15 @@ impl Flights {
     }
 }
 
-/// The HTTP client, the runtime its requests run on, and what is in flight.
+/// The HTTP clients, the runtime their requests run on, and what is in flight.
 #[derive(Debug)]
 pub struct Sender {
     /// Always `Some` but while dropped.
     rt: Option<tokio::runtime::Runtime>,
+    /// Endpoints': names looked up through [`CheckedResolver`].
     client: reqwest::Client,
+    /// Sinks' ([`crate::sinks`]): the system's resolver, any address.
+    sink_client: reqwest::Client,
     flights: Arc<Mutex<Flights>>,
 }
 
@@ -100,15 +104,19 @@ impl Sender {
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
-        let client = reqwest::Client::builder()
-            .timeout(DELIVERY_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
+        let builder = || {
+            reqwest::Client::builder()
+                .timeout(DELIVERY_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .user_agent(concat!("keygate-webhooks/", env!("CARGO_PKG_VERSION")))
+        };
+        let client = builder()
             .dns_resolver(Arc::new(CheckedResolver { allow_private, names }))
-            .user_agent(concat!("keygate-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| e.to_string())?;
-        Ok(Self { rt: Some(rt), client, flights: Arc::default() })
+        let sink_client = builder().build().map_err(|e| e.to_string())?;
+        Ok(Self { rt: Some(rt), client, sink_client, flights: Arc::default() })
     }
 }
 
@@ -117,7 +125,13 @@ struct Job {
     delivery: Delivery,
     url: String,
     body: String,
-    secrets: Vec<String>,
+    to: To,
+}
+
+/// Where a job goes: an endpoint (signed with these secrets) or a sink.
+enum To {
+    Endpoint { secrets: Vec<String> },
+    Sink(Sink),
 }
 
 /// How an attempt went.
@@ -223,13 +237,18 @@ impl<S: WebhookStore> WebhookService<S> {
                     continue;
                 }
             };
-            if let Some(why) = self.refused_literal(&job.url) {
-                sender.flights.lock().answered.push((job.delivery, Answer::error(why)));
-                continue;
-            }
+            let client = match job.to {
+                To::Sink(_) => sender.sink_client.clone(),
+                To::Endpoint { .. } => match self.refused_literal(&job.url) {
+                    Some(why) => {
+                        sender.flights.lock().answered.push((job.delivery, Answer::error(why)));
+                        continue;
+                    }
+                    None => sender.client.clone(),
+                },
+            };
             sender.flights.lock().started(&job.delivery.workspace_id);
-            let (client, flights, outbox) =
-                (sender.client.clone(), sender.flights.clone(), self.outbox.clone());
+            let (flights, outbox) = (sender.flights.clone(), self.outbox.clone());
             rt.spawn(async move {
                 let (d, answer) = send(&client, job, ts).await;
                 flights.lock().ended(d, answer);
@@ -272,6 +291,14 @@ impl<S: WebhookStore> WebhookService<S> {
         let Some(body) = bodies.get(&d.event_id).cloned() else {
             return Err(Box::new((d, "the event is gone".into())));
         };
+        if d.endpoint_id.starts_with(SINK_PREFIX) {
+            return match self.sinks.iter().find(|s| s.id == d.endpoint_id) {
+                Some(sink) => {
+                    Ok(Job { delivery: d, url: sink.url.clone(), body, to: To::Sink(sink.clone()) })
+                }
+                None => Err(Box::new((d, "the sink is no longer configured".into()))),
+            };
+        }
         let Some((endpoint, secrets)) = endpoints.get(&d.endpoint_id) else {
             return Err(Box::new((d, "the endpoint is gone".into())));
         };
@@ -279,7 +306,9 @@ impl<S: WebhookStore> WebhookService<S> {
             return Err(Box::new((d, "the endpoint is disabled".into())));
         }
         match self.signing_secrets(endpoint, secrets, now) {
-            Ok(secrets) => Ok(Job { delivery: d, url: endpoint.url.clone(), body, secrets }),
+            Ok(secrets) => {
+                Ok(Job { delivery: d, url: endpoint.url.clone(), body, to: To::Endpoint { secrets } })
+            }
             Err(why) => Err(Box::new((d, why))),
         }
     }
@@ -365,19 +394,34 @@ impl<S: WebhookStore> WebhookService<S> {
     }
 }
 
-/// One attempt on the wire, signed at `ts` (unix seconds).
+/// One attempt on the wire: to an endpoint signed at `ts` (unix seconds); to a sink with
+/// its headers, and the event's id as `Idempotency-Key`.
 async fn send(client: &reqwest::Client, job: Job, ts: i64) -> (Delivery, Answer) {
-    let Job { delivery, url, body, secrets } = job;
-    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    let signature = signing::signature_header(&secrets, &delivery.event_id, ts, &body);
+    let Job { delivery, url, body, to } = job;
     let started = Instant::now();
-    let request = client
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("webhook-id", &delivery.event_id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", signature)
-        .body(body);
+    let request = match to {
+        To::Endpoint { secrets } => {
+            let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+            let signature = signing::signature_header(&secrets, &delivery.event_id, ts, &body);
+            client
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("webhook-id", &delivery.event_id)
+                .header("webhook-timestamp", ts.to_string())
+                .header("webhook-signature", signature)
+        }
+        To::Sink(sink) => {
+            let mut request = client
+                .post(&url)
+                .header("content-type", sink.content_type)
+                .header("idempotency-key", &delivery.event_id);
+            for (name, value) in &sink.headers {
+                request = request.header(*name, value.expose());
+            }
+            request
+        }
+    };
+    let request = request.body(body);
     let mut answer = match request.send().await {
         Ok(response) => read_answer(response).await,
         Err(e) => Answer::error(describe(&e)),

@@ -14,6 +14,8 @@
 //! - [`thresholds`] decides when credit events fire, from a counter's write; [`expiry`]
 //!   finds the keys about to expire or expired.
 //! - [`address`] keeps deliveries off loopback and private networks.
+//! - [`sinks`]: destinations the operator configures (the usage export's), delivered
+//!   through the same outbox, unsigned, with their own headers.
 //!
 //! Built on `keygate-rbac`; the store extends its transactions ([`store::WebhookTx`]).
 
@@ -25,6 +27,7 @@ pub mod model;
 pub mod outbox;
 pub mod retention;
 pub mod signing;
+pub mod sinks;
 pub mod store;
 pub mod thresholds;
 
@@ -56,6 +59,8 @@ pub struct WebhookService<S> {
     retention_days: u64,
     /// Where endpoints' host names are looked up.
     names: address::Names,
+    /// The configured sinks ([`sinks`]).
+    sinks: Vec<sinks::Sink>,
 }
 
 impl<S: WebhookStore> WebhookService<S> {
@@ -72,7 +77,14 @@ impl<S: WebhookStore> WebhookService<S> {
             instance,
             retention_days,
             names: address::Names::System,
+            sinks: Vec::new(),
         }
+    }
+
+    /// Delivers to `sinks` too (deliveries to a sink no longer configured fail).
+    pub fn with_sinks(mut self, sinks: Vec<sinks::Sink>) -> Self {
+        self.sinks = sinks;
+        self
     }
 
     /// Looks endpoints' host names up with the DNS server at `server` (`None`: the

@@ -26,6 +26,7 @@ mod integers;
 mod keys;
 mod legacy;
 mod links;
+mod metering;
 mod metrics;
 mod middleware;
 mod migrate_keys;

@@ -31,3 +31,43 @@ fn a_dashboard_base_is_a_plain_path() {
         assert!(dashboard_base(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn usage_export_tokens_stay_hidden_and_bad_settings_are_named() {
+    let cli = Cli::parse_from([
+        "keygate",
+        "--usage-export-cloudevents-url",
+        "https://openmeter.example/api/v1/events",
+        "--usage-export-cloudevents-token",
+        "OMSECRET_token",
+        "--usage-export-stripe-key",
+        "sk_live_STRIPESECRET",
+        "--usage-export-stripe-event-name",
+        "api_credits",
+    ]);
+    let config = cli.serve.clone().into_config(&cli.database_url);
+    let settings = config.usage_export.clone().expect("valid").expect("configured");
+    assert_eq!(settings.period_ms, 60_000);
+    assert_eq!(
+        settings.stripe.as_ref().map(|s| s.url.as_str()),
+        Some(keygate_metering::settings::STRIPE_METER_EVENTS_URL)
+    );
+    for shown in [format!("{cli:?}"), format!("{config:?}"), format!("{settings:?}")] {
+        for secret in ["OMSECRET", "STRIPESECRET"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+    let off = Cli::parse_from(["keygate"]).serve.into_config("sqlite://x.db");
+    assert!(matches!(off.usage_export, Ok(None)));
+    let bad = Cli::parse_from([
+        "keygate",
+        "--usage-export-cloudevents-url",
+        "https://openmeter.example/api/v1/events",
+        "--usage-export-period",
+        "90",
+    ]);
+    let e = bad.serve.into_config("sqlite://x.db").usage_export.unwrap_err();
+    assert!(e.contains("usage_export_period"), "{e}");
+    // A Stripe key without the meter's event name is refused by the parser.
+    assert!(Cli::try_parse_args_from(["keygate", "--usage-export-stripe-key", "sk_x"]).is_err());
+}

@@ -433,6 +433,8 @@ mod keys_tx;
 pub(crate) use keys_tx::pg_verification_read;
 #[path = "legacy.rs"]
 mod legacy_tx;
+#[path = "metering.rs"]
+mod metering_tx;
 #[path = "namespaces.rs"]
 mod namespaces_tx;
 #[path = "outbox.rs"]

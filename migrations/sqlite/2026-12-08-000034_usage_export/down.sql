@@ -1,0 +1,1 @@
+DROP TABLE usage_export_marks;
