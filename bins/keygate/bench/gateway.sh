@@ -149,9 +149,7 @@ if [ -n "${LIMITADOR_BIN:-}" ] && [[ " $GATEWAYS " == *" envoy-rls "* ]]; then
   variables: ["descriptors[0]['user']"]
 YAML
   LIMITADOR=18406
-  RUST_LOG=error taskset -c 0 "$LIMITADOR_BIN" --http-port $LIMITADOR --rls-port $((LIMITADOR + 1)) \
-    "$work/limits.yaml" memory >"$work/limitador.log" 2>&1 &
-  pids+=($!)
+  serve_limitador $LIMITADOR "$work/limits.yaml" "$work/limitador.log" memory
   at[envoy-rls-limitador]=$port
   start envoy-rls-limitador envoy-rls 127.0.0.1:$((LIMITADOR + 1)) $port
   peers+=(envoy-rls-limitador)

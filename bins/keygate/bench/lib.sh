@@ -68,6 +68,18 @@ serve_keygate() {
   wait_up "$port"
 }
 
+# serve_limitador HTTP_PORT LIMITS_FILE LOG STORAGE...: Kuadrant's limitador-server
+# ($LIMITADOR_BIN, built by hand: bench/rls.sh says how) on CPU 0 with the limits file and
+# storage (`memory`, or `redis URL`), its RLS on HTTP_PORT + 1; back once it answers.
+serve_limitador() {
+  local port=$1 limits=$2 log=$3
+  shift 3
+  RUST_LOG=error taskset -c 0 "$LIMITADOR_BIN" --http-port "$port" --rls-port $((port + 1)) \
+    "$limits" "$@" >"$log" 2>&1 &
+  pids+=($!)
+  wait_up "$port" status
+}
+
 # create_keys PORT PATH BODY COUNT: COUNT keys created through PATH (v1/keys.createKey or
 # v2/keys.createKey) with BODY; their secrets, one per line.
 create_keys() {

@@ -48,10 +48,7 @@ if [ "${SCALE_OUT:-0}" = 1 ]; then
 else
   storage=(memory)
 fi
-RUST_LOG=error taskset -c 0 "$LIMITADOR_BIN" --http-port "$LIMITADOR_PORT" --rls-port $((LIMITADOR_PORT + 1)) \
-  "$work/limits.yaml" "${storage[@]}" >"$work/limitador.log" 2>&1 &
-pids+=($!)
-wait_up "$LIMITADOR_PORT" status
+serve_limitador "$LIMITADOR_PORT" "$work/limits.yaml" "$work/limitador.log" "${storage[@]}"
 curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$LIMITADOR_PORT/check_and_report" \
   -H 'Content-Type: application/json' -d '{"namespace":"bench","values":{"user_id":"warm"},"delta":1}' \
   | grep -q 200 || { echo "limitador does not pass a first request" >&2; exit 1; }

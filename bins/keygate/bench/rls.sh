@@ -56,10 +56,7 @@ if [ "${SCALE_OUT:-0}" = 1 ]; then
 else
   storage=(memory)
 fi
-RUST_LOG=error taskset -c 0 "$LIMITADOR_BIN" --http-port "$LIMITADOR_PORT" --rls-port $((LIMITADOR_PORT + 1)) \
-  "$work/limits.yaml" "${storage[@]}" >"$work/limitador.log" 2>&1 &
-pids+=($!)
-wait_up "$LIMITADOR_PORT" status
+serve_limitador "$LIMITADOR_PORT" "$work/limits.yaml" "$work/limitador.log" "${storage[@]}"
 
 # round NAME PORT [SECONDS]: one round of the load against the RLS at PORT, named.
 round() {
