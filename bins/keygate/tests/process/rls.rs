@@ -373,35 +373,16 @@ fn envoy_s_rate_limit_filter_limits_exactly_and_an_override_applies_at_once() {
         wait_for_port(grpc, "keygate's gRPC listener");
         let up = upstream::Upstream::start();
         let listen = free_port();
-        let mut envoy = launch::doc_block("envoy-rls envoy").to_string();
-        for (from, to) in [
-            ("kg_root_replace_with_the_gateways_root_key", ROOT_KEY.to_string()),
-            ("address: 0.0.0.0, port_value: 8000", format!("address: 127.0.0.1, port_value: {listen}")),
-            ("port_value: 8081", format!("port_value: {grpc}")),
-            ("port_value: 9000", format!("port_value: {}", up.port)),
-            ("failure_mode_deny: true", format!("failure_mode_deny: {deny}")),
-        ] {
-            assert!(envoy.contains(from), "no {from} in the documented block");
-            envoy = envoy.replace(from, &to);
-        }
-        let file = dir.path().join("envoy.yaml");
-        std::fs::write(&file, envoy).unwrap();
-        let mut c = std::process::Command::new(launch::tool("envoy"));
-        c.args(["-c", &file.display().to_string(), "--disable-hot-restart", "--log-level", "warn"]);
-        let mut envoy_proc = keygate_test_support::Proc::spawn(c).terminate_on_drop();
-        wait_for_port(listen, "envoy");
-        let get =
-            |user: &str| keygate_test_support::request(listen, "GET", "/docs/1", &[("x-user-id", user)], "");
-        // Up once a request gets through it (Envoy listens before its routes are loaded).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let r = get("warmup");
-            if r.status == 200 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "envoy never passed a request: {r:?}");
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        let mut envoy_proc = start_documented_envoy(
+            dir.path(),
+            listen,
+            [
+                ("port_value: 8081", format!("port_value: {grpc}")),
+                ("port_value: 9000", format!("port_value: {}", up.port)),
+                ("failure_mode_deny: true", format!("failure_mode_deny: {deny}")),
+            ],
+        );
+        let get = |user: &str| get_docs(listen, user);
         // The minute's window near its end: wait for the next one.
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
@@ -522,29 +503,12 @@ fn three_instances_on_redis_admit_exactly_the_limit() {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let mut envoy = launch::doc_block("envoy-rls envoy").to_string();
-    for (from, to) in [
-        ("kg_root_replace_with_the_gateways_root_key", ROOT_KEY.to_string()),
-        ("address: 0.0.0.0, port_value: 8000", format!("address: 127.0.0.1, port_value: {listen}")),
-        (one, format!("[{three}]")),
-        ("port_value: 9000", format!("port_value: {}", up.port)),
-    ] {
-        assert!(envoy.contains(from), "no {from} in the documented block");
-        envoy = envoy.replace(from, &to);
-    }
-    let file = dir.path().join("envoy.yaml");
-    std::fs::write(&file, envoy).unwrap();
-    let mut c = std::process::Command::new(launch::tool("envoy"));
-    c.args(["-c", &file.display().to_string(), "--disable-hot-restart", "--log-level", "warn"]);
-    let _envoy = keygate_test_support::Proc::spawn(c).terminate_on_drop();
-    wait_for_port(listen, "envoy");
-    let get =
-        |user: &str| keygate_test_support::request(listen, "GET", "/docs/1", &[("x-user-id", user)], "");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while get("warmup").status != 200 {
-        assert!(std::time::Instant::now() < deadline, "envoy never passed a request");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let _envoy = start_documented_envoy(
+        dir.path(),
+        listen,
+        [(one, format!("[{three}]")), ("port_value: 9000", format!("port_value: {}", up.port))],
+    );
+    let get = |user: &str| get_docs(listen, user);
     let statuses: Vec<u16> = std::thread::scope(|s| {
         let threads: Vec<_> =
             (0..30).map(|_| s.spawn(|| (0..10).map(|_| get("hot").status).collect::<Vec<u16>>())).collect();
@@ -554,4 +518,43 @@ fn three_instances_on_redis_admit_exactly_the_limit() {
     let limited = statuses.iter().filter(|&&s| s == 429).count();
     assert_eq!((passed, limited), (150, 150), "300 requests through Envoy over 3 instances, 150 an hour");
     drop(servers);
+}
+
+/// `GET /docs/1` through Envoy on `listen` as user `user`.
+fn get_docs(listen: u16, user: &str) -> keygate_test_support::Response {
+    keygate_test_support::request(listen, "GET", "/docs/1", &[("x-user-id", user)], "")
+}
+
+/// docs/gateways.md's `envoy-rls envoy` block, with the gateways' root key, listening on
+/// `listen`, and `replacements` (each must be in the block), started in `dir`; back once a
+/// request passes through it (Envoy listens before its routes are loaded).
+fn start_documented_envoy<const N: usize>(
+    dir: &std::path::Path,
+    listen: u16,
+    replacements: [(&str, String); N],
+) -> keygate_test_support::Proc {
+    let mut envoy = launch::doc_block("envoy-rls envoy").to_string();
+    let fixed = [
+        ("kg_root_replace_with_the_gateways_root_key", ROOT_KEY.to_string()),
+        ("address: 0.0.0.0, port_value: 8000", format!("address: 127.0.0.1, port_value: {listen}")),
+    ];
+    for (from, to) in fixed.into_iter().chain(replacements) {
+        assert!(envoy.contains(from), "no {from} in the documented block");
+        envoy = envoy.replace(from, &to);
+    }
+    let file = dir.join("envoy.yaml");
+    std::fs::write(&file, envoy).unwrap();
+    let mut c = std::process::Command::new(launch::tool("envoy"));
+    c.args(["-c", &file.display().to_string(), "--disable-hot-restart", "--log-level", "warn"]);
+    let proc = keygate_test_support::Proc::spawn(c).terminate_on_drop();
+    wait_for_port(listen, "envoy");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = get_docs(listen, "warmup");
+        if r.status == 200 {
+            return proc;
+        }
+        assert!(std::time::Instant::now() < deadline, "envoy never passed a request: {r:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
