@@ -240,3 +240,68 @@ fn settings_that_cannot_run_stop_the_start() {
     let e = keygate::start(config, Arc::new(keygate_domain::ManualClock::new(T0))).err().unwrap();
     assert!(e.to_string().contains("usage_export_period"), "{e}");
 }
+
+/// In workspace `ws` (as `root`): an identity `external_id` whose key spends `cost` once.
+fn spend_in(s: &TestServer, root: &str, external_id: &str, cost: u64) {
+    let api =
+        s.v2_as(root, "apis.createApi", &json!({"name": "billed"})).data()["apiId"].as_str().unwrap().to_string();
+    let r = s.v2_as(
+        root,
+        "keys.createKey",
+        &json!({"apiId": api, "externalId": external_id, "credits": {"remaining": 100}}),
+    );
+    let key = r.data()["key"].as_str().unwrap().to_string();
+    let r = s.v2_as(root, "keys.verifyKey", &json!({"key": key, "credits": {"cost": cost}}));
+    assert_eq!(r.data()["code"], "VALID", "{}", r.text);
+}
+
+#[test]
+fn each_workspace_gets_batches_of_its_own_and_a_filter_keeps_one() {
+    let sinks = sinks();
+    let db = Arc::new(TestDb::fresh());
+    let s = start(db.clone(), &sinks);
+    let b = s.create_workspace("tenant-b");
+    let b_root = s.root_key_in(&b, &["*"]);
+    spend_in(&s, &s.root_key, "same-name", 3);
+    spend_in(&s, &b_root, "same-name", 4);
+    s.state.runtime.analytics.flush_analytics().unwrap();
+    s.clock.advance(MINUTE + 15_000);
+    export(&s);
+    let got = sinks.openmeter.wait_for(2);
+    assert_eq!(got.len(), 2, "a batch per workspace");
+    let mut by_source: Vec<(String, Value)> = got
+        .iter()
+        .map(|r| (r.json()[0]["source"].as_str().unwrap().to_string(), r.json()[0]["data"].clone()))
+        .collect();
+    by_source.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut want = vec![
+        (format!("keygate/{}", s.workspace_id), json!({"credits": 3, "verifications": 1})),
+        (format!("keygate/{b}"), json!({"credits": 4, "verifications": 1})),
+    ];
+    want.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(by_source, want, "the same externalId in two workspaces stays apart");
+
+    // Another database, whose export is kept to workspace B (its usage written by an
+    // instance without the export).
+    let sinks = self::sinks();
+    let db = Arc::new(TestDb::fresh());
+    let plain = TestServer::start_on(db.clone());
+    let b = plain.create_workspace("tenant-b");
+    let b_root = plain.root_key_in(&b, &["*"]);
+    let mut config = TestServer::config(&db.url);
+    config.usage_export = Ok(Some(ExportSettings { workspace_id: Some(b.clone()), ..settings(&sinks) }));
+    let only_b = TestServer::start_with(config, db);
+    export(&only_b);
+    spend_in(&plain, &plain.root_key, "a-customer", 5);
+    spend_in(&plain, &b_root, "b-customer", 6);
+    plain.state.runtime.analytics.flush_analytics().unwrap();
+    only_b.clock.advance(MINUTE + 15_000);
+    export(&only_b);
+    let got = sinks.openmeter.wait_for(1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sinks.openmeter.received().len(), 1);
+    let events = got[0].json();
+    assert_eq!(events.as_array().unwrap().len(), 1, "{events}");
+    assert_eq!(events[0]["subject"], "b-customer");
+    assert_eq!(events[0]["source"], format!("keygate/{b}"));
+}
