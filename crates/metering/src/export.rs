@@ -1,12 +1,13 @@
 //! The exporter's round ([`MeteringService::export_due`]), run every few seconds on every
-//! instance: for each sink, in one transaction, its mark is held, every period closed
-//! since is summed per identity and written into the webhook outbox as that sink's
-//! deliveries, and the mark moves past them. A second instance's round waits for the
-//! mark, then finds nothing left to do; a round that fails writes nothing.
+//! instance: for each sink, the periods closed since its mark are summed per identity (in
+//! a read transaction), then written into the webhook outbox as that sink's deliveries in
+//! one transaction that holds the mark, checks it still stands where it was read, and moves
+//! it past them. Of two instances' rounds one writes; the other finds the mark moved and
+//! writes nothing. A round that fails writes nothing.
 
 use crate::render;
 use crate::settings::ExportSettings;
-use crate::store::{IdentityUsage, MeteringStore, MeteringTx};
+use crate::store::{IdentityUsage, MeteringStore};
 use keygate_analytics::{AnalyticsService, AnalyticsStore};
 use keygate_domain::{OutboxEvent, Secret};
 use keygate_rbac::{RbacError, RbacService};
@@ -91,35 +92,55 @@ impl<S: MeteringStore + AnalyticsStore> MeteringService<S> {
     fn export_sink(&self, sink: &'static str, closed: i64, now: i64) -> Result<usize, RbacError> {
         let period = self.settings.period_ms;
         let sink_id = format!("{}{sink}", keygate_webhooks::sinks::SINK_PREFIX);
-        let (written, skipped) = self.rbac.store().metering_transaction(|tx| {
-            // A sink's first round starts with the period open at that moment.
-            let mut at = tx.hold_export_mark(&sink_id, floor(now, period), now)?;
-            let start = at;
-            let oldest = floor(now - MAX_LAG_MS, period);
-            if at < oldest {
-                log::warn!(
-                    "usage export: {sink}'s periods from {} to {} are older than analytics' minute rows and are not sent",
-                    render::rfc3339(at),
-                    render::rfc3339(oldest)
-                );
-                at = oldest;
-            }
-            let (mut written, mut skipped, mut periods) = (0, 0, 0);
-            while at + period <= closed && periods < MAX_PERIODS_PER_ROUND {
-                let usage = tx.identity_usage(at, at + period, self.settings.workspace_id.as_deref())?;
-                let (w, s) = match sink {
-                    CLOUDEVENTS => (self.write_cloudevents(tx, &sink_id, &usage, at, now)?, 0),
-                    _ => self.write_stripe(tx, &sink_id, &usage, at, now)?,
-                };
-                written += w;
-                skipped += s;
+        let store = self.rbac.store();
+        // The mark as it stands; a sink's first round writes it: the period open then.
+        let start = match store.metering_read(|tx| Ok(tx.export_mark(&sink_id)?))? {
+            Some(at) => at,
+            None => store
+                .metering_transaction(|tx| Ok(tx.hold_export_mark(&sink_id, floor(now, period), now)?))?,
+        };
+        let oldest = floor(now - MAX_LAG_MS, period);
+        let mut at = start;
+        if at < oldest {
+            log::warn!(
+                "usage export: {sink}'s periods from {} to {} are older than analytics' minute rows and are not sent",
+                render::rfc3339(at),
+                render::rfc3339(oldest)
+            );
+            at = oldest;
+        }
+        if at + period > closed {
+            return Ok(0);
+        }
+        // Summed in a read transaction (a minute's rows are scanned under no write lock),
+        // rendered, then written under the mark held, if it still stands where it was read
+        // (else another instance exported these periods meanwhile).
+        let ws = self.settings.workspace_id.as_deref();
+        let usage = store.metering_read(|tx| {
+            let mut out = Vec::new();
+            while at + period <= closed && out.len() < MAX_PERIODS_PER_ROUND {
+                out.push((at, tx.identity_usage(at, at + period, ws)?));
                 at += period;
-                periods += 1;
             }
-            if at != start {
-                tx.set_export_mark(&sink_id, at, now)?;
+            Ok(out)
+        })?;
+        let (mut events, mut skipped) = (Vec::new(), 0);
+        for (period_start, usage) in &usage {
+            match sink {
+                CLOUDEVENTS => events.extend(self.cloudevents(&sink_id, usage, *period_start, now)),
+                _ => skipped += self.stripe_events(&sink_id, usage, *period_start, now, &mut events),
             }
-            Ok((written, skipped))
+        }
+        let endpoints = [sink_id.clone()];
+        let written = store.metering_transaction(|tx| {
+            if tx.hold_export_mark(&sink_id, start, now)? != start {
+                return Ok(0);
+            }
+            for event in &events {
+                tx.insert_webhook_event(event, &endpoints)?;
+            }
+            tx.set_export_mark(&sink_id, at, now)?;
+            Ok(events.len())
         })?;
         if written > 0 {
             metrics::counter!("keygate_usage_export_deliveries_total", "sink" => sink)
@@ -135,64 +156,59 @@ impl<S: MeteringStore + AnalyticsStore> MeteringService<S> {
         Ok(written)
     }
 
-    /// A period's identities as CloudEvents, a batch per workspace (of at most
-    /// [`render::MAX_BATCH_EVENTS`]): how many batches.
-    fn write_cloudevents(
+    /// A period's identities as CloudEvents: a batch per workspace (of at most
+    /// [`render::MAX_BATCH_EVENTS`]).
+    fn cloudevents(
         &self,
-        tx: &mut dyn MeteringTx,
         sink_id: &str,
         usage: &[IdentityUsage],
         period_start: i64,
         now: i64,
-    ) -> Result<usize, RbacError> {
-        let Some(c) = &self.settings.cloudevents else { return Ok(0) };
-        let mut n = 0;
+    ) -> Vec<OutboxEvent> {
+        let Some(c) = &self.settings.cloudevents else { return Vec::new() };
+        let mut out = Vec::new();
         for workspace in usage.chunk_by(|a, b| a.workspace_id == b.workspace_id) {
             for (i, chunk) in workspace.chunks(render::MAX_BATCH_EVENTS).enumerate() {
                 let events: Vec<_> = chunk.iter().map(|u| render::cloudevent(c, u, period_start)).collect();
                 let ws = &chunk[0].workspace_id;
-                let event = OutboxEvent {
+                out.push(OutboxEvent {
                     id: render::outbox_id(sink_id, ws, period_start, &i.to_string()),
                     workspace_id: ws.clone(),
                     event_type: EVENT_TYPE,
                     body: render::cloudevents_batch(&events),
                     created_at: now,
-                };
-                tx.insert_webhook_event(&event, &[sink_id.to_string()])?;
-                n += 1;
+                });
             }
         }
-        Ok(n)
+        out
     }
 
-    /// A period's identities with credits spent as Stripe meter events, one each: how many,
-    /// and how many had no customer id.
-    fn write_stripe(
+    /// A period's identities with credits spent as Stripe meter events, one each, into
+    /// `out`: how many had no customer id (not sent).
+    fn stripe_events(
         &self,
-        tx: &mut dyn MeteringTx,
         sink_id: &str,
         usage: &[IdentityUsage],
         period_start: i64,
         now: i64,
-    ) -> Result<(usize, usize), RbacError> {
-        let Some(s) = &self.settings.stripe else { return Ok((0, 0)) };
-        let (mut n, mut skipped) = (0, 0);
+        out: &mut Vec<OutboxEvent>,
+    ) -> usize {
+        let Some(s) = &self.settings.stripe else { return 0 };
+        let mut skipped = 0;
         for u in usage.iter().filter(|u| u.spent_credits > 0) {
             let Some(customer) = render::stripe_customer(u.meta.as_deref(), &s.customer_field) else {
                 skipped += 1;
                 continue;
             };
-            let event = OutboxEvent {
+            out.push(OutboxEvent {
                 id: render::outbox_id(sink_id, &u.workspace_id, period_start, &u.identity_id),
                 workspace_id: u.workspace_id.clone(),
                 event_type: EVENT_TYPE,
                 body: render::stripe_form(s, &customer, u, period_start),
                 created_at: now,
-            };
-            tx.insert_webhook_event(&event, &[sink_id.to_string()])?;
-            n += 1;
+            });
         }
-        Ok((n, skipped))
+        skipped
     }
 }
 

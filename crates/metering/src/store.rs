@@ -23,6 +23,8 @@ pub struct IdentityUsage {
 
 /// The export's rows.
 pub trait MeteringRows {
+    /// The sink's mark, when it has one (a read).
+    fn export_mark(&mut self, sink: &str) -> R<Option<i64>>;
     /// The sink's mark (every period ending at or before it was exported), held until the
     /// transaction ends so that concurrent exporters of the sink take turns; a sink without
     /// one gets `initial`.
@@ -45,4 +47,12 @@ pub trait MeteringStore: RbacStore {
     fn metering_transaction<T, F>(&self, f: F) -> Result<T, RbacError>
     where
         F: FnOnce(&mut dyn MeteringTx) -> Result<T, RbacError>;
+
+    /// Reads in a read-only transaction (one snapshot on PostgreSQL).
+    fn metering_read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn MeteringTx) -> Result<T, RbacError>,
+    {
+        self.metering_transaction(f)
+    }
 }

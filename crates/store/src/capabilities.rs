@@ -103,4 +103,11 @@ impl MeteringStore for SqlStore {
     {
         self.write_tx(|tx| f(tx))
     }
+
+    fn metering_read<T, F>(&self, f: F) -> Result<T, RbacError>
+    where
+        F: FnOnce(&mut dyn MeteringTx) -> Result<T, RbacError>,
+    {
+        self.snapshot_tx(|tx| f(tx))
+    }
 }

@@ -103,6 +103,16 @@ fn use_the_first_minute(s: &TestServer) {
     s.state.runtime.analytics.flush_analytics().unwrap();
 }
 
+/// Waits (up to 10 s) until the worker has recorded `n` attempts in all: before the clock
+/// jumps, so that no lease taken before the jump ends under an answer not yet recorded.
+fn recorded(s: &TestServer, n: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.count("webhook_attempts", "1 = 1") < n {
+        assert!(std::time::Instant::now() < deadline, "the attempts were not recorded");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn form(r: &Received) -> HashMap<String, String> {
     url::form_urlencoded::parse(r.body.as_bytes()).into_owned().collect()
 }
@@ -156,6 +166,7 @@ fn a_closed_period_goes_to_openmeter_and_stripe_once() {
     assert_eq!(f.len(), 5, "{f:?}");
 
     // Exported once: later rounds, over later (empty) periods, send nothing more.
+    recorded(&s, 2);
     for _ in 0..3 {
         s.clock.advance(MINUTE);
         export(&s);
@@ -175,9 +186,8 @@ fn a_failed_export_is_sent_again_with_the_same_ids() {
     s.clock.advance(MINUTE + 15_000);
     export(&s);
     let (first_om, first_st) = (sinks.openmeter.wait_for(1), sinks.stripe.wait_for(1));
-    // The first retry is due 5 s after the failed attempt is recorded (at once: the
-    // answer wakes the worker).
-    std::thread::sleep(Duration::from_millis(600));
+    // The first retry is due 5 s after the failed attempt is recorded.
+    recorded(&s, 2);
     s.clock.advance(5_000);
     let (om, st) = (sinks.openmeter.wait_for(2), sinks.stripe.wait_for(2));
     assert_eq!((om.len(), st.len()), (2, 2));
@@ -187,6 +197,7 @@ fn a_failed_export_is_sent_again_with_the_same_ids() {
         assert!(first.header("idempotency-key").starts_with("usage_"));
     }
     // Answered 2xx: not sent again.
+    recorded(&s, 4);
     s.clock.advance(3_600_000);
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!((sinks.openmeter.received().len(), sinks.stripe.received().len()), (2, 2));
@@ -243,8 +254,10 @@ fn settings_that_cannot_run_stop_the_start() {
 
 /// In workspace `ws` (as `root`): an identity `external_id` whose key spends `cost` once.
 fn spend_in(s: &TestServer, root: &str, external_id: &str, cost: u64) {
-    let api =
-        s.v2_as(root, "apis.createApi", &json!({"name": "billed"})).data()["apiId"].as_str().unwrap().to_string();
+    let api = s.v2_as(root, "apis.createApi", &json!({"name": "billed"})).data()["apiId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let r = s.v2_as(
         root,
         "keys.createKey",

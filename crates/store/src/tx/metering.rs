@@ -47,6 +47,15 @@ fn count(n: i64) -> u64 {
 }
 
 impl MeteringRows for DieselTx<'_> {
+    fn export_mark(&mut self, sink: &str) -> R<Option<i64>> {
+        usage_export_marks::table
+            .filter(usage_export_marks::sink.eq(sink))
+            .select(usage_export_marks::exported_until)
+            .get_result(self.conn)
+            .optional()
+            .map_err(db_err)
+    }
+
     fn hold_export_mark(&mut self, sink: &str, initial: i64, now: i64) -> R<i64> {
         // Written if missing, then read under a row lock on PostgreSQL (SQLite's write
         // transaction holds the database's).
