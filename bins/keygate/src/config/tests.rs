@@ -71,3 +71,23 @@ fn usage_export_tokens_stay_hidden_and_bad_settings_are_named() {
     // A Stripe key without the meter's event name is refused by the parser.
     assert!(Cli::try_parse_args_from(["keygate", "--usage-export-stripe-key", "sk_x"]).is_err());
 }
+
+#[test]
+fn the_usage_export_reads_from_the_config_file() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("keygate.toml");
+    let text = "usage_export_cloudevents_url = \"https://openmeter.example/api/v1/events\"\n\
+                usage_export_cloudevents_token = \"FILESECRET_token\"\n\
+                usage_export_period = 300\n\
+                usage_export_workspace = \"ws_billing\"\n";
+    std::fs::write(&path, text).expect("the file written");
+    let path = path.to_str().expect("a UTF-8 path").to_string();
+    let cli = Cli::try_parse_args_from(["keygate", "--config", &path]).expect("read");
+    let config = cli.serve.clone().into_config(&cli.database_url);
+    let settings = config.usage_export.clone().expect("valid").expect("configured");
+    assert_eq!(settings.period_ms, 300_000);
+    assert_eq!(settings.workspace_id.as_deref(), Some("ws_billing"));
+    let sink = settings.cloudevents.as_ref().expect("the CloudEvents sink");
+    assert_eq!(sink.token.as_ref().map(|t| t.expose()), Some("FILESECRET_token"));
+    assert!(!format!("{cli:?}{config:?}{settings:?}").contains("FILESECRET"));
+}
