@@ -90,7 +90,6 @@ mod tests {
             external_id: "acme & co".into(),
             meta: Some(r#"{"stripeCustomerId":"cus_123","plan":"pro"}"#.into()),
             verifications: 7,
-            valid: 5,
             spent_credits: 42,
         }
     }

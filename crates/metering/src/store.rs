@@ -15,8 +15,6 @@ pub struct IdentityUsage {
     pub meta: Option<String>,
     /// Verifications of its keys, whatever their outcome.
     pub verifications: u64,
-    /// Those answered VALID.
-    pub valid: u64,
     /// Credits charged (API-v2.md §22).
     pub spent_credits: u64,
 }

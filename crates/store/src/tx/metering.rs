@@ -22,8 +22,6 @@ struct UsageRow {
     #[diesel(sql_type = BigInt)]
     verifications: i64,
     #[diesel(sql_type = BigInt)]
-    valid: i64,
-    #[diesel(sql_type = BigInt)]
     spent_credits: i64,
 }
 
@@ -34,7 +32,6 @@ const MINUTE: i64 = 60_000;
 const USAGE_SQL: &str = "SELECT c.workspace_id AS workspace_id, c.identity_id AS identity_id, \
      i.external_id AS external_id, i.meta AS meta, \
      CAST(SUM(c.count) AS BIGINT) AS verifications, \
-     CAST(SUM(CASE WHEN c.outcome = 'VALID' THEN c.count ELSE 0 END) AS BIGINT) AS valid, \
      CAST(SUM(c.spent_credits) AS BIGINT) AS spent_credits \
      FROM verification_counts c JOIN identities i ON i.id = c.identity_id \
      WHERE c.width = $1 AND c.bucket >= $2 AND c.bucket < $3 AND c.identity_id <> '' \
@@ -105,7 +102,6 @@ impl MeteringRows for DieselTx<'_> {
                 external_id: r.external_id,
                 meta: r.meta,
                 verifications: count(r.verifications),
-                valid: count(r.valid),
                 spent_credits: count(r.spent_credits),
             })
             .collect())
