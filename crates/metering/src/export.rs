@@ -75,21 +75,31 @@ impl<S: MeteringStore + AnalyticsStore> MeteringService<S> {
         let period = self.settings.period_ms;
         // Every period that ends at or before this is closed.
         let closed = floor(now - EXPORT_DELAY_MS, period);
-        self.analytics.fold_for_read()?;
         let mut written = 0;
+        let mut folded = false;
         for sink in [CLOUDEVENTS, STRIPE] {
             let configured = match sink {
                 CLOUDEVENTS => self.settings.cloudevents.is_some(),
                 _ => self.settings.stripe.is_some(),
             };
             if configured {
-                written += self.export_sink(sink, closed, now)?;
+                written += self.export_sink(sink, closed, now, &mut folded)?;
             }
         }
         Ok(written)
     }
 
-    fn export_sink(&self, sink: &'static str, closed: i64, now: i64) -> Result<usize, RbacError> {
+    /// A sink's closed periods written out. `folded`: whether this round folded analytics'
+    /// journal already (it is folded before the first read of a round that has a period
+    /// to export, not every round: the journal's point is to write a key's row once a
+    /// minute, `keygate_analytics::flush::FOLD_AFTER_MS`).
+    fn export_sink(
+        &self,
+        sink: &'static str,
+        closed: i64,
+        now: i64,
+        folded: &mut bool,
+    ) -> Result<usize, RbacError> {
         let period = self.settings.period_ms;
         let sink_id = format!("{}{sink}", keygate_webhooks::sinks::SINK_PREFIX);
         let store = self.rbac.store();
@@ -111,6 +121,9 @@ impl<S: MeteringStore + AnalyticsStore> MeteringService<S> {
         }
         if at + period > closed {
             return Ok(0);
+        }
+        if !std::mem::replace(folded, true) {
+            self.analytics.fold_for_read()?;
         }
         // Summed in a read transaction (a minute's rows are scanned under no write lock),
         // rendered, then written under the mark held, if it still stands where it was read
