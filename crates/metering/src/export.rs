@@ -109,7 +109,8 @@ impl<S: MeteringStore + AnalyticsStore> MeteringService<S> {
             None => store
                 .metering_transaction(|tx| Ok(tx.hold_export_mark(&sink_id, floor(now, period), now)?))?,
         };
-        let oldest = floor(now - MAX_LAG_MS, period);
+        // The first period that starts within the lag (its minute rows are all still kept).
+        let oldest = floor(now - MAX_LAG_MS + period - 1, period);
         let mut at = start;
         if at < oldest {
             log::warn!(

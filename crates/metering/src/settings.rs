@@ -16,13 +16,15 @@ pub const DEFAULT_SOURCE: &str = "keygate";
 pub const DEFAULT_EVENT_TYPE: &str = "keygate.usage";
 
 const MINUTE_MS: i64 = 60_000;
-const DAY_MS: i64 = 86_400_000;
+const HOUR_MS: i64 = 3_600_000;
 
 /// What to export, how often, and where.
 #[derive(Debug, Clone)]
 pub struct ExportSettings {
-    /// A whole number of minutes that divides a day: periods start at multiples of it
-    /// (UTC), so a day always ends a period.
+    /// A whole number of minutes that divides an hour: periods start at multiples of it
+    /// (UTC), so an hour always ends a period. At most an hour: a period is summed from
+    /// analytics' minute rows, which are kept for a day (a longer period is summed by the
+    /// billing system from these).
     pub period_ms: i64,
     /// Only this workspace's identities (`None`: every workspace's).
     pub workspace_id: Option<String>,
@@ -69,10 +71,10 @@ impl ExportSettings {
     /// Checks every setting: the period, each sink's URL (http or https), names.
     pub fn validate(&self) -> Result<(), SettingsError> {
         let p = self.period_ms;
-        if !(MINUTE_MS..=DAY_MS).contains(&p) || p % MINUTE_MS != 0 || DAY_MS % p != 0 {
+        if !(MINUTE_MS..=HOUR_MS).contains(&p) || p % MINUTE_MS != 0 || HOUR_MS % p != 0 {
             return Err(bad(
                 "usage_export_period",
-                "must be whole minutes that divide a day (60 to 86400 seconds)",
+                "must be whole minutes that divide an hour (60 to 3600 seconds)",
             ));
         }
         if let Some(c) = &self.cloudevents {
@@ -129,11 +131,11 @@ mod tests {
     }
 
     #[test]
-    fn periods_are_whole_minutes_that_divide_a_day() {
-        for ok in [60_000, 300_000, 3_600_000, 86_400_000] {
+    fn periods_are_whole_minutes_that_divide_an_hour() {
+        for ok in [60_000, 300_000, 900_000, 3_600_000] {
             assert_eq!(ExportSettings { period_ms: ok, ..settings() }.validate(), Ok(()), "{ok}");
         }
-        for bad in [0, 1_000, 90_000, 7 * 60_000, 2 * 86_400_000, -60_000] {
+        for bad in [0, 1_000, 90_000, 7 * 60_000, 2 * 3_600_000, 86_400_000, -60_000] {
             let e = ExportSettings { period_ms: bad, ..settings() }.validate().unwrap_err();
             assert_eq!(e.setting, "usage_export_period", "{bad}");
         }

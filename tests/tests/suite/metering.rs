@@ -318,3 +318,28 @@ fn each_workspace_gets_batches_of_its_own_and_a_filter_keeps_one() {
     assert_eq!(events[0]["subject"], "b-customer");
     assert_eq!(events[0]["source"], format!("keygate/{b}"));
 }
+
+#[test]
+fn a_sink_a_day_behind_skips_what_analytics_no_longer_hold_and_catches_up() {
+    let sinks = sinks();
+    let s = start(Arc::new(TestDb::fresh()), &sinks);
+    let api = s.v2("apis.createApi", &json!({"name": "late"})).data()["apiId"].as_str().unwrap().to_string();
+    let k = key(&s, &api, Some("late-customer"), 100);
+    assert_eq!(verify(&s, &k, 2), "VALID");
+    s.state.runtime.analytics.flush_analytics().unwrap();
+    // Every instance down for 30 hours: the minute of T0 is older than the minute rows kept.
+    s.clock.advance(30 * 3_600_000);
+    assert_eq!(verify(&s, &k, 5), "VALID");
+    s.state.runtime.analytics.flush_analytics().unwrap();
+    s.clock.advance(MINUTE + 15_000);
+    // 23 hours of minutes to catch up, 60 a round.
+    for _ in 0..30 {
+        export(&s);
+    }
+    let got = sinks.openmeter.wait_for(1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sinks.openmeter.received().len(), 1, "only the last minute had usage still held");
+    let events = got[0].json();
+    assert_eq!(events[0]["data"], json!({"credits": 5, "verifications": 1}));
+    assert_eq!(events[0]["time"], keygate_metering::render::rfc3339((T0 + 30 * 3_600_000) as i64));
+}

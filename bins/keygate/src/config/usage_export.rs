@@ -13,7 +13,7 @@ use keygate_metering::{CloudEventsSink, ExportSettings, StripeSink};
 #[derive(Args, Clone, Debug, Default)]
 pub struct UsageExportArgs {
     /// Usage export: the period credits and verifications are summed over per identity, in
-    /// seconds (whole minutes that divide a day; periods start at multiples of it, UTC).
+    /// seconds (whole minutes that divide an hour; periods start at multiples of it, UTC).
     #[arg(long, env = "KEYGATE_USAGE_EXPORT_PERIOD", default_value_t = 60)]
     pub usage_export_period: i64,
     /// Usage export: only this workspace's identities (unset: every workspace's).
