@@ -233,6 +233,11 @@ pub fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Runn
     if !config.handle_signals {
         server = server.disable_signals();
     }
+    // The usage export's first round before anything is served: a sink's first period is
+    // the one open at the start (its mark written now), not at the first periodic round.
+    if let Some(Err(e)) = state.runtime.metering.as_ref().map(|m| m.export_due()) {
+        log::warn!("usage export: the first round failed (tried again shortly): {e}");
+    }
     let server = server.shutdown_timeout(5).run();
     let host = Arc::downgrade(&state.clone().into_inner());
     let mut upkeep = keygate_runtime::spawn_upkeep(host.clone());
